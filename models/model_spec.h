@@ -1,0 +1,76 @@
+// ModelSpec: an exact description of a decoder-only transformer (design.md, models/).
+// Everything here is about the model only: no parallelism, no hardware.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/units.h"
+
+namespace fsdpsim::models {
+
+enum class NormKind { RMSNorm, LayerNorm };          // LayerNorm has a bias, RMSNorm does not
+enum class MlpKind { SwiGLU, GeGLU, Plain };         // gated (3 matrices) or plain (2 matrices, GELU)
+enum class PositionKind { Rotary, Learned };         // learned = a [max_positions, hidden] table
+
+struct ModelSpec {
+  std::string name;              // zoo name or the config's _name_or_path / file name
+  std::string model_type;        // HF model_type: llama, mistral, qwen2, gemma, gpt2, mixtral
+  std::string block_class;       // PyTorch class of one block, e.g. "LlamaDecoderLayer" (for wrap-policy exports)
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden = 0;       // d_model
+  std::int64_t n_layers = 0;
+  std::int64_t n_heads = 0;
+  std::int64_t n_kv_heads = 0;   // == n_heads for MHA, 1 for MQA
+  std::int64_t head_dim = 0;     // usually hidden / n_heads (gemma: 256)
+  std::int64_t ffn_hidden = 0;   // intermediate size (per expert for MoE)
+  std::int64_t max_positions = 0;
+  bool qkv_bias = false;         // qwen2: true; gpt2: true
+  bool out_bias = false;         // attention output projection bias (gpt2)
+  bool mlp_bias = false;         // gpt2
+  NormKind norm = NormKind::RMSNorm;
+  MlpKind mlp = MlpKind::SwiGLU;
+  PositionKind positions = PositionKind::Rotary;
+  bool tied_embeddings = false;
+  std::int64_t n_experts = 0;    // 0 = dense MLP; >0 = MoE with a router
+  std::int64_t experts_top_k = 0;
+
+  bool is_moe() const { return n_experts > 0; }
+};
+
+// Parameter counts, exact (see model_params.cpp for the per-tensor derivation).
+struct ParamCounts {
+  std::int64_t total = 0;
+  std::int64_t embedding = 0;        // token embedding (+ learned positions)
+  std::int64_t per_block = 0;        // one transformer block (all experts for MoE)
+  std::int64_t blocks = 0;           // n_layers * per_block
+  std::int64_t final_norm = 0;
+  std::int64_t lm_head = 0;          // 0 when tied
+  std::int64_t active_per_block = 0; // MoE: only top_k experts (+router); dense: == per_block
+};
+ParamCounts count_params(const ModelSpec& m);
+
+// FLOPs per token (multiply-add = 2 FLOPs). Forward: 2 * (matmul params active per token, LM head
+// included) + attention's sequence term 4 * n_layers * seq_len * n_heads * head_dim (QK^T and AV,
+// no causal halving, as PaLM/llm-foundry count). fwd+bwd = 3 * forward. Derivation in model_flops.cpp.
+struct FlopsPerToken {
+  double forward = 0;
+  double forward_backward = 0;
+};
+FlopsPerToken flops_per_token(const ModelSpec& m, std::int64_t seq_len);
+
+enum class CheckpointMode { None, Full, SelectiveOp };
+
+// Bytes saved for backward by ONE block for one micro-batch (b sequences of s tokens) with
+// activations in `dtype`, under the checkpointing mode (formula and kernel assumptions in
+// model_activations.cpp: flash/memory-efficient attention saves no S x S scores).
+Bytes block_saved_activation_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len,
+                                   Dtype dtype, CheckpointMode mode);
+// Peak transient bytes of recomputing + back-propagating one block (what a checkpointed block
+// needs on top of its saved input during its backward).
+Bytes block_backward_working_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype);
+// The logits and the loss: b*s*vocab in dtype plus the fp32 upcast used by cross-entropy.
+Bytes logits_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype);
+
+}  // namespace fsdpsim::models

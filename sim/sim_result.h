@@ -1,0 +1,69 @@
+// What one simulated step predicts for one rank (design.md "Contract": the JSON result keys).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/units.h"
+
+namespace fsdpsim::sim {
+
+// Memory categories of the breakdown (issue "simulator", Outputs). Keys in JSON are these names.
+enum class MemCategory {
+  ShardedParams, ShardedGrads, OptimizerState, UnshardedParams, UnshardedGrads,
+  CommBuffers, Activations, Logits, AllocatorSlack, CudaContext
+};
+inline constexpr int kNumMemCategories = 10;
+const char* mem_category_name(MemCategory c);   // "sharded_params", ... "cuda_context"
+
+// One span on a track, for the timeline and the Perfetto trace.
+struct TraceSpan {
+  std::string name;      // "AG unit 3", "fwd layers.3", ...
+  std::string track;     // "cpu", "compute", "all_gather", "reduce_scatter", "all_reduce", "copy_in", ...
+  std::string kind;      // op kind: "forward", "backward", "recompute", "all_gather", ...
+  int unit = -1;
+  TimeNs start_ns = 0;
+  TimeNs dur_ns = 0;
+  Bytes bytes = 0;       // collective/copy bytes, 0 for compute
+};
+
+struct MemorySample {
+  TimeNs t_ns = 0;
+  Bytes allocated = 0;
+  Bytes reserved = 0;
+};
+
+struct SimResult {
+  // Peak memory per GPU (allocated = live tensors, reserved = caching-allocator segments), plus the
+  // CUDA/NCCL context which neither includes (it is added to `total_device`).
+  Bytes peak_allocated = 0;
+  Bytes peak_reserved = 0;
+  Bytes context_bytes = 0;
+  Bytes peak_total_device = 0;     // peak_reserved + context (what nvidia-smi would show)
+  Bytes capacity = 0;              // GPU memory
+  bool fits = false;               // peak_total_device <= capacity
+  std::map<std::string, Bytes> breakdown_at_peak;   // category name -> bytes at the allocated peak (+slack, context)
+  TimeNs step_time_ns = 0;         // one optimizer step (all micro-batches)
+  TimeNs compute_ns = 0;           // busy time of the compute stream
+  TimeNs comm_ns = 0;              // busy time of all collective streams (union)
+  TimeNs exposed_comm_ns = 0;      // time the compute stream sits idle waiting on a collective
+  TimeNs cpu_blocked_ns = 0;       // CPU time blocked (rate limiter, syncs)
+  double tokens_per_step = 0;      // global tokens per optimizer step
+  double tokens_per_s_per_gpu = 0;
+  double mfu = 0;                  // model FLOPs / (step time * dense peak of the compute dtype)
+  double peak_flops = 0;           // the dense peak used for MFU (FLOP/s), and its dtype
+  std::string peak_flops_dtype;
+  double model_flops_per_step_per_gpu = 0;  // 6N+attention convention, no recompute
+  double hardware_flops_per_step_per_gpu = 0; // including recompute
+  std::map<std::string, std::int64_t> comm_bytes_by_kind;  // all_gather / reduce_scatter / all_reduce: bytes each rank sends
+  std::vector<TraceSpan> trace;
+  std::vector<MemorySample> memory_timeline;
+  std::vector<std::string> notes;  // approximations and warnings the user must see
+};
+
+nlohmann::json sim_result_to_json(const SimResult& r, bool include_trace = false);
+
+}  // namespace fsdpsim::sim
