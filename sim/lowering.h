@@ -1,0 +1,20 @@
+// FSDP lowering: (model, wrap graph, resolved plan, cluster shape) -> StepProgram, for FSDP1 and
+// FSDP2 semantics (docs fsdp-semantics.md, cited by rule id: F1.x, F2.x, P1-P6, M1-M15, A1-A6).
+#pragma once
+#include "models/model_spec.h"
+#include "models/wrap_graph.h"
+#include "sim/plan.h"
+#include "sim/step_program.h"
+
+namespace fsdpsim::sim {
+
+struct Topology {
+  int world = 1;
+  int gpus_per_node = 1;
+};
+
+// `plan` must have gone through resolve_plan(). Deterministic: same input, same program.
+StepProgram lower(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                  const Topology& topo);
+
+}  // namespace fsdpsim::sim

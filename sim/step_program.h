@@ -1,0 +1,106 @@
+// The StepProgram: one training step of one rank as FSDP issues it (design.md "The one idea").
+// A plain data structure, independent of any cost model: the simulator executes it against a
+// hardware profile, the runtime executes it on real hardware. Lowering (sim/lowering.h) builds it.
+//
+// Execution semantics (shared by both executors, see note "program semantics" in README):
+//  * ops are listed in CPU issue order; the CPU issues them one after the other;
+//  * before issuing op i the CPU blocks until every op in `cpu_waits` has completed on the GPU
+//    (event.synchronize(): the FSDP1 rate limiter, offload syncs);
+//  * at issue the CPU performs `allocs` (caching allocator, pool = the buffer's pool_stream), then
+//    enqueues the op on `stream`; after enqueueing it performs `frees`;
+//  * on the GPU an op starts when its stream has finished the previous op on that stream AND every
+//    op in `waits` has completed (cudaStreamWaitEvent / wait_stream);
+//  * collectives of one process group are serialized on one NCCL queue (semantics F1.4);
+//  * a FreeSpec with reuse_after_op >= 0 models record_stream (FSDP1, semantics M10): the bytes stop
+//    counting as allocated at the free, but the block returns to its pool only when that op completes.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/units.h"
+#include "models/kernels.h"
+#include "sim/sim_result.h"
+
+namespace fsdpsim::sim {
+
+// Streams as PyTorch names them. FSDP1 (F1.1): default, pre_unshard, unshard, post_backward,
+// all_reduce. FSDP2 (F2.1): default, all_gather_copy_in, all_gather, reduce_scatter, all_reduce.
+enum class StreamRole { Compute, CopyIn, AllGather, ReduceScatter, AllReduce };
+struct Stream {
+  int id = 0;
+  StreamRole role = StreamRole::Compute;
+  std::string name;   // PyTorch's name: "default", "unshard", "all_gather_copy_in", ...
+};
+
+enum class OpKind {
+  Forward, Backward, Recompute,          // compute of one unit's parts (see `kernels`)
+  AllGather, ReduceScatter, AllReduce,   // NCCL collectives
+  CopyIn, CopyOut, Cast, Pad, Divide,    // memory-bound kernels (see `copy_bytes`)
+  H2D, D2H,                              // CPU offload copies (pinned, PCIe)
+  OptimizerStep,                         // on the GPU shards (memory-bound, `copy_bytes`)
+  CpuOptimizerStep,                      // on the CPU (offloaded optimizer): blocks the CPU, `params`
+};
+const char* op_kind_name(OpKind k);
+
+// Which process group a collective runs on.
+enum class CommGroup {
+  Shard,          // the shard dimension of the mesh
+  Replicate,      // the replicate dimension (HSDP all-reduce)
+  World,          // every rank (NO_SHARD all-reduce over replicate x shard)
+  PostForward,    // FSDP2 reshard_after_forward=int: the smaller backward all-gather group
+};
+
+struct Buffer {
+  int id = 0;
+  std::string name;            // "unit3.full_param_padded", "unit3.grad_shard", ...
+  Bytes bytes = 0;             // requested size (the allocator rounds it)
+  MemCategory category = MemCategory::UnshardedParams;
+  int unit = -1;
+  int pool_stream = 0;         // caching-allocator pool (the stream it is allocated on)
+  bool persistent = false;     // allocated before the step and alive after it (sharded state)
+};
+
+struct FreeSpec {
+  int buffer = -1;
+  int reuse_after_op = -1;     // -1: the block is reusable at once; else only after that op completes
+};
+
+struct Op {
+  int id = 0;
+  OpKind kind = OpKind::Forward;
+  int stream = 0;
+  int unit = -1;               // FSDP unit (param group) this op belongs to, -1 if none
+  int micro_batch = 0;
+  std::string name;            // for traces: "AG unit 3", "fwd unit 3", ...
+  std::vector<int> waits;      // GPU: ops that must complete before this one starts
+  std::vector<int> cpu_waits;  // CPU: ops whose completion the CPU blocks on before issuing this one
+  std::vector<int> allocs;     // buffers allocated at issue
+  std::vector<FreeSpec> frees; // buffers freed after enqueueing
+  std::vector<int> inputs;     // buffers read (runtime + checks)
+  std::vector<int> outputs;    // buffers written
+  // ---- cost descriptors (no times here) ----
+  std::vector<models::KernelDesc> kernels;  // compute ops: the kernels they run
+  Bytes comm_bytes = 0;        // collectives: S as nccl-tests counts it (gathered / pre-scatter / reduced buffer)
+  CommGroup group = CommGroup::Shard;
+  int group_size = 1;          // ranks in the collective's group
+  int nodes_spanned = 1;       // nodes the group spans
+  Bytes copy_bytes = 0;        // memory-bound ops: bytes read + written; H2D/D2H: bytes copied
+  std::int64_t params = 0;     // CpuOptimizerStep: parameters updated
+  int cpu_hooks = 0;           // framework hooks the CPU runs before issuing this op
+  int kernel_launches = 1;     // kernels the CPU launches for this op
+};
+
+struct StepProgram {
+  std::vector<Stream> streams;   // streams[0] is the compute (default) stream
+  std::vector<Buffer> buffers;
+  std::vector<Op> ops;           // CPU issue order
+  // facts about the step (for the result, the runtime and the report)
+  int world = 1, shard_size = 1, replicate_size = 1, gpus_per_node = 1;
+  int micro_batches = 1;
+  std::int64_t tokens_per_rank = 0;           // tokens this rank processes per optimizer step
+  double model_flops_per_rank = 0;            // 6N+attention convention (no recompute)
+  std::vector<std::string> notes;             // approximations made by the lowering
+};
+
+}  // namespace fsdpsim::sim
