@@ -29,15 +29,28 @@ struct ModelSpec {
   bool qkv_bias = false;         // qwen2: true; gpt2: true
   bool out_bias = false;         // attention output projection bias (gpt2)
   bool mlp_bias = false;         // gpt2
+  bool norm_bias = true;         // LayerNorm only: false for MPT with no_bias (llm-foundry LPLayerNorm bias=None)
+  bool conv1d_weights = false;   // GPT-2's Conv1D stores a weight as [in, out] instead of nn.Linear's [out, in]
+  std::string hidden_act;        // "silu", "gelu", "gelu_new", ... (informative: FLOPs and bytes do not depend on it)
   NormKind norm = NormKind::RMSNorm;
   MlpKind mlp = MlpKind::SwiGLU;
   PositionKind positions = PositionKind::Rotary;
   bool tied_embeddings = false;
   std::int64_t n_experts = 0;    // 0 = dense MLP; >0 = MoE with a router
   std::int64_t experts_top_k = 0;
+  // llm-foundry's MPT sizes its learned position table by max_seq_len, which its benchmark tables set
+  // to the training sequence length; with_seq_len() below resizes the table for such models.
+  bool positions_follow_seq_len = false;
 
   bool is_moe() const { return n_experts > 0; }
+  // Field-by-field (defaulted, so new fields are compared too): sim::simulate keys its per-thread
+  // wrap-graph cache on it.
+  bool operator==(const ModelSpec&) const = default;
 };
+
+// For a model whose position table follows the training sequence length (positions_follow_seq_len,
+// MPT in llm-foundry), a copy with max_positions = seq_len; any other model is returned unchanged.
+ModelSpec with_seq_len(const ModelSpec& m, std::int64_t seq_len);
 
 // Parameter counts, exact (see model_params.cpp for the per-tensor derivation).
 struct ParamCounts {
@@ -48,6 +61,12 @@ struct ParamCounts {
   std::int64_t final_norm = 0;
   std::int64_t lm_head = 0;          // 0 when tied
   std::int64_t active_per_block = 0; // MoE: only top_k experts (+router); dense: == per_block
+  std::int64_t positions = 0;        // learned position table (part of `embedding`)
+  std::int64_t block_norms = 0;      // norm weights (+biases) of one block (part of `per_block`)
+  std::int64_t block_biases = 0;     // linear biases of one block (part of `per_block`)
+  // Weights of the matrix multiplies one token goes through (all blocks' linear weights, active
+  // experts and router only, plus the LM head even when it is tied); no biases, norms or lookups.
+  std::int64_t matmul_active = 0;
 };
 ParamCounts count_params(const ModelSpec& m);
 
@@ -57,6 +76,8 @@ ParamCounts count_params(const ModelSpec& m);
 struct FlopsPerToken {
   double forward = 0;
   double forward_backward = 0;
+  double matmul_forward = 0;     // 2 * ParamCounts::matmul_active
+  double attention_forward = 0;  // 4 * n_layers * seq_len * n_heads * head_dim
 };
 FlopsPerToken flops_per_token(const ModelSpec& m, std::int64_t seq_len);
 
@@ -70,7 +91,16 @@ Bytes block_saved_activation_bytes(const ModelSpec& m, std::int64_t micro_batch,
 // Peak transient bytes of recomputing + back-propagating one block (what a checkpointed block
 // needs on top of its saved input during its backward).
 Bytes block_backward_working_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype);
+// The gradient transients alone: the peak a block's backward adds on top of its saved activations
+// when it was NOT checkpointed (max over its MLP and attention phases; model_activations.cpp).
+Bytes block_backward_grad_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype);
 // The logits and the loss: b*s*vocab in dtype plus the fp32 upcast used by cross-entropy.
+// Precisely (model_activations.cpp): T*V*bytes(dtype) for the logits the training loop holds, plus
+// T*V*4 for the fp32 log-softmax output cross-entropy saves for its backward (T = b*s tokens).
 Bytes logits_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype);
+// The peak during the loss: logits_bytes plus the transient fp32 upcast copy (T*V*4; none when
+// dtype is already fp32).
+Bytes logits_peak_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype);
+std::string checkpoint_mode_name(CheckpointMode mode);  // "none", "full", "selective_op"
 
 }  // namespace fsdpsim::models

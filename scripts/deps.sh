@@ -4,9 +4,9 @@
 #   scripts/deps.sh --test   also what the test suite needs (MPI, BLAS, Chromium, Python parsers, clang)
 set -euo pipefail
 pkgs=(cmake g++ make ninja-build git libboost-graph-dev nlohmann-json3-dev libgtest-dev libgmock-dev
-      libbenchmark-dev libopenblas-dev libopenmpi-dev openmpi-bin)
+      libbenchmark-dev libopenblas-dev libopenmpi-dev openmpi-bin libyaml-cpp-dev libtomlplusplus-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(chromium python3 python3-yaml clang libclang-rt-14-dev)
+  pkgs+=(chromium python3 python3-yaml python3-jsonschema)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,6 +1,8 @@
 // The discrete-event executor: runs a StepProgram against a cost model and replays the caching
 // allocator. Deterministic: events ordered by (time, sequence).
 #pragma once
+#include <vector>
+
 #include "common/units.h"
 #include "sim/step_program.h"
 #include "sim/sim_result.h"
@@ -20,10 +22,32 @@ class CostModel {
 struct ExecOptions {
   bool record_trace = true;
   bool record_memory_timeline = true;
+  // Bytes the caching allocator may cudaMalloc (GPU memory minus the CUDA/NCCL context); beyond it
+  // the allocator releases its cache and retries (SimResult::alloc_retries). 0 = unlimited.
+  Bytes memory_capacity = 0;
+  // The memory timeline is decimated to at most this many samples (the peaks are kept). 0 = all.
+  int max_timeline_samples = 4096;
 };
+
+// Every op's durations, computed once from a cost model (the executor's hot path never calls the
+// cost model). gpu_ns[i] is op i's duration alone on the GPU (for CpuOptimizerStep: on the CPU),
+// cpu_ns[i] its CPU issue cost.
+struct OpCosts {
+  std::vector<TimeNs> gpu_ns;
+  std::vector<TimeNs> cpu_ns;
+  double overlap_slowdown = 1.0;
+};
+// InputError if the cost model returns a negative time or a slowdown < 1 (or not finite).
+OpCosts compute_op_costs(const StepProgram& program, const CostModel& cost);
 
 // Fills the memory (allocated/reserved/breakdown), timing (step, compute, comm, exposed) and trace
 // fields of SimResult; capacity/fits/MFU are filled by simulate().
+// Throws InputError naming the field (e.g. "program.ops[7].waits") for an ill-formed program: ids out
+// of range, a wait on a later op, a buffer allocated twice or freed while not allocated.
 SimResult execute(const StepProgram& program, const CostModel& cost, const ExecOptions& opts = {});
+// The same with precomputed costs (costs.gpu_ns/cpu_ns sized like program.ops).
+SimResult execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts = {});
+// The ill-formed-program checks of execute() alone (InputError naming the field).
+void validate_program(const StepProgram& program);
 
 }  // namespace fsdpsim::sim

@@ -15,6 +15,7 @@
 //    counting as allocated at the free, but the block returns to its pool only when that op completes.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -80,7 +81,12 @@ struct Op {
   std::vector<int> inputs;     // buffers read (runtime + checks)
   std::vector<int> outputs;    // buffers written
   // ---- cost descriptors (no times here) ----
-  std::vector<models::KernelDesc> kernels;  // compute ops: the kernels they run
+  // Compute ops: the kernels they run. Read them with kernel_list(): the lowering shares one
+  // immutable list among all ops of the same part (80 blocks -> 1 list), hand-built programs may
+  // fill `kernels` directly. shared_kernels, when set, wins.
+  std::vector<models::KernelDesc> kernels;
+  std::shared_ptr<const std::vector<models::KernelDesc>> shared_kernels;
+  const std::vector<models::KernelDesc>& kernel_list() const { return shared_kernels ? *shared_kernels : kernels; }
   Bytes comm_bytes = 0;        // collectives: S as nccl-tests counts it (gathered / pre-scatter / reduced buffer)
   CommGroup group = CommGroup::Shard;
   int group_size = 1;          // ranks in the collective's group

@@ -1,0 +1,109 @@
+#include "calibrate/cpu/blas_gemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "calibrate/cpu/mpi_check.h"
+
+namespace fsdpsim::calibrate::cpu {
+namespace {
+
+double max_over_ranks(double mine, MPI_Comm comm) {
+  double out = 0;
+  FSDPSIM_MPI_CHECK(MPI_Allreduce(&mine, &out, 1, MPI_DOUBLE, MPI_MAX, comm));
+  return out;
+}
+
+struct Operands {
+  std::vector<float> a, b, c;
+  Operands(std::int64_t m, std::int64_t n, std::int64_t k)
+      : a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n)), c(static_cast<size_t>(m * n)) {
+    // Small integers: every product and partial sum is exact in fp32 for k < 2^24 / 16.
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 3);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i % 4) + 1);
+  }
+  void run(std::int64_t m, std::int64_t n, std::int64_t k) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+                1.0f, a.data(), static_cast<int>(k), b.data(), static_cast<int>(n), 0.0f, c.data(), static_cast<int>(n));
+  }
+};
+
+// Median of `reps` timed calls (robust to preemption on a shared machine).
+double time_loop(Operands& op, std::int64_t m, std::int64_t n, std::int64_t k, int reps) {
+  std::vector<double> t(static_cast<size_t>(reps));
+  for (int r = 0; r < reps; ++r) {
+    double t0 = MPI_Wtime();
+    op.run(m, n, k);
+    t[static_cast<size_t>(r)] = MPI_Wtime() - t0;
+  }
+  std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
+  return t[static_cast<size_t>(reps / 2)];
+}
+
+}  // namespace
+
+GemmTiming time_sgemm(std::int64_t m, std::int64_t n, std::int64_t k, int reps, MPI_Comm comm) {
+  Operands op(m, n, k);
+  op.run(m, n, k);   // warm-up (page faults, OpenBLAS thread start)
+  // Check the last element against a direct dot product.
+  std::int64_t i = m - 1, j = n - 1;
+  double expect = 0;
+  for (std::int64_t p = 0; p < k; ++p) expect += static_cast<double>(op.a[static_cast<size_t>(i * k + p)]) * op.b[static_cast<size_t>(p * n + j)];
+  int ok = op.c[static_cast<size_t>(i * n + j)] == static_cast<float>(expect) ? 1 : 0, all_ok = 0;
+  FSDPSIM_MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm));
+  FSDPSIM_MPI_CHECK(MPI_Barrier(comm));
+  GemmTiming t;
+  t.time_ns = max_over_ranks(time_loop(op, m, n, k, reps), comm) * 1e9;
+  t.check_ok = all_ok == 1;
+  return t;
+}
+
+double memcpy_bandwidth(std::int64_t bytes, int reps, MPI_Comm comm) {
+  std::vector<char> src(static_cast<size_t>(bytes), 1), dst(static_cast<size_t>(bytes), 0);
+  std::memcpy(dst.data(), src.data(), src.size());
+  FSDPSIM_MPI_CHECK(MPI_Barrier(comm));
+  double t0 = MPI_Wtime();
+  for (int r = 0; r < reps; ++r) {
+    std::memcpy(dst.data(), src.data(), src.size());
+    src[static_cast<size_t>(r) % src.size()] = dst[0];   // keep the copies observable
+  }
+  double t = max_over_ranks((MPI_Wtime() - t0) / reps, comm);
+  return 2.0 * static_cast<double>(bytes) / t;
+}
+
+double overlap_slowdown(std::int64_t n, int reps, MPI_Comm comm, bool thread_multiple) {
+  if (!thread_multiple) return 0;
+  Operands op(n, n, n);
+  op.run(n, n, n);
+  FSDPSIM_MPI_CHECK(MPI_Barrier(comm));
+  double alone = max_over_ranks(time_loop(op, n, n, n, reps), comm);
+  // A second communicator so the background all-gathers never mix with the barriers above.
+  MPI_Comm bg;
+  FSDPSIM_MPI_CHECK(MPI_Comm_dup(comm, &bg));
+  int size = 1;
+  MPI_Comm_size(bg, &size);
+  std::vector<float> buf(static_cast<size_t>(4 << 20) * static_cast<size_t>(size), 0.0f);
+  std::atomic<int> stop{0};
+  // The comm thread stops after the round in which every rank has seen stop (a collective decision).
+  std::thread comm_thread([&] {
+    for (;;) {
+      MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf.data(), 4 << 20, MPI_FLOAT, bg);
+      int mine = stop.load(), all = 0;
+      MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, bg);
+      if (all) break;
+    }
+  });
+  double busy = time_loop(op, n, n, n, reps);
+  stop = 1;
+  comm_thread.join();
+  FSDPSIM_MPI_CHECK(MPI_Comm_free(&bg));
+  double with = max_over_ranks(busy, comm);
+  return std::max(1.0, with / alone);
+}
+
+}  // namespace fsdpsim::calibrate::cpu

@@ -1,0 +1,23 @@
+// CPU compute measurements for the CPU backend's profile: OpenBLAS sgemm at given shapes (every
+// rank at once, as during training), a memcpy bandwidth, the cost of a minimal BLAS call, and the
+// slowdown of a GEMM while an MPI all-gather runs in another thread.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+
+namespace fsdpsim::calibrate::cpu {
+
+struct GemmTiming {
+  double time_ns = 0;   // max over ranks of each rank's mean
+  bool check_ok = false;
+};
+// C[m,n] = A[m,k] B[k,n] in fp32 (cblas_sgemm, row major); checks one output element exactly.
+GemmTiming time_sgemm(std::int64_t m, std::int64_t n, std::int64_t k, int reps, MPI_Comm comm);
+// Bytes moved per second by memcpy of `bytes` (read + write counted), slowest rank.
+double memcpy_bandwidth(std::int64_t bytes, int reps, MPI_Comm comm);
+// Wall time of the GEMM while another thread loops MPI_Allgather, divided by its time alone
+// (>= 1). Returns 0 when the MPI library cannot run collectives from a second thread.
+double overlap_slowdown(std::int64_t n, int reps, MPI_Comm comm, bool thread_multiple);
+
+}  // namespace fsdpsim::calibrate::cpu

@@ -1,0 +1,218 @@
+// Hugging Face config.json import (ecosystem.md section 3), model types llama, mistral, qwen2, gemma,
+// mixtral, gpt2, and llm-foundry's mpt. The file is read as-is: keys this importer does not use
+// (torch_dtype, rope_theta, rms_norm_eps, architectures, sliding_window, ...) are ignored on purpose,
+// because they change neither the parameter count nor FLOPs nor activation bytes, and real configs
+// carry dozens of them. Keys it does use are type-checked and named in errors as SOURCE:key.
+//
+// Defaults for absent keys are the transformers / llm-foundry config-class defaults:
+//   num_key_value_heads -> num_attention_heads; head_dim -> hidden_size / num_attention_heads;
+//   tie_word_embeddings -> true for gemma (GemmaConfig) and gpt2/mpt, false for llama, mistral, qwen2,
+//   mixtral; gpt2 n_inner null -> 4 * n_embd, n_positions -> 1024; mpt expansion_ratio 4,
+//   max_seq_len 2048, no_bias false, learned_pos_emb true (MPTConfig).
+// Size fields (hidden, layers, heads, vocab, intermediate size, experts) are required: a default
+// would silently describe another model.
+#include <cmath>
+#include <string>
+
+#include "common/errors.h"
+#include "common/json_reader.h"
+#include "models/zoo.h"
+
+namespace fsdpsim::models {
+namespace {
+
+constexpr std::int64_t kWide = std::int64_t{1} << 62;  // range checks proper happen in validate_model
+
+// JsonReader with errors renamed to "SOURCE:key" and aliases ("n_embd" or "hidden_size").
+class Cfg {
+ public:
+  Cfg(const Json& j, std::string source) : j_(j), r_(j, ""), src_(std::move(source)) {}
+  std::string field(const std::string& key) const { return src_ + ":" + key; }
+  bool has(const std::string& key) const { return r_.has(key); }
+  // First present key of `keys`; missing all -> InputError naming the first.
+  std::int64_t req_int(std::initializer_list<const char*> keys, const std::string& why) const {
+    for (const char* k : keys)
+      if (r_.has(k)) return get_int(k);
+    throw InputError(field(*keys.begin()), "<missing>", "required for model_type " + why);
+  }
+  std::int64_t opt_int(std::initializer_list<const char*> keys, std::int64_t dflt) const {
+    for (const char* k : keys)
+      if (r_.has(k)) return get_int(k);
+    return dflt;
+  }
+  bool opt_bool(const std::string& key, bool dflt) const { return rename([&] { return r_.get_bool(key, dflt); }); }
+  std::string opt_string(std::initializer_list<const char*> keys, const std::string& dflt) const {
+    for (const char* k : keys)
+      if (r_.has(k)) return rename([&] { return r_.get_string(k); });
+    return dflt;
+  }
+  double opt_double(const std::string& key, double dflt) const {
+    return rename([&] { return r_.get_double(key, 0, 1e9, dflt); });
+  }
+  const Json& raw(const std::string& key) const { return j_.at(key); }
+
+ private:
+  std::int64_t get_int(const std::string& key) const { return rename([&] { return r_.get_int(key, -kWide, kWide); }); }
+  template <class F>
+  auto rename(F f) const -> decltype(f()) {
+    try {
+      return f();
+    } catch (const InputError& e) {
+      throw InputError(src_ + ":" + e.field(), e.value(), e.allowed());
+    }
+  }
+  const Json& j_;
+  JsonReader r_;
+  std::string src_;
+};
+
+MlpKind gated_kind(const Cfg& c, const std::string& act, const std::string& key) {
+  if (act.find("gelu") != std::string::npos) return MlpKind::GeGLU;
+  if (act == "silu" || act == "swish") return MlpKind::SwiGLU;
+  throw InputError(c.field(key), "\"" + act + "\"", "silu/swish (SwiGLU) or a gelu variant (GeGLU)");
+}
+
+// llama, mistral, qwen2, gemma, mixtral: one family, a few per-type defaults.
+void import_llama_family(const Cfg& c, const std::string& type, ModelSpec& m) {
+  static const struct { const char* type; const char* cls; bool tied; std::int64_t max_pos; const char* act; } kTypes[] = {
+      // max_position_embeddings defaults: LlamaConfig 2048, MistralConfig 4096*32, Qwen2Config 32768,
+      // GemmaConfig 8192, MixtralConfig 4096*32 (transformers configuration_*.py).
+      {"llama", "LlamaDecoderLayer", false, 2048, "silu"},
+      {"mistral", "MistralDecoderLayer", false, 4096 * 32, "silu"},
+      {"qwen2", "Qwen2DecoderLayer", false, 32768, "silu"},
+      {"gemma", "GemmaDecoderLayer", true, 8192, "gelu_pytorch_tanh"},
+      {"mixtral", "MixtralDecoderLayer", false, 4096 * 32, "silu"},
+  };
+  const auto* t = &kTypes[0];
+  for (const auto& k : kTypes)
+    if (type == k.type) t = &k;
+  m.block_class = t->cls;
+  m.hidden = c.req_int({"hidden_size"}, type);
+  m.n_layers = c.req_int({"num_hidden_layers"}, type);
+  m.n_heads = c.req_int({"num_attention_heads"}, type);
+  m.vocab_size = c.req_int({"vocab_size"}, type);
+  m.ffn_hidden = c.req_int({"intermediate_size"}, type);
+  m.n_kv_heads = c.opt_int({"num_key_value_heads"}, m.n_heads);
+  if (c.has("head_dim")) {
+    m.head_dim = c.opt_int({"head_dim"}, 0);
+  } else {
+    if (m.n_heads <= 0) throw InputError(c.field("num_attention_heads"), std::to_string(m.n_heads), "an integer >= 1");
+    if (m.hidden % m.n_heads != 0)
+      throw InputError(c.field("num_attention_heads"), std::to_string(m.n_heads),
+                       "a divisor of hidden_size (" + std::to_string(m.hidden) + ") when head_dim is absent");
+    m.head_dim = m.hidden / m.n_heads;
+  }
+  m.max_positions = c.opt_int({"max_position_embeddings"}, t->max_pos);
+  m.tied_embeddings = c.opt_bool("tie_word_embeddings", t->tied);
+  // gemma: `hidden_activation` (newer files) wins over `hidden_act`.
+  const char* act_key = type == "gemma" && c.has("hidden_activation") ? "hidden_activation" : "hidden_act";
+  m.hidden_act = c.opt_string({act_key}, t->act);
+  m.mlp = gated_kind(c, m.hidden_act, act_key);
+  m.norm = NormKind::RMSNorm;
+  m.positions = PositionKind::Rotary;
+  if (type == "qwen2") {
+    m.qkv_bias = true;  // Qwen2Attention: q/k/v Linear(bias=True), o_proj bias=False
+  } else if (type == "llama" || type == "gemma") {
+    const bool ab = c.opt_bool("attention_bias", false);  // bias on q, k, v and o
+    m.qkv_bias = m.out_bias = ab;
+  }
+  if (type == "llama") m.mlp_bias = c.opt_bool("mlp_bias", false);
+  if (type == "mixtral") {
+    m.n_experts = c.req_int({"num_local_experts", "num_experts"}, type);
+    m.experts_top_k = c.req_int({"num_experts_per_tok"}, type);
+  }
+}
+
+void import_gpt2(const Cfg& c, ModelSpec& m) {
+  m.block_class = "GPT2Block";
+  m.hidden = c.req_int({"n_embd", "hidden_size"}, "gpt2");
+  m.n_layers = c.req_int({"n_layer", "num_hidden_layers"}, "gpt2");
+  m.n_heads = c.req_int({"n_head", "num_attention_heads"}, "gpt2");
+  m.vocab_size = c.req_int({"vocab_size"}, "gpt2");
+  m.n_kv_heads = m.n_heads;  // GPT-2 is multi-head attention
+  if (m.n_heads <= 0) throw InputError(c.field("n_head"), std::to_string(m.n_heads), "an integer >= 1");
+  if (m.hidden % m.n_heads != 0)
+    throw InputError(c.field("n_head"), std::to_string(m.n_heads), "a divisor of n_embd (" + std::to_string(m.hidden) + ")");
+  m.head_dim = m.hidden / m.n_heads;
+  m.ffn_hidden = c.opt_int({"n_inner", "intermediate_size"}, 4 * m.hidden);  // n_inner null -> 4 * n_embd
+  m.max_positions = c.opt_int({"n_positions", "max_position_embeddings"}, 1024);
+  m.tied_embeddings = c.opt_bool("tie_word_embeddings", true);
+  m.hidden_act = c.opt_string({"activation_function"}, "gelu_new");
+  m.qkv_bias = m.out_bias = m.mlp_bias = true;  // Conv1D layers all carry a bias
+  m.norm = NormKind::LayerNorm;
+  m.mlp = MlpKind::Plain;
+  m.positions = PositionKind::Learned;
+  m.conv1d_weights = true;
+}
+
+// llm-foundry MPT (MPTConfig; also transformers' mpt model_type, which shares the keys).
+void import_mpt(const Cfg& c, const Json& j, ModelSpec& m) {
+  m.block_class = "MPTBlock";
+  m.hidden = c.req_int({"d_model"}, "mpt");
+  m.n_layers = c.req_int({"n_layers"}, "mpt");
+  m.n_heads = c.req_int({"n_heads"}, "mpt");
+  m.vocab_size = c.req_int({"vocab_size"}, "mpt");
+  if (m.n_heads <= 0) throw InputError(c.field("n_heads"), std::to_string(m.n_heads), "an integer >= 1");
+  if (m.hidden % m.n_heads != 0)
+    throw InputError(c.field("n_heads"), std::to_string(m.n_heads), "a divisor of d_model (" + std::to_string(m.hidden) + ")");
+  m.head_dim = m.hidden / m.n_heads;
+  m.n_kv_heads = m.n_heads;
+  if (c.has("attn_config")) {
+    const Json& ac = c.raw("attn_config");
+    if (!ac.is_object()) throw InputError(c.field("attn_config"), json_value_for_message(ac), "a JSON object");
+    Cfg a(ac, c.field("attn_config"));
+    const std::string at = a.opt_string({"attn_type"}, "multihead_attention");
+    if (at == "multiquery_attention") m.n_kv_heads = 1;
+    else if (at == "grouped_query_attention") m.n_kv_heads = a.req_int({"kv_n_heads"}, "mpt with grouped_query_attention");
+  }
+  const double ratio = c.opt_double("expansion_ratio", 4.0);
+  const double ffn = ratio * static_cast<double>(m.hidden);
+  if (ffn != std::floor(ffn) || ffn < 1)
+    throw InputError(c.field("expansion_ratio"), json_value_for_message(j.at("expansion_ratio")),
+                     "a ratio giving an integer d_model * expansion_ratio >= 1");
+  m.ffn_hidden = static_cast<std::int64_t>(ffn);
+  if (c.has("ffn_config")) {
+    const Json& fc = c.raw("ffn_config");
+    if (fc.is_object() && fc.contains("ffn_hidden_size") && !fc["ffn_hidden_size"].is_null())
+      m.ffn_hidden = Cfg(fc, c.field("ffn_config")).opt_int({"ffn_hidden_size"}, m.ffn_hidden);
+  }
+  m.max_positions = c.opt_int({"max_seq_len"}, 2048);
+  const bool no_bias = c.opt_bool("no_bias", false);
+  m.qkv_bias = m.out_bias = m.mlp_bias = m.norm_bias = !no_bias;
+  m.positions = c.opt_bool("learned_pos_emb", true) ? PositionKind::Learned : PositionKind::Rotary;
+  // (learned_pos_emb false = ALiBi or RoPE: no position table either way; the kernels list RoPE.)
+  m.tied_embeddings = c.opt_bool("tie_word_embeddings", true);
+  m.norm = NormKind::LayerNorm;
+  m.mlp = MlpKind::Plain;
+  m.hidden_act = "gelu";
+}
+
+}  // namespace
+
+ModelSpec import_hf_config(const nlohmann::json& config, const std::string& source) {
+  if (!config.is_object())
+    throw InputError(source, json_value_for_message(config), "a JSON object (a Hugging Face config.json)");
+  Cfg c(config, source);
+  static const char* kAllowed = "one of llama, mistral, qwen2, gemma, mixtral, gpt2, mpt";
+  if (!c.has("model_type")) throw InputError(c.field("model_type"), "<missing>", kAllowed);
+  const std::string type = c.opt_string({"model_type"}, "");
+  ModelSpec m;
+  m.model_type = type;
+  m.name = c.opt_string({"_name_or_path"}, "");
+  if (m.name.empty()) m.name = source;
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "gemma" || type == "mixtral") {
+    import_llama_family(c, type, m);
+  } else if (type == "gpt2") {
+    import_gpt2(c, m);
+  } else if (type == "mpt") {
+    import_mpt(c, config, m);
+  } else {
+    throw InputError(c.field("model_type"), "\"" + type + "\"", kAllowed);
+  }
+  // fsdpsim's own key (zoo entries for llm-foundry benchmark shapes): the position table follows seq_len.
+  m.positions_follow_seq_len = c.opt_bool("fsdpsim_positions_follow_seq_len", false);
+  validate_model(m, source);
+  return m;
+}
+
+}  // namespace fsdpsim::models

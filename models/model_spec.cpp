@@ -1,0 +1,22 @@
+// Small ModelSpec helpers that belong to no bigger concept.
+#include "models/model_spec.h"
+
+namespace fsdpsim::models {
+
+ModelSpec with_seq_len(const ModelSpec& m, std::int64_t seq_len) {
+  if (!m.positions_follow_seq_len || m.positions != PositionKind::Learned || seq_len <= 0) return m;
+  ModelSpec out = m;
+  out.max_positions = seq_len;
+  return out;
+}
+
+std::string checkpoint_mode_name(CheckpointMode mode) {
+  switch (mode) {
+    case CheckpointMode::None: return "none";
+    case CheckpointMode::Full: return "full";
+    case CheckpointMode::SelectiveOp: return "selective_op";
+  }
+  return "none";
+}
+
+}  // namespace fsdpsim::models

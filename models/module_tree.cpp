@@ -1,0 +1,234 @@
+// The module tree of a ModelSpec as PyTorch would build it, with Hugging Face naming:
+//   llama-family (llama, mistral, qwen2, gemma, mixtral): model.embed_tokens, model.layers.N.{self_attn.
+//     {q,k,v,o}_proj, mlp.{gate,up,down}_proj | block_sparse_moe.{gate, experts.J.{w1,w2,w3}},
+//     input_layernorm, post_attention_layernorm}, model.norm, lm_head;
+//   gpt2: transformer.{wte, wpe, h.N.{ln_1, attn.{c_attn, c_proj}, ln_2, mlp.{c_fc, c_proj}}, ln_f}, lm_head;
+//   mpt (llm-foundry): transformer.{wte, wpe, blocks.N.{norm_1, attn.{Wqkv, out_proj}, norm_2,
+//     ffn.{up_proj, down_proj}}, norm_f} (lm_head only when untied).
+// Children are listed in registration order (= named_parameters order, which FSDP1 flattens in);
+// exec_index records the order forward() calls them (a llama layer registers self_attn before
+// input_layernorm but runs the norm first). Parameter-free modules (dropout, activations, rotary
+// embedding) are left out: they own nothing FSDP shards. A tied LM head is kept, with no tensors:
+// its weight belongs to the embedding (PyTorch dedups shared parameters to their first owner).
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "models/wrap_graph.h"
+
+namespace fsdpsim::models {
+
+std::int64_t ParamTensor::numel() const {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+namespace {
+
+class TreeBuilder {
+ public:
+  explicit TreeBuilder(const std::string& root_type) {
+    Module root;
+    root.type = root_type;
+    root.part = ModulePart::Embedding;
+    mods_.push_back(root);
+    exec_rank_.push_back(0);
+  }
+  // exec_rank orders siblings in forward execution (default: registration order).
+  int add(int parent, const std::string& local, const std::string& type, ModulePart part, int layer, int exec_rank = -1) {
+    Module m;
+    m.name = mods_[parent].name.empty() ? local : mods_[parent].name + "." + local;
+    m.type = type;
+    m.parent = parent;
+    m.part = part;
+    m.layer = layer;
+    const int id = static_cast<int>(mods_.size());
+    mods_[parent].children.push_back(id);
+    exec_rank_.push_back(exec_rank < 0 ? static_cast<int>(mods_[parent].children.size()) - 1 : exec_rank);
+    mods_.push_back(std::move(m));
+    return id;
+  }
+  void param(int mod, const std::string& pname, std::vector<std::int64_t> shape) {
+    Module& m = mods_[mod];
+    m.params.push_back({m.name + "." + pname, std::move(shape)});
+    m.own_params += m.params.back().numel();
+  }
+  // nn.Linear: weight [out, in] (+ bias [out]); GPT-2's Conv1D: weight [in, out].
+  int linear(int parent, const std::string& local, const std::string& type, std::int64_t in, std::int64_t out,
+             bool bias, bool conv1d, ModulePart part, int layer) {
+    const int id = add(parent, local, type, part, layer);
+    param(id, "weight", conv1d ? std::vector<std::int64_t>{in, out} : std::vector<std::int64_t>{out, in});
+    if (bias) param(id, "bias", {out});
+    return id;
+  }
+  std::vector<Module> finish() {
+    // subtree sums (children always have larger ids than their parent)
+    for (auto& m : mods_) m.subtree_params = m.own_params;
+    for (int i = static_cast<int>(mods_.size()) - 1; i > 0; --i) mods_[mods_[i].parent].subtree_params += mods_[i].subtree_params;
+    int next = 0;
+    assign_exec(0, next);
+    return std::move(mods_);
+  }
+
+ private:
+  void assign_exec(int id, int& next) {
+    mods_[id].exec_index = next++;
+    std::vector<int> kids = mods_[id].children;
+    std::stable_sort(kids.begin(), kids.end(), [&](int x, int y) { return exec_rank_[x] < exec_rank_[y]; });
+    for (int k : kids) assign_exec(k, next);
+  }
+  std::vector<Module> mods_;
+  std::vector<int> exec_rank_;
+};
+
+struct Names {
+  std::string prefix;        // class-name prefix: "Llama", "Mistral", "GPT2", "MPT", ...
+  std::string root_type, base, base_type, embed, pos, layers, norm_f;
+  std::string in_norm, attn, post_norm, mlp;
+};
+
+Names names_for(const ModelSpec& m) {
+  Names n;
+  if (m.model_type == "gpt2") {
+    n = {"GPT2", "GPT2LMHeadModel", "transformer", "GPT2Model", "wte", "wpe", "h", "ln_f", "ln_1", "attn", "ln_2", "mlp"};
+  } else if (m.model_type == "mpt") {
+    n = {"MPT", "MPTForCausalLM", "transformer", "MPTModel", "wte", "wpe", "blocks", "norm_f", "norm_1", "attn", "norm_2", "ffn"};
+  } else {
+    std::string p = m.block_class;
+    const std::string suffix = "DecoderLayer";
+    if (p.size() > suffix.size() && p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0)
+      p = p.substr(0, p.size() - suffix.size());
+    else
+      p = "";
+    n = {p, p + "ForCausalLM", "model", p + "Model", "embed_tokens", "embed_positions", "layers", "norm",
+         "input_layernorm", "self_attn", "post_attention_layernorm", "mlp"};
+  }
+  return n;
+}
+
+std::string norm_type(const ModelSpec& m, const Names& n) {
+  if (m.model_type == "mpt") return "LPLayerNorm";
+  if (m.norm == NormKind::LayerNorm) return "LayerNorm";
+  return n.prefix + "RMSNorm";
+}
+
+int add_norm(TreeBuilder& t, const ModelSpec& m, const Names& n, int parent, const std::string& local, ModulePart part,
+             int layer, int exec_rank) {
+  const int id = t.add(parent, local, norm_type(m, n), part, layer, exec_rank);
+  t.param(id, "weight", {m.hidden});
+  if (m.norm == NormKind::LayerNorm && m.norm_bias) t.param(id, "bias", {m.hidden});
+  return id;
+}
+
+void add_attention(TreeBuilder& t, const ModelSpec& m, const Names& n, int blk, int layer, int exec_rank) {
+  const std::int64_t h = m.hidden, q = m.n_heads * m.head_dim, kv = m.n_kv_heads * m.head_dim;
+  const auto B = ModulePart::Block;
+  if (m.model_type == "gpt2") {
+    const int at = t.add(blk, n.attn, "GPT2Attention", B, layer, exec_rank);
+    t.linear(at, "c_attn", "Conv1D", h, q + 2 * kv, m.qkv_bias, m.conv1d_weights, B, layer);
+    t.linear(at, "c_proj", "Conv1D", q, h, m.out_bias, m.conv1d_weights, B, layer);
+  } else if (m.model_type == "mpt") {
+    const int at = t.add(blk, n.attn, m.n_kv_heads == m.n_heads ? "MultiheadAttention" : "GroupedQueryAttention", B,
+                         layer, exec_rank);
+    t.linear(at, "Wqkv", "Linear", h, q + 2 * kv, m.qkv_bias, false, B, layer);
+    t.linear(at, "out_proj", "Linear", q, h, m.out_bias, false, B, layer);
+  } else {
+    const int at = t.add(blk, n.attn, n.prefix + "Attention", B, layer, exec_rank);
+    t.linear(at, "q_proj", "Linear", h, q, m.qkv_bias, false, B, layer);
+    t.linear(at, "k_proj", "Linear", h, kv, m.qkv_bias, false, B, layer);
+    t.linear(at, "v_proj", "Linear", h, kv, m.qkv_bias, false, B, layer);
+    t.linear(at, "o_proj", "Linear", q, h, m.out_bias, false, B, layer);
+  }
+}
+
+// One MLP (or one expert): gated = gate/up/down (Mixtral experts: w1/w3/w2, registered w1, w2, w3).
+void add_mlp_body(TreeBuilder& t, const ModelSpec& m, int parent, int layer, bool expert) {
+  const std::int64_t h = m.hidden, f = m.ffn_hidden;
+  const auto B = ModulePart::Block;
+  const bool conv = m.conv1d_weights;
+  if (m.mlp == MlpKind::Plain) {
+    if (m.model_type == "gpt2") {
+      t.linear(parent, "c_fc", "Conv1D", h, f, m.mlp_bias, conv, B, layer);
+      t.linear(parent, "c_proj", "Conv1D", f, h, m.mlp_bias, conv, B, layer);
+    } else {
+      t.linear(parent, expert ? "w1" : "up_proj", "Linear", h, f, m.mlp_bias, false, B, layer);
+      t.linear(parent, expert ? "w2" : "down_proj", "Linear", f, h, m.mlp_bias, false, B, layer);
+    }
+    return;
+  }
+  if (expert) {  // forward: w2(act(w1(x)) * w3(x))
+    const int w1 = t.add(parent, "w1", "Linear", B, layer, 0);
+    t.param(w1, "weight", {f, h});
+    if (m.mlp_bias) t.param(w1, "bias", {f});
+    const int w2 = t.add(parent, "w2", "Linear", B, layer, 2);
+    t.param(w2, "weight", {h, f});
+    if (m.mlp_bias) t.param(w2, "bias", {h});
+    const int w3 = t.add(parent, "w3", "Linear", B, layer, 1);
+    t.param(w3, "weight", {f, h});
+    if (m.mlp_bias) t.param(w3, "bias", {f});
+    return;
+  }
+  t.linear(parent, "gate_proj", "Linear", h, f, m.mlp_bias, false, B, layer);
+  t.linear(parent, "up_proj", "Linear", h, f, m.mlp_bias, false, B, layer);
+  t.linear(parent, "down_proj", "Linear", f, h, m.mlp_bias, false, B, layer);
+}
+
+void add_mlp(TreeBuilder& t, const ModelSpec& m, const Names& n, int blk, int layer, int exec_rank) {
+  const auto B = ModulePart::Block;
+  if (m.is_moe()) {
+    const int moe = t.add(blk, "block_sparse_moe", n.prefix + "SparseMoeBlock", B, layer, exec_rank);
+    t.linear(moe, "gate", "Linear", m.hidden, m.n_experts, false, false, B, layer);
+    const int experts = t.add(moe, "experts", "ModuleList", B, layer);
+    for (std::int64_t j = 0; j < m.n_experts; ++j) {
+      const int e = t.add(experts, std::to_string(j), n.prefix + "BlockSparseTop2MLP", B, layer);
+      add_mlp_body(t, m, e, layer, true);
+    }
+    return;
+  }
+  std::string type = n.prefix + "MLP";
+  if (m.model_type == "mpt") type = "MPTMLP";
+  const int mlp = t.add(blk, n.mlp, type, B, layer, exec_rank);
+  add_mlp_body(t, m, mlp, layer, false);
+}
+
+}  // namespace
+
+std::vector<Module> build_module_tree(const ModelSpec& m) {
+  const Names n = names_for(m);
+  const bool hf_llama = m.model_type != "gpt2" && m.model_type != "mpt";
+  TreeBuilder t(n.root_type);
+  const int base = t.add(0, n.base, n.base_type, ModulePart::Embedding, -1);
+  const int emb = t.add(base, n.embed, m.model_type == "mpt" ? "SharedEmbedding" : "Embedding", ModulePart::Embedding, -1);
+  t.param(emb, "weight", {m.vocab_size, m.hidden});
+  if (m.positions == PositionKind::Learned) {
+    const int pos = t.add(base, n.pos, "Embedding", ModulePart::Embedding, -1);
+    t.param(pos, "weight", {m.max_positions, m.hidden});
+  }
+  const int layers = t.add(base, n.layers, "ModuleList", ModulePart::Block, -1);
+  for (std::int64_t i = 0; i < m.n_layers; ++i) {
+    const int L = static_cast<int>(i);
+    const int blk = t.add(layers, std::to_string(i), m.block_class.empty() ? "TransformerBlock" : m.block_class,
+                          ModulePart::Block, L);
+    if (hf_llama) {  // registered self_attn, mlp, input_layernorm, post_attention_layernorm; run norm, attn, norm, mlp
+      add_attention(t, m, n, blk, L, 1);
+      add_mlp(t, m, n, blk, L, 3);
+      add_norm(t, m, n, blk, n.in_norm, ModulePart::Block, L, 0);
+      add_norm(t, m, n, blk, n.post_norm, ModulePart::Block, L, 2);
+    } else {         // GPT2Block / MPTBlock register in execution order
+      add_norm(t, m, n, blk, n.in_norm, ModulePart::Block, L, 0);
+      add_attention(t, m, n, blk, L, 1);
+      add_norm(t, m, n, blk, n.post_norm, ModulePart::Block, L, 2);
+      add_mlp(t, m, n, blk, L, 3);
+    }
+  }
+  add_norm(t, m, n, base, n.norm_f, ModulePart::FinalNormAndHead, -1, -1);
+  // MPT has no lm_head module when tied (it calls F.linear on wte.weight); HF models keep a tied one.
+  if (!(m.model_type == "mpt" && m.tied_embeddings)) {
+    const int head = t.add(0, "lm_head", "Linear", ModulePart::FinalNormAndHead, -1);
+    if (!m.tied_embeddings) t.param(head, "weight", {m.vocab_size, m.hidden});
+  }
+  return t.finish();
+}
+
+}  // namespace fsdpsim::models

@@ -1,0 +1,137 @@
+// Pruning bounds (note "pruning bounds" in bounds.h). Every term is something the lowering must
+// allocate or run; anything uncertain is left out, so the bounds stay below the simulation.
+#include "planner/bounds.h"
+
+#include <algorithm>
+
+namespace fsdpsim::planner {
+namespace {
+
+using AcMode = sim::ActivationCheckpointing::Mode;
+
+models::CheckpointMode block_mode(const sim::ActivationCheckpointing& ac, std::int64_t layer) {
+  switch (ac.mode) {
+    case AcMode::None: return models::CheckpointMode::None;
+    case AcMode::Full: return models::CheckpointMode::Full;
+    case AcMode::SelectiveOp: return models::CheckpointMode::SelectiveOp;
+    case AcMode::EveryK:
+      return (ac.every_k <= 1 || layer % ac.every_k == 0) ? models::CheckpointMode::Full : models::CheckpointMode::None;
+  }
+  return models::CheckpointMode::None;
+}
+
+// Blocks fully recomputed in backward under a checkpointing mode (selective: counted as none).
+std::int64_t recomputed_blocks(const sim::ActivationCheckpointing& ac, std::int64_t layers) {
+  switch (ac.mode) {
+    case AcMode::None: return 0;
+    case AcMode::Full: return layers;
+    case AcMode::SelectiveOp: return 0;
+    case AcMode::EveryK: return ac.every_k <= 1 ? layers : (layers - 1) / ac.every_k + 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::pair<std::string, Bytes> MemoryBound::largest_component() const {
+  std::pair<std::string, Bytes> best{"sharded params", sharded_params};
+  auto consider = [&](const char* n, Bytes b) {
+    if (b > best.second) best = {n, b};
+  };
+  consider("sharded grads", sharded_grads);
+  consider("optimizer state", optimizer_state);
+  consider("saved activations", activations);
+  consider("logits", logits);
+  consider("the head's unsharded FSDP unit", unsharded_unit);
+  return best;
+}
+
+Bounds::Bounds(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const models::WrapPolicy& policy)
+    : model_(model), hw_(hw), counts_(models::count_params(model)) {
+  models::WrapGraph g = models::build_wrap_graph(model, policy);
+  for (const auto& u : g.units)
+    if (std::find(u.parts.begin(), u.parts.end(), models::ModulePart::FinalNormAndHead) != u.parts.end())
+      head_unit_params_ = std::max(head_unit_params_, u.params);
+}
+
+MemoryBound Bounds::memory(const sim::Plan& p) const {
+  MemoryBound m;
+  m.context = hw_.cuda_context_bytes();
+  const std::int64_t shard = std::max(1, p.mesh_shard);
+  const std::int64_t total = counts_.total;
+  const double t = p.trainable_fraction;
+  const Bytes master = dtype_bytes(p.master_weights_dtype);
+  const Bytes grad_b = std::min(master, dtype_bytes(p.reduce_dtype));
+  if (!p.cpu_offload.params) {
+    const std::int64_t per_rank = total / shard;
+    const auto trainable = static_cast<std::int64_t>(static_cast<double>(per_rank) * t);
+    m.sharded_params = per_rank * master;
+    m.sharded_grads = trainable * grad_b;
+    const int states = p.optimizer == sim::Optimizer::AdamW ? 2 : 1;
+    m.optimizer_state = p.cpu_offload.optimizer ? 0 : states * trainable * master;
+  }
+  const Dtype act = p.param_dtype;
+  for (std::int64_t l = 0; l < model_.n_layers; ++l)
+    m.activations += models::block_saved_activation_bytes(model_, p.micro_batch, p.seq_len, act,
+                                                         block_mode(p.activation_checkpointing, l));
+  m.logits = p.micro_batch * p.seq_len * model_.vocab_size * dtype_bytes(act);
+  if (shard > 1) m.unsharded_unit = head_unit_params_ * (p.fp8_all_gather ? 1 : dtype_bytes(p.param_dtype));
+  return m;
+}
+
+TimeNs Bounds::kernels_time(const std::vector<models::KernelDesc>& ks) const {
+  TimeNs t = 0;
+  for (const auto& k : ks) {
+    switch (k.kind) {
+      case models::KernelKind::Gemm: t += hw_.gemm_time(k.m, k.n, k.k, k.dtype) * k.count; break;
+      case models::KernelKind::Attention:
+        t += hw_.attention_time(k.batch, k.seq, k.heads, k.kv_heads, k.head_dim, k.dtype, k.backward);
+        break;
+      default: t += hw_.memory_bound_time(k.bytes); break;
+    }
+  }
+  return t;
+}
+
+TimeNs Bounds::micro_batch_compute(std::int64_t mb, std::int64_t seq, Dtype dtype, bool wgrad) const {
+  using models::ModulePart;
+  TimeNs fwd_block = kernels_time(models::forward_kernels(model_, ModulePart::Block, mb, seq, dtype));
+  TimeNs t = kernels_time(models::forward_kernels(model_, ModulePart::Embedding, mb, seq, dtype)) +
+             model_.n_layers * fwd_block +
+             kernels_time(models::forward_kernels(model_, ModulePart::FinalNormAndHead, mb, seq, dtype));
+  t += kernels_time(models::backward_kernels(model_, ModulePart::Embedding, mb, seq, dtype, wgrad)) +
+       model_.n_layers * kernels_time(models::backward_kernels(model_, ModulePart::Block, mb, seq, dtype, wgrad)) +
+       kernels_time(models::backward_kernels(model_, ModulePart::FinalNormAndHead, mb, seq, dtype, wgrad));
+  return t;
+}
+
+TimeNs Bounds::step_time(const sim::Plan& p) const {
+  const bool wgrad = p.trainable_fraction >= 1.0;
+  TimeNs per_mb = 0, fwd_block = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto key = std::make_tuple(p.micro_batch, p.seq_len, static_cast<int>(p.param_dtype), std::string("step"), wgrad);
+    auto it = cache_.find(key);
+    if (it == cache_.end()) it = cache_.emplace(key, micro_batch_compute(p.micro_batch, p.seq_len, p.param_dtype, wgrad)).first;
+    per_mb = it->second;
+    auto fkey = std::make_tuple(p.micro_batch, p.seq_len, static_cast<int>(p.param_dtype), std::string("fwd_block"), false);
+    auto ft = cache_.find(fkey);
+    if (ft == cache_.end())
+      ft = cache_.emplace(fkey, kernels_time(models::forward_kernels(model_, models::ModulePart::Block, p.micro_batch,
+                                                                     p.seq_len, p.param_dtype))).first;
+    fwd_block = ft->second;
+  }
+  TimeNs t = p.grad_accum * (per_mb + recomputed_blocks(p.activation_checkpointing, model_.n_layers) * fwd_block);
+  if (p.cpu_offload.params || p.cpu_offload.optimizer)
+    t += hw_.cpu_optimizer_time(static_cast<std::int64_t>(static_cast<double>(counts_.total / std::max(1, p.mesh_shard)) *
+                                                          p.trainable_fraction));
+  return t;
+}
+
+double Bounds::tokens_per_s_per_gpu_upper(const sim::Plan& p) const {
+  TimeNs t = step_time(p);
+  double tokens = static_cast<double>(p.micro_batch * p.seq_len * p.grad_accum);
+  return t > 0 ? tokens / to_seconds(t) : 1e300;
+}
+
+}  // namespace fsdpsim::planner

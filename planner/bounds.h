@@ -1,0 +1,68 @@
+// Cheap bounds that let the planner skip simulations (note "pruning bounds"):
+//  * a LOWER bound on a plan's peak device memory (peak_total_device = reserved + context). A plan
+//    whose bound exceeds the usable capacity cannot fit and is never simulated. The bound counts
+//    only what must be alive at two moments of any FSDP step, with no allocator slack:
+//      A. the head's backward: persistent sharded params + optimizer state, the saved activations
+//         of every block (checkpointing mode per block), the logits (b x s x vocab in the compute
+//         dtype, without the fp32 upcast), and the head's FSDP unit unsharded (shard > 1);
+//      B. the optimizer step: sharded params + sharded grads + optimizer state.
+//    plus the CUDA/NCCL context. Shards are floor(P / shard) (no padding), grads use the narrower of
+//    the master and reduce dtypes, CPU offload keeps nothing persistent on the GPU.
+//  * a LOWER bound on step time: the compute stream must run every kernel of every micro-batch
+//    (forward, backward, the recompute of fully checkpointed blocks; selective recompute counted as
+//    zero) at the profile's kernel times, and an offloaded optimizer step on the CPU after it. It
+//    gives an UPPER bound on tokens/s per GPU, used to order the search and to skip candidates that
+//    an already simulated plan dominates on both memory and throughput.
+// Both are checked against exhaustive simulation in tests/planner/test_bounds.cpp.
+#pragma once
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "calibrate/hardware_profile.h"
+#include "common/units.h"
+#include "models/kernels.h"
+#include "models/model_spec.h"
+#include "models/wrap_graph.h"
+#include "sim/plan.h"
+
+namespace fsdpsim::planner {
+
+struct MemoryBound {
+  Bytes context = 0;
+  Bytes sharded_params = 0;
+  Bytes sharded_grads = 0;
+  Bytes optimizer_state = 0;
+  Bytes activations = 0;      // saved by all blocks for one micro-batch
+  Bytes logits = 0;
+  Bytes unsharded_unit = 0;   // the head's unit, all-gathered
+  Bytes moment_a() const { return context + sharded_params + optimizer_state + activations + logits + unsharded_unit; }
+  Bytes moment_b() const { return context + sharded_params + sharded_grads + optimizer_state; }
+  Bytes total() const { return moment_a() > moment_b() ? moment_a() : moment_b(); }
+  // "optimizer state alone needs 91.0 GiB" style: the largest single component and its name.
+  std::pair<std::string, Bytes> largest_component() const;
+};
+
+class Bounds {
+ public:
+  // The wrap policy is the base plan's (the search does not vary it).
+  Bounds(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const models::WrapPolicy& policy);
+  MemoryBound memory(const sim::Plan& p) const;
+  // Thread-safe (a mutex guards the per-(micro-batch, dtype, mode) cache).
+  TimeNs step_time(const sim::Plan& p) const;
+  double tokens_per_s_per_gpu_upper(const sim::Plan& p) const;
+
+ private:
+  TimeNs kernels_time(const std::vector<models::KernelDesc>& ks) const;
+  TimeNs micro_batch_compute(std::int64_t mb, std::int64_t seq, Dtype dtype, bool wgrad) const;
+
+  const models::ModelSpec& model_;
+  const calibrate::HardwareProfile& hw_;
+  models::ParamCounts counts_;
+  std::int64_t head_unit_params_ = 0;
+  mutable std::mutex mu_;
+  mutable std::map<std::tuple<std::int64_t, std::int64_t, int, std::string, bool>, TimeNs> cache_;
+};
+
+}  // namespace fsdpsim::planner

@@ -1,0 +1,123 @@
+// accelerate config YAML export (ecosystem.md §2.3): `fsdp_config:` keys for FSDP1 and FSDP2 and the
+// `parallelism_config:` block for an FSDP2 HSDP mesh, as in accelerate 16cb6eb (2026-07).
+#include <sstream>
+
+#include "planner/exports.h"
+#include "planner/search_space.h"
+
+namespace fsdpsim::planner {
+namespace {
+
+using AcMode = sim::ActivationCheckpointing::Mode;
+const char* yaml_bool(bool b) { return b ? "true" : "false"; }
+
+}  // namespace
+
+Export export_accelerate(const ExportInput& in) {
+  const sim::Plan& p = in.plan;
+  Export e;
+  e.format = "yaml";
+  const bool v1 = p.fsdp_version == sim::FsdpVersion::FSDP1;
+  e.target = v1 ? "accelerate config keys as of accelerate 16cb6eb (2026-07), fsdp_version 1"
+                : "accelerate config keys as of accelerate 16cb6eb (2026-07), fsdp_version 2 (needs torch >= 2.6)";
+  // mixed_precision: the compute dtype. accelerate keeps fp32 master weights under bf16/fp16.
+  std::string mixed = p.param_dtype == Dtype::BF16 ? "bf16" : p.param_dtype == Dtype::FP16 ? "fp16" : "'no'";
+  bool pure_low = p.master_weights_dtype == p.param_dtype && p.param_dtype != Dtype::FP32;
+  if (pure_low) {
+    mixed = "'no'";
+    e.unsupported.push_back("master_weights_dtype=" + std::string(dtype_name(p.master_weights_dtype)) +
+                            " (pure low precision): no YAML key; mixed_precision 'no' is emitted - load the model in " +
+                            torch_dtype(p.param_dtype) + " yourself");
+  }
+  if (!pure_low && p.param_dtype != Dtype::FP32 && p.reduce_dtype != p.param_dtype)
+    e.unsupported.push_back("reduce_dtype=" + std::string(dtype_name(p.reduce_dtype)) +
+                            ": no YAML key; set the plugin's mixed-precision policy in code "
+                            "(FullyShardedDataParallelPlugin(mixed_precision_policy=...))");
+  if (p.fp8_all_gather)
+    e.unsupported.push_back("fp8_all_gather: no accelerate YAML key for torchao float8 all-gathers");
+  auto m = p.activation_checkpointing.mode;
+  if (m == AcMode::EveryK || m == AcMode::SelectiveOp)
+    e.unsupported.push_back("activation_checkpointing=" + checkpointing_text(p.activation_checkpointing) +
+                            ": fsdp_activation_checkpointing is on/off for every wrapped block; emitted as true (full)");
+  if (!v1 && p.reshard_after_forward > 1)
+    e.unsupported.push_back("reshard_after_forward=" + std::to_string(p.reshard_after_forward) +
+                            ": fsdp_reshard_after_forward is true/false under FSDP2; emitted as true");
+  if (!v1 && p.prefetch_depth > 1)
+    e.unsupported.push_back("prefetch_depth=" + std::to_string(p.prefetch_depth) +
+                            ": no YAML key; call set_modules_to_forward_prefetch/backward_prefetch in code");
+  if (v1 && !p.limit_all_gathers)
+    e.unsupported.push_back("limit_all_gathers=False: no YAML key in this key table; set it on the plugin in code");
+  if (v1 && p.mesh_replicate > 1 && p.mesh_shard > 1 && p.mesh_shard != in.cluster.gpus_per_node)
+    e.unsupported.push_back("mesh (" + std::to_string(p.mesh_replicate) + ", " + std::to_string(p.mesh_shard) +
+                            "): FSDP1 HYBRID_SHARD in accelerate shards within one node (" +
+                            std::to_string(in.cluster.gpus_per_node) + " GPUs); use fsdp_version 2 for other shard sizes");
+
+  std::ostringstream os;
+  os << "# fsdpsim export: accelerate config, " << e.target << "\n"
+     << "# plan: " << in.label << "\n"
+     << "# per-device batch size " << p.micro_batch << " (sequences of " << p.seq_len
+     << " tokens) and Accelerator(gradient_accumulation_steps=" << p.grad_accum << ") belong to your script";
+  if (p.grad_accum > 1)
+    os << ";\n# " << (p.grad_sync ? "sync gradients every micro-batch: GradientAccumulationPlugin(sync_each_batch=True)"
+                                  : "accelerator.accumulate(model) skips gradient sync until the last micro-batch (no_sync)");
+  os << "\n"
+     << "compute_environment: LOCAL_MACHINE\n"
+     << "distributed_type: FSDP\n"
+     << "mixed_precision: " << mixed << "\n"
+     << "num_machines: " << in.cluster.nodes << "\n"
+     << "num_processes: " << in.cluster.nodes * in.cluster.gpus_per_node << "  # total across machines\n"
+     << "machine_rank: 0  # set per node\n";
+  if (in.cluster.nodes > 1)
+    os << "main_process_ip: 10.0.0.1  # replace with node 0's address\n"
+       << "main_process_port: 29500\n"
+       << "rdzv_backend: static\n"
+       << "same_network: true\n";
+  os << "fsdp_config:\n"
+     << "  fsdp_version: " << (v1 ? 1 : 2) << "\n";
+  if (v1) {
+    std::string st = strategy_text(p.sharding_strategy);
+    if (st == "_HYBRID_SHARD_ZERO2") st = "HYBRID_SHARD_ZERO2";
+    os << "  fsdp_sharding_strategy: " << st << "\n";
+  } else {
+    os << "  fsdp_reshard_after_forward: " << yaml_bool(p.reshard_after_forward != 0) << "\n";
+  }
+  switch (p.auto_wrap_policy.kind) {
+    case models::WrapPolicy::Kind::TransformerBlock:
+    case models::WrapPolicy::Kind::Modules:
+      os << "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+         << "  fsdp_transformer_layer_cls_to_wrap: " << block_class_name(in.model) << "\n";
+      break;
+    case models::WrapPolicy::Kind::Size:
+      os << "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n"
+         << "  fsdp_min_num_params: " << p.auto_wrap_policy.min_num_params << "\n";
+      break;
+    case models::WrapPolicy::Kind::None: os << "  fsdp_auto_wrap_policy: NO_WRAP\n"; break;
+  }
+  if (v1)
+    os << "  fsdp_backward_prefetch: "
+       << (p.backward_prefetch == sim::BackwardPrefetch::NONE ? "NO_PREFETCH" : prefetch_text(p.backward_prefetch)) << "\n"
+       << "  fsdp_forward_prefetch: " << yaml_bool(p.forward_prefetch) << "\n"
+       << "  fsdp_use_orig_params: " << yaml_bool(p.use_orig_params) << "\n"
+       << "  fsdp_sync_module_states: true\n";
+  os << "  fsdp_activation_checkpointing: " << yaml_bool(m != AcMode::None) << "\n"
+     << "  fsdp_offload_params: " << yaml_bool(p.cpu_offload.params) << "\n"
+     << "  fsdp_cpu_ram_efficient_loading: true\n"
+     << "  fsdp_state_dict_type: SHARDED_STATE_DICT\n";
+  if (!v1 && p.mesh_replicate > 1) {
+    if (p.mesh_shard == 1)
+      e.unsupported.push_back("mesh (" + std::to_string(p.mesh_replicate) +
+                              ", 1): accelerate rejects dp_replicate_size > 1 with dp_shard_size 1; use DDP "
+                              "(distributed_type: MULTI_GPU) for pure replication");
+    else
+      os << "parallelism_config:\n"
+         << "  parallelism_config_dp_replicate_size: " << p.mesh_replicate << "\n"
+         << "  parallelism_config_dp_shard_size: " << p.mesh_shard << "\n"
+         << "  parallelism_config_tp_size: 1\n"
+         << "  parallelism_config_cp_size: 1\n";
+  }
+  for (const auto& u : e.unsupported) os << "# not expressible here: " << u << "\n";
+  e.text = os.str();
+  return e;
+}
+
+}  // namespace fsdpsim::planner

@@ -1,0 +1,98 @@
+// torchtitan job-config TOML export (ecosystem.md §2.4): the TOML-era keys (torchtitan before the
+// config refactor 9810191bb, 2026-02-23; torchtitan/config/job_config.py). torchtitan is FSDP2-only.
+#include <sstream>
+
+#include "planner/export_fsdp2_body.h"
+#include "planner/exports.h"
+#include "planner/search_space.h"
+
+namespace fsdpsim::planner {
+namespace {
+
+using AcMode = sim::ActivationCheckpointing::Mode;
+const char* toml_bool(bool b) { return b ? "true" : "false"; }
+
+std::string titan_dtype(Dtype d, std::vector<std::string>& unsupported, const char* key) {
+  if (d == Dtype::BF16) return "bfloat16";
+  if (d == Dtype::FP32) return "float32";
+  unsupported.push_back(std::string(key) + "=" + std::string(dtype_name(d)) + ": torchtitan takes bfloat16 or float32");
+  return "bfloat16";
+}
+
+}  // namespace
+
+Export export_torchtitan(const ExportInput& in) {
+  const sim::Plan& p = in.plan;
+  Export e;
+  e.format = "toml";
+  e.target = "torchtitan TOML job config (keys of torchtitan/config/job_config.py before 9810191bb, 2026-02-23)";
+  fsdp1_to_fsdp2_notes(p, e.unsupported);
+  const int world = in.cluster.nodes * in.cluster.gpus_per_node;
+  std::string model_name = in.model.model_type, flavor;
+  if (in.model.name == "llama3-8b") { model_name = "llama3"; flavor = "8B"; }
+  else if (in.model.name == "llama3-70b") { model_name = "llama3"; flavor = "70B"; }
+  else e.unsupported.push_back("[model] " + in.model.name + ": set name/flavor to a torchtitan model definition of this shape");
+  std::string param = titan_dtype(p.param_dtype, e.unsupported, "param_dtype");
+  std::string reduce = titan_dtype(p.reduce_dtype, e.unsupported, "reduce_dtype");
+  std::string raf = "default";   // True except for the last [norm, output] group and the root
+  if (p.fsdp_version == sim::FsdpVersion::FSDP2) {
+    if (p.reshard_after_forward == 0) raf = "never";
+    if (p.reshard_after_forward > 1)
+      e.unsupported.push_back("reshard_after_forward=" + std::to_string(p.reshard_after_forward) +
+                              ": fsdp_reshard_after_forward is default/always/never; emitted as \"default\"");
+    if (p.prefetch_depth > 1)
+      e.unsupported.push_back("prefetch_depth=" + std::to_string(p.prefetch_depth) + ": no torchtitan key (default 1-ahead prefetch)");
+  } else if (p.sharding_strategy == sim::ShardingStrategy::SHARD_GRAD_OP ||
+             p.sharding_strategy == sim::ShardingStrategy::_HYBRID_SHARD_ZERO2) {
+    raf = "never";
+  }
+  if (p.grad_accum > 1 && !p.grad_sync)
+    e.unsupported.push_back("grad_sync=false (no_sync while accumulating): no key in this torchtitan key table");
+  if (p.auto_wrap_policy.kind != models::WrapPolicy::Kind::TransformerBlock)
+    e.unsupported.push_back("auto_wrap_policy: torchtitan always shards per transformer block (+ embeddings, [norm, output])");
+
+  std::ostringstream os;
+  os << "# fsdpsim export: " << e.target << "\n"
+     << "# plan: " << in.label << "\n"
+     << "# launch: torchrun --nnodes " << in.cluster.nodes << " --nproc_per_node " << in.cluster.gpus_per_node
+     << " -m torchtitan.train --job.config_file this.toml\n\n"
+     << "[model]\n"
+     << "name = \"" << model_name << "\"\n"
+     << "flavor = \"" << flavor << "\"\n";
+  if (p.fp8_all_gather) os << "converters = [\"float8\"]  # newer versions: \"quantize.linear.float8\"\n";
+  os << "\n[training]\n"
+     << "local_batch_size = " << p.micro_batch << "\n"
+     << "global_batch_size = " << p.micro_batch * p.grad_accum * world << "  # gradient accumulation "
+     << p.grad_accum << " = " << p.micro_batch * p.grad_accum * world << " / (" << p.micro_batch << " x " << world << ")\n"
+     << "seq_len = " << p.seq_len << "\n"
+     << "mixed_precision_param = \"" << param << "\"\n"
+     << "mixed_precision_reduce = \"" << reduce << "\"\n";
+  if (p.master_weights_dtype == p.param_dtype && p.param_dtype == Dtype::BF16)
+    os << "dtype = \"bfloat16\"  # pure bf16: no fp32 master weights\n";
+  os << "enable_cpu_offload = " << toml_bool(p.cpu_offload.params) << "\n\n"
+     << "[parallelism]\n"
+     << "data_parallel_replicate_degree = " << p.mesh_replicate << "\n"
+     << "data_parallel_shard_degree = " << p.mesh_shard << "\n"
+     << "fsdp_reshard_after_forward = \"" << raf << "\"\n"
+     << "tensor_parallel_degree = 1\n"
+     << "pipeline_parallel_degree = 1\n"
+     << "context_parallel_degree = 1\n\n"
+     << "[activation_checkpoint]\n";
+  const auto& ac = p.activation_checkpointing;
+  switch (ac.mode) {
+    case AcMode::None: os << "mode = \"none\"\n"; break;
+    case AcMode::Full: os << "mode = \"full\"\n"; break;
+    case AcMode::SelectiveOp: os << "mode = \"selective\"\nselective_ac_option = \"op\"\n"; break;
+    case AcMode::EveryK:
+      os << "mode = \"selective\"\nselective_ac_option = \"" << ac.every_k << "\"  # checkpoint one in " << ac.every_k
+         << " blocks (block index % " << ac.every_k << " == 0)\n";
+      break;
+  }
+  if (p.fp8_all_gather) os << "\n[float8]\nenable_fsdp_float8_all_gather = true\n";
+  if (!e.unsupported.empty()) os << "\n";
+  for (const auto& u : e.unsupported) os << "# not expressible here: " << u << "\n";
+  e.text = os.str();
+  return e;
+}
+
+}  // namespace fsdpsim::planner

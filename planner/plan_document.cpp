@@ -1,0 +1,97 @@
+// The plan.json document (schema reports/schema/plan.schema.json, "fsdpsim.plan/1").
+#include <algorithm>
+#include <cstdlib>
+
+#include "common/context.h"
+#include "models/zoo.h"
+#include "planner/exports.h"
+#include "planner/planner.h"
+#include "sim/plan.h"
+
+namespace fsdpsim::planner {
+
+nlohmann::json cluster_json(const calibrate::Cluster& c, Bytes gpu_memory) {
+  return {{"name", c.name},         {"nodes", c.nodes},          {"gpus_per_node", c.gpus_per_node},
+          {"gpu", c.gpu},           {"intra_node", c.intra_node}, {"inter_node", c.inter_node},
+          {"nics_per_node", c.nics_per_node}, {"gpu_memory_bytes", gpu_memory}};
+}
+
+nlohmann::json plan_document(const PlanRequest& req, const PlanOutcome& out) {
+  using nlohmann::json;
+  json doc;
+  doc["schema_version"] = "fsdpsim.plan/1";
+  doc["context"] = context_block_with_profile(req.profile_name);
+  json model = models::model_to_json(req.model);
+  if (!model.contains("params_total")) model["params_total"] = models::count_params(req.model).total;
+  json fixed = json::object();
+  for (const auto& c : req.space.fixed) fixed[c.key] = c.value;
+  json excluded = json::array();
+  for (const auto& c : req.space.excluded) excluded.push_back(c.key + "=" + c.value);
+  doc["inputs"] = {{"model", model},
+                   {"cluster", cluster_json(req.cluster, req.hw.memory_capacity())},
+                   {"profile", req.profile_name},
+                   {"seq_len", req.space.batch.seq_len},
+                   {"global_batch_tokens", req.space.batch.tokens()},
+                   {"global_batch_sequences", req.space.batch.global_batch_sequences},
+                   {"memory_margin", req.memory_margin},
+                   {"precisions", req.space.precisions},
+                   {"fixed", fixed},
+                   {"excluded", excluded}};
+  if (!req.space.batch.note.empty()) doc["inputs"]["batch_note"] = req.space.batch.note;
+  const auto& st = out.search.stats;
+  // Deterministic mode (--deterministic / FSDPSIM_FIXED_CONTEXT=1): the wall-clock figures are fixed at
+  // 0 so the same inputs give byte-identical files (the thread count is an input and stays).
+  const char* fixed_env = std::getenv("FSDPSIM_FIXED_CONTEXT");
+  const bool deterministic = run_context().deterministic || (fixed_env && std::string(fixed_env) == "1");
+  doc["search"] = {{"candidates_total", st.candidates_total},
+                   {"candidates_simulated", st.simulated},
+                   {"candidates_pruned", st.pruned_memory + st.skipped_dominated},
+                   {"candidates_pruned_memory_bound", st.pruned_memory},
+                   {"candidates_skipped_dominated", st.skipped_dominated},
+                   {"candidates_invalid", st.invalid},
+                   {"seconds", deterministic ? 0.0 : st.seconds},
+                   {"threads", st.threads},
+                   {"pruning", "memory lower bound (persistent sharded state, saved activations, logits, the head's "
+                               "unsharded unit; no allocator slack) against capacity less the margin; then plans "
+                               "dominated on both memory and throughput by an already simulated plan are skipped"}};
+  // Candidates in rank order; positions index this array.
+  std::vector<int> pos(out.candidates.size(), -1);
+  json cands = json::array();
+  int rank = 0;
+  for (int i : out.ranking.order) {
+    const auto& c = out.candidates[static_cast<size_t>(i)];
+    const auto& e = out.search.evals[static_cast<size_t>(i)];
+    pos[static_cast<size_t>(i)] = rank;
+    bool pareto = std::find(out.ranking.pareto.begin(), out.ranking.pareto.end(), i) != out.ranking.pareto.end();
+    cands.push_back({{"rank", rank + 1},
+                     {"id", c.id},
+                     {"label", c.label},
+                     {"family", c.family},
+                     {"plan", sim::plan_to_json(c.plan)},
+                     {"result", sim::sim_result_to_json(e.result, false)},
+                     {"fits_with_margin", e.fits_with_margin},
+                     {"pareto", pareto},
+                     {"why", out.explanations.why[static_cast<size_t>(i)]}});
+    ++rank;
+  }
+  doc["recommended"] = out.ranking.recommended >= 0 ? json(pos[static_cast<size_t>(out.ranking.recommended)]) : json(nullptr);
+  doc["candidates"] = cands;
+  json front = json::array();
+  for (int i : out.ranking.pareto) front.push_back(pos[static_cast<size_t>(i)]);
+  doc["pareto_front"] = front;
+  json rej = json::array();
+  for (const auto& f : out.explanations.rejected_families) rej.push_back({{"family", f.family}, {"reason", f.reason}});
+  doc["rejected_families"] = rej;
+  doc["explanations"] = {{"recommended", out.explanations.recommended}, {"runners_up", out.explanations.runners_up}};
+  if (out.ranking.recommended >= 0) {
+    const auto& c = out.candidates[static_cast<size_t>(out.ranking.recommended)];
+    ExportInput in{req.model, req.cluster, c.plan, c.label};
+    doc["exports"] = exports_to_json(in);
+  } else {
+    doc["exports"] = json::object();
+  }
+  doc["recommended_detail"] = out.has_detail ? sim::sim_result_to_json(out.recommended_detail, true) : json(nullptr);
+  return doc;
+}
+
+}  // namespace fsdpsim::planner

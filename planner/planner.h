@@ -1,0 +1,53 @@
+// The planner's front door: (model, cluster, profile, batch target, constraints) -> ranked plans,
+// explanations, exports, and the plan.json document (schema "fsdpsim.plan/1", reports/schema/).
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calibrate/hardware_profile.h"
+#include "models/model_spec.h"
+#include "planner/bounds.h"
+#include "planner/explain.h"
+#include "planner/ranking.h"
+#include "planner/search.h"
+#include "planner/search_space.h"
+#include "sim/sim_result.h"
+
+namespace fsdpsim::planner {
+
+struct PlanRequest {
+  models::ModelSpec model;
+  calibrate::Cluster cluster;
+  calibrate::HardwareProfile hw;
+  std::string profile_name;          // "builtin: ..." or the --profile file
+  SpaceOptions space;
+  double memory_margin = 0.05;
+  int threads = 1;
+  bool progress = false;
+  int top_k = 5;
+};
+
+struct PlanOutcome {
+  std::vector<Candidate> candidates;
+  std::vector<MemoryBound> bounds;   // per candidate
+  SearchOutcome search;
+  Ranking ranking;
+  Explanations explanations;
+  bool has_detail = false;
+  sim::SimResult recommended_detail; // the recommendation re-simulated with trace + memory timeline
+};
+
+// Runs the search with sim::simulate (or `eval` when given, e.g. in tests). Throws InputError for
+// bad input. When interrupted (SIGINT), returns with search.stats.interrupted set.
+PlanOutcome run_planner(const PlanRequest& req, const EvalFn* eval = nullptr);
+
+// The plan.json document (the contract with reports/).
+nlohmann::json plan_document(const PlanRequest& req, const PlanOutcome& out);
+nlohmann::json cluster_json(const calibrate::Cluster& c, Bytes gpu_memory);
+
+// The short table printed by `fsdpsim plan` (top K).
+std::string summary_table(const PlanRequest& req, const PlanOutcome& out);
+
+}  // namespace fsdpsim::planner

@@ -1,0 +1,165 @@
+// The search engine (notes "deterministic waves" in search.h).
+#include "planner/search.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "common/errors.h"
+#include "common/output_file.h"
+
+namespace fsdpsim::planner {
+
+const char* eval_status_name(EvalStatus s) {
+  switch (s) {
+    case EvalStatus::Simulated: return "simulated";
+    case EvalStatus::PrunedMemory: return "pruned_memory_bound";
+    case EvalStatus::SkippedDominated: return "skipped_dominated";
+    case EvalStatus::Invalid: return "invalid";
+    case EvalStatus::NotRun: return "not_run";
+  }
+  return "not_run";
+}
+
+Bytes usable_capacity(Bytes capacity, double margin) {
+  return static_cast<Bytes>(std::floor(static_cast<double>(capacity) * (1.0 - margin)));
+}
+
+namespace {
+
+class ProgressBar {
+ public:
+  ProgressBar(bool on, int total) : on_(on && isatty(2)), total_(total) {}
+  void draw(int done, int simulated, int skipped) {
+    if (!on_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    const int width = 30;
+    int filled = total_ > 0 ? done * width / total_ : width;
+    std::string bar(static_cast<size_t>(filled), '#');
+    bar += std::string(static_cast<size_t>(width - filled), '.');
+    std::fprintf(stderr, "\rplan [%s] %d/%d  simulated %d  pruned/skipped %d ", bar.c_str(), done, total_, simulated, skipped);
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (on_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  bool on_;
+  int total_;
+  std::mutex mu_;
+};
+
+}  // namespace
+
+SearchOutcome run_search(const std::vector<Candidate>& cands, const std::vector<Bytes>& mem_lb,
+                         const std::vector<double>& tps_ub, const EvalFn& eval, const SearchOptions& opts) {
+  auto t0 = std::chrono::steady_clock::now();
+  const int n = static_cast<int>(cands.size());
+  SearchOutcome out;
+  out.evals.resize(cands.size());
+  out.stats.candidates_total = n;
+  out.stats.threads = std::max(1, opts.threads);
+  const Bytes usable = usable_capacity(opts.capacity, opts.memory_margin);
+
+  std::vector<int> order;
+  for (int i = 0; i < n; ++i) {
+    auto& e = out.evals[static_cast<size_t>(i)];
+    e.memory_lower_bound = mem_lb[static_cast<size_t>(i)];
+    e.tokens_per_s_upper_bound = tps_ub[static_cast<size_t>(i)];
+    if (e.memory_lower_bound > usable) {
+      e.status = EvalStatus::PrunedMemory;
+      ++out.stats.pruned_memory;
+    } else {
+      order.push_back(i);
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    double ua = tps_ub[static_cast<size_t>(a)], ub = tps_ub[static_cast<size_t>(b)];
+    if (ua != ub) return ua > ub;
+    return a < b;
+  });
+
+  ProgressBar bar(opts.progress, n);
+  int done = out.stats.pruned_memory;
+  // (peak, tokens/s) of simulated plans that fit with the margin, from finished waves.
+  std::vector<std::pair<Bytes, double>> front_pts;
+  const size_t wave = static_cast<size_t>(std::max(1, opts.wave_size));
+  for (size_t w0 = 0; w0 < order.size() && !out.stats.interrupted; w0 += wave) {
+    // Staircase of finished results: by peak ascending, best throughput so far.
+    std::sort(front_pts.begin(), front_pts.end());
+    std::vector<double> best(front_pts.size());
+    double run = -1;
+    for (size_t i = 0; i < front_pts.size(); ++i) best[i] = run = std::max(run, front_pts[i].second);
+    std::vector<int> todo;
+    for (size_t k = w0; k < std::min(order.size(), w0 + wave); ++k) {
+      int c = order[k];
+      auto& e = out.evals[static_cast<size_t>(c)];
+      auto it = std::upper_bound(front_pts.begin(), front_pts.end(), std::make_pair(e.memory_lower_bound, 1e308));
+      size_t cnt = static_cast<size_t>(it - front_pts.begin());
+      if (cnt > 0 && best[cnt - 1] > e.tokens_per_s_upper_bound) {
+        e.status = EvalStatus::SkippedDominated;
+        ++out.stats.skipped_dominated;
+        ++done;
+      } else {
+        todo.push_back(c);
+      }
+    }
+    std::atomic<size_t> next{0};
+    std::atomic<int> finished{0};
+    std::atomic<bool> stop{false};
+    auto worker = [&]() {
+      for (;;) {
+        if (interrupted()) {
+          stop = true;
+          return;
+        }
+        size_t k = next.fetch_add(1);
+        if (k >= todo.size()) return;
+        int c = todo[k];
+        auto& e = out.evals[static_cast<size_t>(c)];
+        try {
+          e.result = eval(cands[static_cast<size_t>(c)].plan);
+          e.status = EvalStatus::Simulated;
+          e.fits_with_margin = e.result.peak_total_device <= usable;
+        } catch (const InputError& err) {
+          e.status = EvalStatus::Invalid;
+          e.error = err.what();
+        } catch (const std::exception& err) {
+          e.status = EvalStatus::Invalid;
+          e.error = std::string("internal error: ") + err.what();
+        }
+        int f = ++finished;
+        if ((f & 7) == 0) bar.draw(done + f, out.stats.simulated + f, out.stats.pruned_memory + out.stats.skipped_dominated);
+      }
+    };
+    int nt = std::min<int>(out.stats.threads, static_cast<int>(todo.size()));
+    std::vector<std::thread> pool;
+    for (int t = 1; t < nt; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& th : pool) th.join();
+    if (stop) out.stats.interrupted = true;
+    for (int c : todo) {
+      const auto& e = out.evals[static_cast<size_t>(c)];
+      if (e.status == EvalStatus::Simulated) {
+        ++out.stats.simulated;
+        if (e.fits_with_margin) front_pts.emplace_back(e.result.peak_total_device, e.result.tokens_per_s_per_gpu);
+      } else if (e.status == EvalStatus::Invalid) {
+        ++out.stats.invalid;
+      }
+    }
+    done += static_cast<int>(todo.size());
+    bar.draw(done, out.stats.simulated, out.stats.pruned_memory + out.stats.skipped_dominated);
+  }
+  bar.finish();
+  out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace fsdpsim::planner

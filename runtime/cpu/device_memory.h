@@ -1,0 +1,63 @@
+// The CPU backend's device memory: the StepProgram's buffers placed by the caching-allocator model
+// itself (sim/caching_allocator.h), so the allocator whose peaks we measure IS the one the simulator
+// models. The model hands out virtual addresses (segments laid out one after another, never reused);
+// we back that address space with one anonymous mapping reserved up front (MAP_NORESERVE: pages
+// become real memory when first touched), so block address a is host address base + a.
+// Single-threaded: the executor's CPU thread performs every alloc and free (program semantics).
+#pragma once
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "sim/caching_allocator.h"
+#include "sim/sim_result.h"
+#include "sim/step_program.h"
+
+namespace fsdpsim::runtime {
+
+class DeviceMemory {
+ public:
+  // Reserves `address_space` bytes of virtual memory (InputError-free: failure is a runtime_error).
+  DeviceMemory(const sim::StepProgram& program, Bytes address_space);
+  ~DeviceMemory();
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  void alloc(int buffer, TimeNs now);
+  // reuse_after_op < 0: reusable at once; else when is_complete(reuse_after_op) (record_stream).
+  void free(int buffer, int reuse_after_op, TimeNs now);
+  // Returns blocks whose record_stream op has completed to their pools.
+  void process_events(const std::function<bool(std::int64_t)>& is_complete);
+  // Drops the timeline samples (the next step records its own; peaks are kept).
+  void reset_timeline() { timeline_.clear(); timeline_.push_back({0, alloc_.stats().allocated, alloc_.stats().reserved}); }
+  bool live(int buffer) const { return block_of_[buffer] != kNotLive; }
+  // Address of the buffer's latest allocation. It stays valid after the free for the ops already
+  // enqueued (as a CUDA pointer does for work ordered on the stream): stream threads read it while
+  // the CPU thread goes on issuing. Throws if the buffer was never allocated.
+  float* ptr(int buffer) const;
+
+  // Peak allocated/reserved, breakdown at the allocated peak (incl. allocator_slack) and the
+  // timeline, exactly as sim::MemoryTracker fills them for the prediction.
+  void fill(sim::SimResult& r) const;
+  const sim::AllocatorStats& stats() const { return alloc_.stats(); }
+
+ private:
+  static constexpr int kNotLive = -2;
+  void after_change(TimeNs now);
+
+  const sim::StepProgram& program_;
+  sim::CachingAllocator alloc_;
+  char* base_ = nullptr;
+  Bytes space_ = 0;
+  std::vector<int> block_of_;
+  std::vector<float*> addr_;      // per buffer: its latest address (written before the op is enqueued)
+  std::vector<char> allocated_;   // per buffer: allocated at least once
+  std::array<Bytes, sim::kNumMemCategories> live_{}, live_at_peak_{};
+  Bytes reserved_at_peak_ = 0, peak_allocated_ = -1;
+  std::vector<sim::MemorySample> timeline_;
+};
+
+}  // namespace fsdpsim::runtime

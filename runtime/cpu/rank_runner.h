@@ -1,0 +1,99 @@
+// One rank of the bundled FSDP runtime on the CPU backend: lowers the plan to the StepProgram the
+// simulator executes (sim::lower), places its buffers with the caching-allocator model
+// (device_memory.h), and executes it step after step (stream_executor.h) with real data: sharded
+// fp32 parameters, real collectives through a Communicator, the transformer's kernels, gradient
+// reduction and the optimizer step on the shards. This file gives each OpKind its FSDP meaning.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model_spec.h"
+#include "models/wrap_graph.h"
+#include "runtime/cpu/communicator.h"
+#include "runtime/cpu/device_memory.h"
+#include "runtime/cpu/segment_compute.h"
+#include "runtime/cpu/stream_executor.h"
+#include "runtime/cpu/unit_layout.h"
+#include "runtime/model/dims.h"
+#include "runtime/train/optimizer.h"
+#include "sim/plan.h"
+#include "sim/sim_result.h"
+#include "sim/step_program.h"
+
+namespace fsdpsim::runtime {
+
+struct RunConfig {
+  models::ModelSpec model;
+  sim::Plan plan;                // resolved for the world size
+  int gpus_per_node = 1;         // for the program's process-group shapes
+  std::uint64_t seed = 1234;     // parameter init and data
+  OptimizerConfig optimizer;     // lr etc.; adamw follows plan.optimizer
+  Bytes address_space = 64 * kGiB;   // virtual address space reserved for the allocator's segments
+};
+
+// InputError if the CPU runtime cannot execute this plan/model (it computes in fp32 only, etc.).
+void check_runtime_supports(const models::ModelSpec& m, const sim::Plan& plan);
+
+struct StepOutcome {
+  double loss = 0;               // mean token loss over the global batch (all ranks), before the update
+  sim::SimResult measured;       // this rank's measured step (times, trace, memory so far)
+};
+
+class RankRunner : public OpRunner {
+ public:
+  RankRunner(const RunConfig& cfg, Communicator& comm);
+  ~RankRunner() override;
+
+  StepOutcome step();            // one optimizer step on the next global batch
+  const sim::StepProgram& program() const { return program_; }
+  // Every parameter tensor of the model (registration order), assembled from all shards: valid on
+  // every rank (collective: all ranks must call it).
+  std::vector<std::pair<std::string, std::vector<float>>> gather_params();
+  // The same for the reduced (sharded) gradients of the last step.
+  std::vector<std::pair<std::string, std::vector<float>>> gather_grads();
+  Bytes untracked_bytes() const { return compute_->untracked_bytes(); }
+  std::vector<std::string> notes() const { return notes_; }
+
+  void run(const sim::Op& op) override;
+
+ private:
+  struct ChainEnd {
+    int unit = -1;
+    int result_buffer = -1;      // accumulate this buffer into the unit's sharded grad after the op
+  };
+  void analyze_program();
+  void check_buffer(int buffer, std::int64_t numel, const char* what) const;
+  std::vector<float*> segment_params(int seg, const sim::Op& op);
+  std::vector<float*> segment_grads(int seg, const sim::Op& op);
+  void run_compute(const sim::Op& op);
+  void accumulate_grad(int unit, const float* src);
+  std::vector<std::pair<std::string, std::vector<float>>> gather(const std::vector<int>& per_unit_buffer);
+
+  RunConfig cfg_;
+  Communicator& comm_;
+  Dims dims_;
+  models::WrapGraph graph_;
+  sim::StepProgram program_;
+  std::unique_ptr<DeviceMemory> mem_;
+  std::unique_ptr<SegmentCompute> compute_;
+  bool fsdp2_ = true;
+  int N_ = 1;
+  int micro_batches_ = 1;
+  int steps_done_ = 0;
+  std::vector<UnitLayout> layouts_;                 // per unit
+  std::vector<int> shard_buf_, grad_shard_buf_, optim_buf_;   // per unit persistent buffers
+  std::vector<float*> state_ptr_;                   // per unit optimizer states (in optim_buf_ when it fits)
+  std::vector<std::vector<float>> side_state_;      // per unit, when the program's buffer is too small
+  // Per segment: its unit and, per tensor of the segment, the index in the unit's tensor list.
+  std::vector<int> seg_unit_;
+  std::vector<std::vector<int>> seg_tensors_;
+  std::vector<int> op_segment_;                     // per op: segment of a compute op, else -1
+  std::vector<int> op_divide_;                      // per op: Divide factor
+  std::vector<ChainEnd> op_chain_end_;              // per op
+  std::vector<std::vector<int>> act_buf_, recomp_buf_;   // [micro-batch][segment] -> buffer id
+  std::vector<std::string> notes_;
+};
+
+}  // namespace fsdpsim::runtime

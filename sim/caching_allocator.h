@@ -1,0 +1,179 @@
+// A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, default config;
+// semantics M10, M14). It tracks which bytes are allocated (live blocks), which are reserved
+// (cudaMalloc'ed segments) and where fragmentation comes from, without any device memory. It knows
+// nothing of the executor: the simulator drives it with a StepProgram's buffers, the CPU runtime can
+// drive it with its real allocations.
+//
+// The rules it follows (constants below cite the same source):
+//  * request sizes are rounded up to a multiple of 512 B (round_size);
+//  * requests <= 1 MiB are "small": served from the small pool, whose segments are 2 MiB; larger
+//    requests use the large pool: requests < 10 MiB get a 20 MiB segment, others the request rounded
+//    up to 2 MiB (get_allocation_size);
+//  * one pool per (stream, small/large): a block freed on one stream's pool is never reused by another
+//    stream (the cause of cross-stream fragmentation, PT PR#129721);
+//  * best fit: the smallest free block of the stream's pool that is >= the request, ties by address
+//    (BlockComparatorSize: stream, size, ptr);
+//  * a found block is split when the remainder is >= 512 B (small pool) or > 1 MiB (large pool), the
+//    allocation taking the front part; otherwise the whole block is handed out and counted as
+//    allocated (what torch.cuda.memory_allocated reports);
+//  * a freed block merges with free neighbours of its segment (try_merge_blocks);
+//  * record_stream: a block freed with an outstanding stream use stops counting as allocated at once
+//    but returns to its pool only when that use's event has completed (process_events, run at the
+//    start of every allocation);
+//  * max_split_size (off by default): blocks >= it are never split and a request below it never takes
+//    one; a request >= it may take a cached block at most max_non_split_rounding (20 MiB) larger;
+//  * cudaMalloc beyond `capacity` fails: then every cached segment with no live block is released
+//    (release_cached_blocks, cudaFree) and the allocation retried once (num_alloc_retries); if it
+//    still does not fit the model records an OOM and allocates anyway so the caller can report by how
+//    much it overflows.
+// Not modelled: expandable_segments, garbage_collection_threshold, roundup_power2_divisions, CUDA graph
+// pools, and the CPU synchronize that release_cached_blocks performs on outstanding events (blocks
+// still waiting on an event stay cached).
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "common/units.h"
+
+namespace fsdpsim::sim {
+
+// c10/cuda/CUDACachingAllocator.cpp constants.
+inline constexpr Bytes kAllocMinBlockSize = 512;             // kMinBlockSize: all sizes rounded to 512 B
+inline constexpr Bytes kAllocSmallSize = 1 * kMiB;           // kSmallSize: largest "small" request
+inline constexpr Bytes kAllocSmallBuffer = 2 * kMiB;         // kSmallBuffer: small-pool segment size
+inline constexpr Bytes kAllocLargeBuffer = 20 * kMiB;        // kLargeBuffer: segment for 1–10 MiB requests
+inline constexpr Bytes kAllocMinLargeAlloc = 10 * kMiB;      // kMinLargeAlloc
+inline constexpr Bytes kAllocRoundLarge = 2 * kMiB;          // kRoundLarge: large segments rounded to 2 MiB
+inline constexpr Bytes kAllocNoMaxSplit = std::numeric_limits<Bytes>::max();  // max_split_size default
+
+struct AllocatorConfig {
+  Bytes capacity = 0;                               // bytes cudaMalloc may hand out; 0 = unlimited
+  Bytes max_split_size = kAllocNoMaxSplit;          // PYTORCH_CUDA_ALLOC_CONF max_split_size_mb
+  Bytes max_non_split_rounding = kAllocLargeBuffer; // max_non_split_rounding_mb (default 20 MiB)
+};
+
+struct AllocatorStats {
+  Bytes allocated = 0;        // sum of live blocks' sizes (torch.cuda.memory_allocated)
+  Bytes requested = 0;        // sum of live requests as asked (before rounding)
+  Bytes reserved = 0;         // sum of segments (torch.cuda.memory_reserved)
+  Bytes pending = 0;          // freed blocks waiting on a record_stream event (not allocated, not reusable)
+  Bytes peak_allocated = 0;
+  Bytes peak_reserved = 0;
+  std::int64_t num_allocs = 0;
+  std::int64_t num_device_alloc = 0;   // cudaMalloc calls
+  std::int64_t num_device_free = 0;    // cudaFree calls
+  std::int64_t num_alloc_retries = 0;  // allocations that had to release the cache and retry
+  std::int64_t num_ooms = 0;           // allocations that did not fit even after the retry
+};
+
+class CachingAllocator {
+ public:
+  explicit CachingAllocator(AllocatorConfig config = {});
+
+  // Allocates `bytes` for `stream`'s pool; returns a block id (>= 0), or -1 for a 0-byte request
+  // (PyTorch returns a null pointer without touching the pools). Throws std::invalid_argument for
+  // bytes < 0 or stream < 0.
+  int alloc(Bytes bytes, int stream);
+  // Frees a live block now: it merges with free neighbours and returns to its pool. -1 is a no-op.
+  void free(int block);
+  // Frees a live block whose memory is still in use by GPU work (record_stream): not allocated from
+  // now on, reusable only after process_events() sees `event` complete.
+  void free_after(int block, std::int64_t event);
+  // Returns to their pools the blocks whose event `is_complete(event)` says has completed; returns how
+  // many. alloc() does not call it (the caller decides what "now" is): call it before alloc().
+  template <class IsComplete>
+  int process_events(IsComplete&& is_complete) {
+    int released = 0;
+    std::size_t keep = 0;
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      if (is_complete(pending_[i].event)) {
+        release_pending(pending_[i].block);
+        ++released;
+      } else {
+        pending_[keep++] = pending_[i];
+      }
+    }
+    pending_.resize(keep);
+    return released;
+  }
+  bool has_pending() const { return !pending_.empty(); }
+  // torch.cuda.empty_cache(): releases every segment none of whose blocks is live or pending.
+  Bytes empty_cache();
+
+  const AllocatorStats& stats() const { return stats_; }
+  // Block facts (for tests and traces): rounded size, segment-relative address, stream, pool.
+  Bytes block_size(int block) const { return blocks_[block].size; }
+  Bytes block_address(int block) const { return blocks_[block].addr; }
+  int block_segment(int block) const { return blocks_[block].segment; }
+  bool block_is_small(int block) const { return blocks_[block].small; }
+  int num_segments() const;               // live segments
+  // Free (cached, reusable) bytes in one stream's pools.
+  Bytes cached_free_bytes(int stream) const;
+
+  static Bytes round_size(Bytes bytes);
+  static Bytes allocation_size(Bytes rounded);
+
+ private:
+  enum class State : std::uint8_t { Free, Allocated, Pending, Dead };
+  struct Block {
+    Bytes addr = 0;          // virtual address (segments are laid out one after the other)
+    Bytes size = 0;
+    Bytes requested = 0;
+    int segment = -1;
+    int prev = -1, next = -1;   // neighbours within the segment
+    int stream = 0;
+    bool small = false;
+    State state = State::Free;
+  };
+  // A pool is ordered by (size, addr) like PyTorch's BlockComparatorSize, stored as size classes:
+  // an FSDP step frees many blocks of few sizes (llama3-70b: ~150 free blocks, 8 sizes), so a sorted
+  // vector of all blocks spent most of the executor's time shifting entries. Each class keeps its
+  // blocks by DESCENDING address: best fit takes the lowest address from the back in O(1), and the
+  // usual frees (backward releases blocks in reverse allocation order) append at the back.
+  struct FreeEntry {
+    Bytes addr;
+    int block;
+  };
+  struct SizeClass {
+    Bytes size = 0;
+    std::vector<FreeEntry> blocks;   // addr descending; may be empty (classes are reused, see compact)
+  };
+  using Pool = std::vector<SizeClass>;   // by size ascending, distinct sizes
+  struct Segment {
+    Bytes base = 0, size = 0;
+    int stream = 0;
+    bool small = false;
+    bool live = false;
+  };
+  struct Pending {
+    int block;
+    std::int64_t event;
+  };
+
+  Pool& pool(int stream, bool small);
+  // Removes the empty classes of a pool (when it has many: sizes come and go with splits).
+  static void compact(Pool& p);
+  int find_free_block(int stream, bool small, Bytes size);
+  void pool_insert(int block);
+  void pool_erase(int block);
+  int new_block();
+  bool try_cuda_malloc(Bytes size);
+  int create_segment(int stream, bool small, Bytes size);
+  void release_cached_blocks();
+  void free_block(int block);
+  void release_pending(int block);
+  void check_live(int block, const char* what) const;
+
+  AllocatorConfig config_;
+  std::vector<Block> blocks_;
+  std::vector<int> dead_blocks_;                 // recycled Block slots
+  std::vector<Segment> segments_;
+  std::vector<Pool> pools_;                      // [stream * 2 + small], ordered by (size, addr)
+  std::vector<Pending> pending_;
+  Bytes next_addr_ = 0;
+  int cached_whole_segments_ = 0;                // free blocks in pools that span a whole segment
+  AllocatorStats stats_;
+};
+
+}  // namespace fsdpsim::sim

@@ -1,0 +1,519 @@
+// The discrete-event executor (sim/executor.h). It implements the execution semantics written at the
+// top of sim/step_program.h on the event core of sim/event_queue.h:
+//
+//  * CPU: ops are issued in program order. Issuing op i first blocks until every op in cpu_waits has
+//    completed (for CpuOptimizerStep also its `waits`: the CPU cannot step on grads not yet copied),
+//    then costs cpu_ns[i] (CpuOptimizerStep: + its duration, it runs on the CPU). At the end of that
+//    time the CPU performs the allocs, enqueues the op, performs the frees, and starts on op i+1.
+//    The CPU sees every GPU completion at a time <= its own time (an issue event that coincides with
+//    other events is re-queued behind them), so "completed by the current CPU time" is exact.
+//  * GPU: an op starts when it is issued, its stream has finished the previous op, every op in
+//    `waits` has completed, and — for a collective — it is the oldest unstarted collective of its
+//    process group and no collective of that group is running (one NCCL queue per group, F1.4).
+//  * Overlap slowdown: while at least one collective runs, SM kernels (compute and memory-bound
+//    kernels, not host copies) progress at 1/overlap_slowdown of their speed (semantics N5). A running
+//    kernel's remaining work (in "alone" nanoseconds, a double) is re-timed whenever the number of
+//    running collectives goes 0 -> 1 or 1 -> 0; its completion time is now + llround(remaining ×
+//    factor). Stale completion events are skipped by a per-op version number (ns-3 style cancel).
+//  * Memory: sim/memory_tracker.h on the caching-allocator model.
+//
+// Definitions of the outputs:
+//  * step_time_ns: the latest completion of any op (GPU or CPU), from t = 0 when the CPU starts.
+//  * compute_ns: busy time of stream 0 (the compute / default stream).
+//  * comm_ns: length of the union of the intervals during which at least one collective runs.
+//  * exposed_comm_ns: for each op X on the compute stream let ready(X) = max(end of the previous
+//    compute-stream op, issue time of X); in [ready(X), start(X)) the compute stream is idle only
+//    because X waits on another stream's op. exposed_comm_ns is the length of the union of those
+//    idle intervals intersected with the collective-busy intervals (idle time during which some
+//    collective is in flight — usually the one X waits on, directly or through a copy).
+//  * cpu_blocked_ns: total time the CPU spends blocked on cpu_waits (rate limiter, syncs).
+//  * comm_bytes_by_kind: bytes each rank sends, nccl-tests N1: AG/RS (n−1)/n·S, AR 2(n−1)/n·S.
+#include "sim/executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "common/errors.h"
+#include "sim/event_queue.h"
+#include "sim/memory_tracker.h"
+
+namespace fsdpsim::sim {
+
+namespace {
+
+constexpr int kNumGroups = 4;   // CommGroup: Shard, Replicate, World, PostForward
+
+bool is_collective(OpKind k) {
+  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce;
+}
+
+// SM kernels share the GPU with NCCL's CTAs and HBM traffic (semantics N5); host copies run on the
+// copy engines and collectives are the cause, so neither is slowed.
+bool is_slowable(OpKind k) {
+  switch (k) {
+    case OpKind::Forward: case OpKind::Backward: case OpKind::Recompute:
+    case OpKind::CopyIn: case OpKind::CopyOut: case OpKind::Cast: case OpKind::Pad: case OpKind::Divide:
+    case OpKind::OptimizerStep:
+      return true;
+    default:
+      return false;
+  }
+}
+
+const char* kind_str(OpKind k) {
+  switch (k) {
+    case OpKind::Forward: return "forward";
+    case OpKind::Backward: return "backward";
+    case OpKind::Recompute: return "recompute";
+    case OpKind::AllGather: return "all_gather";
+    case OpKind::ReduceScatter: return "reduce_scatter";
+    case OpKind::AllReduce: return "all_reduce";
+    case OpKind::CopyIn: return "copy_in";
+    case OpKind::CopyOut: return "copy_out";
+    case OpKind::Cast: return "cast";
+    case OpKind::Pad: return "pad";
+    case OpKind::Divide: return "divide";
+    case OpKind::H2D: return "h2d";
+    case OpKind::D2H: return "d2h";
+    case OpKind::OptimizerStep: return "optimizer_step";
+    case OpKind::CpuOptimizerStep: return "cpu_optimizer_step";
+  }
+  return "unknown";
+}
+
+enum class EvType : std::uint8_t { OpComplete, IssueDone, CpuResume };
+struct Ev {
+  EvType type = EvType::OpComplete;
+  int op = 0;
+  std::uint32_t version = 0;
+};
+
+class Engine {
+ public:
+  Engine(const StepProgram& p, const OpCosts& c, const ExecOptions& o)
+      : p_(p), c_(c), o_(o), n_(static_cast<int>(p.ops.size())),
+        mem_(p, o.memory_capacity, o.record_memory_timeline) {}
+
+  SimResult run();
+
+ private:
+  // ---- setup ----
+  void build_queues();
+  // ---- CPU ----
+  void cpu_begin(TimeNs now);
+  void issue_done(int i, TimeNs now);
+  // ---- GPU ----
+  void wake_dependents(int h, TimeNs now);
+  void try_start(int s, TimeNs now);
+  void start(int h, TimeNs now);
+  void complete(int h, TimeNs now);
+  void retime(TimeNs now, double new_factor);
+  // ---- results ----
+  void fill_results(SimResult& r);
+  void add_span(const Op& op, const std::string& track, const char* kind, TimeNs start, TimeNs dur, Bytes bytes);
+
+  const StepProgram& p_;
+  const OpCosts& c_;
+  const ExecOptions& o_;
+  const int n_;
+  MemoryTracker mem_;
+  EventQueue<Ev> q_;
+  double slowdown_ = 1.0;
+  bool use_slowdown_ = false;
+  double factor_ = 1.0;             // current progress factor of SM kernels
+
+  // per op (indexed by op id)
+  std::vector<TimeNs> issue_t_, start_t_, end_t_, cpu_start_t_;
+  std::vector<std::uint8_t> completed_, kind_flags_;
+  std::vector<std::uint32_t> version_;
+  std::vector<int> wait_pos_;
+  // Hot per-op facts copied out of the (large) Op structs for cache locality: stream, NCCL queue,
+  // and the GPU waits as one flat array (CSR).
+  std::vector<int> op_stream_, op_group_, wait_begin_, wait_list_;
+  std::vector<double> remaining_;
+  std::vector<TimeNs> seg_start_;
+  static constexpr std::uint8_t kCollective = 1, kSlowable = 2, kCpuOp = 4;
+
+  // per stream: its GPU ops in order (CSR), the next one to start, the running one
+  std::vector<int> stream_begin_, stream_list_, stream_head_, stream_busy_;
+  std::vector<TimeNs> stream_prev_end_;
+  // per NCCL queue (process group): its collectives in issue order
+  std::vector<int> group_begin_, group_list_, group_head_;
+  bool group_busy_[kNumGroups] = {false, false, false, false};
+
+  // per op: the ops that wait on it (CSR), whose streams may start when it completes
+  std::vector<int> dep_begin_, dep_list_;
+
+  std::vector<int> running_slowable_;
+  int comm_active_ = 0;
+  TimeNs comm_start_ = 0;
+  std::vector<std::pair<TimeNs, TimeNs>> comm_intervals_, compute_gaps_;
+  TimeNs compute_busy_ = 0;
+
+  // CPU
+  int cpu_op_ = 0;
+  bool cpu_blocked_ = false;
+  int cpu_blocked_on_ = -1;
+  TimeNs cpu_blocked_since_ = 0;
+  TimeNs cpu_blocked_total_ = 0;
+
+  std::vector<TraceSpan> trace_;
+};
+
+void Engine::build_queues() {
+  const int ns = static_cast<int>(p_.streams.size());
+  std::vector<int> count(ns + 1, 0), gcount(kNumGroups + 1, 0);
+  for (const Op& op : p_.ops) {
+    std::uint8_t f = 0;
+    if (op.kind == OpKind::CpuOptimizerStep) f |= kCpuOp;
+    else ++count[op.stream + 1];
+    if (is_collective(op.kind)) {
+      f |= kCollective;
+      ++gcount[static_cast<int>(op.group) + 1];
+    }
+    if (is_slowable(op.kind)) f |= kSlowable;
+    kind_flags_[op.id] = f;
+  }
+  op_stream_.resize(n_);
+  op_group_.resize(n_);
+  wait_begin_.resize(n_ + 1);
+  wait_begin_[0] = 0;
+  for (const Op& op : p_.ops) {
+    op_stream_[op.id] = op.stream;
+    op_group_[op.id] = static_cast<int>(op.group);
+    wait_begin_[op.id + 1] = wait_begin_[op.id] + static_cast<int>(op.waits.size());
+  }
+  wait_list_.resize(wait_begin_[n_]);
+  for (const Op& op : p_.ops) std::copy(op.waits.begin(), op.waits.end(), wait_list_.begin() + wait_begin_[op.id]);
+  for (int s = 0; s < ns; ++s) count[s + 1] += count[s];
+  for (int g = 0; g < kNumGroups; ++g) gcount[g + 1] += gcount[g];
+  stream_begin_ = count;
+  group_begin_ = gcount;
+  stream_list_.assign(count[ns], 0);
+  group_list_.assign(gcount[kNumGroups], 0);
+  std::vector<int> fill_s(count.begin(), count.end() - 1), fill_g(gcount.begin(), gcount.end() - 1);
+  for (const Op& op : p_.ops) {
+    if (!(kind_flags_[op.id] & kCpuOp)) stream_list_[fill_s[op.stream]++] = op.id;
+    if (kind_flags_[op.id] & kCollective) group_list_[fill_g[static_cast<int>(op.group)]++] = op.id;
+  }
+  dep_begin_.assign(n_ + 1, 0);
+  for (const Op& op : p_.ops)
+    for (int w : op.waits) ++dep_begin_[w + 1];
+  for (int i = 0; i < n_; ++i) dep_begin_[i + 1] += dep_begin_[i];
+  dep_list_.assign(dep_begin_[n_], 0);
+  std::vector<int> fill_d(dep_begin_.begin(), dep_begin_.end() - 1);
+  for (const Op& op : p_.ops)
+    for (int w : op.waits) dep_list_[fill_d[w]++] = op.id;
+  stream_head_.assign(stream_begin_.begin(), stream_begin_.end() - 1);
+  group_head_.assign(group_begin_.begin(), group_begin_.end() - 1);
+  stream_busy_.assign(ns, -1);
+  stream_prev_end_.assign(ns, 0);
+}
+
+SimResult Engine::run() {
+  if (static_cast<int>(c_.gpu_ns.size()) != n_ || static_cast<int>(c_.cpu_ns.size()) != n_)
+    throw std::invalid_argument("execute: OpCosts sized " + std::to_string(c_.gpu_ns.size()) + " for " +
+                                std::to_string(n_) + " ops");
+  slowdown_ = c_.overlap_slowdown;
+  use_slowdown_ = slowdown_ != 1.0;
+  issue_t_.assign(n_, -1);
+  start_t_.assign(n_, -1);
+  end_t_.assign(n_, -1);
+  cpu_start_t_.assign(n_, -1);
+  completed_.assign(n_, 0);
+  kind_flags_.assign(n_, 0);
+  version_.assign(n_, 0);
+  wait_pos_.assign(n_, 0);
+  if (use_slowdown_) {
+    remaining_.assign(n_, 0.0);
+    seg_start_.assign(n_, 0);
+  }
+  build_queues();
+  q_.reserve(64);
+  if (o_.record_trace) trace_.reserve(2 * static_cast<std::size_t>(n_));
+
+  mem_.allocate_persistent();
+  if (n_ > 0) cpu_begin(0);
+  while (!q_.empty()) {
+    auto e = q_.pop();
+    const TimeNs now = e.time;
+    const Ev& ev = e.payload;
+    switch (ev.type) {
+      case EvType::OpComplete:
+        if (ev.version == version_[ev.op]) complete(ev.op, now);
+        break;
+      case EvType::IssueDone:
+      case EvType::CpuResume:
+        // The CPU acts after every GPU event at the same time (it sees completions at <= now).
+        if (!q_.empty() && q_.next_time() == now) {
+          q_.schedule(now, ev);
+          break;
+        }
+        if (ev.type == EvType::IssueDone) issue_done(ev.op, now);
+        cpu_begin(now);
+        break;
+    }
+  }
+  for (int i = 0; i < n_; ++i)
+    if (!completed_[i]) throw std::logic_error("execute: op " + std::to_string(i) + " never completed");
+
+  SimResult r;
+  r.notes = p_.notes;
+  fill_results(r);
+  return r;
+}
+
+// Runs the CPU from `now`: begins issuing op cpu_op_, or blocks on its first incomplete cpu_wait.
+// When the issue would end strictly before the next pending event, nothing can happen on the GPU in
+// between, so the issue is completed at once instead of through the event queue (same result, fewer
+// events: the CPU usually runs ahead of the GPU).
+void Engine::cpu_begin(TimeNs now) {
+  while (cpu_op_ < n_) {
+    const int i = cpu_op_;
+    const Op& op = p_.ops[i];
+    auto first_incomplete = [&](const std::vector<int>& ws) {
+      for (int w : ws)
+        if (!completed_[w]) return w;
+      return -1;
+    };
+    int w = first_incomplete(op.cpu_waits);
+    if (w < 0 && (kind_flags_[i] & kCpuOp)) w = first_incomplete(op.waits);
+    if (w >= 0) {
+      if (!cpu_blocked_) {
+        cpu_blocked_ = true;
+        cpu_blocked_since_ = now;
+      }
+      cpu_blocked_on_ = w;
+      return;
+    }
+    if (cpu_blocked_) {
+      cpu_blocked_ = false;
+      cpu_blocked_on_ = -1;
+      cpu_blocked_total_ += now - cpu_blocked_since_;
+      if (o_.record_trace && now > cpu_blocked_since_) {
+        trace_.push_back(TraceSpan{"blocked before " + op.name, "cpu", "cpu_blocked", op.unit,
+                                   cpu_blocked_since_, now - cpu_blocked_since_, 0});
+      }
+    }
+    cpu_start_t_[i] = now;
+    const TimeNs done = now + c_.cpu_ns[i] + ((kind_flags_[i] & kCpuOp) ? c_.gpu_ns[i] : 0);
+    if (!q_.empty() && q_.next_time() <= done) {
+      q_.schedule(done, Ev{EvType::IssueDone, i, 0});
+      return;
+    }
+    issue_done(i, done);
+    now = done;
+  }
+}
+
+void Engine::issue_done(int i, TimeNs now) {
+  const Op& op = p_.ops[i];
+  if (!op.allocs.empty()) {
+    mem_.process_events([this](std::int64_t ev) { return completed_[ev] != 0; });
+    for (int b : op.allocs) mem_.alloc(b, i, now);
+  }
+  issue_t_[i] = now;
+  if (kind_flags_[i] & kCpuOp) {
+    // Ran on the CPU during [cpu_start + issue cost, now).
+    start_t_[i] = cpu_start_t_[i] + c_.cpu_ns[i];
+    end_t_[i] = now;
+    completed_[i] = 1;
+    if (o_.record_trace) add_span(op, "cpu", kind_str(op.kind), start_t_[i], now - start_t_[i], 0);
+    wake_dependents(i, now);
+  } else {
+    if (o_.record_trace && c_.cpu_ns[i] > 0)
+      add_span(op, "cpu", "cpu_issue", cpu_start_t_[i], now - cpu_start_t_[i], 0);
+    try_start(op.stream, now);
+  }
+  for (const FreeSpec& f : op.frees) {
+    bool done = f.reuse_after_op >= 0 && completed_[f.reuse_after_op];
+    mem_.free(f.buffer, f.reuse_after_op, done, i, now);
+  }
+  ++cpu_op_;
+}
+
+void Engine::try_start(int s, TimeNs now) {
+  if (stream_busy_[s] >= 0 || stream_head_[s] == stream_begin_[s + 1]) return;
+  const int h = stream_list_[stream_head_[s]];
+  if (issue_t_[h] < 0) return;
+  int k = wait_begin_[h] + wait_pos_[h];
+  const int end = wait_begin_[h + 1];
+  while (k < end && completed_[wait_list_[k]]) ++k;
+  wait_pos_[h] = k - wait_begin_[h];
+  if (k < end) return;
+  if (kind_flags_[h] & kCollective) {
+    const int g = op_group_[h];
+    if (group_busy_[g] || group_list_[group_head_[g]] != h) return;
+  }
+  start(h, now);
+}
+
+void Engine::start(int h, TimeNs now) {
+  const Op& op = p_.ops[h];
+  const int s = op.stream;
+  ++stream_head_[s];
+  stream_busy_[s] = h;
+  start_t_[h] = now;
+  if (s == 0) {
+    TimeNs ready = std::max(stream_prev_end_[0], issue_t_[h]);
+    if (now > ready) compute_gaps_.emplace_back(ready, now);
+  }
+  const std::uint8_t f = kind_flags_[h];
+  if (f & kCollective) {
+    const int g = static_cast<int>(op.group);
+    ++group_head_[g];
+    group_busy_[g] = true;
+    if (comm_active_++ == 0) {
+      comm_start_ = now;
+      if (use_slowdown_) retime(now, slowdown_);
+    }
+  }
+  TimeNs end;
+  if (use_slowdown_ && (f & kSlowable)) {
+    remaining_[h] = static_cast<double>(c_.gpu_ns[h]);
+    seg_start_[h] = now;
+    running_slowable_.push_back(h);
+    end = now + static_cast<TimeNs>(std::llround(remaining_[h] * factor_));
+  } else {
+    end = now + c_.gpu_ns[h];
+  }
+  q_.schedule(end, Ev{EvType::OpComplete, h, ++version_[h]});
+}
+
+void Engine::retime(TimeNs now, double new_factor) {
+  for (int r : running_slowable_) {
+    double done = static_cast<double>(now - seg_start_[r]) / factor_;
+    remaining_[r] = std::max(0.0, remaining_[r] - done);
+    seg_start_[r] = now;
+    TimeNs end = now + static_cast<TimeNs>(std::llround(remaining_[r] * new_factor));
+    q_.schedule(end, Ev{EvType::OpComplete, r, ++version_[r]});
+  }
+  factor_ = new_factor;
+}
+
+void Engine::complete(int h, TimeNs now) {
+  const Op& op = p_.ops[h];
+  const int s = op.stream;
+  completed_[h] = 1;
+  end_t_[h] = now;
+  stream_busy_[s] = -1;
+  stream_prev_end_[s] = now;
+  if (s == 0) compute_busy_ += now - start_t_[h];
+  const std::uint8_t f = kind_flags_[h];
+  if (use_slowdown_ && (f & kSlowable)) {
+    auto it = std::find(running_slowable_.begin(), running_slowable_.end(), h);
+    running_slowable_.erase(it);
+  }
+  if (f & kCollective) {
+    group_busy_[static_cast<int>(op.group)] = false;
+    if (--comm_active_ == 0) {
+      comm_intervals_.emplace_back(comm_start_, now);
+      if (use_slowdown_) retime(now, 1.0);
+    }
+  }
+  if (o_.record_trace) {
+    Bytes bytes = (f & kCollective) ? op.comm_bytes : op.copy_bytes;
+    add_span(op, p_.streams[s].name, kind_str(op.kind), start_t_[h], now - start_t_[h], bytes);
+  }
+  if (cpu_blocked_ && cpu_blocked_on_ == h) q_.schedule(now, Ev{EvType::CpuResume, h, 0});
+  // What can start now: the next op of this stream, the ops waiting on this one, and the next
+  // collective of this NCCL queue. (Being issued is handled in issue_done.)
+  try_start(s, now);
+  wake_dependents(h, now);
+  if (f & kCollective) {
+    const int g = static_cast<int>(op.group);
+    if (group_head_[g] < group_begin_[g + 1]) try_start(op_stream_[group_list_[group_head_[g]]], now);
+  }
+}
+
+void Engine::wake_dependents(int h, TimeNs now) {
+  for (int k = dep_begin_[h]; k < dep_begin_[h + 1]; ++k) try_start(op_stream_[dep_list_[k]], now);
+}
+
+void Engine::add_span(const Op& op, const std::string& track, const char* kind, TimeNs start, TimeNs dur,
+                      Bytes bytes) {
+  trace_.push_back(TraceSpan{op.name, track, kind, op.unit, start, dur, bytes});
+}
+
+// Length of (union of gaps) ∩ (union of comm intervals); both lists are sorted and non-overlapping.
+TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a,
+                        const std::vector<std::pair<TimeNs, TimeNs>>& b) {
+  TimeNs total = 0;
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    TimeNs lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) total += hi - lo;
+    if (a[i].second < b[j].second) ++i;
+    else ++j;
+  }
+  return total;
+}
+
+void Engine::fill_results(SimResult& r) {
+  TimeNs step = 0;
+  for (int i = 0; i < n_; ++i) step = std::max(step, end_t_[i]);
+  r.step_time_ns = step;
+  r.compute_ns = compute_busy_;
+  TimeNs comm = 0;
+  for (const auto& [a, b] : comm_intervals_) comm += b - a;
+  r.comm_ns = comm;
+  r.exposed_comm_ns = intersect_length(compute_gaps_, comm_intervals_);
+  r.cpu_blocked_ns = cpu_blocked_total_;
+  std::int64_t ag = 0, rs = 0, ar = 0;
+  for (const Op& op : p_.ops) {
+    if (!is_collective(op.kind)) continue;
+    const std::int64_t n = op.group_size;
+    const std::int64_t sent = op.comm_bytes * (n - 1) / n;   // ring: (n−1)/n·S per rank (N1)
+    if (op.kind == OpKind::AllGather) ag += sent;
+    else if (op.kind == OpKind::ReduceScatter) rs += sent;
+    else ar += 2 * op.comm_bytes * (n - 1) / n;
+  }
+  r.comm_bytes_by_kind["all_gather"] = ag;
+  r.comm_bytes_by_kind["reduce_scatter"] = rs;
+  r.comm_bytes_by_kind["all_reduce"] = ar;
+  mem_.fill(r, o_.max_timeline_samples);
+  if (o_.record_trace) {
+    std::stable_sort(trace_.begin(), trace_.end(),
+                     [](const TraceSpan& a, const TraceSpan& b) { return a.start_ns < b.start_ns; });
+    r.trace = std::move(trace_);
+  }
+}
+
+}  // namespace
+
+OpCosts compute_op_costs(const StepProgram& program, const CostModel& cost) {
+  OpCosts c;
+  const std::size_t n = program.ops.size();
+  c.gpu_ns.resize(n);
+  c.cpu_ns.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Op& op = program.ops[i];
+    c.gpu_ns[i] = cost.op_time(op);
+    c.cpu_ns[i] = cost.cpu_issue_time(op);
+    if (c.gpu_ns[i] < 0)
+      throw InputError("cost_model.op_time(ops[" + std::to_string(i) + "])", std::to_string(c.gpu_ns[i]), ">= 0 ns");
+    if (c.cpu_ns[i] < 0)
+      throw InputError("cost_model.cpu_issue_time(ops[" + std::to_string(i) + "])", std::to_string(c.cpu_ns[i]),
+                       ">= 0 ns");
+  }
+  c.overlap_slowdown = cost.overlap_slowdown();
+  if (!std::isfinite(c.overlap_slowdown) || c.overlap_slowdown < 1.0 || c.overlap_slowdown > 100.0)
+    throw InputError("cost_model.overlap_slowdown", std::to_string(c.overlap_slowdown), "a factor in [1, 100]");
+  return c;
+}
+
+SimResult execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts) {
+  validate_program(program);
+  if (opts.memory_capacity < 0)
+    throw InputError("memory_capacity", std::to_string(opts.memory_capacity), ">= 0 (0 = unlimited)");
+  Engine e(program, costs, opts);
+  return e.run();
+}
+
+SimResult execute(const StepProgram& program, const CostModel& cost, const ExecOptions& opts) {
+  return execute(program, compute_op_costs(program, cost), opts);
+}
+
+}  // namespace fsdpsim::sim

@@ -1,0 +1,430 @@
+// The parts of the lowering both FSDP versions share: sizes, segments, orders, kernels, groups, the
+// op builder, the optimizer step and the step facts. See sim/lower_context.h.
+#include "sim/lower_context.h"
+
+#include <stdexcept>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "common/errors.h"
+
+namespace fsdpsim::sim::lowering {
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+std::int64_t scaled(std::int64_t n, double f) {
+  return f >= 1.0 ? n : static_cast<std::int64_t>(std::llround(static_cast<double>(n) * f));
+}
+
+// Tensors of a unit; a unit the wrap graph describes only by its count is one flat tensor.
+template <typename Fn>
+void for_each_tensor(const models::FsdpUnit& u, Fn fn) {
+  if (u.tensors.empty()) {
+    if (u.params > 0) fn(u.params, u.params);
+    return;
+  }
+  for (const auto& t : u.tensors) {
+    std::int64_t numel = t.numel();
+    std::int64_t dim0 = t.shape.empty() ? 1 : t.shape[0];
+    fn(numel, dim0);
+  }
+}
+
+// Distinct nodes among ranks start, start+stride, ... (count ranks), gpus_per_node ranks per node.
+// The node index start+i*stride / gpn never decreases with i, so counting its changes counts nodes.
+int nodes_of(int start, int stride, int count, int gpn) {
+  if (count <= 0) return 1;
+  if (stride == 1) return (start + count - 1) / gpn - start / gpn + 1;
+  if (stride >= gpn) return count;
+  int nodes = 1, last = start / gpn;
+  for (int i = 1; i < count; ++i) {
+    int n = (start + i * stride) / gpn;
+    if (n != last) ++nodes, last = n;
+  }
+  return nodes;
+}
+
+models::CheckpointMode layer_mode(const ActivationCheckpointing& ac, int layer) {
+  switch (ac.mode) {
+    case ActivationCheckpointing::Mode::None: return models::CheckpointMode::None;
+    case ActivationCheckpointing::Mode::Full: return models::CheckpointMode::Full;
+    case ActivationCheckpointing::Mode::SelectiveOp: return models::CheckpointMode::SelectiveOp;
+    case ActivationCheckpointing::Mode::EveryK:
+      // torchtitan layer SAC (A4): every k-th block is checkpointed.
+      return layer % ac.every_k == 0 ? models::CheckpointMode::Full : models::CheckpointMode::None;
+  }
+  return models::CheckpointMode::None;
+}
+
+bool unit_has_part(const models::FsdpUnit& u, models::ModulePart p) {
+  return std::find(u.parts.begin(), u.parts.end(), p) != u.parts.end();
+}
+
+}  // namespace
+
+UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, bool use_orig_params, double f) {
+  UnitSizes s;
+  s.params = u.params;
+  s.trainable = scaled(u.params, f);
+  // M1: `_get_aligned_numel` = 16 // itemsize; padding goes before a tensor that would start unaligned.
+  const std::int64_t align = use_orig_params ? 16 / dtype_bytes(flat_dtype) : 1;
+  std::int64_t total = 0;
+  for_each_tensor(u, [&](std::int64_t numel, std::int64_t) {
+    if (align > 1 && total % align != 0) total += align - total % align;
+    total += numel;
+  });
+  // use_orig_params: the flat param itself is padded to a multiple of N; otherwise `_get_shard` pads shards.
+  if (use_orig_params && total % N != 0) total += N - total % N;
+  s.shard = ceil_div(total, N);
+  s.unsharded = s.shard * N;
+  if (use_orig_params || f >= 1.0) {
+    // M13: with use_orig_params the flat grad is full size even when some params are frozen.
+    s.grad = total;
+  } else {
+    s.grad = scaled(total, f);
+  }
+  s.needs_pad = s.grad % N != 0;
+  s.grad_shard = ceil_div(s.grad, N);
+  s.rs_input = s.grad_shard * N;
+  s.optim = ceil_div(s.trainable, N);
+  return s;
+}
+
+UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, double f) {
+  UnitSizes s;
+  s.params = u.params;
+  s.trainable = scaled(u.params, f);
+  // M6: torch.chunk along dim 0; every rank stores chunks[0]'s size (ceil(d0/N) rows), zero-padded.
+  std::int64_t shard = 0;
+  for_each_tensor(u, [&](std::int64_t numel, std::int64_t dim0) {
+    std::int64_t rest = dim0 > 0 ? numel / dim0 : 0;
+    shard += ceil_div(dim0, N) * rest;
+  });
+  s.shard = shard;
+  s.unsharded = shard * N;
+  s.grad = s.trainable;                       // D5: only trainable params have .grad
+  s.grad_shard = scaled(shard, f);
+  s.rs_input = s.grad_shard * N;
+  s.optim = s.grad_shard;
+  return s;
+}
+
+Context make_context(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                     const Topology& topo) {
+  Context c;
+  c.model = &model;
+  c.graph = &graph;
+  c.plan = &plan;
+  c.topo = topo;
+  c.R = plan.mesh_replicate;
+  c.N = plan.mesh_shard;
+  c.W = topo.world;
+  if (c.R < 1 || c.N < 1 || c.R * c.N != c.W)
+    throw InputError("plan.mesh", "(" + std::to_string(c.R) + ", " + std::to_string(c.N) + ")",
+                     "the plan must be resolved (resolve_plan) for " + std::to_string(c.W) + " GPUs before lowering");
+  if (graph.units.empty() || !graph.units[0].is_root)
+    throw InputError("wrap_graph", "<no root unit>", "a wrap graph with units[0] = the root");
+  c.strategy = effective_strategy(plan);
+  c.sharded = c.N > 1 && c.strategy != ShardingStrategy::NO_SHARD;
+  if (!c.sharded && c.N > 1)
+    throw InputError("plan.mesh", std::to_string(c.N), "NO_SHARD needs a 1-wide shard dim");
+  if (!c.sharded && plan.fsdp_version == FsdpVersion::FSDP1 && c.strategy != ShardingStrategy::NO_SHARD)
+    c.notes.push_back("FSDP1 with a shard group of 1 GPU runs as NO_SHARD (PyTorch switches strategy when the "
+                      "world size is 1)");
+  c.hybrid = c.sharded && c.R > 1;
+  c.bp = dtype_bytes(plan.param_dtype);
+  c.br = dtype_bytes(plan.reduce_dtype);
+  c.bm = dtype_bytes(plan.master_weights_dtype);
+  c.mixed = plan.master_weights_dtype != plan.param_dtype;
+  c.reduce_cast = plan.reduce_dtype != plan.param_dtype;
+  c.micro_batches = static_cast<int>(plan.grad_accum);
+  c.optimizer_states = plan.optimizer == Optimizer::AdamW ? 2 : 1;   // AdamW exp_avg + exp_avg_sq; SGD momentum
+
+  const int U = static_cast<int>(graph.units.size());
+  c.sizes.reserve(U);
+  for (const auto& u : graph.units)
+    c.sizes.push_back(plan.fsdp_version == FsdpVersion::FSDP1
+                          ? fsdp1_unit_sizes(u, c.N, plan.master_weights_dtype, plan.use_orig_params,
+                                             plan.trainable_fraction)
+                          : fsdp2_unit_sizes(u, c.N, plan.trainable_fraction));
+
+  // ---- forward segments and which unit each one uses ----
+  const int L = static_cast<int>(model.n_layers);
+  c.segments.reserve(L + 2);
+  c.segments.push_back({models::ModulePart::Embedding, -1, 0});
+  for (int l = 0; l < L; ++l) c.segments.push_back({models::ModulePart::Block, l, 0});
+  c.segments.push_back({models::ModulePart::FinalNormAndHead, -1, 0});
+  const int S = static_cast<int>(c.segments.size());
+  c.forward_order = graph.forward_order;
+  if (static_cast<int>(c.forward_order.size()) != U) {
+    c.forward_order.clear();
+    for (int u = 0; u < U; ++u) c.forward_order.push_back(u);
+  }
+  c.forward_pos.assign(U, 0);
+  for (int i = 0; i < U; ++i) c.forward_pos[c.forward_order[i]] = i;
+  c.first_seg.assign(U, -1);
+  c.last_seg.assign(U, -1);
+  for (int u = 1; u < U; ++u) {
+    const auto& unit = graph.units[u];
+    auto cover = [&](int s) {
+      if (c.first_seg[u] < 0 || s < c.first_seg[u]) c.first_seg[u] = s;
+      c.last_seg[u] = std::max(c.last_seg[u], s);
+    };
+    if (unit_has_part(unit, models::ModulePart::Embedding)) cover(0);
+    if (unit_has_part(unit, models::ModulePart::FinalNormAndHead)) cover(S - 1);
+    for (int l : unit.layers)
+      if (l >= 0 && l < L) cover(l + 1);
+    if (c.first_seg[u] < 0) {
+      // A unit that computes no whole part (e.g. a wrapped sub-module of the root): it unshards with the root.
+      c.first_seg[u] = 0;
+      c.last_seg[u] = S - 1;
+    }
+  }
+  c.first_seg[0] = 0;
+  c.last_seg[0] = S - 1;
+  // The innermost unit covering a segment: the one latest in pre-forward order (nested units pre-forward later).
+  for (int s = 0; s < S; ++s) {
+    int best = 0;
+    for (int u = 1; u < U; ++u)
+      if (c.first_seg[u] <= s && s <= c.last_seg[u] && c.forward_pos[u] > c.forward_pos[best] &&
+          !(c.first_seg[u] == 0 && c.last_seg[u] == S - 1))
+        best = u;
+    c.segments[s].unit = best;
+  }
+  // Post-forward order: units finish forward at their last segment (inner before outer); the root last.
+  std::vector<int> post_fwd;
+  post_fwd.reserve(U);
+  for (int s = 0; s < S; ++s)
+    for (int i = U - 1; i >= 0; --i) {
+      int u = c.forward_order[i];
+      if (u != 0 && c.last_seg[u] == s) post_fwd.push_back(u);
+    }
+  post_fwd.push_back(0);
+  c.backward_order.assign(post_fwd.rbegin(), post_fwd.rend());
+  c.opening.assign(S, {});
+  c.closing.assign(S, {});
+  for (int u : c.forward_order)
+    if (u != 0) c.opening[c.first_seg[u]].push_back(u);
+  for (int u : post_fwd)
+    if (u != 0) c.closing[c.last_seg[u]].push_back(u);
+  c.backward_starts.assign(S, {});
+  for (int u : c.backward_order) c.backward_starts[c.last_seg[u]].push_back(u);
+  c.backward_pos.assign(U, 0);
+  for (int i = 0; i < U; ++i) c.backward_pos[c.backward_order[i]] = i;
+
+  // ---- kernels, once per part ----
+  const Dtype act = plan.param_dtype;   // activations in the compute dtype (M9)
+  const bool wgrad = plan.trainable_fraction >= 1.0;
+  for (int p = 0; p < 3; ++p) {
+    auto part = static_cast<models::ModulePart>(p);
+    c.fwd_kernels[p] = std::make_shared<const std::vector<models::KernelDesc>>(
+        models::forward_kernels(model, part, plan.micro_batch, plan.seq_len, act));
+    c.bwd_kernels[p] = std::make_shared<const std::vector<models::KernelDesc>>(
+        models::backward_kernels(model, part, plan.micro_batch, plan.seq_len, act, wgrad));
+  }
+  if (!wgrad)
+    c.notes.push_back("trainable_fraction < 1: backward kernels omit weight-gradient GEMMs (frozen weights, D5); "
+                      "the trainable fraction is applied uniformly to every unit");
+
+  // ---- activations (saved per block under its checkpointing mode) ----
+  const auto& ac = plan.activation_checkpointing;
+  Bytes saved_none = models::block_saved_activation_bytes(model, plan.micro_batch, plan.seq_len, act,
+                                                          models::CheckpointMode::None);
+  c.act_saved.assign(L, saved_none);
+  c.act_recompute.assign(L, 0);
+  for (int l = 0; l < L; ++l) {
+    auto mode = layer_mode(ac, l);
+    if (mode == models::CheckpointMode::None) continue;
+    c.act_saved[l] = models::block_saved_activation_bytes(model, plan.micro_batch, plan.seq_len, act, mode);
+    // Recomputation re-creates what the block would have saved without checkpointing.
+    c.act_recompute[l] = std::max<Bytes>(0, saved_none - c.act_saved[l]);
+  }
+  c.logits = models::logits_bytes(model, plan.micro_batch, plan.seq_len, act);
+  c.loss_transient = std::max<Bytes>(0, models::logits_peak_bytes(model, plan.micro_batch, plan.seq_len, act) - c.logits);
+  c.notes.push_back("activation memory = saved activations per block + logits; autograd's transient "
+                    "activation-gradient buffers are not modeled");
+
+  // ---- process groups: shard groups are contiguous ranks, replicate groups stride across them ----
+  const int gpn = std::max(1, topo.gpus_per_node);
+  c.shard_group = {c.N, nodes_of(0, 1, c.N, gpn)};
+  c.replicate_group = {c.R, nodes_of(0, c.N, c.R, gpn)};
+  c.world_group = {c.W, nodes_of(0, 1, c.W, gpn)};
+  int k = plan.reshard_after_forward > 1 ? plan.reshard_after_forward : c.N;
+  c.post_forward_group = {k, nodes_of(0, 1, k, gpn)};
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+Builder::Builder(StepProgram& p, OpRecycler* recycler) : prog_(p), recycler_(recycler) {
+  if (recycler_ && prog_.ops.empty() && prog_.buffers.empty()) {
+    prog_.ops = std::move(recycler_->ops_storage);
+    prog_.ops.clear();
+    prog_.buffers = std::move(recycler_->buffers_storage);
+    prog_.buffers.clear();
+  }
+}
+
+void recycle(StepProgram& p, OpRecycler& r) {
+  if (r.spare.empty()) {
+    r.spare.swap(p.ops);   // the usual case: the whole op vector becomes the spare list at once
+  } else {
+    r.spare.reserve(r.spare.size() + p.ops.size());
+    for (Op& op : p.ops) r.spare.push_back(std::move(op));
+  }
+  p.ops.clear();
+  if (p.ops.capacity() > r.ops_storage.capacity()) r.ops_storage = std::move(p.ops);
+  p.buffers.clear();
+  if (p.buffers.capacity() > r.buffers_storage.capacity()) r.buffers_storage = std::move(p.buffers);
+}
+
+int Builder::add_stream(StreamRole role, const char* name) {
+  Stream s;
+  s.id = static_cast<int>(prog_.streams.size());
+  s.role = role;
+  s.name = name;
+  prog_.streams.push_back(std::move(s));
+  last_on_stream_.push_back(-1);
+  pending_waits_.emplace_back();
+  return prog_.streams.back().id;
+}
+
+std::string short_name(const char* what, int unit) {
+  char buf[24];
+  std::size_t n = 0;
+  while (what[n] && n < 10) {
+    buf[n] = what[n];
+    ++n;
+  }
+  if (unit >= 0) {
+    buf[n++] = ' ';
+    buf[n++] = 'u';
+    auto r = std::to_chars(buf + n, buf + sizeof(buf), unit);
+    n = static_cast<std::size_t>(r.ptr - buf);
+  }
+  return std::string(buf, n);
+}
+
+int Builder::buffer(const char* what, int unit, Bytes bytes, MemCategory cat, int pool, bool persistent) {
+  Buffer b;
+  b.id = static_cast<int>(prog_.buffers.size());
+  b.name = short_name(what, unit);
+  b.bytes = bytes;
+  b.category = cat;
+  b.unit = unit;
+  b.pool_stream = pool;
+  b.persistent = persistent;
+  prog_.buffers.push_back(std::move(b));
+  return prog_.buffers.back().id;
+}
+
+Op& Builder::op(OpKind kind, int stream, int unit, int micro_batch, const char* what) {
+  const int id = static_cast<int>(prog_.ops.size());
+  // Callers hold Op& across later op() calls: a reallocation here would leave them dangling.
+  if (prog_.ops.size() == prog_.ops.capacity())
+    throw std::logic_error("lowering: op vector capacity exceeded (reserve bound too small)");
+  Op& o = prog_.ops.emplace_back();   // built in place: no move, no temporary to destroy
+  if (recycler_ && !recycler_->spare.empty()) {
+    // Reuse the capacity of a spent op's vectors; every other field stays default (see OpRecycler).
+    Op& r = recycler_->spare.back();
+    auto adopt = [](auto& to, auto& from) {
+      to.swap(from);
+      to.clear();
+    };
+    adopt(o.waits, r.waits);
+    adopt(o.cpu_waits, r.cpu_waits);
+    adopt(o.allocs, r.allocs);
+    adopt(o.frees, r.frees);
+    adopt(o.inputs, r.inputs);
+    adopt(o.outputs, r.outputs);
+    recycler_->spare.pop_back();
+  }
+  o.id = id;
+  o.kind = kind;
+  o.stream = stream;
+  o.unit = unit;
+  o.micro_batch = micro_batch;
+  o.name = short_name(what, unit);
+  // Copied (not moved) so that both the op's recycled vector and the pending list keep their capacity.
+  if (!pending_waits_[stream].empty()) {
+    o.waits.assign(pending_waits_[stream].begin(), pending_waits_[stream].end());
+    pending_waits_[stream].clear();
+  }
+  if (!pending_cpu_waits_.empty()) {
+    o.cpu_waits.assign(pending_cpu_waits_.begin(), pending_cpu_waits_.end());
+    pending_cpu_waits_.clear();
+  }
+  o.cpu_hooks = pending_hooks_;
+  pending_hooks_ = 0;
+  last_on_stream_[stream] = o.id;
+  return o;
+}
+
+void Builder::free_now(int buf, int reuse_after_op) {
+  if (buf < 0 || prog_.ops.empty()) return;
+  prog_.ops.back().frees.push_back({buf, reuse_after_op});
+}
+
+// ---------------------------------------------------------------------------------------------
+void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std::vector<int>& grad_bufs,
+                        const std::vector<int>& param_bufs, int compute) {
+  const Plan& plan = *c.plan;
+  std::int64_t numel = 0;
+  int groups = 0;
+  for (const auto& s : c.sizes) {
+    numel += s.optim;
+    if (s.optim > 0) ++groups;
+  }
+  if (plan.cpu_offload.optimizer) {
+    if (!plan.cpu_offload.params) {
+      // Optimizer-only offload is not a PyTorch FSDP option (DeepSpeed ZeRO-Offload style): grads go to the
+      // CPU, the CPU steps, the updated params come back.
+      p.notes.push_back("cpu_offload.optimizer without params: modeled as D2H of the sharded grads, a CPU "
+                        "optimizer step and H2D of the updated sharded params (not a native FSDP option)");
+      Op& d2h = b.op(OpKind::D2H, compute, -1, c.micro_batches - 1, "grads D2H");
+      d2h.copy_bytes = numel * c.bm;
+      for (int g : grad_bufs)
+        if (g >= 0) d2h.inputs.push_back(g);
+      b.defer_cpu_wait(d2h.id);
+    }
+    Op& cpu = b.op(OpKind::CpuOptimizerStep, compute, -1, c.micro_batches - 1, "optim cpu");
+    cpu.params = numel;
+    cpu.kernel_launches = 0;
+    if (!plan.cpu_offload.params) {
+      Op& h2d = b.op(OpKind::H2D, compute, -1, c.micro_batches - 1, "params H2D");
+      std::int64_t shard = 0;
+      for (const auto& s : c.sizes) shard += s.shard;
+      h2d.copy_bytes = shard * c.bm;
+      for (int q : param_bufs)
+        if (q >= 0) h2d.outputs.push_back(q);
+    }
+    return;
+  }
+  // Fused/foreach AdamW per element: read param, grad, exp_avg, exp_avg_sq; write param and both states
+  // (7 accesses); SGD with momentum: read param, grad, buffer; write param, buffer (5). In master dtype.
+  const int accesses = plan.optimizer == Optimizer::AdamW ? 7 : 5;
+  Op& o = b.op(OpKind::OptimizerStep, compute, -1, c.micro_batches - 1, "optim step");
+  o.copy_bytes = numel * c.bm * accesses;
+  o.kernel_launches = std::max(1, groups);   // about one multi-tensor-apply launch per param group
+  for (int g : grad_bufs)
+    if (g >= 0) o.inputs.push_back(g);
+  for (int q : param_bufs)
+    if (q >= 0) o.outputs.push_back(q);
+}
+
+void fill_facts(const Context& c, StepProgram& p) {
+  const Plan& plan = *c.plan;
+  p.world = c.W;
+  p.shard_size = c.N;
+  p.replicate_size = c.R;
+  p.gpus_per_node = c.topo.gpus_per_node;
+  p.micro_batches = c.micro_batches;
+  p.tokens_per_rank = plan.micro_batch * plan.seq_len * plan.grad_accum;
+  auto fpt = models::flops_per_token(*c.model, plan.seq_len);
+  p.model_flops_per_rank = fpt.forward_backward * static_cast<double>(p.tokens_per_rank);
+  for (const auto& n : c.notes) p.notes.push_back(n);
+}
+
+}  // namespace fsdpsim::sim::lowering

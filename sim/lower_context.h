@@ -1,0 +1,156 @@
+// Internals shared by the FSDP1 and FSDP2 lowerings (sim/lower_fsdp1.cpp, sim/lower_fsdp2.cpp):
+// per-unit sizes (padding rules M1, M6), the forward segment order, kernel lists computed once per
+// lowering, activation sizes, process-group shapes, and a small builder that appends ops in CPU
+// issue order (see sim/step_program.h for the program semantics).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/kernels.h"
+#include "models/model_spec.h"
+#include "models/wrap_graph.h"
+#include "sim/lowering.h"
+#include "sim/plan.h"
+#include "sim/step_program.h"
+
+namespace fsdpsim::sim::lowering {
+
+// Element counts of one FSDP unit on this rank (numel, not bytes).
+struct UnitSizes {
+  std::int64_t params = 0;          // P_u: parameters of the unit (unpadded)
+  std::int64_t trainable = 0;       // parameters that receive gradients
+  std::int64_t shard = 0;           // sharded param numel per rank, padded (FSDP1 _local_shard, FSDP2 _sharded_param_data)
+  std::int64_t unsharded = 0;       // N * shard: _full_param_padded / FSDP2 all-gather output and unsharded storage
+  std::int64_t grad = 0;            // unsharded gradient autograd produces (FSDP1: flat grad; FSDP2: trainable, unpadded)
+  std::int64_t rs_input = 0;        // reduce-scatter input numel (padded to N * grad_shard)
+  std::int64_t grad_shard = 0;      // reduce-scatter output / sharded gradient numel
+  std::int64_t optim = 0;           // numel per optimizer state (trainable, sharded)
+  bool needs_pad = false;           // FSDP1: grad % N != 0 -> F.pad copy before the reduce-scatter (F1.10)
+};
+
+// FSDP1 FlatParameter layout (M1): use_orig_params aligns each tensor to 16 bytes of the flat dtype and
+// pads the whole to a multiple of N; otherwise the flat param is unpadded and each shard is ceil(P/N).
+UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int shard_size, Dtype flat_dtype, bool use_orig_params,
+                           double trainable_fraction);
+// FSDP2 per-parameter dim-0 padding (M6): each tensor's local chunk is ceil(dim0/N) rows.
+UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int shard_size, double trainable_fraction);
+
+// One piece of forward compute in execution order: the embedding, each block, the final norm + head.
+struct Segment {
+  models::ModulePart part = models::ModulePart::Block;
+  int layer = -1;
+  int unit = 0;                     // the innermost FSDP unit whose params this compute uses
+};
+
+struct GroupShape {
+  int size = 1;
+  int nodes = 1;
+};
+
+// Storage recycled from one lowering to the next (sim::simulate keeps one per thread). A lowered
+// llama3-70b step has ~2,300 ops, each with up to seven small vectors: allocating and freeing them was
+// ~30% of a simulate(). Recycled ops keep only their vectors' capacity — Builder::op starts every op
+// from a default-constructed Op and moves the emptied vectors in — so a recycled program is identical
+// to a fresh one. Not thread-safe: one per thread.
+struct OpRecycler {
+  std::vector<Op> spare;               // ops of earlier programs (moved out; their vectors hold capacity)
+  std::vector<Op> ops_storage;         // the ops / buffers vectors themselves (empty, with capacity)
+  std::vector<Buffer> buffers_storage;
+};
+// Hands a finished program's storage to `r` (the program is left empty).
+void recycle(StepProgram& p, OpRecycler& r);
+
+// Everything about the lowering that does not depend on the op sequence; computed once.
+struct Context {
+  const models::ModelSpec* model = nullptr;
+  const models::WrapGraph* graph = nullptr;
+  const Plan* plan = nullptr;
+  Topology topo;
+  int N = 1, R = 1, W = 1;          // shard, replicate, world sizes
+  ShardingStrategy strategy = ShardingStrategy::FULL_SHARD;
+  bool sharded = true;              // N > 1 (a 1-wide shard dim behaves as NO_SHARD)
+  bool hybrid = false;              // R > 1 with N > 1: the HSDP all-reduce over the replicate group
+  Bytes bp = 2, br = 4, bm = 4;     // param, reduce, master dtype bytes
+  bool mixed = true;                // master dtype != param dtype: a cast before the all-gather (M3, D2)
+  bool reduce_cast = true;          // reduce dtype != param dtype: gradient cast before reduction (F1.10, F2.9)
+  int micro_batches = 1;
+  std::vector<UnitSizes> sizes;     // per unit
+  std::vector<Segment> segments;
+  std::vector<int> first_seg, last_seg;      // per unit (root: whole forward)
+  std::vector<int> forward_order;            // units in pre-forward order (root first)
+  std::vector<int> backward_order;           // reverse post-forward order (root first)
+  std::vector<int> forward_pos, backward_pos;  // position of a unit in the two orders
+  // Per segment, the non-root units whose forward starts there (pre-forward order) and ends there
+  // (post-forward order): the hooks that fire around that segment. Backward mirrors them.
+  std::vector<std::vector<int>> opening, closing;
+  // Per segment, the units (root included) whose backward starts there, in backward order.
+  std::vector<std::vector<int>> backward_starts;
+  // Kernel lists per part, computed once (index = static_cast<int>(ModulePart)) and shared by every
+  // compute op of that part (Op::shared_kernels): no per-op copy, one cost computation per list.
+  std::shared_ptr<const std::vector<models::KernelDesc>> fwd_kernels[3], bwd_kernels[3];
+  std::vector<Bytes> act_saved;     // per layer: bytes the block keeps for backward under its AC mode
+  std::vector<Bytes> act_recompute; // per layer: bytes recomputation re-creates (0 if not checkpointed)
+  Bytes logits = 0, loss_transient = 0;
+  GroupShape shard_group, replicate_group, world_group, post_forward_group;
+  int optimizer_states = 2;
+  std::vector<std::string> notes;
+  OpRecycler* recycler = nullptr;   // optional storage to reuse (see OpRecycler)
+};
+
+Context make_context(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                     const Topology& topo);
+
+// Appends ops in CPU issue order. Waits recorded with `defer_wait` attach to the next op issued on
+// that stream (wait_stream / wait_event on a stream, then later work on it); `defer_hook` charges an
+// FSDP hook to the next op the CPU issues; `defer_cpu_wait` makes the CPU block before the next op.
+class Builder {
+ public:
+  explicit Builder(StepProgram& p, OpRecycler* recycler = nullptr);
+  int add_stream(StreamRole role, const char* name);
+  int buffer(const char* what, int unit, Bytes bytes, MemCategory cat, int pool, bool persistent = false);
+  Op& op(OpKind kind, int stream, int unit, int micro_batch, const char* what);
+  void wait(Op& o, int op_id) {
+    if (op_id >= 0) o.waits.push_back(op_id);
+  }
+  // The stream `s` waits on everything issued so far on stream `on` (torch wait_stream).
+  void defer_wait(int s, int op_id) {
+    if (op_id >= 0) pending_waits_[s].push_back(op_id);
+  }
+  void defer_wait_stream(int s, int on) { defer_wait(s, last_on(on)); }
+  void defer_hook(int n = 1) { pending_hooks_ += n; }
+  void defer_cpu_wait(int op_id) {
+    if (op_id >= 0) pending_cpu_waits_.push_back(op_id);
+  }
+  // Frees `buf` at the current CPU point (after the last issued op was enqueued).
+  void free_now(int buf, int reuse_after_op = -1);
+  int last_on(int stream) const { return last_on_stream_[stream]; }
+  int last_op() const { return static_cast<int>(prog_.ops.size()) - 1; }
+  Op& at(int id) { return prog_.ops[id]; }
+
+ private:
+  StepProgram& prog_;
+  OpRecycler* recycler_ = nullptr;
+  std::vector<int> last_on_stream_;
+  std::vector<std::vector<int>> pending_waits_;
+  std::vector<int> pending_cpu_waits_;
+  int pending_hooks_ = 0;
+};
+
+// Short names ("AG u12") stay within std::string's small-buffer size: no heap allocation per op.
+std::string short_name(const char* what, int unit);
+
+// Shared pieces of both lowerings.
+void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std::vector<int>& grad_bufs,
+                        const std::vector<int>& param_bufs, int compute_stream);
+void fill_facts(const Context& c, StepProgram& p);
+
+// lower() with optional recycled storage (sim/lowering.cpp).
+StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                       const Topology& topo, OpRecycler* recycler);
+
+StepProgram lower_fsdp1(const Context& c);
+StepProgram lower_fsdp2(const Context& c);
+
+}  // namespace fsdpsim::sim::lowering

@@ -1,0 +1,32 @@
+// FSDP lowering front door: validates the inputs the lowering relies on and dispatches to the FSDP1
+// or FSDP2 lowering (sim/lower_fsdp1.cpp, sim/lower_fsdp2.cpp; shared parts in sim/lower_context.*).
+#include "sim/lowering.h"
+
+#include <string>
+
+#include "common/errors.h"
+#include "sim/lower_context.h"
+
+namespace fsdpsim::sim {
+
+namespace lowering {
+
+StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                       const Topology& topo, OpRecycler* recycler) {
+  if (topo.world < 1) throw InputError("cluster.gpus", std::to_string(topo.world), "expected at least 1 GPU");
+  if (topo.gpus_per_node < 1)
+    throw InputError("cluster.gpus_per_node", std::to_string(topo.gpus_per_node), "expected at least 1");
+  if (model.n_layers < 0) throw InputError("model.n_layers", std::to_string(model.n_layers), "expected >= 0");
+  Context c = make_context(model, graph, plan, topo);
+  c.recycler = recycler;
+  return plan.fsdp_version == FsdpVersion::FSDP1 ? lower_fsdp1(c) : lower_fsdp2(c);
+}
+
+}  // namespace lowering
+
+StepProgram lower(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                  const Topology& topo) {
+  return lowering::lower_with(model, graph, plan, topo, nullptr);
+}
+
+}  // namespace fsdpsim::sim

@@ -1,0 +1,90 @@
+// validate_program (sim/executor.h): the structural checks a StepProgram must pass before either
+// executor runs it. Every dependency must point to an earlier op in issue order; with that, the
+// program's dependency graph is acyclic and the executor can never deadlock (the earliest
+// unfinished op always has all its dependencies complete or issuable).
+#include <string>
+
+#include "common/errors.h"
+#include "sim/executor.h"
+
+namespace fsdpsim::sim {
+
+namespace {
+
+std::string op_field(std::size_t i, const std::string& what) {
+  return "program.ops[" + std::to_string(i) + "]." + what;
+}
+
+bool is_collective(OpKind k) {
+  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce;
+}
+
+}  // namespace
+
+void validate_program(const StepProgram& p) {
+  const int n_streams = static_cast<int>(p.streams.size());
+  const int n_buffers = static_cast<int>(p.buffers.size());
+  if (n_streams == 0) throw InputError("program.streams", "[]", "at least the compute stream");
+  for (int s = 0; s < n_streams; ++s)
+    if (p.streams[s].id != s)
+      throw InputError("program.streams[" + std::to_string(s) + "].id", std::to_string(p.streams[s].id),
+                       "the stream's index " + std::to_string(s));
+  for (int b = 0; b < n_buffers; ++b) {
+    const Buffer& buf = p.buffers[b];
+    auto f = [b] { return "program.buffers[" + std::to_string(b) + "]"; };   // built only on error
+    if (buf.id != b) throw InputError(f() + ".id", std::to_string(buf.id), "the buffer's index " + std::to_string(b));
+    if (buf.bytes < 0) throw InputError(f() + ".bytes", std::to_string(buf.bytes), ">= 0");
+    if (buf.pool_stream < 0 || buf.pool_stream >= n_streams)
+      throw InputError(f() + ".pool_stream", std::to_string(buf.pool_stream),
+                       "a stream id in [0, " + std::to_string(n_streams) + ")");
+    int c = static_cast<int>(buf.category);
+    if (c < 0 || c >= kNumMemCategories || buf.category == MemCategory::AllocatorSlack ||
+        buf.category == MemCategory::CudaContext)
+      throw InputError(f() + ".category", std::to_string(c), "a buffer category (not allocator_slack/cuda_context)");
+  }
+  for (std::size_t i = 0; i < p.ops.size(); ++i) {
+    const Op& op = p.ops[i];
+    const int id = static_cast<int>(i);
+    if (op.id != id) throw InputError(op_field(i, "id"), std::to_string(op.id), "the op's index " + std::to_string(i));
+    if (op.stream < 0 || op.stream >= n_streams)
+      throw InputError(op_field(i, "stream"), std::to_string(op.stream),
+                       "a stream id in [0, " + std::to_string(n_streams) + ")");
+    int k = static_cast<int>(op.kind);
+    if (k < 0 || k > static_cast<int>(OpKind::CpuOptimizerStep))
+      throw InputError(op_field(i, "kind"), std::to_string(k), "an OpKind");
+    for (int w : op.waits)
+      if (w < 0 || w >= id)
+        throw InputError(op_field(i, "waits"), std::to_string(w), "ids of earlier ops (in [0, " + std::to_string(id) + "))");
+    for (int w : op.cpu_waits)
+      if (w < 0 || w >= id)
+        throw InputError(op_field(i, "cpu_waits"), std::to_string(w),
+                         "ids of earlier ops (in [0, " + std::to_string(id) + "))");
+    for (int b : op.allocs) {
+      if (b < 0 || b >= n_buffers)
+        throw InputError(op_field(i, "allocs"), std::to_string(b), "buffer ids in [0, " + std::to_string(n_buffers) + ")");
+      if (p.buffers[b].persistent)
+        throw InputError(op_field(i, "allocs"), std::to_string(b), "non-persistent buffers (persistent ones are allocated before the step)");
+    }
+    for (const FreeSpec& f : op.frees) {
+      if (f.buffer < 0 || f.buffer >= n_buffers)
+        throw InputError(op_field(i, "frees.buffer"), std::to_string(f.buffer),
+                         "buffer ids in [0, " + std::to_string(n_buffers) + ")");
+      if (f.reuse_after_op < -1 || f.reuse_after_op > id)
+        throw InputError(op_field(i, "frees.reuse_after_op"), std::to_string(f.reuse_after_op),
+                         "-1 or the id of an op issued so far (<= " + std::to_string(id) + ")");
+    }
+    if (is_collective(op.kind)) {
+      int g = static_cast<int>(op.group);
+      if (g < 0 || g > static_cast<int>(CommGroup::PostForward))
+        throw InputError(op_field(i, "group"), std::to_string(g), "a CommGroup");
+      if (op.group_size < 1) throw InputError(op_field(i, "group_size"), std::to_string(op.group_size), ">= 1");
+      if (op.comm_bytes < 0) throw InputError(op_field(i, "comm_bytes"), std::to_string(op.comm_bytes), ">= 0");
+    }
+    if (op.copy_bytes < 0) throw InputError(op_field(i, "copy_bytes"), std::to_string(op.copy_bytes), ">= 0");
+    if (op.cpu_hooks < 0) throw InputError(op_field(i, "cpu_hooks"), std::to_string(op.cpu_hooks), ">= 0");
+    if (op.kernel_launches < 0)
+      throw InputError(op_field(i, "kernel_launches"), std::to_string(op.kernel_launches), ">= 0");
+  }
+}
+
+}  // namespace fsdpsim::sim

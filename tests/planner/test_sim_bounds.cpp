@@ -1,0 +1,56 @@
+// The pruning bounds against exhaustive simulation on small spaces: the memory lower bound never
+// exceeds the simulated peak (so pruning never drops a plan that would fit) and the step-time lower
+// bound never exceeds the simulated step time (so dominance skipping is sound).
+#include <gtest/gtest.h>
+
+#include "calibrate/hardware_profile.h"
+#include "common/errors.h"
+#include "models/zoo.h"
+#include "planner/bounds.h"
+#include "planner/search_space.h"
+#include "sim/simulator.h"
+
+using namespace fsdpsim;
+using namespace fsdpsim::planner;
+
+namespace {
+
+void check_space(const std::string& model_name, const std::string& cluster_name, std::int64_t seq, std::int64_t seqs,
+                 std::vector<std::string> precisions) {
+  auto model = models::with_seq_len(models::load_model(model_name), seq);
+  auto cluster = calibrate::load_cluster(cluster_name);
+  auto hw = calibrate::HardwareProfile::for_cluster(cluster);
+  SpaceOptions o;
+  o.batch = resolve_batch_target(seq, 0, seqs, cluster.world());
+  o.precisions = precisions;
+  auto cands = enumerate_candidates(o, cluster.nodes, cluster.gpus_per_node);
+  Bounds b(model, hw, o.base.auto_wrap_policy);
+  sim::SimOptions so;
+  so.record_trace = false;
+  so.record_memory_timeline = false;
+  int checked = 0;
+  for (const auto& c : cands) {
+    sim::SimResult r;
+    try {
+      r = sim::simulate(model, hw, c.plan, so);
+    } catch (const InputError& e) {
+      ADD_FAILURE() << c.label << " rejected by the simulator: " << e.what();
+      continue;
+    }
+    MemoryBound m = b.memory(c.plan);
+    EXPECT_LE(m.total(), r.peak_total_device) << c.label << " moment A " << m.moment_a() << " B " << m.moment_b();
+    EXPECT_LE(b.step_time(c.plan), r.step_time_ns) << c.label;
+    ++checked;
+  }
+  EXPECT_EQ(checked, static_cast<int>(cands.size()));
+}
+
+}  // namespace
+
+TEST(Bounds, NeverAboveSimulationTinyLlamaOneNode) {
+  check_space("tiny-llama", "8xH100-SXM", 1024, 16, {"bf16", "bf16-true", "fp32", "fp8-ag"});
+}
+
+TEST(Bounds, NeverAboveSimulationGpt2TwoNodes) {
+  check_space("gpt2", "2x4xH100-SXM-IB-NDR400", 1024, 16, {"bf16"});
+}

@@ -1,0 +1,89 @@
+// diagnose finds each planted pitfall in the fixture configs, with a simulated fix.
+#include <gtest/gtest.h>
+
+#include "models/zoo.h"
+#include "planner/diagnose.h"
+#include "planner/user_config.h"
+
+using namespace fsdpsim;
+using namespace fsdpsim::planner;
+
+namespace {
+
+Diagnosis run(const std::string& model_name, const std::string& cluster_name, const std::string& file) {
+  auto model = models::load_model(model_name);
+  auto cluster = calibrate::load_cluster(cluster_name);
+  auto hw = calibrate::HardwareProfile::for_cluster(cluster);
+  auto cfg = read_user_config(std::string(FSDPSIM_SOURCE_DIR) + "/tests/planner/fixtures/" + file, {}, model);
+  model = models::with_seq_len(model, cfg.plan.seq_len);
+  return diagnose(model, hw, cfg, 0.05);
+}
+
+const Finding* find(const Diagnosis& d, const std::string& id) {
+  for (const auto& f : d.findings)
+    if (f.id == id) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+TEST(Diagnose, WrapPolicyThatWrapsNothing) {
+  auto d = run("llama3-8b", "8xH100-SXM", "lightning_wrap_nothing.py");
+  const Finding* f = find(d, "wrap_nothing");
+  ASSERT_NE(f, nullptr) << diagnosis_text(d);
+  EXPECT_EQ(f->severity, "problem");
+  ASSERT_TRUE(f->simulated);
+  EXPECT_LT(f->fixed_result.peak_total_device, d.result.peak_total_device);
+  EXPECT_NE(f->fix.find("LlamaDecoderLayer"), std::string::npos);
+}
+
+TEST(Diagnose, SixteenMixedVersusBf16True) {
+  auto d = run("llama3-8b", "2xH100-SXM", "lightning_16mixed.py");
+  const Finding* f = find(d, "precision");
+  ASSERT_NE(f, nullptr) << diagnosis_text(d);
+  ASSERT_TRUE(f->simulated);
+  EXPECT_LT(f->fixed_result.peak_total_device, d.result.peak_total_device);
+  EXPECT_NE(f->message.find("16-mixed"), std::string::npos);
+  EXPECT_NE(f->fix.find("bf16-true"), std::string::npos);
+}
+
+TEST(Diagnose, NoActivationCheckpointingAtLongSequence) {
+  auto d = run("llama3-8b", "8xH100-SXM", "accelerate_no_ac.yaml");
+  const Finding* f = find(d, "activation_checkpointing");
+  ASSERT_NE(f, nullptr) << diagnosis_text(d);
+  EXPECT_EQ(f->severity, "problem");
+  ASSERT_TRUE(f->simulated);
+  EXPECT_LT(f->fixed_result.peak_total_device, d.result.peak_total_device);
+  EXPECT_EQ(f->fix, "fsdp_activation_checkpointing: true");
+}
+
+TEST(Diagnose, FullShardAcrossSlowLinksVersusHybrid) {
+  auto d = run("llama3-8b", "2x8xH100-SXM-ETH-10G", "torchtitan_full_shard_eth.toml");
+  const Finding* f = find(d, "full_shard_across_nodes");
+  ASSERT_NE(f, nullptr) << diagnosis_text(d);
+  EXPECT_EQ(f->severity, "problem") << diagnosis_text(d);
+  ASSERT_TRUE(f->simulated);
+  EXPECT_GT(f->fixed_result.tokens_per_s_per_gpu, d.result.tokens_per_s_per_gpu);
+  EXPECT_EQ(f->fixed_plan.mesh_replicate, 2);
+  EXPECT_EQ(f->fixed_plan.mesh_shard, 8);
+}
+
+TEST(Diagnose, NoShardForASmallModelIsFine) {
+  auto d = run("gpt2", "8xH100-SXM", "lightning_no_shard_small.yaml");
+  const Finding* f = find(d, "no_shard");
+  ASSERT_NE(f, nullptr) << diagnosis_text(d);
+  EXPECT_EQ(f->severity, "ok");
+  EXPECT_TRUE(d.fits_with_margin);
+}
+
+TEST(Diagnose, FullShardOverheadForASmallModel) {
+  // Over PCIe (no NVLink) FULL_SHARD's extra all-gathers cost more than NO_SHARD's all-reduce saves
+  // (K2; litgpt#607). On 8xH100-SXM the simulator predicts FULL_SHARD faster, and no finding is raised.
+  auto d = run("gpt2", "8xA100-40GB-PCIe4", "accelerate_full_shard_small.yaml");
+  const Finding* f = find(d, "full_shard_overhead");
+  ASSERT_NE(f, nullptr) << diagnosis_text(d);
+  EXPECT_GT(f->fixed_result.tokens_per_s_per_gpu, d.result.tokens_per_s_per_gpu);
+  EXPECT_EQ(f->fix, "fsdp_sharding_strategy: NO_SHARD");
+  auto nv = run("gpt2", "8xH100-SXM", "accelerate_full_shard_small.yaml");
+  EXPECT_EQ(find(nv, "full_shard_overhead"), nullptr) << diagnosis_text(nv);
+}

@@ -1,0 +1,193 @@
+// Exports: each front-end's text equals its golden file (FSDPSIM_UPDATE_GOLDEN=1 rewrites them) and
+// parses in its own format with python3 (ast.parse, yaml.safe_load, tomllib), with the plan's values.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "planner/exports.h"
+
+using namespace fsdpsim;
+using namespace fsdpsim::planner;
+
+namespace {
+
+models::ModelSpec llama(const std::string& name, std::int64_t hidden, std::int64_t layers) {
+  models::ModelSpec m;
+  m.name = name;
+  m.model_type = "llama";
+  m.block_class = "LlamaDecoderLayer";
+  m.hidden = hidden;
+  m.n_layers = layers;
+  return m;
+}
+
+calibrate::Cluster cluster(int nodes, int gpn) {
+  calibrate::Cluster c;
+  c.nodes = nodes;
+  c.gpus_per_node = gpn;
+  c.gpu = "H100-SXM";
+  return c;
+}
+
+struct Fixture {
+  std::string name;
+  ExportInput in;
+};
+
+std::vector<Fixture> fixtures() {
+  std::vector<Fixture> f;
+  {  // FSDP2 FULL_SHARD on one node, full AC, no_sync accumulation, bf16 + fp32 reduce.
+    ExportInput in{llama("llama3-8b", 4096, 32), cluster(1, 8), {}, "FSDP2 FULL_SHARD mesh(1,8) rAF=true AC=full mb=2 ga=4 no_sync bf16"};
+    in.plan.fsdp_version = sim::FsdpVersion::FSDP2;
+    in.plan.mesh_replicate = 1;
+    in.plan.mesh_shard = 8;
+    in.plan.activation_checkpointing.mode = sim::ActivationCheckpointing::Mode::Full;
+    in.plan.micro_batch = 2;
+    in.plan.grad_accum = 4;
+    in.plan.seq_len = 8192;
+    f.push_back({"fsdp2_full_shard", in});
+  }
+  {  // FSDP1 HYBRID_SHARD (2, 8), BACKWARD_POST + forward_prefetch, every_2 AC, pure bf16, sync each micro-batch.
+    ExportInput in{llama("llama3-70b", 8192, 80), cluster(2, 8), {}, "FSDP1 HYBRID_SHARD mesh(2,8) BACKWARD_POST forward_prefetch AC=every_2 mb=1 ga=8 sync bf16-true"};
+    auto& p = in.plan;
+    p.fsdp_version = sim::FsdpVersion::FSDP1;
+    p.sharding_strategy = sim::ShardingStrategy::HYBRID_SHARD;
+    p.mesh_replicate = 2;
+    p.mesh_shard = 8;
+    p.backward_prefetch = sim::BackwardPrefetch::BACKWARD_POST;
+    p.forward_prefetch = true;
+    p.activation_checkpointing.mode = sim::ActivationCheckpointing::Mode::EveryK;
+    p.activation_checkpointing.every_k = 2;
+    p.param_dtype = p.reduce_dtype = p.master_weights_dtype = Dtype::BF16;
+    p.micro_batch = 1;
+    p.grad_accum = 8;
+    p.grad_sync = true;
+    p.seq_len = 4096;
+    f.push_back({"fsdp1_hybrid", in});
+  }
+  {  // FSDP2 hpZ: mesh (2, 16), reshard_after_forward=8, prefetch 2, selective op AC, fp8 all-gather, CPU offload.
+    models::ModelSpec m = llama("mistral-7b", 4096, 32);
+    m.model_type = "mistral";
+    m.block_class = "MistralDecoderLayer";
+    ExportInput in{m, cluster(4, 8), {}, "FSDP2 HYBRID_SHARD mesh(2,16) rAF=8 prefetch=2 AC=selective_op mb=4 ga=1 offload fp8-ag"};
+    auto& p = in.plan;
+    p.fsdp_version = sim::FsdpVersion::FSDP2;
+    p.mesh_replicate = 2;
+    p.mesh_shard = 16;
+    p.reshard_after_forward = 8;
+    p.prefetch_depth = 2;
+    p.activation_checkpointing.mode = sim::ActivationCheckpointing::Mode::SelectiveOp;
+    p.fp8_all_gather = true;
+    p.cpu_offload.params = true;
+    p.micro_batch = 4;
+    p.grad_accum = 1;
+    p.seq_len = 2048;
+    f.push_back({"fsdp2_hpz_offload", in});
+  }
+  return f;
+}
+
+std::string golden_dir() { return std::string(FSDPSIM_SOURCE_DIR) + "/tests/planner/golden/"; }
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void check_golden(const std::string& name, const std::string& text) {
+  std::string path = golden_dir() + name;
+  const char* upd = std::getenv("FSDPSIM_UPDATE_GOLDEN");
+  if (upd && std::string(upd) == "1") {
+    std::ofstream(path) << text;
+    return;
+  }
+  EXPECT_EQ(read_file(path), text) << "golden file " << path << " differs (FSDPSIM_UPDATE_GOLDEN=1 rewrites it)";
+}
+
+// Collects texts and python3 checks; run() checks them all in one python3 process (the script sees
+// each file's path as `path`). Parsing uses ast.parse, yaml.safe_load and tomllib.
+struct PythonChecks {
+  std::string script = "import ast, sys, tomllib, yaml\nfailed = 0\n";
+  int n = 0;
+  void add(const std::string& text, const std::string& ext, const std::string& body) {
+    std::string path = std::string(FSDPSIM_BINARY_DIR) + "/planner_export_check_" + std::to_string(n++) + "." + ext;
+    std::ofstream(path) << text;
+    script += "path = '" + path + "'\ntry:\n";
+    std::stringstream ss(body);
+    std::string line;
+    while (std::getline(ss, line)) script += "    " + line + "\n";
+    script += "except Exception as e:\n    failed += 1\n    print(path, repr(e))\n";
+  }
+  void run() {
+    script += "sys.exit(1 if failed else 0)\n";
+    std::string py = std::string(FSDPSIM_BINARY_DIR) + "/planner_export_check.py";
+    std::ofstream(py) << script;
+    std::string out = std::string(FSDPSIM_BINARY_DIR) + "/planner_export_check.out";
+    int rc = std::system(("python3 " + py + " > " + out + " 2>&1").c_str());
+    EXPECT_EQ(rc, 0) << read_file(out);
+  }
+};
+
+}  // namespace
+
+TEST(Exports, GoldenFilesAndTheyParse) {
+  PythonChecks checks;
+  for (const auto& f : fixtures()) {
+    SCOPED_TRACE(f.name);
+    const auto& p = f.in.plan;
+    Export a = export_fsdp2(f.in), b = export_lightning(f.in), c = export_accelerate(f.in), d = export_torchtitan(f.in);
+    EXPECT_EQ(a.format, "python");
+    EXPECT_EQ(b.format, "python");
+    EXPECT_EQ(c.format, "yaml");
+    EXPECT_EQ(d.format, "toml");
+    check_golden(f.name + ".fsdp2.py", a.text);
+    check_golden(f.name + ".lightning.py", b.text);
+    check_golden(f.name + ".accelerate.yaml", c.text);
+    check_golden(f.name + ".torchtitan.toml", d.text);
+    checks.add(a.text, "py", "ast.parse(open(path).read())");
+    checks.add(b.text, "py", "ast.parse(open(path).read())");
+    std::string v = p.fsdp_version == sim::FsdpVersion::FSDP1 ? "1" : "2";
+    checks.add(c.text, "yaml",
+                 "d = yaml.safe_load(open(path))\n"
+                 "assert d['distributed_type'] == 'FSDP'\n"
+                 "assert d['fsdp_config']['fsdp_version'] == " + v + "\n"
+                 "assert d['num_processes'] == " + std::to_string(f.in.cluster.nodes * f.in.cluster.gpus_per_node));
+    checks.add(d.text, "toml",
+                 "d = tomllib.loads(open(path).read())\n"
+                 "assert d['parallelism']['data_parallel_replicate_degree'] == " + std::to_string(p.mesh_replicate) + "\n"
+                 "assert d['parallelism']['data_parallel_shard_degree'] == " + std::to_string(p.mesh_shard) + "\n"
+                 "assert d['training']['local_batch_size'] == " + std::to_string(p.micro_batch) + "\n"
+                 "assert d['training']['seq_len'] == " + std::to_string(p.seq_len));
+  }
+  checks.run();
+}
+
+TEST(Exports, UnsupportedSettingsAreListedNotDropped) {
+  auto f = fixtures();
+  // FSDP1 BACKWARD_POST / forward_prefetch cannot be expressed by torchtitan (FSDP2-only).
+  Export t = export_torchtitan(f[1].in);
+  bool found = false;
+  for (const auto& u : t.unsupported) found |= u.find("BACKWARD_POST") != std::string::npos;
+  EXPECT_TRUE(found);
+  EXPECT_NE(t.text.find("# not expressible here"), std::string::npos);
+  // Lightning cannot checkpoint every 2nd block through a class set; nor can accelerate.
+  Export l = export_lightning(f[1].in);
+  found = false;
+  for (const auto& u : l.unsupported) found |= u.find("every_2") != std::string::npos;
+  EXPECT_TRUE(found);
+  EXPECT_NE(l.text.find("device_mesh=(2, 8)"), std::string::npos);
+  EXPECT_NE(l.text.find("precision=\"bf16-true\""), std::string::npos);
+  // accelerate: rAF=8 and prefetch_depth 2 have no YAML key.
+  Export a = export_accelerate(f[2].in);
+  EXPECT_GE(a.unsupported.size(), 3u);
+  // The raw FSDP2 export expresses hpZ, prefetch and offload directly.
+  Export r = export_fsdp2(f[2].in);
+  EXPECT_NE(r.text.find("reshard_after_forward=8"), std::string::npos);
+  EXPECT_NE(r.text.find("set_modules_to_backward_prefetch"), std::string::npos);
+  EXPECT_NE(r.text.find("CPUOffloadPolicy()"), std::string::npos);
+  EXPECT_NE(r.text.find("init_device_mesh(\"cuda\", (2, 16)"), std::string::npos);
+}

@@ -1,0 +1,142 @@
+// The search engine and the ranking on synthetic evaluations (no simulator): pruning by the memory
+// bound, dominance skipping, determinism across thread counts, ranking order and the Pareto front.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "common/errors.h"
+#include "planner/ranking.h"
+#include "planner/search.h"
+
+using namespace fsdpsim;
+using namespace fsdpsim::planner;
+
+namespace {
+
+// A synthetic space: candidate i has peak = mem[i], tokens/s = tps[i]; the bounds are exact or
+// below/above by a factor, as the real bounds are.
+struct Synthetic {
+  std::vector<Candidate> cands;
+  std::vector<Bytes> peak, lb;
+  std::vector<double> tps, ub;
+};
+
+Synthetic make(int n, unsigned seed) {
+  Synthetic s;
+  unsigned x = seed;
+  auto rnd = [&]() { x = x * 1103515245u + 12345u; return (x >> 8) & 0xffff; };
+  for (int i = 0; i < n; ++i) {
+    Candidate c;
+    c.index = i;
+    c.id = "c" + std::to_string(i);
+    c.plan.micro_batch = i + 1;  // the evaluator reads the index back from here
+    s.cands.push_back(c);
+    Bytes peak = (20 + static_cast<Bytes>(rnd() % 100)) * kGiB;
+    double tps = 1000.0 + static_cast<double>(rnd() % 5000);
+    s.peak.push_back(peak);
+    s.tps.push_back(tps);
+    s.lb.push_back(peak * (60 + static_cast<Bytes>(rnd() % 41)) / 100);   // 60-100% of the peak
+    s.ub.push_back(tps * (1.0 + static_cast<double>(rnd() % 100) / 100.0)); // 1-2x the throughput
+  }
+  return s;
+}
+
+EvalFn synthetic_eval(const Synthetic& s, std::atomic<int>* calls = nullptr) {
+  return [&s, calls](const sim::Plan& p) {
+    if (calls) ++*calls;
+    int i = static_cast<int>(p.micro_batch) - 1;
+    sim::SimResult r;
+    r.peak_total_device = s.peak[static_cast<size_t>(i)];
+    r.capacity = 80 * kGiB;
+    r.fits = r.peak_total_device <= r.capacity;
+    r.tokens_per_s_per_gpu = s.tps[static_cast<size_t>(i)];
+    return r;
+  };
+}
+
+}  // namespace
+
+TEST(Search, PrunesOnlyByTheBoundAndIsDeterministicAcrossThreads) {
+  Synthetic s = make(500, 7);
+  SearchOptions o;
+  o.capacity = 80 * kGiB;
+  o.memory_margin = 0.05;
+  o.wave_size = 16;
+  o.threads = 1;
+  std::atomic<int> calls{0};
+  auto a = run_search(s.cands, s.lb, s.ub, synthetic_eval(s, &calls), o);
+  o.threads = 4;
+  auto b = run_search(s.cands, s.lb, s.ub, synthetic_eval(s), o);
+  ASSERT_EQ(a.evals.size(), b.evals.size());
+  const Bytes usable = usable_capacity(o.capacity, o.memory_margin);
+  for (size_t i = 0; i < a.evals.size(); ++i) {
+    EXPECT_EQ(a.evals[i].status, b.evals[i].status) << i;
+    if (a.evals[i].status == EvalStatus::PrunedMemory) {
+      EXPECT_GT(s.lb[i], usable);
+    }
+  }
+  EXPECT_EQ(a.stats.simulated, calls.load());
+  EXPECT_EQ(a.stats.simulated + a.stats.pruned_memory + a.stats.skipped_dominated, 500);
+  EXPECT_GT(a.stats.skipped_dominated, 0);  // dominance does skip work on this space
+
+  // Exhaustive: every candidate simulated. The recommendation and the Pareto front must agree.
+  Synthetic all = s;
+  std::vector<Bytes> zero(500, 0);
+  std::vector<double> inf(500, 1e300);
+  auto ex = run_search(all.cands, zero, inf, synthetic_eval(all), o);
+  EXPECT_EQ(ex.stats.simulated, 500);
+  auto ra = rank_candidates(a.evals), re = rank_candidates(ex.evals);
+  EXPECT_EQ(ra.recommended, re.recommended);
+  EXPECT_EQ(ra.pareto, re.pareto);
+  ASSERT_GE(ra.recommended, 0);
+}
+
+TEST(Ranking, OrderTieBreaksAndPareto) {
+  std::vector<Evaluation> ev(6);
+  auto set = [&](int i, Bytes gib, double tps, bool fitm, bool fits) {
+    ev[static_cast<size_t>(i)].status = EvalStatus::Simulated;
+    ev[static_cast<size_t>(i)].result.peak_total_device = gib * kGiB;
+    ev[static_cast<size_t>(i)].result.tokens_per_s_per_gpu = tps;
+    ev[static_cast<size_t>(i)].result.fits = fits;
+    ev[static_cast<size_t>(i)].fits_with_margin = fitm;
+  };
+  set(0, 50, 3000, true, true);
+  set(1, 40, 3000, true, true);   // same speed, less memory: ranks above 0
+  set(2, 60, 3500, true, true);   // fastest
+  set(3, 78, 4000, false, true);  // fits only without the margin
+  set(4, 90, 5000, false, false); // does not fit
+  ev[5].status = EvalStatus::PrunedMemory;
+  auto r = rank_candidates(ev);
+  EXPECT_EQ(r.order, (std::vector<int>{2, 1, 0, 3, 4}));
+  EXPECT_EQ(r.recommended, 2);
+  EXPECT_EQ(r.pareto, (std::vector<int>{1, 2}));  // 0 is dominated by 1 (same speed, more memory)
+  // Exact ties (memory and speed) fall back to the candidate index.
+  set(0, 40, 3000, true, true);
+  r = rank_candidates(ev);
+  EXPECT_EQ(r.order, (std::vector<int>{2, 0, 1, 3, 4}));
+  EXPECT_EQ(r.pareto, (std::vector<int>{0, 2}));
+  // Nothing fits with the margin: no recommendation, empty front.
+  for (int i : {0, 1, 2}) ev[static_cast<size_t>(i)].fits_with_margin = false;
+  r = rank_candidates(ev);
+  EXPECT_EQ(r.recommended, -1);
+  EXPECT_TRUE(r.pareto.empty());
+}
+
+TEST(Search, InvalidPlansAreRecordedNotFatal) {
+  Synthetic s = make(10, 3);
+  SearchOptions o;
+  o.capacity = 80 * kGiB;
+  EvalFn eval = [](const sim::Plan& p) -> sim::SimResult {
+    if (p.micro_batch % 2 == 0) throw InputError("plan.mesh", "(3, 3)", "bad");
+    sim::SimResult r;
+    r.peak_total_device = kGiB;
+    r.tokens_per_s_per_gpu = 1;
+    return r;
+  };
+  std::vector<Bytes> zero(10, 0);
+  std::vector<double> ub(10, 1e9);
+  auto out = run_search(s.cands, zero, ub, eval, o);
+  EXPECT_EQ(out.stats.invalid, 5);
+  EXPECT_EQ(out.stats.simulated, 5);
+  EXPECT_NE(out.evals[1].error.find("plan.mesh"), std::string::npos);
+}

@@ -1,0 +1,524 @@
+// Structural tests of the FSDP lowering on hand-built 2-4 block models: op sequences and streams per
+// strategy and prefetch mode, waits, exact buffer sizes (padding), the ZeRO identity, communication
+// volume, the rate limiter, activation checkpointing, no_sync, HSDP, offload and frozen params.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "common/errors.h"
+#include "models/zoo.h"
+#include "sim/lowering.h"
+#include "test_lowering_fixtures.h"
+
+namespace fsdpsim::sim {
+namespace {
+
+using namespace testing;
+
+const Shapes kRoot = {{8, 4}, {4}, {8, 4}};    // 68 params
+const Shapes kBlock = {{6, 4}, {3}};           // 27 params
+
+// Structural invariants every program must satisfy: dependencies point backwards, a transient buffer
+// is allocated once and freed once after it (none leaks past the step), persistent ones are never
+// allocated or freed by ops, and reuse_after_op names an issued op.
+void expect_well_formed(const StepProgram& p, const std::string& what) {
+  std::vector<int> alloc_at(p.buffers.size(), -1), free_at(p.buffers.size(), -1);
+  for (const auto& o : p.ops) {
+    ASSERT_EQ(&o - p.ops.data(), o.id) << what;
+    ASSERT_GE(o.stream, 0) << what;
+    ASSERT_LT(o.stream, static_cast<int>(p.streams.size())) << what;
+    for (int w : o.waits) ASSERT_TRUE(w >= 0 && w < o.id) << what << " op " << o.name;
+    for (int w : o.cpu_waits) ASSERT_TRUE(w >= 0 && w < o.id) << what << " op " << o.name;
+    for (int b : o.allocs) {
+      ASSERT_FALSE(p.buffers[b].persistent) << what << " " << p.buffers[b].name;
+      ASSERT_EQ(alloc_at[b], -1) << what << " allocated twice: " << p.buffers[b].name;
+      alloc_at[b] = o.id;
+    }
+    for (const auto& f : o.frees) {
+      ASSERT_FALSE(p.buffers[f.buffer].persistent) << what;
+      ASSERT_GE(alloc_at[f.buffer], 0) << what << " freed before alloc: " << p.buffers[f.buffer].name;
+      ASSERT_EQ(free_at[f.buffer], -1) << what << " freed twice: " << p.buffers[f.buffer].name << " at " << o.name;
+      ASSERT_LE(f.reuse_after_op, o.id) << what;
+      free_at[f.buffer] = o.id;
+    }
+  }
+  for (const auto& b : p.buffers) {
+    if (b.persistent) continue;
+    EXPECT_GE(alloc_at[b.id], 0) << what << " never allocated: " << b.name;
+    EXPECT_GE(free_at[b.id], 0) << what << " leaks past the step: " << b.name;
+  }
+}
+
+TEST(LoweringFsdp2, FullShardSequenceStreamsAndBytes) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  StepProgram p = lower_hand(g, "{}", 4, 4);
+  std::vector<std::string> names;
+  for (const auto& s : p.streams) names.push_back(s.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"default", "all_gather_copy_in", "all_gather", "reduce_scatter"}));
+  EXPECT_EQ(sequence(p, 1),
+            (std::vector<std::string>{"cast@all_gather_copy_in", "copy_in@all_gather_copy_in", "all_gather@all_gather",
+                                      "copy_out@default", "forward@default", "cast@all_gather_copy_in",
+                                      "copy_in@all_gather_copy_in", "all_gather@all_gather", "copy_out@default",
+                                      "backward@default", "copy_in@default", "reduce_scatter@reduce_scatter"}));
+  // M6 dim-0 padding with N=4: [6,4] -> 2 rows x 4 = 8, [3] -> 1: shard 9, unsharded 36 elements.
+  auto ags = ops_of(p, OpKind::AllGather, 1);
+  ASSERT_EQ(ags.size(), 2u);
+  EXPECT_EQ(ags[0]->comm_bytes, 36 * 2);
+  EXPECT_EQ(ags[0]->group_size, 4);
+  EXPECT_EQ(p.buffers[ags[0]->outputs[0]].bytes, 36 * 2);
+  EXPECT_EQ(p.buffers[ags[0]->outputs[0]].pool_stream, 1);   // allocated on the copy-in stream
+  auto rs = ops_of(p, OpKind::ReduceScatter, 1);
+  ASSERT_EQ(rs.size(), 1u);
+  EXPECT_EQ(rs[0]->comm_bytes, 36 * 4);                       // reduce_dtype fp32, padded
+  EXPECT_EQ(p.buffers[rs[0]->outputs[0]].bytes, 9 * 4);
+  auto copy_out = ops_of(p, OpKind::CopyOut, 1);
+  EXPECT_TRUE(waits_on(*copy_out[0], ags[0]->id));
+  EXPECT_EQ(p.buffers[copy_out[0]->allocs[0]].bytes, 36 * 2);
+  EXPECT_EQ(p.buffers[copy_out[0]->allocs[0]].category, MemCategory::UnshardedParams);
+  // Root: 8+1+8 = 17 per rank; AG'd only in forward (not resharded after forward, F2.6).
+  auto root_ags = ops_of(p, OpKind::AllGather, 0);
+  ASSERT_EQ(root_ags.size(), 1u);
+  EXPECT_EQ(root_ags[0]->comm_bytes, 68 * 2);
+  // Persistent: 16 bytes per sharded element (fp32 params + grads + 2 AdamW states).
+  EXPECT_EQ(persistent_bytes(p, MemCategory::ShardedParams), (17 + 9 + 9) * 4);
+  EXPECT_EQ(persistent_bytes(p, MemCategory::ShardedGrads), (17 + 9 + 9) * 4);
+  EXPECT_EQ(persistent_bytes(p, MemCategory::OptimizerState), (17 + 9 + 9) * 8);
+  expect_well_formed(p, "fsdp2");
+}
+
+TEST(LoweringFsdp2, AllGatherOutputKeptUntilNextCopyOutAndRsInputUntilNextPostBackward) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  StepProgram p = lower_hand(g, "{}", 4, 4);
+  auto ag1 = ops_of(p, OpKind::AllGather, 1);
+  auto co2 = ops_of(p, OpKind::CopyOut, 2);
+  auto co1 = ops_of(p, OpKind::CopyOut, 1);
+  int fwd_out = ag1[0]->outputs[0], bwd_out = ag1[1]->outputs[0];
+  // F2.3: forward AG output of unit 1 freed at unit 2's wait_for_unshard; the copy-in stream waits on
+  // unit 1's copy-out before reusing it.
+  EXPECT_TRUE(frees(*co2[0], fwd_out));
+  EXPECT_FALSE(frees(*co1[0], fwd_out));
+  // Backward: freed right after its own copy-out.
+  EXPECT_TRUE(frees(*co1[1], bwd_out));
+  // The copy-in of unit 2 (forward) waits on unit 0's copy-out event (the previous kept AG state).
+  auto ci2 = ops_of(p, OpKind::CopyIn, 2);
+  auto co0 = ops_of(p, OpKind::CopyOut, 0);
+  bool waits = false;
+  for (const auto& o : p.ops)
+    if (o.unit == 2 && o.stream == 1 && waits_on(o, co0[0]->id)) waits = true;
+  EXPECT_TRUE(waits);
+  // F2.8 / M8: unit 2's RS input lives until unit 1's post-backward; unit 1's RS copy-in waits on RS(2).
+  auto rs2 = ops_of(p, OpKind::ReduceScatter, 2);
+  int rs_in2 = rs2[0]->inputs[0];
+  const Op* rs_copy_in1 = nullptr;
+  for (auto* o : ops_of(p, OpKind::CopyIn, 1))
+    if (o->stream == 0) rs_copy_in1 = o;
+  ASSERT_NE(rs_copy_in1, nullptr);
+  EXPECT_TRUE(waits_on(*rs_copy_in1, rs2[0]->id));
+  const Op& before = p.ops[rs_copy_in1->id - 1];
+  EXPECT_TRUE(frees(before, rs_in2));
+  // F2.10: fp32/bf16 reduce uses AVG: no divide kernels.
+  EXPECT_TRUE(ops_of(p, OpKind::Divide).empty());
+}
+
+TEST(LoweringFsdp1, FullShardSequenceAndPadding) {
+  // [3],[6,4],[6] with fp32 flat params and N=4. use_orig_params: 3 -> align 4 -> 28 -> 34 -> pad to 36.
+  const Shapes blk = {{3}, {6, 4}, {6}};
+  auto g = block_graph(kRoot, {blk, blk});
+  StepProgram p = lower_hand(g, R"({"fsdp_version": 1})", 4, 4);
+  std::vector<std::string> names;
+  for (const auto& s : p.streams) names.push_back(s.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"default", "pre_unshard", "unshard", "post_backward"}));
+  // Pre-divide f = 2, post-divide 2 for N = 4 (F1.12); reduce fp32 == master: no accumulate cast.
+  EXPECT_EQ(sequence(p, 1), (std::vector<std::string>{"cast@pre_unshard", "all_gather@unshard", "forward@default",
+                                                       "cast@pre_unshard", "all_gather@unshard", "backward@default",
+                                                       "cast@post_backward", "divide@post_backward",
+                                                       "reduce_scatter@post_backward", "divide@post_backward"}));
+  auto ag = ops_of(p, OpKind::AllGather, 1);
+  EXPECT_EQ(ag[0]->comm_bytes, 36 * 2);
+  EXPECT_EQ(p.buffers[ag[0]->allocs[0]].bytes, 36 * 2);             // _full_param_padded
+  EXPECT_EQ(p.buffers[ag[0]->allocs[0]].pool_stream, 2);            // on the unshard stream
+  auto cast = ops_of(p, OpKind::Cast, 1);
+  EXPECT_EQ(p.buffers[cast[0]->allocs[0]].bytes, 9 * 2);            // _mp_shard
+  EXPECT_EQ(persistent_bytes(p, MemCategory::ShardedParams), (17 + 9 + 9) * 4);
+  EXPECT_TRUE(ops_of(p, OpKind::Pad).empty());
+  // The _mp_shard is freed with record_stream on the unshard stream (reusable after the AG).
+  ASSERT_EQ(ag[0]->frees.size(), 1u);
+  EXPECT_EQ(ag[0]->frees[0].reuse_after_op, ag[0]->id);
+  // Reshard after forward: freed after the forward op with record_stream on the compute stream.
+  auto fwd = ops_of(p, OpKind::Forward, 1);
+  ASSERT_EQ(fwd[0]->frees.size(), 1u);
+  EXPECT_EQ(fwd[0]->frees[0].buffer, ag[0]->allocs[0]);
+  EXPECT_EQ(fwd[0]->frees[0].reuse_after_op, fwd[0]->id);
+  expect_well_formed(p, "fsdp1");
+
+  // use_orig_params=False: flat 33 elements unpadded, shards of ceil(33/4) = 9; the grad needs F.pad.
+  StepProgram q = lower_hand(g, R"({"fsdp_version": 1, "use_orig_params": false})", 4, 4);
+  auto pads = ops_of(q, OpKind::Pad, 1);
+  ASSERT_EQ(pads.size(), 1u);
+  EXPECT_EQ(q.buffers[pads[0]->allocs[0]].bytes, 36 * 4);
+  EXPECT_EQ(pads[0]->copy_bytes, (33 + 36) * 4);
+  auto bwd = ops_of(q, OpKind::Backward, 1);
+  EXPECT_EQ(q.buffers[bwd[0]->allocs[0]].bytes, 33 * 2);            // the unpadded flat grad in bf16
+  EXPECT_EQ(q.buffers[bwd[0]->allocs[0]].category, MemCategory::UnshardedGrads);
+  expect_well_formed(q, "fsdp1 no orig");
+}
+
+TEST(LoweringZero, PersistentStateIs16BytesPerParamOverN) {
+  // Shapes divisible by N=8 and 16-byte aligned: no padding, so the identity is exact.
+  const Shapes emb = {{64, 16}}, blk = {{16, 16}, {16}}, head = {{64, 16}, {16}};
+  auto g = all_wrapped_graph(emb, {blk, blk}, head);
+  const std::int64_t P = g.total_params;
+  ASSERT_EQ(P % 8, 0);
+  for (const char* plan : {R"({})", R"({"fsdp_version": 1})"}) {
+    StepProgram p = lower_hand(g, plan, 8, 8);
+    Bytes total = persistent_bytes(p, MemCategory::ShardedParams) + persistent_bytes(p, MemCategory::ShardedGrads) +
+                  persistent_bytes(p, MemCategory::OptimizerState);
+    EXPECT_EQ(total, 16 * P / 8) << plan;
+  }
+  // Pure bf16 (master = param) with SGD: 2 + 2 + 2 bytes.
+  StepProgram b = lower_hand(g, R"({"master_weights_dtype": "bf16", "optimizer": "sgd"})", 8, 8);
+  EXPECT_EQ(persistent_bytes(b, MemCategory::ShardedParams) + persistent_bytes(b, MemCategory::ShardedGrads) +
+                persistent_bytes(b, MemCategory::OptimizerState),
+            6 * P / 8);
+  for (auto* o : ops_of(b, OpKind::Cast)) EXPECT_NE(o->stream, 1) << "no copy-in cast with master == param dtype";
+}
+
+Bytes sum_comm(const StepProgram& p, OpKind k) {
+  Bytes s = 0;
+  for (auto* o : ops_of(p, k)) s += o->comm_bytes;
+  return s;
+}
+
+TEST(LoweringComm, VolumePerRankMatchesDdpAndZero3Identities) {
+  const Shapes emb = {{64, 16}}, blk = {{16, 16}, {16}}, head = {{64, 16}, {16}};
+  auto g = all_wrapped_graph(emb, {blk, blk}, head);
+  const std::int64_t P = g.total_params;
+  const int n = 8;
+  const Bytes b = 2;   // bf16 all-gather and bf16 reduce
+  for (const char* plan : {R"({"reduce_dtype": "bf16"})", R"({"fsdp_version": 1, "reduce_dtype": "bf16"})"}) {
+    StepProgram p = lower_hand(g, plan, n, n);
+    // Per rank, a ring AG/RS sends (n-1)/n of S; FULL_SHARD: AG(fwd) + AG(bwd) + RS = 3(n-1)/n P b (K2).
+    double per_rank = (n - 1.0) / n * static_cast<double>(sum_comm(p, OpKind::AllGather) + sum_comm(p, OpKind::ReduceScatter));
+    EXPECT_DOUBLE_EQ(per_rank, 3.0 * (n - 1) / n * P * b) << plan;
+    EXPECT_EQ(sum_comm(p, OpKind::AllReduce), 0);
+  }
+  StepProgram ns = lower_hand(g, R"({"fsdp_version": 1, "sharding_strategy": "NO_SHARD", "reduce_dtype": "bf16"})", n, n);
+  EXPECT_EQ(sum_comm(ns, OpKind::AllGather), 0);
+  EXPECT_EQ(sum_comm(ns, OpKind::ReduceScatter), 0);
+  double ar = 2.0 * (n - 1) / n * static_cast<double>(sum_comm(ns, OpKind::AllReduce));   // AR sends 2(n-1)/n S
+  EXPECT_DOUBLE_EQ(ar, 2.0 * (n - 1) / n * P * b);
+  for (auto* o : ops_of(ns, OpKind::AllReduce)) {
+    EXPECT_EQ(o->group, CommGroup::World);
+    EXPECT_EQ(o->group_size, n);
+  }
+  expect_well_formed(ns, "no_shard");
+}
+
+TEST(LoweringFsdp1, RateLimiterWaitsOnTheFreeEventTwoReshardsBack) {
+  auto g = block_graph(kRoot, {kBlock, kBlock, kBlock, kBlock});
+  StepProgram p = lower_hand(g, R"({"fsdp_version": 1})", 4, 4, 4);
+  auto fwd1 = ops_of(p, OpKind::Forward, 1), fwd2 = ops_of(p, OpKind::Forward, 2);
+  auto ag3 = ops_of(p, OpKind::AllGather, 3), ag4 = ops_of(p, OpKind::AllGather, 4);
+  auto ag1 = ops_of(p, OpKind::AllGather, 1), ag2 = ops_of(p, OpKind::AllGather, 2);
+  // Forward: reshard(1) and reshard(2) queue events at fwd(1), fwd(2); AG(3) then AG(4) block on them.
+  EXPECT_TRUE(ag1[0]->cpu_waits.empty());
+  EXPECT_TRUE(ag2[0]->cpu_waits.empty());
+  EXPECT_EQ(ag3[0]->cpu_waits, std::vector<int>{fwd1[0]->id});
+  EXPECT_EQ(ag4[0]->cpu_waits, std::vector<int>{fwd2[0]->id});
+  // Every AG that waits, waits on the compute op that freed a unit two reshards before it.
+  std::vector<int> events;
+  std::size_t next = 0;
+  for (const auto& o : p.ops) {
+    if (o.kind == OpKind::AllGather) {
+      if (events.size() - next >= 2) {
+        EXPECT_EQ(o.cpu_waits, std::vector<int>{events[next]}) << o.name;
+        ++next;
+      } else {
+        EXPECT_TRUE(o.cpu_waits.empty()) << o.name;
+      }
+    }
+    for (const auto& f : o.frees)
+      if (p.buffers[f.buffer].category == MemCategory::UnshardedParams && f.reuse_after_op == o.id && o.stream == 0)
+        events.push_back(o.id);
+  }
+  StepProgram q = lower_hand(g, R"({"fsdp_version": 1, "limit_all_gathers": false})", 4, 4, 4);
+  for (const auto& o : q.ops) EXPECT_TRUE(o.cpu_waits.empty()) << o.name;
+}
+
+int index_of(const StepProgram& p, OpKind k, int unit, int nth = 0) {
+  auto v = ops_of(p, k, unit);
+  return nth < static_cast<int>(v.size()) ? v[nth]->id : -1;
+}
+
+TEST(LoweringFsdp1, BackwardPrefetchModesOrderTheAllGather) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  auto order = [&](const char* prefetch) {
+    std::string plan = std::string(R"({"fsdp_version": 1, "backward_prefetch": )") + prefetch + "}";
+    StepProgram p = lower_hand(g, plan, 4, 4);
+    expect_well_formed(p, plan);
+    return std::vector<int>{index_of(p, OpKind::AllGather, 1, 1), index_of(p, OpKind::Backward, 2),
+                            index_of(p, OpKind::ReduceScatter, 2)};
+  };
+  auto pre = order("\"BACKWARD_PRE\"");    // P1: AG(1) before grad(2)
+  EXPECT_LT(pre[0], pre[1]);
+  auto post = order("\"BACKWARD_POST\"");  // P2: after grad(2), before RS(2)
+  EXPECT_GT(post[0], post[1]);
+  EXPECT_LT(post[0], post[2]);
+  auto none = order("null");               // no prefetch: at unit 1's pre-backward, after RS(2)
+  EXPECT_GT(none[0], none[2]);
+}
+
+TEST(LoweringStrategies, ShardGradOpGathersOncePerUnit) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  for (const char* plan : {R"({"fsdp_version": 1, "sharding_strategy": "SHARD_GRAD_OP"})",
+                           R"({"reshard_after_forward": false})"}) {
+    StepProgram p = lower_hand(g, plan, 4, 4);
+    EXPECT_EQ(ops_of(p, OpKind::AllGather, 1).size(), 1u) << plan;
+    EXPECT_EQ(ops_of(p, OpKind::AllGather, 2).size(), 1u) << plan;
+    EXPECT_EQ(ops_of(p, OpKind::ReduceScatter).size(), 3u) << plan;
+    expect_well_formed(p, plan);
+  }
+}
+
+TEST(LoweringCheckpointing, OutsideFsdpAddsOneAllGatherPerUnit) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  for (int version : {1, 2}) {
+    std::string v = std::to_string(version);
+    StepProgram inside = lower_hand(g, R"({"fsdp_version": )" + v + R"(, "activation_checkpointing": "full"})", 4, 4);
+    StepProgram outside = lower_hand(
+        g, R"({"fsdp_version": )" + v + R"(, "activation_checkpointing": {"mode": "full", "outside_fsdp": true}})", 4, 4);
+    StepProgram none = lower_hand(g, R"({"fsdp_version": )" + v + "}", 4, 4);
+    for (int u : {1, 2}) {
+      EXPECT_EQ(ops_of(none, OpKind::AllGather, u).size(), 2u);
+      EXPECT_EQ(ops_of(inside, OpKind::AllGather, u).size(), 2u);    // A1/A3
+      EXPECT_EQ(ops_of(outside, OpKind::AllGather, u).size(), 3u);   // A2
+      EXPECT_EQ(ops_of(inside, OpKind::Recompute, u).size(), 1u);
+      EXPECT_EQ(ops_of(none, OpKind::Recompute, u).size(), 0u);
+    }
+    // Recompute runs before the block's backward and re-creates what checkpointing dropped.
+    auto rc = ops_of(inside, OpKind::Recompute, 1);
+    EXPECT_LT(rc[0]->id, index_of(inside, OpKind::Backward, 1));
+    Bytes full = models::block_saved_activation_bytes(tiny_spec(2), 1, 2048, Dtype::BF16, models::CheckpointMode::Full);
+    Bytes all = models::block_saved_activation_bytes(tiny_spec(2), 1, 2048, Dtype::BF16, models::CheckpointMode::None);
+    EXPECT_EQ(inside.buffers[rc[0]->allocs[0]].bytes, all - full);
+    EXPECT_EQ(inside.buffers[ops_of(inside, OpKind::Forward, 1)[0]->allocs[0]].bytes, full);
+    EXPECT_EQ(none.buffers[ops_of(none, OpKind::Forward, 1)[0]->allocs[0]].bytes, all);
+    expect_well_formed(inside, "inside");
+    expect_well_formed(outside, "outside");
+  }
+  // every_2 checkpoints blocks 0, 2, ...: only unit 1 (block 0) recomputes.
+  StepProgram k = lower_hand(g, R"({"activation_checkpointing": "every_2"})", 4, 4);
+  EXPECT_EQ(ops_of(k, OpKind::Recompute, 1).size(), 1u);
+  EXPECT_EQ(ops_of(k, OpKind::Recompute, 2).size(), 0u);
+}
+
+TEST(LoweringAccumulation, NoSyncKeepsUnshardedGradsUntilTheLastMicroBatch) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  // FSDP1: the bf16 flat grad (36 elements with use_orig padding) persists from micro-batch 0 to 1 (M12).
+  StepProgram p = lower_hand(g, R"({"fsdp_version": 1, "grad_accum": 2})", 4, 4);
+  EXPECT_EQ(p.micro_batches, 2);
+  for (auto* rs : ops_of(p, OpKind::ReduceScatter)) EXPECT_EQ(rs->micro_batch, 1);
+  EXPECT_EQ(ops_of(p, OpKind::ReduceScatter).size(), 3u);
+  auto bwd = ops_of(p, OpKind::Backward, 1);
+  ASSERT_EQ(bwd.size(), 2u);
+  ASSERT_EQ(bwd[0]->allocs.size(), 1u);
+  int grad = bwd[0]->allocs[0];
+  EXPECT_TRUE(bwd[1]->allocs.empty());   // accumulates into the same .grad
+  for (const auto& o : p.ops)
+    if (frees(o, grad)) {
+      EXPECT_EQ(o.micro_batch, 1);
+    }
+  expect_well_formed(p, "no_sync fsdp1");
+  // grad_sync=true reduces every micro-batch.
+  StepProgram s = lower_hand(g, R"({"fsdp_version": 1, "grad_accum": 2, "grad_sync": true})", 4, 4);
+  EXPECT_EQ(ops_of(s, OpKind::ReduceScatter).size(), 6u);
+  // SHARD_GRAD_OP inside no_sync keeps params: micro-batch 1 needs no all-gather.
+  StepProgram z = lower_hand(g, R"({"fsdp_version": 1, "grad_accum": 2, "sharding_strategy": "SHARD_GRAD_OP"})", 4, 4);
+  EXPECT_EQ(ops_of(z, OpKind::AllGather, 1).size(), 1u);
+  expect_well_formed(z, "no_sync sgo");
+  // FSDP2 upcasts the unsharded grad to reduce_dtype (fp32) while accumulating (F2.13, M12).
+  StepProgram f2 = lower_hand(g, R"({"grad_accum": 3})", 4, 4);
+  const Buffer* acc = buffer_named(f2, "grad_acc u1");
+  ASSERT_NE(acc, nullptr);
+  EXPECT_EQ(acc->bytes, 27 * 4);
+  EXPECT_EQ(acc->category, MemCategory::UnshardedGrads);
+  EXPECT_EQ(ops_of(f2, OpKind::ReduceScatter).size(), 3u);
+  expect_well_formed(f2, "no_sync fsdp2");
+}
+
+TEST(LoweringHsdp, AllReduceOnTheReplicateGroupOnItsOwnStream) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  for (const char* plan : {R"({"fsdp_version": 1, "sharding_strategy": "HYBRID_SHARD"})", R"({"mesh": [2, 4]})"}) {
+    StepProgram p = lower_hand(g, plan, 8, 4);
+    ASSERT_EQ(p.streams.size(), 5u) << plan;
+    EXPECT_EQ(p.streams[4].name, "all_reduce");
+    EXPECT_EQ(p.shard_size, 4);
+    EXPECT_EQ(p.replicate_size, 2);
+    auto ars = ops_of(p, OpKind::AllReduce);
+    EXPECT_EQ(ars.size(), 3u);
+    for (auto* ar : ars) {
+      EXPECT_EQ(ar->stream, 4);
+      EXPECT_EQ(ar->group, CommGroup::Replicate);
+      EXPECT_EQ(ar->group_size, 2);
+      EXPECT_EQ(ar->nodes_spanned, 2);
+      auto rs = ops_of(p, OpKind::ReduceScatter, ar->unit);
+      EXPECT_TRUE(waits_on(*ar, rs[0]->id));
+      EXPECT_EQ(ar->comm_bytes, p.buffers[rs[0]->outputs[0]].bytes);
+      EXPECT_EQ(rs[0]->group_size, 4);
+      EXPECT_EQ(rs[0]->nodes_spanned, 1);
+    }
+    expect_well_formed(p, plan);
+  }
+  // FULL_SHARD across 2 nodes: one shard group of 8 spanning both nodes; no all_reduce stream.
+  StepProgram f = lower_hand(g, "{}", 8, 4);
+  EXPECT_EQ(f.streams.size(), 4u);
+  EXPECT_EQ(ops_of(f, OpKind::AllGather)[0]->nodes_spanned, 2);
+}
+
+TEST(LoweringFsdp2, ReshardAfterForwardIntGathersOverThePostForwardGroup) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  StepProgram p = lower_hand(g, R"({"reshard_after_forward": 2})", 8, 8);
+  // N=8: [6,4] -> 1 row x 4, [3] -> 1: shard 5, unsharded 40.
+  auto ag = ops_of(p, OpKind::AllGather, 1);
+  ASSERT_EQ(ag.size(), 2u);
+  EXPECT_EQ(ag[0]->group, CommGroup::Shard);
+  EXPECT_EQ(ag[0]->group_size, 8);
+  EXPECT_EQ(ag[1]->group, CommGroup::PostForward);
+  EXPECT_EQ(ag[1]->group_size, 2);
+  EXPECT_EQ(ag[1]->comm_bytes, 40 * 2);
+  const Buffer* clone = buffer_named(p, "post_fwd u1");
+  ASSERT_NE(clone, nullptr);
+  EXPECT_EQ(clone->bytes, 20 * 2);
+  expect_well_formed(p, "rAF=2");
+}
+
+TEST(LoweringFsdp2, Fp8AllGatherHalvesBlockBytes) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  StepProgram p = lower_hand(g, R"({"fp8_all_gather": true})", 4, 4);
+  EXPECT_EQ(ops_of(p, OpKind::AllGather, 1)[0]->comm_bytes, 36);
+  EXPECT_EQ(ops_of(p, OpKind::AllGather, 0)[0]->comm_bytes, 68 * 2);
+}
+
+TEST(LoweringOffload, ShardsOnCpuH2DBeforeEachAllGatherAndCpuStep) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  for (const char* plan : {R"({"fsdp_version": 1, "cpu_offload": true})", R"({"cpu_offload": true})"}) {
+    StepProgram p = lower_hand(g, plan, 4, 4);
+    EXPECT_EQ(persistent_bytes(p, MemCategory::ShardedParams), 0) << plan;
+    EXPECT_EQ(persistent_bytes(p, MemCategory::ShardedGrads), 0);
+    EXPECT_EQ(persistent_bytes(p, MemCategory::OptimizerState), 0);
+    EXPECT_EQ(ops_of(p, OpKind::H2D).size(), ops_of(p, OpKind::AllGather).size());
+    EXPECT_EQ(ops_of(p, OpKind::D2H).size(), 3u);
+    const Op& last = p.ops.back();
+    EXPECT_EQ(last.kind, OpKind::CpuOptimizerStep);
+    EXPECT_FALSE(last.cpu_waits.empty());
+    EXPECT_TRUE(ops_of(p, OpKind::OptimizerStep).empty());
+    expect_well_formed(p, plan);
+  }
+}
+
+TEST(LoweringFrozen, UseOrigParamsKeepsFullGradsFsdp2OnlyTrainable) {
+  const Shapes blk = {{16, 16}, {16}};
+  auto g = all_wrapped_graph({{64, 16}}, {blk, blk}, {{64, 16}, {16}});
+  const std::int64_t P = g.total_params;
+  StepProgram f1 = lower_hand(g, R"({"fsdp_version": 1, "trainable_fraction": 0.5})", 8, 8);
+  EXPECT_EQ(persistent_bytes(f1, MemCategory::ShardedGrads), P / 8 * 4);            // M13: full size
+  EXPECT_EQ(persistent_bytes(f1, MemCategory::OptimizerState), P / 16 * 8);         // trainable only
+  StepProgram f2 = lower_hand(g, R"({"trainable_fraction": 0.5})", 8, 8);
+  EXPECT_EQ(persistent_bytes(f2, MemCategory::ShardedGrads), P / 16 * 4);           // D5
+  EXPECT_FALSE(f2.notes.empty());
+}
+
+TEST(LoweringFacts, StepFactsAndNotes) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  StepProgram p = lower_hand(g, R"({"micro_batch": 2, "seq_len": 64, "grad_accum": 3})", 16, 8);
+  EXPECT_EQ(p.world, 16);
+  EXPECT_EQ(p.shard_size, 16);
+  EXPECT_EQ(p.replicate_size, 1);
+  EXPECT_EQ(p.gpus_per_node, 8);
+  EXPECT_EQ(p.micro_batches, 3);
+  EXPECT_EQ(p.tokens_per_rank, 2 * 64 * 3);
+  EXPECT_DOUBLE_EQ(p.model_flops_per_rank, models::flops_per_token(tiny_spec(2), 64).forward_backward * 384);
+  EXPECT_EQ(p.ops.back().kind, OpKind::OptimizerStep);
+  // AdamW over the fp32 shards: 7 accesses of 4 bytes per trainable sharded element.
+  // N=16 dim-0 chunks: root [8,4] -> 4, [4] -> 1, [8,4] -> 4 = 9; block [6,4] -> 4, [3] -> 1 = 5.
+  EXPECT_EQ(p.ops.back().copy_bytes, (9 + 5 + 5) * 4 * 7);
+}
+
+void expect_same(const StepProgram& a, const StepProgram& b) {
+  ASSERT_EQ(a.ops.size(), b.ops.size());
+  ASSERT_EQ(a.buffers.size(), b.buffers.size());
+  for (std::size_t i = 0; i < a.ops.size(); ++i) {
+    const Op &x = a.ops[i], &y = b.ops[i];
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.kind, y.kind);
+    EXPECT_EQ(x.stream, y.stream);
+    EXPECT_EQ(x.waits, y.waits);
+    EXPECT_EQ(x.cpu_waits, y.cpu_waits);
+    EXPECT_EQ(x.allocs, y.allocs);
+    EXPECT_EQ(x.comm_bytes, y.comm_bytes);
+    EXPECT_EQ(x.copy_bytes, y.copy_bytes);
+    EXPECT_EQ(x.kernel_list().size(), y.kernel_list().size());
+  }
+  for (std::size_t i = 0; i < a.buffers.size(); ++i) EXPECT_EQ(a.buffers[i].bytes, b.buffers[i].bytes);
+}
+
+// Every version x strategy x prefetch x AC x accumulation on the zoo's tiny-llama lowers to a
+// well-formed, deterministic program.
+TEST(LoweringMatrix, TinyLlamaEveryCombinationIsWellFormed) {
+  models::ModelSpec m = models::load_model("tiny-llama");
+  const char* plans[] = {
+      R"({"fsdp_version": 1})",
+      R"({"fsdp_version": 1, "sharding_strategy": "SHARD_GRAD_OP", "backward_prefetch": "BACKWARD_POST"})",
+      R"({"fsdp_version": 1, "sharding_strategy": "NO_SHARD"})",
+      R"({"fsdp_version": 1, "sharding_strategy": "HYBRID_SHARD", "forward_prefetch": true, "grad_accum": 2})",
+      R"({"fsdp_version": 1, "sharding_strategy": "_HYBRID_SHARD_ZERO2", "grad_accum": 2, "grad_sync": true})",
+      R"({"fsdp_version": 1, "activation_checkpointing": {"mode": "full", "outside_fsdp": true}, "backward_prefetch": null})",
+      R"({"fsdp_version": 1, "cpu_offload": true, "grad_accum": 2, "param_dtype": "fp32"})",
+      R"({"fsdp_version": 1, "use_orig_params": false, "reduce_dtype": "bf16", "limit_all_gathers": false})",
+      R"({"fsdp_version": 1, "auto_wrap_policy": "none"})",
+      R"({"fsdp_version": 1, "auto_wrap_policy": {"min_num_params": 1000000}})",
+      R"({})",
+      R"({"reshard_after_forward": false, "grad_accum": 2})",
+      R"({"mesh": [8, 1]})",
+      R"({"mesh": [2, 4], "grad_accum": 2, "grad_sync": true})",
+      R"({"reshard_after_forward": 2, "prefetch_depth": 2, "forward_prefetch": true})",
+      R"({"activation_checkpointing": "selective_op", "reduce_dtype": "fp16"})",
+      R"({"activation_checkpointing": {"mode": "every_k", "every_k": 2, "outside_fsdp": true}})",
+      R"({"fp8_all_gather": true, "cpu_offload": true, "grad_accum": 2})",
+      R"({"cpu_offload": {"optimizer": true}, "optimizer": "sgd"})",
+      R"({"master_weights_dtype": "bf16", "reduce_dtype": "bf16", "trainable_fraction": 0.1})",
+      R"({"auto_wrap_policy": {"modules": ["model.layers.*", "model.embed_tokens", "lm_head"]}})",
+      R"({"backward_prefetch": "NONE", "grad_accum": 4})",
+  };
+  for (const char* text : plans) {
+    Plan plan = resolved(text, 8, 4);
+    auto g = models::build_wrap_graph(m, plan.auto_wrap_policy);
+    StepProgram a = lower(m, g, plan, Topology{8, 4});
+    expect_well_formed(a, text);
+    StepProgram b = lower(m, g, plan, Topology{8, 4});
+    expect_same(a, b);
+    EXPECT_FALSE(a.ops.empty());
+    // Every unit with params is reduced in the last micro-batch exactly once.
+    std::map<int, int> reduced;
+    for (const auto& o : a.ops)
+      if ((o.kind == OpKind::ReduceScatter || (o.kind == OpKind::AllReduce && o.group == CommGroup::World)) &&
+          o.micro_batch == a.micro_batches - 1)
+        ++reduced[o.unit];
+    for (const auto& u : g.units)
+      if (u.params > 0) {
+        EXPECT_EQ(reduced[u.id], 1) << text << " unit " << u.id;
+      }
+  }
+}
+
+TEST(LoweringErrors, UnresolvedPlanIsAnInputError) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  Plan p = parse_plan(nlohmann::json::parse("{}"));
+  EXPECT_THROW(lower(tiny_spec(2), g, p, Topology{8, 8}), InputError);
+  Plan r = resolve_plan(p, 8, 8);
+  EXPECT_THROW(lower(tiny_spec(2), g, r, Topology{4, 4}), InputError);
+}
+
+}  // namespace
+}  // namespace fsdpsim::sim
