@@ -55,7 +55,7 @@ const std::vector<Case> kCases = {
     {"unknown_option", "simulate --modle llama3-8b", nullptr, "", {"--modle"}},
     {"missing_value", "simulate --model", nullptr, "", {"--model", "expects a value"}},
     {"missing_required_model", "simulate --cluster 8xH100-SXM --plan '{}'", nullptr, "", {"--model"}},
-    {"plan_seq_len_zero", "plan --model llama3-8b --cluster 8xH100-SXM --seq-len 0", nullptr, "", {"--seq-len", "0"}},
+    {"plan_cli_seq_len_zero", "plan --model llama3-8b --cluster 8xH100-SXM --seq-len 0", nullptr, "", {"--seq-len", "0"}},
     {"plan_seq_len_text", "plan --model llama3-8b --cluster 8xH100-SXM --seq-len abc", nullptr, "", {"--seq-len", "abc"}},
     {"plan_top_negative", "plan --model llama3-8b --cluster 8xH100-SXM --top -3", nullptr, "", {"--top", "-3"}},
     {"plan_fix_unknown_key", "plan --model llama3-8b --cluster 8xH100-SXM --fix nonsense=1", nullptr, "", {"nonsense"}},
