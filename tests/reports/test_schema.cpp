@@ -1,3 +1,4 @@
+#include <unistd.h>
 // The JSON Schemas in reports/schema/ validate what we write (plan.json, simulate --json, trace
 // files) and reject broken documents. Validation runs python3-jsonschema (tests/reports/validate_schema.py).
 #include <gtest/gtest.h>
@@ -20,8 +21,11 @@ namespace {
 
 std::string schema(const std::string& name) { return fixture::source_path("reports/schema/" + name); }
 
+// Per process: CTest runs each test in its own process, in parallel, so a shared directory races.
+std::string scratch_dir() { return fixture::artifact_dir() + "/schema-" + std::to_string(::getpid()); }
+
 std::string write_doc(const std::string& name, const json& doc) {
-  std::string dir = fixture::artifact_dir() + "/schema";
+  std::string dir = scratch_dir();
   std::filesystem::create_directories(dir);
   std::string path = dir + "/" + name;
   std::ofstream(path) << doc.dump(2);
@@ -34,16 +38,17 @@ std::string python() { return std::filesystem::exists("/usr/bin/python3") ? "/us
 
 // Exit status of validate_schema.py (0 valid, 1 invalid, 2 unreadable, 3 jsonschema missing).
 int validate(const std::string& schema_file, const std::vector<std::string>& docs) {
+  std::filesystem::create_directories(scratch_dir());
   std::string cmd = python() + " " + fixture::source_path("tests/reports/validate_schema.py") + " " + schema_file;
   for (const auto& d : docs) cmd += " " + d;
-  cmd += " > " + fixture::artifact_dir() + "/schema/last_validation.txt 2>&1";
+  cmd += " > " + scratch_dir() + "/last_validation.txt 2>&1";
   int rc = std::system(cmd.c_str());
   int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   if (code == 3) ADD_FAILURE() << "python3-jsonschema is missing: apt-get install -y python3-jsonschema";
   return code;
 }
 
-std::string last_output() { return fixture::read_file(fixture::artifact_dir() + "/schema/last_validation.txt"); }
+std::string last_output() { return fixture::read_file(scratch_dir() + "/last_validation.txt"); }
 
 }  // namespace
 
