@@ -185,32 +185,12 @@ std::vector<Fsdp1Knobs> fsdp1_knob_sets(const SpaceOptions& o) {
 
 // ---- names ----------------------------------------------------------------------------------
 
-std::string strategy_text(ShardingStrategy s) {
-  switch (s) {
-    case ShardingStrategy::FULL_SHARD: return "FULL_SHARD";
-    case ShardingStrategy::SHARD_GRAD_OP: return "SHARD_GRAD_OP";
-    case ShardingStrategy::NO_SHARD: return "NO_SHARD";
-    case ShardingStrategy::HYBRID_SHARD: return "HYBRID_SHARD";
-    case ShardingStrategy::_HYBRID_SHARD_ZERO2: return "_HYBRID_SHARD_ZERO2";
-  }
-  return "FULL_SHARD";
-}
-std::string prefetch_text(BackwardPrefetch b) {
-  switch (b) {
-    case BackwardPrefetch::BACKWARD_PRE: return "BACKWARD_PRE";
-    case BackwardPrefetch::BACKWARD_POST: return "BACKWARD_POST";
-    case BackwardPrefetch::NONE: return "NONE";
-  }
-  return "NONE";
-}
+// The plan's own spellings (sim/plan.h); the planner only folds every_1 into "full".
+std::string strategy_text(ShardingStrategy s) { return sim::strategy_name(s); }
+std::string prefetch_text(BackwardPrefetch b) { return sim::prefetch_name(b); }
 std::string checkpointing_text(const ActivationCheckpointing& ac) {
-  switch (ac.mode) {
-    case AcMode::None: return "none";
-    case AcMode::Full: return "full";
-    case AcMode::EveryK: return ac.every_k <= 1 ? "full" : "every_" + std::to_string(ac.every_k);
-    case AcMode::SelectiveOp: return "selective_op";
-  }
-  return "none";
+  if (ac.mode == AcMode::EveryK && ac.every_k <= 1) return "full";
+  return sim::checkpointing_name(ac);
 }
 std::string reshard_text(int r) {
   if (r < 0) return "true";

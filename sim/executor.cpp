@@ -62,27 +62,6 @@ bool is_slowable(OpKind k) {
   }
 }
 
-const char* kind_str(OpKind k) {
-  switch (k) {
-    case OpKind::Forward: return "forward";
-    case OpKind::Backward: return "backward";
-    case OpKind::Recompute: return "recompute";
-    case OpKind::AllGather: return "all_gather";
-    case OpKind::ReduceScatter: return "reduce_scatter";
-    case OpKind::AllReduce: return "all_reduce";
-    case OpKind::CopyIn: return "copy_in";
-    case OpKind::CopyOut: return "copy_out";
-    case OpKind::Cast: return "cast";
-    case OpKind::Pad: return "pad";
-    case OpKind::Divide: return "divide";
-    case OpKind::H2D: return "h2d";
-    case OpKind::D2H: return "d2h";
-    case OpKind::OptimizerStep: return "optimizer_step";
-    case OpKind::CpuOptimizerStep: return "cpu_optimizer_step";
-  }
-  return "unknown";
-}
-
 enum class EvType : std::uint8_t { OpComplete, IssueDone, CpuResume };
 struct Ev {
   EvType type = EvType::OpComplete;
@@ -320,7 +299,7 @@ void Engine::issue_done(int i, TimeNs now) {
     start_t_[i] = cpu_start_t_[i] + c_.cpu_ns[i];
     end_t_[i] = now;
     completed_[i] = 1;
-    if (o_.record_trace) add_span(op, "cpu", kind_str(op.kind), start_t_[i], now - start_t_[i], 0);
+    if (o_.record_trace) add_span(op, "cpu", op_kind_name(op.kind), start_t_[i], now - start_t_[i], 0);
     wake_dependents(i, now);
   } else {
     if (o_.record_trace && c_.cpu_ns[i] > 0)
@@ -415,7 +394,7 @@ void Engine::complete(int h, TimeNs now) {
   }
   if (o_.record_trace) {
     Bytes bytes = (f & kCollective) ? op.comm_bytes : op.copy_bytes;
-    add_span(op, p_.streams[s].name, kind_str(op.kind), start_t_[h], now - start_t_[h], bytes);
+    add_span(op, p_.streams[s].name, op_kind_name(op.kind), start_t_[h], now - start_t_[h], bytes);
   }
   if (cpu_blocked_ && cpu_blocked_on_ == h) q_.schedule(now, Ev{EvType::CpuResume, h, 0});
   // What can start now: the next op of this stream, the ops waiting on this one, and the next
