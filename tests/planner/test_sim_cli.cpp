@@ -9,6 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
+// Debian's interpreter, whose yaml/jsonschema come from scripts/deps.sh --test (a python3 earlier on
+// PATH, e.g. a pyenv shim, may lack them); python3 from PATH otherwise.
+static std::string python3_path() {
+  return std::filesystem::exists("/usr/bin/python3") ? std::string("/usr/bin/python3") : std::string("python3");
+}
+
 namespace {
 
 std::string bin() { return std::string(FSDPSIM_BINARY_DIR) + "/fsdpsim"; }
@@ -48,7 +54,7 @@ TEST(Cli, PlanWritesOutputsAndIsDeterministic) {
   EXPECT_NE(slurp(tmp("a.log")).find("Recommended:"), std::string::npos);
   for (const auto& c : ja["candidates"]) EXPECT_EQ(c["plan"]["fsdp_version"], 2);
   // The document follows reports/schema/plan.schema.json (checked when python3-jsonschema is installed).
-  if (std::system("python3 -c 'import jsonschema' > /dev/null 2>&1") == 0) {
+  if (std::system((python3_path() + " -c 'import jsonschema' > /dev/null 2>&1").c_str()) == 0) {
     std::string py = "import json, jsonschema, sys\n"
                      "s = json.load(open('" + std::string(FSDPSIM_SOURCE_DIR) + "/reports/schema/plan.schema.json'))\n"
                      "d = json.load(open('" + tmp("a") + "/plan.json'))\n"
@@ -56,7 +62,7 @@ TEST(Cli, PlanWritesOutputsAndIsDeterministic) {
                      "[print(list(e.path), e.message[:300]) for e in errs[:5]]\n"
                      "sys.exit(1 if errs else 0)\n";
     std::ofstream(tmp("schema.py")) << py;
-    EXPECT_EQ(std::system(("python3 " + tmp("schema.py") + " > " + tmp("schema.log") + " 2>&1").c_str()), 0) << slurp(tmp("schema.log"));
+    EXPECT_EQ(std::system((python3_path() + " " + tmp("schema.py") + " > " + tmp("schema.log") + " 2>&1").c_str()), 0) << slurp(tmp("schema.log"));
   }
 }
 

@@ -7,6 +7,13 @@
 #include <sstream>
 
 #include "planner/exports.h"
+#include <filesystem>
+
+// Debian's interpreter, whose yaml/jsonschema come from scripts/deps.sh --test (a python3 earlier on
+// PATH, e.g. a pyenv shim, may lack them); python3 from PATH otherwise.
+static std::string python3_path() {
+  return std::filesystem::exists("/usr/bin/python3") ? std::string("/usr/bin/python3") : std::string("python3");
+}
 
 using namespace fsdpsim;
 using namespace fsdpsim::planner;
@@ -127,7 +134,7 @@ struct PythonChecks {
     std::string py = std::string(FSDPSIM_BINARY_DIR) + "/planner_export_check.py";
     std::ofstream(py) << script;
     std::string out = std::string(FSDPSIM_BINARY_DIR) + "/planner_export_check.out";
-    int rc = std::system(("python3 " + py + " > " + out + " 2>&1").c_str());
+    int rc = std::system((python3_path() + " " + py + " > " + out + " 2>&1").c_str());
     EXPECT_EQ(rc, 0) << read_file(out);
   }
 };
