@@ -117,8 +117,9 @@ Cluster parse_name(const std::string& name, const std::string& field) {
   return c;
 }
 
-Cluster parse_file(const std::string& path, const std::string& field) {
-  Json j = read_json_file(path, field);
+}  // namespace
+
+Cluster cluster_from_json(const Json& j, const std::string& path) {
   JsonReader r(j, "cluster");
   r.check_no_unknown_keys({"name", "nodes", "gpus_per_node", "gpu", "intra_node", "inter_node", "nics_per_node",
                            "gpu_memory_gib", "description"});
@@ -136,6 +137,12 @@ Cluster parse_file(const std::string& path, const std::string& field) {
     c.gpu_memory_override = static_cast<Bytes>(r.get_double("gpu_memory_gib", 0.001, 65536.0) * static_cast<double>(kGiB));
   validate(c, "cluster");
   return c;
+}
+
+namespace {
+
+Cluster parse_file(const std::string& path, const std::string& field) {
+  return cluster_from_json(read_json_file(path, field), path);
 }
 
 }  // namespace

@@ -162,6 +162,29 @@ LinkParams HardwareProfile::Impl::load_fabric(const nlohmann::json& j, const std
   return p;
 }
 
+namespace {
+// Element i of a measured point, checked before converting: a whole number in [lo, hi] (a double
+// like 1e300 must not reach an integer conversion) or a finite number; InputError otherwise.
+std::int64_t point_int(const nlohmann::json& pt, size_t i, std::int64_t lo, std::int64_t hi, const std::string& field,
+                       const std::string& expected) {
+  const auto& v = pt[i];
+  if (v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(hi))) {
+    const std::int64_t x = v.get<std::int64_t>();
+    if (x >= lo && x <= hi) return x;
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d >= static_cast<double>(lo) && d <= static_cast<double>(hi) && d == std::floor(d)) return static_cast<std::int64_t>(d);
+  }
+  throw InputError(field, json_value_for_message(pt),
+                   expected + " (element " + std::to_string(i) + " must be an integer in [" + std::to_string(lo) + ", " +
+                       std::to_string(hi) + "])");
+}
+double point_number(const nlohmann::json& pt, size_t i, const std::string& field, const std::string& expected) {
+  if (pt[i].is_number() && std::isfinite(pt[i].get<double>())) return pt[i].get<double>();
+  throw InputError(field, json_value_for_message(pt), expected + " (element " + std::to_string(i) + " must be a number)");
+}
+}  // namespace
+
 void HardwareProfile::Impl::load_measured(const nlohmann::json& j, const std::string& path) {
   JsonReader r(j, path);
   r.check_no_unknown_keys({"collectives", "gemms", "source"});
@@ -179,10 +202,10 @@ void HardwareProfile::Impl::load_measured(const nlohmann::json& j, const std::st
       std::vector<std::pair<Bytes, double>> xy;
       for (size_t p = 0; p < pts.size(); ++p) {
         const auto& pt = pts[p];
-        if (!pt.is_array() || pt.size() < 2 || !pt[0].is_number() || !pt[1].is_number())
-          throw InputError(s.field("points") + "[" + std::to_string(p) + "]", json_value_for_message(pt),
-                           "expected [bytes, time_ns, algbw_GBps, busbw_GBps]");
-        xy.emplace_back(pt[0].get<Bytes>(), pt[1].get<double>());
+        const std::string where = s.field("points") + "[" + std::to_string(p) + "]";
+        const std::string expected = "expected [bytes, time_ns, algbw_GBps, busbw_GBps]";
+        if (!pt.is_array() || pt.size() < 2) throw InputError(where, json_value_for_message(pt), expected);
+        xy.emplace_back(point_int(pt, 0, 0, Bytes{1} << 50, where, expected), point_number(pt, 1, where, expected));
       }
       m.fit = CollectiveFit(std::move(xy), s.field("points"));
       std::uint64_t key = fit_key(static_cast<int>(m.op), m.group_size, m.nodes);
@@ -201,12 +224,14 @@ void HardwareProfile::Impl::load_measured(const nlohmann::json& j, const std::st
       if (s.get_string("source").empty()) throw InputError(s.field("source"), "\"\"", "measured GEMMs need a source");
       int dt = dtype_index(s.get_enum("dtype", {"fp32", "bf16", "fp16", "fp8"}));
       for (const auto& pt : s.raw("points")) {
-        if (!pt.is_array() || pt.size() < 4)
-          throw InputError(s.field("points"), json_value_for_message(pt), "expected [m, n, k, time_ns, ...]");
-        double t = pt[3].get<double>();
-        if (!(t > 0)) throw InputError(s.field("points"), json_value_for_message(pt), "time_ns must be > 0");
-        gemms[GemmKey{pt[0].get<std::int64_t>(), pt[1].get<std::int64_t>(), pt[2].get<std::int64_t>(), dt}] =
-            static_cast<TimeNs>(std::llround(t));
+        const std::string expected = "expected [m, n, k, time_ns, ...]";
+        if (!pt.is_array() || pt.size() < 4) throw InputError(s.field("points"), json_value_for_message(pt), expected);
+        double t = point_number(pt, 3, s.field("points"), expected);
+        if (!(t > 0) || t > 1e15) throw InputError(s.field("points"), json_value_for_message(pt), "time_ns must be in (0, 1e15]");
+        const std::int64_t kMaxDim = std::int64_t{1} << 30;
+        gemms[GemmKey{point_int(pt, 0, 1, kMaxDim, s.field("points"), expected),
+                      point_int(pt, 1, 1, kMaxDim, s.field("points"), expected),
+                      point_int(pt, 2, 1, kMaxDim, s.field("points"), expected), dt}] = static_cast<TimeNs>(std::llround(t));
       }
     }
   }
@@ -264,7 +289,11 @@ HardwareProfile HardwareProfile::for_cluster(const Cluster& c) {
 }
 
 HardwareProfile HardwareProfile::from_file(const std::string& path, const Cluster& c, const std::string& field) {
-  nlohmann::json j = read_json_file(path, field);
+  return from_json(read_json_file(path, field), path, c, field);
+}
+
+HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::string& path, const Cluster& c,
+                                           const std::string& field) {
   JsonReader r(j, field);
   r.check_no_unknown_keys({"schema", "context", "name", "cluster", "gpu", "intra_node", "inter_node", "measured", "notes"});
   std::string schema = r.get_string("schema");

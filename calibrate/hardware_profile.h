@@ -32,6 +32,9 @@ struct Cluster {
 
 // Parses a cluster name ("8xH100-SXM", "2x8xH100-SXM-ETH-10G") or a JSON file; InputError otherwise.
 Cluster load_cluster(const std::string& name_or_path, const std::string& field = "--cluster");
+// The JSON core of a cluster file (load_cluster reads the file, then calls this); `path` is the
+// default name and appears in messages.
+Cluster cluster_from_json(const nlohmann::json& j, const std::string& path);
 std::vector<std::string> builtin_cluster_examples();
 
 class HardwareProfile {
@@ -71,6 +74,9 @@ class HardwareProfile {
   // Built-in: from the cluster's gpu / fabric names; file: a calibrated profile JSON for this cluster.
   static HardwareProfile for_cluster(const Cluster& c);
   static HardwareProfile from_file(const std::string& path, const Cluster& c, const std::string& field = "--profile");
+  // The in-memory core of from_file: a parsed profile document; `source` is what source() reports.
+  static HardwareProfile from_json(const nlohmann::json& j, const std::string& source, const Cluster& c,
+                                   const std::string& field = "--profile");
   nlohmann::json to_json() const;
 
   struct Impl;

@@ -1,5 +1,6 @@
-// fsdpsim run: execute one plan with the bundled FSDP runtime (CPU + MPI backend) and measure it:
-// per-op times and memory in the simulator's result schema (the "measured" step), plus the loss.
+// fsdpsim run: execute one plan with the bundled FSDP runtime (--backend cpu: CPU + MPI, the
+// default; --backend cuda: CUDA + NCCL) and measure it: per-op times and memory in the simulator's
+// result schema (the "measured" step), plus the loss.
 #include <iostream>
 
 #include "cli/commands.h"
@@ -25,14 +26,18 @@ int cmd_run(const Argv& argv) {
   const auto specs = run_options();
   Args a(argv, specs);
   if (a.help()) {
-    std::cout << usage_text("run", "Execute a plan with the bundled FSDP runtime (CPU + MPI) and measure one step.",
+    std::cout << usage_text("run",
+                            "Execute a plan with the bundled FSDP runtime (CPU + MPI, or CUDA + NCCL) and measure one step.",
                             specs);
     return 0;
   }
   const runtime::LaunchOptions o = runtime::launch_options_from_args(a);
   const runtime::LaunchResult r = runtime::launch_run(o);
   const auto& m = r.measured;
-  std::cout << "measured on " << o.ranks << " CPU rank(s), step " << o.steps << " of " << o.steps << ":\n"
+  const bool cuda = o.backend == "cuda";
+  std::cout << "measured on " << o.ranks << (cuda ? " GPU rank(s) (" + r.worker.value("device", std::string("?")) + ")" : std::string(" CPU rank(s)"))
+            << (o.emulate_world > 0 ? ", rank 0 of an emulated world of " + std::to_string(o.emulate_world) : std::string(""))
+            << ", step " << o.steps << " of " << o.steps << ":\n"
             << "  step time        " << to_seconds(m.step_time_ns) << " s (slowest rank)\n"
             << "  peak allocated   " << to_gib(m.peak_allocated) << " GiB (caching-allocator model, rank 0)\n"
             << "  peak reserved    " << to_gib(m.peak_reserved) << " GiB\n"
@@ -42,7 +47,10 @@ int cmd_run(const Argv& argv) {
   if (a.has("json")) {
     nlohmann::json j;
     j["context"] = ctx;
-    j["run"] = {{"model", o.model}, {"plan", o.plan}, {"ranks", o.ranks}, {"steps", o.steps}, {"backend", "cpu+mpi"}};
+    j["run"] = {{"model", o.model}, {"plan", o.plan}, {"ranks", o.ranks}, {"steps", o.steps},
+                {"backend", cuda ? "cuda+nccl" : "cpu+mpi"}};
+    if (cuda) j["run"]["device"] = r.worker.value("device", std::string("?"));
+    if (o.emulate_world > 0) j["run"]["emulated_world"] = o.emulate_world;
     j["losses"] = r.worker["losses"];
     j["step_times_s"] = r.worker["step_times_s"];
     j["untracked_bytes"] = r.worker["untracked_bytes"];

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "common/args.h"
 #include "common/context.h"
+#include "common/errors.h"
 #include "common/output_file.h"
 #include "models/zoo.h"
 #include "runtime/compare.h"
@@ -20,7 +21,10 @@ namespace fsdpsim::cli {
 namespace {
 std::vector<OptionSpec> validate_options() {
   auto o = runtime::launch_option_specs();
-  o.push_back({"profile", true, false, "calibrated CPU profile (fsdpsim calibrate --backend cpu); default: built-in", "FILE"});
+  o.push_back({"profile", true, false,
+               "calibrated profile (fsdpsim calibrate --backend cpu|cuda); default: the cluster's built-in one", "FILE"});
+  o.push_back({"cluster", true, false,
+               "cluster of the prediction (default: N CPU ranks on this host; --backend cuda: NxH100-SXM)", "C"});
   o.push_back({"json", true, false, "write the comparison (JSON)", "OUT"});
   return o;
 }
@@ -38,24 +42,37 @@ int cmd_validate(const Argv& argv) {
   Args a(argv, specs);
   if (a.help()) {
     std::cout << usage_text("validate",
-                            "Run the simulator and the bundled runtime (CPU + MPI) on one plan and compare them.", specs);
+                            "Run the simulator and the bundled runtime (CPU + MPI, or CUDA + NCCL) on one plan and "
+                            "compare them.", specs);
     return 0;
   }
   const runtime::LaunchOptions o = runtime::launch_options_from_args(a);
   // The prediction, for the cluster the runtime runs on: N CPU ranks on this host.
   const models::ModelSpec model = models::load_model(o.model, "--model");
-  const int gpn = o.gpus_per_node > 0 ? o.gpus_per_node : o.ranks;
+  const int W = o.world();   // ranks of the program (the emulated world with --emulate-world)
+  const int gpn = o.gpus_per_node > 0 ? o.gpus_per_node : W;
+  const bool cuda = o.backend == "cuda";
+  const std::string device = cuda ? "H100-SXM" : "CPU";
+  if (cuda && !a.has("cluster") && gpn != W)
+    throw InputError("--cluster", "(none)", "a cluster name or file with --backend cuda across nodes (--gpus-per-node)");
   const std::string cluster_name =
-      gpn == o.ranks ? std::to_string(o.ranks) + "xCPU" : std::to_string(o.ranks / gpn) + "x" + std::to_string(gpn) + "xCPU";
-  const calibrate::Cluster cluster = calibrate::load_cluster(cluster_name, "--ranks");
+      a.has("cluster") ? a.get("cluster")
+      : gpn == W ? std::to_string(W) + "x" + device
+                 : std::to_string(W / gpn) + "x" + std::to_string(gpn) + "x" + device;
+  const calibrate::Cluster cluster = calibrate::load_cluster(cluster_name, a.has("cluster") ? "--cluster" : "--ranks");
   const calibrate::HardwareProfile hw = a.has("profile") ? calibrate::HardwareProfile::from_file(a.get("profile"), cluster)
                                                          : calibrate::HardwareProfile::for_cluster(cluster);
-  const sim::Plan plan = sim::resolve_plan(sim::load_plan(o.plan, "--plan"), o.ranks, gpn);
+  const sim::Plan plan = sim::resolve_plan(sim::load_plan(o.plan, "--plan"), W, gpn);
   const sim::SimResult predicted = sim::simulate(model, hw, plan);
   const runtime::LaunchResult run = runtime::launch_run(o);
   nlohmann::json cmp = runtime::compare_results(predicted, run.measured);
 
-  std::cout << "validation of " << o.model << " on " << o.ranks << " CPU rank(s) (profile: " << hw.name() << ")\n"
+  std::cout << "validation of " << o.model << " on " << o.ranks
+            << (cuda ? " GPU rank(s) (" + run.worker.value("device", std::string("?")) + ")" : std::string(" CPU rank(s)"))
+            << (o.emulate_world > 0 ? ", rank 0 of an emulated world of " + std::to_string(W) +
+                                          " (collectives are local copies: compare memory, not communication)"
+                                    : std::string(""))
+            << " (profile: " << hw.name() << ")\n"
             << "  peak allocated  predicted " << to_gib(predicted.peak_allocated) << " GiB, measured "
             << to_gib(run.measured.peak_allocated) << " GiB, error " << pct(cmp["peak_allocated_error"]) << "\n"
             << "  peak reserved   predicted " << to_gib(predicted.peak_reserved) << " GiB, measured "
@@ -66,7 +83,9 @@ int cmd_validate(const Argv& argv) {
     nlohmann::json j;
     j["context"] = context_block_with_profile(a.has("profile") ? a.get("profile") : hw.name());
     j["run"] = {{"model", o.model}, {"plan", sim::plan_to_json(plan)}, {"ranks", o.ranks}, {"steps", o.steps},
-                {"backend", "cpu+mpi"}, {"measured_step", "the last of the run's steps; its time is the slowest rank's"}};
+                {"backend", cuda ? "cuda+nccl" : "cpu+mpi"}, {"cluster", cluster_name},
+                {"emulated_world", o.emulate_world}, {"measured_step", "the last of the run's steps; its time is the slowest rank's"}};
+    if (cuda) j["run"]["device"] = run.worker.value("device", std::string("?"));
     j["losses"] = run.worker["losses"];
     j["untracked_runtime_bytes"] = run.worker["untracked_bytes"];
     j["comparison"] = cmp;

@@ -13,6 +13,10 @@ Json parse_json_text(const std::string& text, const std::string& source) {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
     throw InputError(source, "<malformed JSON>", std::string("not valid JSON (") + e.what() + ")");
+  } catch (const Json::out_of_range& e) {   // a number literal beyond a double (e.g. 1e999)
+    std::string what = e.what();
+    if (what.size() > 160) what = what.substr(0, 157) + "...";
+    throw InputError(source, "<number out of range>", "not valid JSON (" + what + ")");
   }
 }
 

@@ -169,15 +169,46 @@ Bytes block_backward_grad_bytes(const ModelSpec& m, std::int64_t micro_batch, st
 
 // The loop holds the logits in the compute dtype (HF returns them; torchtitan keeps `pred` until the
 // loss is computed); cross_entropy on the fp32 upcast saves its fp32 log_softmax output for backward.
-Bytes logits_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype) {
-  const Bytes tv = micro_batch * seq_len * m.vocab_size;
+// A fused cross-entropy kernel (flash-attn's) keeps the logits and a per-token fp32 logsumexp and
+// writes the logits' gradient in its backward. A fused linear cross-entropy (Liger) computes the
+// loss and the head's input gradient chunk by chunk during the forward: what stays is that gradient
+// (T x C) and the logsumexp; the transient is one chunk of fp32 logits.
+Bytes logits_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype, LossImpl loss) {
+  const Bytes t = micro_batch * seq_len;
+  const Bytes tv = t * m.vocab_size;
+  switch (loss) {
+    case LossImpl::Fused: return tv * dtype_bytes(dtype) + t * 4;
+    case LossImpl::FusedLinear: return t * m.hidden * dtype_bytes(dtype) + t * 4;
+    case LossImpl::Torch: break;
+  }
   return tv * dtype_bytes(dtype) + tv * 4;
 }
 
 // While cross_entropy runs, the upcast copy (.float()) is alive too; fp32 logits need no copy.
-Bytes logits_peak_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype) {
-  const Bytes tv = micro_batch * seq_len * m.vocab_size;
-  return logits_bytes(m, micro_batch, seq_len, dtype) + (dtype == Dtype::FP32 ? 0 : tv * 4);
+Bytes logits_peak_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype, LossImpl loss) {
+  const Bytes t = micro_batch * seq_len;
+  const Bytes tv = t * m.vocab_size;
+  const Bytes held = logits_bytes(m, micro_batch, seq_len, dtype, loss);
+  switch (loss) {
+    case LossImpl::Fused: return held + tv * dtype_bytes(dtype);
+    case LossImpl::FusedLinear: {
+      const std::int64_t c = std::max<std::int64_t>(1, m.hidden);
+      const std::int64_t chunks = (m.vocab_size + c - 1) / c;
+      const std::int64_t chunk_tokens = (t + chunks - 1) / chunks;
+      return held + chunk_tokens * m.vocab_size * 4;
+    }
+    case LossImpl::Torch: break;
+  }
+  return held + (dtype == Dtype::FP32 ? 0 : tv * 4);
+}
+
+std::string loss_impl_name(LossImpl l) {
+  switch (l) {
+    case LossImpl::Fused: return "fused";
+    case LossImpl::FusedLinear: return "fused_linear";
+    case LossImpl::Torch: break;
+  }
+  return "torch";
 }
 
 }  // namespace fsdpsim::models

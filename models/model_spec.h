@@ -94,13 +94,28 @@ Bytes block_backward_working_bytes(const ModelSpec& m, std::int64_t micro_batch,
 // The gradient transients alone: the peak a block's backward adds on top of its saved activations
 // when it was NOT checkpointed (max over its MLP and attention phases; model_activations.cpp).
 Bytes block_backward_grad_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype);
-// The logits and the loss: b*s*vocab in dtype plus the fp32 upcast used by cross-entropy.
-// Precisely (model_activations.cpp): T*V*bytes(dtype) for the logits the training loop holds, plus
-// T*V*4 for the fp32 log-softmax output cross-entropy saves for its backward (T = b*s tokens).
-Bytes logits_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype);
-// The peak during the loss: logits_bytes plus the transient fp32 upcast copy (T*V*4; none when
-// dtype is already fp32).
-Bytes logits_peak_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype);
+// How the loss is computed, which decides what the logits cost in memory (model_activations.cpp):
+//  * Torch: PyTorch's F.cross_entropy on the logits (the default of HF, torchtitan, Lightning);
+//  * Fused: a fused cross-entropy kernel on the materialized logits that saves only the logits and a
+//    per-token logsumexp (flash-attn's CrossEntropyLoss, llm-foundry's default `fused_crossentropy`);
+//  * FusedLinear: the LM head and the loss fused and chunked over tokens, so the full logits never
+//    exist (Liger-Kernel's LigerFusedLinearCrossEntropyLoss).
+enum class LossImpl { Torch, Fused, FusedLinear };
+std::string loss_impl_name(LossImpl l);   // "torch", "fused", "fused_linear"
+
+// The logits and the loss, held from the LM head's forward until the loss's backward (T = b*s tokens):
+//  * Torch: T*V*bytes(dtype) for the logits the training loop holds, plus T*V*4 for the fp32
+//    log-softmax output cross-entropy saves for its backward;
+//  * Fused: T*V*bytes(dtype) for the logits plus T*4 for the logsumexp;
+//  * FusedLinear: T*C*bytes(dtype) for the input gradient computed during the forward plus T*4.
+Bytes logits_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype,
+                   LossImpl loss = LossImpl::Torch);
+// The peak during the loss: logits_bytes plus the transient of computing it:
+//  * Torch: the fp32 upcast copy (T*V*4; none when dtype is already fp32);
+//  * Fused: the logits' gradient (T*V*bytes(dtype)) written by the backward;
+//  * FusedLinear: one chunk's fp32 logits, chunk = ceil(T / ceil(V / C)) tokens (Liger's chunking).
+Bytes logits_peak_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype,
+                        LossImpl loss = LossImpl::Torch);
 std::string checkpoint_mode_name(CheckpointMode mode);  // "none", "full", "selective_op"
 
 }  // namespace fsdpsim::models

@@ -74,7 +74,10 @@ MemoryBound Bounds::memory(const sim::Plan& p) const {
   for (std::int64_t l = 0; l < model_.n_layers; ++l)
     m.activations += models::block_saved_activation_bytes(model_, p.micro_batch, p.seq_len, act,
                                                          block_mode(p.activation_checkpointing, l));
-  m.logits = p.micro_batch * p.seq_len * model_.vocab_size * dtype_bytes(act);
+  // The logits in the compute dtype (a part of what every loss implementation but the fused linear
+  // one holds); never more than what the simulator charges for the plan's loss.
+  m.logits = std::min(p.micro_batch * p.seq_len * model_.vocab_size * dtype_bytes(act),
+                      models::logits_bytes(model_, p.micro_batch, p.seq_len, act, p.cross_entropy));
   if (shard > 1) m.unsharded_unit = head_unit_params_ * (p.fp8_all_gather ? 1 : dtype_bytes(p.param_dtype));
   return m;
 }

@@ -285,7 +285,8 @@ const std::vector<std::string>& searched_keys() {
   return k;
 }
 const std::vector<std::string>& base_keys() {
-  static const std::vector<std::string> k = {"optimizer", "trainable_fraction", "auto_wrap_policy", "use_orig_params"};
+  static const std::vector<std::string> k = {"optimizer", "trainable_fraction", "auto_wrap_policy", "use_orig_params",
+                                             "cross_entropy"};
   return k;
 }
 
@@ -566,6 +567,12 @@ void apply_base_constraint(Plan& p, const Constraint& c) {
     p.trainable_fraction = f;
   } else if (c.key == "use_orig_params") {
     p.use_orig_params = canonical_bool(field, v) == "true";
+  } else if (c.key == "cross_entropy") {
+    std::string l = lower(v);
+    if (l == "torch") p.cross_entropy = models::LossImpl::Torch;
+    else if (l == "fused") p.cross_entropy = models::LossImpl::Fused;
+    else if (l == "fused_linear") p.cross_entropy = models::LossImpl::FusedLinear;
+    else throw InputError(field, v, "torch, fused or fused_linear");
   } else if (c.key == "auto_wrap_policy") {
     std::string l = lower(v);
     models::WrapPolicy w;

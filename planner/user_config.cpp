@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <limits>
 #include <regex>
 #include <sstream>
 
@@ -53,7 +54,9 @@ long long as_int(const std::string& key, const std::string& v, long long lo, lon
   std::string u = unquote(v);
   char* end = nullptr;
   double d = std::strtod(u.c_str(), &end);   // accepts 1e8 (min_num_params=1e8)
-  if (u.empty() || *end != '\0' || d < static_cast<double>(lo) || d > static_cast<double>(hi) || d != static_cast<long long>(d))
+  // !(lo <= d <= hi) also rejects NaN ("nan"), whose conversion to an integer is undefined.
+  if (u.empty() || *end != '\0' || !(d >= static_cast<double>(lo) && d <= static_cast<double>(hi)) ||
+      d != static_cast<long long>(d))
     throw InputError(key, v, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   return static_cast<long long>(d);
 }
@@ -77,7 +80,8 @@ std::vector<long long> as_ints(const std::string& v) {
   for (char c : v + " ") {
     if (std::isdigit(static_cast<unsigned char>(c))) cur += c;
     else if (!cur.empty()) {
-      out.push_back(std::stoll(cur));
+      // More than 18 digits would overflow std::stoll: saturate, the caller's range check rejects it.
+      out.push_back(cur.size() > 18 ? std::numeric_limits<long long>::max() : std::stoll(cur));
       cur.clear();
     }
   }
@@ -205,7 +209,8 @@ void apply_lightning(const KV& strategy, const KV& trainer, const std::string& p
       else p.sharding_strategy = sim::ShardingStrategy::_HYBRID_SHARD_ZERO2;
     } else if (k == "device_mesh") {
       auto ints = as_ints(v);
-      if (ints.size() != 2 || ints[0] < 1 || ints[1] < 1) throw InputError(key, v, "(replicate, shard), e.g. (2, 4)");
+      if (ints.size() != 2 || ints[0] < 1 || ints[1] < 1 || ints[0] > (1 << 20) || ints[1] > (1 << 20))
+        throw InputError(key, v, "(replicate, shard), each in [1, 1048576], e.g. (2, 4)");
       p.mesh_replicate = static_cast<int>(ints[0]);
       p.mesh_shard = static_cast<int>(ints[1]);
     } else if (k == "auto_wrap_policy") {
@@ -513,20 +518,27 @@ UserConfig parse_user_config_text(const std::string& text, const std::string& fo
       throw InputError(source, "<YAML error at line " + std::to_string(e.mark.line + 1) + ">", e.msg);
     }
     if (!root.IsMap()) throw InputError(source, "<not a mapping>", "a YAML mapping");
-    if (format == "accelerate") {
-      read_accelerate(root, model, cfg);
-    } else {
-      YAML::Node tr = root["trainer"];
-      KV trainer = yaml_map(tr);
-      KV strategy;
-      if (tr && tr["strategy"] && tr["strategy"].IsMap()) strategy = yaml_map(tr["strategy"]["init_args"]);
-      trainer.erase("strategy");
-      apply_lightning(strategy, trainer, "trainer.strategy.init_args.", "trainer.", model, cfg);
-      KV data = yaml_map(root["data"]["init_args"] ? root["data"]["init_args"] : root["data"]);
-      if (data.count("batch_size")) {
-        cfg.plan.micro_batch = as_int("data.batch_size", data["batch_size"], 1, 65536);
-        cfg.micro_batch_given = true;
+    try {
+      if (format == "accelerate") {
+        read_accelerate(root, model, cfg);
+      } else {
+        // Subscripting a scalar or sequence throws in yaml-cpp: only maps are looked into.
+        auto in_map = [](const YAML::Node& n, const char* key) { return n && n.IsMap() ? n[key] : YAML::Node(); };
+        YAML::Node tr = root["trainer"];
+        KV trainer = yaml_map(tr);
+        KV strategy;
+        if (in_map(tr, "strategy").IsMap()) strategy = yaml_map(in_map(in_map(tr, "strategy"), "init_args"));
+        trainer.erase("strategy");
+        apply_lightning(strategy, trainer, "trainer.strategy.init_args.", "trainer.", model, cfg);
+        const YAML::Node data_node = root["data"];
+        KV data = yaml_map(in_map(data_node, "init_args") ? in_map(data_node, "init_args") : data_node);
+        if (data.count("batch_size")) {
+          cfg.plan.micro_batch = as_int("data.batch_size", data["batch_size"], 1, 65536);
+          cfg.micro_batch_given = true;
+        }
       }
+    } catch (const YAML::Exception& e) {   // e.g. a key that is itself a mapping or a sequence
+      throw InputError(source, "<YAML structure at line " + std::to_string(e.mark.line + 1) + ">", e.msg);
     }
   } else if (format == "torchtitan") {
     read_torchtitan(text, source, cfg);

@@ -20,8 +20,11 @@ namespace fsdpsim::runtime {
 std::vector<OptionSpec> launch_option_specs() {
   return {
       {"model", true, false, "zoo name or Hugging Face config.json", "M"},
-      {"plan", true, false, "plan JSON file or inline object; the CPU runtime needs fp32 dtypes", "P"},
+      {"plan", true, false, "plan JSON file or inline object; cpu backend: fp32 dtypes, cuda: param_dtype bf16", "P"},
+      {"backend", true, false, "cpu (OpenBLAS + MPI, fp32; default) or cuda (CUDA + NCCL, bf16, one GPU per rank)", "B"},
       {"ranks", true, false, "MPI ranks (processes); 1 runs without mpirun (default 1)", "N"},
+      {"emulate-world", true, false,
+       "cuda, 1 rank: run as rank 0 of W ranks on one GPU (true shard sizes; collectives replaced by local copies)", "W"},
       {"steps", true, false, "optimizer steps; the last one is measured (default 3)", "K"},
       {"gpus-per-node", true, false, "ranks per node for the mesh's group shapes (default: all on one node)", "G"},
       {"seed", true, false, "seed of the parameter init and the synthetic data (default 1234)", "S"},
@@ -33,21 +36,28 @@ LaunchOptions launch_options_from_args(const Args& a) {
   LaunchOptions o;
   o.model = a.require("model");
   o.plan = a.require("plan");
+  o.backend = a.get("backend", "cpu");
+  if (o.backend != "cpu" && o.backend != "cuda") throw InputError("--backend", o.backend, "cpu or cuda");
   o.ranks = static_cast<int>(a.get_int("ranks", 1, 1, 1024));
   o.steps = static_cast<int>(a.get_int("steps", 3, 1, 100000));
+  o.emulate_world = static_cast<int>(a.get_int("emulate-world", 0, 1, 1 << 20));
+  if (o.emulate_world > 0 && o.backend != "cuda")
+    throw InputError("--emulate-world", std::to_string(o.emulate_world), "only with --backend cuda");
+  if (o.emulate_world > 0 && o.ranks != 1)
+    throw InputError("--emulate-world", std::to_string(o.emulate_world), "only with --ranks 1 (one process emulates rank 0)");
   o.gpus_per_node = static_cast<int>(a.get_int("gpus-per-node", 0, 0, 1024));
   o.seed = static_cast<std::uint64_t>(a.get_int("seed", 1234, 0, INT64_MAX));
   o.lr = a.get_double("lr", 1e-3, 1e-8, 1.0);
   return o;
 }
 
-std::string worker_path() {
+std::string worker_path(const std::string& backend) {
   char buf[4096];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   std::string self = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("./fsdpsim");
   const auto slash = self.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : self.substr(0, slash);
-  return dir + "/fsdpsim-run-cpu";
+  return dir + (backend == "cuda" ? "/fsdpsim-run-cuda" : "/fsdpsim-run-cpu");
 }
 
 std::vector<std::string> launch_command(const LaunchOptions& o, const std::string& worker, const std::string& out) {
@@ -56,14 +66,18 @@ std::vector<std::string> launch_command(const LaunchOptions& o, const std::strin
   c.insert(c.end(), {worker, "--model", o.model, "--plan", o.plan, "--steps", std::to_string(o.steps), "--seed",
                      std::to_string(o.seed), "--lr", std::to_string(o.lr), "--out", out});
   if (o.gpus_per_node > 0) c.insert(c.end(), {"--gpus-per-node", std::to_string(o.gpus_per_node)});
+  if (o.emulate_world > 0) c.insert(c.end(), {"--emulate-world", std::to_string(o.emulate_world)});
   return c;
 }
 
 LaunchResult launch_run(const LaunchOptions& o) {
-  const std::string worker = worker_path();
+  const bool cuda = o.backend == "cuda";
+  const std::string worker = worker_path(o.backend);
+  const std::string what = cuda ? "CUDA runtime" : "CPU runtime";
   if (access(worker.c_str(), X_OK) != 0)
-    throw std::runtime_error("the CPU runtime worker " + worker +
-                             " is not built (it needs OpenMPI and OpenBLAS: cmake -DFSDPSIM_MPI=ON)");
+    throw std::runtime_error("the " + what + " worker " + worker + " is not built (" +
+                             (cuda ? std::string("it needs nvcc, NCCL, OpenMPI and OpenBLAS: cmake -DFSDPSIM_CUDA=ON")
+                                   : std::string("it needs OpenMPI and OpenBLAS: cmake -DFSDPSIM_MPI=ON")) + ")");
   char tmpl[] = "/tmp/fsdpsim-run-XXXXXX";
   const int fd = mkstemp(tmpl);
   if (fd < 0) throw std::runtime_error("cannot create a temporary file in /tmp");
@@ -86,8 +100,8 @@ LaunchResult launch_run(const LaunchOptions& o) {
   if (rc != 0) {
     std::remove(out.c_str());
     if (rc == kExitBadInput)
-      throw InputError("--plan", o.plan, "a plan and model the CPU runtime executes (the worker's message is above)");
-    throw std::runtime_error("the CPU runtime failed (exit " + std::to_string(rc) + ")");
+      throw InputError("--plan", o.plan, "a plan and model the " + what + " executes (the worker's message is above)");
+    throw std::runtime_error("the " + what + " failed (exit " + std::to_string(rc) + "; the worker's message is above)");
   }
   r.worker = read_json_file(out, "worker output");
   std::remove(out.c_str());

@@ -1,9 +1,10 @@
 // The caching-allocator model; the rules and their source are listed in caching_allocator.h.
-// Pools are vectors of size classes (see SizeClass in the header): few distinct sizes with many
-// blocks each in an FSDP step; no tree, so the simulator's hot path has no node allocations.
+// Pools are vectors of size classes (see Pool in the header): few distinct sizes with many blocks
+// each in an FSDP step; no tree, so the simulator's hot path has no node allocations.
 #include "sim/caching_allocator.h"
 
 #include <algorithm>
+#include <bit>
 #include <stdexcept>
 #include <string>
 
@@ -14,6 +15,26 @@ CachingAllocator::CachingAllocator(AllocatorConfig config) : config_(config) {
   if (config_.max_split_size <= 0) throw std::invalid_argument("CachingAllocator: max_split_size <= 0");
   blocks_.reserve(256);
   segments_.reserve(64);
+}
+
+void CachingAllocator::reset(AllocatorConfig config) {
+  if (config.capacity < 0) throw std::invalid_argument("CachingAllocator: capacity < 0");
+  if (config.max_split_size <= 0) throw std::invalid_argument("CachingAllocator: max_split_size <= 0");
+  config_ = config;
+  blocks_.clear();
+  dead_blocks_.clear();
+  segments_.clear();
+  // The size classes stay (empty): an empty class is invisible to every lookup, and keeping it saves
+  // re-creating the same classes (and their vectors) in the next run.
+  for (Pool& p : pools_) {
+    for (auto& v : p.lists) v.clear();
+    p.nonempty = 0;
+    p.whole = 0;
+  }
+  pending_.clear();
+  next_addr_ = 0;
+  cached_whole_segments_ = 0;
+  stats_ = AllocatorStats{};
 }
 
 Bytes CachingAllocator::round_size(Bytes bytes) {
@@ -27,18 +48,31 @@ Bytes CachingAllocator::allocation_size(Bytes rounded) {
   return kAllocRoundLarge * ((rounded + kAllocRoundLarge - 1) / kAllocRoundLarge);
 }
 
-CachingAllocator::Pool& CachingAllocator::pool(int stream, bool small) {
-  std::size_t idx = static_cast<std::size_t>(stream) * 2 + (small ? 1 : 0);
-  if (idx >= pools_.size()) pools_.resize(idx + 1);
-  return pools_[idx];
+namespace {
+// Index of the first class with size >= s (sizes.size() if none).
+// Branch-free binary search (a pool has a few dozen classes at most; the comparisons are hard to predict).
+[[gnu::always_inline]] inline std::size_t class_at_least(const std::vector<Bytes>& sizes, Bytes s) {
+  const Bytes* base = sizes.data();
+  std::size_t n = sizes.size();
+  if (n == 0) return 0;
+  while (n > 1) {
+    const std::size_t half = n / 2;
+    base = base[half - 1] < s ? base + half : base;
+    n -= half;
+  }
+  return static_cast<std::size_t>(base - sizes.data()) + (*base < s ? 1 : 0);
+}
+}  // namespace
+
+[[gnu::always_inline]] inline std::size_t CachingAllocator::lower_class(Pool& p, Bytes size) {
+  Pool::Hint& h = p.hints[(static_cast<std::uint64_t>(size) * 0x9e3779b97f4a7c15ULL) >> 59];
+  if (h.size == size && h.epoch == p.epoch) return h.index;
+  const std::size_t i = class_at_least(p.sizes, size);
+  h = Pool::Hint{size, static_cast<std::uint32_t>(i), p.epoch};
+  return i;
 }
 
 namespace {
-// First class with size >= s.
-template <class Pool>
-auto class_at_least(Pool& p, Bytes s) {
-  return std::lower_bound(p.begin(), p.end(), s, [](const auto& c, Bytes x) { return c.size < x; });
-}
 // Position of addr in a class's blocks (addr descending): the first entry with entry.addr <= addr.
 template <class Vec>
 auto addr_position(Vec& v, Bytes addr) {
@@ -51,62 +85,121 @@ auto addr_position(Vec& v, Bytes addr) {
 constexpr std::size_t kCompactClasses = 64;
 
 void CachingAllocator::compact(Pool& p) {
-  p.erase(std::remove_if(p.begin(), p.end(), [](const SizeClass& c) { return c.blocks.empty(); }), p.end());
-}
-
-void CachingAllocator::pool_insert(int b) {
-  const Block& blk = blocks_[b];
-  Pool& p = pool(blk.stream, blk.small);
-  auto c = class_at_least(p, blk.size);
-  if (c == p.end() || c->size != blk.size) {
-    if (p.size() >= kCompactClasses) {
-      compact(p);
-      c = class_at_least(p, blk.size);
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < p.sizes.size(); ++i) {
+    if (p.lists[i].empty()) continue;
+    if (keep != i) {
+      p.sizes[keep] = p.sizes[i];
+      p.lists[keep].swap(p.lists[i]);
     }
-    SizeClass sc;
-    sc.size = blk.size;
-    c = p.insert(c, std::move(sc));
+    ++keep;
   }
-  auto& v = c->blocks;
-  if (v.empty() || v.back().addr > blk.addr) v.push_back(FreeEntry{blk.addr, b});   // the usual case
-  else v.insert(addr_position(v, blk.addr), FreeEntry{blk.addr, b});
-  if (blk.prev < 0 && blk.next < 0) ++cached_whole_segments_;
+  p.sizes.resize(keep);
+  p.lists.resize(keep);
+  recompute_nonempty(p);
 }
 
-void CachingAllocator::pool_erase(int b) {
+void CachingAllocator::recompute_nonempty(Pool& p) {
+  p.nonempty = 0;
+  const std::size_t n = std::min<std::size_t>(p.lists.size(), 64);
+  for (std::size_t i = 0; i < n; ++i)
+    if (!p.lists[i].empty()) p.nonempty |= std::uint64_t{1} << i;
+}
+
+void CachingAllocator::add_class(Pool& p, std::size_t at, Bytes size) {
+  if (p.sizes.size() >= kCompactClasses) {
+    compact(p);
+    at = class_at_least(p.sizes, size);
+  }
+  p.sizes.insert(p.sizes.begin() + static_cast<std::ptrdiff_t>(at), size);
+  p.lists.insert(p.lists.begin() + static_cast<std::ptrdiff_t>(at), std::vector<FreeEntry>{});
+  recompute_nonempty(p);
+  ++p.epoch;   // class indices moved: every hint is stale
+}
+
+[[gnu::always_inline]] inline void CachingAllocator::pool_insert(Pool& p, int b) {
+  Block& blk = blocks_[b];
+  std::size_t i = lower_class(p, blk.size);
+  if (i == p.sizes.size() || p.sizes[i] != blk.size) [[unlikely]] {
+    add_class(p, i, blk.size);
+    i = lower_class(p, blk.size);
+  }
+  blk.cls = static_cast<int>(i);
+  auto& v = p.lists[i];
+  if (v.empty()) {
+    if (i < 64) p.nonempty |= std::uint64_t{1} << i;
+    v.push_back(FreeEntry{blk.addr, b});
+  } else if (v.back().addr > blk.addr) [[likely]] {
+    v.push_back(FreeEntry{blk.addr, b});   // the usual case
+  } else {
+    v.insert(addr_position(v, blk.addr), FreeEntry{blk.addr, b});
+  }
+  if (blk.prev < 0 && blk.next < 0) {
+    ++cached_whole_segments_;
+    ++p.whole;
+  }
+}
+
+[[gnu::always_inline]] inline void CachingAllocator::pool_erase(Pool& p, int b) {
   const Block& blk = blocks_[b];
-  Pool& p = pool(blk.stream, blk.small);
-  auto c = class_at_least(p, blk.size);
-  if (c == p.end() || c->size != blk.size)
-    throw std::logic_error("CachingAllocator: free block missing from its pool");
-  auto& v = c->blocks;
-  auto it = addr_position(v, blk.addr);
-  if (it == v.end() || it->block != b) throw std::logic_error("CachingAllocator: free block missing from its pool");
-  v.erase(it);
-  if (blk.prev < 0 && blk.next < 0) --cached_whole_segments_;
+  // The class recorded at insertion, unless classes were added or compacted since (sizes are distinct,
+  // so a class holding this size IS this block's class).
+  std::size_t i = static_cast<std::size_t>(blk.cls);
+  if (i >= p.sizes.size() || p.sizes[i] != blk.size) [[unlikely]] {
+    i = lower_class(p, blk.size);
+    if (i == p.sizes.size() || p.sizes[i] != blk.size) [[unlikely]]
+      throw std::logic_error("CachingAllocator: free block missing from its pool");
+  }
+  auto& v = p.lists[i];
+  if (!v.empty() && v.back().block == b) [[likely]] {
+    v.pop_back();   // usually the lowest address of its class (the remainder of a block just split)
+  } else {
+    auto it = addr_position(v, blk.addr);
+    if (it == v.end() || it->block != b) [[unlikely]]
+      throw std::logic_error("CachingAllocator: free block missing from its pool");
+    v.erase(it);
+  }
+  if (v.empty() && i < 64) p.nonempty &= ~(std::uint64_t{1} << i);
+  if (blk.prev < 0 && blk.next < 0) {
+    --cached_whole_segments_;
+    --p.whole;
+  }
 }
 
-int CachingAllocator::find_free_block(int stream, bool small, Bytes size) {
-  Pool& p = pool(stream, small);
-  auto c = class_at_least(p, size);
-  while (c != p.end() && c->blocks.empty()) ++c;
-  if (c == p.end()) return -1;
+[[gnu::always_inline]] inline int CachingAllocator::find_free_block(Pool& p, Bytes size) {
+  std::size_t i = lower_class(p, size);
+  const std::size_t n = p.sizes.size();
+  if (n <= 64) [[likely]] {
+    if (i == n) return -1;
+    const std::uint64_t above = p.nonempty >> i;   // i < n <= 64
+    if (above == 0) return -1;
+    i += static_cast<std::size_t>(std::countr_zero(above));
+  } else {
+    while (i < n && p.lists[i].empty()) ++i;
+    if (i == n) return -1;
+  }
   // get_free_block: do not hand an oversize block to a normal request, and round an oversize request
   // up by at most max_non_split_rounding (both inactive with the default max_split_size).
-  if (size < config_.max_split_size && c->size >= config_.max_split_size) return -1;
-  if (size >= config_.max_split_size && c->size >= size + config_.max_non_split_rounding) return -1;
+  const Bytes found = p.sizes[i];
+  if (size < config_.max_split_size && found >= config_.max_split_size) return -1;
+  if (size >= config_.max_split_size && found >= size + config_.max_non_split_rounding) return -1;
   // Best fit, ties by address: the lowest address of the smallest fitting size (the class's back).
-  int b = c->blocks.back().block;
-  c->blocks.pop_back();
-  if (blocks_[b].prev < 0 && blocks_[b].next < 0) --cached_whole_segments_;
+  auto& v = p.lists[i];
+  const int b = v.back().block;
+  v.pop_back();
+  if (v.empty() && i < 64) p.nonempty &= ~(std::uint64_t{1} << i);
+  if (blocks_[b].prev < 0 && blocks_[b].next < 0) {
+    --cached_whole_segments_;
+    --p.whole;
+  }
   return b;
 }
 
-int CachingAllocator::new_block() {
+// A recycled or new Block slot; the caller sets every field.
+[[gnu::always_inline]] inline int CachingAllocator::new_block() {
   if (!dead_blocks_.empty()) {
-    int b = dead_blocks_.back();
+    const int b = dead_blocks_.back();
     dead_blocks_.pop_back();
-    blocks_[b] = Block{};
     return b;
   }
   blocks_.emplace_back();
@@ -121,7 +214,20 @@ bool CachingAllocator::try_cuda_malloc(Bytes size) {
   return true;
 }
 
-int CachingAllocator::create_segment(int stream, bool small, Bytes size) {
+int CachingAllocator::create_segment(int stream, bool small, Bytes rounded) {
+  const Bytes size = allocation_size(rounded);
+  if (!try_cuda_malloc(size)) {
+    // alloc_block failed: release_cached_blocks() then alloc_block(isRetry=true).
+    release_cached_blocks();
+    ++stats_.num_alloc_retries;
+    if (!try_cuda_malloc(size)) {
+      // A real run raises OutOfMemoryError here; the model records it and goes on past capacity.
+      ++stats_.num_ooms;
+      stats_.reserved += size;
+      stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+      ++stats_.num_device_alloc;
+    }
+  }
   Segment s;
   s.base = next_addr_;
   s.size = size;
@@ -130,14 +236,8 @@ int CachingAllocator::create_segment(int stream, bool small, Bytes size) {
   s.live = true;
   next_addr_ += size;
   segments_.push_back(s);
-  int b = new_block();
-  Block& blk = blocks_[b];
-  blk.addr = s.base;
-  blk.size = size;
-  blk.segment = static_cast<int>(segments_.size()) - 1;
-  blk.stream = stream;
-  blk.small = small;
-  blk.state = State::Free;
+  const int b = new_block();
+  blocks_[b] = Block{s.base, size, 0, static_cast<int>(segments_.size()) - 1, -1, -1, stream, small, State::Free, 0};
   return b;
 }
 
@@ -147,43 +247,21 @@ int CachingAllocator::alloc(Bytes bytes, int stream) {
   if (bytes == 0) return -1;
   const Bytes size = round_size(bytes);
   const bool small = size <= kAllocSmallSize;
-  int b = find_free_block(stream, small, size);
-  if (b < 0) {
-    const Bytes seg = allocation_size(size);
-    if (!try_cuda_malloc(seg)) {
-      // alloc_block failed: release_cached_blocks() then alloc_block(isRetry=true).
-      release_cached_blocks();
-      ++stats_.num_alloc_retries;
-      if (!try_cuda_malloc(seg)) {
-        // A real run raises OutOfMemoryError here; the model records it and goes on past capacity.
-        ++stats_.num_ooms;
-        stats_.reserved += seg;
-        stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
-        ++stats_.num_device_alloc;
-      }
-    }
-    b = create_segment(stream, small, seg);
-  }
+  Pool& p = pool(stream, small);
+  int b = find_free_block(p, size);
+  if (b < 0) b = create_segment(stream, small, size);
   // should_split: the allocation keeps the front of the block, the remainder stays cached.
   const Bytes remaining = blocks_[b].size - size;
   const bool split = small ? remaining >= kAllocMinBlockSize
                            : (size < config_.max_split_size && remaining > kAllocSmallSize);
   if (split) {
-    int r = new_block();
-    Block& blk = blocks_[b];   // (re-fetched after new_block may have grown the vector)
-    Block& rem = blocks_[r];
-    rem.addr = blk.addr + size;
-    rem.size = remaining;
-    rem.segment = blk.segment;
-    rem.stream = blk.stream;
-    rem.small = blk.small;
-    rem.state = State::Free;
-    rem.prev = b;
-    rem.next = blk.next;
+    const int r = new_block();
+    Block& blk = blocks_[b];   // (fetched after new_block may have grown the vector)
+    blocks_[r] = Block{blk.addr + size, remaining, 0, blk.segment, b, blk.next, blk.stream, blk.small, State::Free, 0};
     if (blk.next >= 0) blocks_[blk.next].prev = r;
     blk.next = r;
     blk.size = size;
-    pool_insert(r);
+    pool_insert(p, r);
   }
   Block& blk = blocks_[b];
   blk.state = State::Allocated;
@@ -195,10 +273,9 @@ int CachingAllocator::alloc(Bytes bytes, int stream) {
   return b;
 }
 
-void CachingAllocator::check_live(int b, const char* what) const {
-  if (b < 0 || b >= static_cast<int>(blocks_.size()) || blocks_[b].state != State::Allocated)
-    throw std::invalid_argument(std::string("CachingAllocator::") + what + ": block " + std::to_string(b) +
-                                " is not allocated");
+void CachingAllocator::throw_not_live(int b, const char* what) const {
+  throw std::invalid_argument(std::string("CachingAllocator::") + what + ": block " + std::to_string(b) +
+                              " is not allocated");
 }
 
 void CachingAllocator::free(int b) {
@@ -229,39 +306,47 @@ void CachingAllocator::release_pending(int b) {
 }
 
 // free_block + try_merge_blocks: a neighbour merges only if it is free (not live, not pending).
+// (No Block slot is created here, so references into blocks_ stay valid.)
 void CachingAllocator::free_block(int b) {
-  blocks_[b].state = State::Free;
-  for (int side = 0; side < 2; ++side) {
-    int n = side == 0 ? blocks_[b].prev : blocks_[b].next;
-    if (n < 0 || blocks_[n].state != State::Free) continue;
-    pool_erase(n);
-    Block& blk = blocks_[b];
+  Block& blk = blocks_[b];
+  blk.state = State::Free;
+  Pool& p = pool(blk.stream, blk.small);
+  if (const int n = blk.prev; n >= 0 && blocks_[n].state == State::Free) {
+    pool_erase(p, n);
     Block& nb = blocks_[n];
-    if (side == 0) {   // absorb the previous block: take its address and its prev link
-      blk.addr = nb.addr;
-      blk.prev = nb.prev;
-      if (blk.prev >= 0) blocks_[blk.prev].next = b;
-    } else {
-      blk.next = nb.next;
-      if (blk.next >= 0) blocks_[blk.next].prev = b;
-    }
+    blk.addr = nb.addr;   // absorb the previous block: take its address and its prev link
+    blk.prev = nb.prev;
+    if (blk.prev >= 0) blocks_[blk.prev].next = b;
     blk.size += nb.size;
     nb.state = State::Dead;
     dead_blocks_.push_back(n);
   }
-  pool_insert(b);
+  if (const int n = blk.next; n >= 0 && blocks_[n].state == State::Free) {
+    pool_erase(p, n);
+    Block& nb = blocks_[n];
+    blk.next = nb.next;
+    if (blk.next >= 0) blocks_[blk.next].prev = b;
+    blk.size += nb.size;
+    nb.state = State::Dead;
+    dead_blocks_.push_back(n);
+  }
+  pool_insert(p, b);
 }
 
 // release_blocks on every pool: cudaFree each cached block that is a whole segment.
 void CachingAllocator::release_cached_blocks() {
   if (cached_whole_segments_ == 0) return;   // nothing cudaFree-able: skip the scan
-  // In (size, addr) order per pool, as before the size classes: dead_blocks_ gets the same order.
+  // In (size, addr) order per pool, as PyTorch's release_blocks walks it (dead_blocks_ gets that order).
+  // Only pools holding a whole-segment block are visited, only their non-empty classes, and a pool's
+  // walk stops once its last whole segment is released.
   for (auto& p : pools_) {
-    for (auto c = p.begin(); c != p.end(); ++c) {
-      auto& v = c->blocks;
-      std::vector<FreeEntry> kept;   // ascending walk over a descending vector: rebuild, then reverse
-      kept.reserve(v.size());
-      for (auto e = v.rbegin(); e != v.rend(); ++e) {
+    if (p.whole == 0) continue;
+    const std::size_t n = p.lists.size();
+    for (std::size_t c = 0; c < n && p.whole > 0; ++c) {
+      if (n <= 64 && !(p.nonempty >> c & 1)) continue;
+      auto& v = p.lists[c];
+      bool released = false;
+      for (auto e = v.rbegin(); e != v.rend(); ++e) {   // ascending addresses
         Block& blk = blocks_[e->block];
         if (blk.prev < 0 && blk.next < 0) {
           stats_.reserved -= blk.size;
@@ -269,13 +354,17 @@ void CachingAllocator::release_cached_blocks() {
           segments_[blk.segment].live = false;
           blk.state = State::Dead;
           --cached_whole_segments_;
+          --p.whole;
           dead_blocks_.push_back(e->block);
-        } else {
-          kept.push_back(*e);
+          released = true;
         }
       }
-      v.assign(kept.rbegin(), kept.rend());
+      if (released)
+        v.erase(std::remove_if(v.begin(), v.end(), [this](const FreeEntry& e) { return blocks_[e.block].state == State::Dead; }),
+                v.end());
     }
+    recompute_nonempty(p);
+    if (cached_whole_segments_ == 0) break;
   }
 }
 
@@ -296,7 +385,8 @@ Bytes CachingAllocator::cached_free_bytes(int stream) const {
   for (int small = 0; small < 2; ++small) {
     std::size_t idx = static_cast<std::size_t>(stream) * 2 + small;
     if (idx >= pools_.size()) continue;
-    for (const auto& c : pools_[idx]) total += c.size * static_cast<Bytes>(c.blocks.size());
+    const Pool& p = pools_[idx];
+    for (std::size_t i = 0; i < p.sizes.size(); ++i) total += p.sizes[i] * static_cast<Bytes>(p.lists[i].size());
   }
   return total;
 }

@@ -30,6 +30,7 @@
 // pools, and the CPU synchronize that release_cached_blocks performs on outstanding events (blocks
 // still waiting on an event stay cached).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -70,6 +71,9 @@ struct AllocatorStats {
 class CachingAllocator {
  public:
   explicit CachingAllocator(AllocatorConfig config = {});
+  // Back to the state of CachingAllocator(config), keeping the storage (the simulator reuses one
+  // allocator per thread): no block, segment, pending free or statistic survives.
+  void reset(AllocatorConfig config);
 
   // Allocates `bytes` for `stream`'s pool; returns a block id (>= 0), or -1 for a 0-byte request
   // (PyTorch returns a null pointer without touching the pools). Throws std::invalid_argument for
@@ -125,21 +129,35 @@ class CachingAllocator {
     int stream = 0;
     bool small = false;
     State state = State::Free;
+    int cls = 0;             // while in a pool: its size class index, if the pool's classes have not moved since
   };
   // A pool is ordered by (size, addr) like PyTorch's BlockComparatorSize, stored as size classes:
   // an FSDP step frees many blocks of few sizes (llama3-70b: ~150 free blocks, 8 sizes), so a sorted
   // vector of all blocks spent most of the executor's time shifting entries. Each class keeps its
   // blocks by DESCENDING address: best fit takes the lowest address from the back in O(1), and the
-  // usual frees (backward releases blocks in reverse allocation order) append at the back.
+  // usual frees (backward releases blocks in reverse allocation order) append at the back. The class
+  // sizes sit in their own contiguous array (`sizes`, ascending), so finding a class is a short
+  // binary search over a few cache lines; `lists[i]` holds the blocks of size `sizes[i]`.
   struct FreeEntry {
     Bytes addr;
     int block;
   };
-  struct SizeClass {
-    Bytes size = 0;
-    std::vector<FreeEntry> blocks;   // addr descending; may be empty (classes are reused, see compact)
+  struct Pool {
+    std::vector<Bytes> sizes;                    // distinct, ascending; a class may be empty (see compact)
+    std::vector<std::vector<FreeEntry>> lists;   // parallel to sizes; addr descending
+    // Bit i set iff lists[i] is not empty, while the pool has at most 64 classes (it nearly always
+    // has: compaction starts at 64): best fit skips empty classes with one count-trailing-zeros.
+    std::uint64_t nonempty = 0;
+    int whole = 0;   // free blocks of this pool that span a whole segment (what release_cached_blocks frees)
+    // A small direct-mapped memo of class_at_least(size) for the sizes a step keeps asking about,
+    // valid while `epoch` is unchanged (classes are only added or compacted in add_class).
+    struct Hint {
+      Bytes size = -1;
+      std::uint32_t index = 0, epoch = 0;
+    };
+    std::uint32_t epoch = 1;
+    std::array<Hint, 32> hints{};
   };
-  using Pool = std::vector<SizeClass>;   // by size ascending, distinct sizes
   struct Segment {
     Bytes base = 0, size = 0;
     int stream = 0;
@@ -151,19 +169,32 @@ class CachingAllocator {
     std::int64_t event;
   };
 
-  Pool& pool(int stream, bool small);
+  Pool& pool(int stream, bool small) {
+    const std::size_t idx = static_cast<std::size_t>(stream) * 2 + (small ? 1 : 0);
+    if (idx >= pools_.size()) [[unlikely]] pools_.resize(idx + 1);
+    return pools_[idx];
+  }
   // Removes the empty classes of a pool (when it has many: sizes come and go with splits).
   static void compact(Pool& p);
-  int find_free_block(int stream, bool small, Bytes size);
-  void pool_insert(int block);
-  void pool_erase(int block);
+  static void recompute_nonempty(Pool& p);
+  static std::size_t lower_class(Pool& p, Bytes size);   // class_at_least through the pool's hints
+  // The hot paths (defined in the .cpp, inlined into alloc/free): best-fit take, insert, erase.
+  int find_free_block(Pool& p, Bytes size);
+  void pool_insert(Pool& p, int block);
+  void pool_erase(Pool& p, int block);
+  void add_class(Pool& p, std::size_t at, Bytes size);
   int new_block();
   bool try_cuda_malloc(Bytes size);
-  int create_segment(int stream, bool small, Bytes size);
+  int create_segment(int stream, bool small, Bytes size);   // cudaMalloc (with the retry) + its block
   void release_cached_blocks();
   void free_block(int block);
   void release_pending(int block);
-  void check_live(int block, const char* what) const;
+  [[noreturn]] void throw_not_live(int block, const char* what) const;
+  void check_live(int block, const char* what) const {
+    if (block < 0 || block >= static_cast<int>(blocks_.size()) || blocks_[block].state != State::Allocated)
+        [[unlikely]]
+      throw_not_live(block, what);
+  }
 
   AllocatorConfig config_;
   std::vector<Block> blocks_;

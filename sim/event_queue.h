@@ -12,6 +12,11 @@
 namespace fsdpsim::sim {
 
 // Payload is a small trivially-copyable struct chosen by the user of the queue.
+//
+// Storage: an unsorted array plus the index of its earliest event. The executor keeps only a few
+// events pending at a time (one completion per busy stream, the CPU's event, completions made stale
+// by a re-timing), so a linear scan on pop beats a heap's sifting; schedule() and next_time() are
+// O(1). The order is exactly (time, sequence) either way.
 template <class Payload>
 class EventQueue {
  public:
@@ -23,63 +28,46 @@ class EventQueue {
 
   // Schedules an event at absolute time `t` (>= now()).
   void schedule(TimeNs t, const Payload& p) {
-    if (t < now_) throw std::logic_error("EventQueue: event scheduled in the past");
-    heap_.push_back(Event{t, next_seq_++, p});
-    sift_up(heap_.size() - 1);
+    if (t < now_) [[unlikely]] throw std::logic_error("EventQueue: event scheduled in the past");
+    // A new event has the largest sequence number: it is the earliest only if strictly earlier.
+    if (events_.empty() || t < events_[min_].time) min_ = events_.size();
+    events_.push_back(Event{t, next_seq_++, p});
   }
-  bool empty() const { return heap_.empty(); }
-  std::size_t size() const { return heap_.size(); }
+  bool empty() const { return events_.empty(); }
+  std::size_t size() const { return events_.size(); }
   // Time of the earliest pending event (queue must not be empty).
-  TimeNs next_time() const { return heap_.front().time; }
+  TimeNs next_time() const { return events_[min_].time; }
   TimeNs now() const { return now_; }
 
   // Removes and returns the earliest event; advances now() to its time.
   Event pop() {
-    Event e = heap_.front();
-    heap_.front() = heap_.back();
-    heap_.pop_back();
-    if (!heap_.empty()) sift_down(0);
-    if (e.time < now_) throw std::logic_error("EventQueue: time ran backwards");
+    Event e = events_[min_];
+    events_[min_] = events_.back();
+    events_.pop_back();
+    std::size_t m = 0;
+    for (std::size_t i = 1; i < events_.size(); ++i)
+      if (before(events_[i], events_[m])) m = i;
+    min_ = m;
+    if (e.time < now_) [[unlikely]] throw std::logic_error("EventQueue: time ran backwards");
     now_ = e.time;
     return e;
   }
 
   void clear() {
-    heap_.clear();
+    events_.clear();
+    min_ = 0;
     now_ = 0;
     next_seq_ = 0;
   }
-  void reserve(std::size_t n) { heap_.reserve(n); }
+  void reserve(std::size_t n) { events_.reserve(n); }
 
  private:
   static bool before(const Event& a, const Event& b) {
     return a.time != b.time ? a.time < b.time : a.seq < b.seq;
   }
-  void sift_up(std::size_t i) {
-    Event e = heap_[i];
-    while (i > 0) {
-      std::size_t parent = (i - 1) / 2;
-      if (!before(e, heap_[parent])) break;
-      heap_[i] = heap_[parent];
-      i = parent;
-    }
-    heap_[i] = e;
-  }
-  void sift_down(std::size_t i) {
-    const std::size_t n = heap_.size();
-    Event e = heap_[i];
-    for (;;) {
-      std::size_t c = 2 * i + 1;
-      if (c >= n) break;
-      if (c + 1 < n && before(heap_[c + 1], heap_[c])) ++c;
-      if (!before(heap_[c], e)) break;
-      heap_[i] = heap_[c];
-      i = c;
-    }
-    heap_[i] = e;
-  }
 
-  std::vector<Event> heap_;   // binary min-heap on (time, seq)
+  std::vector<Event> events_;   // unordered; events_[min_] is the earliest by (time, seq)
+  std::size_t min_ = 0;
   TimeNs now_ = 0;
   std::uint64_t next_seq_ = 0;
 };

@@ -17,6 +17,11 @@
 //    factor). Stale completion events are skipped by a per-op version number (ns-3 style cancel).
 //  * Memory: sim/memory_tracker.h on the caching-allocator model.
 //
+// Speed (issue #3): the engine is reused per thread (its arrays, event list and memory tracker keep
+// their capacity between runs), its hot per-op facts live in flat arrays built in two passes over the
+// program (the same passes run validate_program's per-op checks), and a completion time is rounded
+// with an inline llround. None of this changes an event, a time or a byte.
+//
 // Definitions of the outputs:
 //  * step_time_ns: the latest completion of any op (GPU or CPU), from t = 0 when the CPU starts.
 //  * compute_ns: busy time of stream 0 (the compute / default stream).
@@ -38,6 +43,7 @@
 #include "common/errors.h"
 #include "sim/event_queue.h"
 #include "sim/memory_tracker.h"
+#include "sim/program_check.h"
 
 namespace fsdpsim::sim {
 
@@ -62,6 +68,39 @@ bool is_slowable(OpKind k) {
   }
 }
 
+// std::llround for |x| < 2^63 (times in ns), inline: round half away from zero. x - trunc(x) is exact
+// for every double, so the comparison with 0.5 decides exactly as llround does.
+inline TimeNs round_ns(double x) {
+  auto i = static_cast<std::int64_t>(x);   // truncation toward zero
+  const double frac = x - static_cast<double>(i);
+  if (frac >= 0.5) ++i;
+  else if (frac <= -0.5) --i;
+  return i;
+}
+
+// A flat list that only grows (its storage is kept across runs): append() is a few inline stores for
+// the one- or two-element lists most ops have.
+template <class T>
+class FlatList {
+ public:
+  void clear() { n_ = 0; }
+  int size() const { return static_cast<int>(n_); }
+  const T& operator[](int i) const { return data_[static_cast<std::size_t>(i)]; }
+  void append(const std::vector<T>& src) {
+    const std::size_t k = src.size();
+    if (k == 0) return;
+    if (n_ + k > data_.size()) [[unlikely]] data_.resize(std::max(2 * data_.size(), n_ + k + 256));
+    T* out = data_.data() + n_;
+    const T* in = src.data();
+    for (std::size_t j = 0; j < k; ++j) out[j] = in[j];
+    n_ += k;
+  }
+
+ private:
+  std::vector<T> data_;
+  std::size_t n_ = 0;
+};
+
 enum class EvType : std::uint8_t { OpComplete, IssueDone, CpuResume };
 struct Ev {
   EvType type = EvType::OpComplete;
@@ -71,11 +110,7 @@ struct Ev {
 
 class Engine {
  public:
-  Engine(const StepProgram& p, const OpCosts& c, const ExecOptions& o)
-      : p_(p), c_(c), o_(o), n_(static_cast<int>(p.ops.size())),
-        mem_(p, o.memory_capacity, o.record_memory_timeline) {}
-
-  SimResult run();
+  SimResult run(const StepProgram& p, const OpCosts& c, const ExecOptions& o);
 
  private:
   // ---- setup ----
@@ -84,8 +119,24 @@ class Engine {
   void cpu_begin(TimeNs now);
   void issue_done(int i, TimeNs now);
   // ---- GPU ----
-  void wake_dependents(int h, TimeNs now);
-  void try_start(int s, TimeNs now);
+  void wake_dependents(int h, TimeNs now) {
+    for (int k = dep_begin_[h], e = dep_begin_[h + 1]; k < e; ++k) try_start(op_stream_[dep_list_[k]], now);
+  }
+  void try_start(int s, TimeNs now) {
+    if (stream_busy_[s] >= 0 || stream_head_[s] == stream_begin_[s + 1]) return;
+    const int h = stream_list_[stream_head_[s]];
+    if (issue_t_[h] < 0) return;
+    int k = wait_pos_[h];
+    const int end = wait_begin_[h + 1];
+    while (k < end && completed_[wait_list_[k]]) ++k;
+    wait_pos_[h] = k;
+    if (k < end) return;
+    if (kind_flags_[h] & kCollective) {
+      const int g = op_group_[h];
+      if (group_busy_[g] || group_list_[group_head_[g]] != h) return;
+    }
+    start(h, now);
+  }
   void start(int h, TimeNs now);
   void complete(int h, TimeNs now);
   void retime(TimeNs now, double new_factor);
@@ -93,10 +144,11 @@ class Engine {
   void fill_results(SimResult& r);
   void add_span(const Op& op, const std::string& track, const char* kind, TimeNs start, TimeNs dur, Bytes bytes);
 
-  const StepProgram& p_;
-  const OpCosts& c_;
-  const ExecOptions& o_;
-  const int n_;
+  const StepProgram* p_ = nullptr;
+  const ExecOptions* o_ = nullptr;
+  int n_ = 0;
+  const TimeNs* gpu_ns_ = nullptr;
+  const TimeNs* cpu_ns_ = nullptr;
   MemoryTracker mem_;
   EventQueue<Ev> q_;
   double slowdown_ = 1.0;
@@ -107,10 +159,11 @@ class Engine {
   std::vector<TimeNs> issue_t_, start_t_, end_t_, cpu_start_t_;
   std::vector<std::uint8_t> completed_, kind_flags_;
   std::vector<std::uint32_t> version_;
-  std::vector<int> wait_pos_;
   // Hot per-op facts copied out of the (large) Op structs for cache locality: stream, NCCL queue,
-  // and the GPU waits as one flat array (CSR).
-  std::vector<int> op_stream_, op_group_, wait_begin_, wait_list_;
+  // and the GPU waits as one flat array (CSR); wait_pos_[h] is the first wait of h not yet seen
+  // complete (an index into wait_list_).
+  std::vector<int> wait_pos_, op_stream_, op_group_, wait_begin_;
+  FlatList<int> wait_list_;
   std::vector<double> remaining_;
   std::vector<TimeNs> seg_start_;
   static constexpr std::uint8_t kCollective = 1, kSlowable = 2, kCpuOp = 4;
@@ -124,6 +177,11 @@ class Engine {
 
   // per op: the ops that wait on it (CSR), whose streams may start when it completes
   std::vector<int> dep_begin_, dep_list_;
+  // per op, copied from the Op structs (CSR): CPU waits, allocs, frees
+  std::vector<int> cpu_wait_begin_, alloc_begin_, free_begin_;
+  FlatList<int> cpu_wait_list_, alloc_list_;
+  FlatList<FreeSpec> free_list_;
+  std::vector<int> fill_;   // scratch for the CSR fills
 
   std::vector<int> running_slowable_;
   int comm_active_ = 0;
@@ -141,78 +199,133 @@ class Engine {
   std::vector<TraceSpan> trace_;
 };
 
+// Two passes: (1) over the ops: validate_program's per-op checks (streams and buffers were checked
+// before), flags, streams, groups, list sizes, and every list the run reads (GPU waits, CPU waits,
+// allocs, frees) copied into flat arrays, so that the run itself never touches the (large) Op structs
+// or their scattered vectors again; (2) over those arrays: the per-stream, per-group and dependents lists.
 void Engine::build_queues() {
-  const int ns = static_cast<int>(p_.streams.size());
-  std::vector<int> count(ns + 1, 0), gcount(kNumGroups + 1, 0);
-  for (const Op& op : p_.ops) {
-    std::uint8_t f = 0;
-    if (op.kind == OpKind::CpuOptimizerStep) f |= kCpuOp;
-    else ++count[op.stream + 1];
-    if (is_collective(op.kind)) {
-      f |= kCollective;
-      ++gcount[static_cast<int>(op.group) + 1];
-    }
-    if (is_slowable(op.kind)) f |= kSlowable;
-    kind_flags_[op.id] = f;
-  }
+  const StepProgram& p = *p_;
+  const int ns = static_cast<int>(p.streams.size());
+  const int nb = static_cast<int>(p.buffers.size());
+  stream_begin_.assign(ns + 1, 0);
+  group_begin_.assign(kNumGroups + 1, 0);
   op_stream_.resize(n_);
   op_group_.resize(n_);
   wait_begin_.resize(n_ + 1);
-  wait_begin_[0] = 0;
-  for (const Op& op : p_.ops) {
-    op_stream_[op.id] = op.stream;
-    op_group_[op.id] = static_cast<int>(op.group);
-    wait_begin_[op.id + 1] = wait_begin_[op.id] + static_cast<int>(op.waits.size());
-  }
-  wait_list_.resize(wait_begin_[n_]);
-  for (const Op& op : p_.ops) std::copy(op.waits.begin(), op.waits.end(), wait_list_.begin() + wait_begin_[op.id]);
-  for (int s = 0; s < ns; ++s) count[s + 1] += count[s];
-  for (int g = 0; g < kNumGroups; ++g) gcount[g + 1] += gcount[g];
-  stream_begin_ = count;
-  group_begin_ = gcount;
-  stream_list_.assign(count[ns], 0);
-  group_list_.assign(gcount[kNumGroups], 0);
-  std::vector<int> fill_s(count.begin(), count.end() - 1), fill_g(gcount.begin(), gcount.end() - 1);
-  for (const Op& op : p_.ops) {
-    if (!(kind_flags_[op.id] & kCpuOp)) stream_list_[fill_s[op.stream]++] = op.id;
-    if (kind_flags_[op.id] & kCollective) group_list_[fill_g[static_cast<int>(op.group)]++] = op.id;
-  }
+  cpu_wait_begin_.resize(n_ + 1);
+  alloc_begin_.resize(n_ + 1);
+  free_begin_.resize(n_ + 1);
+  wait_list_.clear();
+  cpu_wait_list_.clear();
+  alloc_list_.clear();
+  free_list_.clear();
   dep_begin_.assign(n_ + 1, 0);
-  for (const Op& op : p_.ops)
+  kind_flags_.resize(n_);
+  for (int i = 0; i < n_; ++i) {
+    const Op& op = p.ops[i];
+    if (!detail::op_ok(p, i, ns, nb)) [[unlikely]] {
+      detail::check_op(p, i, ns, nb);   // throws the InputError validate_program would
+      throw std::logic_error("execute: op_ok and check_op disagree on op " + std::to_string(i));
+    }
+    std::uint8_t f = 0;
+    if (op.kind == OpKind::CpuOptimizerStep) f |= kCpuOp;
+    else ++stream_begin_[op.stream + 1];
+    if (is_collective(op.kind)) {
+      f |= kCollective;
+      ++group_begin_[static_cast<int>(op.group) + 1];
+    }
+    if (is_slowable(op.kind)) f |= kSlowable;
+    kind_flags_[i] = f;
+    op_stream_[i] = op.stream;
+    op_group_[i] = static_cast<int>(op.group);
+    wait_begin_[i] = wait_list_.size();
+    wait_list_.append(op.waits);
     for (int w : op.waits) ++dep_begin_[w + 1];
+    cpu_wait_begin_[i] = cpu_wait_list_.size();
+    cpu_wait_list_.append(op.cpu_waits);
+    alloc_begin_[i] = alloc_list_.size();
+    alloc_list_.append(op.allocs);
+    free_begin_[i] = free_list_.size();
+    free_list_.append(op.frees);
+  }
+  wait_begin_[n_] = wait_list_.size();
+  cpu_wait_begin_[n_] = cpu_wait_list_.size();
+  alloc_begin_[n_] = alloc_list_.size();
+  free_begin_[n_] = free_list_.size();
+  for (int s = 0; s < ns; ++s) stream_begin_[s + 1] += stream_begin_[s];
+  for (int g = 0; g < kNumGroups; ++g) group_begin_[g + 1] += group_begin_[g];
   for (int i = 0; i < n_; ++i) dep_begin_[i + 1] += dep_begin_[i];
-  dep_list_.assign(dep_begin_[n_], 0);
-  std::vector<int> fill_d(dep_begin_.begin(), dep_begin_.end() - 1);
-  for (const Op& op : p_.ops)
-    for (int w : op.waits) dep_list_[fill_d[w]++] = op.id;
+  stream_list_.resize(stream_begin_[ns]);
+  group_list_.resize(group_begin_[kNumGroups]);
+  dep_list_.resize(dep_begin_[n_]);
+  // Fill cursors: streams, then groups, then per-op dependents (one scratch array).
+  fill_.resize(ns + kNumGroups + n_);
+  int* fill_s = fill_.data();
+  int* fill_g = fill_s + ns;
+  int* fill_d = fill_g + kNumGroups;
+  std::copy(stream_begin_.begin(), stream_begin_.end() - 1, fill_s);
+  std::copy(group_begin_.begin(), group_begin_.end() - 1, fill_g);
+  std::copy(dep_begin_.begin(), dep_begin_.end() - 1, fill_d);
+  for (int i = 0; i < n_; ++i) {
+    const std::uint8_t f = kind_flags_[i];
+    if (!(f & kCpuOp)) stream_list_[fill_s[op_stream_[i]]++] = i;
+    if (f & kCollective) group_list_[fill_g[op_group_[i]]++] = i;
+    for (int k = wait_begin_[i], e = wait_begin_[i + 1]; k < e; ++k) dep_list_[fill_d[wait_list_[k]]++] = i;
+  }
   stream_head_.assign(stream_begin_.begin(), stream_begin_.end() - 1);
   group_head_.assign(group_begin_.begin(), group_begin_.end() - 1);
   stream_busy_.assign(ns, -1);
   stream_prev_end_.assign(ns, 0);
+  wait_pos_.assign(wait_begin_.begin(), wait_begin_.end() - 1);
 }
 
-SimResult Engine::run() {
-  if (static_cast<int>(c_.gpu_ns.size()) != n_ || static_cast<int>(c_.cpu_ns.size()) != n_)
-    throw std::invalid_argument("execute: OpCosts sized " + std::to_string(c_.gpu_ns.size()) + " for " +
+SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions& o) {
+  p_ = &p;
+  o_ = &o;
+  n_ = static_cast<int>(p.ops.size());
+  build_queues();   // (checks every op first, as validate_program does)
+  if (o.memory_capacity < 0)
+    throw InputError("memory_capacity", std::to_string(o.memory_capacity), ">= 0 (0 = unlimited)");
+  if (static_cast<int>(c.gpu_ns.size()) != n_ || static_cast<int>(c.cpu_ns.size()) != n_)
+    throw std::invalid_argument("execute: OpCosts sized " + std::to_string(c.gpu_ns.size()) + " for " +
                                 std::to_string(n_) + " ops");
-  slowdown_ = c_.overlap_slowdown;
+  gpu_ns_ = c.gpu_ns.data();
+  cpu_ns_ = c.cpu_ns.data();
+  slowdown_ = c.overlap_slowdown;
   use_slowdown_ = slowdown_ != 1.0;
-  issue_t_.assign(n_, -1);
-  start_t_.assign(n_, -1);
-  end_t_.assign(n_, -1);
-  cpu_start_t_.assign(n_, -1);
-  completed_.assign(n_, 0);
-  kind_flags_.assign(n_, 0);
-  version_.assign(n_, 0);
-  wait_pos_.assign(n_, 0);
-  if (use_slowdown_) {
-    remaining_.assign(n_, 0.0);
-    seg_start_.assign(n_, 0);
-  }
-  build_queues();
-  q_.reserve(64);
-  if (o_.record_trace) trace_.reserve(2 * static_cast<std::size_t>(n_));
+  factor_ = 1.0;
+  for (bool& b : group_busy_) b = false;
+  comm_active_ = 0;
+  comm_start_ = 0;
+  comm_intervals_.clear();
+  compute_gaps_.clear();
+  running_slowable_.clear();
+  compute_busy_ = 0;
+  cpu_op_ = 0;
+  cpu_blocked_ = false;
+  cpu_blocked_on_ = -1;
+  cpu_blocked_since_ = 0;
+  cpu_blocked_total_ = 0;
+  trace_.clear();
+  q_.clear();
 
+  // Only issue_t_ (-1: not issued) and completed_ are read before an op writes them; the other per-op
+  // arrays are written first (cpu_start at issue, start/remaining/seg_start at start, end at completion)
+  // and version_ only needs to match between an op and its latest event, so they keep stale values.
+  issue_t_.assign(n_, -1);
+  completed_.assign(n_, 0);
+  start_t_.resize(n_);
+  end_t_.resize(n_);
+  cpu_start_t_.resize(n_);
+  version_.resize(n_);
+  if (use_slowdown_) {
+    remaining_.resize(n_);
+    seg_start_.resize(n_);
+  }
+  q_.reserve(64);
+  if (o.record_trace) trace_.reserve(2 * static_cast<std::size_t>(n_));
+
+  mem_.start(p, o.memory_capacity, o.record_memory_timeline);
   mem_.allocate_persistent();
   if (n_ > 0) cpu_begin(0);
   while (!q_.empty()) {
@@ -239,7 +352,7 @@ SimResult Engine::run() {
     if (!completed_[i]) throw std::logic_error("execute: op " + std::to_string(i) + " never completed");
 
   SimResult r;
-  r.notes = p_.notes;
+  r.notes = p.notes;
   fill_results(r);
   return r;
 }
@@ -251,14 +364,13 @@ SimResult Engine::run() {
 void Engine::cpu_begin(TimeNs now) {
   while (cpu_op_ < n_) {
     const int i = cpu_op_;
-    const Op& op = p_.ops[i];
-    auto first_incomplete = [&](const std::vector<int>& ws) {
-      for (int w : ws)
-        if (!completed_[w]) return w;
+    auto first_incomplete = [&](const FlatList<int>& list, const std::vector<int>& begin) {
+      for (int k = begin[i], e = begin[i + 1]; k < e; ++k)
+        if (!completed_[list[k]]) return list[k];
       return -1;
     };
-    int w = first_incomplete(op.cpu_waits);
-    if (w < 0 && (kind_flags_[i] & kCpuOp)) w = first_incomplete(op.waits);
+    int w = first_incomplete(cpu_wait_list_, cpu_wait_begin_);
+    if (w < 0 && (kind_flags_[i] & kCpuOp)) w = first_incomplete(wait_list_, wait_begin_);
     if (w >= 0) {
       if (!cpu_blocked_) {
         cpu_blocked_ = true;
@@ -271,13 +383,14 @@ void Engine::cpu_begin(TimeNs now) {
       cpu_blocked_ = false;
       cpu_blocked_on_ = -1;
       cpu_blocked_total_ += now - cpu_blocked_since_;
-      if (o_.record_trace && now > cpu_blocked_since_) {
+      if (o_->record_trace && now > cpu_blocked_since_) {
+        const Op& op = p_->ops[i];
         trace_.push_back(TraceSpan{"blocked before " + op.name, "cpu", "cpu_blocked", op.unit,
                                    cpu_blocked_since_, now - cpu_blocked_since_, 0});
       }
     }
     cpu_start_t_[i] = now;
-    const TimeNs done = now + c_.cpu_ns[i] + ((kind_flags_[i] & kCpuOp) ? c_.gpu_ns[i] : 0);
+    const TimeNs done = now + cpu_ns_[i] + ((kind_flags_[i] & kCpuOp) ? gpu_ns_[i] : 0);
     if (!q_.empty() && q_.next_time() <= done) {
       q_.schedule(done, Ev{EvType::IssueDone, i, 0});
       return;
@@ -288,50 +401,37 @@ void Engine::cpu_begin(TimeNs now) {
 }
 
 void Engine::issue_done(int i, TimeNs now) {
-  const Op& op = p_.ops[i];
-  if (!op.allocs.empty()) {
+  if (alloc_begin_[i] != alloc_begin_[i + 1]) {
     mem_.process_events([this](std::int64_t ev) { return completed_[ev] != 0; });
-    for (int b : op.allocs) mem_.alloc(b, i, now);
+    for (int k = alloc_begin_[i], e = alloc_begin_[i + 1]; k < e; ++k) mem_.alloc(alloc_list_[k], i, now);
   }
   issue_t_[i] = now;
   if (kind_flags_[i] & kCpuOp) {
     // Ran on the CPU during [cpu_start + issue cost, now).
-    start_t_[i] = cpu_start_t_[i] + c_.cpu_ns[i];
+    start_t_[i] = cpu_start_t_[i] + cpu_ns_[i];
     end_t_[i] = now;
     completed_[i] = 1;
-    if (o_.record_trace) add_span(op, "cpu", op_kind_name(op.kind), start_t_[i], now - start_t_[i], 0);
+    mem_.op_completed(i);
+    if (o_->record_trace) {
+      const Op& op = p_->ops[i];
+      add_span(op, "cpu", op_kind_name(op.kind), start_t_[i], now - start_t_[i], 0);
+    }
     wake_dependents(i, now);
   } else {
-    if (o_.record_trace && c_.cpu_ns[i] > 0)
-      add_span(op, "cpu", "cpu_issue", cpu_start_t_[i], now - cpu_start_t_[i], 0);
-    try_start(op.stream, now);
+    if (o_->record_trace && cpu_ns_[i] > 0)
+      add_span(p_->ops[i], "cpu", "cpu_issue", cpu_start_t_[i], now - cpu_start_t_[i], 0);
+    try_start(op_stream_[i], now);
   }
-  for (const FreeSpec& f : op.frees) {
+  for (int k = free_begin_[i], e = free_begin_[i + 1]; k < e; ++k) {
+    const FreeSpec& f = free_list_[k];
     bool done = f.reuse_after_op >= 0 && completed_[f.reuse_after_op];
     mem_.free(f.buffer, f.reuse_after_op, done, i, now);
   }
   ++cpu_op_;
 }
 
-void Engine::try_start(int s, TimeNs now) {
-  if (stream_busy_[s] >= 0 || stream_head_[s] == stream_begin_[s + 1]) return;
-  const int h = stream_list_[stream_head_[s]];
-  if (issue_t_[h] < 0) return;
-  int k = wait_begin_[h] + wait_pos_[h];
-  const int end = wait_begin_[h + 1];
-  while (k < end && completed_[wait_list_[k]]) ++k;
-  wait_pos_[h] = k - wait_begin_[h];
-  if (k < end) return;
-  if (kind_flags_[h] & kCollective) {
-    const int g = op_group_[h];
-    if (group_busy_[g] || group_list_[group_head_[g]] != h) return;
-  }
-  start(h, now);
-}
-
 void Engine::start(int h, TimeNs now) {
-  const Op& op = p_.ops[h];
-  const int s = op.stream;
+  const int s = op_stream_[h];
   ++stream_head_[s];
   stream_busy_[s] = h;
   start_t_[h] = now;
@@ -341,7 +441,7 @@ void Engine::start(int h, TimeNs now) {
   }
   const std::uint8_t f = kind_flags_[h];
   if (f & kCollective) {
-    const int g = static_cast<int>(op.group);
+    const int g = op_group_[h];
     ++group_head_[g];
     group_busy_[g] = true;
     if (comm_active_++ == 0) {
@@ -351,12 +451,12 @@ void Engine::start(int h, TimeNs now) {
   }
   TimeNs end;
   if (use_slowdown_ && (f & kSlowable)) {
-    remaining_[h] = static_cast<double>(c_.gpu_ns[h]);
+    remaining_[h] = static_cast<double>(gpu_ns_[h]);
     seg_start_[h] = now;
     running_slowable_.push_back(h);
-    end = now + static_cast<TimeNs>(std::llround(remaining_[h] * factor_));
+    end = now + round_ns(remaining_[h] * factor_);
   } else {
-    end = now + c_.gpu_ns[h];
+    end = now + gpu_ns_[h];
   }
   q_.schedule(end, Ev{EvType::OpComplete, h, ++version_[h]});
 }
@@ -366,16 +466,16 @@ void Engine::retime(TimeNs now, double new_factor) {
     double done = static_cast<double>(now - seg_start_[r]) / factor_;
     remaining_[r] = std::max(0.0, remaining_[r] - done);
     seg_start_[r] = now;
-    TimeNs end = now + static_cast<TimeNs>(std::llround(remaining_[r] * new_factor));
+    TimeNs end = now + round_ns(remaining_[r] * new_factor);
     q_.schedule(end, Ev{EvType::OpComplete, r, ++version_[r]});
   }
   factor_ = new_factor;
 }
 
 void Engine::complete(int h, TimeNs now) {
-  const Op& op = p_.ops[h];
-  const int s = op.stream;
+  const int s = op_stream_[h];
   completed_[h] = 1;
+  mem_.op_completed(h);
   end_t_[h] = now;
   stream_busy_[s] = -1;
   stream_prev_end_[s] = now;
@@ -386,15 +486,16 @@ void Engine::complete(int h, TimeNs now) {
     running_slowable_.erase(it);
   }
   if (f & kCollective) {
-    group_busy_[static_cast<int>(op.group)] = false;
+    group_busy_[op_group_[h]] = false;
     if (--comm_active_ == 0) {
       comm_intervals_.emplace_back(comm_start_, now);
       if (use_slowdown_) retime(now, 1.0);
     }
   }
-  if (o_.record_trace) {
+  if (o_->record_trace) {
+    const Op& op = p_->ops[h];
     Bytes bytes = (f & kCollective) ? op.comm_bytes : op.copy_bytes;
-    add_span(op, p_.streams[s].name, op_kind_name(op.kind), start_t_[h], now - start_t_[h], bytes);
+    add_span(op, p_->streams[s].name, op_kind_name(op.kind), start_t_[h], now - start_t_[h], bytes);
   }
   if (cpu_blocked_ && cpu_blocked_on_ == h) q_.schedule(now, Ev{EvType::CpuResume, h, 0});
   // What can start now: the next op of this stream, the ops waiting on this one, and the next
@@ -402,13 +503,9 @@ void Engine::complete(int h, TimeNs now) {
   try_start(s, now);
   wake_dependents(h, now);
   if (f & kCollective) {
-    const int g = static_cast<int>(op.group);
+    const int g = op_group_[h];
     if (group_head_[g] < group_begin_[g + 1]) try_start(op_stream_[group_list_[group_head_[g]]], now);
   }
-}
-
-void Engine::wake_dependents(int h, TimeNs now) {
-  for (int k = dep_begin_[h]; k < dep_begin_[h + 1]; ++k) try_start(op_stream_[dep_list_[k]], now);
 }
 
 void Engine::add_span(const Op& op, const std::string& track, const char* kind, TimeNs start, TimeNs dur,
@@ -441,8 +538,9 @@ void Engine::fill_results(SimResult& r) {
   r.exposed_comm_ns = intersect_length(compute_gaps_, comm_intervals_);
   r.cpu_blocked_ns = cpu_blocked_total_;
   std::int64_t ag = 0, rs = 0, ar = 0;
-  for (const Op& op : p_.ops) {
-    if (!is_collective(op.kind)) continue;
+  for (int i = 0; i < n_; ++i) {
+    if (!(kind_flags_[i] & kCollective)) continue;
+    const Op& op = p_->ops[i];
     const std::int64_t n = op.group_size;
     const std::int64_t sent = op.comm_bytes * (n - 1) / n;   // ring: (n−1)/n·S per rank (N1)
     if (op.kind == OpKind::AllGather) ag += sent;
@@ -452,18 +550,20 @@ void Engine::fill_results(SimResult& r) {
   r.comm_bytes_by_kind["all_gather"] = ag;
   r.comm_bytes_by_kind["reduce_scatter"] = rs;
   r.comm_bytes_by_kind["all_reduce"] = ar;
-  mem_.fill(r, o_.max_timeline_samples);
-  if (o_.record_trace) {
+  mem_.fill(r, o_->max_timeline_samples);
+  if (o_->record_trace) {
     std::stable_sort(trace_.begin(), trace_.end(),
                      [](const TraceSpan& a, const TraceSpan& b) { return a.start_ns < b.start_ns; });
     r.trace = std::move(trace_);
+    trace_ = {};
   }
 }
 
 }  // namespace
 
-OpCosts compute_op_costs(const StepProgram& program, const CostModel& cost) {
-  OpCosts c;
+namespace {
+// compute_op_costs into `c` (its vectors' storage reused).
+void fill_op_costs(const StepProgram& program, const CostModel& cost, OpCosts& c) {
   const std::size_t n = program.ops.size();
   c.gpu_ns.resize(n);
   c.cpu_ns.resize(n);
@@ -480,19 +580,45 @@ OpCosts compute_op_costs(const StepProgram& program, const CostModel& cost) {
   c.overlap_slowdown = cost.overlap_slowdown();
   if (!std::isfinite(c.overlap_slowdown) || c.overlap_slowdown < 1.0 || c.overlap_slowdown > 100.0)
     throw InputError("cost_model.overlap_slowdown", std::to_string(c.overlap_slowdown), "a factor in [1, 100]");
+}
+}  // namespace
+
+OpCosts compute_op_costs(const StepProgram& program, const CostModel& cost) {
+  OpCosts c;
+  fill_op_costs(program, cost, c);
   return c;
 }
 
 SimResult execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts) {
-  validate_program(program);
-  if (opts.memory_capacity < 0)
-    throw InputError("memory_capacity", std::to_string(opts.memory_capacity), ">= 0 (0 = unlimited)");
-  Engine e(program, costs, opts);
-  return e.run();
+  detail::check_streams_and_buffers(program);   // validate_program's per-op checks run in the engine's first pass
+  // One engine per thread, reused (see the note at the top); a nested call gets its own.
+  thread_local Engine engine;
+  thread_local bool in_use = false;
+  if (in_use) {
+    Engine local;
+    return local.run(program, costs, opts);
+  }
+  in_use = true;
+  struct Release {
+    bool& flag;
+    ~Release() { flag = false; }
+  } release{in_use};
+  return engine.run(program, costs, opts);
 }
 
 SimResult execute(const StepProgram& program, const CostModel& cost, const ExecOptions& opts) {
-  return execute(program, compute_op_costs(program, cost), opts);
+  // The costs live only for this call: one per-thread OpCosts keeps its storage (a nested call, which
+  // nothing makes today, gets its own).
+  thread_local OpCosts costs;
+  thread_local bool in_use = false;
+  if (in_use) return execute(program, compute_op_costs(program, cost), opts);
+  in_use = true;
+  struct Release {
+    bool& flag;
+    ~Release() { flag = false; }
+  } release{in_use};
+  fill_op_costs(program, cost, costs);
+  return execute(program, costs, opts);
 }
 
 }  // namespace fsdpsim::sim

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 
 #include "common/errors.h"
 
@@ -61,6 +62,49 @@ models::CheckpointMode layer_mode(const ActivationCheckpointing& ac, int layer) 
 
 bool unit_has_part(const models::FsdpUnit& u, models::ModulePart p) {
   return std::find(u.parts.begin(), u.parts.end(), p) != u.parts.end();
+}
+
+// The kernel lists of the three parts, forward and backward. A planner lowers thousands of plans of
+// one model with a few (micro_batch, seq_len) shapes, so each thread keeps the lists of its most recent
+// shapes, keyed by every input of forward_kernels/backward_kernels (the ModelSpec compared field by
+// field): a hit returns exactly the lists those functions would build. Sharing the same immutable
+// lists across calls also lets a recycled compute op keep its Op::shared_kernels unchanged.
+using KernelList = std::shared_ptr<const std::vector<models::KernelDesc>>;
+void kernel_lists(const models::ModelSpec& model, std::int64_t micro_batch, std::int64_t seq_len, Dtype act,
+                  bool wgrad, KernelList (&fwd)[3], KernelList (&bwd)[3]) {
+  struct Entry {
+    models::ModelSpec model;
+    std::int64_t micro_batch, seq_len;
+    Dtype act;
+    bool wgrad;
+    KernelList fwd[3], bwd[3];
+  };
+  constexpr std::size_t kEntries = 8;
+  thread_local std::vector<Entry> cache;
+  for (std::size_t i = 0; i < cache.size(); ++i) {
+    const Entry& e = cache[i];
+    if (e.micro_batch == micro_batch && e.seq_len == seq_len && e.act == act && e.wgrad == wgrad && e.model == model) {
+      std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
+                  cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);   // most recent first
+      for (int p = 0; p < 3; ++p) {
+        fwd[p] = cache.front().fwd[p];
+        bwd[p] = cache.front().bwd[p];
+      }
+      return;
+    }
+  }
+  Entry e{model, micro_batch, seq_len, act, wgrad, {}, {}};
+  for (int p = 0; p < 3; ++p) {
+    auto part = static_cast<models::ModulePart>(p);
+    e.fwd[p] = std::make_shared<const std::vector<models::KernelDesc>>(
+        models::forward_kernels(model, part, micro_batch, seq_len, act));
+    e.bwd[p] = std::make_shared<const std::vector<models::KernelDesc>>(
+        models::backward_kernels(model, part, micro_batch, seq_len, act, wgrad));
+    fwd[p] = e.fwd[p];
+    bwd[p] = e.bwd[p];
+  }
+  if (cache.size() == kEntries) cache.pop_back();
+  cache.insert(cache.begin(), std::move(e));
 }
 
 }  // namespace
@@ -185,23 +229,27 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
   }
   c.first_seg[0] = 0;
   c.last_seg[0] = S - 1;
-  // The innermost unit covering a segment: the one latest in pre-forward order (nested units pre-forward later).
-  for (int s = 0; s < S; ++s) {
-    int best = 0;
-    for (int u = 1; u < U; ++u)
-      if (c.first_seg[u] <= s && s <= c.last_seg[u] && c.forward_pos[u] > c.forward_pos[best] &&
-          !(c.first_seg[u] == 0 && c.last_seg[u] == S - 1))
-        best = u;
-    c.segments[s].unit = best;
+  // The innermost unit covering a segment: the one latest in pre-forward order (nested units pre-forward
+  // later); units spanning the whole forward do not count. Each unit visits only the segments it covers.
+  for (int u = 1; u < U; ++u) {
+    if (c.first_seg[u] == 0 && c.last_seg[u] == S - 1) continue;
+    for (int s = c.first_seg[u]; s <= c.last_seg[u]; ++s)
+      if (c.forward_pos[u] > c.forward_pos[c.segments[s].unit]) c.segments[s].unit = u;
   }
-  // Post-forward order: units finish forward at their last segment (inner before outer); the root last.
+  // Post-forward order: units finish forward at their last segment (inner before outer: reverse
+  // pre-forward order within a segment); the root last.
   std::vector<int> post_fwd;
   post_fwd.reserve(U);
-  for (int s = 0; s < S; ++s)
+  {
+    std::vector<int> ends_at(S + 1, 0);   // bucket units by last segment, keeping reverse forward order
+    for (int u = 1; u < U; ++u) ++ends_at[c.last_seg[u] + 1];
+    for (int s = 0; s < S; ++s) ends_at[s + 1] += ends_at[s];
+    post_fwd.resize(ends_at[S]);
     for (int i = U - 1; i >= 0; --i) {
-      int u = c.forward_order[i];
-      if (u != 0 && c.last_seg[u] == s) post_fwd.push_back(u);
+      const int u = c.forward_order[i];
+      if (u != 0) post_fwd[ends_at[c.last_seg[u]]++] = u;
     }
+  }
   post_fwd.push_back(0);
   c.backward_order.assign(post_fwd.rbegin(), post_fwd.rend());
   c.opening.assign(S, {});
@@ -215,16 +263,10 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
   c.backward_pos.assign(U, 0);
   for (int i = 0; i < U; ++i) c.backward_pos[c.backward_order[i]] = i;
 
-  // ---- kernels, once per part ----
+  // ---- kernels, once per part (and per thread for the same model and shape: see kernel_lists) ----
   const Dtype act = plan.param_dtype;   // activations in the compute dtype (M9)
   const bool wgrad = plan.trainable_fraction >= 1.0;
-  for (int p = 0; p < 3; ++p) {
-    auto part = static_cast<models::ModulePart>(p);
-    c.fwd_kernels[p] = std::make_shared<const std::vector<models::KernelDesc>>(
-        models::forward_kernels(model, part, plan.micro_batch, plan.seq_len, act));
-    c.bwd_kernels[p] = std::make_shared<const std::vector<models::KernelDesc>>(
-        models::backward_kernels(model, part, plan.micro_batch, plan.seq_len, act, wgrad));
-  }
+  kernel_lists(model, plan.micro_batch, plan.seq_len, act, wgrad, c.fwd_kernels, c.bwd_kernels);
   if (!wgrad)
     c.notes.push_back("trainable_fraction < 1: backward kernels omit weight-gradient GEMMs (frozen weights, D5); "
                       "the trainable fraction is applied uniformly to every unit");
@@ -235,15 +277,22 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
                                                           models::CheckpointMode::None);
   c.act_saved.assign(L, saved_none);
   c.act_recompute.assign(L, 0);
+  Bytes saved_by_mode[3] = {saved_none, 0, 0};   // per CheckpointMode, computed once
+  bool known[3] = {true, false, false};
   for (int l = 0; l < L; ++l) {
     auto mode = layer_mode(ac, l);
     if (mode == models::CheckpointMode::None) continue;
-    c.act_saved[l] = models::block_saved_activation_bytes(model, plan.micro_batch, plan.seq_len, act, mode);
+    const int m = static_cast<int>(mode);
+    if (!known[m]) {
+      saved_by_mode[m] = models::block_saved_activation_bytes(model, plan.micro_batch, plan.seq_len, act, mode);
+      known[m] = true;
+    }
+    c.act_saved[l] = saved_by_mode[m];
     // Recomputation re-creates what the block would have saved without checkpointing.
     c.act_recompute[l] = std::max<Bytes>(0, saved_none - c.act_saved[l]);
   }
-  c.logits = models::logits_bytes(model, plan.micro_batch, plan.seq_len, act);
-  c.loss_transient = std::max<Bytes>(0, models::logits_peak_bytes(model, plan.micro_batch, plan.seq_len, act) - c.logits);
+  c.logits = models::logits_bytes(model, plan.micro_batch, plan.seq_len, act, plan.cross_entropy);
+  c.loss_transient = std::max<Bytes>(0, models::logits_peak_bytes(model, plan.micro_batch, plan.seq_len, act, plan.cross_entropy) - c.logits);
   c.notes.push_back("activation memory = saved activations per block + logits; autograd's transient "
                     "activation-gradient buffers are not modeled");
 
@@ -258,26 +307,23 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
 }
 
 // ---------------------------------------------------------------------------------------------
-Builder::Builder(StepProgram& p, OpRecycler* recycler) : prog_(p), recycler_(recycler) {
-  if (recycler_ && prog_.ops.empty() && prog_.buffers.empty()) {
-    prog_.ops = std::move(recycler_->ops_storage);
-    prog_.ops.clear();
-    prog_.buffers = std::move(recycler_->buffers_storage);
-    prog_.buffers.clear();
+Builder::Builder(StepProgram& p, OpRecycler* recycler, bool names) : prog_(p), names_(names) {
+  if (recycler && prog_.ops.empty() && prog_.buffers.empty()) {
+    prog_.ops.swap(recycler->ops);
+    prog_.buffers.swap(recycler->buffers);
   }
 }
 
 void recycle(StepProgram& p, OpRecycler& r) {
-  if (r.spare.empty()) {
-    r.spare.swap(p.ops);   // the usual case: the whole op vector becomes the spare list at once
-  } else {
-    r.spare.reserve(r.spare.size() + p.ops.size());
-    for (Op& op : p.ops) r.spare.push_back(std::move(op));
-  }
+  if (p.ops.capacity() >= r.ops.capacity()) r.ops = std::move(p.ops);
+  if (p.buffers.capacity() >= r.buffers.capacity()) r.buffers = std::move(p.buffers);
   p.ops.clear();
-  if (p.ops.capacity() > r.ops_storage.capacity()) r.ops_storage = std::move(p.ops);
   p.buffers.clear();
-  if (p.buffers.capacity() > r.buffers_storage.capacity()) r.buffers_storage = std::move(p.buffers);
+}
+
+void Builder::finish() {
+  prog_.ops.resize(static_cast<std::size_t>(num_ops_));
+  prog_.buffers.resize(static_cast<std::size_t>(num_buffers_));
 }
 
 int Builder::add_stream(StreamRole role, const char* name) {
@@ -291,80 +337,116 @@ int Builder::add_stream(StreamRole role, const char* name) {
   return prog_.streams.back().id;
 }
 
-std::string short_name(const char* what, int unit) {
-  char buf[24];
-  std::size_t n = 0;
-  while (what[n] && n < 10) {
-    buf[n] = what[n];
-    ++n;
-  }
+namespace {
+// Writes the short name into buf (at least 24 chars); returns its length.
+inline std::size_t format_short_name(char* buf, std::string_view what, int unit) {
+  std::size_t n = std::min<std::size_t>(what.size(), 10);
+  std::memcpy(buf, what.data(), n);
   if (unit >= 0) {
     buf[n++] = ' ';
     buf[n++] = 'u';
-    auto r = std::to_chars(buf + n, buf + sizeof(buf), unit);
-    n = static_cast<std::size_t>(r.ptr - buf);
+    if (unit < 10) {
+      buf[n++] = static_cast<char>('0' + unit);
+    } else if (unit < 100) {
+      buf[n++] = static_cast<char>('0' + unit / 10);
+      buf[n++] = static_cast<char>('0' + unit % 10);
+    } else {
+      n = static_cast<std::size_t>(std::to_chars(buf + n, buf + 24, unit).ptr - buf);
+    }
   }
-  return std::string(buf, n);
+  return n;
+}
+}  // namespace
+
+std::string short_name(std::string_view what, int unit) {
+  char buf[24];
+  return std::string(buf, format_short_name(buf, what, unit));
 }
 
-int Builder::buffer(const char* what, int unit, Bytes bytes, MemCategory cat, int pool, bool persistent) {
-  Buffer b;
-  b.id = static_cast<int>(prog_.buffers.size());
-  b.name = short_name(what, unit);
+void set_short_name(std::string& out, std::string_view what, int unit) {
+  char buf[24];
+  const std::size_t n = format_short_name(buf, what, unit);
+  if (out.size() == n && std::memcmp(out.data(), buf, n) == 0) return;
+  out.assign(buf, n);
+}
+
+int Builder::buffer(std::string_view what, int unit, Bytes bytes, MemCategory cat, int pool, bool persistent) {
+  const int id = num_buffers_++;
+  Buffer& b = static_cast<std::size_t>(id) < prog_.buffers.size() ? prog_.buffers[id] : prog_.buffers.emplace_back();
+  b.id = id;
+  name(b.name, what, unit);
   b.bytes = bytes;
   b.category = cat;
   b.unit = unit;
   b.pool_stream = pool;
   b.persistent = persistent;
-  prog_.buffers.push_back(std::move(b));
-  return prog_.buffers.back().id;
+  return id;
 }
 
-Op& Builder::op(OpKind kind, int stream, int unit, int micro_batch, const char* what) {
-  const int id = static_cast<int>(prog_.ops.size());
-  // Callers hold Op& across later op() calls: a reallocation here would leave them dangling.
-  if (prog_.ops.size() == prog_.ops.capacity())
-    throw std::logic_error("lowering: op vector capacity exceeded (reserve bound too small)");
-  Op& o = prog_.ops.emplace_back();   // built in place: no move, no temporary to destroy
-  if (recycler_ && !recycler_->spare.empty()) {
-    // Reuse the capacity of a spent op's vectors; every other field stays default (see OpRecycler).
-    Op& r = recycler_->spare.back();
-    auto adopt = [](auto& to, auto& from) {
-      to.swap(from);
-      to.clear();
-    };
-    adopt(o.waits, r.waits);
-    adopt(o.cpu_waits, r.cpu_waits);
-    adopt(o.allocs, r.allocs);
-    adopt(o.frees, r.frees);
-    adopt(o.inputs, r.inputs);
-    adopt(o.outputs, r.outputs);
-    recycler_->spare.pop_back();
+// Every field of step_program.h's Op is assigned below (a reused op must not keep its old values):
+// update this function when Op gains a field.
+#if defined(__GLIBCXX__)
+static_assert(sizeof(void*) != 8 || sizeof(Op) == 288, "sim::Op changed: update Builder::next_op");
+#endif
+
+Op& Builder::next_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what) {
+  const int id = num_ops_;
+  Op* o;
+  if (static_cast<std::size_t>(id) < prog_.ops.size()) {
+    o = &prog_.ops[id];   // a recycled op: reset what the new one does not set below
+    o->waits.clear();
+    o->cpu_waits.clear();
+    o->allocs.clear();
+    o->frees.clear();
+    o->inputs.clear();
+    o->outputs.clear();
+    o->kernels.clear();
+    o->comm_bytes = 0;
+    o->group = CommGroup::Shard;
+    o->group_size = 1;
+    o->nodes_spanned = 1;
+    o->copy_bytes = 0;
+    o->params = 0;
+    o->kernel_launches = 1;
+  } else {
+    // Callers hold Op& across later op() calls: a reallocation here would leave them dangling.
+    if (prog_.ops.size() == prog_.ops.capacity())
+      throw std::logic_error("lowering: op vector capacity exceeded (reserve bound too small)");
+    o = &prog_.ops.emplace_back();   // built in place: no move, no temporary to destroy
   }
-  o.id = id;
-  o.kind = kind;
-  o.stream = stream;
-  o.unit = unit;
-  o.micro_batch = micro_batch;
-  o.name = short_name(what, unit);
+  ++num_ops_;
+  o->id = id;
+  o->kind = kind;
+  o->stream = stream;
+  o->unit = unit;
+  o->micro_batch = micro_batch;
+  name(o->name, what, unit);
   // Copied (not moved) so that both the op's recycled vector and the pending list keep their capacity.
   if (!pending_waits_[stream].empty()) {
-    o.waits.assign(pending_waits_[stream].begin(), pending_waits_[stream].end());
+    o->waits.assign(pending_waits_[stream].begin(), pending_waits_[stream].end());
     pending_waits_[stream].clear();
   }
   if (!pending_cpu_waits_.empty()) {
-    o.cpu_waits.assign(pending_cpu_waits_.begin(), pending_cpu_waits_.end());
+    o->cpu_waits.assign(pending_cpu_waits_.begin(), pending_cpu_waits_.end());
     pending_cpu_waits_.clear();
   }
-  o.cpu_hooks = pending_hooks_;
+  o->cpu_hooks = pending_hooks_;
   pending_hooks_ = 0;
-  last_on_stream_[stream] = o.id;
+  last_on_stream_[stream] = id;
+  return *o;
+}
+
+Op& Builder::op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what) {
+  Op& o = next_op(kind, stream, unit, micro_batch, what);
+  if (o.shared_kernels) o.shared_kernels.reset();
   return o;
 }
 
-void Builder::free_now(int buf, int reuse_after_op) {
-  if (buf < 0 || prog_.ops.empty()) return;
-  prog_.ops.back().frees.push_back({buf, reuse_after_op});
+Op& Builder::compute_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what,
+                        const std::shared_ptr<const std::vector<models::KernelDesc>>& kernels) {
+  Op& o = next_op(kind, stream, unit, micro_batch, what);
+  o.shared_kernels = kernels;   // no reference-count traffic when a recycled op already holds this list
+  return o;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "models/kernels.h"
@@ -50,14 +51,14 @@ struct GroupShape {
 };
 
 // Storage recycled from one lowering to the next (sim::simulate keeps one per thread). A lowered
-// llama3-70b step has ~2,300 ops, each with up to seven small vectors: allocating and freeing them was
-// ~30% of a simulate(). Recycled ops keep only their vectors' capacity — Builder::op starts every op
-// from a default-constructed Op and moves the emptied vectors in — so a recycled program is identical
-// to a fresh one. Not thread-safe: one per thread.
+// llama3-70b step has ~2,300 ops, each with up to seven small vectors, and ~2,000 buffers: building
+// them from scratch (allocating, zeroing, formatting, then freeing) was most of the lowering. The
+// Builder instead overwrites a spent program's ops and buffers in place: every field of a reused op
+// is assigned (vectors cleared, keeping their capacity), so a recycled program is identical to a
+// fresh one. Not thread-safe: one per thread.
 struct OpRecycler {
-  std::vector<Op> spare;               // ops of earlier programs (moved out; their vectors hold capacity)
-  std::vector<Op> ops_storage;         // the ops / buffers vectors themselves (empty, with capacity)
-  std::vector<Buffer> buffers_storage;
+  std::vector<Op> ops;           // a spent program's ops (all constructed), reused in place
+  std::vector<Buffer> buffers;   // its buffers, likewise
 };
 // Hands a finished program's storage to `r` (the program is left empty).
 void recycle(StepProgram& p, OpRecycler& r);
@@ -97,20 +98,32 @@ struct Context {
   int optimizer_states = 2;
   std::vector<std::string> notes;
   OpRecycler* recycler = nullptr;   // optional storage to reuse (see OpRecycler)
+  bool names = true;                // false: ops and buffers get empty names (simulate() without a trace)
 };
 
 Context make_context(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
                      const Topology& topo);
 
+// Short names ("AG u12": `what` cut to 10 characters, " u", the unit) stay within std::string's
+// small-buffer size: no heap allocation per op. set_short_name writes one into `out` (and leaves it
+// alone when it already holds that name, as a recycled op of the same program shape does).
+std::string short_name(std::string_view what, int unit);
+void set_short_name(std::string& out, std::string_view what, int unit);
+
 // Appends ops in CPU issue order. Waits recorded with `defer_wait` attach to the next op issued on
 // that stream (wait_stream / wait_event on a stream, then later work on it); `defer_hook` charges an
 // FSDP hook to the next op the CPU issues; `defer_cpu_wait` makes the CPU block before the next op.
+// With a recycler the program's vectors start with a spent program's elements, overwritten in place;
+// finish() drops the ones left over, so until then use last_op()/num_buffers(), not the vectors' sizes.
 class Builder {
  public:
-  explicit Builder(StepProgram& p, OpRecycler* recycler = nullptr);
+  explicit Builder(StepProgram& p, OpRecycler* recycler = nullptr, bool names = true);
   int add_stream(StreamRole role, const char* name);
-  int buffer(const char* what, int unit, Bytes bytes, MemCategory cat, int pool, bool persistent = false);
-  Op& op(OpKind kind, int stream, int unit, int micro_batch, const char* what);
+  int buffer(std::string_view what, int unit, Bytes bytes, MemCategory cat, int pool, bool persistent = false);
+  Op& op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what);
+  // A compute op running `kernels` (Op::shared_kernels).
+  Op& compute_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what,
+                 const std::shared_ptr<const std::vector<models::KernelDesc>>& kernels);
   void wait(Op& o, int op_id) {
     if (op_id >= 0) o.waits.push_back(op_id);
   }
@@ -124,31 +137,43 @@ class Builder {
     if (op_id >= 0) pending_cpu_waits_.push_back(op_id);
   }
   // Frees `buf` at the current CPU point (after the last issued op was enqueued).
-  void free_now(int buf, int reuse_after_op = -1);
+  void free_now(int buf, int reuse_after_op = -1) {
+    if (buf < 0 || num_ops_ == 0) return;
+    prog_.ops[num_ops_ - 1].frees.push_back({buf, reuse_after_op});
+  }
   int last_on(int stream) const { return last_on_stream_[stream]; }
-  int last_op() const { return static_cast<int>(prog_.ops.size()) - 1; }
+  int last_op() const { return num_ops_ - 1; }
+  int num_buffers() const { return num_buffers_; }
   Op& at(int id) { return prog_.ops[id]; }
+  // Drops the recycled elements this program did not reuse. Call once, after the last op/buffer.
+  void finish();
 
  private:
+  Op& next_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what);
+
+  void name(std::string& out, std::string_view what, int unit) {
+    if (names_) set_short_name(out, what, unit);
+    else out.clear();
+  }
+
   StepProgram& prog_;
-  OpRecycler* recycler_ = nullptr;
+  bool names_ = true;
+  int num_ops_ = 0, num_buffers_ = 0;
   std::vector<int> last_on_stream_;
   std::vector<std::vector<int>> pending_waits_;
   std::vector<int> pending_cpu_waits_;
   int pending_hooks_ = 0;
 };
 
-// Short names ("AG u12") stay within std::string's small-buffer size: no heap allocation per op.
-std::string short_name(const char* what, int unit);
-
 // Shared pieces of both lowerings.
 void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std::vector<int>& grad_bufs,
                         const std::vector<int>& param_bufs, int compute_stream);
 void fill_facts(const Context& c, StepProgram& p);
 
-// lower() with optional recycled storage (sim/lowering.cpp).
+// lower() with optional recycled storage and, with names = false, without op and buffer names (they
+// only label traces and error messages; simulate() drops them when it records no trace).
 StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
-                       const Topology& topo, OpRecycler* recycler);
+                       const Topology& topo, OpRecycler* recycler, bool names = true);
 
 StepProgram lower_fsdp1(const Context& c);
 StepProgram lower_fsdp2(const Context& c);

@@ -33,7 +33,7 @@ struct UnitState {
 
 class Fsdp1Lowering {
  public:
-  explicit Fsdp1Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler) {}
+  explicit Fsdp1Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler, c.names) {}
 
   StepProgram run() {
     const int U = static_cast<int>(c_.sizes.size());
@@ -64,6 +64,7 @@ class Fsdp1Lowering {
       p_.notes.push_back("FSDP1 rate limiter: at most 2 all-gathers in flight (CPU blocks on the free event of "
                          "the reshard two back, P4)");
     fill_facts(c_, p_);
+    b_.finish();
     return std::move(p_);
   }
 
@@ -211,8 +212,7 @@ class Fsdp1Lowering {
     const int part = static_cast<int>(seg.part);
     const auto& ks = kind == OpKind::Backward ? c_.bwd_kernels[part] : c_.fwd_kernels[part];
     const char* what = kind == OpKind::Forward ? "fwd" : kind == OpKind::Backward ? "bwd" : "recompute";
-    Op& o = b_.op(kind, compute_, seg.unit, mb_, what);
-    o.shared_kernels = ks;
+    Op& o = b_.compute_op(kind, compute_, seg.unit, mb_, what, ks);
     o.kernel_launches = static_cast<int>(ks->size());
     if (state_[seg.unit].full >= 0) o.inputs.push_back(state_[seg.unit].full);
     if (kind == OpKind::Forward) {
@@ -279,11 +279,11 @@ class Fsdp1Lowering {
     const int u = c_.segments[s].unit;
     if (!plan_.activation_checkpointing.outside_fsdp && checkpointed(s))
       emit_compute(s, OpKind::Recompute);   // A1: FSDP(checkpoint(block)) recomputes after the pre-backward unshard
-    const int first_new = static_cast<int>(p_.buffers.size());
+    const int first_new = b_.num_buffers();
     for (int v : c_.backward_starts[s])
       if (state_[v].grad < 0 && c_.sizes[v].grad > 0)
         state_[v].grad = b_.buffer("grad", v, c_.sizes[v].grad * c_.bp, MemCategory::UnshardedGrads, compute_);
-    const int last_new = static_cast<int>(p_.buffers.size());
+    const int last_new = b_.num_buffers();
     emit_compute(s, OpKind::Backward);
     Op& o = b_.at(b_.last_op());
     for (int buf = first_new; buf < last_new; ++buf) o.allocs.push_back(buf);

@@ -31,7 +31,7 @@ enum class Phase { Forward, Backward };
 
 class Fsdp2Lowering {
  public:
-  explicit Fsdp2Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler) {}
+  explicit Fsdp2Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler, c.names) {}
 
   StepProgram run() {
     const int U = static_cast<int>(c_.sizes.size());
@@ -67,6 +67,7 @@ class Fsdp2Lowering {
     }
     add_optimizer_step(c_, b_, p_, grad_shard_, param_shard_, compute_);
     fill_facts(c_, p_);
+    b_.finish();
     return std::move(p_);
   }
 
@@ -272,8 +273,7 @@ class Fsdp2Lowering {
     const int part = static_cast<int>(seg.part);
     const auto& ks = kind == OpKind::Backward ? c_.bwd_kernels[part] : c_.fwd_kernels[part];
     const char* what = kind == OpKind::Forward ? "fwd" : kind == OpKind::Backward ? "bwd" : "recompute";
-    Op& o = b_.op(kind, compute_, seg.unit, mb_, what);
-    o.shared_kernels = ks;
+    Op& o = b_.compute_op(kind, compute_, seg.unit, mb_, what, ks);
     o.kernel_launches = static_cast<int>(ks->size());
     if (st_[seg.unit].unsharded >= 0) o.inputs.push_back(st_[seg.unit].unsharded);
     if (kind == OpKind::Forward) {
@@ -340,7 +340,7 @@ class Fsdp2Lowering {
       emit_compute(s, OpKind::Recompute);   // A3: FSDP(AC(block)) recomputes without another all-gather
     // Autograd allocates a group's unsharded grads at its first backward compute (where its pre-backward
     // fired); inside no_sync without an upcast it accumulates into the existing .grad instead.
-    const int first_new = static_cast<int>(p_.buffers.size());
+    const int first_new = b_.num_buffers();
     for (int v : c_.backward_starts[s]) {
       if (c_.sizes[v].grad <= 0 || fresh_grad_[v] >= 0) continue;
       GroupState& g = st_[v];
@@ -351,7 +351,7 @@ class Fsdp2Lowering {
         fresh_grad_[v] = b_.buffer("grad", v, c_.sizes[v].grad * c_.bp, MemCategory::UnshardedGrads, compute_);
       }
     }
-    const int last_new = static_cast<int>(p_.buffers.size());
+    const int last_new = b_.num_buffers();
     emit_compute(s, OpKind::Backward);
     Op& o = b_.at(b_.last_op());
     for (int buf = first_new; buf < last_new; ++buf) o.allocs.push_back(buf);
@@ -484,6 +484,7 @@ class Fsdp2Lowering {
       }
       last = o.id;
     }
+    if (out == in) prev_rs_op_ = last;   // in-place AR: the post-reduce still reads the RS input
     if (c_.sharded) {
       if (c_.hybrid) held_outputs_.push_back(out);
       else b_.at(last).frees.push_back({out, -1});

@@ -12,13 +12,14 @@ namespace fsdpsim::sim {
 namespace lowering {
 
 StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
-                       const Topology& topo, OpRecycler* recycler) {
+                       const Topology& topo, OpRecycler* recycler, bool names) {
   if (topo.world < 1) throw InputError("cluster.gpus", std::to_string(topo.world), "expected at least 1 GPU");
   if (topo.gpus_per_node < 1)
     throw InputError("cluster.gpus_per_node", std::to_string(topo.gpus_per_node), "expected at least 1");
   if (model.n_layers < 0) throw InputError("model.n_layers", std::to_string(model.n_layers), "expected >= 0");
   Context c = make_context(model, graph, plan, topo);
   c.recycler = recycler;
+  c.names = names;
   return plan.fsdp_version == FsdpVersion::FSDP1 ? lower_fsdp1(c) : lower_fsdp2(c);
 }
 

@@ -8,40 +8,38 @@
 namespace fsdpsim::sim {
 
 namespace {
-constexpr int kNotLive = -2;   // -1 is a live 0-byte buffer (the allocator's null block)
-
 std::string op_field(int op, const char* what) {
   return "program.ops[" + std::to_string(op) + "]." + what;
 }
 }  // namespace
 
-MemoryTracker::MemoryTracker(const StepProgram& program, Bytes capacity, bool record_timeline)
-    : program_(program),
-      allocator_(AllocatorConfig{capacity}),
-      record_timeline_(record_timeline),
-      block_of_(program.buffers.size(), kNotLive) {
+void MemoryTracker::start(const StepProgram& program, Bytes capacity, bool record_timeline) {
+  program_ = &program;
+  allocator_.reset(AllocatorConfig{capacity});
+  record_timeline_ = record_timeline;
+  block_of_.assign(program.buffers.size(), kNotLive);
+  waited_on_.assign(program.ops.size(), 0);
+  ready_ = false;
+  live_ = {};
+  live_at_peak_ = {};
+  reserved_at_peak_ = 0;
+  peak_allocated_ = -1;
+  timeline_.clear();
   if (record_timeline_) timeline_.reserve(program.ops.size() + 16);
 }
 
-void MemoryTracker::after_change(TimeNs now) {
+void MemoryTracker::record_sample(TimeNs now) {
   const AllocatorStats& s = allocator_.stats();
-  if (s.allocated > peak_allocated_) {
-    peak_allocated_ = s.allocated;
-    live_at_peak_ = live_;
-    reserved_at_peak_ = s.reserved;
-  }
-  if (record_timeline_) {
-    if (!timeline_.empty() && timeline_.back().t_ns == now) {
-      timeline_.back().allocated = s.allocated;
-      timeline_.back().reserved = s.reserved;
-    } else {
-      timeline_.push_back(MemorySample{now, s.allocated, s.reserved});
-    }
+  if (!timeline_.empty() && timeline_.back().t_ns == now) {
+    timeline_.back().allocated = s.allocated;
+    timeline_.back().reserved = s.reserved;
+  } else {
+    timeline_.push_back(MemorySample{now, s.allocated, s.reserved});
   }
 }
 
 void MemoryTracker::allocate_persistent() {
-  for (const Buffer& b : program_.buffers) {
+  for (const Buffer& b : program_->buffers) {
     if (!b.persistent) continue;
     block_of_[b.id] = allocator_.alloc(b.bytes, b.pool_stream);
     live_[static_cast<int>(b.category)] += b.bytes;
@@ -50,27 +48,14 @@ void MemoryTracker::allocate_persistent() {
   if (record_timeline_ && timeline_.empty()) timeline_.push_back(MemorySample{0, 0, 0});
 }
 
-void MemoryTracker::alloc(int buffer, int op, TimeNs now) {
-  if (block_of_[buffer] != kNotLive)
-    throw InputError(op_field(op, "allocs"), std::to_string(buffer),
-                     "a buffer that is not allocated (buffer \"" + program_.buffers[buffer].name +
-                         "\" is already live)");
-  const Buffer& b = program_.buffers[buffer];
-  block_of_[buffer] = allocator_.alloc(b.bytes, b.pool_stream);
-  live_[static_cast<int>(b.category)] += b.bytes;
-  after_change(now);
+void MemoryTracker::throw_already_live(int buffer, int op) const {
+  throw InputError(op_field(op, "allocs"), std::to_string(buffer),
+                   "a buffer that is not allocated (buffer \"" + program_->buffers[buffer].name + "\" is already live)");
 }
 
-void MemoryTracker::free(int buffer, int reuse_after_op, bool reuse_op_complete, int op, TimeNs now) {
-  if (block_of_[buffer] == kNotLive)
-    throw InputError(op_field(op, "frees"), std::to_string(buffer),
-                     "a live buffer (buffer \"" + program_.buffers[buffer].name + "\" is not allocated)");
-  const Buffer& b = program_.buffers[buffer];
-  if (reuse_after_op < 0 || reuse_op_complete) allocator_.free(block_of_[buffer]);
-  else allocator_.free_after(block_of_[buffer], reuse_after_op);
-  block_of_[buffer] = kNotLive;
-  live_[static_cast<int>(b.category)] -= b.bytes;
-  after_change(now);
+void MemoryTracker::throw_not_live(int buffer, int op) const {
+  throw InputError(op_field(op, "frees"), std::to_string(buffer),
+                   "a live buffer (buffer \"" + program_->buffers[buffer].name + "\" is not allocated)");
 }
 
 void MemoryTracker::fill(SimResult& r, int max_samples) {

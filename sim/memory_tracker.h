@@ -2,6 +2,8 @@
 // model. It maps buffer ids to allocator blocks, keeps the requested bytes per MemCategory, the
 // breakdown at the allocated peak (with allocator_slack = reserved − requested at that moment) and the
 // memory timeline. Errors in the program's alloc/free sequence are InputError naming the op.
+// One tracker can serve many runs (start() resets it, keeping its storage): the simulator keeps one
+// per thread, so a run allocates nothing once the storage has grown to the program's size.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -15,18 +17,52 @@ namespace fsdpsim::sim {
 
 class MemoryTracker {
  public:
-  MemoryTracker(const StepProgram& program, Bytes capacity, bool record_timeline);
+  MemoryTracker() = default;
+  MemoryTracker(const StepProgram& program, Bytes capacity, bool record_timeline) {
+    start(program, capacity, record_timeline);
+  }
+  // Begins a run of `program` (nothing allocated; the tracker keeps a reference to the program).
+  void start(const StepProgram& program, Bytes capacity, bool record_timeline);
 
   // Allocates every persistent buffer at time 0.
   void allocate_persistent();
-  // Blocks whose record_stream op has completed go back to their pools (process_events).
+  // Blocks whose record_stream op has completed go back to their pools (process_events). The scan of
+  // the pending list only runs when an op some pending block waits on has completed since the last one
+  // (op_completed): otherwise it would release nothing. FSDP1 plans can keep hundreds of blocks pending.
   template <class IsComplete>
   void process_events(IsComplete&& is_complete) {
-    if (allocator_.has_pending()) allocator_.process_events(is_complete);
+    if (ready_) {
+      ready_ = false;
+      allocator_.process_events(is_complete);
+    }
   }
-  void alloc(int buffer, int op, TimeNs now);
+  // The executor reports every op's completion.
+  void op_completed(int op) {
+    if (waited_on_[op]) ready_ = true;
+  }
+  void alloc(int buffer, int op, TimeNs now) {
+    if (block_of_[buffer] != kNotLive) [[unlikely]]
+      throw_already_live(buffer, op);
+    const Buffer& b = program_->buffers[buffer];
+    block_of_[buffer] = allocator_.alloc(b.bytes, b.pool_stream);
+    live_[static_cast<int>(b.category)] += b.bytes;
+    after_change(now);
+  }
   // reuse_after_op < 0 or already complete: the block is reusable at once; else when that op completes.
-  void free(int buffer, int reuse_after_op, bool reuse_op_complete, int op, TimeNs now);
+  void free(int buffer, int reuse_after_op, bool reuse_op_complete, int op, TimeNs now) {
+    if (block_of_[buffer] == kNotLive) [[unlikely]]
+      throw_not_live(buffer, op);
+    const Buffer& b = program_->buffers[buffer];
+    if (reuse_after_op < 0 || reuse_op_complete) {
+      allocator_.free(block_of_[buffer]);
+    } else {
+      allocator_.free_after(block_of_[buffer], reuse_after_op);
+      waited_on_[reuse_after_op] = 1;
+    }
+    block_of_[buffer] = kNotLive;
+    live_[static_cast<int>(b.category)] -= b.bytes;
+    after_change(now);
+  }
 
   // Fills peak_allocated, peak_reserved, breakdown_at_peak (without cuda_context), alloc_retries,
   // memory_timeline (decimated to max_samples if > 0) and notes about OOM in the allocator.
@@ -34,12 +70,26 @@ class MemoryTracker {
   const AllocatorStats& stats() const { return allocator_.stats(); }
 
  private:
-  void after_change(TimeNs now);
+  static constexpr int kNotLive = -2;   // -1 is a live 0-byte buffer (the allocator's null block)
+  void after_change(TimeNs now) {
+    const AllocatorStats& s = allocator_.stats();
+    if (s.allocated > peak_allocated_) {
+      peak_allocated_ = s.allocated;
+      live_at_peak_ = live_;
+      reserved_at_peak_ = s.reserved;
+    }
+    if (record_timeline_) record_sample(now);
+  }
+  void record_sample(TimeNs now);
+  [[noreturn]] void throw_already_live(int buffer, int op) const;
+  [[noreturn]] void throw_not_live(int buffer, int op) const;
 
-  const StepProgram& program_;
+  const StepProgram* program_ = nullptr;
   CachingAllocator allocator_;
-  bool record_timeline_;
-  std::vector<int> block_of_;                                 // buffer id -> allocator block, -2 = not live
+  bool record_timeline_ = false;
+  std::vector<int> block_of_;                                 // buffer id -> allocator block, kNotLive if not live
+  std::vector<std::uint8_t> waited_on_;                       // op id -> some record_stream free waits on it
+  bool ready_ = false;                                        // such an op completed since the last release
   std::array<Bytes, kNumMemCategories> live_{};               // requested bytes per category
   std::array<Bytes, kNumMemCategories> live_at_peak_{};
   Bytes reserved_at_peak_ = 0;

@@ -29,6 +29,8 @@
 // | auto_wrap_policy         | "transformer_block", "none", {"min_num_params": N},         | "transformer_block"|
 // |                          | {"modules": ["layers.*", ...]}                              |                    |
 // | use_orig_params          | true/false (FSDP1 only: alignment padding, M1; M13)         | true               |
+// | cross_entropy            | "torch" (F.cross_entropy), "fused" (flash-attn's fused CE), | "torch"            |
+// |                          | "fused_linear" (Liger's fused linear CE: no full logits)    |                    |
 //
 // Mesh defaults (resolve_plan): FSDP1 FULL_SHARD/SHARD_GRAD_OP -> (1, world); NO_SHARD -> (world, 1);
 // HYBRID_SHARD/_HYBRID_SHARD_ZERO2 -> (world / gpus_per_node, gpus_per_node) (F1.15). FSDP2 -> (1, world),
@@ -52,7 +54,8 @@ const std::vector<std::string> kPlanKeys = {
     "fsdp_version", "mesh", "sharding_strategy", "reshard_after_forward", "backward_prefetch",
     "forward_prefetch", "limit_all_gathers", "prefetch_depth", "activation_checkpointing", "param_dtype",
     "reduce_dtype", "master_weights_dtype", "micro_batch", "seq_len", "grad_accum", "grad_sync",
-    "cpu_offload", "fp8_all_gather", "trainable_fraction", "optimizer", "auto_wrap_policy", "use_orig_params"};
+    "cpu_offload", "fp8_all_gather", "trainable_fraction", "optimizer", "auto_wrap_policy", "use_orig_params",
+    "cross_entropy"};
 
 const std::vector<std::string> kStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
                                               "_HYBRID_SHARD_ZERO2"};
@@ -270,6 +273,11 @@ Plan parse_plan(const Json& j) {
     p.optimizer = r.get_enum("optimizer", {"adamw", "sgd"}) == "adamw" ? Optimizer::AdamW : Optimizer::SGD;
   if (r.has("auto_wrap_policy")) p.auto_wrap_policy = parse_wrap(r.raw("auto_wrap_policy"));
   p.use_orig_params = r.get_bool("use_orig_params", true);
+  if (r.has("cross_entropy")) {
+    const std::string ce = r.get_enum("cross_entropy", {"torch", "fused", "fused_linear"});
+    p.cross_entropy = ce == "fused" ? models::LossImpl::Fused
+                      : ce == "fused_linear" ? models::LossImpl::FusedLinear : models::LossImpl::Torch;
+  }
   return p;
 }
 
@@ -345,6 +353,7 @@ Json plan_to_json(const Plan& p) {
   j["fp8_all_gather"] = p.fp8_all_gather;
   j["trainable_fraction"] = p.trainable_fraction;
   j["optimizer"] = p.optimizer == Optimizer::AdamW ? "adamw" : "sgd";
+  j["cross_entropy"] = models::loss_impl_name(p.cross_entropy);
   switch (p.auto_wrap_policy.kind) {
     case models::WrapPolicy::Kind::TransformerBlock: j["auto_wrap_policy"] = "transformer_block"; break;
     case models::WrapPolicy::Kind::None: j["auto_wrap_policy"] = "none"; break;

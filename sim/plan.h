@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
+#include "models/model_spec.h"
 #include "models/wrap_graph.h"
 
 namespace fsdpsim::sim {
@@ -59,6 +60,7 @@ struct Plan {
   Optimizer optimizer = Optimizer::AdamW;
   models::WrapPolicy auto_wrap_policy;  // default: per transformer block
   bool use_orig_params = true;       // FSDP1 only (16-byte alignment padding; frozen params -> full grads)
+  models::LossImpl cross_entropy = models::LossImpl::Torch;   // how the loss is computed (logits memory)
 };
 
 // Parses a plan object (all keys optional; unknown keys rejected). Field names in errors are "plan.<key>".

@@ -37,16 +37,14 @@ ProfileCostModel::ProfileCostModel(const calibrate::HardwareProfile& hw) : hw_(h
   slowdown_ = hw.comm_overlap_slowdown();
   hook_ns_ = hw.framework_hook_ns();
   launch_ns_ = hw.kernel_launch_ns();
-  memo_.reserve(256);
-  memory_bound_memo_.reserve(64);
+  memo_.reserve(64);
 }
 
 TimeNs ProfileCostModel::memory_bound(Bytes bytes) const {
   // The most frequent query (every copy/cast op): its own table keyed by the byte count alone.
-  auto it = memory_bound_memo_.find(bytes);
-  if (it != memory_bound_memo_.end()) return it->second;
+  if (const TimeNs* hit = memory_bound_memo_.find(BytesKey{bytes})) return *hit;
   TimeNs t = bytes > 0 ? hw_.memory_bound_time(bytes) : 0;
-  memory_bound_memo_.emplace(bytes, t);
+  memory_bound_memo_.insert(BytesKey{bytes}, t);
   return t;
 }
 
@@ -83,10 +81,8 @@ TimeNs ProfileCostModel::kernel_time(const models::KernelDesc& k) const {
 
 TimeNs ProfileCostModel::collective(const Op& op) const {
   const calibrate::CollectiveOp c = collective_op(op.kind);
-  KernelKey key{kCollective, static_cast<std::int64_t>(c), op.comm_bytes, op.group_size, op.nodes_spanned, 0, 0, 0,
-                false};
-  auto it = memo_.find(key);
-  if (it != memo_.end()) return it->second;
+  const CollectiveKey key{op.comm_bytes, static_cast<int>(c), op.group_size, op.nodes_spanned};
+  if (const TimeNs* hit = collective_memo_.find(key)) return *hit;
   // A group of one rank moves nothing: NCCL returns at once (no profile query).
   TimeNs t = (op.group_size > 1 && op.comm_bytes > 0)
                  ? hw_.collective_time(c, op.comm_bytes, op.group_size, op.nodes_spanned)
@@ -98,7 +94,7 @@ TimeNs ProfileCostModel::collective(const Op& op) const {
                   static_cast<double>(op.comm_bytes) / static_cast<double>(kMiB), op.group_size, op.nodes_spanned);
     extrapolations_.emplace_back(line);
   }
-  memo_.emplace(key, t);
+  collective_memo_.insert(key, t);
   return t;
 }
 

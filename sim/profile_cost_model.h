@@ -54,7 +54,69 @@ class ProfileCostModel : public CostModel {
     std::size_t operator()(const KernelKey& k) const;
   };
   mutable std::unordered_map<KernelKey, TimeNs, KeyHash> memo_;
-  mutable std::unordered_map<Bytes, TimeNs> memory_bound_memo_;
+  // The two queries every program repeats most (one per collective, one per copy/cast op) get flat
+  // open-addressing tables: a lookup is a multiply, a mask and a compare or two.
+  template <class Key>
+  class FlatMemo {
+   public:
+    const TimeNs* find(const Key& k) const {
+      if (slots_.empty()) return nullptr;
+      const std::size_t mask = slots_.size() - 1;
+      for (std::size_t i = k.hash() & mask;; i = (i + 1) & mask) {
+        const Slot& s = slots_[i];
+        if (!s.used) return nullptr;
+        if (s.key == k) return &s.value;
+      }
+    }
+    void insert(const Key& k, TimeNs v) {
+      if (2 * (count_ + 1) > slots_.size()) grow();
+      place(k, v);
+      ++count_;
+    }
+
+   private:
+    struct Slot {
+      Key key{};
+      TimeNs value = 0;
+      bool used = false;
+    };
+    void place(const Key& k, TimeNs v) {
+      const std::size_t mask = slots_.size() - 1;
+      std::size_t i = k.hash() & mask;
+      while (slots_[i].used) i = (i + 1) & mask;
+      slots_[i] = Slot{k, v, true};
+    }
+    void grow() {
+      std::vector<Slot> old;
+      old.swap(slots_);
+      slots_.assign(old.empty() ? 64 : 2 * old.size(), Slot{});
+      for (const Slot& s : old)
+        if (s.used) place(s.key, s.value);
+    }
+    std::vector<Slot> slots_;
+    std::size_t count_ = 0;
+  };
+  static std::size_t mix64(std::uint64_t x) {
+    x *= 0x9e3779b97f4a7c15ULL;
+    return static_cast<std::size_t>(x ^ (x >> 31));
+  }
+  struct BytesKey {
+    Bytes bytes = 0;
+    std::size_t hash() const { return mix64(static_cast<std::uint64_t>(bytes)); }
+    bool operator==(const BytesKey&) const = default;
+  };
+  struct CollectiveKey {
+    Bytes bytes = 0;
+    int op = 0, group_size = 0, nodes = 0;
+    std::size_t hash() const {
+      return mix64(static_cast<std::uint64_t>(bytes) ^
+                   (static_cast<std::uint64_t>(op) << 58 ^ static_cast<std::uint64_t>(group_size) << 24 ^
+                    static_cast<std::uint64_t>(nodes) << 44));
+    }
+    bool operator==(const CollectiveKey&) const = default;
+  };
+  mutable FlatMemo<BytesKey> memory_bound_memo_;
+  mutable FlatMemo<CollectiveKey> collective_memo_;
   mutable std::vector<std::string> extrapolations_;
   // Total time per shared kernel list (Op::shared_kernels), searched linearly: a program has at most
   // six lists (forward/backward of embedding, block, head). Holding the pointer keeps the list alive,

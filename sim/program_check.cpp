@@ -6,6 +6,7 @@
 
 #include "common/errors.h"
 #include "sim/executor.h"
+#include "sim/program_check.h"
 
 namespace fsdpsim::sim {
 
@@ -21,7 +22,9 @@ bool is_collective(OpKind k) {
 
 }  // namespace
 
-void validate_program(const StepProgram& p) {
+namespace detail {
+
+void check_streams_and_buffers(const StepProgram& p) {
   const int n_streams = static_cast<int>(p.streams.size());
   const int n_buffers = static_cast<int>(p.buffers.size());
   if (n_streams == 0) throw InputError("program.streams", "[]", "at least the compute stream");
@@ -42,49 +45,61 @@ void validate_program(const StepProgram& p) {
         buf.category == MemCategory::CudaContext)
       throw InputError(f() + ".category", std::to_string(c), "a buffer category (not allocator_slack/cuda_context)");
   }
-  for (std::size_t i = 0; i < p.ops.size(); ++i) {
-    const Op& op = p.ops[i];
-    const int id = static_cast<int>(i);
-    if (op.id != id) throw InputError(op_field(i, "id"), std::to_string(op.id), "the op's index " + std::to_string(i));
-    if (op.stream < 0 || op.stream >= n_streams)
-      throw InputError(op_field(i, "stream"), std::to_string(op.stream),
-                       "a stream id in [0, " + std::to_string(n_streams) + ")");
-    int k = static_cast<int>(op.kind);
-    if (k < 0 || k > static_cast<int>(OpKind::CpuOptimizerStep))
-      throw InputError(op_field(i, "kind"), std::to_string(k), "an OpKind");
-    for (int w : op.waits)
-      if (w < 0 || w >= id)
-        throw InputError(op_field(i, "waits"), std::to_string(w), "ids of earlier ops (in [0, " + std::to_string(id) + "))");
-    for (int w : op.cpu_waits)
-      if (w < 0 || w >= id)
-        throw InputError(op_field(i, "cpu_waits"), std::to_string(w),
-                         "ids of earlier ops (in [0, " + std::to_string(id) + "))");
-    for (int b : op.allocs) {
-      if (b < 0 || b >= n_buffers)
-        throw InputError(op_field(i, "allocs"), std::to_string(b), "buffer ids in [0, " + std::to_string(n_buffers) + ")");
-      if (p.buffers[b].persistent)
-        throw InputError(op_field(i, "allocs"), std::to_string(b), "non-persistent buffers (persistent ones are allocated before the step)");
-    }
-    for (const FreeSpec& f : op.frees) {
-      if (f.buffer < 0 || f.buffer >= n_buffers)
-        throw InputError(op_field(i, "frees.buffer"), std::to_string(f.buffer),
-                         "buffer ids in [0, " + std::to_string(n_buffers) + ")");
-      if (f.reuse_after_op < -1 || f.reuse_after_op > id)
-        throw InputError(op_field(i, "frees.reuse_after_op"), std::to_string(f.reuse_after_op),
-                         "-1 or the id of an op issued so far (<= " + std::to_string(id) + ")");
-    }
-    if (is_collective(op.kind)) {
-      int g = static_cast<int>(op.group);
-      if (g < 0 || g > static_cast<int>(CommGroup::PostForward))
-        throw InputError(op_field(i, "group"), std::to_string(g), "a CommGroup");
-      if (op.group_size < 1) throw InputError(op_field(i, "group_size"), std::to_string(op.group_size), ">= 1");
-      if (op.comm_bytes < 0) throw InputError(op_field(i, "comm_bytes"), std::to_string(op.comm_bytes), ">= 0");
-    }
-    if (op.copy_bytes < 0) throw InputError(op_field(i, "copy_bytes"), std::to_string(op.copy_bytes), ">= 0");
-    if (op.cpu_hooks < 0) throw InputError(op_field(i, "cpu_hooks"), std::to_string(op.cpu_hooks), ">= 0");
-    if (op.kernel_launches < 0)
-      throw InputError(op_field(i, "kernel_launches"), std::to_string(op.kernel_launches), ">= 0");
+}
+
+void check_op(const StepProgram& p, int id, int n_streams, int n_buffers) {
+  const Op& op = p.ops[id];
+  const std::size_t i = static_cast<std::size_t>(id);
+  if (op.id != id) throw InputError(op_field(i, "id"), std::to_string(op.id), "the op's index " + std::to_string(i));
+  if (op.stream < 0 || op.stream >= n_streams)
+    throw InputError(op_field(i, "stream"), std::to_string(op.stream),
+                     "a stream id in [0, " + std::to_string(n_streams) + ")");
+  int k = static_cast<int>(op.kind);
+  if (k < 0 || k > static_cast<int>(OpKind::CpuOptimizerStep))
+    throw InputError(op_field(i, "kind"), std::to_string(k), "an OpKind");
+  // Unsigned compares: one branch per id for "0 <= w < id".
+  for (int w : op.waits)
+    if (static_cast<unsigned>(w) >= static_cast<unsigned>(id))
+      throw InputError(op_field(i, "waits"), std::to_string(w), "ids of earlier ops (in [0, " + std::to_string(id) + "))");
+  for (int w : op.cpu_waits)
+    if (static_cast<unsigned>(w) >= static_cast<unsigned>(id))
+      throw InputError(op_field(i, "cpu_waits"), std::to_string(w),
+                       "ids of earlier ops (in [0, " + std::to_string(id) + "))");
+  for (int b : op.allocs) {
+    if (static_cast<unsigned>(b) >= static_cast<unsigned>(n_buffers))
+      throw InputError(op_field(i, "allocs"), std::to_string(b), "buffer ids in [0, " + std::to_string(n_buffers) + ")");
+    if (p.buffers[b].persistent)
+      throw InputError(op_field(i, "allocs"), std::to_string(b), "non-persistent buffers (persistent ones are allocated before the step)");
   }
+  for (const FreeSpec& f : op.frees) {
+    if (static_cast<unsigned>(f.buffer) >= static_cast<unsigned>(n_buffers))
+      throw InputError(op_field(i, "frees.buffer"), std::to_string(f.buffer),
+                       "buffer ids in [0, " + std::to_string(n_buffers) + ")");
+    if (f.reuse_after_op < -1 || f.reuse_after_op > id)
+      throw InputError(op_field(i, "frees.reuse_after_op"), std::to_string(f.reuse_after_op),
+                       "-1 or the id of an op issued so far (<= " + std::to_string(id) + ")");
+  }
+  if (is_collective(op.kind)) {
+    int g = static_cast<int>(op.group);
+    if (g < 0 || g > static_cast<int>(CommGroup::PostForward))
+      throw InputError(op_field(i, "group"), std::to_string(g), "a CommGroup");
+    if (op.group_size < 1) throw InputError(op_field(i, "group_size"), std::to_string(op.group_size), ">= 1");
+    if (op.comm_bytes < 0) throw InputError(op_field(i, "comm_bytes"), std::to_string(op.comm_bytes), ">= 0");
+  }
+  if (op.copy_bytes < 0) throw InputError(op_field(i, "copy_bytes"), std::to_string(op.copy_bytes), ">= 0");
+  if (op.cpu_hooks < 0) throw InputError(op_field(i, "cpu_hooks"), std::to_string(op.cpu_hooks), ">= 0");
+  if (op.kernel_launches < 0)
+    throw InputError(op_field(i, "kernel_launches"), std::to_string(op.kernel_launches), ">= 0");
+}
+
+}  // namespace detail
+
+void validate_program(const StepProgram& p) {
+  detail::check_streams_and_buffers(p);
+  const int n_streams = static_cast<int>(p.streams.size());
+  const int n_buffers = static_cast<int>(p.buffers.size());
+  const int n = static_cast<int>(p.ops.size());
+  for (int i = 0; i < n; ++i) detail::check_op(p, i, n_streams, n_buffers);
 }
 
 }  // namespace fsdpsim::sim

@@ -67,7 +67,9 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
   const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(m, rp.auto_wrap_policy);
   thread_local lowering::OpRecycler recycler;   // see OpRecycler: storage reused across calls
-  StepProgram prog = lowering::lower_with(m, *graph, rp, Topology{cluster.world(), cluster.gpus_per_node}, &recycler);
+  // Names label trace spans only: without a trace the program goes unnamed (a recycled op's old name is cleared).
+  StepProgram prog = lowering::lower_with(m, *graph, rp, Topology{cluster.world(), cluster.gpus_per_node}, &recycler,
+                                          /*names=*/opts.record_trace);
 
   const Bytes capacity = hw.memory_capacity();
   const Bytes context = hw.cuda_context_bytes();
@@ -102,17 +104,23 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
                                     : models::flops_per_token(m, rp.seq_len).forward_backward * tokens_per_rank;
   double hw_flops = 0;
   {
-    // Sum per shared kernel list once (same additions in the same order as per op).
-    const std::vector<models::KernelDesc>* last_list = nullptr;
-    double last_flops = 0;
+    // Sum each shared kernel list once (a list's sum does not depend on where it is computed; the
+    // per-op additions stay in op order). A program uses a handful of lists, remembered in a small array.
+    std::pair<const std::vector<models::KernelDesc>*, double> seen[8];
+    int n_seen = 0;
     for (const Op& op : prog.ops) {
       if (!is_compute(op.kind)) continue;
       const auto& ks = op.kernel_list();
-      if (&ks != last_list) {
-        last_list = &ks;
-        last_flops = models::total_flops(ks);
+      double flops = 0;
+      int k = 0;
+      while (k < n_seen && seen[k].first != &ks) ++k;
+      if (k < n_seen) {
+        flops = seen[k].second;
+      } else {
+        flops = models::total_flops(ks);
+        if (n_seen < 8) seen[n_seen++] = {&ks, flops};
       }
-      hw_flops += last_flops;
+      hw_flops += flops;
     }
   }
   lowering::recycle(prog, recycler);   // prog is not used past this point

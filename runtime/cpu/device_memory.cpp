@@ -44,10 +44,26 @@ void DeviceMemory::alloc(int buffer, TimeNs now) {
   const sim::Buffer& b = program_.buffers.at(buffer);
   if (block_of_[buffer] != kNotLive)
     throw std::runtime_error("DeviceMemory: buffer \"" + b.name + "\" allocated twice");
+  const sim::AllocatorStats before = alloc_.stats();
+  const int segments_before = alloc_.num_segments();
+  const Bytes cached_before = alloc_.cached_free_bytes(b.pool_stream);
   const int blk = alloc_.alloc(b.bytes, b.pool_stream);
-  if (blk >= 0 && alloc_.block_address(blk) + alloc_.block_size(blk) > space_)
-    throw std::runtime_error("DeviceMemory: the allocator's address space exceeds the " + std::to_string(space_) +
-                             " bytes reserved");
+  if (blk >= 0 && alloc_.block_address(blk) + alloc_.block_size(blk) > space_) {
+    const auto& after = alloc_.stats();
+    const Bytes grown = after.reserved - before.reserved;
+    throw DeviceOutOfMemory(
+        "out of device memory: buffer \"" + b.name + "\" (" + std::to_string(b.bytes) + " B, " +
+            sim::mem_category_name(b.category) + ", stream " + std::to_string(b.pool_stream) + ") needs " +
+            (grown > 0 ? "a new " + std::to_string(grown) + " B segment" : "a cached block") + " ending at " +
+            std::to_string(alloc_.block_address(blk) + alloc_.block_size(blk)) + " B, beyond the " +
+            std::to_string(space_) + " B of device memory; allocator before it: allocated " +
+            std::to_string(before.allocated) + " B, reserved " + std::to_string(before.reserved) + " B in " +
+            std::to_string(segments_before) + " segments, cached free on this stream " + std::to_string(cached_before) +
+            " B, pending (record_stream) " + std::to_string(before.pending) + " B, peak allocated " +
+            std::to_string(before.peak_allocated) + " B, peak reserved " + std::to_string(before.peak_reserved) + " B, " +
+            std::to_string(before.num_allocs) + " allocations so far",
+        b.name, b.bytes, space_, before);
+  }
   block_of_[buffer] = blk;
   addr_[buffer] = blk < 0 ? nullptr : reinterpret_cast<float*>(base_ + alloc_.block_address(blk));
   allocated_[buffer] = 1;

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "sim/caching_allocator.h"
@@ -18,9 +20,29 @@
 
 namespace fsdpsim::runtime {
 
+// The device memory ran out: an allocation's block lies beyond the reserved address space (the
+// CPU backend's stand-in for cudaMalloc failing with the caching allocator's cache already empty).
+// what() names the buffer, its size, the capacity and the allocator's state before the allocation;
+// the worker adds the rank and the simulator's prediction (issue 9).
+class DeviceOutOfMemory : public std::runtime_error {
+ public:
+  DeviceOutOfMemory(const std::string& what, std::string buffer, Bytes bytes, Bytes capacity, sim::AllocatorStats before)
+      : std::runtime_error(what), buffer_(std::move(buffer)), bytes_(bytes), capacity_(capacity), before_(before) {}
+  const std::string& buffer() const { return buffer_; }
+  Bytes bytes() const { return bytes_; }
+  Bytes capacity() const { return capacity_; }
+  const sim::AllocatorStats& before() const { return before_; }
+
+ private:
+  std::string buffer_;
+  Bytes bytes_ = 0, capacity_ = 0;
+  sim::AllocatorStats before_;
+};
+
 class DeviceMemory {
  public:
   // Reserves `address_space` bytes of virtual memory (InputError-free: failure is a runtime_error).
+  // An allocation beyond it throws DeviceOutOfMemory.
   DeviceMemory(const sim::StepProgram& program, Bytes address_space);
   ~DeviceMemory();
   DeviceMemory(const DeviceMemory&) = delete;

@@ -53,6 +53,9 @@ void check_runtime_supports(const models::ModelSpec& m, const sim::Plan& plan) {
                      "true or false on the CPU runtime (an int reshards to a sub-group not implemented here)");
   if (plan.activation_checkpointing.mode == sim::ActivationCheckpointing::Mode::SelectiveOp)
     throw InputError("plan.activation_checkpointing", "selective_op", "none, full or every_k on the CPU runtime");
+  if (plan.cross_entropy != models::LossImpl::Torch)
+    throw InputError("plan.cross_entropy", "\"" + models::loss_impl_name(plan.cross_entropy) + "\"",
+                     "\"torch\" on the CPU runtime (it keeps the logits and an fp32 log-softmax, as F.cross_entropy does)");
   runtime_dims(m, plan.micro_batch, plan.seq_len);
 }
 

@@ -1,20 +1,49 @@
 // Simulated steps per second (style.md lesson 12: speed is measured here, never asserted in tests).
-// Target (issue #3): >= 10,000 simulated llama3-70b steps/s on one core for the executor
-// (80 units, 1024 GPUs, record_trace = record_memory_timeline = false). NOT reached yet. Measured
-// 2026-11-22 with callgrind (deterministic; wall clock on the shared build machine varies 2x), per
-// simulate() of the 70B case below: 18.7 M instructions before the speed work, 6.9 M after
-// (lowering 5.3 -> 2.3 M, wrap graph 3.7 -> 0 M cached, op costs 2.2 -> 0.4 M, execute 4.4 -> 3.9 M,
-// freeing the program 2.1 -> 0 M). The executor is now the largest part.
+// Target (issue #3): >= 10,000 simulated llama3-70b steps/s on one core (80 units, 1024 GPUs,
+// record_trace = record_memory_timeline = false). NOT reached: 2,900-3,500/s measured on the shared 2-core
+// build VM (AMD EPYC), see below.
+//
+// Instructions per steady-state simulate() (callgrind, deterministic; the wall clock on the shared VM
+// varies up to 2x with the other jobs on it):
+//   valgrind --tool=callgrind --collect-atstart=no build-*/tests/bench/bench_simulate --steps=1,20
+//   (collected instructions / 20; --steps=0,20 for llama3-8b)
+//                       2026-11-22 before   after the speed work of this date
+//   llama3-70b/1024     6.61 M              4.09 M   (lowering 2.21 -> 0.91, op costs 0.38 -> 0.27,
+//                                                     execute 3.92 -> 2.87, of which caching
+//                                                     allocator 1.41 -> 0.80 M)
+//   llama3-8b/8         2.61 M              1.61 M
+// (An earlier round took the 70B case from 18.7 M to ~6.9 M: wrap graph cached, op costs memoized,
+// op storage recycled.) What is left is spread thin: ~0.9 M building the ~2,300 Op structs (the
+// StepProgram is a plain data structure the runtime also executes), ~0.85 M checking and flattening
+// them plus the op costs, ~1.0 M event engine, ~0.8 M allocator model. 10,000/s means ~1.0-1.4 M
+// instructions per step at this machine's 10-14 instructions/ns, ~3x below what is left: that needs
+// a different path for simulate() (a lowering that emits the engine's flat arrays directly, skipping
+// Op structs, validation and the cost pass: roughly -1 M) AND a leaner engine and allocator model.
+//
+// Wall clock, medians of --benchmark_repetitions=5 --benchmark_min_time=0.5, before and after binaries
+// run back to back (other jobs on the VM, load average 3-6 on 2 cores, so all figures are inflated):
+// BM_Simulate/1 517-651 us -> 287-346 us (1,880 -> 3,480 steps/s at load 3), BM_Simulate/0
+// 202-210 us -> 112-118 us, BM_Execute/1 292-318 us -> 197-201 us.
 //   build-*/tests/bench/bench_simulate --benchmark_min_time=0.5   (libbenchmark 1.7: seconds, no "s")
 // Variants, each for llama3-8b on 8xH100-SXM and llama3-70b on 128x8xH100-SXM-IB-NDR400:
 //   WrapGraph    build_wrap_graph alone (simulate() caches it per thread, so a planner pays it once)
-//   Lower        resolve_plan + lower with a prebuilt wrap graph (the StepProgram builder)
+//   Lower        resolve_plan + lower with a prebuilt wrap graph (the public lower(): fresh storage, names)
 //   Execute      execute() with precomputed OpCosts (the event engine + allocator model alone)
 //   CostExecute  ProfileCostModel + compute_op_costs + execute (what simulate() runs after lowering)
 //   Simulate     simulate() end to end
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define FSDPSIM_HAVE_CALLGRIND_H 1
+#endif
+#endif
 
 #include "calibrate/hardware_profile.h"
 #include "models/wrap_graph.h"
@@ -136,6 +165,40 @@ BENCHMARK(BM_Execute)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CostExecute)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Simulate)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
+// --steps=CASE,N: no Google Benchmark run; simulate() case CASE (0 = 8B, 1 = 70B) twice to warm the
+// per-thread caches, then N times with callgrind's collection switched on around those N calls only.
+// Run it under `valgrind --tool=callgrind --collect-atstart=no`: the collected instruction count
+// divided by N is the cost of one steady-state simulate() (deterministic, unlike wall clock).
+int run_steps(const char* arg) {
+  int which = 0, n = 0;
+  if (std::sscanf(arg, "%d,%d", &which, &n) != 2 || which < 0 || which > 1 || n < 1) {
+    std::fprintf(stderr, "--steps=CASE,N: CASE 0 or 1, N >= 1 (got \"%s\")\n", arg);
+    return 2;
+  }
+  Case c = make_case(which);
+  sim::SimOptions o;
+  o.record_trace = false;
+  o.record_memory_timeline = false;
+  for (int i = 0; i < 2; ++i) benchmark::DoNotOptimize(sim::simulate(c.model, c.hw, c.plan, o));
+#ifdef FSDPSIM_HAVE_CALLGRIND_H
+  CALLGRIND_TOGGLE_COLLECT;
+#endif
+  for (int i = 0; i < n; ++i) benchmark::DoNotOptimize(sim::simulate(c.model, c.hw, c.plan, o));
+#ifdef FSDPSIM_HAVE_CALLGRIND_H
+  CALLGRIND_TOGGLE_COLLECT;
+#endif
+  std::printf("%s: %d simulate() calls\n", case_name(which), n);
+  return 0;
+}
+
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--steps=", 8) == 0) return run_steps(argv[i] + 8);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -66,18 +66,19 @@ TEST(Gemm, MonotoneAndRoofline) {
 }
 
 TEST(Gemm, SustainedFractionScalesComputeBoundGemms) {
-  // The shipped H100 profile runs GEMMs at 0.62 of the burst rate (fitted on the dev set, see the profile).
+  // The shipped H100 profile runs GEMMs at 0.64 of the burst rate (fitted on the dev set, see the profile).
   double shipped = static_cast<double>(profile("8xH100-SXM").gemm_time(8192, 8192, 8192, Dtype::BF16) - 4000);
   double fast = static_cast<double>(burst("8xH100-SXM").gemm_time(8192, 8192, 8192, Dtype::BF16) - 4000);
-  EXPECT_NEAR(fast / shipped, 0.62, 1e-6);
+  EXPECT_NEAR(fast / shipped, 0.64, 1e-6);
 }
 
 TEST(Attention, Formula) {
   auto p = burst("8xH100-SXM");
-  // Causal forward: 2*b*s^2*h*d FLOPs at 35% of 989.4 TFLOP/s, + 4 us.
+  // Causal forward: 2*b*s^2*h*d FLOPs at 31.5% of 989.4 TFLOP/s (the FA3 paper's 35% for FA2 on H100 x the
+  // dev-set attention factor 0.90), backward 2.5x the FLOPs at 27%, + 4 us.
   double fwd = 2.0 * 1 * 4096.0 * 4096 * 32 * 128;
-  EXPECT_EQ(p.attention_time(1, 4096, 32, 8, 128, Dtype::BF16, false), std::llround(fwd / (989.4e12 * 0.35) * 1e9) + 4000);
-  EXPECT_EQ(p.attention_time(1, 4096, 32, 8, 128, Dtype::BF16, true), std::llround(2.5 * fwd / (989.4e12 * 0.30) * 1e9) + 4000);
+  EXPECT_EQ(p.attention_time(1, 4096, 32, 8, 128, Dtype::BF16, false), std::llround(fwd / (989.4e12 * 0.315) * 1e9) + 4000);
+  EXPECT_EQ(p.attention_time(1, 4096, 32, 8, 128, Dtype::BF16, true), std::llround(2.5 * fwd / (989.4e12 * 0.27) * 1e9) + 4000);
   // Quadratic in the sequence length.
   double r = static_cast<double>(p.attention_time(2, 8192, 32, 8, 128, Dtype::BF16, false) - 4000) /
              static_cast<double>(p.attention_time(2, 4096, 32, 8, 128, Dtype::BF16, false) - 4000);

@@ -86,3 +86,21 @@ TEST(Activations, ScaleLinearlyWithTokensAndOrderAcrossModes) {
     EXPECT_GT(block_backward_working_bytes(m, 1, 512, Dtype::BF16), none1 - full);
   }
 }
+
+// The loss implementations (model_spec.h LossImpl), by hand for llama3-8b-like shapes at one 4096-token
+// sequence: T = 4096, V = 128256, C = 4096, bf16.
+TEST(Activations, LogitsBytesPerLossImplementation) {
+  ModelSpec m;
+  m.vocab_size = 128256;
+  m.hidden = 4096;
+  const Bytes t = 4096, tv = t * 128256;
+  EXPECT_EQ(logits_bytes(m, 1, 4096, Dtype::BF16, LossImpl::Torch), tv * 6);
+  EXPECT_EQ(logits_bytes(m, 1, 4096, Dtype::BF16, LossImpl::Fused), tv * 2 + t * 4);
+  EXPECT_EQ(logits_peak_bytes(m, 1, 4096, Dtype::BF16, LossImpl::Fused), tv * 2 + t * 4 + tv * 2);
+  EXPECT_EQ(logits_bytes(m, 1, 4096, Dtype::BF16, LossImpl::FusedLinear), t * 4096 * 2 + t * 4);
+  // Liger's chunking: ceil(128256 / 4096) = 32 chunks of ceil(4096 / 32) = 128 tokens, fp32 logits.
+  EXPECT_EQ(logits_peak_bytes(m, 1, 4096, Dtype::BF16, LossImpl::FusedLinear), t * 4096 * 2 + t * 4 + 128 * 128256 * 4);
+  EXPECT_EQ(loss_impl_name(LossImpl::FusedLinear), "fused_linear");
+  EXPECT_EQ(loss_impl_name(LossImpl::Fused), "fused");
+  EXPECT_EQ(loss_impl_name(LossImpl::Torch), "torch");
+}

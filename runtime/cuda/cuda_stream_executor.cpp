@@ -1,0 +1,153 @@
+#include "runtime/cuda/cuda_stream_executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include "runtime/cuda/cuda_check.h"
+
+namespace fsdpsim::runtime::cuda {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool is_collective(sim::OpKind k) {
+  return k == sim::OpKind::AllGather || k == sim::OpKind::ReduceScatter || k == sim::OpKind::AllReduce;
+}
+
+std::vector<std::pair<TimeNs, TimeNs>> merge(std::vector<std::pair<TimeNs, TimeNs>> iv) {
+  std::sort(iv.begin(), iv.end());
+  std::vector<std::pair<TimeNs, TimeNs>> out;
+  for (auto& x : iv) {
+    if (!out.empty() && x.first <= out.back().second) out.back().second = std::max(out.back().second, x.second);
+    else out.push_back(x);
+  }
+  return out;
+}
+
+TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a, const std::vector<std::pair<TimeNs, TimeNs>>& b) {
+  TimeNs total = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const TimeNs lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) total += hi - lo;
+    if (a[i].second < b[j].second) ++i;
+    else ++j;
+  }
+  return total;
+}
+
+TimeNs elapsed_ns(cudaEvent_t from, cudaEvent_t to) {
+  float ms = 0;
+  FSDPSIM_CU_CHECK(cudaEventElapsedTime(&ms, from, to));
+  return static_cast<TimeNs>(static_cast<double>(ms) * 1e6);
+}
+
+}  // namespace
+
+CudaStreamExecutor::CudaStreamExecutor(const sim::StepProgram& program) : p_(program) {
+  streams_.resize(p_.streams.size());
+  for (auto& s : streams_) FSDPSIM_CU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (auto& s : group_streams_) FSDPSIM_CU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  start_.resize(p_.ops.size());
+  end_.resize(p_.ops.size());
+  for (auto& e : start_) FSDPSIM_CU_CHECK(cudaEventCreate(&e));
+  for (auto& e : end_) FSDPSIM_CU_CHECK(cudaEventCreate(&e));
+  FSDPSIM_CU_CHECK(cudaEventCreate(&t0_));
+}
+
+CudaStreamExecutor::~CudaStreamExecutor() {
+  for (auto e : start_) cudaEventDestroy(e);
+  for (auto e : end_) cudaEventDestroy(e);
+  if (t0_) cudaEventDestroy(t0_);
+  for (auto s : streams_) cudaStreamDestroy(s);
+  for (auto s : group_streams_) cudaStreamDestroy(s);
+}
+
+sim::SimResult CudaStreamExecutor::execute_step(CudaDeviceMemory& mem, CudaOpRunner& runner) {
+  const int n = static_cast<int>(p_.ops.size());
+  std::vector<char> issued(n, 0);
+  std::vector<TimeNs> issue(n, 0);
+  std::vector<sim::TraceSpan> trace;
+  TimeNs cpu_blocked = 0;
+  FSDPSIM_CU_CHECK(cudaDeviceSynchronize());   // the previous step (and set-up copies) are done
+  FSDPSIM_CU_CHECK(cudaEventRecord(t0_, streams_[0]));
+  const Clock::time_point h0 = Clock::now();
+  auto now = [&] { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - h0).count(); };
+  auto complete = [&](std::int64_t op) {
+    if (op < 0 || op >= n || !issued[op]) return false;
+    const cudaError_t e = cudaEventQuery(end_[op]);
+    if (e == cudaErrorNotReady) return false;
+    FSDPSIM_CU_CHECK(e);
+    return true;
+  };
+
+  for (int i = 0; i < n; ++i) {
+    const sim::Op& op = p_.ops[i];
+    const TimeNs t_issue = now();
+    if (!op.cpu_waits.empty()) {
+      const TimeNs b0 = now();
+      for (int w : op.cpu_waits) FSDPSIM_CU_CHECK(cudaEventSynchronize(end_.at(w)));
+      const TimeNs b1 = now();
+      if (b1 > b0) {
+        cpu_blocked += b1 - b0;
+        trace.push_back({"blocked before " + op.name, "cpu", "cpu_blocked", op.unit, b0, b1 - b0, 0});
+      }
+    }
+    mem.process_events(complete);
+    for (int b : op.allocs) mem.alloc(b, now());
+    cudaStream_t ps = streams_.at(op.stream);
+    for (int w : op.waits) FSDPSIM_CU_CHECK(cudaStreamWaitEvent(ps, end_.at(w), 0));
+    cudaStream_t s = ps;
+    if (is_collective(op.kind)) {
+      // Hand over to the group's NCCL stream: it starts after the program stream reaches this op.
+      s = group_streams_.at(static_cast<int>(op.group));
+      FSDPSIM_CU_CHECK(cudaEventRecord(start_[i], ps));
+      FSDPSIM_CU_CHECK(cudaStreamWaitEvent(s, start_[i], 0));
+    }
+    FSDPSIM_CU_CHECK(cudaEventRecord(start_[i], s));
+    runner.enqueue(op, s);
+    FSDPSIM_CU_CHECK(cudaEventRecord(end_[i], s));
+    if (s != ps) FSDPSIM_CU_CHECK(cudaStreamWaitEvent(ps, end_[i], 0));
+    issued[i] = 1;
+    issue[i] = now();
+    for (const auto& f : op.frees) {
+      const bool reusable = f.reuse_after_op < 0 || complete(f.reuse_after_op);
+      mem.free(f.buffer, reusable ? -1 : f.reuse_after_op, now());
+    }
+    trace.push_back({op.name, "cpu", "cpu_issue", op.unit, t_issue, now() - t_issue, 0});
+  }
+  FSDPSIM_CU_CHECK(cudaDeviceSynchronize());
+  mem.process_events(complete);
+
+  sim::SimResult r;
+  TimeNs step = 0, compute = 0, prev_compute_end = 0;
+  std::vector<std::pair<TimeNs, TimeNs>> comm, gaps;
+  for (int i = 0; i < n; ++i) {
+    const sim::Op& op = p_.ops[i];
+    const TimeNs st = elapsed_ns(t0_, start_[i]), en = std::max(st, elapsed_ns(t0_, end_[i]));
+    step = std::max(step, en);
+    const Bytes bytes = is_collective(op.kind) ? op.comm_bytes : op.copy_bytes;
+    trace.push_back({op.name, p_.streams[op.stream].name, sim::op_kind_name(op.kind), op.unit, st, en - st, bytes});
+    if (is_collective(op.kind)) comm.push_back({st, en});
+    if (op.stream == 0) {
+      compute += en - st;
+      const TimeNs ready = std::max(prev_compute_end, issue[i]);
+      if (st > ready) gaps.push_back({ready, st});
+      prev_compute_end = en;
+    }
+  }
+  for (const auto& sp : trace) step = std::max(step, sp.start_ns + sp.dur_ns);
+  comm = merge(comm);
+  r.step_time_ns = step;
+  r.compute_ns = compute;
+  for (auto& [a, b] : comm) r.comm_ns += b - a;
+  r.exposed_comm_ns = intersect_length(merge(gaps), comm);
+  r.cpu_blocked_ns = cpu_blocked;
+  std::stable_sort(trace.begin(), trace.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  r.trace = std::move(trace);
+  return r;
+}
+
+}  // namespace fsdpsim::runtime::cuda

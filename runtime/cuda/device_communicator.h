@@ -1,0 +1,29 @@
+// The collective layer the CUDA executor drives: runtime::Communicator (fp32, blocking, for the
+// runner's host-side needs) plus typed, asynchronous collectives on DEVICE buffers enqueued on a
+// stream. Two implementations: NcclCommunicator (real collectives, one NCCL communicator per mesh
+// group) and EmulatedCommunicator (rank 0 of a larger world on one GPU, emulated_communicator.h).
+#pragma once
+#include <cuda_runtime.h>
+
+#include "runtime/cpu/communicator.h"
+#include "runtime/cuda/kernels.h"
+
+namespace fsdpsim::runtime::cuda {
+
+class DeviceCommunicator : public Communicator {
+ public:
+  // out[n*count] receives every member's in[count] in group-rank order (in may be out + rank*count).
+  virtual void all_gather(const void* in, void* out, long count, Elem type, sim::CommGroup g, cudaStream_t s) = 0;
+  // out[count] = reduction over members of their in[group_rank*count .. +count).
+  virtual void reduce_scatter(const void* in, void* out, long count, Elem type, sim::CommGroup g, ReduceOp op,
+                              cudaStream_t s) = 0;
+  virtual void all_reduce(void* inout, long count, Elem type, sim::CommGroup g, ReduceOp op, cudaStream_t s) = 0;
+  // True when collectives are stand-ins (no data from other ranks).
+  virtual bool emulated() const { return false; }
+
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::reduce_scatter;
+};
+
+}  // namespace fsdpsim::runtime::cuda

@@ -1,0 +1,172 @@
+// fsdpsim-run-cuda: one rank of the bundled FSDP runtime on the CUDA + NCCL backend, with the
+// options and result JSON of fsdpsim-run-cpu (runtime/mpi/worker_main.cpp). Launched by
+// `fsdpsim run --backend cuda` / `fsdpsim validate --backend cuda` (or by hand) as
+//   mpirun -np N fsdpsim-run-cuda --model M --plan P --out FILE ...   (one GPU per rank: local rank % GPUs)
+// or, for one rank, directly without mpirun (no MPI_Init; NCCL communicators of one rank), or as
+// rank 0 of a larger world emulated on one GPU (--emulate-world W, emulated_communicator.h).
+// Input errors exit 2 (checked before any GPU is touched); no usable CUDA device or driver exits 1
+// with a message saying so; any CUDA/cuBLAS/NCCL/MPI failure exits 1 naming host, rank, file:line.
+#include <mpi.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/args.h"
+#include "common/context.h"
+#include "common/errors.h"
+#include "common/output_file.h"
+#include "models/zoo.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/cuda_rank_runner.h"
+#include "runtime/cuda/emulated_communicator.h"
+#include "runtime/cuda/nccl_communicator.h"
+#include "sim/plan.h"
+
+using namespace fsdpsim;
+
+namespace {
+
+const std::vector<OptionSpec> kOptions = {
+    {"model", true, false, "zoo name or config.json", "M"},
+    {"plan", true, false, "plan JSON file or inline object (param_dtype bf16, fp32 masters)", "P"},
+    {"steps", true, false, "optimizer steps to run (default 3)", "K"},
+    {"seed", true, false, "seed of the init and the synthetic data (default 1234)", "S"},
+    {"lr", true, false, "learning rate (default 1e-3, torch.optim.AdamW's)", "LR"},
+    {"gpus-per-node", true, false, "ranks per node for the program's group shapes (default: all)", "G"},
+    {"out", true, false, "result JSON (rank 0)", "FILE"},
+    {"dump", true, false, "parameters and gradients after the last step, JSON (rank 0)", "FILE"},
+    {"emulate-world", true, false,
+     "run as rank 0 of a W-rank job on this one GPU: true shard sizes and buffers, collectives replaced by local "
+     "copies (memory, compute and streams real; communication not); without mpirun", "W"},
+};
+
+constexpr const char* kProg = "fsdpsim-run-cuda";
+
+void finalize_mpi() {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Finalize();
+}
+
+nlohmann::json tensors_json(const std::vector<std::pair<std::string, std::vector<float>>>& ts) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [n, v] : ts) j[n] = v;
+  return j;
+}
+
+runtime::RunConfig config_from(const Args& a, int world) {
+  runtime::RunConfig cfg;
+  cfg.model = models::load_model(a.require("model"), "--model");
+  models::validate_model(cfg.model, a.get("model"));
+  const int gpn = static_cast<int>(a.get_int("gpus-per-node", world, 1, 1 << 20));
+  cfg.plan = sim::resolve_plan(sim::load_plan(a.require("plan"), "--plan"), world, gpn);
+  cfg.gpus_per_node = gpn;
+  cfg.seed = static_cast<std::uint64_t>(a.get_int("seed", 1234, 0, INT64_MAX));
+  cfg.optimizer.lr = static_cast<float>(a.get_double("lr", 1e-3, 1e-8, 1.0));
+  cfg.address_space = 1LL << 50;   // capped by the free device memory
+  runtime::cuda::check_cuda_runtime_supports(cfg.model, cfg.plan);
+  return cfg;
+}
+
+int run(const Args& a, const runtime::RunConfig& cfg, bool mpi, int emulate_world) {
+  const int steps = static_cast<int>(a.get_int("steps", 3, 1, 100000));
+  const std::string out = a.require("out");
+  std::unique_ptr<runtime::cuda::DeviceCommunicator> owned;
+  if (emulate_world > 0) owned = std::make_unique<runtime::cuda::EmulatedCommunicator>(emulate_world, cfg.plan.mesh_shard);
+  else owned = std::make_unique<runtime::cuda::NcclCommunicator>(cfg.plan.mesh_shard, mpi);
+  runtime::cuda::DeviceCommunicator& comm = *owned;
+  runtime::cuda::CudaRankRunner runner(cfg, comm);
+  nlohmann::json losses = nlohmann::json::array(), times = nlohmann::json::array();
+  runtime::StepOutcome last;
+  for (int s = 0; s < steps; ++s) {
+    comm.barrier();
+    last = runner.step();
+    losses.push_back(last.loss);
+    const double t = comm.max_world(to_seconds(last.measured.step_time_ns));
+    times.push_back(t);
+    last.measured.step_time_ns = static_cast<TimeNs>(t * 1e9);   // the step ends when the slowest rank ends
+  }
+  auto params = runner.gather_params();
+  auto grads = runner.gather_grads();
+  if (comm.rank() == 0) {
+    cudaDeviceProp prop;
+    int dev = 0;
+    FSDPSIM_CU_CHECK(cudaGetDevice(&dev));
+    FSDPSIM_CU_CHECK(cudaGetDeviceProperties(&prop, dev));
+    nlohmann::json j;
+    j["context"] = context_block_with_profile("");
+    j["backend"] = "cuda+nccl";
+    j["device"] = prop.name;
+    j["world"] = comm.world();
+    if (comm.emulated()) j["emulated_world"] = comm.world();
+    j["steps"] = steps;
+    j["losses"] = losses;
+    j["step_times_s"] = times;
+    j["untracked_bytes"] = runner.untracked_bytes();
+    j["measured"] = sim::sim_result_to_json(last.measured, true);
+    write_file_atomic(out, j.dump(1), "--out");
+    if (a.has("dump")) {
+      nlohmann::json d;
+      d["params"] = tensors_json(params);
+      d["grads"] = tensors_json(grads);
+      write_file_atomic(a.get("dump"), d.dump(), "--dump");
+    }
+  }
+  comm.barrier();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  run_context().argv.assign(argv, argv + argc);
+  const bool mpi = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+  int world = 1, rank = 0;
+  try {
+    Args a(args, kOptions);
+    if (a.help()) {
+      std::cout << usage_text(kProg, "one rank of the bundled FSDP runtime (CUDA + NCCL backend)", kOptions);
+      return 0;
+    }
+    if (mpi) {
+      int provided = 0;
+      MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+      MPI_Comm_size(MPI_COMM_WORLD, &world);
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    }
+    runtime::cuda::set_error_rank(rank);
+    const int emulate = static_cast<int>(a.get_int("emulate-world", 0, 1, 1 << 20));
+    if (emulate > 0 && mpi)
+      throw InputError("--emulate-world", std::to_string(emulate), "only without mpirun (one process emulates rank 0)");
+    const runtime::RunConfig cfg = config_from(a, emulate > 0 ? emulate : world);
+    const std::string why = runtime::cuda::no_device_reason();
+    if (!why.empty()) {
+      std::cerr << kProg << ": no CUDA device/driver usable on " << runtime::cuda::error_where() << " (" << why
+                << "). Run it on a machine with an NVIDIA GPU and its driver, or use --backend cpu.\n";
+      finalize_mpi();
+      return 1;
+    }
+    int ndev = 0;
+    FSDPSIM_CU_CHECK(cudaGetDeviceCount(&ndev));
+    const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    FSDPSIM_CU_CHECK(cudaSetDevice((lr ? std::atoi(lr) : 0) % ndev));
+    const int rc = run(a, cfg, mpi, emulate);
+    finalize_mpi();
+    return rc;
+  } catch (const InputError& e) {
+    if (rank == 0) std::cerr << kProg << ": error: " << e.what() << "\n";
+    finalize_mpi();
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << kProg << ": rank " << rank << ": internal error: " << e.what() << "\n";
+    int init = 0;
+    MPI_Initialized(&init);
+    if (init) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}

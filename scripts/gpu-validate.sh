@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# The CUDA backend's validation on a lent GPU (issue #8), in two halves:
+#
+#   scripts/gpu-validate.sh pack [BUILD_DIR]     here (nvcc, no GPU): build the CUDA targets in
+#       BUILD_DIR (default build-cuda), strip them and bundle them with the shared libraries they need
+#       that a bare device image may lack (OpenMPI, OpenBLAS, yaml-cpp, ...; NOT cuBLAS/NCCL/driver,
+#       which are hundreds of MiB and must come from the device) into BUILD_DIR/gpu-carry.tar.gz
+#       (under the 64 MiB a device run may carry).
+#   scripts/gpu-validate.sh run CARRY [OUT_DIR]  on the device machine: unpack CARRY, check with ldd
+#       that every library resolves (looking for cuBLAS 13 / NCCL 2 in the usual CUDA and pip
+#       locations), then run the kernel-math and GPU test suites and `fsdpsim validate --backend cuda`
+#       on small models, and write everything under OUT_DIR (default $OUT, else reports/validation):
+#       device.txt (nvidia-smi, driver, date), the test logs, per-plan validation JSON, summary.md.
+#
+# With the session's device tool (run from the repository root), after `scripts/gpu-validate.sh pack`:
+#   run(command="scripts/gpu-validate.sh run build-cuda/gpu-carry.tar.gz", carry=["build-cuda/gpu-carry.tar.gz"])
+# then copy the returned files into reports/validation/cuda-<date>/ and commit them.
+set -euo pipefail
+
+die() { echo "gpu-validate: $*" >&2; exit 2; }
+here=$(cd "$(dirname "$0")/.." && pwd)
+
+pack() {
+  local build=${1:-$here/build-cuda}
+  [[ -x /usr/local/cuda/bin/nvcc ]] || die "nvcc not found at /usr/local/cuda/bin/nvcc"
+  if [[ ! -f $build/CMakeCache.txt ]]; then
+    cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFSDPSIM_CUDA=ON -DFSDPSIM_BENCHMARKS=OFF
+  fi
+  cmake --build "$build" -j"$(nproc)" --target fsdpsim fsdpsim-run-cuda test_runtime_cuda_kernel_math \
+    test_runtime_cuda_gpu
+  local stage=$build/gpu-carry
+  rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib"
+  local bins=("$build/fsdpsim" "$build/fsdpsim-run-cuda" "$build/tests/runtime/cuda/test_runtime_cuda_kernel_math"
+              "$build/tests/runtime/cuda/test_runtime_cuda_gpu")
+  for b in "${bins[@]}"; do strip -o "$stage/bin/$(basename "$b")" "$b"; done
+  # Shared libraries: everything ldd resolves except glibc's own (the device's loader must match its
+  # libc), the CUDA driver and the CUDA libraries (the device provides those).
+  for b in "${bins[@]}"; do ldd "$b"; done | awk '$3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
+    case $name in
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libcuda.so*|libcublas*|libnccl*|libcudart*) ;;
+      *) cp -L "$path" "$stage/lib/$name" ;;
+    esac
+  done
+  cat > "$stage/BUILD_INFO" <<EOF
+built $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname) from $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$here" diff --quiet 2>/dev/null || echo ' (uncommitted changes)')
+$(/usr/local/cuda/bin/nvcc --version | tail -1); sm_80 + sm_90; cudart static; cuBLAS $(ls /usr/local/cuda/lib64/libcublas.so.* | sed 's/.*\.so\.//' | sort -V | tail -1) and NCCL 2 dynamic
+needs: GLIBC $(objdump -T "$stage/bin/fsdpsim-run-cuda" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1 | cut -d_ -f2), a driver for CUDA $(/usr/local/cuda/bin/nvcc --version | grep -o 'release [0-9.]*' | cut -d' ' -f2)
+EOF
+  tar -C "$build" -czf "$build/gpu-carry.tar.gz" gpu-carry
+  echo "gpu-validate: packed $(du -h "$build/gpu-carry.tar.gz" | cut -f1) into $build/gpu-carry.tar.gz"
+  cat "$stage/BUILD_INFO"
+}
+
+# Directories that may hold libcublas.so.13 / libcublasLt.so.13 / libnccl.so.2 on a device image.
+cuda_lib_dirs() {
+  local d
+  for d in /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu \
+           /usr/local/lib/python3*/dist-packages/nvidia/*/lib /usr/lib/python3*/site-packages/nvidia/*/lib \
+           /opt/conda/lib/python3*/site-packages/nvidia/*/lib /usr/local/lib/python3*/site-packages/nvidia/*/lib \
+           "$HOME"/.local/lib/python3*/site-packages/nvidia/*/lib; do
+    [[ -d $d ]] && echo "$d"
+  done
+  python3 - 2>/dev/null <<'EOF' || true
+import glob, os, site
+for s in site.getsitepackages() + [site.getusersitepackages()]:
+    for d in glob.glob(os.path.join(s, "nvidia", "*", "lib")):
+        print(d)
+EOF
+}
+
+run_on_device() {
+  local carry=${1:?usage: gpu-validate.sh run CARRY [OUT_DIR]}
+  local out=${2:-${OUT:-$here/reports/validation}}
+  local stamp; stamp=$(date -u +%Y%m%dT%H%M%SZ)
+  out=$out/cuda-$stamp
+  mkdir -p "$out"
+  local root=$carry
+  if [[ -f $carry ]]; then
+    root=$(mktemp -d /tmp/fsdpsim-gpu-XXXXXX)
+    tar -C "$root" -xzf "$carry"
+    root=$root/gpu-carry
+  fi
+  [[ -x $root/bin/fsdpsim-run-cuda ]] || die "no bin/fsdpsim-run-cuda under $root"
+  local libpath=$root/lib
+  for d in $(cuda_lib_dirs); do
+    if ls "$d"/libcublas.so.13 "$d"/libnccl.so.2 >/dev/null 2>&1 || ls "$d"/libcublasLt.so.13 >/dev/null 2>&1 ||
+       ls "$d"/libcublas.so.13 >/dev/null 2>&1 || ls "$d"/libnccl.so.2 >/dev/null 2>&1; then
+      libpath=$libpath:$d
+    fi
+  done
+  export LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  {
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "host: $(hostname)"
+    echo "command: $0 run $*"
+    cat "$root/BUILD_INFO" 2>/dev/null || true
+    echo "LD_LIBRARY_PATH: $LD_LIBRARY_PATH"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi: not available"
+    nvidia-smi 2>&1 | head -15 || true
+  } > "$out/device.txt"
+  cat "$out/device.txt"
+
+  # ldd: every library must resolve (the usual failure: no cuBLAS 13 / NCCL on the image, or an old driver).
+  for b in "$root"/bin/*; do
+    if ldd "$b" | grep -q "not found"; then
+      echo "ldd $(basename "$b"):" && ldd "$b" | grep "not found"
+    fi
+  done | tee "$out/ldd.txt"
+  if grep -q "not found" "$out/ldd.txt"; then
+    echo "gpu-validate: unresolved libraries (above, and in $out/ldd.txt). cuBLAS 13 and NCCL 2 must come from the"
+    echo "  device image (a CUDA 13 toolkit, or pip nvidia-cublas / nvidia-nccl wheels for CUDA 13); nothing was run."
+    exit 3
+  fi
+
+  local status=0
+  "$root/bin/test_runtime_cuda_kernel_math" 2>&1 | tee "$out/test_kernel_math.log" || status=1
+  "$root/bin/test_runtime_cuda_gpu" 2>&1 | tee "$out/test_gpu.log" || status=1
+
+  # fsdpsim validate --backend cuda on small models: one GPU, world 1, FSDP2 and FSDP1, AC on/off.
+  local fs=$root/bin/fsdpsim
+  # name|model|plan|extra options. Emulated worlds: rank 0 of 8 ranks on this GPU (true shard sizes,
+  # collectives replaced by local copies): memory and compute are real, communication is not.
+  local plans=(
+    'tiny-fsdp2|tiny-llama|{"fsdp_version":2,"micro_batch":4,"seq_len":512}|'
+    'tiny-fsdp2-ac|tiny-llama|{"fsdp_version":2,"micro_batch":4,"seq_len":512,"activation_checkpointing":"full"}|'
+    'tiny-fsdp1|tiny-llama|{"fsdp_version":1,"micro_batch":4,"seq_len":512}|'
+    'llama1b-full-shard-w8|llama-1b|{"sharding_strategy":"FULL_SHARD","micro_batch":1,"seq_len":2048}|--emulate-world 8'
+    'llama1b-full-shard-ac-w8|llama-1b|{"sharding_strategy":"FULL_SHARD","micro_batch":2,"seq_len":2048,"activation_checkpointing":"full"}|--emulate-world 8'
+    'llama1b-shard-grad-op-w8|llama-1b|{"sharding_strategy":"SHARD_GRAD_OP","micro_batch":1,"seq_len":2048}|--emulate-world 8'
+    'llama1b-no-shard-w8|llama-1b|{"sharding_strategy":"NO_SHARD","micro_batch":1,"seq_len":2048}|--emulate-world 8'
+    'llama3-8b-full-shard-ac-w8|llama3-8b|{"sharding_strategy":"FULL_SHARD","micro_batch":1,"seq_len":4096,"activation_checkpointing":"full"}|--emulate-world 8'
+    'llama3-8b-full-shard-w8|llama3-8b|{"sharding_strategy":"FULL_SHARD","micro_batch":1,"seq_len":2048}|--emulate-world 8'
+  )
+  {
+    echo "# CUDA runtime validation, $(date -u +%Y-%m-%d)"
+    echo
+    echo "Device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo '?'); build: $(head -1 "$root/BUILD_INFO" 2>/dev/null)"
+    echo
+    echo "| case | model | plan | peak allocated err | peak reserved err | step time err | measured step s | loss per step |"
+    echo "|---|---|---|---|---|---|---|---|"
+  } > "$out/summary.md"
+  for entry in "${plans[@]}"; do
+    IFS='|' read -r name model plan extra <<< "$entry"
+    # shellcheck disable=SC2206
+    local cmd=("$fs" validate --backend cuda --model "$model" --plan "$plan" --ranks 1 --steps 3 $extra
+               --json "$out/validate-$name.json")
+    echo "+ ${cmd[*]}" > "$out/validate-$name.log"
+    if "${cmd[@]}" >> "$out/validate-$name.log" 2>&1; then
+      python3 - "$out/validate-$name.json" "$name" "$model" "$plan" >> "$out/summary.md" <<'EOF' || echo "| $name | $model | \`$plan\` | (summary failed) |||||" >> "$out/summary.md"
+import json, sys
+j = json.load(open(sys.argv[1]))
+c = j["comparison"]
+pct = lambda v: "n/a" if v is None else f"{100 * v:+.2f}%"
+m = c.get("measured", {})
+step = m.get("step_time_s", c.get("measured_step_time_s", "?"))
+print(f"| {sys.argv[2]} | {sys.argv[3]} | `{sys.argv[4]}` | {pct(c.get('peak_allocated_error'))} | "
+      f"{pct(c.get('peak_reserved_error'))} | {pct(c.get('step_time_error'))} | {step} | {j.get('losses')} |")
+EOF
+    else
+      status=1
+      echo "| $name | $model | \`$plan\` | FAILED (validate-$name.log) |||||" >> "$out/summary.md"
+    fi
+    cat "$out/validate-$name.log"
+  done
+  echo >> "$out/summary.md"
+  echo "Commands: see validate-*.log (first line) and device.txt. Tests: test_kernel_math.log, test_gpu.log." >> "$out/summary.md"
+  cat "$out/summary.md"
+  echo "gpu-validate: results in $out (status $status)"
+  return $status
+}
+
+case ${1:-} in
+  pack) shift; pack "$@" ;;
+  run) shift; run_on_device "$@" ;;
+  *) die "usage: gpu-validate.sh pack [BUILD_DIR] | run CARRY [OUT_DIR]" ;;
+esac

@@ -1,0 +1,305 @@
+// Property test of the caching-allocator model (sim/caching_allocator.h) against a deliberately
+// naive reference written from the same rules: every free block of a pool in one std::set ordered by
+// (size, address) (PyTorch's BlockComparatorSize), segments as std::map address -> block. The fast
+// allocator keeps its pools as size classes and recycles block slots; whatever it does inside, every
+// observable fact must match the reference after every call of a long random sequence: each live
+// block's size and address, all statistics, live segments and each stream's cached bytes.
+// Sequences mix the sizes of an FSDP step (a few repeated sizes, small and large) with random ones,
+// record_stream frees, event processing, empty_cache, a capacity that forces retries and OOMs, and
+// a max_split_size configuration.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "sim/caching_allocator.h"
+
+namespace fsdpsim::sim {
+namespace {
+
+// ---- the reference: the rules of caching_allocator.h, written the obvious way ----
+class ReferenceAllocator {
+ public:
+  explicit ReferenceAllocator(AllocatorConfig cfg) : cfg_(cfg) {}
+
+  // Returns a reference block id, -1 for 0 bytes.
+  int alloc(Bytes bytes, int stream) {
+    if (bytes == 0) return -1;
+    const Bytes size = bytes <= 512 ? 512 : (bytes + 511) / 512 * 512;
+    const bool small = size <= kAllocSmallSize;
+    auto& pool = pools_[{stream, small}];
+    int b = -1;
+    // get_free_block: lower_bound by (size, addr); then the max_split_size rules on that block only.
+    auto it = pool.lower_bound(std::make_tuple(size, Bytes{-1}, -1));
+    if (it != pool.end()) {
+      const Bytes found = std::get<0>(*it);
+      const bool oversize_for_normal = size < cfg_.max_split_size && found >= cfg_.max_split_size;
+      const bool too_much_rounding = size >= cfg_.max_split_size && found >= size + cfg_.max_non_split_rounding;
+      if (!oversize_for_normal && !too_much_rounding) {
+        b = std::get<2>(*it);
+        pool.erase(it);
+      }
+    }
+    if (b < 0) {
+      const Bytes seg = size <= kAllocSmallSize ? kAllocSmallBuffer
+                        : size < kAllocMinLargeAlloc ? kAllocLargeBuffer
+                                                     : (size + kAllocRoundLarge - 1) / kAllocRoundLarge * kAllocRoundLarge;
+      if (!fits(seg)) {
+        release_cached();
+        ++stats_.num_alloc_retries;
+        if (!fits(seg)) ++stats_.num_ooms;
+      }
+      stats_.reserved += seg;
+      stats_.peak_reserved = std::max(stats_.peak_reserved, stats_.reserved);
+      ++stats_.num_device_alloc;
+      b = static_cast<int>(blocks_.size());
+      blocks_.push_back(Blk{next_addr_, seg, 0, stream, small, kFree, next_addr_, true});
+      segments_[next_addr_] = seg;
+      next_addr_ += seg;
+    }
+    Blk& blk = blocks_[b];
+    const Bytes remaining = blk.size - size;
+    const bool split = small ? remaining >= 512 : (size < cfg_.max_split_size && remaining > kAllocSmallSize);
+    if (split) {
+      const int r = static_cast<int>(blocks_.size());
+      Blk rem{blk.addr + size, remaining, 0, stream, small, kFree, blk.segment, true};
+      blocks_.push_back(rem);
+      blocks_[b].size = size;
+      pools_[{stream, small}].insert({remaining, rem.addr, r});
+    }
+    Blk& out = blocks_[b];
+    out.state = kLive;
+    out.requested = bytes;
+    stats_.allocated += out.size;
+    stats_.requested += bytes;
+    stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+    ++stats_.num_allocs;
+    return b;
+  }
+
+  void free(int b) {
+    if (b < 0) return;
+    stats_.allocated -= blocks_[b].size;
+    stats_.requested -= blocks_[b].requested;
+    release(b);
+  }
+  void free_after(int b, std::int64_t event) {
+    stats_.allocated -= blocks_[b].size;
+    stats_.requested -= blocks_[b].requested;
+    stats_.pending += blocks_[b].size;
+    blocks_[b].state = kPending;
+    pending_.push_back({b, event});
+  }
+  int process_events(std::int64_t completed_up_to) {
+    int n = 0;
+    std::vector<std::pair<int, std::int64_t>> keep;
+    for (auto [b, ev] : pending_) {
+      if (ev <= completed_up_to) {
+        stats_.pending -= blocks_[b].size;
+        release(b);
+        ++n;
+      } else {
+        keep.push_back({b, ev});
+      }
+    }
+    pending_ = keep;
+    return n;
+  }
+  Bytes empty_cache() {
+    Bytes before = stats_.reserved;
+    release_cached();
+    return before - stats_.reserved;
+  }
+  int num_segments() const { return static_cast<int>(segments_.size()); }
+  Bytes cached_free_bytes(int stream) const {
+    Bytes t = 0;
+    for (const auto& [key, pool] : pools_)
+      if (key.first == stream)
+        for (const auto& e : pool) t += std::get<0>(e);
+    return t;
+  }
+  Bytes size_of(int b) const { return blocks_[b].size; }
+  Bytes addr_of(int b) const { return blocks_[b].addr; }
+  const AllocatorStats& stats() const { return stats_; }
+
+ private:
+  enum St { kFree, kLive, kPending, kDead };
+  struct Blk {
+    Bytes addr, size, requested;
+    int stream;
+    bool small;
+    St state;
+    Bytes segment;   // base address of its segment
+    bool valid;
+  };
+  bool fits(Bytes seg) const { return cfg_.capacity <= 0 || stats_.reserved + seg <= cfg_.capacity; }
+  // The free block of b's segment that ends at `addr` / starts at `addr`, if any.
+  int free_neighbour(const Blk& b, bool before) const {
+    const auto& pool = pools_.at({b.stream, b.small});
+    for (const auto& e : pool) {
+      const Blk& n = blocks_[std::get<2>(e)];
+      if (n.segment != b.segment) continue;
+      if (before && n.addr + n.size == b.addr) return std::get<2>(e);
+      if (!before && b.addr + b.size == n.addr) return std::get<2>(e);
+    }
+    return -1;
+  }
+  void release(int b) {
+    auto& pool = pools_[{blocks_[b].stream, blocks_[b].small}];
+    blocks_[b].state = kFree;
+    for (bool before : {true, false}) {
+      int n = free_neighbour(blocks_[b], before);
+      if (n < 0) continue;
+      pool.erase({blocks_[n].size, blocks_[n].addr, n});
+      if (before) blocks_[b].addr = blocks_[n].addr;
+      blocks_[b].size += blocks_[n].size;
+      blocks_[n].state = kDead;
+    }
+    pool.insert({blocks_[b].size, blocks_[b].addr, b});
+  }
+  void release_cached() {
+    for (auto& [key, pool] : pools_) {
+      for (auto it = pool.begin(); it != pool.end();) {
+        const Blk& blk = blocks_[std::get<2>(*it)];
+        auto seg = segments_.find(blk.segment);
+        if (blk.addr == blk.segment && blk.size == seg->second) {
+          stats_.reserved -= blk.size;
+          ++stats_.num_device_free;
+          segments_.erase(seg);
+          blocks_[std::get<2>(*it)].state = kDead;
+          it = pool.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+
+  AllocatorConfig cfg_;
+  std::vector<Blk> blocks_;
+  std::map<std::pair<int, bool>, std::set<std::tuple<Bytes, Bytes, int>>> pools_;
+  std::map<Bytes, Bytes> segments_;   // base -> size, live ones
+  std::vector<std::pair<int, std::int64_t>> pending_;
+  Bytes next_addr_ = 0;
+  AllocatorStats stats_;
+};
+
+void expect_same_stats(const AllocatorStats& a, const AllocatorStats& r, int step) {
+  EXPECT_EQ(a.allocated, r.allocated) << "step " << step;
+  EXPECT_EQ(a.requested, r.requested) << "step " << step;
+  EXPECT_EQ(a.reserved, r.reserved) << "step " << step;
+  EXPECT_EQ(a.pending, r.pending) << "step " << step;
+  EXPECT_EQ(a.peak_allocated, r.peak_allocated) << "step " << step;
+  EXPECT_EQ(a.peak_reserved, r.peak_reserved) << "step " << step;
+  EXPECT_EQ(a.num_allocs, r.num_allocs) << "step " << step;
+  EXPECT_EQ(a.num_device_alloc, r.num_device_alloc) << "step " << step;
+  EXPECT_EQ(a.num_device_free, r.num_device_free) << "step " << step;
+  EXPECT_EQ(a.num_alloc_retries, r.num_alloc_retries) << "step " << step;
+  EXPECT_EQ(a.num_ooms, r.num_ooms) << "step " << step;
+}
+
+// One random sequence; returns the fast allocator's final statistics (so a test can check what it exercised).
+AllocatorStats run_sequence(AllocatorConfig cfg, std::uint32_t seed, int steps, int streams) {
+  CachingAllocator fast(cfg);
+  ReferenceAllocator ref(cfg);
+  std::mt19937 rng(seed);
+  // The sizes of an FSDP step repeat: a handful per stream, small and large, plus random ones.
+  const std::vector<Bytes> common = {300,        4096,          700 * 1024,    kMiB,         kMiB + 512,
+                                     3 * kMiB,   9 * kMiB + 77, 10 * kMiB,     24 * kMiB,    64 * kMiB + 512,
+                                     130 * kMiB, 262 * kMiB + 1};
+  struct Live {
+    int fast, ref;
+  };
+  std::vector<Live> live;
+  std::int64_t event = 0, completed = -1;
+  for (int step = 0; step < steps; ++step) {
+    const int what = static_cast<int>(rng() % 100);
+    if (what < 50 || live.empty()) {
+      Bytes bytes;
+      const int kind = static_cast<int>(rng() % 10);
+      if (kind < 6) bytes = common[rng() % common.size()];
+      else if (kind < 8) bytes = static_cast<Bytes>(rng() % (2 * kMiB));
+      else bytes = static_cast<Bytes>(rng() % (300 * kMiB));
+      const int stream = static_cast<int>(rng() % streams);
+      int f = fast.alloc(bytes, stream);
+      int r = ref.alloc(bytes, stream);
+      EXPECT_EQ(f < 0, r < 0) << "step " << step;
+      if ((f < 0) != (r < 0)) return fast.stats();
+      if (f >= 0) {
+        EXPECT_EQ(fast.block_size(f), ref.size_of(r)) << "step " << step << " bytes " << bytes;
+        EXPECT_EQ(fast.block_address(f), ref.addr_of(r)) << "step " << step << " bytes " << bytes;
+        live.push_back({f, r});
+      }
+    } else if (what < 80) {
+      // FSDP frees mostly in LIFO order (backward), sometimes in any order.
+      std::size_t i = rng() % 3 == 0 ? rng() % live.size() : live.size() - 1 - rng() % std::min<std::size_t>(live.size(), 3);
+      Live l = live[i];
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      if (rng() % 4 == 0) {
+        fast.free_after(l.fast, event);
+        ref.free_after(l.ref, event);
+        ++event;
+      } else {
+        fast.free(l.fast);
+        ref.free(l.ref);
+      }
+    } else if (what < 95) {
+      completed = std::min(event - 1, completed + 1 + static_cast<std::int64_t>(rng() % 3));
+      const std::int64_t upto = completed;
+      int nf = fast.process_events([upto](std::int64_t ev) { return ev <= upto; });
+      int nr = ref.process_events(upto);
+      EXPECT_EQ(nf, nr) << "step " << step;
+    } else if (what < 97) {
+      EXPECT_EQ(fast.empty_cache(), ref.empty_cache()) << "step " << step;
+    } else {
+      // Everything cached and released, then nothing left behind.
+      completed = event - 1;
+      const std::int64_t upto = completed;
+      fast.process_events([upto](std::int64_t ev) { return ev <= upto; });
+      ref.process_events(upto);
+    }
+    expect_same_stats(fast.stats(), ref.stats(), step);
+    EXPECT_EQ(fast.num_segments(), ref.num_segments()) << "step " << step;
+    for (int s = 0; s < streams; ++s) EXPECT_EQ(fast.cached_free_bytes(s), ref.cached_free_bytes(s)) << "step " << step;
+    if (::testing::Test::HasFailure()) return fast.stats();
+  }
+  return fast.stats();
+}
+
+TEST(AllocatorReference, DefaultConfigMatchesTheReference) {
+  for (std::uint32_t seed = 1; seed <= 20; ++seed) {
+    AllocatorStats s = run_sequence(AllocatorConfig{}, seed, 3000, 3);
+    EXPECT_GT(s.num_allocs, 1000) << "seed " << seed;
+    EXPECT_GT(s.num_device_free, 0) << "seed " << seed;   // empty_cache released segments
+    if (HasFailure()) return;
+  }
+}
+
+TEST(AllocatorReference, CapacityRetriesAndOomsMatchTheReference) {
+  std::int64_t retries = 0, ooms = 0;
+  for (std::uint32_t seed = 100; seed <= 115; ++seed) {
+    AllocatorStats s = run_sequence(AllocatorConfig{900 * kMiB}, seed, 3000, 2);
+    retries += s.num_alloc_retries;
+    ooms += s.num_ooms;
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(retries, 0);
+  EXPECT_GT(ooms, 0);
+}
+
+TEST(AllocatorReference, MaxSplitSizeMatchesTheReference) {
+  for (std::uint32_t seed = 200; seed <= 210; ++seed) {
+    run_sequence(AllocatorConfig{0, 40 * kMiB, 20 * kMiB}, seed, 3000, 2);
+    run_sequence(AllocatorConfig{2 * kGiB, 100 * kMiB, 8 * kMiB}, seed + 1000, 3000, 4);
+    if (HasFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace fsdpsim::sim
