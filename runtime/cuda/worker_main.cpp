@@ -23,25 +23,22 @@
 #include "runtime/cuda/cuda_rank_runner.h"
 #include "runtime/cuda/emulated_communicator.h"
 #include "runtime/cuda/nccl_communicator.h"
+#include "runtime/worker_common.h"
 #include "sim/plan.h"
 
 using namespace fsdpsim;
 
 namespace {
 
-const std::vector<OptionSpec> kOptions = {
-    {"model", true, false, "zoo name or config.json", "M"},
-    {"plan", true, false, "plan JSON file or inline object (param_dtype bf16, fp32 masters)", "P"},
-    {"steps", true, false, "optimizer steps to run (default 3)", "K"},
-    {"seed", true, false, "seed of the init and the synthetic data (default 1234)", "S"},
-    {"lr", true, false, "learning rate (default 1e-3, torch.optim.AdamW's)", "LR"},
-    {"gpus-per-node", true, false, "ranks per node for the program's group shapes (default: all)", "G"},
-    {"out", true, false, "result JSON (rank 0)", "FILE"},
-    {"dump", true, false, "parameters and gradients after the last step, JSON (rank 0)", "FILE"},
+const std::vector<OptionSpec> kOptions = [] {
+  auto o = runtime::worker_common_options("param_dtype bf16, fp32 masters");
+  o.insert(o.end(), {
     {"emulate-world", true, false,
      "run as rank 0 of a W-rank job on this one GPU: true shard sizes and buffers, collectives replaced by local "
      "copies (memory, compute and streams real; communication not); without mpirun", "W"},
-};
+  });
+  return o;
+}();
 
 constexpr const char* kProg = "fsdpsim-run-cuda";
 
@@ -52,11 +49,6 @@ void finalize_mpi() {
   if (init && !fin) MPI_Finalize();
 }
 
-nlohmann::json tensors_json(const std::vector<std::pair<std::string, std::vector<float>>>& ts) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [n, v] : ts) j[n] = v;
-  return j;
-}
 
 runtime::RunConfig config_from(const Args& a, int world) {
   runtime::RunConfig cfg;
@@ -111,8 +103,8 @@ int run(const Args& a, const runtime::RunConfig& cfg, bool mpi, int emulate_worl
     write_file_atomic(out, j.dump(1), "--out");
     if (a.has("dump")) {
       nlohmann::json d;
-      d["params"] = tensors_json(params);
-      d["grads"] = tensors_json(grads);
+      d["params"] = runtime::tensors_json(params);
+      d["grads"] = runtime::tensors_json(grads);
       write_file_atomic(a.get("dump"), d.dump(), "--dump");
     }
   }

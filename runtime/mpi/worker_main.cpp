@@ -32,6 +32,7 @@
 #include "runtime/mpi/fault_injection.h"
 #include "runtime/mpi/mpi_communicator.h"
 #include "runtime/mpi/mpi_lsan.h"
+#include "runtime/worker_common.h"
 #include "sim/plan.h"
 #include "sim/simulator.h"
 
@@ -39,19 +40,15 @@ using namespace fsdpsim;
 
 namespace {
 
-const std::vector<OptionSpec> kOptions = {
-    {"model", true, false, "zoo name or config.json", "M"},
-    {"plan", true, false, "plan JSON file or inline object (fp32 dtypes)", "P"},
-    {"steps", true, false, "optimizer steps to run (default 3)", "K"},
-    {"seed", true, false, "seed of the init and the synthetic data (default 1234)", "S"},
-    {"lr", true, false, "learning rate (default 1e-3, torch.optim.AdamW's)", "LR"},
-    {"gpus-per-node", true, false, "ranks per node for the program's group shapes (default: all)", "G"},
-    {"out", true, false, "result JSON (rank 0)", "FILE"},
-    {"dump", true, false, "parameters and gradients after the last step, JSON (rank 0)", "FILE"},
+const std::vector<OptionSpec> kOptions = [] {
+  auto o = runtime::worker_common_options("fp32 dtypes");
+  o.insert(o.end(), {
     {"collective-timeout", true, false,
      "seconds a collective may take before the rank reports it and aborts the job (default: "
      "FSDPSIM_COLLECTIVE_TIMEOUT_S, else 300)", "S"},
-};
+  });
+  return o;
+}();
 
 // Reports a fatal error of this rank and ends the whole job (MPI_Abort makes mpirun stop every
 // rank); without MPI, returns the exit code.
@@ -82,11 +79,6 @@ std::string predicted_peaks(const runtime::RunConfig& cfg, int world) {
   }
 }
 
-nlohmann::json tensors_json(const std::vector<std::pair<std::string, std::vector<float>>>& ts) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [n, v] : ts) j[n] = v;
-  return j;
-}
 
 // The training loop of one rank; rank 0 writes the results.
 int run_steps(const Args& a, const runtime::RunConfig& cfg, runtime::Communicator* comm, int steps,
@@ -118,8 +110,8 @@ int run_steps(const Args& a, const runtime::RunConfig& cfg, runtime::Communicato
     write_file_atomic(out, j.dump(1), "--out");
     if (a.has("dump")) {
       nlohmann::json d;
-      d["params"] = tensors_json(params);
-      d["grads"] = tensors_json(grads);
+      d["params"] = runtime::tensors_json(params);
+      d["grads"] = runtime::tensors_json(grads);
       write_file_atomic(a.get("dump"), d.dump(), "--dump");
     }
   }
