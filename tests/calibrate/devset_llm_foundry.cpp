@@ -33,8 +33,6 @@
 #include "models/zoo.h"
 #include "sim/simulator.h"
 
-#include <unistd.h>
-
 using namespace fsdpsim;
 
 namespace {
@@ -66,11 +64,7 @@ calibrate::HardwareProfile profile(const Row& r, const Override& o) {
       j["gpu"]["attention"][k] = {{"value", v * *o.attention}, {"source", "devset override"}};
     }
   }
-  std::string path = "/tmp/fsdpsim_devset_profile_" + r.gpu + "_" + std::to_string(::getpid()) + ".json";
-  std::ofstream(path) << j.dump();
-  auto out = calibrate::HardwareProfile::from_file(path, c);
-  std::remove(path.c_str());
-  return out;
+  return calibrate::HardwareProfile::from_json(j, "devset override of " + r.gpu, c);
 }
 
 // Per-row details of a simulation for the table.
