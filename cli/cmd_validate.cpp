@@ -11,6 +11,7 @@
 #include "common/errors.h"
 #include "common/output_file.h"
 #include "models/zoo.h"
+#include "reports/trace.h"
 #include "runtime/compare.h"
 #include "runtime/launcher.h"
 #include "sim/plan.h"
@@ -26,6 +27,8 @@ std::vector<OptionSpec> validate_options() {
   o.push_back({"cluster", true, false,
                "cluster of the prediction (default: N CPU ranks on this host; --backend cuda: NxH100-SXM)", "C"});
   o.push_back({"json", true, false, "write the comparison (JSON)", "OUT"});
+  o.push_back({"trace-predicted", true, false, "write the predicted step's Chrome/Perfetto trace", "OUT"});
+  o.push_back({"trace-measured", true, false, "write the measured step's Chrome/Perfetto trace", "OUT"});
   return o;
 }
 
@@ -90,6 +93,11 @@ int cmd_validate(const Argv& argv) {
     j["untracked_runtime_bytes"] = run.worker["untracked_bytes"];
     j["comparison"] = cmp;
     write_file_atomic(a.get("json"), j.dump(2) + "\n", "--json");
+  }
+  if (a.has("trace-predicted") || a.has("trace-measured")) {
+    const nlohmann::json ctx = context_block_with_profile(a.has("profile") ? a.get("profile") : hw.name());
+    if (a.has("trace-predicted")) reports::write_trace(a.get("trace-predicted"), predicted, ctx, "--trace-predicted");
+    if (a.has("trace-measured")) reports::write_trace(a.get("trace-measured"), run.measured, ctx, "--trace-measured");
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "common/errors.h"
@@ -96,7 +97,12 @@ LaunchResult launch_run(const LaunchOptions& o) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0) {
   }
-  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  if (WIFSIGNALED(status)) {
+    std::remove(out.c_str());
+    throw std::runtime_error("the " + what + " was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+                             strsignal(WTERMSIG(status)) + ")");
+  }
   if (rc != 0) {
     std::remove(out.c_str());
     if (rc == kExitBadInput)

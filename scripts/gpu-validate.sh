@@ -26,13 +26,14 @@ pack() {
   if [[ ! -f $build/CMakeCache.txt ]]; then
     cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFSDPSIM_CUDA=ON -DFSDPSIM_BENCHMARKS=OFF
   fi
-  cmake --build "$build" -j"$(nproc)" --target fsdpsim fsdpsim-run-cuda test_runtime_cuda_kernel_math \
-    test_runtime_cuda_gpu
+  cmake --build "$build" -j"$(nproc)" --target fsdpsim fsdpsim-run-cuda fsdpsim-calibrate-cuda \
+    test_runtime_cuda_kernel_math test_runtime_cuda_gpu
   local stage=$build/gpu-carry
   rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib"
-  local bins=("$build/fsdpsim" "$build/fsdpsim-run-cuda" "$build/tests/runtime/cuda/test_runtime_cuda_kernel_math"
+  local bins=("$build/fsdpsim" "$build/fsdpsim-run-cuda" "$build/fsdpsim-calibrate-cuda"
+              "$build/tests/runtime/cuda/test_runtime_cuda_kernel_math"
               "$build/tests/runtime/cuda/test_runtime_cuda_gpu")
-  for b in "${bins[@]}"; do strip -o "$stage/bin/$(basename "$b")" "$b"; done
+  for b in "${bins[@]}"; do strip --strip-debug -o "$stage/bin/$(basename "$b")" "$b"; done   # symbols kept: backtraces name functions
   # Shared libraries: everything ldd resolves except glibc's own (the device's loader must match its
   # libc), the CUDA driver and the CUDA libraries (the device provides those).
   for b in "${bins[@]}"; do ldd "$b"; done | awk '$3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
@@ -68,27 +69,43 @@ for s in site.getsitepackages() + [site.getusersitepackages()]:
 EOF
 }
 
-run_on_device() {
-  local carry=${1:?usage: gpu-validate.sh run CARRY [OUT_DIR]}
-  local out=${2:-${OUT:-$here/reports/validation}}
-  local stamp; stamp=$(date -u +%Y%m%dT%H%M%SZ)
-  out=$out/cuda-$stamp
-  mkdir -p "$out"
-  local root=$carry
+# Unpack CARRY (a folder or the .tar.gz) and point LD_LIBRARY_PATH at its libraries and the device's
+# cuBLAS / NCCL; sets `root`.
+unpack_carry() {
+  local carry=$1
+  root=$carry
   if [[ -f $carry ]]; then
     root=$(mktemp -d /tmp/fsdpsim-gpu-XXXXXX)
     tar -C "$root" -xzf "$carry"
     root=$root/gpu-carry
   fi
   [[ -x $root/bin/fsdpsim-run-cuda ]] || die "no bin/fsdpsim-run-cuda under $root"
-  local libpath=$root/lib
+  local libpath=$root/lib d
   for d in $(cuda_lib_dirs); do
-    if ls "$d"/libcublas.so.13 "$d"/libnccl.so.2 >/dev/null 2>&1 || ls "$d"/libcublasLt.so.13 >/dev/null 2>&1 ||
-       ls "$d"/libcublas.so.13 >/dev/null 2>&1 || ls "$d"/libnccl.so.2 >/dev/null 2>&1; then
+    if ls "$d"/libcublas.so.13 >/dev/null 2>&1 || ls "$d"/libcublasLt.so.13 >/dev/null 2>&1 || ls "$d"/libnccl.so.2 >/dev/null 2>&1; then
       libpath=$libpath:$d
     fi
   done
   export LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+}
+
+# gpu-validate.sh exec CARRY CMD...: run one command with the carried binaries first on PATH.
+exec_in_carry() {
+  local carry=${1:?usage: gpu-validate.sh exec CARRY CMD...}
+  shift
+  unpack_carry "$carry"
+  export PATH=$root/bin:$PATH
+  "$@"
+}
+
+run_on_device() {
+  local carry=${1:?usage: gpu-validate.sh run CARRY [OUT_DIR]}
+  local out=${2:-${OUT:-$here/reports/validation}}
+  local stamp; stamp=$(date -u +%Y%m%dT%H%M%SZ)
+  out=$out/cuda-$stamp
+  mkdir -p "$out"
+  local root
+  unpack_carry "$carry"
   {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host: $(hostname)"
@@ -113,11 +130,24 @@ run_on_device() {
   fi
 
   local status=0
-  "$root/bin/test_runtime_cuda_kernel_math" 2>&1 | tee "$out/test_kernel_math.log" || status=1
-  "$root/bin/test_runtime_cuda_gpu" 2>&1 | tee "$out/test_gpu.log" || status=1
+  local fs=$root/bin/fsdpsim
+  timeout 300 "$root/bin/test_runtime_cuda_kernel_math" 2>&1 | tee "$out/test_kernel_math.log" || status=1
+  timeout 600 "$root/bin/test_runtime_cuda_gpu" 2>&1 | tee "$out/test_gpu.log" || status=1
+
+  # Calibration on this GPU (one GPU: GEMMs at llama3-8b's shapes, HBM, launch, PCIe, context; no NCCL
+  # sweep needs two GPUs). The validations below use the built-in profile (what users without a GPU get)
+  # and, for comparison, this calibrated one.
+  # GV_PROFILE=FILE reuses a profile calibrated earlier on this kind of GPU (saves device time).
+  local prof=$out/cuda-profile.json
+  if [[ -n ${GV_PROFILE:-} ]]; then
+    cp "$GV_PROFILE" "$prof" && echo "calibration: reused $GV_PROFILE" > "$out/calibrate.log"
+  else
+    { echo "+ $fs calibrate --backend cuda --model llama3-8b --seq-len 2048 --out $prof"
+      timeout 300 "$fs" calibrate --backend cuda --model llama3-8b --seq-len 2048 --out "$prof"; } > "$out/calibrate.log" 2>&1 || status=1
+  fi
+  tail -20 "$out/calibrate.log"
 
   # fsdpsim validate --backend cuda on small models: one GPU, world 1, FSDP2 and FSDP1, AC on/off.
-  local fs=$root/bin/fsdpsim
   # name|model|plan|extra options. Emulated worlds: rank 0 of 8 ranks on this GPU (true shard sizes,
   # collectives replaced by local copies): memory and compute are real, communication is not.
   local plans=(
@@ -128,42 +158,47 @@ run_on_device() {
     'llama1b-full-shard-ac-w8|llama-1b|{"sharding_strategy":"FULL_SHARD","micro_batch":2,"seq_len":2048,"activation_checkpointing":"full"}|--emulate-world 8'
     'llama1b-shard-grad-op-w8|llama-1b|{"sharding_strategy":"SHARD_GRAD_OP","micro_batch":1,"seq_len":2048}|--emulate-world 8'
     'llama1b-no-shard-w8|llama-1b|{"sharding_strategy":"NO_SHARD","micro_batch":1,"seq_len":2048}|--emulate-world 8'
-    'llama3-8b-full-shard-ac-w8|llama3-8b|{"sharding_strategy":"FULL_SHARD","micro_batch":1,"seq_len":4096,"activation_checkpointing":"full"}|--emulate-world 8'
     'llama3-8b-full-shard-w8|llama3-8b|{"sharding_strategy":"FULL_SHARD","micro_batch":1,"seq_len":2048}|--emulate-world 8'
   )
-  {
-    echo "# CUDA runtime validation, $(date -u +%Y-%m-%d)"
-    echo
-    echo "Device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo '?'); build: $(head -1 "$root/BUILD_INFO" 2>/dev/null)"
-    echo
-    echo "| case | model | plan | peak allocated err | peak reserved err | step time err | measured step s | loss per step |"
-    echo "|---|---|---|---|---|---|---|---|"
-  } > "$out/summary.md"
   for entry in "${plans[@]}"; do
     IFS='|' read -r name model plan extra <<< "$entry"
+    local world=1
+    [[ -n $extra ]] && world=${extra##* }
     # shellcheck disable=SC2206
     local cmd=("$fs" validate --backend cuda --model "$model" --plan "$plan" --ranks 1 --steps 3 $extra
-               --json "$out/validate-$name.json")
+               --json "$out/validate-$name.json" --trace-predicted "$out/trace-predicted-$name.json"
+               --trace-measured "$out/trace-measured-$name.json")
     echo "+ ${cmd[*]}" > "$out/validate-$name.log"
-    if "${cmd[@]}" >> "$out/validate-$name.log" 2>&1; then
-      python3 - "$out/validate-$name.json" "$name" "$model" "$plan" >> "$out/summary.md" <<'EOF' || echo "| $name | $model | \`$plan\` | (summary failed) |||||" >> "$out/summary.md"
-import json, sys
-j = json.load(open(sys.argv[1]))
-c = j["comparison"]
-pct = lambda v: "n/a" if v is None else f"{100 * v:+.2f}%"
-m = c.get("measured", {})
-step = m.get("step_time_s", c.get("measured_step_time_s", "?"))
-print(f"| {sys.argv[2]} | {sys.argv[3]} | `{sys.argv[4]}` | {pct(c.get('peak_allocated_error'))} | "
-      f"{pct(c.get('peak_reserved_error'))} | {pct(c.get('step_time_error'))} | {step} | {j.get('losses')} |")
-EOF
-    else
-      status=1
-      echo "| $name | $model | \`$plan\` | FAILED (validate-$name.log) |||||" >> "$out/summary.md"
+    timeout "${GV_CASE_TIMEOUT:-240}" "${cmd[@]}" >> "$out/validate-$name.log" 2>&1 || status=1
+    if [[ -f $prof ]]; then   # the same plan predicted with the calibrated profile
+      local scmd=("$fs" simulate --model "$model" --plan "$plan" --cluster "${world}xH100-SXM" --profile "$prof"
+                  --json "$out/simulate-calibrated-$name.json")
+      echo "+ ${scmd[*]}" >> "$out/validate-$name.log"
+      timeout 60 "${scmd[@]}" >> "$out/validate-$name.log" 2>&1 || true
     fi
     cat "$out/validate-$name.log"
   done
-  echo >> "$out/summary.md"
-  echo "Commands: see validate-*.log (first line) and device.txt. Tests: test_kernel_math.log, test_gpu.log." >> "$out/summary.md"
+
+  # PyTorch on the same GPU and shapes (one GPU, no FSDP): the MFU reference for the runtime's compute.
+  # name|model|micro_batch|seq_len|options
+  local refs=()
+  [[ ${GV_TORCH:-1} == 0 ]] || refs=(
+    'tiny|tiny-llama|4|512|'
+    'llama1b|llama-1b|1|2048|'
+    'llama1b-ac|llama-1b|2|2048|--ac'
+    'llama3-8b|llama3-8b|1|2048|--no-optimizer'
+    'llama3-8b-ac|llama3-8b|1|4096|--ac --no-optimizer'
+  )
+  for entry in "${refs[@]+"${refs[@]}"}"; do
+    IFS='|' read -r name model mb seq opts <<< "$entry"
+    "$fs" model-info --model "$model" --json --seq-len "$seq" --micro-batch "$mb" > "$out/model-info-$model-$seq.json"
+    # shellcheck disable=SC2086
+    { echo "+ python3 scripts/torch_reference.py --model-info model-info-$model-$seq.json --micro-batch $mb --seq-len $seq $opts"
+      timeout 180 python3 "$here/scripts/torch_reference.py" --model-info "$out/model-info-$model-$seq.json" \
+        --micro-batch "$mb" --seq-len "$seq" $opts --json "$out/torch-$name.json"; } > "$out/torch-$name.log" 2>&1 || true
+    tail -3 "$out/torch-$name.log"
+  done
+  python3 "$here/scripts/gpu_validation_summary.py" "$out" > "$out/summary.md" || status=1
   cat "$out/summary.md"
   echo "gpu-validate: results in $out (status $status)"
   return $status
@@ -172,5 +207,6 @@ EOF
 case ${1:-} in
   pack) shift; pack "$@" ;;
   run) shift; run_on_device "$@" ;;
-  *) die "usage: gpu-validate.sh pack [BUILD_DIR] | run CARRY [OUT_DIR]" ;;
+  exec) shift; exec_in_carry "$@" ;;
+  *) die "usage: gpu-validate.sh pack [BUILD_DIR] | run CARRY [OUT_DIR] | exec CARRY CMD..." ;;
 esac

@@ -113,6 +113,7 @@ class Fsdp2Lowering {
       if (!c_.mixed && !offload) return;   // the replicated params are used as they are
       Op& o = offload ? b_.op(OpKind::H2D, copy_in_, u, mb_, "H2D") : b_.op(OpKind::Cast, copy_in_, u, mb_, "cast");
       g.unsharded = b_.buffer("params", u, s.shard * c_.bp, MemCategory::UnshardedParams, copy_in_);
+      if (!offload) o.inputs.push_back(param_shard_[u]);   // the cast reads the fp32 parameters
       o.allocs.push_back(g.unsharded);
       o.outputs.push_back(g.unsharded);
       o.copy_bytes = offload ? s.shard * c_.bm : s.shard * (c_.bm + c_.bp);

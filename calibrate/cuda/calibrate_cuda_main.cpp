@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <set>
@@ -70,10 +71,12 @@ double elapsed_ms(cudaEvent_t a, cudaEvent_t b) {
   return ms;
 }
 
-int run(int argc, char** argv) {
+int run(int argc, char** argv, bool mpi) {
   int rank = 0, world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (mpi) {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+  }
   Args args(std::vector<std::string>(argv + 1, argv + argc), kOptions);
   if (args.help()) {
     if (rank == 0) std::cout << usage_text("fsdpsim-calibrate-cuda", "Measure a CUDA + NCCL hardware profile.", kOptions);
@@ -96,24 +99,27 @@ int run(int argc, char** argv) {
   if (args.has("gemm-shapes"))
     for (auto s : parse_shapes(args.get("gemm-shapes"))) shapes.push_back(s);
 
-  // Topology: one process with every local GPU, or one GPU per MPI rank.
-  MPI_Comm node_comm;
-  FSDPSIM_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_comm));
+  // Topology: one process with every local GPU (no MPI needed), or one GPU per MPI rank.
   int local_rank = 0, leader = 0, node_id = 0;
-  MPI_Comm_rank(node_comm, &local_rank);
-  leader = local_rank == 0 ? 1 : 0;
-  FSDPSIM_MPI_CHECK(MPI_Exscan(&leader, &node_id, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
-  if (rank == 0) node_id = 0;
-  FSDPSIM_MPI_CHECK(MPI_Bcast(&node_id, 1, MPI_INT, 0, node_comm));
-  std::vector<int> node_of(world);
-  FSDPSIM_MPI_CHECK(MPI_Allgather(&node_id, 1, MPI_INT, node_of.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  std::vector<int> node_of(world, 0);
+  if (mpi) {
+    MPI_Comm node_comm;
+    FSDPSIM_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node_comm));
+    MPI_Comm_rank(node_comm, &local_rank);
+    leader = local_rank == 0 ? 1 : 0;
+    FSDPSIM_MPI_CHECK(MPI_Exscan(&leader, &node_id, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    if (rank == 0) node_id = 0;
+    FSDPSIM_MPI_CHECK(MPI_Bcast(&node_id, 1, MPI_INT, 0, node_comm));
+    FSDPSIM_MPI_CHECK(MPI_Allgather(&node_id, 1, MPI_INT, node_of.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  }
   int device = world > 1 ? local_rank % ndev : 0;
   FSDPSIM_CUDA_CHECK(cudaSetDevice(device));
   cudaDeviceProp prop;
   FSDPSIM_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   char host[MPI_MAX_PROCESSOR_NAME] = {0};
   int hl = 0;
-  MPI_Get_processor_name(host, &hl);
+  if (mpi) MPI_Get_processor_name(host, &hl);
+  else gethostname(host, sizeof(host) - 1);
   bool tty = isatty(2) == 1;
 
   std::vector<SweepResult> sweeps;
@@ -315,19 +321,23 @@ int run(int argc, char** argv) {
 }  // namespace fsdpsim::calibrate::cuda
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // Under mpirun/srun: one GPU per rank, MPI bootstraps NCCL. Run directly: one process drives every
+  // local GPU and MPI is never initialised (a one-GPU machine needs no mpirun or MPI daemons).
+  const bool mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
+  if (mpi) MPI_Init(&argc, &argv);
   fsdpsim::run_context().argv.assign(argv, argv + argc);
   fsdpsim::install_interrupt_handler();
   int rc = 0;
   try {
-    rc = fsdpsim::calibrate::cuda::run(argc, argv);
+    rc = fsdpsim::calibrate::cuda::run(argc, argv, mpi);
   } catch (const fsdpsim::InputError& e) {
     std::cerr << "fsdpsim-calibrate-cuda: error: " << e.what() << "\n";
     rc = fsdpsim::kExitBadInput;
   } catch (const std::exception& e) {
     std::cerr << "fsdpsim-calibrate-cuda: " << e.what() << "\n";
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    if (mpi) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
   }
-  MPI_Finalize();
+  if (mpi) MPI_Finalize();
   return rc;
 }

@@ -1,5 +1,7 @@
 #include "calibrate/cuda/nccl_harness.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "common/output_file.h"
@@ -13,6 +15,9 @@ std::string where() {
   if (init) {
     MPI_Get_processor_name(host, &len);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  } else {
+    gethostname(host, sizeof(host) - 1);   // a single process without MPI
+    rank = 0;
   }
   return std::string(host) + ":rank " + std::to_string(rank);
 }

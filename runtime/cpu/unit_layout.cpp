@@ -79,14 +79,16 @@ void init_shard(const UnitLayout& l, int r, std::uint64_t seed, float* shard) {
       // Elements of tensor i that fall in [r*S, (r+1)*S) of the flat param.
       const std::int64_t lo = std::max(l.flat_offset[i], r * l.shard);
       const std::int64_t hi = std::min(l.flat_offset[i] + n, (r + 1) * l.shard);
-      for (std::int64_t f = lo; f < hi; ++f) shard[f - r * l.shard] = init_param_value(seed, l.tensors[i], f - l.flat_offset[i]);
+      const ParamInitializer init(seed, l.tensors[i]);
+      for (std::int64_t f = lo; f < hi; ++f) shard[f - r * l.shard] = init(f - l.flat_offset[i]);
       continue;
     }
     const std::int64_t row0 = r * l.chunk_rows[i];
     const std::int64_t row1 = std::min(l.rows[i], row0 + l.chunk_rows[i]);
+    const ParamInitializer init(seed, l.tensors[i]);
     for (std::int64_t row = row0; row < row1; ++row)
       for (std::int64_t j = 0; j < l.rest[i]; ++j)
-        shard[l.shard_offset[i] + (row - row0) * l.rest[i] + j] = init_param_value(seed, l.tensors[i], row * l.rest[i] + j);
+        shard[l.shard_offset[i] + (row - row0) * l.rest[i] + j] = init(row * l.rest[i] + j);
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <stdexcept>
 
@@ -144,11 +145,23 @@ CudaRankRunner::CudaRankRunner(const RunConfig& cfg, DeviceCommunicator& comm) :
   compute_ = std::make_unique<CudaSegmentCompute>(
       dims_, 1.0f / static_cast<float>(dims_.tokens() * micro_batches_), ckpt, *gemm_);
 
-  // The allocator's region: what is free on the device, less headroom for cuBLAS workspaces and
-  // NCCL's lazily allocated buffers, capped by cfg.address_space.
+  // The allocator's region: what is free on the device, less headroom for what the CUDA runtime and
+  // libraries allocate lazily outside it (cuBLAS workspaces, NCCL buffers, kernel modules loaded on
+  // first launch, the local memory of the attention kernels' register spills, sized per resident
+  // thread on the first launch, and gather()'s fp32 staging of the largest unit), capped by
+  // cfg.address_space. Measured on an H100: 512 MiB was not enough for llama-1b/llama3-8b shapes.
+  // FSDPSIM_CUDA_HEADROOM_MIB overrides the default max(4 GiB, 10% of the device).
   size_t free_b = 0, total_b = 0;
   FSDPSIM_CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  const Bytes headroom = 512 * kMiB;
+  Bytes headroom = std::max<Bytes>(4 * kGiB, static_cast<Bytes>(total_b) / 10);
+  if (const char* h = std::getenv("FSDPSIM_CUDA_HEADROOM_MIB")) {
+    char* end = nullptr;
+    const long long mib = std::strtoll(h, &end, 10);
+    if (end == h || *end != '\0' || mib < 0 || mib > (1LL << 30))
+      throw InputError("FSDPSIM_CUDA_HEADROOM_MIB", "\"" + std::string(h) + "\"", "a whole number of MiB >= 0");
+    headroom = static_cast<Bytes>(mib) * kMiB;
+  }
+  for (const UnitLayout& l : layouts_) headroom = std::max<Bytes>(headroom, l.unsharded * 4 + 512 * kMiB);
   const Bytes region = std::min<Bytes>(cfg.address_space, static_cast<Bytes>(free_b) - headroom);
   if (region <= 0) throw std::runtime_error("CUDA runtime: no device memory left for the allocator (" + error_where() + ")");
   mem_ = std::make_unique<CudaDeviceMemory>(program_, region);

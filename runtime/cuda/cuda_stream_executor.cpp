@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 #include <string>
 
 #include "runtime/cuda/cuda_check.h"
@@ -107,7 +108,13 @@ sim::SimResult CudaStreamExecutor::execute_step(CudaDeviceMemory& mem, CudaOpRun
       FSDPSIM_CU_CHECK(cudaStreamWaitEvent(s, start_[i], 0));
     }
     FSDPSIM_CU_CHECK(cudaEventRecord(start_[i], s));
-    runner.enqueue(op, s);
+    try {
+      runner.enqueue(op, s);
+    } catch (const std::exception& e) {   // name the op: the message alone rarely says where
+      throw std::runtime_error("op " + std::to_string(i) + " \"" + op.name + "\" (" + sim::op_kind_name(op.kind) +
+                               ", unit " + std::to_string(op.unit) + ", micro-batch " + std::to_string(op.micro_batch) +
+                               "): " + e.what());
+    }
     FSDPSIM_CU_CHECK(cudaEventRecord(end_[i], s));
     if (s != ps) FSDPSIM_CU_CHECK(cudaStreamWaitEvent(ps, end_[i], 0));
     issued[i] = 1;

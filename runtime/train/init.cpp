@@ -23,13 +23,21 @@ std::uint64_t name_hash(const std::string& s) {
 }
 }  // namespace
 
-float init_param_value(std::uint64_t seed, const ParamTensor& t, std::int64_t index) {
-  if (ends_with(t.name, "norm.weight")) return 1.0f;
-  if (ends_with(t.name, ".bias")) return 0.0f;
-  const std::uint64_t r = mix64(mix64(seed ^ name_hash(t.name)) + static_cast<std::uint64_t>(index));
+ParamInitializer::ParamInitializer(std::uint64_t seed, const ParamTensor& t)
+    : kind_(ends_with(t.name, "norm.weight") ? Kind::One : ends_with(t.name, ".bias") ? Kind::Zero : Kind::Uniform),
+      base_(mix64(seed ^ name_hash(t.name))) {}
+
+float ParamInitializer::operator()(std::int64_t index) const {
+  if (kind_ == Kind::One) return 1.0f;
+  if (kind_ == Kind::Zero) return 0.0f;
+  const std::uint64_t r = mix64(base_ + static_cast<std::uint64_t>(index));
   const double u = static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0);   // [0, 1), 53 bits
   const double a = kInitStd * std::sqrt(3.0);
   return static_cast<float>((2.0 * u - 1.0) * a);
+}
+
+float init_param_value(std::uint64_t seed, const ParamTensor& t, std::int64_t index) {
+  return ParamInitializer(seed, t)(index);
 }
 
 }  // namespace fsdpsim::runtime

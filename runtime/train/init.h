@@ -14,6 +14,18 @@ inline constexpr double kInitStd = 0.02;
 
 float init_param_value(std::uint64_t seed, const ParamTensor& t, std::int64_t index);
 
+// The same values with the per-tensor work (name tests and hash) done once: for filling billions of
+// elements (an 8B model's shards) where init_param_value's per-element string work dominates.
+class ParamInitializer {
+ public:
+  ParamInitializer(std::uint64_t seed, const ParamTensor& t);
+  float operator()(std::int64_t index) const;
+
+ private:
+  enum class Kind { One, Zero, Uniform } kind_;
+  std::uint64_t base_ = 0;
+};
+
 // splitmix64 (Steele, Lea, Flood 2014): a stateless 64-bit mixer, used for init and data.
 std::uint64_t mix64(std::uint64_t x);
 

@@ -31,9 +31,10 @@ ReferenceTrainer::ReferenceTrainer(const Dims& d, std::uint64_t seed, const Opti
   params_.resize(off);
   grads_.assign(off, 0.0f);
   state_.assign(off * opt.states(), 0.0f);
-  for (size_t i = 0; i < tensors_.size(); ++i)
-    for (std::int64_t e = 0; e < tensors_[i].numel(); ++e)
-      params_[offsets_[i] + e] = init_param_value(seed, tensors_[i], e);
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const ParamInitializer init(seed, tensors_[i]);
+    for (std::int64_t e = 0; e < tensors_[i].numel(); ++e) params_[offsets_[i] + e] = init(e);
+  }
 }
 
 int ReferenceTrainer::find(const std::string& name) const {

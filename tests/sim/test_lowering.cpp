@@ -30,6 +30,15 @@ void expect_well_formed(const StepProgram& p, const std::string& what) {
     ASSERT_LT(o.stream, static_cast<int>(p.streams.size())) << what;
     for (int w : o.waits) ASSERT_TRUE(w >= 0 && w < o.id) << what << " op " << o.name;
     for (int w : o.cpu_waits) ASSERT_TRUE(w >= 0 && w < o.id) << what << " op " << o.name;
+    // Data-moving ops read and write device buffers (a runtime executes them from these lists).
+    switch (o.kind) {
+      case OpKind::Cast: case OpKind::CopyIn: case OpKind::CopyOut: case OpKind::Pad: case OpKind::Divide:
+      case OpKind::AllGather: case OpKind::ReduceScatter: case OpKind::AllReduce:
+        EXPECT_FALSE(o.inputs.empty()) << what << " " << o.name << " (op " << o.id << ") reads no buffer";
+        EXPECT_FALSE(o.outputs.empty()) << what << " " << o.name << " (op " << o.id << ") writes no buffer";
+        break;
+      default: break;
+    }
     for (int b : o.allocs) {
       ASSERT_FALSE(p.buffers[b].persistent) << what << " " << p.buffers[b].name;
       ASSERT_EQ(alloc_at[b], -1) << what << " allocated twice: " << p.buffers[b].name;
@@ -267,6 +276,28 @@ TEST(LoweringFsdp1, BackwardPrefetchModesOrderTheAllGather) {
   EXPECT_LT(post[0], post[2]);
   auto none = order("null");               // no prefetch: at unit 1's pre-backward, after RS(2)
   EXPECT_GT(none[0], none[2]);
+}
+
+// FSDP2 with a shard group of 1 (one GPU, or NO_SHARD's replicate mesh) and mixed precision: the
+// parameters are not gathered, but cast to bf16 from the fp32 shard, which the cast must read (found
+// on an H100: the CUDA runtime had no input to cast from).
+TEST(LoweringFsdp2, ReplicatedMixedPrecisionCastReadsTheShard) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  for (int world : {1, 4}) {
+    StepProgram p = lower_hand(g, world == 1 ? "{}" : R"({"sharding_strategy": "NO_SHARD"})", world, world);
+    const auto casts = ops_of(p, OpKind::Cast);
+    int param_casts = 0;
+    for (const Op* o : casts) {
+      if (o->outputs.empty() || p.buffers[o->outputs[0]].category != MemCategory::UnshardedParams) continue;
+      ++param_casts;
+      ASSERT_EQ(o->inputs.size(), 1u) << o->name;
+      EXPECT_EQ(p.buffers[o->inputs[0]].category, MemCategory::ShardedParams) << o->name;
+      EXPECT_EQ(p.buffers[o->inputs[0]].unit, o->unit) << o->name;
+    }
+    // Forward: root and both blocks; backward: the two blocks again (resharded after forward; the root is not).
+    EXPECT_EQ(param_casts, 5) << "world " << world;
+    expect_well_formed(p, "replicated world " + std::to_string(world));
+  }
 }
 
 TEST(LoweringStrategies, ShardGradOpGathersOncePerUnit) {
