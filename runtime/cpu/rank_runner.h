@@ -13,6 +13,7 @@
 #include "models/wrap_graph.h"
 #include "runtime/cpu/communicator.h"
 #include "runtime/cpu/device_memory.h"
+#include "runtime/cpu/rank_program.h"
 #include "runtime/cpu/segment_compute.h"
 #include "runtime/cpu/stream_executor.h"
 #include "runtime/cpu/unit_layout.h"
@@ -47,7 +48,7 @@ class RankRunner : public OpRunner {
   ~RankRunner() override;
 
   StepOutcome step();            // one optimizer step on the next global batch
-  const sim::StepProgram& program() const { return program_; }
+  const sim::StepProgram& program() const { return rp_.program; }
   // Every parameter tensor of the model (registration order), assembled from all shards: valid on
   // every rank (collective: all ranks must call it).
   std::vector<std::pair<std::string, std::vector<float>>> gather_params();
@@ -59,11 +60,6 @@ class RankRunner : public OpRunner {
   void run(const sim::Op& op) override;
 
  private:
-  struct ChainEnd {
-    int unit = -1;
-    int result_buffer = -1;      // accumulate this buffer into the unit's sharded grad after the op
-  };
-  void analyze_program();
   void check_buffer(int buffer, std::int64_t numel, const char* what) const;
   std::vector<float*> segment_params(int seg, const sim::Op& op);
   std::vector<float*> segment_grads(int seg, const sim::Op& op);
@@ -73,25 +69,12 @@ class RankRunner : public OpRunner {
 
   RunConfig cfg_;
   Communicator& comm_;
-  Dims dims_;
-  models::WrapGraph graph_;
-  sim::StepProgram program_;
+  RankProgram rp_;                                  // the program, layouts, segments and op roles
   std::unique_ptr<DeviceMemory> mem_;
   std::unique_ptr<SegmentCompute> compute_;
-  bool fsdp2_ = true;
-  int N_ = 1;
-  int micro_batches_ = 1;
   int steps_done_ = 0;
-  std::vector<UnitLayout> layouts_;                 // per unit
-  std::vector<int> shard_buf_, grad_shard_buf_, optim_buf_;   // per unit persistent buffers
-  std::vector<float*> state_ptr_;                   // per unit optimizer states (in optim_buf_ when it fits)
+  std::vector<float*> state_ptr_;                   // per unit optimizer states (in its optim_buf when it fits)
   std::vector<std::vector<float>> side_state_;      // per unit, when the program's buffer is too small
-  // Per segment: its unit and, per tensor of the segment, the index in the unit's tensor list.
-  std::vector<int> seg_unit_;
-  std::vector<std::vector<int>> seg_tensors_;
-  std::vector<int> op_segment_;                     // per op: segment of a compute op, else -1
-  std::vector<int> op_divide_;                      // per op: Divide factor
-  std::vector<ChainEnd> op_chain_end_;              // per op
   std::vector<std::vector<int>> act_buf_, recomp_buf_;   // [micro-batch][segment] -> buffer id
   std::vector<std::string> notes_;
 };

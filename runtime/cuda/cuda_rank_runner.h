@@ -39,7 +39,7 @@ class CudaRankRunner : public CudaOpRunner {
   ~CudaRankRunner() override;
 
   StepOutcome step();
-  const sim::StepProgram& program() const { return program_; }
+  const sim::StepProgram& program() const { return rp_.program; }
   std::vector<std::pair<std::string, std::vector<float>>> gather_params();
   std::vector<std::pair<std::string, std::vector<float>>> gather_grads();
   Bytes untracked_bytes() const { return compute_->untracked_bytes() + side_state_bytes_; }
@@ -48,11 +48,6 @@ class CudaRankRunner : public CudaOpRunner {
   void enqueue(const sim::Op& op, cudaStream_t stream) override;
 
  private:
-  struct ChainEnd {
-    int unit = -1;
-    int result_buffer = -1;
-  };
-  void analyze_program();
   void classify_buffers();
   long numel(int buffer) const;
   char* ptr(int buffer) const { return mem_->ptr(buffer); }
@@ -64,25 +59,16 @@ class CudaRankRunner : public CudaOpRunner {
 
   RunConfig cfg_;
   DeviceCommunicator& comm_;
-  Dims dims_;
-  models::WrapGraph graph_;
-  sim::StepProgram program_;
+  RankProgram rp_;                                   // the program, layouts, segments and op roles
   std::unique_ptr<CudaStreamExecutor> exec_;
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<CudaSegmentCompute> compute_;
   std::unique_ptr<CudaDeviceMemory> mem_;
-  bool fsdp2_ = true;
-  int N_ = 1, micro_batches_ = 1, steps_done_ = 0;
-  std::vector<UnitLayout> layouts_;
-  std::vector<int> shard_buf_, grad_shard_buf_, optim_buf_;
+  int steps_done_ = 0;
   std::vector<float*> state_ptr_;
   std::vector<void*> side_state_;
   Bytes side_state_bytes_ = 0;
   std::vector<Elem> elem_;                           // per buffer
-  std::vector<int> seg_unit_;
-  std::vector<std::vector<int>> seg_tensors_;
-  std::vector<int> op_segment_, op_divide_;
-  std::vector<ChainEnd> op_chain_end_;
   std::vector<std::vector<int>> act_buf_, recomp_buf_;
   std::vector<std::string> notes_;
 };

@@ -1,0 +1,54 @@
+// What both runtime backends (CPU: rank_runner.h, CUDA: cuda/cuda_rank_runner.h) derive from a plan
+// before executing anything: the StepProgram the simulator executes (sim::lower), each FSDP unit's
+// parameter layout, which unit and tensors every compute segment (embedding, blocks, norm + head)
+// uses, the persistent buffers per unit, and each op's role (analyze): a compute op's segment, a
+// Divide's factor, and where a unit's gradient-reduction chain ends. Backend-neutral: no BLAS, no CUDA.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "models/model_spec.h"
+#include "models/wrap_graph.h"
+#include "runtime/cpu/unit_layout.h"
+#include "runtime/model/dims.h"
+#include "sim/plan.h"
+#include "sim/step_program.h"
+
+namespace fsdpsim::runtime {
+
+// FSDP1's gradient pre-divide factor (F1.12, default_hooks._get_gradient_predivide_factor).
+int predivide_factor(int world);
+// Ops of the gradient-reduction path (copy-in excluded) and the collectives.
+bool is_reduce_path(sim::OpKind k);
+bool is_collective(sim::OpKind k);
+
+struct ChainEnd {
+  int unit = -1;
+  int result_buffer = -1;   // accumulate this buffer into the unit's sharded grad after the op
+};
+
+struct RankProgram {
+  Dims dims;
+  models::WrapGraph graph;
+  sim::StepProgram program;
+  bool fsdp2 = true;
+  int N = 1;                                   // shard group size
+  int micro_batches = 1;
+  std::vector<UnitLayout> layouts;             // per unit
+  std::vector<int> shard_buf, grad_shard_buf, optim_buf;   // per unit: its persistent buffers (-1: none)
+  std::vector<int> seg_unit;                   // per segment (0 embedding, 1..L blocks, L+1 norm + head)
+  std::vector<std::vector<int>> seg_tensors;   // per segment: indices into its unit's layout tensors
+  std::vector<bool> checkpointed;              // per block (layer)
+  std::vector<int> op_segment;                 // per op: segment of a compute op, else -1
+  std::vector<int> op_divide;                  // per op: Divide factor
+  std::vector<ChainEnd> op_chain_end;          // per op
+};
+
+// Lowers cfg's plan for `world` ranks (gpus_per_node ranks per node) and analyzes the program.
+// `shard_group_size` is the communicator's: it must equal the program's. `backend` names the runtime
+// in messages ("CPU runtime", "CUDA runtime"). InputError for a wrap policy the runtime cannot execute;
+// std::runtime_error if the program and the runtime's layout disagree (a bug).
+RankProgram build_rank_program(const models::ModelSpec& model, const sim::Plan& plan, int world, int gpus_per_node,
+                               int shard_group_size, const std::string& backend);
+
+}  // namespace fsdpsim::runtime
