@@ -49,7 +49,7 @@ int cmd_validate(const Argv& argv) {
                             "compare them.", specs);
     return 0;
   }
-  const runtime::LaunchOptions o = runtime::launch_options_from_args(a);
+  runtime::LaunchOptions o = runtime::launch_options_from_args(a);
   // The prediction, for the cluster the runtime runs on: N CPU ranks on this host.
   const models::ModelSpec model = models::load_model(o.model, "--model");
   const int W = o.world();   // ranks of the program (the emulated world with --emulate-world)
@@ -65,6 +65,10 @@ int cmd_validate(const Argv& argv) {
   const calibrate::Cluster cluster = calibrate::load_cluster(cluster_name, a.has("cluster") ? "--cluster" : "--ranks");
   const calibrate::HardwareProfile hw = a.has("profile") ? calibrate::HardwareProfile::from_file(a.get("profile"), cluster)
                                                          : calibrate::HardwareProfile::for_cluster(cluster);
+  if (!o.pad_cluster.empty()) {   // the delays follow the prediction's cluster and profile
+    o.pad_cluster = cluster_name;
+    if (a.has("profile")) o.pad_profile = a.get("profile");
+  }
   const sim::Plan plan = sim::resolve_plan(sim::load_plan(o.plan, "--plan"), W, gpn);
   const sim::SimResult predicted = sim::simulate(model, hw, plan);
   const runtime::LaunchResult run = runtime::launch_run(o);
@@ -73,7 +77,9 @@ int cmd_validate(const Argv& argv) {
   std::cout << "validation of " << o.model << " on " << o.ranks
             << (cuda ? " GPU rank(s) (" + run.worker.value("device", std::string("?")) + ")" : std::string(" CPU rank(s)"))
             << (o.emulate_world > 0 ? ", rank 0 of an emulated world of " + std::to_string(W) +
-                                          " (collectives are local copies: compare memory, not communication)"
+                                          (o.pad_cluster.empty()
+                                               ? " (collectives are local copies: compare memory, not communication)"
+                                               : " (collectives are local copies plus their predicted duration)")
                                     : std::string(""))
             << " (profile: " << hw.name() << ")\n"
             << "  peak allocated  predicted " << to_gib(predicted.peak_allocated) << " GiB, measured "
@@ -87,7 +93,7 @@ int cmd_validate(const Argv& argv) {
     j["context"] = context_block_with_profile(a.has("profile") ? a.get("profile") : hw.name());
     j["run"] = {{"model", o.model}, {"plan", sim::plan_to_json(plan)}, {"ranks", o.ranks}, {"steps", o.steps},
                 {"backend", cuda ? "cuda+nccl" : "cpu+mpi"}, {"cluster", cluster_name},
-                {"emulated_world", o.emulate_world}, {"measured_step", "the last of the run's steps; its time is the slowest rank's"}};
+                {"emulated_world", o.emulate_world}, {"collectives_padded", !o.pad_cluster.empty()}, {"measured_step", "the last of the run's steps; its time is the slowest rank's"}};
     if (cuda) j["run"]["device"] = run.worker.value("device", std::string("?"));
     j["losses"] = run.worker["losses"];
     j["untracked_runtime_bytes"] = run.worker["untracked_bytes"];

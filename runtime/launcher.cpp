@@ -26,6 +26,9 @@ std::vector<OptionSpec> launch_option_specs() {
       {"ranks", true, false, "MPI ranks (processes); 1 runs without mpirun (default 1)", "N"},
       {"emulate-world", true, false,
        "cuda, 1 rank: run as rank 0 of W ranks on one GPU (true shard sizes; collectives replaced by local copies)", "W"},
+      {"pad-collectives", false, false,
+       "with --emulate-world: each collective's stand-in also takes its predicted duration (the cluster's profile) "
+       "on its stream, so communication overlaps compute as on the real fabric"},
       {"steps", true, false, "optimizer steps; the last one is measured (default 3)", "K"},
       {"gpus-per-node", true, false, "ranks per node for the mesh's group shapes (default: all on one node)", "G"},
       {"seed", true, false, "seed of the parameter init and the synthetic data (default 1234)", "S"},
@@ -46,6 +49,10 @@ LaunchOptions launch_options_from_args(const Args& a) {
     throw InputError("--emulate-world", std::to_string(o.emulate_world), "only with --backend cuda");
   if (o.emulate_world > 0 && o.ranks != 1)
     throw InputError("--emulate-world", std::to_string(o.emulate_world), "only with --ranks 1 (one process emulates rank 0)");
+  if (a.has("pad-collectives")) {
+    if (o.emulate_world <= 0) throw InputError("--pad-collectives", "(set)", "only with --emulate-world");
+    o.pad_cluster = std::to_string(o.emulate_world) + "xH100-SXM";   // `validate` passes its --cluster/--profile
+  }
   o.gpus_per_node = static_cast<int>(a.get_int("gpus-per-node", 0, 0, 1024));
   o.seed = static_cast<std::uint64_t>(a.get_int("seed", 1234, 0, INT64_MAX));
   o.lr = a.get_double("lr", 1e-3, 1e-8, 1.0);
@@ -68,6 +75,8 @@ std::vector<std::string> launch_command(const LaunchOptions& o, const std::strin
                      std::to_string(o.seed), "--lr", std::to_string(o.lr), "--out", out});
   if (o.gpus_per_node > 0) c.insert(c.end(), {"--gpus-per-node", std::to_string(o.gpus_per_node)});
   if (o.emulate_world > 0) c.insert(c.end(), {"--emulate-world", std::to_string(o.emulate_world)});
+  if (!o.pad_cluster.empty()) c.insert(c.end(), {"--pad-cluster", o.pad_cluster});
+  if (!o.pad_profile.empty()) c.insert(c.end(), {"--pad-profile", o.pad_profile});
   return c;
 }
 

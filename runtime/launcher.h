@@ -22,6 +22,9 @@ struct LaunchOptions {
   std::string backend = "cpu";  // "cpu" (OpenBLAS + MPI, fp32) or "cuda" (CUDA + NCCL, bf16)
   int ranks = 1;
   int emulate_world = 0;        // cuda, one rank: rank 0 of this many ranks, collectives emulated (0 = off)
+  // Emulated worlds: delay each collective's stream by its predicted duration on this cluster (""
+  // = no delays), with this profile ("" = the cluster's built-in one).
+  std::string pad_cluster, pad_profile;
   int steps = 3;
   int gpus_per_node = 0;        // 0 = all ranks on one node
   std::uint64_t seed = 1234;

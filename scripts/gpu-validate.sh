@@ -159,11 +159,14 @@ run_on_device() {
     'llama1b-shard-grad-op-w8|llama-1b|{"sharding_strategy":"SHARD_GRAD_OP","micro_batch":1,"seq_len":2048}|--emulate-world 8'
     'llama1b-no-shard-w8|llama-1b|{"sharding_strategy":"NO_SHARD","micro_batch":1,"seq_len":2048}|--emulate-world 8'
     'llama3-8b-full-shard-w8|llama3-8b|{"sharding_strategy":"FULL_SHARD","micro_batch":1,"seq_len":2048}|--emulate-world 8'
+    # The same emulated worlds with each collective standing in for its predicted NVLink duration:
+    'llama1b-full-shard-w8-padded|llama-1b|{"sharding_strategy":"FULL_SHARD","micro_batch":1,"seq_len":2048}|--emulate-world 8 --pad-collectives'
+    'llama3-8b-full-shard-w8-padded|llama3-8b|{"sharding_strategy":"FULL_SHARD","micro_batch":1,"seq_len":2048}|--emulate-world 8 --pad-collectives'
   )
   for entry in "${plans[@]}"; do
     IFS='|' read -r name model plan extra <<< "$entry"
     local world=1
-    [[ -n $extra ]] && world=${extra##* }
+    [[ $extra =~ --emulate-world\ ([0-9]+) ]] && world=${BASH_REMATCH[1]}
     # shellcheck disable=SC2206
     local cmd=("$fs" validate --backend cuda --model "$model" --plan "$plan" --ranks 1 --steps 3 $extra
                --json "$out/validate-$name.json" --trace-predicted "$out/trace-predicted-$name.json"

@@ -8,6 +8,7 @@
 
 #include "common/errors.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/spin.h"
 #include "runtime/train/reference_trainer.h"
 #include "runtime/train/synthetic_data.h"
 #include "sim/executor.h"
@@ -248,6 +249,18 @@ void CudaRankRunner::run_compute(const sim::Op& op) {
   act_buf_[mb][seg] = recomp_buf_[mb][seg] = -1;
 }
 
+void CudaRankRunner::pad_collectives(std::vector<TimeNs> per_op_ns) {
+  if (!comm_.emulated())
+    throw std::logic_error("CudaRankRunner::pad_collectives: only an emulated world stands collectives in by delays");
+  if (per_op_ns.size() != rp_.program.ops.size())
+    throw std::logic_error("CudaRankRunner::pad_collectives: one duration per op of the program expected");
+  pad_ns_ = std::move(per_op_ns);
+}
+
+void CudaRankRunner::pad_collective(const sim::Op& op, cudaStream_t s) {
+  if (!pad_ns_.empty()) spin_for_ns(pad_ns_[op.id], s);
+}
+
 void CudaRankRunner::accumulate_grad(int unit, int src, cudaStream_t s) {
   accumulate_f32(reinterpret_cast<float*>(ptr(rp_.grad_shard_buf[unit])), ptr(src), elem_[src], rp_.layouts[unit].grad_shard, s);
 }
@@ -293,6 +306,7 @@ void CudaRankRunner::enqueue(const sim::Op& op, cudaStream_t s) {
       const long count = op.comm_bytes / esize(t) / op.group_size;
       const char* in = op.inputs.at(0) == out ? ptr(out) + comm_.group_rank(op.group) * count * esize(t) : ptr(op.inputs[0]);
       comm_.all_gather(in, ptr(out), count, t, op.group, s);
+      pad_collective(op, s);
       break;
     }
     case OpKind::CopyOut: {   // FSDP2 split_with_sizes_copy: all-gather output [N][shard] -> per-parameter storage
@@ -319,11 +333,13 @@ void CudaRankRunner::enqueue(const sim::Op& op, cudaStream_t s) {
       const Elem t = elem_[op.inputs.at(0)];
       comm_.reduce_scatter(ptr(op.inputs[0]), ptr(op.outputs.at(0)), op.comm_bytes / esize(t) / op.group_size, t,
                            op.group, rop, s);
+      pad_collective(op, s);
       break;
     }
     case OpKind::AllReduce: {
       const Elem t = elem_[op.inputs.at(0)];
       comm_.all_reduce(ptr(op.inputs[0]), op.comm_bytes / esize(t), t, op.group, rop, s);
+      pad_collective(op, s);
       break;
     }
     case OpKind::Divide: {

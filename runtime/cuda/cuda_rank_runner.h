@@ -39,6 +39,10 @@ class CudaRankRunner : public CudaOpRunner {
   ~CudaRankRunner() override;
 
   StepOutcome step();
+  // Emulated worlds only: after each collective's local stand-in, its stream waits per_op_ns[op id]
+  // more (a GPU-side delay, spin.h), e.g. the profile's predicted duration of that collective, so that
+  // communication overlaps compute as it would on the real fabric.
+  void pad_collectives(std::vector<TimeNs> per_op_ns);
   const sim::StepProgram& program() const { return rp_.program; }
   std::vector<std::pair<std::string, std::vector<float>>> gather_params();
   std::vector<std::pair<std::string, std::vector<float>>> gather_grads();
@@ -55,6 +59,7 @@ class CudaRankRunner : public CudaOpRunner {
   std::vector<bf16*> segment_grads(int seg, const sim::Op& op, cudaStream_t s);
   void run_compute(const sim::Op& op);
   void accumulate_grad(int unit, int src_buffer, cudaStream_t s);
+  void pad_collective(const sim::Op& op, cudaStream_t s);
   std::vector<std::pair<std::string, std::vector<float>>> gather(const std::vector<int>& per_unit_buffer);
 
   RunConfig cfg_;
@@ -71,6 +76,7 @@ class CudaRankRunner : public CudaOpRunner {
   std::vector<Elem> elem_;                           // per buffer
   std::vector<std::vector<int>> act_buf_, recomp_buf_;
   std::vector<std::string> notes_;
+  std::vector<TimeNs> pad_ns_;                       // per op; empty: collectives not padded
 };
 
 }  // namespace fsdpsim::runtime::cuda

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/hardware_profile.h"
 #include "common/args.h"
 #include "common/context.h"
 #include "common/errors.h"
@@ -25,6 +26,7 @@
 #include "runtime/cuda/nccl_communicator.h"
 #include "runtime/worker_common.h"
 #include "sim/plan.h"
+#include "sim/profile_cost_model.h"
 
 using namespace fsdpsim;
 
@@ -36,6 +38,11 @@ const std::vector<OptionSpec> kOptions = [] {
     {"emulate-world", true, false,
      "run as rank 0 of a W-rank job on this one GPU: true shard sizes and buffers, collectives replaced by local "
      "copies (memory, compute and streams real; communication not); without mpirun", "W"},
+    {"pad-cluster", true, false,
+     "with --emulate-world: after each collective's local copy, delay its stream by the collective's predicted "
+     "duration on this cluster (name or file; its GPU count must be W), so communication overlaps compute", "C"},
+    {"pad-profile", true, false, "with --pad-cluster: the hardware profile of the delays (default: the cluster's built-in one)",
+     "FILE"},
   });
   return o;
 }();
@@ -64,6 +71,33 @@ runtime::RunConfig config_from(const Args& a, int world) {
   return cfg;
 }
 
+// --pad-cluster / --pad-profile: each collective's predicted duration (the simulator's cost model), 0 for
+// every other op. Checked before any GPU work (exit 2 on bad input).
+void check_padding_options(const Args& a, int emulate_world) {
+  if (a.has("pad-profile") && !a.has("pad-cluster"))
+    throw InputError("--pad-profile", a.get("pad-profile"), "only with --pad-cluster");
+  if (!a.has("pad-cluster")) return;
+  if (emulate_world <= 0) throw InputError("--pad-cluster", a.get("pad-cluster"), "only with --emulate-world");
+  const calibrate::Cluster c = calibrate::load_cluster(a.get("pad-cluster"), "--pad-cluster");
+  if (c.world() != emulate_world)
+    throw InputError("--pad-cluster", a.get("pad-cluster"),
+                     "a cluster of " + std::to_string(emulate_world) + " GPUs (--emulate-world), not " + std::to_string(c.world()));
+  if (a.has("pad-profile")) calibrate::HardwareProfile::from_file(a.get("pad-profile"), c, "--pad-profile");
+}
+
+std::vector<TimeNs> collective_delays(const Args& a, const sim::StepProgram& program, int world) {
+  const calibrate::Cluster c = calibrate::load_cluster(a.get("pad-cluster"), "--pad-cluster");
+  if (c.world() != world) throw std::logic_error("collective_delays: cluster size changed");
+  const calibrate::HardwareProfile hw = a.has("pad-profile") ? calibrate::HardwareProfile::from_file(a.get("pad-profile"), c, "--pad-profile")
+                                                             : calibrate::HardwareProfile::for_cluster(c);
+  const sim::ProfileCostModel cost(hw);
+  std::vector<TimeNs> ns(program.ops.size(), 0);
+  for (const sim::Op& op : program.ops)
+    if (op.kind == sim::OpKind::AllGather || op.kind == sim::OpKind::ReduceScatter || op.kind == sim::OpKind::AllReduce)
+      ns[op.id] = cost.op_time(op);
+  return ns;
+}
+
 int run(const Args& a, const runtime::RunConfig& cfg, bool mpi, int emulate_world) {
   const int steps = static_cast<int>(a.get_int("steps", 3, 1, 100000));
   const std::string out = a.require("out");
@@ -72,6 +106,7 @@ int run(const Args& a, const runtime::RunConfig& cfg, bool mpi, int emulate_worl
   else owned = std::make_unique<runtime::cuda::NcclCommunicator>(cfg.plan.mesh_shard, mpi);
   runtime::cuda::DeviceCommunicator& comm = *owned;
   runtime::cuda::CudaRankRunner runner(cfg, comm);
+  if (a.has("pad-cluster")) runner.pad_collectives(collective_delays(a, runner.program(), comm.world()));
   nlohmann::json losses = nlohmann::json::array(), times = nlohmann::json::array();
   runtime::StepOutcome last;
   for (int s = 0; s < steps; ++s) {
@@ -95,6 +130,9 @@ int run(const Args& a, const runtime::RunConfig& cfg, bool mpi, int emulate_worl
     j["device"] = prop.name;
     j["world"] = comm.world();
     if (comm.emulated()) j["emulated_world"] = comm.world();
+    if (a.has("pad-cluster"))
+      j["collectives_padded"] = {{"cluster", a.get("pad-cluster")}, {"profile", a.get("pad-profile", "built-in")},
+                                 {"how", "after each collective's local copy its stream waits the predicted duration"}};
     j["steps"] = steps;
     j["losses"] = losses;
     j["step_times_s"] = times;
@@ -136,6 +174,7 @@ int main(int argc, char** argv) {
     if (emulate > 0 && mpi)
       throw InputError("--emulate-world", std::to_string(emulate), "only without mpirun (one process emulates rank 0)");
     const runtime::RunConfig cfg = config_from(a, emulate > 0 ? emulate : world);
+    check_padding_options(a, emulate);
     const std::string why = runtime::cuda::no_device_reason();
     if (!why.empty()) {
       std::cerr << kProg << ": no CUDA device/driver usable on " << runtime::cuda::error_where() << " (" << why

@@ -45,6 +45,9 @@ TEST(CliRuntime, BadInputExitsTwo) {
   EXPECT_EQ(run("run --model no-such-model --plan " + kPlan), 2);
   EXPECT_EQ(run("run --model " + tiny() + " --plan " + kPlan + " --ranks 0"), 2);
   EXPECT_EQ(run("validate --model " + tiny()), 2);   // --plan missing
+  // Collective padding only exists in an emulated world (cuda, one rank).
+  EXPECT_EQ(run("run --model " + tiny() + " --plan " + kPlan + " --pad-collectives"), 2);
+  EXPECT_EQ(run("validate --backend cuda --model " + tiny() + " --plan '{\"seq_len\": 16}' --pad-collectives"), 2);
   EXPECT_EQ(run("run --help"), 0);
   EXPECT_EQ(run("validate --help"), 0);
 }

@@ -41,6 +41,23 @@ TEST(CudaWorkerNoDevice, BadInputIsExit2BeforeTheDeviceCheck) {
   EXPECT_NE(r.out.find("plan.param_dtype"), std::string::npos) << r.out;
 }
 
+// --pad-cluster/--pad-profile are checked before the device check, naming the option.
+TEST(CudaWorkerNoDevice, BadPaddingOptionsAreExit2) {
+  const std::string base = "--model tiny-llama --plan '{\"seq_len\": 64}' --steps 1 --out /tmp/fsdpsim-pad.json ";
+  struct Case {
+    std::string args, expect;
+  };
+  for (const Case& c : {Case{"--pad-cluster 8xH100-SXM", "only with --emulate-world"},
+                        Case{"--emulate-world 8 --pad-cluster 4xH100-SXM", "a cluster of 8 GPUs"},
+                        Case{"--emulate-world 8 --pad-cluster no-such-cluster", "--pad-cluster"},
+                        Case{"--emulate-world 8 --pad-profile /tmp/none.json", "only with --pad-cluster"},
+                        Case{"--emulate-world 8 --pad-cluster 8xH100-SXM --pad-profile /nonexistent/p.json", "--pad-profile"}}) {
+    const Ran r = run(base + c.args);
+    EXPECT_EQ(r.rc, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
+  }
+}
+
 TEST(CudaWorkerNoDevice, HelpNeedsNoDevice) {
   const Ran r = run("--help");
   EXPECT_EQ(r.rc, 0) << r.out;
