@@ -88,6 +88,14 @@ int cmd_validate(const Argv& argv) {
             << to_gib(run.measured.peak_reserved) << " GiB, error " << pct(cmp["peak_reserved_error"]) << "\n"
             << "  step time       predicted " << to_seconds(predicted.step_time_ns) << " s, measured "
             << to_seconds(run.measured.step_time_ns) << " s, error " << pct(cmp["step_time_error"]) << "\n";
+  // Where the step time went: compute-stream busy time and communication the compute waited for.
+  auto rel = [](double p, double m) { return m > 0 ? nlohmann::json((p - m) / m) : nlohmann::json(); };
+  std::cout << "  compute busy    predicted " << to_seconds(predicted.compute_ns) << " s, measured "
+            << to_seconds(run.measured.compute_ns) << " s, error "
+            << pct(rel(static_cast<double>(predicted.compute_ns), static_cast<double>(run.measured.compute_ns)))
+            << "\n"
+            << "  exposed comm    predicted " << to_seconds(predicted.exposed_comm_ns) << " s, measured "
+            << to_seconds(run.measured.exposed_comm_ns) << " s\n";
   if (a.has("json")) {
     nlohmann::json j;
     j["context"] = context_block_with_profile(a.has("profile") ? a.get("profile") : hw.name());
