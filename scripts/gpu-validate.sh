@@ -27,12 +27,12 @@ pack() {
     cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFSDPSIM_CUDA=ON -DFSDPSIM_BENCHMARKS=OFF
   fi
   cmake --build "$build" -j"$(nproc)" --target fsdpsim fsdpsim-run-cuda fsdpsim-calibrate-cuda \
-    test_runtime_cuda_kernel_math test_runtime_cuda_gpu
+    test_runtime_cuda_kernel_math test_runtime_cuda_gpu bench_attention_cuda
   local stage=$build/gpu-carry
   rm -rf "$stage" && mkdir -p "$stage/bin" "$stage/lib"
   local bins=("$build/fsdpsim" "$build/fsdpsim-run-cuda" "$build/fsdpsim-calibrate-cuda"
               "$build/tests/runtime/cuda/test_runtime_cuda_kernel_math"
-              "$build/tests/runtime/cuda/test_runtime_cuda_gpu")
+              "$build/tests/runtime/cuda/test_runtime_cuda_gpu" "$build/tests/runtime/cuda/bench_attention_cuda")
   for b in "${bins[@]}"; do strip --strip-debug -o "$stage/bin/$(basename "$b")" "$b"; done   # symbols kept: backtraces name functions
   # Shared libraries: everything ldd resolves except glibc's own (the device's loader must match its
   # libc), the CUDA driver and the CUDA libraries (the device provides those).

@@ -4,9 +4,12 @@
 //  * per-row (RMSNorm, cross-entropy): one block of 256 threads per row, fp32 block reductions;
 //  * attention: one thread per query (forward, dQ) or key (dK/dV) row, K/V or Q/dO tiles staged in
 //    shared memory as fp32. These run on CUDA cores, not tensor cores: correct and memory-efficient
-//    (O(T) memory), not FlashAttention's speed.
+//    (O(T) memory), not FlashAttention's speed. With head_dim 64 or 128, attention_forward and
+//    attention_backward hand over to the tensor-core kernels of attention_tc.h instead, unless
+//    FSDPSIM_CUDA_ATTENTION=simple.
 #include <algorithm>
 
+#include "runtime/cuda/attention_tc.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/kernel_math.cuh"
 #include "runtime/cuda/kernels.h"
@@ -326,6 +329,7 @@ bool attention_supports_head_dim(int HD) { return HD == 16 || HD == 32 || HD == 
 
 void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int NH,
                        int NKV, int HD, cudaStream_t s) {
+  if (attention_tc_selected(HD, {out, q, k, v})) return attention_forward_tc(out, lse, q, k, v, B, T, NH, NKV, HD, s);
   switch (HD) {
     case 16: return attn_fwd_launch<16>(out, lse, q, k, v, B, T, NH, NKV, s);
     case 32: return attn_fwd_launch<32>(out, lse, q, k, v, B, T, NH, NKV, s);
@@ -338,6 +342,8 @@ void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, cons
 void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* D, const bf16* dout, const bf16* q, const bf16* k,
                         const bf16* v, const bf16* out, const float* lse, int B, int T, int NH, int NKV, int HD,
                         cudaStream_t s) {
+  if (attention_tc_selected(HD, {dq, dk, dv, dout, q, k, v, out}))
+    return attention_backward_tc(dq, dk, dv, D, dout, q, k, v, out, lse, B, T, NH, NKV, HD, s);
   const long rows = static_cast<long>(B) * T * NH;
   attn_bwd_D_k<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, s>>>(D, dout, out, T, NH, HD, rows);
   FSDPSIM_LAUNCH_CHECK();

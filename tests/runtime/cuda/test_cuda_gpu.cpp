@@ -9,10 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "calibrate/hardware_profile.h"
+#include "common/errors.h"
+#include "runtime/cuda/attention_tc.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_rank_runner.h"
 #include "runtime/cuda/emulated_communicator.h"
@@ -103,6 +107,30 @@ TEST_F(CudaGpu, RmsNormMatchesReference) {
   EXPECT_LT(rel_err(to_f(dw.get()), rdw), kFew);
 }
 
+// Sets FSDPSIM_CUDA_ATTENTION (null: unsets it) for its scope; restores the previous state after.
+class AttentionEnv {
+ public:
+  explicit AttentionEnv(const char* value) {
+    if (const char* old = std::getenv(kVar)) {
+      had_ = true;
+      saved_ = old;
+    }
+    if (value) setenv(kVar, value, 1);
+    else unsetenv(kVar);
+  }
+  ~AttentionEnv() {
+    if (had_) setenv(kVar, saved_.c_str(), 1);
+    else unsetenv(kVar);
+  }
+  AttentionEnv(const AttentionEnv&) = delete;
+  AttentionEnv& operator=(const AttentionEnv&) = delete;
+
+ private:
+  static constexpr const char* kVar = "FSDPSIM_CUDA_ATTENTION";
+  bool had_ = false;
+  std::string saved_;
+};
+
 void attention_case(int B, int T, int NH, int NKV, int HD) {
   std::mt19937 g(2);
   const long nq = static_cast<long>(B) * T * NH * HD, nk = static_cast<long>(B) * T * NKV * HD;
@@ -121,10 +149,132 @@ void attention_case(int B, int T, int NH, int NKV, int HD) {
   EXPECT_LT(rel_err(to_f(gk.get()), rk), kFew) << "HD " << HD;
   EXPECT_LT(rel_err(to_f(gv.get()), rv), kOne) << "HD " << HD;
 }
+// The CUDA-core kernels (FSDPSIM_CUDA_ATTENTION=simple: head_dim 64/128 would otherwise take the
+// tensor-core path, TensorCoreAttentionMatchesReference below).
 TEST_F(CudaGpu, AttentionMatchesReference) {
+  AttentionEnv simple("simple");
   attention_case(2, 150, 4, 2, 16);
   attention_case(1, 200, 8, 2, 64);
   attention_case(1, 130, 4, 1, 128);
+}
+
+// ---- tensor-core attention (attention_tc.h) ----
+// max|got - ref| / max|ref| as rel_err, but infinite where got holds a NaN/inf: the outputs start as
+// NaN (0xFF bytes), so an element a kernel never wrote fails the check instead of being skipped.
+double rel_err_finite(const std::vector<float>& got, const std::vector<float>& ref) {
+  for (float x : got)
+    if (!std::isfinite(x)) return INFINITY;
+  return rel_err(got, ref);
+}
+
+template <class T>
+void poison(Dev<T>& d) {   // 0xFF bytes: NaN as bf16 and as fp32
+  FSDPSIM_CU_CHECK(cudaMemset(d.p, 0xFF, static_cast<size_t>(d.n) * sizeof(T)));
+}
+
+struct AttentionOutputs {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+// attention_forward + attention_backward (kernels.h: the dispatch under test) on the device.
+AttentionOutputs run_attention(const Data& q, const Data& k, const Data& v, const Data& dout, int B, int T, int NH,
+                               int NKV, int HD) {
+  const long nq = static_cast<long>(B) * T * NH * HD, nk = static_cast<long>(B) * T * NKV * HD;
+  const long nl = static_cast<long>(B) * NH * T;
+  Dev<bf16> dq_(q.b), dk_(k.b), dv_(v.b), ddo(dout.b), out(nq), gq(nq), gk(nk), gv(nk);
+  Dev<float> lse(nl), D(nl);
+  poison(out);
+  poison(gq);
+  poison(gk);
+  poison(gv);
+  poison(lse);
+  poison(D);
+  attention_forward(out.p, lse.p, dq_.p, dk_.p, dv_.p, B, T, NH, NKV, HD, nullptr);
+  attention_backward(gq.p, gk.p, gv.p, D.p, ddo.p, dq_.p, dk_.p, dv_.p, out.p, lse.p, B, T, NH, NKV, HD, nullptr);
+  return {to_f(out.get()), lse.get(), to_f(gq.get()), to_f(gk.get()), to_f(gv.get())};
+}
+
+// Both paths against the CPU reference with attention_case's tolerances; against each other within
+// the sum of their two bounds (each is within its tolerance of the reference); the tensor-core path
+// twice, bitwise equal (no atomics: deterministic).
+void tc_attention_case(int B, int T, int NH, int NKV, int HD) {
+  SCOPED_TRACE("B " + std::to_string(B) + " T " + std::to_string(T) + " NH " + std::to_string(NH) + " NKV " +
+               std::to_string(NKV) + " HD " + std::to_string(HD));
+  std::mt19937 g(2);
+  const long nq = static_cast<long>(B) * T * NH * HD, nk = static_cast<long>(B) * T * NKV * HD;
+  Data q = rand_data(nq, g, -2, 2), k = rand_data(nk, g, -2, 2), v = rand_data(nk, g), dout = rand_data(nq, g);
+  AttentionOutputs simple, tc, tc2;
+  {
+    AttentionEnv env("simple");
+    ASSERT_FALSE(attention_tc_selected(HD, {}));
+    simple = run_attention(q, k, v, dout, B, T, NH, NKV, HD);
+  }
+  {
+    AttentionEnv env(nullptr);
+    ASSERT_TRUE(attention_tc_selected(HD, {}));
+    tc = run_attention(q, k, v, dout, B, T, NH, NKV, HD);
+    tc2 = run_attention(q, k, v, dout, B, T, NH, NKV, HD);
+  }
+  std::vector<float> ro(nq), rl(static_cast<size_t>(B) * NH * T), rq(nq), rk(nk), rv(nk);
+  runtime::attention_forward(ro.data(), rl.data(), q.f.data(), k.f.data(), v.f.data(), B, T, NH, NKV, HD);
+  runtime::attention_backward(rq.data(), rk.data(), rv.data(), dout.f.data(), q.f.data(), k.f.data(), v.f.data(),
+                              ro.data(), rl.data(), B, T, NH, NKV, HD);
+  for (const auto* r : {&simple, &tc}) {
+    const char* path = r == &tc ? "tensor cores" : "simple";
+    EXPECT_LT(rel_err_finite(r->out, ro), kOne) << path;
+    EXPECT_LT(rel_err_finite(r->lse, rl), 1e-5) << path;
+    EXPECT_LT(rel_err_finite(r->dq, rq), kFew) << path;
+    EXPECT_LT(rel_err_finite(r->dk, rk), kFew) << path;
+    EXPECT_LT(rel_err_finite(r->dv, rv), kOne) << path;
+  }
+  EXPECT_LT(rel_err_finite(tc.out, simple.out), 2 * kOne);
+  EXPECT_LT(rel_err_finite(tc.lse, simple.lse), 2e-5);
+  EXPECT_LT(rel_err_finite(tc.dq, simple.dq), 2 * kFew);
+  EXPECT_LT(rel_err_finite(tc.dk, simple.dk), 2 * kFew);
+  EXPECT_LT(rel_err_finite(tc.dv, simple.dv), 2 * kOne);
+  EXPECT_TRUE(tc.out == tc2.out && tc.lse == tc2.lse && tc.dq == tc2.dq && tc.dk == tc2.dk && tc.dv == tc2.dv)
+      << "the tensor-core path is not deterministic";
+}
+// T not a multiple of the 64-row tiles (and 1, and 1024 = 16 tiles); GQA groups of 4, 4, 1, 2, 2;
+// B = 2 once.
+TEST_F(CudaGpu, TensorCoreAttentionMatchesReference) {
+  tc_attention_case(1, 200, 8, 2, 64);
+  tc_attention_case(2, 130, 4, 1, 128);
+  tc_attention_case(1, 257, 4, 4, 64);
+  tc_attention_case(1, 1, 2, 1, 128);
+  tc_attention_case(1, 1024, 4, 2, 128);
+}
+
+// The choice of path (no device needed): the variable's values, the head_dim, the alignment.
+TEST(CudaAttentionSelection, FollowsTheEnvironmentHeadDimAndAlignment) {
+  alignas(16) static unsigned char buf[64];
+  {
+    AttentionEnv env(nullptr);
+    EXPECT_TRUE(attention_tc_requested());
+    EXPECT_TRUE(attention_tc_selected(64, {buf, buf + 16}));
+    EXPECT_TRUE(attention_tc_selected(128, {buf}));
+    EXPECT_FALSE(attention_tc_selected(32, {buf}));
+    EXPECT_FALSE(attention_tc_selected(16, {buf}));
+    EXPECT_FALSE(attention_tc_selected(64, {buf, buf + 4}));   // 4-byte aligned only
+  }
+  {
+    AttentionEnv env("tc");
+    EXPECT_TRUE(attention_tc_selected(128, {buf}));
+  }
+  {
+    AttentionEnv env("simple");
+    EXPECT_FALSE(attention_tc_requested());
+    EXPECT_FALSE(attention_tc_selected(128, {buf}));
+  }
+  {
+    AttentionEnv env("tensor");
+    try {
+      attention_tc_requested();
+      ADD_FAILURE() << "an unknown FSDPSIM_CUDA_ATTENTION value was accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), "FSDPSIM_CUDA_ATTENTION");
+      EXPECT_NE(std::string(e.what()).find("tensor"), std::string::npos);
+    }
+  }
 }
 
 TEST_F(CudaGpu, SwigluAndCrossEntropyMatchReference) {
@@ -179,9 +329,9 @@ TEST_F(CudaGpu, LinearLayerMatchesReference) {
 }
 
 // One optimizer step on one rank against the unsharded fp32 reference on the same batch.
-void training_step_case(const std::string& plan_json) {
+void training_step_case(const std::string& plan_json,
+                        const models::ModelSpec& model = runtime::testing::tiny_llama()) {
   using namespace runtime::testing;
-  const auto model = tiny_llama();
   RunConfig cfg;
   cfg.model = model;
   cfg.plan = plan_from(plan_json, 1);
@@ -210,8 +360,9 @@ void training_step_case(const std::string& plan_json) {
   EXPECT_EQ(out.measured.peak_allocated, predicted.peak_allocated) << plan_json;
   // Reserved can differ where record_stream frees (FSDP1) return blocks on the device's clock rather
   // than the simulator's; FSDP2 has none.
-  if (cfg.plan.fsdp_version == sim::FsdpVersion::FSDP2)
+  if (cfg.plan.fsdp_version == sim::FsdpVersion::FSDP2) {
     EXPECT_EQ(out.measured.peak_reserved, predicted.peak_reserved) << plan_json;
+  }
 }
 
 TEST_F(CudaGpu, TrainingStepMatchesReferenceFsdp2) {
@@ -223,6 +374,18 @@ TEST_F(CudaGpu, TrainingStepMatchesReferenceFsdp2CheckpointedGradAccum) {
 }
 TEST_F(CudaGpu, TrainingStepMatchesReferenceFsdp1) {
   training_step_case(R"({"fsdp_version": 1, "micro_batch": 2, "seq_len": 32, "reduce_dtype": "bf16"})");
+}
+// head_dim 64 (tiny_llama's is 16): this step's attention runs on the tensor-core kernels
+// (attention_tc.h), 48 tokens = one 64-row tile with a tail.
+TEST_F(CudaGpu, TrainingStepWithTensorCoreAttentionMatchesReference) {
+  AttentionEnv tc(nullptr);
+  auto model = runtime::testing::tiny_llama();
+  model.hidden = 128;
+  model.n_heads = 2;
+  model.n_kv_heads = 1;
+  model.head_dim = 64;
+  ASSERT_TRUE(attention_tc_selected(model.head_dim, {}));
+  training_step_case(R"({"fsdp_version": 2, "micro_batch": 2, "seq_len": 48})", model);
 }
 
 // Rank 0 of an emulated world of 4 on this GPU: the program of a 4-rank FULL_SHARD job, its memory
