@@ -117,8 +117,13 @@ int run(const Args& a, const runtime::RunConfig& cfg, bool mpi, int emulate_worl
     times.push_back(t);
     last.measured.step_time_ns = static_cast<TimeNs>(t * 1e9);   // the step ends when the slowest rank ends
   }
-  auto params = runner.gather_params();
-  auto grads = runner.gather_grads();
+  // Only for --dump: gathering every unsharded fp32 tensor to the host is collective and costly (an
+  // 8B model: 2 x 32 GB of host memory, minutes), so a plain run skips it. --dump is the same on every rank.
+  std::vector<std::pair<std::string, std::vector<float>>> params, grads;
+  if (a.has("dump")) {
+    params = runner.gather_params();
+    grads = runner.gather_grads();
+  }
   if (comm.rank() == 0) {
     cudaDeviceProp prop;
     int dev = 0;

@@ -226,11 +226,24 @@ void tc_attention_case(int B, int T, int NH, int NKV, int HD) {
     EXPECT_LT(rel_err_finite(r->dk, rk), kFew) << path;
     EXPECT_LT(rel_err_finite(r->dv, rv), kOne) << path;
   }
-  EXPECT_LT(rel_err_finite(tc.out, simple.out), 2 * kOne);
-  EXPECT_LT(rel_err_finite(tc.lse, simple.lse), 2e-5);
-  EXPECT_LT(rel_err_finite(tc.dq, simple.dq), 2 * kFew);
-  EXPECT_LT(rel_err_finite(tc.dk, simple.dk), 2 * kFew);
-  EXPECT_LT(rel_err_finite(tc.dv, simple.dv), 2 * kOne);
+  // Path against path, on the reference's scale: with T = 1 the exact dq and dk are 0 (one key: the
+  // softmax is constant), and both paths return rounding noise there, so a scale taken from either
+  // path's own output would compare noise with noise (seen on an H100: "4x" apart at 1e-8).
+  auto apart = [](const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& ref) {
+    for (float x : a)
+      if (!std::isfinite(x)) return static_cast<double>(INFINITY);
+    double e = 0, m = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      e = std::max(e, std::fabs(static_cast<double>(a[i]) - b[i]));
+      m = std::max(m, std::fabs(static_cast<double>(ref[i])));
+    }
+    return m > 0 ? e / m : e;
+  };
+  EXPECT_LT(apart(tc.out, simple.out, ro), 2 * kOne);
+  EXPECT_LT(apart(tc.lse, simple.lse, rl), 2e-5);
+  EXPECT_LT(apart(tc.dq, simple.dq, rq), 2 * kFew);
+  EXPECT_LT(apart(tc.dk, simple.dk, rk), 2 * kFew);
+  EXPECT_LT(apart(tc.dv, simple.dv, rv), 2 * kOne);
   EXPECT_TRUE(tc.out == tc2.out && tc.lse == tc2.lse && tc.dq == tc2.dq && tc.dk == tc2.dk && tc.dv == tc2.dv)
       << "the tensor-core path is not deterministic";
 }
