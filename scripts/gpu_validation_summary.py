@@ -53,7 +53,8 @@ def main(out):
     print("Errors are (predicted - measured) / measured. Emulated worlds (w8): rank 0 of 8 ranks on this GPU with true shard "
           "sizes; collectives are local copies, so peak memory and compute are real but communication is not: "
           "their step-time error compares a prediction that includes NVLink collectives with a run that has none; "
-          "compare the compute column there.\n")
+          "compare the compute column there. Padded rows (--pad-collectives): each collective's local copy is followed "
+          "by its predicted duration on its stream.\n")
     print("| case | world | peak alloc GiB pred / meas | err | peak reserved err | step s pred / meas | err | compute s pred / meas | err "
           "| step err, calibrated profile | MFU (measured) | losses |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -81,7 +82,7 @@ def main(out):
             mfu = f"{100 * mi['flops_per_token_fwdbwd'] * tokens / me['step_time_s'] / peak:.1f}%"
         cerr = None if me["compute_s"] <= 0 else (pr["compute_s"] - me["compute_s"]) / me["compute_s"]
         losses = ", ".join(f"{x:.4f}" for x in j.get("losses", []))
-        print(f"| {name} | {world}{' (emulated)' if run.get('emulated_world') else ''} | {gib(pr['peak_allocated_bytes'])} / "
+        print(f"| {name} | {world}{' (emulated' + (', padded' if run.get('collectives_padded') else '') + ')' if run.get('emulated_world') else ''} | {gib(pr['peak_allocated_bytes'])} / "
               f"{gib(me['peak_allocated_bytes'])} | {pct(c['peak_allocated_error'])} | {pct(c['peak_reserved_error'])} | "
               f"{pr['step_time_s']:.4f} / {me['step_time_s']:.4f} | {pct(c['step_time_error'])} | "
               f"{pr['compute_s']:.4f} / {me['compute_s']:.4f} | {pct(cerr)} | {pct(cal_err)} | {mfu} | {losses} |")
