@@ -513,7 +513,8 @@ void Engine::add_span(const Op& op, const std::string& track, const char* kind, 
   trace_.push_back(TraceSpan{op.name, track, kind, op.unit, start, dur, bytes});
 }
 
-// Length of (union of gaps) ∩ (union of comm intervals); both lists are sorted and non-overlapping.
+}  // namespace
+
 TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a,
                         const std::vector<std::pair<TimeNs, TimeNs>>& b) {
   TimeNs total = 0;
@@ -526,6 +527,8 @@ TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a,
   }
   return total;
 }
+
+namespace {
 
 void Engine::fill_results(SimResult& r) {
   TimeNs step = 0;

@@ -1,6 +1,7 @@
 // The discrete-event executor: runs a StepProgram against a cost model and replays the caching
 // allocator. Deterministic: events ordered by (time, sequence).
 #pragma once
+#include <utility>
 #include <vector>
 
 #include "common/units.h"
@@ -45,6 +46,11 @@ OpCosts compute_op_costs(const StepProgram& program, const CostModel& cost);
 // Throws InputError naming the field (e.g. "program.ops[7].waits") for an ill-formed program: ids out
 // of range, a wait on a later op, a buffer allocated twice or freed while not allocated.
 SimResult execute(const StepProgram& program, const CostModel& cost, const ExecOptions& opts = {});
+
+// Length of the intersection of two unions of intervals, each sorted and non-overlapping (exposed
+// communication: compute-stream gaps ∩ collective busy time). The runtimes measure it the same way.
+TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a,
+                        const std::vector<std::pair<TimeNs, TimeNs>>& b);
 // The same with precomputed costs (costs.gpu_ns/cpu_ns sized like program.ops).
 SimResult execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts = {});
 // The ill-formed-program checks of execute() alone (InputError naming the field).

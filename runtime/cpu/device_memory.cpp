@@ -8,24 +8,31 @@
 
 namespace fsdpsim::runtime {
 
+namespace {
+char* reserve_host(Bytes space) {
+  void* p = mmap(nullptr, static_cast<size_t>(space), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) throw std::runtime_error("DeviceMemory: cannot reserve " + std::to_string(space) + " bytes");
+  return static_cast<char*>(p);
+}
+}  // namespace
+
 DeviceMemory::DeviceMemory(const sim::StepProgram& program, Bytes address_space)
+    : PlacedMemory(program, reserve_host(address_space), address_space) {}
+
+DeviceMemory::~DeviceMemory() { munmap(base(), static_cast<size_t>(region())); }
+
+PlacedMemory::PlacedMemory(const sim::StepProgram& program, char* base, Bytes space)
     : program_(program),
-      space_(address_space),
+      base_(base),
+      space_(space),
       block_of_(program.buffers.size(), kNotLive),
       addr_(program.buffers.size(), nullptr),
       allocated_(program.buffers.size(), 0) {
-  void* p = mmap(nullptr, static_cast<size_t>(space_), PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) throw std::runtime_error("DeviceMemory: cannot reserve " + std::to_string(space_) + " bytes");
-  base_ = static_cast<char*>(p);
   timeline_.push_back({0, 0, 0});
 }
 
-DeviceMemory::~DeviceMemory() {
-  if (base_) munmap(base_, static_cast<size_t>(space_));
-}
-
-void DeviceMemory::after_change(TimeNs now) {
+void PlacedMemory::after_change(TimeNs now) {
   const auto& s = alloc_.stats();
   if (s.allocated > peak_allocated_) {
     peak_allocated_ = s.allocated;
@@ -40,10 +47,10 @@ void DeviceMemory::after_change(TimeNs now) {
   }
 }
 
-void DeviceMemory::alloc(int buffer, TimeNs now) {
+void PlacedMemory::alloc(int buffer, TimeNs now) {
   const sim::Buffer& b = program_.buffers.at(buffer);
   if (block_of_[buffer] != kNotLive)
-    throw std::runtime_error("DeviceMemory: buffer \"" + b.name + "\" allocated twice");
+    throw std::runtime_error("device memory: buffer \"" + b.name + "\" allocated twice");
   const sim::AllocatorStats before = alloc_.stats();
   const int segments_before = alloc_.num_segments();
   const Bytes cached_before = alloc_.cached_free_bytes(b.pool_stream);
@@ -65,15 +72,15 @@ void DeviceMemory::alloc(int buffer, TimeNs now) {
         b.name, b.bytes, space_, before);
   }
   block_of_[buffer] = blk;
-  addr_[buffer] = blk < 0 ? nullptr : reinterpret_cast<float*>(base_ + alloc_.block_address(blk));
+  addr_[buffer] = blk < 0 ? nullptr : base_ + alloc_.block_address(blk);
   allocated_[buffer] = 1;
   live_[static_cast<int>(b.category)] += b.bytes;
   after_change(now);
 }
 
-void DeviceMemory::free(int buffer, int reuse_after_op, TimeNs now) {
+void PlacedMemory::free(int buffer, int reuse_after_op, TimeNs now) {
   const sim::Buffer& b = program_.buffers.at(buffer);
-  if (block_of_[buffer] == kNotLive) throw std::runtime_error("DeviceMemory: buffer \"" + b.name + "\" freed while not live");
+  if (block_of_[buffer] == kNotLive) throw std::runtime_error("device memory: buffer \"" + b.name + "\" freed while not live");
   if (reuse_after_op < 0) alloc_.free(block_of_[buffer]);
   else alloc_.free_after(block_of_[buffer], reuse_after_op);
   block_of_[buffer] = kNotLive;
@@ -81,17 +88,17 @@ void DeviceMemory::free(int buffer, int reuse_after_op, TimeNs now) {
   after_change(now);
 }
 
-void DeviceMemory::process_events(const std::function<bool(std::int64_t)>& is_complete) {
+void PlacedMemory::process_events(const std::function<bool(std::int64_t)>& is_complete) {
   if (alloc_.has_pending()) alloc_.process_events(is_complete);
 }
 
-float* DeviceMemory::ptr(int buffer) const {
+char* PlacedMemory::address(int buffer) const {
   if (!allocated_.at(buffer))
-    throw std::runtime_error("DeviceMemory: buffer \"" + program_.buffers[buffer].name + "\" used before it was allocated");
+    throw std::runtime_error("device memory: buffer \"" + program_.buffers[buffer].name + "\" used before it was allocated");
   return addr_[buffer];
 }
 
-void DeviceMemory::fill(sim::SimResult& r) const {
+void PlacedMemory::fill(sim::SimResult& r) const {
   const auto& s = alloc_.stats();
   r.peak_allocated = s.peak_allocated;
   r.peak_reserved = s.peak_reserved;

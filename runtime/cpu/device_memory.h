@@ -39,15 +39,15 @@ class DeviceOutOfMemory : public std::runtime_error {
   sim::AllocatorStats before_;
 };
 
-class DeviceMemory {
+// The StepProgram's buffers placed by the caching-allocator model in one region [base, base + space)
+// that a backend reserves (DeviceMemory: host virtual memory; cuda::CudaDeviceMemory: one cudaMalloc),
+// so the allocator whose peaks are measured IS the one the simulator models.
+class PlacedMemory {
  public:
-  // Reserves `address_space` bytes of virtual memory (InputError-free: failure is a runtime_error).
-  // An allocation beyond it throws DeviceOutOfMemory.
-  DeviceMemory(const sim::StepProgram& program, Bytes address_space);
-  ~DeviceMemory();
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  PlacedMemory(const PlacedMemory&) = delete;
+  PlacedMemory& operator=(const PlacedMemory&) = delete;
 
+  // An allocation whose block would end past the region throws DeviceOutOfMemory.
   void alloc(int buffer, TimeNs now);
   // reuse_after_op < 0: reusable at once; else when is_complete(reuse_after_op) (record_stream).
   void free(int buffer, int reuse_after_op, TimeNs now);
@@ -59,12 +59,18 @@ class DeviceMemory {
   // Address of the buffer's latest allocation. It stays valid after the free for the ops already
   // enqueued (as a CUDA pointer does for work ordered on the stream): stream threads read it while
   // the CPU thread goes on issuing. Throws if the buffer was never allocated.
-  float* ptr(int buffer) const;
+  char* address(int buffer) const;
+  Bytes region() const { return space_; }
 
   // Peak allocated/reserved, breakdown at the allocated peak (incl. allocator_slack) and the
   // timeline, exactly as sim::MemoryTracker fills them for the prediction.
   void fill(sim::SimResult& r) const;
   const sim::AllocatorStats& stats() const { return alloc_.stats(); }
+
+ protected:
+  PlacedMemory(const sim::StepProgram& program, char* base, Bytes space);
+  ~PlacedMemory() = default;
+  char* base() const { return base_; }
 
  private:
   static constexpr int kNotLive = -2;
@@ -75,11 +81,19 @@ class DeviceMemory {
   char* base_ = nullptr;
   Bytes space_ = 0;
   std::vector<int> block_of_;
-  std::vector<float*> addr_;      // per buffer: its latest address (written before the op is enqueued)
+  std::vector<char*> addr_;       // per buffer: its latest address (written before the op is enqueued)
   std::vector<char> allocated_;   // per buffer: allocated at least once
   std::array<Bytes, sim::kNumMemCategories> live_{}, live_at_peak_{};
   Bytes reserved_at_peak_ = 0, peak_allocated_ = -1;
   std::vector<sim::MemorySample> timeline_;
+};
+
+// The CPU backend's device memory: `address_space` bytes of reserved host virtual memory.
+class DeviceMemory : public PlacedMemory {
+ public:
+  DeviceMemory(const sim::StepProgram& program, Bytes address_space);
+  ~DeviceMemory();
+  float* ptr(int buffer) const { return reinterpret_cast<float*>(address(buffer)); }
 };
 
 }  // namespace fsdpsim::runtime

@@ -185,4 +185,27 @@ RankProgram build_rank_program(const models::ModelSpec& model, const sim::Plan& 
   return rp;
 }
 
+std::vector<TokenBatch> rank_step_batches(const RankProgram& rp, std::uint64_t seed, int step, int rank, int world) {
+  std::vector<TokenBatch> out;
+  for (int mb = 0; mb < rp.micro_batches; ++mb) {
+    std::vector<std::int64_t> idx;
+    for (int j = 0; j < rp.dims.B; ++j) idx.push_back(sequence_index(step, rank, world, mb, rp.micro_batches, rp.dims.B, j));
+    out.push_back(make_batch(seed, idx, rp.dims.T, rp.dims.V));
+  }
+  return out;
+}
+
+double global_mean_loss(const RankProgram& rp, double loss_sum_all_ranks, int world) {
+  return loss_sum_all_ranks / (static_cast<double>(world) * rp.micro_batches * rp.dims.tokens());
+}
+
+void complete_measured(const RankProgram& rp, int world, const std::vector<std::string>& runner_notes, sim::SimResult& r) {
+  const double tokens = static_cast<double>(rp.program.tokens_per_rank);
+  r.tokens_per_step = tokens * world;
+  r.tokens_per_s_per_gpu = r.step_time_ns > 0 ? tokens / to_seconds(r.step_time_ns) : 0;
+  r.model_flops_per_step_per_gpu = rp.program.model_flops_per_rank;
+  r.notes = runner_notes;
+  for (const auto& n : rp.program.notes) r.notes.push_back("program: " + n);
+}
+
 }  // namespace fsdpsim::runtime

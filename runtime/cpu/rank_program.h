@@ -11,6 +11,8 @@
 #include "models/wrap_graph.h"
 #include "runtime/cpu/unit_layout.h"
 #include "runtime/model/dims.h"
+#include "runtime/train/synthetic_data.h"
+#include "sim/sim_result.h"
 #include "sim/plan.h"
 #include "sim/step_program.h"
 
@@ -50,5 +52,13 @@ struct RankProgram {
 // std::runtime_error if the program and the runtime's layout disagree (a bug).
 RankProgram build_rank_program(const models::ModelSpec& model, const sim::Plan& plan, int world, int gpus_per_node,
                                int shard_group_size, const std::string& backend);
+
+// This rank's micro-batches of optimizer step `step` (0-based) of the synthetic data, the data-parallel
+// split over `world` ranks that the reference trainer's global batch is made of.
+std::vector<TokenBatch> rank_step_batches(const RankProgram& rp, std::uint64_t seed, int step, int rank, int world);
+// The mean token loss over the global batch from the sum of this rank's token losses, all ranks summed.
+double global_mean_loss(const RankProgram& rp, double loss_sum_all_ranks, int world);
+// The throughput fields and notes of a measured step (the executor fills times and memory).
+void complete_measured(const RankProgram& rp, int world, const std::vector<std::string>& runner_notes, sim::SimResult& r);
 
 }  // namespace fsdpsim::runtime

@@ -1,5 +1,8 @@
 #include "runtime/cpu/stream_executor.h"
 
+#include "runtime/cpu/rank_program.h"
+#include "sim/executor.h"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -14,32 +17,6 @@ namespace fsdpsim::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-bool is_collective(sim::OpKind k) {
-  return k == sim::OpKind::AllGather || k == sim::OpKind::ReduceScatter || k == sim::OpKind::AllReduce;
-}
-
-std::vector<std::pair<TimeNs, TimeNs>> merge(std::vector<std::pair<TimeNs, TimeNs>> iv) {
-  std::sort(iv.begin(), iv.end());
-  std::vector<std::pair<TimeNs, TimeNs>> out;
-  for (auto& x : iv) {
-    if (!out.empty() && x.first <= out.back().second) out.back().second = std::max(out.back().second, x.second);
-    else out.push_back(x);
-  }
-  return out;
-}
-
-TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a, const std::vector<std::pair<TimeNs, TimeNs>>& b) {
-  TimeNs total = 0;
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    TimeNs lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
-    if (hi > lo) total += hi - lo;
-    if (a[i].second < b[j].second) ++i;
-    else ++j;
-  }
-  return total;
-}
 
 class Run {
  public:
@@ -154,36 +131,7 @@ class Run {
     }
   }
 
-  sim::SimResult result() {
-    sim::SimResult r;
-    TimeNs step = 0, compute = 0;
-    std::vector<std::pair<TimeNs, TimeNs>> comm, gaps;
-    TimeNs prev_compute_end = 0;
-    for (int i = 0; i < n_; ++i) {
-      const sim::Op& op = p_.ops[i];
-      step = std::max(step, end_[i]);
-      const Bytes bytes = is_collective(op.kind) ? op.comm_bytes : op.copy_bytes;
-      trace_.push_back({op.name, p_.streams[op.stream].name, sim::op_kind_name(op.kind), op.unit, start_[i],
-                        end_[i] - start_[i], bytes});
-      if (is_collective(op.kind)) comm.push_back({start_[i], end_[i]});
-      if (op.stream == 0) {
-        compute += end_[i] - start_[i];
-        const TimeNs ready = std::max(prev_compute_end, issue_[i]);
-        if (start_[i] > ready) gaps.push_back({ready, start_[i]});
-        prev_compute_end = end_[i];
-      }
-    }
-    for (const auto& s : trace_) step = std::max(step, s.start_ns + s.dur_ns);
-    comm = merge(comm);
-    r.step_time_ns = step;
-    r.compute_ns = compute;
-    for (auto& [a, b] : comm) r.comm_ns += b - a;
-    r.exposed_comm_ns = intersect_length(merge(gaps), comm);
-    r.cpu_blocked_ns = cpu_blocked_;
-    std::stable_sort(trace_.begin(), trace_.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
-    r.trace = std::move(trace_);
-    return r;
-  }
+  sim::SimResult result() { return measured_step(p_, issue_, start_, end_, std::move(trace_), cpu_blocked_); }
 
   const sim::StepProgram& p_;
   DeviceMemory& mem_;
@@ -207,6 +155,48 @@ class Run {
 
 sim::SimResult execute_step(const sim::StepProgram& program, DeviceMemory& memory, OpRunner& runner) {
   return Run(program, memory, runner).go();
+}
+
+namespace {
+std::vector<std::pair<TimeNs, TimeNs>> merge(std::vector<std::pair<TimeNs, TimeNs>> iv) {
+  std::sort(iv.begin(), iv.end());
+  std::vector<std::pair<TimeNs, TimeNs>> out;
+  for (auto& x : iv) {
+    if (!out.empty() && x.first <= out.back().second) out.back().second = std::max(out.back().second, x.second);
+    else out.push_back(x);
+  }
+  return out;
+}
+}  // namespace
+
+sim::SimResult measured_step(const sim::StepProgram& p, const std::vector<TimeNs>& issue, const std::vector<TimeNs>& start,
+                             const std::vector<TimeNs>& end, std::vector<sim::TraceSpan> trace, TimeNs cpu_blocked) {
+  sim::SimResult r;
+  TimeNs step = 0, compute = 0, prev_compute_end = 0;
+  std::vector<std::pair<TimeNs, TimeNs>> comm, gaps;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const sim::Op& op = p.ops[i];
+    step = std::max(step, end[i]);
+    const Bytes bytes = is_collective(op.kind) ? op.comm_bytes : op.copy_bytes;
+    trace.push_back({op.name, p.streams[op.stream].name, sim::op_kind_name(op.kind), op.unit, start[i], end[i] - start[i], bytes});
+    if (is_collective(op.kind)) comm.push_back({start[i], end[i]});
+    if (op.stream == 0) {
+      compute += end[i] - start[i];
+      const TimeNs ready = std::max(prev_compute_end, issue[i]);
+      if (start[i] > ready) gaps.push_back({ready, start[i]});
+      prev_compute_end = end[i];
+    }
+  }
+  for (const auto& s : trace) step = std::max(step, s.start_ns + s.dur_ns);
+  comm = merge(comm);
+  r.step_time_ns = step;
+  r.compute_ns = compute;
+  for (auto& [a, b] : comm) r.comm_ns += b - a;
+  r.exposed_comm_ns = sim::intersect_length(merge(gaps), comm);
+  r.cpu_blocked_ns = cpu_blocked;
+  std::stable_sort(trace.begin(), trace.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  r.trace = std::move(trace);
+  return r;
 }
 
 }  // namespace fsdpsim::runtime

@@ -30,4 +30,10 @@ struct StepTiming {
 // Runs one step. Throws the first exception an op raised (after every thread has stopped).
 sim::SimResult execute_step(const sim::StepProgram& program, DeviceMemory& memory, OpRunner& runner);
 
+// The measured step (both backends' executors): per-op spans from each op's issue, start and end times
+// (ns since the step began) added to the CPU-side spans already in `trace`; the step, compute-stream busy,
+// communication busy and exposed (the compute stream idle, waiting, while a collective ran) times.
+sim::SimResult measured_step(const sim::StepProgram& p, const std::vector<TimeNs>& issue, const std::vector<TimeNs>& start,
+                             const std::vector<TimeNs>& end, std::vector<sim::TraceSpan> trace, TimeNs cpu_blocked);
+
 }  // namespace fsdpsim::runtime

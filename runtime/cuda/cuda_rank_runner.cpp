@@ -398,25 +398,16 @@ StepOutcome CudaRankRunner::step() {
     if (!rp_.layouts[u].tensors.empty())
       FSDPSIM_CU_CHECK(cudaMemset(ptr(rp_.grad_shard_buf[u]), 0, static_cast<size_t>(rp_.layouts[u].grad_shard) * 4));
   const int W = comm_.world();
-  for (int mb = 0; mb < rp_.micro_batches; ++mb) {
-    std::vector<std::int64_t> idx;
-    for (int j = 0; j < rp_.dims.B; ++j) idx.push_back(sequence_index(steps_done_, comm_.rank(), W, mb, rp_.micro_batches, rp_.dims.B, j));
-    TokenBatch b = make_batch(cfg_.seed, idx, rp_.dims.T, rp_.dims.V);
-    compute_->set_batch(mb, b.inputs, b.targets);
-  }
+  std::vector<TokenBatch> batches = rank_step_batches(rp_, cfg_.seed, steps_done_, comm_.rank(), W);
+  for (int mb = 0; mb < rp_.micro_batches; ++mb) compute_->set_batch(mb, batches[mb].inputs, batches[mb].targets);
   mem_->reset_timeline();
   StepOutcome out;
   out.measured = exec_->execute_step(*mem_, *this);
   mem_->fill(out.measured);
   double local = 0;
   for (int mb = 0; mb < rp_.micro_batches; ++mb) local += compute_->loss_sum(mb);
-  out.loss = comm_.sum_world(local) / (static_cast<double>(W) * rp_.micro_batches * rp_.dims.tokens());
-  auto& r = out.measured;
-  r.tokens_per_step = static_cast<double>(rp_.program.tokens_per_rank) * W;
-  r.tokens_per_s_per_gpu = r.step_time_ns > 0 ? static_cast<double>(rp_.program.tokens_per_rank) / to_seconds(r.step_time_ns) : 0;
-  r.model_flops_per_step_per_gpu = rp_.program.model_flops_per_rank;
-  r.notes = notes_;
-  for (const auto& n : rp_.program.notes) r.notes.push_back("program: " + n);
+  out.loss = global_mean_loss(rp_, comm_.sum_world(local), W);
+  complete_measured(rp_, W, notes_, out.measured);
   ++steps_done_;
   return out;
 }

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/cpu/rank_program.h"
+#include "runtime/cpu/stream_executor.h"
 #include "runtime/cuda/cuda_check.h"
 
 namespace fsdpsim::runtime::cuda {
@@ -12,32 +14,6 @@ namespace fsdpsim::runtime::cuda {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-bool is_collective(sim::OpKind k) {
-  return k == sim::OpKind::AllGather || k == sim::OpKind::ReduceScatter || k == sim::OpKind::AllReduce;
-}
-
-std::vector<std::pair<TimeNs, TimeNs>> merge(std::vector<std::pair<TimeNs, TimeNs>> iv) {
-  std::sort(iv.begin(), iv.end());
-  std::vector<std::pair<TimeNs, TimeNs>> out;
-  for (auto& x : iv) {
-    if (!out.empty() && x.first <= out.back().second) out.back().second = std::max(out.back().second, x.second);
-    else out.push_back(x);
-  }
-  return out;
-}
-
-TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a, const std::vector<std::pair<TimeNs, TimeNs>>& b) {
-  TimeNs total = 0;
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    const TimeNs lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
-    if (hi > lo) total += hi - lo;
-    if (a[i].second < b[j].second) ++i;
-    else ++j;
-  }
-  return total;
-}
 
 TimeNs elapsed_ns(cudaEvent_t from, cudaEvent_t to) {
   float ms = 0;
@@ -128,33 +104,12 @@ sim::SimResult CudaStreamExecutor::execute_step(CudaDeviceMemory& mem, CudaOpRun
   FSDPSIM_CU_CHECK(cudaDeviceSynchronize());
   mem.process_events(complete);
 
-  sim::SimResult r;
-  TimeNs step = 0, compute = 0, prev_compute_end = 0;
-  std::vector<std::pair<TimeNs, TimeNs>> comm, gaps;
+  std::vector<TimeNs> st(n), en(n);
   for (int i = 0; i < n; ++i) {
-    const sim::Op& op = p_.ops[i];
-    const TimeNs st = elapsed_ns(t0_, start_[i]), en = std::max(st, elapsed_ns(t0_, end_[i]));
-    step = std::max(step, en);
-    const Bytes bytes = is_collective(op.kind) ? op.comm_bytes : op.copy_bytes;
-    trace.push_back({op.name, p_.streams[op.stream].name, sim::op_kind_name(op.kind), op.unit, st, en - st, bytes});
-    if (is_collective(op.kind)) comm.push_back({st, en});
-    if (op.stream == 0) {
-      compute += en - st;
-      const TimeNs ready = std::max(prev_compute_end, issue[i]);
-      if (st > ready) gaps.push_back({ready, st});
-      prev_compute_end = en;
-    }
+    st[i] = elapsed_ns(t0_, start_[i]);
+    en[i] = std::max(st[i], elapsed_ns(t0_, end_[i]));
   }
-  for (const auto& sp : trace) step = std::max(step, sp.start_ns + sp.dur_ns);
-  comm = merge(comm);
-  r.step_time_ns = step;
-  r.compute_ns = compute;
-  for (auto& [a, b] : comm) r.comm_ns += b - a;
-  r.exposed_comm_ns = intersect_length(merge(gaps), comm);
-  r.cpu_blocked_ns = cpu_blocked;
-  std::stable_sort(trace.begin(), trace.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
-  r.trace = std::move(trace);
-  return r;
+  return measured_step(p_, issue, st, en, std::move(trace), cpu_blocked);
 }
 
 }  // namespace fsdpsim::runtime::cuda

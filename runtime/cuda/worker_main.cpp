@@ -100,58 +100,24 @@ std::vector<TimeNs> collective_delays(const Args& a, const sim::StepProgram& pro
 
 int run(const Args& a, const runtime::RunConfig& cfg, bool mpi, int emulate_world) {
   const int steps = static_cast<int>(a.get_int("steps", 3, 1, 100000));
-  const std::string out = a.require("out");
   std::unique_ptr<runtime::cuda::DeviceCommunicator> owned;
   if (emulate_world > 0) owned = std::make_unique<runtime::cuda::EmulatedCommunicator>(emulate_world, cfg.plan.mesh_shard);
   else owned = std::make_unique<runtime::cuda::NcclCommunicator>(cfg.plan.mesh_shard, mpi);
   runtime::cuda::DeviceCommunicator& comm = *owned;
   runtime::cuda::CudaRankRunner runner(cfg, comm);
   if (a.has("pad-cluster")) runner.pad_collectives(collective_delays(a, runner.program(), comm.world()));
-  nlohmann::json losses = nlohmann::json::array(), times = nlohmann::json::array();
-  runtime::StepOutcome last;
-  for (int s = 0; s < steps; ++s) {
-    comm.barrier();
-    last = runner.step();
-    losses.push_back(last.loss);
-    const double t = comm.max_world(to_seconds(last.measured.step_time_ns));
-    times.push_back(t);
-    last.measured.step_time_ns = static_cast<TimeNs>(t * 1e9);   // the step ends when the slowest rank ends
-  }
-  // Only for --dump: gathering every unsharded fp32 tensor to the host is collective and costly (an
-  // 8B model: 2 x 32 GB of host memory, minutes), so a plain run skips it. --dump is the same on every rank.
-  std::vector<std::pair<std::string, std::vector<float>>> params, grads;
-  if (a.has("dump")) {
-    params = runner.gather_params();
-    grads = runner.gather_grads();
-  }
-  if (comm.rank() == 0) {
-    cudaDeviceProp prop;
-    int dev = 0;
-    FSDPSIM_CU_CHECK(cudaGetDevice(&dev));
-    FSDPSIM_CU_CHECK(cudaGetDeviceProperties(&prop, dev));
-    nlohmann::json j;
-    j["context"] = context_block_with_profile("");
-    j["backend"] = "cuda+nccl";
-    j["device"] = prop.name;
-    j["world"] = comm.world();
-    if (comm.emulated()) j["emulated_world"] = comm.world();
-    if (a.has("pad-cluster"))
-      j["collectives_padded"] = {{"cluster", a.get("pad-cluster")}, {"profile", a.get("pad-profile", "built-in")},
-                                 {"how", "after each collective's local copy its stream waits the predicted duration"}};
-    j["steps"] = steps;
-    j["losses"] = losses;
-    j["step_times_s"] = times;
-    j["untracked_bytes"] = runner.untracked_bytes();
-    j["measured"] = sim::sim_result_to_json(last.measured, true);
-    write_file_atomic(out, j.dump(1), "--out");
-    if (a.has("dump")) {
-      nlohmann::json d;
-      d["params"] = runtime::tensors_json(params);
-      d["grads"] = runtime::tensors_json(grads);
-      write_file_atomic(a.get("dump"), d.dump(), "--dump");
-    }
-  }
-  comm.barrier();
+  nlohmann::json fields;
+  cudaDeviceProp prop;
+  int dev = 0;
+  FSDPSIM_CU_CHECK(cudaGetDevice(&dev));
+  FSDPSIM_CU_CHECK(cudaGetDeviceProperties(&prop, dev));
+  fields["backend"] = "cuda+nccl";
+  fields["device"] = prop.name;
+  if (comm.emulated()) fields["emulated_world"] = comm.world();
+  if (a.has("pad-cluster"))
+    fields["collectives_padded"] = {{"cluster", a.get("pad-cluster")}, {"profile", a.get("pad-profile", "built-in")},
+                                    {"how", "after each collective's local copy its stream waits the predicted duration"}};
+  runtime::run_worker_steps(a, runner, comm, steps, std::move(fields));
   return 0;
 }
 
@@ -180,6 +146,7 @@ int main(int argc, char** argv) {
       throw InputError("--emulate-world", std::to_string(emulate), "only without mpirun (one process emulates rank 0)");
     const runtime::RunConfig cfg = config_from(a, emulate > 0 ? emulate : world);
     check_padding_options(a, emulate);
+    a.require("out");   // checked before the device is touched
     const std::string why = runtime::cuda::no_device_reason();
     if (!why.empty()) {
       std::cerr << kProg << ": no CUDA device/driver usable on " << runtime::cuda::error_where() << " (" << why

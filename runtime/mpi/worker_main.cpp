@@ -81,46 +81,10 @@ std::string predicted_peaks(const runtime::RunConfig& cfg, int world) {
 
 
 // The training loop of one rank; rank 0 writes the results.
-int run_steps(const Args& a, const runtime::RunConfig& cfg, runtime::Communicator* comm, int steps,
-              const std::string& out) {
-  const int world = comm->world();
+int run_steps(const Args& a, const runtime::RunConfig& cfg, runtime::Communicator* comm, int steps) {
   runtime::set_blas_threads(1);
   runtime::RankRunner runner(cfg, *comm);
-  nlohmann::json losses = nlohmann::json::array(), times = nlohmann::json::array();
-  runtime::StepOutcome last;
-  for (int s = 0; s < steps; ++s) {
-    comm->barrier();   // ranks start each step together, as a training loop's data loading would not
-    last = runner.step();
-    losses.push_back(last.loss);
-    const double t = comm->max_world(to_seconds(last.measured.step_time_ns));
-    times.push_back(t);
-    last.measured.step_time_ns = static_cast<TimeNs>(t * 1e9);   // the step ends when the slowest rank ends
-  }
-  // Only for --dump: gathering every unsharded fp32 tensor to the host is collective and costly (an
-  // 8B model: 2 x 32 GB of host memory, minutes), so a plain run skips it. --dump is the same on every rank.
-  std::vector<std::pair<std::string, std::vector<float>>> params, grads;
-  if (a.has("dump")) {
-    params = runner.gather_params();
-    grads = runner.gather_grads();
-  }
-  if (comm->rank() == 0) {
-    nlohmann::json j;
-    j["context"] = context_block_with_profile("");
-    j["world"] = world;
-    j["steps"] = steps;
-    j["losses"] = losses;
-    j["step_times_s"] = times;
-    j["untracked_bytes"] = runner.untracked_bytes();
-    j["measured"] = sim::sim_result_to_json(last.measured, true);
-    write_file_atomic(out, j.dump(1), "--out");
-    if (a.has("dump")) {
-      nlohmann::json d;
-      d["params"] = runtime::tensors_json(params);
-      d["grads"] = runtime::tensors_json(grads);
-      write_file_atomic(a.get("dump"), d.dump(), "--dump");
-    }
-  }
-  comm->barrier();
+  runtime::run_worker_steps(a, runner, *comm, steps, nlohmann::json::object());
   return 0;
 }
 
@@ -134,7 +98,7 @@ int run(const Args& a, bool mpi, int rank, int world) {
   cfg.seed = static_cast<std::uint64_t>(a.get_int("seed", 1234, 0, INT64_MAX));
   cfg.optimizer.lr = static_cast<float>(a.get_double("lr", 1e-3, 1e-8, 1.0));
   const int steps = static_cast<int>(a.get_int("steps", 3, 1, 100000));
-  const std::string out = a.require("out");
+  a.require("out");   // checked before any work
   const double timeout_s = a.get_double("collective-timeout", runtime::collective_timeout_from_env(), 0.001, 1e6);
   const std::optional<runtime::FaultSpec> fault = runtime::fault_spec_from_env();
   const bool faulty = fault && fault->rank == rank;
@@ -157,7 +121,7 @@ int run(const Args& a, bool mpi, int rank, int world) {
   }
   // From here on an error of this rank ends the job (the communicator stays alive until then).
   try {
-    return run_steps(a, cfg, comm, steps, out);
+    return run_steps(a, cfg, comm, steps);
   } catch (const InputError&) {
     throw;
   } catch (const runtime::DeviceOutOfMemory& e) {
