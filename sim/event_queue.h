@@ -1,7 +1,8 @@
 // The event list of the discrete-event core (style.md lesson 2, after ns-3's scheduler): events are
 // ordered by (time, insertion sequence), so events at the same time run first-in first-out and a run
 // is deterministic; time never runs backwards (asserted); no singletons — each executor owns one.
-// Cancelling is done by the owner (a version number carried in the payload), not by the queue.
+// An event can be moved to a new time in place (reschedule): it then takes a fresh sequence number,
+// exactly as if it had been cancelled and scheduled anew, but no stale copy is left to pop and skip.
 #pragma once
 #include <cstdint>
 #include <stdexcept>
@@ -14,9 +15,9 @@ namespace fsdpsim::sim {
 // Payload is a small trivially-copyable struct chosen by the user of the queue.
 //
 // Storage: an unsorted array plus the index of its earliest event. The executor keeps only a few
-// events pending at a time (one completion per busy stream, the CPU's event, completions made stale
-// by a re-timing), so a linear scan on pop beats a heap's sifting; schedule() and next_time() are
-// O(1). The order is exactly (time, sequence) either way.
+// events pending at a time (one completion per busy stream and the CPU's event), so a linear scan on
+// pop beats a heap's sifting; schedule() and next_time() are O(1). The order is exactly
+// (time, sequence) either way.
 template <class Payload>
 class EventQueue {
  public:
@@ -33,6 +34,27 @@ class EventQueue {
     if (events_.empty() || t < events_[min_].time) min_ = events_.size();
     events_.push_back(Event{t, next_seq_++, p});
   }
+  // Moves the first pending event whose payload satisfies `match` to time `t` (>= now()) with a fresh
+  // sequence number; returns false if there is none. Call refresh_min() after a batch of these.
+  template <class Match>
+  bool reschedule(TimeNs t, Match&& match) {
+    if (t < now_) [[unlikely]] throw std::logic_error("EventQueue: event scheduled in the past");
+    for (Event& e : events_) {
+      if (match(e.payload)) {
+        e.time = t;
+        e.seq = next_seq_++;
+        return true;
+      }
+    }
+    return false;
+  }
+  // Recomputes the earliest event (after reschedule).
+  void refresh_min() {
+    std::size_t m = 0;
+    for (std::size_t i = 1; i < events_.size(); ++i)
+      if (before(events_[i], events_[m])) m = i;
+    min_ = m;
+  }
   bool empty() const { return events_.empty(); }
   std::size_t size() const { return events_.size(); }
   // Time of the earliest pending event (queue must not be empty).
@@ -44,10 +66,7 @@ class EventQueue {
     Event e = events_[min_];
     events_[min_] = events_.back();
     events_.pop_back();
-    std::size_t m = 0;
-    for (std::size_t i = 1; i < events_.size(); ++i)
-      if (before(events_[i], events_[m])) m = i;
-    min_ = m;
+    refresh_min();
     if (e.time < now_) [[unlikely]] throw std::logic_error("EventQueue: time ran backwards");
     now_ = e.time;
     return e;

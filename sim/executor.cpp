@@ -14,7 +14,8 @@
 //    kernels, not host copies) progress at 1/overlap_slowdown of their speed (semantics N5). A running
 //    kernel's remaining work (in "alone" nanoseconds, a double) is re-timed whenever the number of
 //    running collectives goes 0 -> 1 or 1 -> 0; its completion time is now + llround(remaining ×
-//    factor). Stale completion events are skipped by a per-op version number (ns-3 style cancel).
+//    factor), by moving its pending completion event in place (EventQueue::reschedule: a fresh sequence
+//    number, as a cancel + schedule would give, without a stale event left behind).
 //  * Memory: sim/memory_tracker.h on the caching-allocator model.
 //
 // Speed (issue #3): the engine is reused per thread (its arrays, event list and memory tracker keep
@@ -89,11 +90,16 @@ class FlatList {
   void append(const std::vector<T>& src) {
     const std::size_t k = src.size();
     if (k == 0) return;
-    if (n_ + k > data_.size()) [[unlikely]] data_.resize(std::max(2 * data_.size(), n_ + k + 256));
-    T* out = data_.data() + n_;
+    T* out = extend(k);
     const T* in = src.data();
     for (std::size_t j = 0; j < k; ++j) out[j] = in[j];
+  }
+  // Makes room for k more elements and returns where they go (the caller writes all k).
+  T* extend(std::size_t k) {
+    if (n_ + k > data_.size()) [[unlikely]] data_.resize(std::max(2 * data_.size(), n_ + k + 256));
+    T* out = data_.data() + n_;
     n_ += k;
+    return out;
   }
 
  private:
@@ -105,7 +111,6 @@ enum class EvType : std::uint8_t { OpComplete, IssueDone, CpuResume };
 struct Ev {
   EvType type = EvType::OpComplete;
   int op = 0;
-  std::uint32_t version = 0;
 };
 
 class Engine {
@@ -158,7 +163,6 @@ class Engine {
   // per op (indexed by op id)
   std::vector<TimeNs> issue_t_, start_t_, end_t_, cpu_start_t_;
   std::vector<std::uint8_t> completed_, kind_flags_;
-  std::vector<std::uint32_t> version_;
   // Hot per-op facts copied out of the (large) Op structs for cache locality: stream, NCCL queue,
   // and the GPU waits as one flat array (CSR); wait_pos_[h] is the first wait of h not yet seen
   // complete (an index into wait_list_).
@@ -221,16 +225,52 @@ void Engine::build_queues() {
   free_list_.clear();
   dep_begin_.assign(n_ + 1, 0);
   kind_flags_.resize(n_);
+  // One pass per op: validate_program's per-op checks (check_op's conditions as one yes/no, evaluated while
+  // copying each list; on any failure detail::check_op throws the first error in its order) fused
+  // with the copies and the dependents count.
+  const auto below = [](int v, int n) { return static_cast<unsigned>(v) < static_cast<unsigned>(n); };
+  const Buffer* bufs = p.buffers.data();
+  int* dep_count = dep_begin_.data() + 1;
   for (int i = 0; i < n_; ++i) {
     const Op& op = p.ops[i];
-    if (!detail::op_ok(p, i, ns, nb)) [[unlikely]] {
+    const bool collective = is_collective(op.kind);
+    bool ok = op.id == i && below(op.stream, ns) &&
+              static_cast<unsigned>(op.kind) <= static_cast<unsigned>(OpKind::CpuOptimizerStep) &&
+              op.copy_bytes >= 0 && op.cpu_hooks >= 0 && op.kernel_launches >= 0;
+    if (collective)
+      ok &= static_cast<unsigned>(op.group) <= static_cast<unsigned>(CommGroup::PostForward) && op.group_size >= 1 &&
+            op.comm_bytes >= 0;
+    wait_begin_[i] = wait_list_.size();
+    if (const std::size_t k = op.waits.size(); k > 0) {
+      int* out = wait_list_.extend(k);
+      for (std::size_t j = 0; j < k; ++j) {
+        const int w = op.waits[j];
+        if (!below(w, i)) [[unlikely]] {
+          ok = false;
+          break;
+        }
+        out[j] = w;
+        ++dep_count[w];
+      }
+    }
+    cpu_wait_begin_[i] = cpu_wait_list_.size();
+    for (int w : op.cpu_waits) ok &= below(w, i);
+    cpu_wait_list_.append(op.cpu_waits);
+    alloc_begin_[i] = alloc_list_.size();
+    for (int b : op.allocs) ok &= below(b, nb) && !bufs[b].persistent;   // (&&: no read past the buffers)
+    alloc_list_.append(op.allocs);
+    free_begin_[i] = free_list_.size();
+    for (const FreeSpec& f : op.frees)
+      ok &= below(f.buffer, nb) && f.reuse_after_op >= -1 && f.reuse_after_op <= i;
+    free_list_.append(op.frees);
+    if (!ok) [[unlikely]] {
       detail::check_op(p, i, ns, nb);   // throws the InputError validate_program would
-      throw std::logic_error("execute: op_ok and check_op disagree on op " + std::to_string(i));
+      throw std::logic_error("execute: the engine's checks and check_op disagree on op " + std::to_string(i));
     }
     std::uint8_t f = 0;
     if (op.kind == OpKind::CpuOptimizerStep) f |= kCpuOp;
     else ++stream_begin_[op.stream + 1];
-    if (is_collective(op.kind)) {
+    if (collective) {
       f |= kCollective;
       ++group_begin_[static_cast<int>(op.group) + 1];
     }
@@ -238,15 +278,6 @@ void Engine::build_queues() {
     kind_flags_[i] = f;
     op_stream_[i] = op.stream;
     op_group_[i] = static_cast<int>(op.group);
-    wait_begin_[i] = wait_list_.size();
-    wait_list_.append(op.waits);
-    for (int w : op.waits) ++dep_begin_[w + 1];
-    cpu_wait_begin_[i] = cpu_wait_list_.size();
-    cpu_wait_list_.append(op.cpu_waits);
-    alloc_begin_[i] = alloc_list_.size();
-    alloc_list_.append(op.allocs);
-    free_begin_[i] = free_list_.size();
-    free_list_.append(op.frees);
   }
   wait_begin_[n_] = wait_list_.size();
   cpu_wait_begin_[n_] = cpu_wait_list_.size();
@@ -310,14 +341,13 @@ SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions&
   q_.clear();
 
   // Only issue_t_ (-1: not issued) and completed_ are read before an op writes them; the other per-op
-  // arrays are written first (cpu_start at issue, start/remaining/seg_start at start, end at completion)
-  // and version_ only needs to match between an op and its latest event, so they keep stale values.
+  // arrays are written first (cpu_start at issue, start/remaining/seg_start at start, end at completion),
+  // so they keep stale values.
   issue_t_.assign(n_, -1);
   completed_.assign(n_, 0);
   start_t_.resize(n_);
   end_t_.resize(n_);
   cpu_start_t_.resize(n_);
-  version_.resize(n_);
   if (use_slowdown_) {
     remaining_.resize(n_);
     seg_start_.resize(n_);
@@ -334,7 +364,7 @@ SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions&
     const Ev& ev = e.payload;
     switch (ev.type) {
       case EvType::OpComplete:
-        if (ev.version == version_[ev.op]) complete(ev.op, now);
+        complete(ev.op, now);
         break;
       case EvType::IssueDone:
       case EvType::CpuResume:
@@ -392,7 +422,7 @@ void Engine::cpu_begin(TimeNs now) {
     cpu_start_t_[i] = now;
     const TimeNs done = now + cpu_ns_[i] + ((kind_flags_[i] & kCpuOp) ? gpu_ns_[i] : 0);
     if (!q_.empty() && q_.next_time() <= done) {
-      q_.schedule(done, Ev{EvType::IssueDone, i, 0});
+      q_.schedule(done, Ev{EvType::IssueDone, i});
       return;
     }
     issue_done(i, done);
@@ -458,7 +488,7 @@ void Engine::start(int h, TimeNs now) {
   } else {
     end = now + gpu_ns_[h];
   }
-  q_.schedule(end, Ev{EvType::OpComplete, h, ++version_[h]});
+  q_.schedule(end, Ev{EvType::OpComplete, h});
 }
 
 void Engine::retime(TimeNs now, double new_factor) {
@@ -467,8 +497,10 @@ void Engine::retime(TimeNs now, double new_factor) {
     remaining_[r] = std::max(0.0, remaining_[r] - done);
     seg_start_[r] = now;
     TimeNs end = now + round_ns(remaining_[r] * new_factor);
-    q_.schedule(end, Ev{EvType::OpComplete, r, ++version_[r]});
+    const bool moved = q_.reschedule(end, [r](const Ev& e) { return e.op == r && e.type == EvType::OpComplete; });
+    if (!moved) [[unlikely]] throw std::logic_error("execute: running op " + std::to_string(r) + " has no completion event");
   }
+  q_.refresh_min();
   factor_ = new_factor;
 }
 
@@ -497,7 +529,7 @@ void Engine::complete(int h, TimeNs now) {
     Bytes bytes = (f & kCollective) ? op.comm_bytes : op.copy_bytes;
     add_span(op, p_->streams[s].name, op_kind_name(op.kind), start_t_[h], now - start_t_[h], bytes);
   }
-  if (cpu_blocked_ && cpu_blocked_on_ == h) q_.schedule(now, Ev{EvType::CpuResume, h, 0});
+  if (cpu_blocked_ && cpu_blocked_on_ == h) q_.schedule(now, Ev{EvType::CpuResume, h});
   // What can start now: the next op of this stream, the ops waiting on this one, and the next
   // collective of this NCCL queue. (Being issued is handled in issue_done.)
   try_start(s, now);
