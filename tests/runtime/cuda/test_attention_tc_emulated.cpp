@@ -15,9 +15,15 @@
 #include "cuda_emu.h"   // before the kernels: the CUDA names they use
 #include "runtime/cuda/attention_tc_kernels.cuh"
 #include "runtime/layers/attention.h"
+#include "bf16_test_data.h"
 
 namespace fsdpsim::runtime::cuda {
 namespace {
+
+using test_data::Data;
+using test_data::rand_data;
+using test_data::rel_err;
+using test_data::to_f;
 
 constexpr double kOne = 1.0 / 256, kFew = 1.0 / 128;   // as test_cuda_gpu.cpp
 constexpr bf16 kNanBf16 = 0xFFFF;
@@ -29,34 +35,6 @@ struct EmuLaunch {
   }
 };
 
-struct Data {
-  std::vector<bf16> b;
-  std::vector<float> f;
-};
-Data rand_data(long n, std::mt19937& g, float lo, float hi) {
-  std::uniform_real_distribution<float> u(lo, hi);
-  Data d;
-  for (long i = 0; i < n; ++i) {
-    d.b.push_back(f2bf(u(g)));
-    d.f.push_back(bf2f(d.b.back()));
-  }
-  return d;
-}
-std::vector<float> to_f(const std::vector<bf16>& b) {
-  std::vector<float> f;
-  for (bf16 h : b) f.push_back(bf2f(h));
-  return f;
-}
-// max|got - ref| / max|ref|; infinite when got holds a NaN or inf (an element never written).
-double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
-  double e = 0, m = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(got[i])) return INFINITY;
-    e = std::max(e, std::fabs(static_cast<double>(got[i]) - ref[i]));
-    m = std::max(m, std::fabs(static_cast<double>(ref[i])));
-  }
-  return m > 0 ? e / m : e;
-}
 
 template <int HD>
 void check(int B, int T, int NH, int NKV, unsigned seed) {

@@ -27,40 +27,19 @@
 #include "runtime/layers/rotary.h"
 #include "runtime/layers/swiglu.h"
 #include "runtime/train/optimizer.h"
+#include "bf16_test_data.h"
 
 namespace fsdpsim::runtime::cuda {
 namespace {
 
+using test_data::Data;
+using test_data::rand_data;
+using test_data::rel_err;
+using test_data::to_f;
+
 constexpr double kOne = 1.0 / 256;    // 2^-8: one bf16 rounding, with margin
 constexpr double kFew = 1.0 / 128;    // 2^-7: two or three roundings
 
-struct Data {
-  std::vector<bf16> b;     // bf16 bits (the kernel's input)
-  std::vector<float> f;    // the same values as fp32 (the reference's input)
-};
-Data rand_data(long n, std::mt19937& g, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> u(lo, hi);
-  Data d;
-  for (long i = 0; i < n; ++i) {
-    const bf16 h = f2bf(u(g));
-    d.b.push_back(h);
-    d.f.push_back(bf2f(h));
-  }
-  return d;
-}
-std::vector<float> to_f(const std::vector<bf16>& b) {
-  std::vector<float> f;
-  for (bf16 h : b) f.push_back(bf2f(h));
-  return f;
-}
-double rel_err(const std::vector<float>& got, const std::vector<float>& ref) {
-  double e = 0, m = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    e = std::max(e, std::fabs(static_cast<double>(got[i]) - ref[i]));
-    m = std::max(m, std::fabs(static_cast<double>(ref[i])));
-  }
-  return m > 0 ? e / m : e;
-}
 
 TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(f2bf(1.0f), 0x3f80);
