@@ -125,7 +125,8 @@ void CachingAllocator::add_class(Pool& p, std::size_t at, Bytes size) {
 // With `try_cls`, blk.cls is tried first: a freed block that merged back to the size it had when
 // alloc took it from the pool (the usual case: each FSDP buffer's segment) still names its class,
 // unless classes moved since; sizes are distinct, so a class of this size IS its class.
-template <bool try_cls>
+// `maybe_whole` false: the block has a neighbour (a remainder just split off), no whole-count update.
+template <bool try_cls, bool maybe_whole>
 [[gnu::always_inline]] inline void CachingAllocator::pool_insert(Pool& p, int b) {
   Block& blk = blocks_[b];
   const Bytes size = blk.size;
@@ -153,7 +154,7 @@ template <bool try_cls>
   } else {
     v.insert(addr_position(v, blk.addr), FreeEntry{blk.addr, b});
   }
-  if (blk.prev < 0 && blk.next < 0) {
+  if (maybe_whole && blk.prev < 0 && blk.next < 0) {
     ++cached_whole_segments_;
     ++p.whole;
   }
@@ -312,13 +313,30 @@ int CachingAllocator::alloc(Bytes bytes, int stream) {
   blk.requested = bytes;
   if (split) {
     // The remainder: a free block after this one in its segment (so never a whole segment).
-    const Block rest{blk.addr + size, remaining, 0, blk.segment, b, blk.next, pi, 0, State::Free};
-    blk.size = size;
-    const int r = add_block(rest);   // (may grow blocks_: blk is not used after this)
+    // (Fields written one by one into the slot: cheaper than building a Block and copying it.)
+    int r;
+    if (!dead_blocks_.empty()) [[likely]] {
+      r = dead_blocks_.back();
+      dead_blocks_.pop_back();
+    } else {
+      blocks_.emplace_back();   // may move blocks_: blk is not used after this
+      r = static_cast<int>(blocks_.size()) - 1;
+    }
     Block& nb = blocks_[b];
+    Block& rb = blocks_[r];
+    rb.addr = nb.addr + size;
+    rb.size = remaining;
+    rb.requested = 0;
+    rb.segment = nb.segment;
+    rb.prev = b;
+    rb.next = nb.next;
+    rb.pool = pi;
+    rb.cls = 0;
+    rb.state = State::Free;
     if (nb.next >= 0) blocks_[nb.next].prev = r;
     nb.next = r;
-    pool_insert<false>(pools_[pi], r);
+    nb.size = size;
+    pool_insert<false, false>(pools_[pi], r);
   }
   stats_.allocated += size + (split ? 0 : remaining);   // the block's size: size, or all of it unsplit
   stats_.requested += bytes;
@@ -386,7 +404,7 @@ void CachingAllocator::free_block(int b) { merge_and_insert(b); }
     nb.state = State::Dead;
     dead_blocks_.push_back(n);
   }
-  pool_insert<true>(p, b);
+  pool_insert<true, true>(p, b);
 }
 
 // release_blocks on every pool: cudaFree each cached block that is a whole segment.

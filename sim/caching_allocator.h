@@ -152,7 +152,7 @@ class CachingAllocator {
     // (`exact`: that class has exactly this size). Every hint is dropped when classes are added or
     // compacted (add_class), the only times class indices move, so a stored hint is always current.
     // A hint is only stored while the pool has at most 64 classes and its index is below 64: a hit
-    // can use `nonempty` directly (the fast paths in alloc and pool_insert rely on it).
+    // can use `nonempty` directly (find_free_block relies on it).
     struct Hint {
       Bytes size = -1;
       std::uint32_t index = 0;
@@ -191,7 +191,7 @@ class CachingAllocator {
   // The hot paths (defined in the .cpp, inlined into alloc/free): best-fit take, insert, erase.
   int find_free_block(Pool& p, Bytes size);
   int take_from_class(Pool& p, std::size_t i, Bytes size);
-  template <bool try_cls>
+  template <bool try_cls, bool maybe_whole>
   void pool_insert(Pool& p, int block);
   void pool_erase_neighbour(Pool& p, int block);
   void add_class(Pool& p, std::size_t at, Bytes size);
