@@ -13,6 +13,7 @@ namespace fsdpsim::sim {
 CachingAllocator::CachingAllocator(AllocatorConfig config) : config_(config) {
   if (config_.capacity < 0) throw std::invalid_argument("CachingAllocator: capacity < 0");
   if (config_.max_split_size <= 0) throw std::invalid_argument("CachingAllocator: max_split_size <= 0");
+  split_limits_ = config_.max_split_size != kAllocNoMaxSplit;
   blocks_.reserve(256);
   segments_.reserve(64);
 }
@@ -21,11 +22,12 @@ void CachingAllocator::reset(AllocatorConfig config) {
   if (config.capacity < 0) throw std::invalid_argument("CachingAllocator: capacity < 0");
   if (config.max_split_size <= 0) throw std::invalid_argument("CachingAllocator: max_split_size <= 0");
   config_ = config;
+  split_limits_ = config_.max_split_size != kAllocNoMaxSplit;
   blocks_.clear();
   dead_blocks_.clear();
   segments_.clear();
-  // The size classes stay (empty): an empty class is invisible to every lookup, and keeping it saves
-  // re-creating the same classes (and their vectors) in the next run.
+  // The size classes stay (empty), and with them the hints: an empty class is invisible to every
+  // lookup, and keeping it saves re-creating the same classes (and their vectors) in the next run.
   for (Pool& p : pools_) {
     for (auto& v : p.lists) v.clear();
     p.nonempty = 0;
@@ -51,7 +53,7 @@ Bytes CachingAllocator::allocation_size(Bytes rounded) {
 namespace {
 // Index of the first class with size >= s (sizes.size() if none).
 // Branch-free binary search (a pool has a few dozen classes at most; the comparisons are hard to predict).
-[[gnu::always_inline]] inline std::size_t class_at_least(const std::vector<Bytes>& sizes, Bytes s) {
+std::size_t class_at_least(const std::vector<Bytes>& sizes, Bytes s) {
   const Bytes* base = sizes.data();
   std::size_t n = sizes.size();
   if (n == 0) return 0;
@@ -64,12 +66,14 @@ namespace {
 }
 }  // namespace
 
-[[gnu::always_inline]] inline std::size_t CachingAllocator::lower_class(Pool& p, Bytes size) {
-  Pool::Hint& h = p.hints[(static_cast<std::uint64_t>(size) * 0x9e3779b97f4a7c15ULL) >> 59];
-  if (h.size == size && h.epoch == p.epoch) return h.index;
+// The slow half of a hint lookup (a miss): the binary search, remembered when a later hit may use it
+// without further checks (see Pool::Hint).
+CachingAllocator::Pool::Hint CachingAllocator::lower_class(Pool& p, Bytes size) {
+  const std::size_t n = p.sizes.size();
   const std::size_t i = class_at_least(p.sizes, size);
-  h = Pool::Hint{size, static_cast<std::uint32_t>(i), p.epoch};
-  return i;
+  const Pool::Hint h{size, static_cast<std::uint32_t>(i), i < n && p.sizes[i] == size ? 1u : 0u};
+  if (n <= 64 && i < 64) p.hints[hint_slot(size)] = h;
+  return h;
 }
 
 namespace {
@@ -114,15 +118,31 @@ void CachingAllocator::add_class(Pool& p, std::size_t at, Bytes size) {
   p.sizes.insert(p.sizes.begin() + static_cast<std::ptrdiff_t>(at), size);
   p.lists.insert(p.lists.begin() + static_cast<std::ptrdiff_t>(at), std::vector<FreeEntry>{});
   recompute_nonempty(p);
-  ++p.epoch;   // class indices moved: every hint is stale
+  p.hints.fill(Pool::Hint{});   // class indices moved: every hint is stale
 }
 
+// Inserts a free block into its pool's class (blk.cls records it for pool_erase_neighbour).
+// With `try_cls`, blk.cls is tried first: a freed block that merged back to the size it had when
+// alloc took it from the pool (the usual case: each FSDP buffer's segment) still names its class,
+// unless classes moved since; sizes are distinct, so a class of this size IS its class.
+// `maybe_whole` false: the block has a neighbour (a remainder just split off), no whole-count update.
+template <bool try_cls, bool maybe_whole>
 [[gnu::always_inline]] inline void CachingAllocator::pool_insert(Pool& p, int b) {
   Block& blk = blocks_[b];
-  std::size_t i = lower_class(p, blk.size);
-  if (i == p.sizes.size() || p.sizes[i] != blk.size) [[unlikely]] {
-    add_class(p, i, blk.size);
-    i = lower_class(p, blk.size);
+  const Bytes size = blk.size;
+  std::size_t i = static_cast<std::size_t>(blk.cls);
+  const Pool::Hint& h = p.hints[hint_slot(size)];
+  if (try_cls && i < p.sizes.size() && p.sizes[i] == size) [[likely]] {
+    // i is the class
+  } else if (h.size == size && h.exact) [[likely]] {
+    i = h.index;
+  } else {
+    const Pool::Hint m = lower_class(p, size);
+    i = m.index;
+    if (!m.exact) {
+      add_class(p, i, size);
+      i = lower_class(p, size).index;
+    }
   }
   blk.cls = static_cast<int>(i);
   auto& v = p.lists[i];
@@ -134,19 +154,21 @@ void CachingAllocator::add_class(Pool& p, std::size_t at, Bytes size) {
   } else {
     v.insert(addr_position(v, blk.addr), FreeEntry{blk.addr, b});
   }
-  if (blk.prev < 0 && blk.next < 0) {
+  if (maybe_whole && blk.prev < 0 && blk.next < 0) {
     ++cached_whole_segments_;
     ++p.whole;
   }
 }
 
-[[gnu::always_inline]] inline void CachingAllocator::pool_erase(Pool& p, int b) {
+// Removes from its pool a free block that is about to merge into its neighbour: it has that neighbour,
+// so it never spans a whole segment (no `whole` count to update).
+[[gnu::always_inline]] inline void CachingAllocator::pool_erase_neighbour(Pool& p, int b) {
   const Block& blk = blocks_[b];
   // The class recorded at insertion, unless classes were added or compacted since (sizes are distinct,
   // so a class holding this size IS this block's class).
   std::size_t i = static_cast<std::size_t>(blk.cls);
   if (i >= p.sizes.size() || p.sizes[i] != blk.size) [[unlikely]] {
-    i = lower_class(p, blk.size);
+    i = class_at_least(p.sizes, blk.size);
     if (i == p.sizes.size() || p.sizes[i] != blk.size) [[unlikely]]
       throw std::logic_error("CachingAllocator: free block missing from its pool");
   }
@@ -160,14 +182,11 @@ void CachingAllocator::add_class(Pool& p, std::size_t at, Bytes size) {
     v.erase(it);
   }
   if (v.empty() && i < 64) p.nonempty &= ~(std::uint64_t{1} << i);
-  if (blk.prev < 0 && blk.next < 0) {
-    --cached_whole_segments_;
-    --p.whole;
-  }
 }
 
-[[gnu::always_inline]] inline int CachingAllocator::find_free_block(Pool& p, Bytes size) {
-  std::size_t i = lower_class(p, size);
+// Best fit from class i on (i = class_at_least(size)): the first non-empty class, then the checks of
+// get_free_block, then the class's lowest address. -1 if none fits.
+[[gnu::always_inline]] inline int CachingAllocator::take_from_class(Pool& p, std::size_t i, Bytes size) {
   const std::size_t n = p.sizes.size();
   if (n <= 64) [[likely]] {
     if (i == n) return -1;
@@ -179,30 +198,60 @@ void CachingAllocator::add_class(Pool& p, std::size_t at, Bytes size) {
     if (i == n) return -1;
   }
   // get_free_block: do not hand an oversize block to a normal request, and round an oversize request
-  // up by at most max_non_split_rounding (both inactive with the default max_split_size).
-  const Bytes found = p.sizes[i];
-  if (size < config_.max_split_size && found >= config_.max_split_size) return -1;
-  if (size >= config_.max_split_size && found >= size + config_.max_non_split_rounding) return -1;
+  // up by at most max_non_split_rounding (both inactive with the default max_split_size: no size
+  // reaches kAllocNoMaxSplit, so split_limits_ skips two exact no-ops).
+  if (split_limits_) [[unlikely]] {
+    const Bytes found = p.sizes[i];
+    if (size < config_.max_split_size && found >= config_.max_split_size) return -1;
+    if (size >= config_.max_split_size && found >= size + config_.max_non_split_rounding) return -1;
+  }
   // Best fit, ties by address: the lowest address of the smallest fitting size (the class's back).
   auto& v = p.lists[i];
   const int b = v.back().block;
   v.pop_back();
   if (v.empty() && i < 64) p.nonempty &= ~(std::uint64_t{1} << i);
-  if (blocks_[b].prev < 0 && blocks_[b].next < 0) {
+  const Block& blk = blocks_[b];
+  if (blk.prev < 0 && blk.next < 0) {
     --cached_whole_segments_;
     --p.whole;
   }
   return b;
 }
 
-// A recycled or new Block slot; the caller sets every field.
-[[gnu::always_inline]] inline int CachingAllocator::new_block() {
+[[gnu::always_inline]] inline int CachingAllocator::find_free_block(Pool& p, Bytes size) {
+  const Pool::Hint& h = p.hints[hint_slot(size)];
+  if (h.size == size) [[likely]] {
+    // A stored hint has index < 64 and the pool <= 64 classes (Pool::Hint): the fast half of
+    // take_from_class.
+    const std::uint64_t above = p.nonempty >> h.index;
+    if (above == 0) return -1;
+    if (!split_limits_) [[likely]] {
+      const std::size_t i = h.index + static_cast<std::size_t>(std::countr_zero(above));
+      auto& v = p.lists[i];
+      const int b = v.back().block;
+      v.pop_back();
+      if (v.empty()) p.nonempty &= ~(std::uint64_t{1} << i);   // i < 64: a bit of `above`
+      const Block& blk = blocks_[b];
+      if (blk.prev < 0 && blk.next < 0) {
+        --cached_whole_segments_;
+        --p.whole;
+      }
+      return b;
+    }
+    return take_from_class(p, h.index, size);
+  }
+  return take_from_class(p, lower_class(p, size).index, size);
+}
+
+// A recycled or new Block slot holding `init`.
+[[gnu::always_inline]] inline int CachingAllocator::add_block(const Block& init) {
   if (!dead_blocks_.empty()) {
     const int b = dead_blocks_.back();
     dead_blocks_.pop_back();
+    blocks_[b] = init;
     return b;
   }
-  blocks_.emplace_back();
+  blocks_.push_back(init);
   return static_cast<int>(blocks_.size()) - 1;
 }
 
@@ -214,7 +263,7 @@ bool CachingAllocator::try_cuda_malloc(Bytes size) {
   return true;
 }
 
-int CachingAllocator::create_segment(int stream, bool small, Bytes rounded) {
+int CachingAllocator::create_segment(int pool, Bytes rounded) {
   const Bytes size = allocation_size(rounded);
   if (!try_cuda_malloc(size)) {
     // alloc_block failed: release_cached_blocks() then alloc_block(isRetry=true).
@@ -231,42 +280,65 @@ int CachingAllocator::create_segment(int stream, bool small, Bytes rounded) {
   Segment s;
   s.base = next_addr_;
   s.size = size;
-  s.stream = stream;
-  s.small = small;
+  s.stream = pool >> 1;
+  s.small = (pool & 1) != 0;
   s.live = true;
   next_addr_ += size;
   segments_.push_back(s);
-  const int b = new_block();
-  blocks_[b] = Block{s.base, size, 0, static_cast<int>(segments_.size()) - 1, -1, -1, stream, small, State::Free, 0};
-  return b;
+  return add_block(Block{s.base, size, 0, static_cast<int>(segments_.size()) - 1, -1, -1, pool, 0, State::Free});
+}
+
+void CachingAllocator::throw_bad_alloc(Bytes bytes, int stream) const {
+  if (bytes < 0) throw std::invalid_argument("CachingAllocator::alloc: bytes < 0: " + std::to_string(bytes));
+  throw std::invalid_argument("CachingAllocator::alloc: stream < 0");
 }
 
 int CachingAllocator::alloc(Bytes bytes, int stream) {
-  if (bytes < 0) throw std::invalid_argument("CachingAllocator::alloc: bytes < 0: " + std::to_string(bytes));
-  if (stream < 0) throw std::invalid_argument("CachingAllocator::alloc: stream < 0");
-  if (bytes == 0) return -1;
-  const Bytes size = round_size(bytes);
+  if (bytes <= 0 || stream < 0) [[unlikely]] {
+    if (bytes < 0 || stream < 0) throw_bad_alloc(bytes, stream);
+    return -1;   // a 0-byte request
+  }
+  // round_size for bytes >= 1, without its branch.
+  const Bytes size = (bytes + kAllocMinBlockSize - 1) & ~(kAllocMinBlockSize - 1);
   const bool small = size <= kAllocSmallSize;
-  Pool& p = pool(stream, small);
-  int b = find_free_block(p, size);
-  if (b < 0) b = create_segment(stream, small, size);
+  const int pi = pool_index(stream, small);
+  int b = find_free_block(pools_[pi], size);
+  if (b < 0) b = create_segment(pi, size);
   // should_split: the allocation keeps the front of the block, the remainder stays cached.
-  const Bytes remaining = blocks_[b].size - size;
+  Block& blk = blocks_[b];
+  const Bytes remaining = blk.size - size;
   const bool split = small ? remaining >= kAllocMinBlockSize
                            : (size < config_.max_split_size && remaining > kAllocSmallSize);
-  if (split) {
-    const int r = new_block();
-    Block& blk = blocks_[b];   // (fetched after new_block may have grown the vector)
-    blocks_[r] = Block{blk.addr + size, remaining, 0, blk.segment, b, blk.next, blk.stream, blk.small, State::Free, 0};
-    if (blk.next >= 0) blocks_[blk.next].prev = r;
-    blk.next = r;
-    blk.size = size;
-    pool_insert(p, r);
-  }
-  Block& blk = blocks_[b];
   blk.state = State::Allocated;
   blk.requested = bytes;
-  stats_.allocated += blk.size;
+  if (split) {
+    // The remainder: a free block after this one in its segment (so never a whole segment).
+    // (Fields written one by one into the slot: cheaper than building a Block and copying it.)
+    int r;
+    if (!dead_blocks_.empty()) [[likely]] {
+      r = dead_blocks_.back();
+      dead_blocks_.pop_back();
+    } else {
+      blocks_.emplace_back();   // may move blocks_: blk is not used after this
+      r = static_cast<int>(blocks_.size()) - 1;
+    }
+    Block& nb = blocks_[b];
+    Block& rb = blocks_[r];
+    rb.addr = nb.addr + size;
+    rb.size = remaining;
+    rb.requested = 0;
+    rb.segment = nb.segment;
+    rb.prev = b;
+    rb.next = nb.next;
+    rb.pool = pi;
+    rb.cls = 0;
+    rb.state = State::Free;
+    if (nb.next >= 0) blocks_[nb.next].prev = r;
+    nb.next = r;
+    nb.size = size;
+    pool_insert<false, false>(pools_[pi], r);
+  }
+  stats_.allocated += size + (split ? 0 : remaining);   // the block's size: size, or all of it unsplit
   stats_.requested += bytes;
   stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
   ++stats_.num_allocs;
@@ -285,7 +357,7 @@ void CachingAllocator::free(int b) {
   stats_.allocated -= blk.size;
   stats_.requested -= blk.requested;
   blk.requested = 0;
-  free_block(b);
+  merge_and_insert(b);
 }
 
 void CachingAllocator::free_after(int b, std::int64_t event) {
@@ -305,14 +377,16 @@ void CachingAllocator::release_pending(int b) {
   free_block(b);
 }
 
+void CachingAllocator::free_block(int b) { merge_and_insert(b); }
+
 // free_block + try_merge_blocks: a neighbour merges only if it is free (not live, not pending).
 // (No Block slot is created here, so references into blocks_ stay valid.)
-void CachingAllocator::free_block(int b) {
+[[gnu::always_inline]] inline void CachingAllocator::merge_and_insert(int b) {
   Block& blk = blocks_[b];
   blk.state = State::Free;
-  Pool& p = pool(blk.stream, blk.small);
+  Pool& p = pools_[blk.pool];
   if (const int n = blk.prev; n >= 0 && blocks_[n].state == State::Free) {
-    pool_erase(p, n);
+    pool_erase_neighbour(p, n);
     Block& nb = blocks_[n];
     blk.addr = nb.addr;   // absorb the previous block: take its address and its prev link
     blk.prev = nb.prev;
@@ -322,7 +396,7 @@ void CachingAllocator::free_block(int b) {
     dead_blocks_.push_back(n);
   }
   if (const int n = blk.next; n >= 0 && blocks_[n].state == State::Free) {
-    pool_erase(p, n);
+    pool_erase_neighbour(p, n);
     Block& nb = blocks_[n];
     blk.next = nb.next;
     if (blk.next >= 0) blocks_[blk.next].prev = b;
@@ -330,7 +404,7 @@ void CachingAllocator::free_block(int b) {
     nb.state = State::Dead;
     dead_blocks_.push_back(n);
   }
-  pool_insert(p, b);
+  pool_insert<true, true>(p, b);
 }
 
 // release_blocks on every pool: cudaFree each cached block that is a whole segment.

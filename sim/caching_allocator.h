@@ -110,7 +110,7 @@ class CachingAllocator {
   Bytes block_size(int block) const { return blocks_[block].size; }
   Bytes block_address(int block) const { return blocks_[block].addr; }
   int block_segment(int block) const { return blocks_[block].segment; }
-  bool block_is_small(int block) const { return blocks_[block].small; }
+  bool block_is_small(int block) const { return (blocks_[block].pool & 1) != 0; }
   int num_segments() const;               // live segments
   // Free (cached, reusable) bytes in one stream's pools.
   Bytes cached_free_bytes(int stream) const;
@@ -126,10 +126,9 @@ class CachingAllocator {
     Bytes requested = 0;
     int segment = -1;
     int prev = -1, next = -1;   // neighbours within the segment
-    int stream = 0;
-    bool small = false;
-    State state = State::Free;
+    int pool = 0;            // index into pools_: stream * 2 + small (the hot paths need no bounds check)
     int cls = 0;             // while in a pool: its size class index, if the pool's classes have not moved since
+    State state = State::Free;
   };
   // A pool is ordered by (size, addr) like PyTorch's BlockComparatorSize, stored as size classes:
   // an FSDP step frees many blocks of few sizes (llama3-70b: ~150 free blocks, 8 sizes), so a sorted
@@ -143,19 +142,22 @@ class CachingAllocator {
     int block;
   };
   struct Pool {
-    std::vector<Bytes> sizes;                    // distinct, ascending; a class may be empty (see compact)
-    std::vector<std::vector<FreeEntry>> lists;   // parallel to sizes; addr descending
     // Bit i set iff lists[i] is not empty, while the pool has at most 64 classes (it nearly always
     // has: compaction starts at 64): best fit skips empty classes with one count-trailing-zeros.
     std::uint64_t nonempty = 0;
     int whole = 0;   // free blocks of this pool that span a whole segment (what release_cached_blocks frees)
-    // A small direct-mapped memo of class_at_least(size) for the sizes a step keeps asking about,
-    // valid while `epoch` is unchanged (classes are only added or compacted in add_class).
+    std::vector<Bytes> sizes;                    // distinct, ascending; a class may be empty (see compact)
+    std::vector<std::vector<FreeEntry>> lists;   // parallel to sizes; addr descending
+    // A small direct-mapped memo of class_at_least(size) for the sizes a step keeps asking about
+    // (`exact`: that class has exactly this size). Every hint is dropped when classes are added or
+    // compacted (add_class), the only times class indices move, so a stored hint is always current.
+    // A hint is only stored while the pool has at most 64 classes and its index is below 64: a hit
+    // can use `nonempty` directly (find_free_block relies on it).
     struct Hint {
       Bytes size = -1;
-      std::uint32_t index = 0, epoch = 0;
+      std::uint32_t index = 0;
+      std::uint32_t exact = 0;
     };
-    std::uint32_t epoch = 1;
     std::array<Hint, 32> hints{};
   };
   struct Segment {
@@ -169,38 +171,53 @@ class CachingAllocator {
     std::int64_t event;
   };
 
-  Pool& pool(int stream, bool small) {
+  // The pool of (stream, small), created on first use; pools_ never shrinks, so a block's `pool`
+  // index stays valid.
+  int pool_index(int stream, bool small) {
     const std::size_t idx = static_cast<std::size_t>(stream) * 2 + (small ? 1 : 0);
-    if (idx >= pools_.size()) [[unlikely]] pools_.resize(idx + 1);
-    return pools_[idx];
+    if (idx >= num_pools_) [[unlikely]] {
+      pools_.resize(idx + 1);
+      num_pools_ = pools_.size();
+    }
+    return static_cast<int>(idx);
+  }
+  static std::size_t hint_slot(Bytes size) {
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(size) * 0x9e3779b97f4a7c15ULL) >> 59);
   }
   // Removes the empty classes of a pool (when it has many: sizes come and go with splits).
   static void compact(Pool& p);
   static void recompute_nonempty(Pool& p);
-  static std::size_t lower_class(Pool& p, Bytes size);   // class_at_least through the pool's hints
+  static Pool::Hint lower_class(Pool& p, Bytes size);   // class_at_least, stored as a hint when it may be
   // The hot paths (defined in the .cpp, inlined into alloc/free): best-fit take, insert, erase.
   int find_free_block(Pool& p, Bytes size);
+  int take_from_class(Pool& p, std::size_t i, Bytes size);
+  template <bool try_cls, bool maybe_whole>
   void pool_insert(Pool& p, int block);
-  void pool_erase(Pool& p, int block);
+  void pool_erase_neighbour(Pool& p, int block);
   void add_class(Pool& p, std::size_t at, Bytes size);
-  int new_block();
+  int add_block(const Block& init);
   bool try_cuda_malloc(Bytes size);
-  int create_segment(int stream, bool small, Bytes size);   // cudaMalloc (with the retry) + its block
+  int create_segment(int pool, Bytes size);   // cudaMalloc (with the retry) + its block
   void release_cached_blocks();
   void free_block(int block);
+  void merge_and_insert(int block);
   void release_pending(int block);
+  [[noreturn]] void throw_bad_alloc(Bytes bytes, int stream) const;
   [[noreturn]] void throw_not_live(int block, const char* what) const;
   void check_live(int block, const char* what) const {
-    if (block < 0 || block >= static_cast<int>(blocks_.size()) || blocks_[block].state != State::Allocated)
-        [[unlikely]]
+    // One unsigned compare covers block < 0 and block >= size.
+    if (static_cast<std::size_t>(static_cast<unsigned>(block)) >= blocks_.size() ||
+        blocks_[block].state != State::Allocated) [[unlikely]]
       throw_not_live(block, what);
   }
 
   AllocatorConfig config_;
+  bool split_limits_ = false;                    // config_.max_split_size is set (not kAllocNoMaxSplit)
   std::vector<Block> blocks_;
   std::vector<int> dead_blocks_;                 // recycled Block slots
   std::vector<Segment> segments_;
   std::vector<Pool> pools_;                      // [stream * 2 + small], ordered by (size, addr)
+  std::size_t num_pools_ = 0;                    // pools_.size() (without the division by sizeof(Pool))
   std::vector<Pending> pending_;
   Bytes next_addr_ = 0;
   int cached_whole_segments_ = 0;                // free blocks in pools that span a whole segment

@@ -39,12 +39,17 @@ void MemoryTracker::record_sample(TimeNs now) {
 }
 
 void MemoryTracker::allocate_persistent() {
+  bool any = false;
   for (const Buffer& b : program_->buffers) {
     if (!b.persistent) continue;
     block_of_[b.id] = allocator_.alloc(b.bytes, b.pool_stream);
     live_[static_cast<int>(b.category)] += b.bytes;
-    after_change(0);
+    any = true;
   }
+  // One after_change for all of them, the same as one per buffer: only allocations happen here, so
+  // allocated never decreases, and the last one that raised it left live_ and reserved as they are
+  // now (a 0-byte buffer changes neither); at t = 0 every sample overwrites the previous one.
+  if (any) after_change(0);
   if (record_timeline_ && timeline_.empty()) timeline_.push_back(MemorySample{0, 0, 0});
 }
 

@@ -61,7 +61,9 @@ class MemoryTracker {
     }
     block_of_[buffer] = kNotLive;
     live_[static_cast<int>(b.category)] -= b.bytes;
-    after_change(now);
+    // No peak check: a free lowers allocated, which every earlier alloc has already compared with the
+    // peak (peak_allocated_ >= allocated at all times), so it can never set a new peak.
+    if (record_timeline_) record_sample(now);
   }
 
   // Fills peak_allocated, peak_reserved, breakdown_at_peak (without cuda_context), alloc_retries,
