@@ -156,9 +156,44 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, double f) {
   return s;
 }
 
-Context make_context(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
-                     const Topology& topo) {
-  Context c;
+namespace {
+// Groups the units of [first, last) by segment key(u) (-1: left out), keeping their order within a
+// segment: a stable counting sort into one flat array.
+template <typename It, typename Key>
+void group_by_segment(UnitsBySegment& out, int S, It first, It last, Key key) {
+  out.start.assign(static_cast<std::size_t>(S) + 2, 0);
+  int n = 0;
+  for (It it = first; it != last; ++it)
+    if (const int k = key(*it); k >= 0) ++out.start[k + 2], ++n;
+  for (int s = 2; s <= S + 1; ++s) out.start[s] += out.start[s - 1];   // start[k + 1] = begin of segment k
+  out.units.resize(n);
+  for (It it = first; it != last; ++it)
+    if (const int k = key(*it); k >= 0) out.units[out.start[k + 1]++] = *it;
+  // Each start[k + 1] has advanced to the end of segment k, i.e. the begin of segment k + 1: start[s]
+  // is now segment s's begin for every s <= S (start[0] = 0).
+}
+}  // namespace
+
+void swap_storage(Context& a, Context& b) {
+  a.sizes.swap(b.sizes);
+  a.segments.swap(b.segments);
+  a.first_seg.swap(b.first_seg);
+  a.last_seg.swap(b.last_seg);
+  a.forward_order.swap(b.forward_order);
+  a.backward_order.swap(b.backward_order);
+  a.forward_pos.swap(b.forward_pos);
+  a.backward_pos.swap(b.backward_pos);
+  for (UnitsBySegment Context::*l : {&Context::opening, &Context::closing, &Context::backward_starts}) {
+    (a.*l).start.swap((b.*l).start);
+    (a.*l).units.swap((b.*l).units);
+  }
+  a.act_saved.swap(b.act_saved);
+  a.act_recompute.swap(b.act_recompute);
+  a.notes.swap(b.notes);
+}
+
+void make_context(Context& c, const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                  const Topology& topo) {
   c.model = &model;
   c.graph = &graph;
   c.plan = &plan;
@@ -166,6 +201,7 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
   c.R = plan.mesh_replicate;
   c.N = plan.mesh_shard;
   c.W = topo.world;
+  c.notes.clear();
   if (c.R < 1 || c.N < 1 || c.R * c.N != c.W)
     throw InputError("plan.mesh", "(" + std::to_string(c.R) + ", " + std::to_string(c.N) + ")",
                      "the plan must be resolved (resolve_plan) for " + std::to_string(c.W) + " GPUs before lowering");
@@ -188,6 +224,7 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
   c.optimizer_states = plan.optimizer == Optimizer::AdamW ? 2 : 1;   // AdamW exp_avg + exp_avg_sq; SGD momentum
 
   const int U = static_cast<int>(graph.units.size());
+  c.sizes.clear();
   c.sizes.reserve(U);
   for (const auto& u : graph.units)
     c.sizes.push_back(plan.fsdp_version == FsdpVersion::FSDP1
@@ -197,13 +234,15 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
 
   // ---- forward segments and which unit each one uses ----
   const int L = static_cast<int>(model.n_layers);
+  c.segments.clear();
   c.segments.reserve(L + 2);
   c.segments.push_back({models::ModulePart::Embedding, -1, 0});
   for (int l = 0; l < L; ++l) c.segments.push_back({models::ModulePart::Block, l, 0});
   c.segments.push_back({models::ModulePart::FinalNormAndHead, -1, 0});
   const int S = static_cast<int>(c.segments.size());
-  c.forward_order = graph.forward_order;
-  if (static_cast<int>(c.forward_order.size()) != U) {
+  if (static_cast<int>(graph.forward_order.size()) == U) {
+    c.forward_order.assign(graph.forward_order.begin(), graph.forward_order.end());
+  } else {
     c.forward_order.clear();
     for (int u = 0; u < U; ++u) c.forward_order.push_back(u);
   }
@@ -236,30 +275,20 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
     for (int s = c.first_seg[u]; s <= c.last_seg[u]; ++s)
       if (c.forward_pos[u] > c.forward_pos[c.segments[s].unit]) c.segments[s].unit = u;
   }
+  // Pre-forward hooks of each segment, in pre-forward order.
+  auto non_root_first = [&](int u) { return u != 0 ? c.first_seg[u] : -1; };
+  auto non_root_last = [&](int u) { return u != 0 ? c.last_seg[u] : -1; };
+  group_by_segment(c.opening, S, c.forward_order.begin(), c.forward_order.end(), non_root_first);
   // Post-forward order: units finish forward at their last segment (inner before outer: reverse
-  // pre-forward order within a segment); the root last.
-  std::vector<int> post_fwd;
-  post_fwd.reserve(U);
-  {
-    std::vector<int> ends_at(S + 1, 0);   // bucket units by last segment, keeping reverse forward order
-    for (int u = 1; u < U; ++u) ++ends_at[c.last_seg[u] + 1];
-    for (int s = 0; s < S; ++s) ends_at[s + 1] += ends_at[s];
-    post_fwd.resize(ends_at[S]);
-    for (int i = U - 1; i >= 0; --i) {
-      const int u = c.forward_order[i];
-      if (u != 0) post_fwd[ends_at[c.last_seg[u]]++] = u;
-    }
-  }
-  post_fwd.push_back(0);
-  c.backward_order.assign(post_fwd.rbegin(), post_fwd.rend());
-  c.opening.assign(S, {});
-  c.closing.assign(S, {});
-  for (int u : c.forward_order)
-    if (u != 0) c.opening[c.first_seg[u]].push_back(u);
-  for (int u : post_fwd)
-    if (u != 0) c.closing[c.last_seg[u]].push_back(u);
-  c.backward_starts.assign(S, {});
-  for (int u : c.backward_order) c.backward_starts[c.last_seg[u]].push_back(u);
+  // pre-forward order within a segment); the root last. Without the root, that order grouped by last
+  // segment is exactly `closing` (the post-forward hooks of each segment).
+  group_by_segment(c.closing, S, c.forward_order.rbegin(), c.forward_order.rend(), non_root_last);
+  // Backward order = reverse post-forward order: the root first.
+  c.backward_order.resize(U);
+  c.backward_order[0] = 0;
+  std::copy(c.closing.units.rbegin(), c.closing.units.rend(), c.backward_order.begin() + 1);
+  group_by_segment(c.backward_starts, S, c.backward_order.begin(), c.backward_order.end(),
+                   [&](int u) { return c.last_seg[u]; });
   c.backward_pos.assign(U, 0);
   for (int i = 0; i < U; ++i) c.backward_pos[c.backward_order[i]] = i;
 
@@ -303,7 +332,6 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
   c.world_group = {c.W, nodes_of(0, 1, c.W, gpn)};
   int k = plan.reshard_after_forward > 1 ? plan.reshard_after_forward : c.N;
   c.post_forward_group = {k, nodes_of(0, 1, k, gpn)};
-  return c;
 }
 
 // ---------------------------------------------------------------------------------------------

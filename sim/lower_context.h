@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,16 @@ struct OpRecycler {
 // Hands a finished program's storage to `r` (the program is left empty).
 void recycle(StepProgram& p, OpRecycler& r);
 
+// Units grouped by forward segment, stored flat (one array and S + 1 offsets) rather than as one
+// vector per segment: (*this)[s] lists segment s's units in their order.
+struct UnitsBySegment {
+  std::vector<int> start;   // start[s] .. start[s + 1]: segment s's slice of `units`
+  std::vector<int> units;
+  std::span<const int> operator[](int s) const {
+    return {units.data() + start[s], static_cast<std::size_t>(start[s + 1] - start[s])};
+  }
+};
+
 // Everything about the lowering that does not depend on the op sequence; computed once.
 struct Context {
   const models::ModelSpec* model = nullptr;
@@ -85,9 +96,9 @@ struct Context {
   std::vector<int> forward_pos, backward_pos;  // position of a unit in the two orders
   // Per segment, the non-root units whose forward starts there (pre-forward order) and ends there
   // (post-forward order): the hooks that fire around that segment. Backward mirrors them.
-  std::vector<std::vector<int>> opening, closing;
+  UnitsBySegment opening, closing;
   // Per segment, the units (root included) whose backward starts there, in backward order.
-  std::vector<std::vector<int>> backward_starts;
+  UnitsBySegment backward_starts;
   // Kernel lists per part, computed once (index = static_cast<int>(ModulePart)) and shared by every
   // compute op of that part (Op::shared_kernels): no per-op copy, one cost computation per list.
   std::shared_ptr<const std::vector<models::KernelDesc>> fwd_kernels[3], bwd_kernels[3];
@@ -96,13 +107,17 @@ struct Context {
   Bytes logits = 0, loss_transient = 0;
   GroupShape shard_group, replicate_group, world_group, post_forward_group;
   int optimizer_states = 2;
-  std::vector<std::string> notes;
+  std::vector<const char*> notes;   // string literals (copied into StepProgram::notes by fill_facts)
   OpRecycler* recycler = nullptr;   // optional storage to reuse (see OpRecycler)
   bool names = true;                // false: ops and buffers get empty names (simulate() without a trace)
 };
 
-Context make_context(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
-                     const Topology& topo);
+// Fills `c`, a default-constructed Context except that its vectors may hold a previous lowering's
+// elements (their storage is reused: every vector is cleared or assigned here; see lower_with).
+void make_context(Context& c, const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                  const Topology& topo);
+// Exchanges the vectors of two Contexts (storage recycling; the scalars stay).
+void swap_storage(Context& a, Context& b);
 
 // Short names ("AG u12": `what` cut to 10 characters, " u", the unit) stay within std::string's
 // small-buffer size: no heap allocation per op. set_short_name writes one into `out` (and leaves it
