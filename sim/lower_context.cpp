@@ -340,6 +340,8 @@ Builder::Builder(StepProgram& p, OpRecycler* recycler, bool names) : prog_(p), n
     prog_.ops.swap(recycler->ops);
     prog_.buffers.swap(recycler->buffers);
   }
+  ops_size_ = static_cast<int>(prog_.ops.size());
+  buffers_size_ = static_cast<int>(prog_.buffers.size());
 }
 
 void recycle(StepProgram& p, OpRecycler& r) {
@@ -352,6 +354,8 @@ void recycle(StepProgram& p, OpRecycler& r) {
 void Builder::finish() {
   prog_.ops.resize(static_cast<std::size_t>(num_ops_));
   prog_.buffers.resize(static_cast<std::size_t>(num_buffers_));
+  ops_size_ = num_ops_;
+  buffers_size_ = num_buffers_;
 }
 
 int Builder::add_stream(StreamRole role, const char* name) {
@@ -398,83 +402,17 @@ void set_short_name(std::string& out, std::string_view what, int unit) {
   out.assign(buf, n);
 }
 
-int Builder::buffer(std::string_view what, int unit, Bytes bytes, MemCategory cat, int pool, bool persistent) {
-  const int id = num_buffers_++;
-  Buffer& b = static_cast<std::size_t>(id) < prog_.buffers.size() ? prog_.buffers[id] : prog_.buffers.emplace_back();
-  b.id = id;
-  name(b.name, what, unit);
-  b.bytes = bytes;
-  b.category = cat;
-  b.unit = unit;
-  b.pool_stream = pool;
-  b.persistent = persistent;
-  return id;
+Buffer& Builder::new_buffer() {
+  ++buffers_size_;
+  return prog_.buffers.emplace_back();
 }
 
-// Every field of step_program.h's Op is assigned below (a reused op must not keep its old values):
-// update this function when Op gains a field.
-#if defined(__GLIBCXX__)
-static_assert(sizeof(void*) != 8 || sizeof(Op) == 288, "sim::Op changed: update Builder::next_op");
-#endif
-
-Op& Builder::next_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what) {
-  const int id = num_ops_;
-  Op* o;
-  if (static_cast<std::size_t>(id) < prog_.ops.size()) {
-    o = &prog_.ops[id];   // a recycled op: reset what the new one does not set below
-    o->waits.clear();
-    o->cpu_waits.clear();
-    o->allocs.clear();
-    o->frees.clear();
-    o->inputs.clear();
-    o->outputs.clear();
-    o->kernels.clear();
-    o->comm_bytes = 0;
-    o->group = CommGroup::Shard;
-    o->group_size = 1;
-    o->nodes_spanned = 1;
-    o->copy_bytes = 0;
-    o->params = 0;
-    o->kernel_launches = 1;
-  } else {
-    // Callers hold Op& across later op() calls: a reallocation here would leave them dangling.
-    if (prog_.ops.size() == prog_.ops.capacity())
-      throw std::logic_error("lowering: op vector capacity exceeded (reserve bound too small)");
-    o = &prog_.ops.emplace_back();   // built in place: no move, no temporary to destroy
-  }
-  ++num_ops_;
-  o->id = id;
-  o->kind = kind;
-  o->stream = stream;
-  o->unit = unit;
-  o->micro_batch = micro_batch;
-  name(o->name, what, unit);
-  // Copied (not moved) so that both the op's recycled vector and the pending list keep their capacity.
-  if (!pending_waits_[stream].empty()) {
-    o->waits.assign(pending_waits_[stream].begin(), pending_waits_[stream].end());
-    pending_waits_[stream].clear();
-  }
-  if (!pending_cpu_waits_.empty()) {
-    o->cpu_waits.assign(pending_cpu_waits_.begin(), pending_cpu_waits_.end());
-    pending_cpu_waits_.clear();
-  }
-  o->cpu_hooks = pending_hooks_;
-  pending_hooks_ = 0;
-  last_on_stream_[stream] = id;
-  return *o;
-}
-
-Op& Builder::op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what) {
-  Op& o = next_op(kind, stream, unit, micro_batch, what);
-  if (o.shared_kernels) o.shared_kernels.reset();
-  return o;
-}
-
-Op& Builder::compute_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what,
-                        const std::shared_ptr<const std::vector<models::KernelDesc>>& kernels) {
-  Op& o = next_op(kind, stream, unit, micro_batch, what);
-  o.shared_kernels = kernels;   // no reference-count traffic when a recycled op already holds this list
-  return o;
+Op& Builder::new_op() {
+  // Callers hold Op& across later op() calls: a reallocation here would leave them dangling.
+  if (prog_.ops.size() == prog_.ops.capacity())
+    throw std::logic_error("lowering: op vector capacity exceeded (reserve bound too small)");
+  ++ops_size_;
+  return prog_.ops.emplace_back();   // built in place: no move, no temporary to destroy
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -134,11 +134,32 @@ class Builder {
  public:
   explicit Builder(StepProgram& p, OpRecycler* recycler = nullptr, bool names = true);
   int add_stream(StreamRole role, const char* name);
-  int buffer(std::string_view what, int unit, Bytes bytes, MemCategory cat, int pool, bool persistent = false);
-  Op& op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what);
+  // buffer, op and compute_op run ~4,000 times per lowering: they are inline (the common case, a
+  // recycled element, then costs a few dozen stores) and only a fresh element goes out of line.
+  int buffer(std::string_view what, int unit, Bytes bytes, MemCategory cat, int pool, bool persistent = false) {
+    const int id = num_buffers_++;
+    Buffer& b = id < buffers_size_ ? prog_.buffers[id] : new_buffer();
+    b.id = id;
+    name(b.name, what, unit);
+    b.bytes = bytes;
+    b.category = cat;
+    b.unit = unit;
+    b.pool_stream = pool;
+    b.persistent = persistent;
+    return id;
+  }
+  Op& op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what) {
+    Op& o = next_op(kind, stream, unit, micro_batch, what);
+    if (o.shared_kernels) o.shared_kernels.reset();
+    return o;
+  }
   // A compute op running `kernels` (Op::shared_kernels).
   Op& compute_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what,
-                 const std::shared_ptr<const std::vector<models::KernelDesc>>& kernels);
+                 const std::shared_ptr<const std::vector<models::KernelDesc>>& kernels) {
+    Op& o = next_op(kind, stream, unit, micro_batch, what);
+    o.shared_kernels = kernels;   // no reference-count traffic when a recycled op already holds this list
+    return o;
+  }
   void wait(Op& o, int op_id) {
     if (op_id >= 0) o.waits.push_back(op_id);
   }
@@ -164,7 +185,58 @@ class Builder {
   void finish();
 
  private:
-  Op& next_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what);
+  // Every field of step_program.h's Op is assigned here (a reused op must not keep its old values):
+  // update this function when Op gains a field.
+#if defined(__GLIBCXX__)
+  static_assert(sizeof(void*) != 8 || sizeof(Op) == 288, "sim::Op changed: update Builder::next_op");
+#endif
+  Op& next_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what) {
+    const int id = num_ops_;
+    Op* o;
+    if (id < ops_size_) {
+      o = &prog_.ops[id];   // a recycled op: reset what the new one does not set below
+      o->waits.clear();
+      o->cpu_waits.clear();
+      o->allocs.clear();
+      o->frees.clear();
+      o->inputs.clear();
+      o->outputs.clear();
+      o->kernels.clear();
+      o->comm_bytes = 0;
+      o->group = CommGroup::Shard;
+      o->group_size = 1;
+      o->nodes_spanned = 1;
+      o->copy_bytes = 0;
+      o->params = 0;
+      o->kernel_launches = 1;
+    } else {
+      o = &new_op();   // default-constructed: the fields above already hold those values
+    }
+    ++num_ops_;
+    o->id = id;
+    o->kind = kind;
+    o->stream = stream;
+    o->unit = unit;
+    o->micro_batch = micro_batch;
+    name(o->name, what, unit);
+    // Copied (not moved) so that both the op's recycled vector and the pending list keep their capacity;
+    // element by element, as the lists hold one to three ids.
+    std::vector<int>& pending = pending_waits_[stream];
+    if (!pending.empty()) {
+      for (int w : pending) o->waits.push_back(w);
+      pending.clear();
+    }
+    if (!pending_cpu_waits_.empty()) {
+      for (int w : pending_cpu_waits_) o->cpu_waits.push_back(w);
+      pending_cpu_waits_.clear();
+    }
+    o->cpu_hooks = pending_hooks_;
+    pending_hooks_ = 0;
+    last_on_stream_[stream] = id;
+    return *o;
+  }
+  Op& new_op();           // appends a default-constructed op
+  Buffer& new_buffer();   // appends a default-constructed buffer
 
   void name(std::string& out, std::string_view what, int unit) {
     if (names_) set_short_name(out, what, unit);
@@ -174,6 +246,7 @@ class Builder {
   StepProgram& prog_;
   bool names_ = true;
   int num_ops_ = 0, num_buffers_ = 0;
+  int ops_size_ = 0, buffers_size_ = 0;   // prog_.ops.size(), prog_.buffers.size() (recycled + appended)
   std::vector<int> last_on_stream_;
   std::vector<std::vector<int>> pending_waits_;
   std::vector<int> pending_cpu_waits_;
