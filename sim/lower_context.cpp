@@ -142,11 +142,21 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, double f) {
   s.params = u.params;
   s.trainable = scaled(u.params, f);
   // M6: torch.chunk along dim 0; every rank stores chunks[0]'s size (ceil(d0/N) rows), zero-padded.
+  // Per tensor ceil(dim0/N) * (numel / dim0), with numel / dim0 computed as the product of the other
+  // dims (equal: numel is dim0 times that product) without the division or a second pass over the shape.
   std::int64_t shard = 0;
-  for_each_tensor(u, [&](std::int64_t numel, std::int64_t dim0) {
-    std::int64_t rest = dim0 > 0 ? numel / dim0 : 0;
-    shard += ceil_div(dim0, N) * rest;
-  });
+  if (u.tensors.empty()) {
+    if (u.params > 0) shard = ceil_div(u.params, N);   // one flat tensor: dim0 = numel
+  } else {
+    for (const auto& t : u.tensors) {
+      const std::size_t dims = t.shape.size();
+      const std::int64_t dim0 = dims == 0 ? 1 : t.shape[0];   // a 0-d tensor: numel 1
+      if (dim0 <= 0) continue;                                  // no rows: nothing to shard
+      std::int64_t rest = 1;
+      for (std::size_t i = 1; i < dims; ++i) rest *= t.shape[i];
+      shard += ceil_div(dim0, N) * rest;
+    }
+  }
   s.shard = shard;
   s.unsharded = shard * N;
   s.grad = s.trainable;                       // D5: only trainable params have .grad
