@@ -293,6 +293,9 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   // pre-forward order within a segment); the root last. Without the root, that order grouped by last
   // segment is exactly `closing` (the post-forward hooks of each segment).
   group_by_segment(c.closing, S, c.forward_order.rbegin(), c.forward_order.rend(), non_root_last);
+  if (static_cast<int>(c.closing.units.size()) != U - 1)   // forward_order must list every unit once
+    throw InputError("wrap_graph.forward_order", std::to_string(c.forward_order.size()) + " entries",
+                     "a permutation of the " + std::to_string(U) + " units (root first)");
   // Backward order = reverse post-forward order: the root first.
   c.backward_order.resize(U);
   c.backward_order[0] = 0;
