@@ -134,8 +134,9 @@ class Builder {
  public:
   explicit Builder(StepProgram& p, OpRecycler* recycler = nullptr, bool names = true);
   int add_stream(StreamRole role, const char* name);
-  // buffer, op and compute_op run ~4,000 times per lowering: they are inline (the common case, a
-  // recycled element, then costs a few dozen stores) and only a fresh element goes out of line.
+  // buffer, op and compute_op run ~4,000 times per lowering: they are defined here, so that the common
+  // case (a recycled element: a few dozen stores) costs at most one call, and only a fresh element
+  // goes out of line (new_buffer, new_op).
   int buffer(std::string_view what, int unit, Bytes bytes, MemCategory cat, int pool, bool persistent = false) {
     const int id = num_buffers_++;
     Buffer& b = id < buffers_size_ ? prog_.buffers[id] : new_buffer();
@@ -186,8 +187,9 @@ class Builder {
 
  private:
   // Every field of step_program.h's Op is assigned here (a reused op must not keep its old values):
-  // update this function when Op gains a field. Forced inline into op()/compute_op() and so into their
-  // ~40 call sites (~2 KB of code per lowering file): no call, no register saves per op.
+  // update this function when Op gains a field. Forced inline into op() and compute_op() (which g++
+  // keeps out of line; forcing them into their ~40 call sites too saved little for ~10 KB of code):
+  // one call per op instead of two, ~2 KB more code per lowering file.
 #if defined(__GLIBCXX__)
   static_assert(sizeof(void*) != 8 || sizeof(Op) == 288, "sim::Op changed: update Builder::next_op");
 #endif
