@@ -142,11 +142,21 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, double f) {
   s.params = u.params;
   s.trainable = scaled(u.params, f);
   // M6: torch.chunk along dim 0; every rank stores chunks[0]'s size (ceil(d0/N) rows), zero-padded.
+  // Per tensor ceil(dim0/N) * (numel / dim0), with numel / dim0 computed as the product of the other
+  // dims (equal: numel is dim0 times that product) without the division or a second pass over the shape.
   std::int64_t shard = 0;
-  for_each_tensor(u, [&](std::int64_t numel, std::int64_t dim0) {
-    std::int64_t rest = dim0 > 0 ? numel / dim0 : 0;
-    shard += ceil_div(dim0, N) * rest;
-  });
+  if (u.tensors.empty()) {
+    if (u.params > 0) shard = ceil_div(u.params, N);   // one flat tensor: dim0 = numel
+  } else {
+    for (const auto& t : u.tensors) {
+      const std::size_t dims = t.shape.size();
+      const std::int64_t dim0 = dims == 0 ? 1 : t.shape[0];   // a 0-d tensor: numel 1
+      if (dim0 <= 0) continue;                                  // no rows: nothing to shard
+      std::int64_t rest = 1;
+      for (std::size_t i = 1; i < dims; ++i) rest *= t.shape[i];
+      shard += ceil_div(dim0, N) * rest;
+    }
+  }
   s.shard = shard;
   s.unsharded = shard * N;
   s.grad = s.trainable;                       // D5: only trainable params have .grad
@@ -156,9 +166,44 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, double f) {
   return s;
 }
 
-Context make_context(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
-                     const Topology& topo) {
-  Context c;
+namespace {
+// Groups the units of [first, last) by segment key(u) (-1: left out), keeping their order within a
+// segment: a stable counting sort into one flat array.
+template <typename It, typename Key>
+void group_by_segment(UnitsBySegment& out, int S, It first, It last, Key key) {
+  out.start.assign(static_cast<std::size_t>(S) + 2, 0);
+  int n = 0;
+  for (It it = first; it != last; ++it)
+    if (const int k = key(*it); k >= 0) ++out.start[k + 2], ++n;
+  for (int s = 2; s <= S + 1; ++s) out.start[s] += out.start[s - 1];   // start[k + 1] = begin of segment k
+  out.units.resize(n);
+  for (It it = first; it != last; ++it)
+    if (const int k = key(*it); k >= 0) out.units[out.start[k + 1]++] = *it;
+  // Each start[k + 1] has advanced to the end of segment k, i.e. the begin of segment k + 1: start[s]
+  // is now segment s's begin for every s <= S (start[0] = 0).
+}
+}  // namespace
+
+void swap_storage(Context& a, Context& b) {
+  a.sizes.swap(b.sizes);
+  a.segments.swap(b.segments);
+  a.first_seg.swap(b.first_seg);
+  a.last_seg.swap(b.last_seg);
+  a.forward_order.swap(b.forward_order);
+  a.backward_order.swap(b.backward_order);
+  a.forward_pos.swap(b.forward_pos);
+  a.backward_pos.swap(b.backward_pos);
+  for (UnitsBySegment Context::*l : {&Context::opening, &Context::closing, &Context::backward_starts}) {
+    (a.*l).start.swap((b.*l).start);
+    (a.*l).units.swap((b.*l).units);
+  }
+  a.act_saved.swap(b.act_saved);
+  a.act_recompute.swap(b.act_recompute);
+  a.notes.swap(b.notes);
+}
+
+void make_context(Context& c, const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                  const Topology& topo) {
   c.model = &model;
   c.graph = &graph;
   c.plan = &plan;
@@ -166,6 +211,7 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
   c.R = plan.mesh_replicate;
   c.N = plan.mesh_shard;
   c.W = topo.world;
+  c.notes.clear();
   if (c.R < 1 || c.N < 1 || c.R * c.N != c.W)
     throw InputError("plan.mesh", "(" + std::to_string(c.R) + ", " + std::to_string(c.N) + ")",
                      "the plan must be resolved (resolve_plan) for " + std::to_string(c.W) + " GPUs before lowering");
@@ -188,6 +234,7 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
   c.optimizer_states = plan.optimizer == Optimizer::AdamW ? 2 : 1;   // AdamW exp_avg + exp_avg_sq; SGD momentum
 
   const int U = static_cast<int>(graph.units.size());
+  c.sizes.clear();
   c.sizes.reserve(U);
   for (const auto& u : graph.units)
     c.sizes.push_back(plan.fsdp_version == FsdpVersion::FSDP1
@@ -197,13 +244,15 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
 
   // ---- forward segments and which unit each one uses ----
   const int L = static_cast<int>(model.n_layers);
+  c.segments.clear();
   c.segments.reserve(L + 2);
   c.segments.push_back({models::ModulePart::Embedding, -1, 0});
   for (int l = 0; l < L; ++l) c.segments.push_back({models::ModulePart::Block, l, 0});
   c.segments.push_back({models::ModulePart::FinalNormAndHead, -1, 0});
   const int S = static_cast<int>(c.segments.size());
-  c.forward_order = graph.forward_order;
-  if (static_cast<int>(c.forward_order.size()) != U) {
+  if (static_cast<int>(graph.forward_order.size()) == U) {
+    c.forward_order.assign(graph.forward_order.begin(), graph.forward_order.end());
+  } else {
     c.forward_order.clear();
     for (int u = 0; u < U; ++u) c.forward_order.push_back(u);
   }
@@ -236,30 +285,23 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
     for (int s = c.first_seg[u]; s <= c.last_seg[u]; ++s)
       if (c.forward_pos[u] > c.forward_pos[c.segments[s].unit]) c.segments[s].unit = u;
   }
+  // Pre-forward hooks of each segment, in pre-forward order.
+  auto non_root_first = [&](int u) { return u != 0 ? c.first_seg[u] : -1; };
+  auto non_root_last = [&](int u) { return u != 0 ? c.last_seg[u] : -1; };
+  group_by_segment(c.opening, S, c.forward_order.begin(), c.forward_order.end(), non_root_first);
   // Post-forward order: units finish forward at their last segment (inner before outer: reverse
-  // pre-forward order within a segment); the root last.
-  std::vector<int> post_fwd;
-  post_fwd.reserve(U);
-  {
-    std::vector<int> ends_at(S + 1, 0);   // bucket units by last segment, keeping reverse forward order
-    for (int u = 1; u < U; ++u) ++ends_at[c.last_seg[u] + 1];
-    for (int s = 0; s < S; ++s) ends_at[s + 1] += ends_at[s];
-    post_fwd.resize(ends_at[S]);
-    for (int i = U - 1; i >= 0; --i) {
-      const int u = c.forward_order[i];
-      if (u != 0) post_fwd[ends_at[c.last_seg[u]]++] = u;
-    }
-  }
-  post_fwd.push_back(0);
-  c.backward_order.assign(post_fwd.rbegin(), post_fwd.rend());
-  c.opening.assign(S, {});
-  c.closing.assign(S, {});
-  for (int u : c.forward_order)
-    if (u != 0) c.opening[c.first_seg[u]].push_back(u);
-  for (int u : post_fwd)
-    if (u != 0) c.closing[c.last_seg[u]].push_back(u);
-  c.backward_starts.assign(S, {});
-  for (int u : c.backward_order) c.backward_starts[c.last_seg[u]].push_back(u);
+  // pre-forward order within a segment); the root last. Without the root, that order grouped by last
+  // segment is exactly `closing` (the post-forward hooks of each segment).
+  group_by_segment(c.closing, S, c.forward_order.rbegin(), c.forward_order.rend(), non_root_last);
+  if (static_cast<int>(c.closing.units.size()) != U - 1)   // forward_order must list every unit once
+    throw InputError("wrap_graph.forward_order", std::to_string(c.forward_order.size()) + " entries",
+                     "a permutation of the " + std::to_string(U) + " units (root first)");
+  // Backward order = reverse post-forward order: the root first.
+  c.backward_order.resize(U);
+  c.backward_order[0] = 0;
+  std::copy(c.closing.units.rbegin(), c.closing.units.rend(), c.backward_order.begin() + 1);
+  group_by_segment(c.backward_starts, S, c.backward_order.begin(), c.backward_order.end(),
+                   [&](int u) { return c.last_seg[u]; });
   c.backward_pos.assign(U, 0);
   for (int i = 0; i < U; ++i) c.backward_pos[c.backward_order[i]] = i;
 
@@ -303,7 +345,6 @@ Context make_context(const models::ModelSpec& model, const models::WrapGraph& gr
   c.world_group = {c.W, nodes_of(0, 1, c.W, gpn)};
   int k = plan.reshard_after_forward > 1 ? plan.reshard_after_forward : c.N;
   c.post_forward_group = {k, nodes_of(0, 1, k, gpn)};
-  return c;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -312,6 +353,8 @@ Builder::Builder(StepProgram& p, OpRecycler* recycler, bool names) : prog_(p), n
     prog_.ops.swap(recycler->ops);
     prog_.buffers.swap(recycler->buffers);
   }
+  ops_size_ = static_cast<int>(prog_.ops.size());
+  buffers_size_ = static_cast<int>(prog_.buffers.size());
 }
 
 void recycle(StepProgram& p, OpRecycler& r) {
@@ -324,6 +367,8 @@ void recycle(StepProgram& p, OpRecycler& r) {
 void Builder::finish() {
   prog_.ops.resize(static_cast<std::size_t>(num_ops_));
   prog_.buffers.resize(static_cast<std::size_t>(num_buffers_));
+  ops_size_ = num_ops_;
+  buffers_size_ = num_buffers_;
 }
 
 int Builder::add_stream(StreamRole role, const char* name) {
@@ -370,83 +415,17 @@ void set_short_name(std::string& out, std::string_view what, int unit) {
   out.assign(buf, n);
 }
 
-int Builder::buffer(std::string_view what, int unit, Bytes bytes, MemCategory cat, int pool, bool persistent) {
-  const int id = num_buffers_++;
-  Buffer& b = static_cast<std::size_t>(id) < prog_.buffers.size() ? prog_.buffers[id] : prog_.buffers.emplace_back();
-  b.id = id;
-  name(b.name, what, unit);
-  b.bytes = bytes;
-  b.category = cat;
-  b.unit = unit;
-  b.pool_stream = pool;
-  b.persistent = persistent;
-  return id;
+Buffer& Builder::new_buffer() {
+  ++buffers_size_;
+  return prog_.buffers.emplace_back();
 }
 
-// Every field of step_program.h's Op is assigned below (a reused op must not keep its old values):
-// update this function when Op gains a field.
-#if defined(__GLIBCXX__)
-static_assert(sizeof(void*) != 8 || sizeof(Op) == 288, "sim::Op changed: update Builder::next_op");
-#endif
-
-Op& Builder::next_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what) {
-  const int id = num_ops_;
-  Op* o;
-  if (static_cast<std::size_t>(id) < prog_.ops.size()) {
-    o = &prog_.ops[id];   // a recycled op: reset what the new one does not set below
-    o->waits.clear();
-    o->cpu_waits.clear();
-    o->allocs.clear();
-    o->frees.clear();
-    o->inputs.clear();
-    o->outputs.clear();
-    o->kernels.clear();
-    o->comm_bytes = 0;
-    o->group = CommGroup::Shard;
-    o->group_size = 1;
-    o->nodes_spanned = 1;
-    o->copy_bytes = 0;
-    o->params = 0;
-    o->kernel_launches = 1;
-  } else {
-    // Callers hold Op& across later op() calls: a reallocation here would leave them dangling.
-    if (prog_.ops.size() == prog_.ops.capacity())
-      throw std::logic_error("lowering: op vector capacity exceeded (reserve bound too small)");
-    o = &prog_.ops.emplace_back();   // built in place: no move, no temporary to destroy
-  }
-  ++num_ops_;
-  o->id = id;
-  o->kind = kind;
-  o->stream = stream;
-  o->unit = unit;
-  o->micro_batch = micro_batch;
-  name(o->name, what, unit);
-  // Copied (not moved) so that both the op's recycled vector and the pending list keep their capacity.
-  if (!pending_waits_[stream].empty()) {
-    o->waits.assign(pending_waits_[stream].begin(), pending_waits_[stream].end());
-    pending_waits_[stream].clear();
-  }
-  if (!pending_cpu_waits_.empty()) {
-    o->cpu_waits.assign(pending_cpu_waits_.begin(), pending_cpu_waits_.end());
-    pending_cpu_waits_.clear();
-  }
-  o->cpu_hooks = pending_hooks_;
-  pending_hooks_ = 0;
-  last_on_stream_[stream] = id;
-  return *o;
-}
-
-Op& Builder::op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what) {
-  Op& o = next_op(kind, stream, unit, micro_batch, what);
-  if (o.shared_kernels) o.shared_kernels.reset();
-  return o;
-}
-
-Op& Builder::compute_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what,
-                        const std::shared_ptr<const std::vector<models::KernelDesc>>& kernels) {
-  Op& o = next_op(kind, stream, unit, micro_batch, what);
-  o.shared_kernels = kernels;   // no reference-count traffic when a recycled op already holds this list
-  return o;
+Op& Builder::new_op() {
+  // Callers hold Op& across later op() calls: a reallocation here would leave them dangling.
+  if (prog_.ops.size() == prog_.ops.capacity())
+    throw std::logic_error("lowering: op vector capacity exceeded (reserve bound too small)");
+  ++ops_size_;
+  return prog_.ops.emplace_back();   // built in place: no move, no temporary to destroy
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,6 +64,16 @@ struct OpRecycler {
 // Hands a finished program's storage to `r` (the program is left empty).
 void recycle(StepProgram& p, OpRecycler& r);
 
+// Units grouped by forward segment, stored flat (one array and S + 1 offsets) rather than as one
+// vector per segment: (*this)[s] lists segment s's units in their order.
+struct UnitsBySegment {
+  std::vector<int> start;   // start[s] .. start[s + 1]: segment s's slice of `units`
+  std::vector<int> units;
+  std::span<const int> operator[](int s) const {
+    return {units.data() + start[s], static_cast<std::size_t>(start[s + 1] - start[s])};
+  }
+};
+
 // Everything about the lowering that does not depend on the op sequence; computed once.
 struct Context {
   const models::ModelSpec* model = nullptr;
@@ -85,9 +96,9 @@ struct Context {
   std::vector<int> forward_pos, backward_pos;  // position of a unit in the two orders
   // Per segment, the non-root units whose forward starts there (pre-forward order) and ends there
   // (post-forward order): the hooks that fire around that segment. Backward mirrors them.
-  std::vector<std::vector<int>> opening, closing;
+  UnitsBySegment opening, closing;
   // Per segment, the units (root included) whose backward starts there, in backward order.
-  std::vector<std::vector<int>> backward_starts;
+  UnitsBySegment backward_starts;
   // Kernel lists per part, computed once (index = static_cast<int>(ModulePart)) and shared by every
   // compute op of that part (Op::shared_kernels): no per-op copy, one cost computation per list.
   std::shared_ptr<const std::vector<models::KernelDesc>> fwd_kernels[3], bwd_kernels[3];
@@ -96,13 +107,17 @@ struct Context {
   Bytes logits = 0, loss_transient = 0;
   GroupShape shard_group, replicate_group, world_group, post_forward_group;
   int optimizer_states = 2;
-  std::vector<std::string> notes;
+  std::vector<const char*> notes;   // string literals (copied into StepProgram::notes by fill_facts)
   OpRecycler* recycler = nullptr;   // optional storage to reuse (see OpRecycler)
   bool names = true;                // false: ops and buffers get empty names (simulate() without a trace)
 };
 
-Context make_context(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
-                     const Topology& topo);
+// Fills `c`, a default-constructed Context except that its vectors may hold a previous lowering's
+// elements (their storage is reused: every vector is cleared or assigned here; see lower_with).
+void make_context(Context& c, const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                  const Topology& topo);
+// Exchanges the vectors of two Contexts (storage recycling; the scalars stay).
+void swap_storage(Context& a, Context& b);
 
 // Short names ("AG u12": `what` cut to 10 characters, " u", the unit) stay within std::string's
 // small-buffer size: no heap allocation per op. set_short_name writes one into `out` (and leaves it
@@ -119,11 +134,33 @@ class Builder {
  public:
   explicit Builder(StepProgram& p, OpRecycler* recycler = nullptr, bool names = true);
   int add_stream(StreamRole role, const char* name);
-  int buffer(std::string_view what, int unit, Bytes bytes, MemCategory cat, int pool, bool persistent = false);
-  Op& op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what);
+  // buffer, op and compute_op run ~4,000 times per lowering: they are defined here, so that the common
+  // case (a recycled element: a few dozen stores) costs at most one call, and only a fresh element
+  // goes out of line (new_buffer, new_op).
+  int buffer(std::string_view what, int unit, Bytes bytes, MemCategory cat, int pool, bool persistent = false) {
+    const int id = num_buffers_++;
+    Buffer& b = id < buffers_size_ ? prog_.buffers[id] : new_buffer();
+    b.id = id;
+    name(b.name, what, unit);
+    b.bytes = bytes;
+    b.category = cat;
+    b.unit = unit;
+    b.pool_stream = pool;
+    b.persistent = persistent;
+    return id;
+  }
+  Op& op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what) {
+    Op& o = next_op(kind, stream, unit, micro_batch, what);
+    if (o.shared_kernels) o.shared_kernels.reset();
+    return o;
+  }
   // A compute op running `kernels` (Op::shared_kernels).
   Op& compute_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what,
-                 const std::shared_ptr<const std::vector<models::KernelDesc>>& kernels);
+                 const std::shared_ptr<const std::vector<models::KernelDesc>>& kernels) {
+    Op& o = next_op(kind, stream, unit, micro_batch, what);
+    o.shared_kernels = kernels;   // no reference-count traffic when a recycled op already holds this list
+    return o;
+  }
   void wait(Op& o, int op_id) {
     if (op_id >= 0) o.waits.push_back(op_id);
   }
@@ -149,7 +186,60 @@ class Builder {
   void finish();
 
  private:
-  Op& next_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what);
+  // Every field of step_program.h's Op is assigned here (a reused op must not keep its old values):
+  // update this function when Op gains a field. Forced inline into op() and compute_op() (which g++
+  // keeps out of line; forcing them into their ~40 call sites too saved little for ~10 KB of code):
+  // one call per op instead of two, ~2 KB more code per lowering file.
+#if defined(__GLIBCXX__)
+  static_assert(sizeof(void*) != 8 || sizeof(Op) == 288, "sim::Op changed: update Builder::next_op");
+#endif
+  [[gnu::always_inline]] Op& next_op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what) {
+    const int id = num_ops_;
+    Op* o;
+    if (id < ops_size_) {
+      o = &prog_.ops[id];   // a recycled op: reset what the new one does not set below
+      o->waits.clear();
+      o->cpu_waits.clear();
+      o->allocs.clear();
+      o->frees.clear();
+      o->inputs.clear();
+      o->outputs.clear();
+      o->kernels.clear();
+      o->comm_bytes = 0;
+      o->group = CommGroup::Shard;
+      o->group_size = 1;
+      o->nodes_spanned = 1;
+      o->copy_bytes = 0;
+      o->params = 0;
+      o->kernel_launches = 1;
+    } else {
+      o = &new_op();   // default-constructed: the fields above already hold those values
+    }
+    ++num_ops_;
+    o->id = id;
+    o->kind = kind;
+    o->stream = stream;
+    o->unit = unit;
+    o->micro_batch = micro_batch;
+    name(o->name, what, unit);
+    // Copied (not moved) so that both the op's recycled vector and the pending list keep their capacity;
+    // element by element, as the lists hold one to three ids.
+    std::vector<int>& pending = pending_waits_[stream];
+    if (!pending.empty()) {
+      for (int w : pending) o->waits.push_back(w);
+      pending.clear();
+    }
+    if (!pending_cpu_waits_.empty()) {
+      for (int w : pending_cpu_waits_) o->cpu_waits.push_back(w);
+      pending_cpu_waits_.clear();
+    }
+    o->cpu_hooks = pending_hooks_;
+    pending_hooks_ = 0;
+    last_on_stream_[stream] = id;
+    return *o;
+  }
+  Op& new_op();           // appends a default-constructed op
+  Buffer& new_buffer();   // appends a default-constructed buffer
 
   void name(std::string& out, std::string_view what, int unit) {
     if (names_) set_short_name(out, what, unit);
@@ -159,6 +249,7 @@ class Builder {
   StepProgram& prog_;
   bool names_ = true;
   int num_ops_ = 0, num_buffers_ = 0;
+  int ops_size_ = 0, buffers_size_ = 0;   // prog_.ops.size(), prog_.buffers.size() (recycled + appended)
   std::vector<int> last_on_stream_;
   std::vector<std::vector<int>> pending_waits_;
   std::vector<int> pending_cpu_waits_;

@@ -17,7 +17,23 @@ StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& 
   if (topo.gpus_per_node < 1)
     throw InputError("cluster.gpus_per_node", std::to_string(topo.gpus_per_node), "expected at least 1");
   if (model.n_layers < 0) throw InputError("model.n_layers", std::to_string(model.n_layers), "expected >= 0");
-  Context c = make_context(model, graph, plan, topo);
+  // The Context's ~20 vectors (per unit, per segment) are rebuilt for every plan: each thread keeps
+  // their storage from one lowering to the next instead of allocating and freeing them every time.
+  // make_context clears or assigns every vector, so only capacity carries over. (A nested lowering on
+  // the same thread, which nothing does today, would simply allocate its own.)
+  thread_local Context spare;
+  thread_local bool in_use = false;
+  Context c;
+  const bool reuse = !in_use;
+  if (reuse) swap_storage(c, spare), in_use = true;
+  struct GiveBack {
+    Context& c;
+    bool reuse;
+    ~GiveBack() {
+      if (reuse) swap_storage(c, spare), in_use = false;
+    }
+  } give_back{c, reuse};
+  make_context(c, model, graph, plan, topo);
   c.recycler = recycler;
   c.names = names;
   return plan.fsdp_version == FsdpVersion::FSDP1 ? lower_fsdp1(c) : lower_fsdp2(c);

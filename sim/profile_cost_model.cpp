@@ -98,20 +98,82 @@ TimeNs ProfileCostModel::collective(const Op& op) const {
   return t;
 }
 
+// The hot path: a (kind, stream) slot hit returns at once; every miss goes through the memo tables
+// below (out of line, so that the hits need no stack frame).
 TimeNs ProfileCostModel::op_time(const Op& op) const {
   switch (op.kind) {
     case OpKind::Forward:
     case OpKind::Backward:
     case OpKind::Recompute: {
-      if (op.shared_kernels) {
-        // Every block's ops share one list: time it once per list (its sum is the same every time).
-        for (const auto& [list, t] : list_memo_)
-          if (list == op.shared_kernels) return t;
-        TimeNs t = 0;
-        for (const auto& k : *op.shared_kernels) t += kernel_time(k);
-        list_memo_.emplace_back(op.shared_kernels, t);
-        return t;
-      }
+      if (!op.shared_kernels) return other_op_time(op);
+      Recent& r = recent(op);
+      if (r.list == op.shared_kernels.get()) return r.t;   // r.list is null until a list was stored
+      return list_miss(op, r);
+    }
+    case OpKind::AllGather:
+    case OpKind::ReduceScatter:
+    case OpKind::AllReduce: {
+      Recent& r = recent(op);
+      if (r.used && r.bytes == op.comm_bytes && r.group_size == op.group_size && r.nodes == op.nodes_spanned)
+        return r.t;
+      return collective_miss(op, r);
+    }
+    case OpKind::CopyIn:
+    case OpKind::CopyOut:
+    case OpKind::Cast:
+    case OpKind::Pad:
+    case OpKind::Divide:
+    case OpKind::OptimizerStep: {
+      Recent& r = recent(op);
+      if (r.used && r.bytes == op.copy_bytes) return r.t;
+      return memory_bound_miss(op, r);
+    }
+    default:
+      return other_op_time(op);
+  }
+}
+
+TimeNs ProfileCostModel::list_miss(const Op& op, Recent& r) const {
+  const TimeNs t = list_time(op);
+  r.list = op.shared_kernels.get();
+  r.t = t;
+  return t;
+}
+
+TimeNs ProfileCostModel::collective_miss(const Op& op, Recent& r) const {
+  const TimeNs t = collective(op);
+  r.bytes = op.comm_bytes;
+  r.group_size = op.group_size;
+  r.nodes = op.nodes_spanned;
+  r.t = t;
+  r.used = true;
+  return t;
+}
+
+TimeNs ProfileCostModel::memory_bound_miss(const Op& op, Recent& r) const {
+  const TimeNs t = memory_bound(op.copy_bytes);
+  r.bytes = op.copy_bytes;
+  r.t = t;
+  r.used = true;
+  return t;
+}
+
+TimeNs ProfileCostModel::list_time(const Op& op) const {
+  // Every block's ops share one list: time it once per list (its sum is the same every time).
+  for (const auto& [list, t] : list_memo_)
+    if (list == op.shared_kernels) return t;
+  TimeNs t = 0;
+  for (const auto& k : *op.shared_kernels) t += kernel_time(k);
+  list_memo_.emplace_back(op.shared_kernels, t);
+  return t;
+}
+
+TimeNs ProfileCostModel::other_op_time(const Op& op) const {
+  switch (op.kind) {
+    case OpKind::Forward:
+    case OpKind::Backward:
+    case OpKind::Recompute: {
+      if (op.shared_kernels) return list_time(op);
       TimeNs t = 0;
       for (const auto& k : op.kernels) t += kernel_time(k);
       return t;

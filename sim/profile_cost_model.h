@@ -37,6 +37,31 @@ class ProfileCostModel : public CostModel {
   TimeNs kernel_time(const models::KernelDesc& k) const;
   TimeNs collective(const Op& op) const;
   TimeNs memory_bound(Bytes bytes) const;
+  TimeNs list_time(const Op& op) const;   // a compute op's Op::shared_kernels, through list_memo_
+  TimeNs other_op_time(const Op& op) const;   // compute ops without a shared list, host copies, CPU optimizer
+
+  // The last query per (op kind, stream) and its answer, checked before the memo tables. Consecutive
+  // units issue the same op shapes on the same streams (80 identical blocks: every block's copy-in,
+  // all-gather, copy-out, forward, ... has the bytes and group of the previous block's), so most
+  // queries equal the previous one of their slot. A slot holds its query's full key (for its kind:
+  // the shared kernel list, copy_bytes, or comm_bytes + group size + nodes) and the time the memo
+  // tables answered, which never changes for that key: a hit returns exactly what the memo would.
+  struct Recent {
+    const void* list = nullptr;   // compute ops: Op::shared_kernels (kept alive by list_memo_)
+    Bytes bytes = 0;              // memory-bound ops: copy_bytes; collectives: comm_bytes
+    int group_size = 0, nodes = 0;
+    TimeNs t = 0;
+    bool used = false;
+  };
+  static constexpr int kKinds = static_cast<int>(OpKind::CpuOptimizerStep) + 1;
+  static constexpr int kStreamSlots = 8;   // slot = kind x (stream mod 8): a collision only costs a miss
+  Recent& recent(const Op& op) const {
+    return recent_[static_cast<int>(op.kind) * kStreamSlots + (op.stream & (kStreamSlots - 1))];
+  }
+  // Slot misses, kept out of line so that op_time's hits need no stack frame.
+  [[gnu::noinline]] TimeNs collective_miss(const Op& op, Recent& r) const;
+  [[gnu::noinline]] TimeNs memory_bound_miss(const Op& op, Recent& r) const;
+  [[gnu::noinline]] TimeNs list_miss(const Op& op, Recent& r) const;
 
   const calibrate::HardwareProfile& hw_;
   double slowdown_ = 1.0;
@@ -122,6 +147,7 @@ class ProfileCostModel : public CostModel {
   // six lists (forward/backward of embedding, block, head). Holding the pointer keeps the list alive,
   // so an address can never be reused by another list while this memo exists.
   mutable std::vector<std::pair<std::shared_ptr<const std::vector<models::KernelDesc>>, TimeNs>> list_memo_;
+  mutable Recent recent_[kKinds * kStreamSlots];
 };
 
 }  // namespace fsdpsim::sim
