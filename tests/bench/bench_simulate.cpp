@@ -1,29 +1,38 @@
 // Simulated steps per second (style.md lesson 12: speed is measured here, never asserted in tests).
 // Target (issue #3): >= 10,000 simulated llama3-70b steps/s on one core (80 units, 1024 GPUs,
-// record_trace = record_memory_timeline = false). NOT reached: 2,900-3,500/s measured on the shared 2-core
-// build VM (AMD EPYC), see below.
+// record_trace = record_memory_timeline = false). NOT reached: ~4,300/s on the shared 2-core build
+// VM (AMD EPYC) after the 2026-11-23 round (~3,600/s before it), see below.
 //
 // Instructions per steady-state simulate() (callgrind, deterministic; the wall clock on the shared VM
 // varies up to 2x with the other jobs on it):
 //   valgrind --tool=callgrind --collect-atstart=no build-*/tests/bench/bench_simulate --steps=1,20
 //   (collected instructions / 20; --steps=0,20 for llama3-8b)
-//                       2026-11-22 before   after the speed work of this date
-//   llama3-70b/1024     6.61 M              4.09 M   (lowering 2.21 -> 0.91, op costs 0.38 -> 0.27,
-//                                                     execute 3.92 -> 2.87, of which caching
-//                                                     allocator 1.41 -> 0.80 M)
-//   llama3-8b/8         2.61 M              1.61 M
-// (An earlier round took the 70B case from 18.7 M to ~6.9 M: wrap graph cached, op costs memoized,
-// op storage recycled.) What is left is spread thin: ~0.9 M building the ~2,300 Op structs (the
-// StepProgram is a plain data structure the runtime also executes), ~0.85 M checking and flattening
-// them plus the op costs, ~1.0 M event engine, ~0.8 M allocator model. 10,000/s means ~1.0-1.4 M
-// instructions per step at this machine's 10-14 instructions/ns, ~3x below what is left: that needs
-// a different path for simulate() (a lowering that emits the engine's flat arrays directly, skipping
-// Op structs, validation and the cost pass: roughly -1 M) AND a leaner engine and allocator model.
+//                       2026-11-22 before   after 11-22     after 11-23
+//   llama3-70b/1024     6.61 M              4.09 M          3.34 M
+//   llama3-8b/8         2.61 M              1.61 M          1.32 M
+// 11-22: lowering 2.21 -> 0.91 M, op costs 0.38 -> 0.27, execute 3.92 -> 2.87 (allocator 1.41 -> 0.80).
+// 11-23 (70B): lowering 0.91 -> 0.65 M (Context storage reused, flat per-segment lists, Builder hot paths
+// inline), op costs 0.27 -> 0.15 (a per-(kind, stream) slot of the last exact query before the memo
+// tables), allocator + tracker 0.91 -> 0.74 (leaner class hints, in-place split remainders), engine
+// -0.19 M (running kernels re-timed in place: no stale events; the per-op checks fused into the copy pass).
+// An earlier round took the 70B case from 18.7 M to ~6.9 M (wrap graph cached, op costs memoized, op
+// storage recycled). What is left (70B, per step) is spread thin, every piece already a tight loop:
+// ~0.65 M building ~2,300 Op structs (the StepProgram is a plain data structure the runtime also
+// executes), ~0.5 M checking and flattening them, ~0.15 M op costs, ~1.2 M event engine (~520
+// instructions per op: issue, start, completion, dependents, re-timing), ~0.72 M allocator model for
+// ~1,800 alloc/free pairs and the persistent state. 10,000/s means <= ~1.45 M instructions per step at
+// this machine's ~14.6 instructions/ns: 2.3x below what is left. Tried and measured worse: -O3 (+0.8 %),
+// LTO (+8.6 %), fixed per-stream event slots instead of the scanned event list (+1.7 to +2.7 %). What it
+// needs is a different simulate() path: the lowering emitting the engine's flat arrays directly (no Op
+// structs, no flattening pass: roughly -1 M) AND a leaner event engine and allocator model. Skipping
+// repeated blocks is not exact: activations accumulate through the forward, so the allocator's state
+// (segments, free blocks) differs from block to block.
 //
-// Wall clock, medians of --benchmark_repetitions=5 --benchmark_min_time=0.5, before and after binaries
-// run back to back (other jobs on the VM, load average 3-6 on 2 cores, so all figures are inflated):
-// BM_Simulate/1 517-651 us -> 287-346 us (1,880 -> 3,480 steps/s at load 3), BM_Simulate/0
-// 202-210 us -> 112-118 us, BM_Execute/1 292-318 us -> 197-201 us.
+// Wall clock, medians of --benchmark_repetitions=5 --benchmark_min_time=0.5 (other jobs on the VM):
+// 2026-11-22: BM_Simulate/1 517-651 us -> 287-346 us (1,880 -> 3,480 steps/s at load 3), BM_Simulate/0
+// 202-210 us -> 112-118 us, BM_Execute/1 292-318 us -> 197-201 us. 2026-11-23 (load 1.2-1.5, the 06b75b8
+// and the new binary alternating, twice): BM_Simulate/1 275-277 us -> 228-230 us (3,610-3,640 ->
+// 4,360-4,380 steps/s), BM_Simulate/0 109 us -> 88.9 us (9,170-9,220 -> 11,250 steps/s).
 //   build-*/tests/bench/bench_simulate --benchmark_min_time=0.5   (libbenchmark 1.7: seconds, no "s")
 // Variants, each for llama3-8b on 8xH100-SXM and llama3-70b on 128x8xH100-SXM-IB-NDR400:
 //   WrapGraph    build_wrap_graph alone (simulate() caches it per thread, so a planner pays it once)
