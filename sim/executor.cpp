@@ -87,19 +87,20 @@ class FlatList {
   void clear() { n_ = 0; }
   int size() const { return static_cast<int>(n_); }
   const T& operator[](int i) const { return data_[static_cast<std::size_t>(i)]; }
-  void append(const std::vector<T>& src) {
+  // Appends src; returns whether ok(x) held for every element (each is checked as it is copied).
+  template <class Ok>
+  bool append_checked(const std::vector<T>& src, Ok&& ok) {
     const std::size_t k = src.size();
-    if (k == 0) return;
-    T* out = extend(k);
-    const T* in = src.data();
-    for (std::size_t j = 0; j < k; ++j) out[j] = in[j];
-  }
-  // Makes room for k more elements and returns where they go (the caller writes all k).
-  T* extend(std::size_t k) {
+    if (k == 0) return true;
     if (n_ + k > data_.size()) [[unlikely]] data_.resize(std::max(2 * data_.size(), n_ + k + 256));
     T* out = data_.data() + n_;
     n_ += k;
-    return out;
+    bool all = true;
+    for (std::size_t j = 0; j < k; ++j) {
+      all &= ok(src[j]);
+      out[j] = src[j];
+    }
+    return all;
   }
 
  private:
@@ -241,28 +242,20 @@ void Engine::build_queues() {
       ok &= static_cast<unsigned>(op.group) <= static_cast<unsigned>(CommGroup::PostForward) && op.group_size >= 1 &&
             op.comm_bytes >= 0;
     wait_begin_[i] = wait_list_.size();
-    if (const std::size_t k = op.waits.size(); k > 0) {
-      int* out = wait_list_.extend(k);
-      for (std::size_t j = 0; j < k; ++j) {
-        const int w = op.waits[j];
-        if (!below(w, i)) [[unlikely]] {
-          ok = false;
-          break;
-        }
-        out[j] = w;
-        ++dep_count[w];
-      }
-    }
+    ok &= wait_list_.append_checked(op.waits, [&](int w) {
+      if (!below(w, i)) return false;   // (checked first: dep_count is only indexed by valid ids)
+      ++dep_count[w];
+      return true;
+    });
     cpu_wait_begin_[i] = cpu_wait_list_.size();
-    for (int w : op.cpu_waits) ok &= below(w, i);
-    cpu_wait_list_.append(op.cpu_waits);
+    ok &= cpu_wait_list_.append_checked(op.cpu_waits, [&](int w) { return below(w, i); });
     alloc_begin_[i] = alloc_list_.size();
-    for (int b : op.allocs) ok &= below(b, nb) && !bufs[b].persistent;   // (&&: no read past the buffers)
-    alloc_list_.append(op.allocs);
+    // (&&: no read past the buffers)
+    ok &= alloc_list_.append_checked(op.allocs, [&](int b) { return below(b, nb) && !bufs[b].persistent; });
     free_begin_[i] = free_list_.size();
-    for (const FreeSpec& f : op.frees)
-      ok &= below(f.buffer, nb) && f.reuse_after_op >= -1 && f.reuse_after_op <= i;
-    free_list_.append(op.frees);
+    ok &= free_list_.append_checked(op.frees, [&](const FreeSpec& f) {
+      return below(f.buffer, nb) && f.reuse_after_op >= -1 && f.reuse_after_op <= i;
+    });
     if (!ok) [[unlikely]] {
       detail::check_op(p, i, ns, nb);   // throws the InputError validate_program would
       throw std::logic_error("execute: the engine's checks and check_op disagree on op " + std::to_string(i));

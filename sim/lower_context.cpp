@@ -256,8 +256,16 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
     c.forward_order.clear();
     for (int u = 0; u < U; ++u) c.forward_order.push_back(u);
   }
-  c.forward_pos.assign(U, 0);
-  for (int i = 0; i < U; ++i) c.forward_pos[c.forward_order[i]] = i;
+  // forward_order must list every unit exactly once (a hand-built WrapGraph may not): everything below
+  // indexes per-unit arrays with its entries.
+  c.forward_pos.assign(U, -1);
+  for (int i = 0; i < U; ++i) {
+    const int u = c.forward_order[i];
+    if (u < 0 || u >= U || c.forward_pos[u] >= 0)
+      throw InputError("wrap_graph.forward_order[" + std::to_string(i) + "]", std::to_string(u),
+                       "a permutation of the " + std::to_string(U) + " unit ids (each once)");
+    c.forward_pos[u] = i;
+  }
   c.first_seg.assign(U, -1);
   c.last_seg.assign(U, -1);
   for (int u = 1; u < U; ++u) {
@@ -293,9 +301,6 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   // pre-forward order within a segment); the root last. Without the root, that order grouped by last
   // segment is exactly `closing` (the post-forward hooks of each segment).
   group_by_segment(c.closing, S, c.forward_order.rbegin(), c.forward_order.rend(), non_root_last);
-  if (static_cast<int>(c.closing.units.size()) != U - 1)   // forward_order must list every unit once
-    throw InputError("wrap_graph.forward_order", std::to_string(c.forward_order.size()) + " entries",
-                     "a permutation of the " + std::to_string(U) + " units (root first)");
   // Backward order = reverse post-forward order: the root first.
   c.backward_order.resize(U);
   c.backward_order[0] = 0;

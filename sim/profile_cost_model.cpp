@@ -168,27 +168,17 @@ TimeNs ProfileCostModel::list_time(const Op& op) const {
   return t;
 }
 
+// What op_time does not answer from a slot: compute ops with their own kernel list (hand-built
+// programs; the lowering's ops share a list), host copies and the CPU optimizer step.
 TimeNs ProfileCostModel::other_op_time(const Op& op) const {
   switch (op.kind) {
     case OpKind::Forward:
     case OpKind::Backward:
     case OpKind::Recompute: {
-      if (op.shared_kernels) return list_time(op);
       TimeNs t = 0;
       for (const auto& k : op.kernels) t += kernel_time(k);
       return t;
     }
-    case OpKind::AllGather:
-    case OpKind::ReduceScatter:
-    case OpKind::AllReduce:
-      return collective(op);
-    case OpKind::CopyIn:
-    case OpKind::CopyOut:
-    case OpKind::Cast:
-    case OpKind::Pad:
-    case OpKind::Divide:
-    case OpKind::OptimizerStep:
-      return memory_bound(op.copy_bytes);
     case OpKind::H2D:
     case OpKind::D2H: {
       KernelKey key{kHostCopy, op.copy_bytes, 0, 0, 0, 0, 0, 0, false};
@@ -206,8 +196,9 @@ TimeNs ProfileCostModel::other_op_time(const Op& op) const {
       memo_.emplace(key, t);
       return t;
     }
+    default:
+      return 0;   // collectives and memory-bound ops: op_time answers them (slot or memo table)
   }
-  return 0;
 }
 
 TimeNs ProfileCostModel::cpu_issue_time(const Op& op) const {

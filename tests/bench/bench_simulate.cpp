@@ -8,8 +8,8 @@
 //   valgrind --tool=callgrind --collect-atstart=no build-*/tests/bench/bench_simulate --steps=1,20
 //   (collected instructions / 20; --steps=0,20 for llama3-8b)
 //                       2026-11-22 before   after 11-22     after 11-23
-//   llama3-70b/1024     6.61 M              4.09 M          3.34 M
-//   llama3-8b/8         2.61 M              1.61 M          1.32 M
+//   llama3-70b/1024     6.61 M              4.09 M          3.35 M
+//   llama3-8b/8         2.61 M              1.61 M          1.33 M
 // 11-22: lowering 2.21 -> 0.91 M, op costs 0.38 -> 0.27, execute 3.92 -> 2.87 (allocator 1.41 -> 0.80).
 // 11-23 (70B): lowering 0.91 -> 0.65 M (Context storage reused, flat per-segment lists, Builder hot paths
 // inline), op costs 0.27 -> 0.15 (a per-(kind, stream) slot of the last exact query before the memo

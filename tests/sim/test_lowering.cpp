@@ -551,5 +551,27 @@ TEST(LoweringErrors, UnresolvedPlanIsAnInputError) {
   EXPECT_THROW(lower(tiny_spec(2), g, r, Topology{4, 4}), InputError);
 }
 
+// make_context indexes per-unit arrays with forward_order's entries: a hand-built graph whose order is
+// not a permutation of the unit ids (a repeat, an id out of range) is rejected, naming the entry.
+TEST(LoweringErrors, ForwardOrderMustBeAPermutation) {
+  Plan r = resolve_plan(parse_plan(nlohmann::json::parse("{}")), 8, 8);
+  const struct {
+    std::vector<int> order;
+    const char* field;
+  } cases[] = {{{0, 1, 1}, "wrap_graph.forward_order[2] = 1"},
+               {{0, 1, 3}, "wrap_graph.forward_order[2] = 3"},
+               {{0, -1, 2}, "wrap_graph.forward_order[1] = -1"}};
+  for (const auto& c : cases) {
+    auto g = block_graph(kRoot, {kBlock, kBlock});
+    g.forward_order = c.order;
+    try {
+      lower(tiny_spec(2), g, r, Topology{8, 8});
+      ADD_FAILURE() << "accepted " << c.field;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.field), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fsdpsim::sim
