@@ -353,7 +353,7 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
 }
 
 // ---------------------------------------------------------------------------------------------
-Builder::Builder(StepProgram& p, OpRecycler* recycler, bool names) : prog_(p), names_(names) {
+Builder::Builder(StepProgram& p, OpRecycler* recycler, bool full) : prog_(p), full_(full) {
   if (recycler && prog_.ops.empty() && prog_.buffers.empty()) {
     prog_.ops.swap(recycler->ops);
     prog_.buffers.swap(recycler->buffers);
@@ -452,7 +452,7 @@ void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std:
       Op& d2h = b.op(OpKind::D2H, compute, -1, c.micro_batches - 1, "grads D2H");
       d2h.copy_bytes = numel * c.bm;
       for (int g : grad_bufs)
-        if (g >= 0) d2h.inputs.push_back(g);
+        if (g >= 0) b.read(d2h, g);
       b.defer_cpu_wait(d2h.id);
     }
     Op& cpu = b.op(OpKind::CpuOptimizerStep, compute, -1, c.micro_batches - 1, "optim cpu");
@@ -464,7 +464,7 @@ void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std:
       for (const auto& s : c.sizes) shard += s.shard;
       h2d.copy_bytes = shard * c.bm;
       for (int q : param_bufs)
-        if (q >= 0) h2d.outputs.push_back(q);
+        if (q >= 0) b.write(h2d, q);
     }
     return;
   }
@@ -475,9 +475,9 @@ void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std:
   o.copy_bytes = numel * c.bm * accesses;
   o.kernel_launches = std::max(1, groups);   // about one multi-tensor-apply launch per param group
   for (int g : grad_bufs)
-    if (g >= 0) o.inputs.push_back(g);
+    if (g >= 0) b.read(o, g);
   for (int q : param_bufs)
-    if (q >= 0) o.outputs.push_back(q);
+    if (q >= 0) b.write(o, q);
 }
 
 void fill_facts(const Context& c, StepProgram& p) {

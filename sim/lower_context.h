@@ -109,7 +109,10 @@ struct Context {
   int optimizer_states = 2;
   std::vector<const char*> notes;   // string literals (copied into StepProgram::notes by fill_facts)
   OpRecycler* recycler = nullptr;   // optional storage to reuse (see OpRecycler)
-  bool names = true;                // false: ops and buffers get empty names (simulate() without a trace)
+  // false: a program for the simulator alone (simulate() without a trace): ops and buffers get empty
+  // names and ops no inputs/outputs. Names only label traces and error messages; inputs/outputs are
+  // read by the runtimes and the tests' race checks, never by the executor.
+  bool full = true;
 };
 
 // Fills `c`, a default-constructed Context except that its vectors may hold a previous lowering's
@@ -132,7 +135,7 @@ void set_short_name(std::string& out, std::string_view what, int unit);
 // finish() drops the ones left over, so until then use last_op()/num_buffers(), not the vectors' sizes.
 class Builder {
  public:
-  explicit Builder(StepProgram& p, OpRecycler* recycler = nullptr, bool names = true);
+  explicit Builder(StepProgram& p, OpRecycler* recycler = nullptr, bool full = true);
   int add_stream(StreamRole role, const char* name);
   // buffer, op and compute_op run ~4,000 times per lowering: they are defined here, so that the common
   // case (a recycled element: a few dozen stores) costs at most one call, and only a fresh element
@@ -160,6 +163,13 @@ class Builder {
     Op& o = next_op(kind, stream, unit, micro_batch, what);
     o.shared_kernels = kernels;   // no reference-count traffic when a recycled op already holds this list
     return o;
+  }
+  // The buffers an op reads and writes (Op::inputs, Op::outputs): left out of a simulator-only program.
+  void read(Op& o, int buf) {
+    if (full_) o.inputs.push_back(buf);
+  }
+  void write(Op& o, int buf) {
+    if (full_) o.outputs.push_back(buf);
   }
   void wait(Op& o, int op_id) {
     if (op_id >= 0) o.waits.push_back(op_id);
@@ -242,12 +252,12 @@ class Builder {
   Buffer& new_buffer();   // appends a default-constructed buffer
 
   void name(std::string& out, std::string_view what, int unit) {
-    if (names_) set_short_name(out, what, unit);
+    if (full_) set_short_name(out, what, unit);
     else out.clear();
   }
 
   StepProgram& prog_;
-  bool names_ = true;
+  bool full_ = true;
   int num_ops_ = 0, num_buffers_ = 0;
   int ops_size_ = 0, buffers_size_ = 0;   // prog_.ops.size(), prog_.buffers.size() (recycled + appended)
   std::vector<int> last_on_stream_;
@@ -261,10 +271,10 @@ void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std:
                         const std::vector<int>& param_bufs, int compute_stream);
 void fill_facts(const Context& c, StepProgram& p);
 
-// lower() with optional recycled storage and, with names = false, without op and buffer names (they
-// only label traces and error messages; simulate() drops them when it records no trace).
+// lower() with optional recycled storage and, with full = false, a simulator-only program (no op and
+// buffer names, no inputs/outputs: see Context::full). simulate() asks for one when it records no trace.
 StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
-                       const Topology& topo, OpRecycler* recycler, bool names = true);
+                       const Topology& topo, OpRecycler* recycler, bool full = true);
 
 StepProgram lower_fsdp1(const Context& c);
 StepProgram lower_fsdp2(const Context& c);

@@ -33,7 +33,7 @@ struct UnitState {
 
 class Fsdp1Lowering {
  public:
-  explicit Fsdp1Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler, c.names) {}
+  explicit Fsdp1Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler, c.full) {}
 
   StepProgram run() {
     const int U = static_cast<int>(c_.sizes.size());
@@ -104,9 +104,9 @@ class Fsdp1Lowering {
                       : b_.op(OpKind::Cast, pre_unshard_, u, mb_, "mp_shard");
       int buf = b_.buffer("mp_shard", u, s.shard * c_.bp, MemCategory::UnshardedParams, pre_unshard_);
       o.allocs.push_back(buf);
-      o.outputs.push_back(buf);
+      b_.write(o, buf);
       o.copy_bytes = offload ? s.shard * c_.bm : s.shard * (c_.bm + c_.bp);
-      if (param_shard_[u] >= 0) o.inputs.push_back(param_shard_[u]);
+      if (param_shard_[u] >= 0) b_.read(o, param_shard_[u]);
       st.full = buf;
       st.ready_op = o.id;
       return;
@@ -117,9 +117,9 @@ class Fsdp1Lowering {
                       : b_.op(OpKind::Cast, pre_unshard_, u, mb_, "mp_shard");
       src = b_.buffer("mp_shard", u, s.shard * c_.bp, MemCategory::CommBuffers, pre_unshard_);
       o.allocs.push_back(src);
-      o.outputs.push_back(src);
+      b_.write(o, src);
       o.copy_bytes = offload ? s.shard * c_.bm : s.shard * (c_.bm + c_.bp);
-      if (param_shard_[u] >= 0) o.inputs.push_back(param_shard_[u]);
+      if (param_shard_[u] >= 0) b_.read(o, param_shard_[u]);
       pre = o.id;
     }
     // P4: before the all-gather, if 2 free events are queued, the CPU synchronizes on the oldest.
@@ -131,8 +131,8 @@ class Fsdp1Lowering {
     b_.wait(ag, pre);   // the unshard stream waits on pre_unshard (F1.2)
     int full = b_.buffer("full_param", u, s.unsharded * c_.bp, MemCategory::UnshardedParams, unshard_);
     ag.allocs.push_back(full);
-    ag.outputs.push_back(full);
-    ag.inputs.push_back(src >= 0 ? src : param_shard_[u]);
+    b_.write(ag, full);
+    b_.read(ag, src >= 0 ? src : param_shard_[u]);
     ag.comm_bytes = s.unsharded * c_.bp;
     ag.group = CommGroup::Shard;
     ag.group_size = c_.shard_group.size;
@@ -214,7 +214,7 @@ class Fsdp1Lowering {
     const char* what = kind == OpKind::Forward ? "fwd" : kind == OpKind::Backward ? "bwd" : "recompute";
     Op& o = b_.compute_op(kind, compute_, seg.unit, mb_, what, ks);
     o.kernel_launches = static_cast<int>(ks->size());
-    if (state_[seg.unit].full >= 0) o.inputs.push_back(state_[seg.unit].full);
+    if (state_[seg.unit].full >= 0) b_.read(o, state_[seg.unit].full);
     if (kind == OpKind::Forward) {
       if (seg.part == models::ModulePart::Block && c_.act_saved[seg.layer] > 0) {
         act_[s] = b_.buffer("act", seg.unit, c_.act_saved[seg.layer], MemCategory::Activations, compute_);
@@ -287,7 +287,7 @@ class Fsdp1Lowering {
     emit_compute(s, OpKind::Backward);
     Op& o = b_.at(b_.last_op());
     for (int buf = first_new; buf < last_new; ++buf) o.allocs.push_back(buf);
-    if (state_[u].grad >= 0) o.outputs.push_back(state_[u].grad);
+    if (state_[u].grad >= 0) b_.write(o, state_[u].grad);
   }
 
   void post_backward(int u) {
@@ -313,8 +313,8 @@ class Fsdp1Lowering {
       Op& o = b_.op(OpKind::Cast, post_backward_, u, mb_, "grad cast");
       int g = b_.buffer("grad_rd", u, src_numel * c_.br, MemCategory::CommBuffers, post_backward_);
       o.allocs.push_back(g);
-      o.inputs.push_back(src);
-      o.outputs.push_back(g);
+      b_.read(o, src);
+      b_.write(o, g);
       o.copy_bytes = src_numel * (c_.bp + c_.br);
       release(src, o.id);   // (4) record_stream(unsharded grad, post_backward)
       src = g;
@@ -326,8 +326,8 @@ class Fsdp1Lowering {
       // F1.11: NO_SHARD all-reduces the full grad over every rank, with pre/post divide.
       divide(u, post_backward_, src, src_numel * c_.br, pre);
       Op& ar = b_.op(OpKind::AllReduce, post_backward_, u, mb_, "AR");
-      ar.inputs.push_back(src);
-      ar.outputs.push_back(src);
+      b_.read(ar, src);
+      b_.write(ar, src);
       ar.comm_bytes = src_numel * c_.br;
       ar.group = CommGroup::World;
       ar.group_size = c_.world_group.size;
@@ -343,8 +343,8 @@ class Fsdp1Lowering {
       Op& o = b_.op(OpKind::Pad, post_backward_, u, mb_, "pad");
       int g = b_.buffer("grad_pad", u, s.rs_input * c_.br, MemCategory::CommBuffers, post_backward_);
       o.allocs.push_back(g);
-      o.inputs.push_back(src);
-      o.outputs.push_back(g);
+      b_.read(o, src);
+      b_.write(o, g);
       o.copy_bytes = (src_numel + s.rs_input) * c_.br;
       release(src, o.id);
       src = g;
@@ -353,8 +353,8 @@ class Fsdp1Lowering {
     Op& rs = b_.op(OpKind::ReduceScatter, post_backward_, u, mb_, "RS");
     int out = b_.buffer("rs_out", u, s.grad_shard * c_.br, MemCategory::CommBuffers, post_backward_);
     rs.allocs.push_back(out);
-    rs.inputs.push_back(src);
-    rs.outputs.push_back(out);
+    b_.read(rs, src);
+    b_.write(rs, out);
     rs.comm_bytes = s.rs_input * c_.br;
     rs.group = CommGroup::Shard;
     rs.group_size = c_.shard_group.size;
@@ -365,8 +365,8 @@ class Fsdp1Lowering {
       // F1.10: the all-reduce stream waits on post_backward; all_reduce over the replicate (inter-node) group.
       Op& ar = b_.op(OpKind::AllReduce, all_reduce_, u, mb_, "AR");
       b_.wait(ar, rs.id);
-      ar.inputs.push_back(out);
-      ar.outputs.push_back(out);
+      b_.read(ar, out);
+      b_.write(ar, out);
       ar.comm_bytes = s.grad_shard * c_.br;
       ar.group = CommGroup::Replicate;
       ar.group_size = c_.replicate_group.size;
@@ -383,8 +383,8 @@ class Fsdp1Lowering {
   void divide(int u, int stream, int buf, Bytes bytes, int factor) {
     if (factor <= 1) return;
     Op& o = b_.op(OpKind::Divide, stream, u, mb_, "div");
-    o.inputs.push_back(buf);
-    o.outputs.push_back(buf);
+    b_.read(o, buf);
+    b_.write(o, buf);
     o.copy_bytes = 2 * bytes;   // in place: read + write
   }
 
@@ -394,14 +394,14 @@ class Fsdp1Lowering {
     // reduce_dtype == the fp32 (master) dtype: the reduced shard is the grad as is (no cast kernel).
     if (plan_.reduce_dtype == plan_.master_weights_dtype && !adding && !plan_.cpu_offload.params) return;
     Op& o = b_.op(OpKind::Cast, stream, u, mb_, adding ? "grad acc" : "grad fp32");
-    o.inputs.push_back(src);
+    b_.read(o, src);
     o.copy_bytes = numel * (c_.br + c_.bm + (adding ? c_.bm : 0));
     if (plan_.cpu_offload.params) {
       offload_grad_ = b_.buffer("grad_dev", u, numel * c_.bm, MemCategory::CommBuffers, stream);
       o.allocs.push_back(offload_grad_);
-      o.outputs.push_back(offload_grad_);
+      b_.write(o, offload_grad_);
     } else if (grad_shard_[u] >= 0) {
-      o.outputs.push_back(grad_shard_[u]);
+      b_.write(o, grad_shard_[u]);
     }
   }
 
@@ -409,7 +409,7 @@ class Fsdp1Lowering {
   void finish_offload(int u, int stream, std::int64_t numel) {
     if (!plan_.cpu_offload.params || offload_grad_ < 0) return;
     Op& o = b_.op(OpKind::D2H, stream, u, mb_, "grad D2H");
-    o.inputs.push_back(offload_grad_);
+    b_.read(o, offload_grad_);
     o.copy_bytes = numel * c_.bm;
     o.frees.push_back({offload_grad_, o.id});
     offload_grad_ = -1;

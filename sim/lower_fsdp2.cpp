@@ -31,7 +31,7 @@ enum class Phase { Forward, Backward };
 
 class Fsdp2Lowering {
  public:
-  explicit Fsdp2Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler, c.names) {}
+  explicit Fsdp2Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler, c.full) {}
 
   StepProgram run() {
     const int U = static_cast<int>(c_.sizes.size());
@@ -113,9 +113,9 @@ class Fsdp2Lowering {
       if (!c_.mixed && !offload) return;   // the replicated params are used as they are
       Op& o = offload ? b_.op(OpKind::H2D, copy_in_, u, mb_, "H2D") : b_.op(OpKind::Cast, copy_in_, u, mb_, "cast");
       g.unsharded = b_.buffer("params", u, s.shard * c_.bp, MemCategory::UnshardedParams, copy_in_);
-      if (!offload) o.inputs.push_back(param_shard_[u]);   // the cast reads the fp32 parameters
+      if (!offload) b_.read(o, param_shard_[u]);   // the cast reads the fp32 parameters
       o.allocs.push_back(g.unsharded);
-      o.outputs.push_back(g.unsharded);
+      b_.write(o, g.unsharded);
       o.copy_bytes = offload ? s.shard * c_.bm : s.shard * (c_.bm + c_.bp);
       g.ag_op = o.id;
       return;
@@ -132,7 +132,7 @@ class Fsdp2Lowering {
         Op& h = b_.op(OpKind::H2D, copy_in_, u, mb_, "H2D");
         src = b_.buffer("shard_dev", u, s.shard * c_.bm, MemCategory::CommBuffers, copy_in_);
         h.allocs.push_back(src);
-        h.outputs.push_back(src);
+        b_.write(h, src);
         h.copy_bytes = s.shard * c_.bm;
       }
       if (c_.mixed || bag != c_.bm) {
@@ -140,8 +140,8 @@ class Fsdp2Lowering {
         Op& cast = b_.op(OpKind::Cast, copy_in_, u, mb_, "cast");
         int buf = b_.buffer("ag_in", u, s.shard * bag, MemCategory::CommBuffers, copy_in_);
         cast.allocs.push_back(buf);
-        cast.inputs.push_back(src >= 0 ? src : param_shard_[u]);
-        cast.outputs.push_back(buf);
+        b_.read(cast, src >= 0 ? src : param_shard_[u]);
+        b_.write(cast, buf);
         cast.copy_bytes = s.shard * (c_.bm + bag);
         if (src >= 0) cast.frees.push_back({src, -1});
         src = buf;
@@ -150,14 +150,14 @@ class Fsdp2Lowering {
     Op& ci = b_.op(OpKind::CopyIn, copy_in_, u, mb_, "copy-in");
     g.ag_out = b_.buffer("ag_out", u, s.unsharded * bag, MemCategory::CommBuffers, copy_in_);
     ci.allocs.push_back(g.ag_out);
-    ci.inputs.push_back(src >= 0 ? src : param_shard_[u]);
-    ci.outputs.push_back(g.ag_out);
+    b_.read(ci, src >= 0 ? src : param_shard_[u]);
+    b_.write(ci, g.ag_out);
     ci.copy_bytes = 2 * src_numel * bag;   // read the shard, write this rank's slice
     if (src >= 0 && !from_post_forward) ci.frees.push_back({src, -1});
     Op& ag = b_.op(OpKind::AllGather, all_gather_, u, mb_, "AG");
     b_.wait(ag, ci.id);
-    ag.inputs.push_back(g.ag_out);
-    ag.outputs.push_back(g.ag_out);
+    b_.read(ag, g.ag_out);
+    b_.write(ag, g.ag_out);
     ag.comm_bytes = s.unsharded * bag;
     const GroupShape& grp = from_post_forward ? c_.post_forward_group : c_.shard_group;
     ag.group = from_post_forward ? CommGroup::PostForward : CommGroup::Shard;
@@ -180,8 +180,8 @@ class Fsdp2Lowering {
     b_.wait(co, g.ag_op);
     g.unsharded = b_.buffer("params", u, s.unsharded * bag, MemCategory::UnshardedParams, compute_);
     co.allocs.push_back(g.unsharded);
-    co.inputs.push_back(g.ag_out);
-    co.outputs.push_back(g.unsharded);
+    b_.read(co, g.ag_out);
+    b_.write(co, g.unsharded);
     co.copy_bytes = 2 * s.unsharded * bag;   // split_with_sizes_copy: read the AG output, write the params
     const int event = co.id;
     if (phase == Phase::Forward) {
@@ -222,8 +222,8 @@ class Fsdp2Lowering {
       std::int64_t numel = s.unsharded / k;
       g.post_forward = b_.buffer("post_fwd", u, numel * ag_bytes(u), MemCategory::UnshardedParams, compute_);
       cl.allocs.push_back(g.post_forward);
-      cl.inputs.push_back(g.unsharded);
-      cl.outputs.push_back(g.post_forward);
+      b_.read(cl, g.unsharded);
+      b_.write(cl, g.post_forward);
       cl.copy_bytes = 2 * numel * ag_bytes(u);
     }
     b_.free_now(g.unsharded);   // storage resize to 0; no record_stream (M10)
@@ -276,7 +276,7 @@ class Fsdp2Lowering {
     const char* what = kind == OpKind::Forward ? "fwd" : kind == OpKind::Backward ? "bwd" : "recompute";
     Op& o = b_.compute_op(kind, compute_, seg.unit, mb_, what, ks);
     o.kernel_launches = static_cast<int>(ks->size());
-    if (st_[seg.unit].unsharded >= 0) o.inputs.push_back(st_[seg.unit].unsharded);
+    if (st_[seg.unit].unsharded >= 0) b_.read(o, st_[seg.unit].unsharded);
     if (kind == OpKind::Forward) {
       if (seg.part == models::ModulePart::Block && c_.act_saved[seg.layer] > 0) {
         act_[s] = b_.buffer("act", seg.unit, c_.act_saved[seg.layer], MemCategory::Activations, compute_);
@@ -356,7 +356,7 @@ class Fsdp2Lowering {
     emit_compute(s, OpKind::Backward);
     Op& o = b_.at(b_.last_op());
     for (int buf = first_new; buf < last_new; ++buf) o.allocs.push_back(buf);
-    if (fresh_grad_[u] >= 0) o.outputs.push_back(fresh_grad_[u]);
+    if (fresh_grad_[u] >= 0) b_.write(o, fresh_grad_[u]);
   }
 
   void post_backward(int u) {
@@ -388,16 +388,16 @@ class Fsdp2Lowering {
     GroupState& g = st_[u];
     const UnitSizes& s = c_.sizes[u];
     Op& o = b_.op(OpKind::Cast, compute_, u, mb_, g.grad_upcast ? "grad acc" : "grad up");
-    o.inputs.push_back(fresh);
+    b_.read(o, fresh);
     if (!g.grad_upcast) {
       g.grad = b_.buffer("grad_acc", u, s.grad * c_.br, MemCategory::UnshardedGrads, compute_);
       o.allocs.push_back(g.grad);
       o.copy_bytes = s.grad * (c_.bp + c_.br);
     } else {
-      o.inputs.push_back(g.grad);
+      b_.read(o, g.grad);
       o.copy_bytes = s.grad * (c_.bp + 2 * c_.br);
     }
-    o.outputs.push_back(g.grad);
+    b_.write(o, g.grad);
     o.frees.push_back({fresh, -1});
     g.grad_upcast = true;
   }
@@ -412,8 +412,8 @@ class Fsdp2Lowering {
     Op& ci = b_.op(OpKind::CopyIn, compute_, u, mb_, "RS copy-in");
     int in = b_.buffer("rs_in", u, s.rs_input * c_.br, MemCategory::CommBuffers, compute_);
     ci.allocs.push_back(in);
-    ci.inputs.push_back(src);
-    ci.outputs.push_back(in);
+    b_.read(ci, src);
+    b_.write(ci, in);
     ci.copy_bytes = s.grad * src_bytes + s.rs_input * c_.br;   // chunk_cat with the widening cast fused
     ci.frees.push_back({src, -1});                              // the unsharded grads are freed
     // F2.10: AVG for fp32/bf16 (no divide kernels); fp16 pre/post-divides to avoid overflow.
@@ -425,8 +425,8 @@ class Fsdp2Lowering {
       if (!divides) b_.wait(rs, ci.id);
       out = b_.buffer("rs_out", u, s.grad_shard * c_.br, MemCategory::CommBuffers, reduce_scatter_);
       rs.allocs.push_back(out);
-      rs.inputs.push_back(in);
-      rs.outputs.push_back(out);
+      b_.read(rs, in);
+      b_.write(rs, out);
       rs.comm_bytes = s.rs_input * c_.br;
       rs.group = CommGroup::Shard;
       rs.group_size = c_.shard_group.size;
@@ -440,8 +440,8 @@ class Fsdp2Lowering {
         // output is held until the end of backward (_all_reduce_state).
         Op& ar = b_.op(OpKind::AllReduce, all_reduce_, u, mb_, "AR");
         b_.wait(ar, rs.id);
-        ar.inputs.push_back(out);
-        ar.outputs.push_back(out);
+        b_.read(ar, out);
+        b_.write(ar, out);
         ar.comm_bytes = s.grad_shard * c_.br;
         ar.group = CommGroup::Replicate;
         ar.group_size = c_.replicate_group.size;
@@ -455,8 +455,8 @@ class Fsdp2Lowering {
       if (divides) divide(u, stream, in, s.rs_input * c_.br, ci.id);
       Op& ar = b_.op(OpKind::AllReduce, stream, u, mb_, "AR");
       if (!divides) b_.wait(ar, ci.id);
-      ar.inputs.push_back(in);
-      ar.outputs.push_back(in);
+      b_.read(ar, in);
+      b_.write(ar, in);
       ar.comm_bytes = s.rs_input * c_.br;
       ar.group = CommGroup::World;
       ar.group_size = c_.world_group.size;
@@ -474,14 +474,14 @@ class Fsdp2Lowering {
     int fp32 = -1;
     if (plan_.reduce_dtype != plan_.master_weights_dtype || adding || offload) {
       Op& o = b_.op(OpKind::Cast, post_stream, u, mb_, adding ? "grad acc" : "grad fp32");
-      o.inputs.push_back(out);
+      b_.read(o, out);
       o.copy_bytes = s.grad_shard * (c_.br + c_.bm + (adding ? c_.bm : 0));
       if (offload) {
         fp32 = b_.buffer("grad_dev", u, s.grad_shard * c_.bm, MemCategory::CommBuffers, post_stream);
         o.allocs.push_back(fp32);
-        o.outputs.push_back(fp32);
+        b_.write(o, fp32);
       } else if (grad_shard_[u] >= 0) {
-        o.outputs.push_back(grad_shard_[u]);
+        b_.write(o, grad_shard_[u]);
       }
       last = o.id;
     }
@@ -492,7 +492,7 @@ class Fsdp2Lowering {
     }
     if (offload) {   // M11: D2H to the CPU grad (non_blocking unless accumulating)
       Op& d = b_.op(OpKind::D2H, post_stream, u, mb_, "grad D2H");
-      d.inputs.push_back(fp32);
+      b_.read(d, fp32);
       d.copy_bytes = s.grad_shard * c_.bm;
       d.frees.push_back({fp32, -1});
       offload_d2h_.push_back(d.id);
@@ -502,8 +502,8 @@ class Fsdp2Lowering {
   int divide(int u, int stream, int buf, Bytes bytes, int wait_on) {
     Op& o = b_.op(OpKind::Divide, stream, u, mb_, "div");
     b_.wait(o, wait_on);
-    o.inputs.push_back(buf);
-    o.outputs.push_back(buf);
+    b_.read(o, buf);
+    b_.write(o, buf);
     o.copy_bytes = 2 * bytes;
     return o.id;
   }

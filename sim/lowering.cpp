@@ -12,7 +12,7 @@ namespace fsdpsim::sim {
 namespace lowering {
 
 StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
-                       const Topology& topo, OpRecycler* recycler, bool names) {
+                       const Topology& topo, OpRecycler* recycler, bool full) {
   if (topo.world < 1) throw InputError("cluster.gpus", std::to_string(topo.world), "expected at least 1 GPU");
   if (topo.gpus_per_node < 1)
     throw InputError("cluster.gpus_per_node", std::to_string(topo.gpus_per_node), "expected at least 1");
@@ -35,7 +35,7 @@ StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& 
   } give_back{c, reuse};
   make_context(c, model, graph, plan, topo);
   c.recycler = recycler;
-  c.names = names;
+  c.full = full;
   return plan.fsdp_version == FsdpVersion::FSDP1 ? lower_fsdp1(c) : lower_fsdp2(c);
 }
 

@@ -67,9 +67,10 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
   const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(m, rp.auto_wrap_policy);
   thread_local lowering::OpRecycler recycler;   // see OpRecycler: storage reused across calls
-  // Names label trace spans only: without a trace the program goes unnamed (a recycled op's old name is cleared).
+  // Without a trace the program is built for the simulator alone: no names (they label trace spans only; a
+  // recycled op's old name is cleared) and no op inputs/outputs (only the runtimes read them).
   StepProgram prog = lowering::lower_with(m, *graph, rp, Topology{cluster.world(), cluster.gpus_per_node}, &recycler,
-                                          /*names=*/opts.record_trace);
+                                          /*full=*/opts.record_trace);
 
   const Bytes capacity = hw.memory_capacity();
   const Bytes context = hw.cuda_context_bytes();
