@@ -350,9 +350,8 @@ void CachingAllocator::throw_not_live(int b, const char* what) const {
                               " is not allocated");
 }
 
-void CachingAllocator::free(int b) {
-  if (b == -1) return;
-  check_live(b, "free");
+void CachingAllocator::free_live(int b) {
+  if (b < 0) return;   // -1: the null block of a 0-byte request
   Block& blk = blocks_[b];
   stats_.allocated -= blk.size;
   stats_.requested -= blk.requested;

@@ -80,7 +80,14 @@ class CachingAllocator {
   // bytes < 0 or stream < 0.
   int alloc(Bytes bytes, int stream);
   // Frees a live block now: it merges with free neighbours and returns to its pool. -1 is a no-op.
-  void free(int block);
+  void free(int block) {
+    if (block == -1) return;
+    check_live(block, "free");
+    free_live(block);
+  }
+  // free() without the liveness check, for a caller that only ever passes -1 or a block it holds
+  // (MemoryTracker: its buffer -> block map already tells a live buffer from a freed one).
+  void free_live(int block);
   // Frees a live block whose memory is still in use by GPU work (record_stream): not allocated from
   // now on, reusable only after process_events() sees `event` complete.
   void free_after(int block, std::int64_t event);
@@ -120,7 +127,9 @@ class CachingAllocator {
 
  private:
   enum class State : std::uint8_t { Free, Allocated, Pending, Dead };
-  struct Block {
+  // 64 bytes (alignas): a slot index scales with one shift, and blocks_.size() (check_live) needs no
+  // division by the size.
+  struct alignas(64) Block {
     Bytes addr = 0;          // virtual address (segments are laid out one after the other)
     Bytes size = 0;
     Bytes requested = 0;

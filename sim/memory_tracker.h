@@ -54,7 +54,7 @@ class MemoryTracker {
       throw_not_live(buffer, op);
     const Buffer& b = program_->buffers[buffer];
     if (reuse_after_op < 0 || reuse_op_complete) {
-      allocator_.free(block_of_[buffer]);
+      allocator_.free_live(block_of_[buffer]);   // live: block_of_ says so (-1: a 0-byte buffer)
     } else {
       allocator_.free_after(block_of_[buffer], reuse_after_op);
       waited_on_[reuse_after_op] = 1;
