@@ -19,9 +19,13 @@
 //  * Memory: sim/memory_tracker.h on the caching-allocator model.
 //
 // Speed (issue #3): the engine is reused per thread (its arrays, event list and memory tracker keep
-// their capacity between runs), its hot per-op facts live in flat arrays built in two passes over the
-// program (the same passes run validate_program's per-op checks), and a completion time is rounded
-// with an inline llround. None of this changes an event, a time or a byte.
+// their capacity between runs); its hot per-op facts live in one record per op (OpRec) and one flat
+// array of lists, built in ONE pass over the program that also runs validate_program's per-op checks
+// (the per-stream, per-group and dependents lists are in op order, so they are linked lists appended
+// at their tails during that pass); a stream's and an NCCL queue's head stays their head while it
+// runs, so "can the head start" is one test of its state; a completion time is rounded with an inline
+// llround. None of this changes an event, a time, a sequence number or a byte: the same try_start
+// calls happen in the same order as with per-stream busy flags and CSR lists.
 //
 // Definitions of the outputs:
 //  * step_time_ns: the latest completion of any op (GPU or CPU), from t = 0 when the CPU starts.
@@ -37,6 +41,7 @@
 #include "sim/executor.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -52,13 +57,13 @@ namespace {
 
 constexpr int kNumGroups = 4;   // CommGroup: Shard, Replicate, World, PostForward
 
-bool is_collective(OpKind k) {
+constexpr bool is_collective(OpKind k) {
   return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce;
 }
 
 // SM kernels share the GPU with NCCL's CTAs and HBM traffic (semantics N5); host copies run on the
 // copy engines and collectives are the cause, so neither is slowed.
-bool is_slowable(OpKind k) {
+constexpr bool is_slowable(OpKind k) {
   switch (k) {
     case OpKind::Forward: case OpKind::Backward: case OpKind::Recompute:
     case OpKind::CopyIn: case OpKind::CopyOut: case OpKind::Cast: case OpKind::Pad: case OpKind::Divide:
@@ -68,6 +73,21 @@ bool is_slowable(OpKind k) {
       return false;
   }
 }
+
+// What the engine needs to know of an op's kind, as one table lookup (its last entry stands for any
+// value out of OpKind's range, which check_op rejects).
+constexpr std::uint8_t kCollective = 1, kSlowable = 2, kCpuOp = 4, kBadKind = 8;
+constexpr unsigned kNumKinds = static_cast<unsigned>(OpKind::CpuOptimizerStep) + 1;
+constexpr std::array<std::uint8_t, kNumKinds + 1> kKindFlags = [] {
+  std::array<std::uint8_t, kNumKinds + 1> t{};
+  for (unsigned k = 0; k < kNumKinds; ++k) {
+    const auto kind = static_cast<OpKind>(k);
+    t[k] = static_cast<std::uint8_t>((is_collective(kind) ? kCollective : 0) | (is_slowable(kind) ? kSlowable : 0) |
+                                     (kind == OpKind::CpuOptimizerStep ? kCpuOp : 0));
+  }
+  t[kNumKinds] = kBadKind;
+  return t;
+}();
 
 // std::llround for |x| < 2^63 (times in ns), inline: round half away from zero. x - trunc(x) is exact
 // for every double, so the comparison with 0.5 decides exactly as llround does.
@@ -79,39 +99,36 @@ inline TimeNs round_ns(double x) {
   return i;
 }
 
-// A flat list that only grows (its storage is kept across runs): append() is a few inline stores for
-// the one- or two-element lists most ops have.
-template <class T>
-class FlatList {
- public:
-  void clear() { n_ = 0; }
-  int size() const { return static_cast<int>(n_); }
-  const T& operator[](int i) const { return data_[static_cast<std::size_t>(i)]; }
-  // Appends src; returns whether ok(x) held for every element (each is checked as it is copied).
-  template <class Ok>
-  bool append_checked(const std::vector<T>& src, Ok&& ok) {
-    const std::size_t k = src.size();
-    if (k == 0) return true;
-    if (n_ + k > data_.size()) [[unlikely]] data_.resize(std::max(2 * data_.size(), n_ + k + 256));
-    T* out = data_.data() + n_;
-    n_ += k;
-    bool all = true;
-    for (std::size_t j = 0; j < k; ++j) {
-      all &= ok(src[j]);
-      out[j] = src[j];
-    }
-    return all;
-  }
-
- private:
-  std::vector<T> data_;
-  std::size_t n_ = 0;
-};
-
 enum class EvType : std::uint8_t { OpComplete, IssueDone, CpuResume };
 struct Ev {
   EvType type = EvType::OpComplete;
   int op = 0;
+};
+
+// An op's progress. A GPU op goes NotIssued -> Issued (enqueued by the CPU) -> Running -> Done; a
+// CpuOptimizerStep goes NotIssued -> Done at the end of its issue. (16 bits, not 8: a store through a
+// char type may alias anything, so g++ would reload every member after each state change.)
+enum OpState : std::uint16_t { kNotIssued = 0, kIssued, kRunning, kDone };
+
+// The hot facts of one op, copied out of the (large) Op struct once, read together by the run.
+// Its lists live in Engine::lists_ as [GPU waits | CPU waits | allocs | frees as (buffer,
+// reuse_after_op) pairs]: wait_pos .. cpu_waits .. allocs .. frees .. end.
+struct OpRec {
+  int stream = 0;
+  std::uint8_t flags = 0;          // kCollective | kSlowable | kCpuOp
+  std::uint8_t group = 0;          // CommGroup (collectives only)
+  OpState state = kNotIssued;
+  int wait_pos = 0;                // first GPU wait not yet seen complete (starts at the first wait)
+  int cpu_waits = 0, allocs = 0, frees = 0, end = 0;
+  int next_in_stream = 0;          // the next GPU op of its stream (Engine::n_: none)
+  int next_in_group = 0;           // collectives: the next collective of its NCCL queue (n_: none)
+};
+
+// One link of a dependents list (Engine::dep_): the next link (-1: the end), and the stream of the op
+// that waits (the one try_start looks at when the awaited op completes).
+struct DepLink {
+  int next = -1;
+  int stream = 0;
 };
 
 class Engine {
@@ -123,35 +140,40 @@ class Engine {
   void build_queues();
   // ---- CPU ----
   void cpu_begin(TimeNs now);
-  void issue_done(int i, TimeNs now);
+  [[gnu::always_inline]] inline void issue_done(int i, TimeNs now);   // (inline: once per op)
   // ---- GPU ----
   void wake_dependents(int h, TimeNs now) {
-    for (int k = dep_begin_[h], e = dep_begin_[h + 1]; k < e; ++k) try_start(op_stream_[dep_list_[k]], now);
+    for (int k = dep_[h].next; k >= 0; k = dep_[k].next) try_start(dep_[k].stream, now);
   }
+  // Starts the head of stream s if it can start now. The head stays the stream's head while it runs
+  // (complete() moves on to the next op), so "the stream is busy" and "the head is not issued yet"
+  // are one test: the head's state is not Issued. The stream's end is the sentinel rec_[n_], which is
+  // never issued. Likewise the head of an NCCL queue is its running collective, or else the oldest
+  // unstarted one, so "the queue is free and this is its oldest unstarted collective" is one test too.
   void try_start(int s, TimeNs now) {
-    if (stream_busy_[s] >= 0 || stream_head_[s] == stream_begin_[s + 1]) return;
-    const int h = stream_list_[stream_head_[s]];
-    if (issue_t_[h] < 0) return;
-    int k = wait_pos_[h];
-    const int end = wait_begin_[h + 1];
-    while (k < end && completed_[wait_list_[k]]) ++k;
-    wait_pos_[h] = k;
+    const int h = stream_head_[s];
+    OpRec& r = rec_[h];
+    if (r.state != kIssued) return;
+    int k = r.wait_pos;
+    const int end = r.cpu_waits;
+    const int* lists = lists_.data();
+    while (k < end && rec_[lists[k]].state == kDone) ++k;
+    r.wait_pos = k;
     if (k < end) return;
-    if (kind_flags_[h] & kCollective) {
-      const int g = op_group_[h];
-      if (group_busy_[g] || group_list_[group_head_[g]] != h) return;
-    }
+    if ((r.flags & kCollective) && group_head_[r.group] != h) return;
     start(h, now);
   }
   void start(int h, TimeNs now);
   void complete(int h, TimeNs now);
   void retime(TimeNs now, double new_factor);
+  bool is_done(int op) const { return rec_[op].state == kDone; }
   // ---- results ----
   void fill_results(SimResult& r);
   void add_span(const Op& op, const std::string& track, const char* kind, TimeNs start, TimeNs dur, Bytes bytes);
 
   const StepProgram* p_ = nullptr;
   const ExecOptions* o_ = nullptr;
+  bool trace_on_ = false;
   int n_ = 0;
   const TimeNs* gpu_ns_ = nullptr;
   const TimeNs* cpu_ns_ = nullptr;
@@ -161,32 +183,26 @@ class Engine {
   bool use_slowdown_ = false;
   double factor_ = 1.0;             // current progress factor of SM kernels
 
-  // per op (indexed by op id)
-  std::vector<TimeNs> issue_t_, start_t_, end_t_, cpu_start_t_;
-  std::vector<std::uint8_t> completed_, kind_flags_;
-  // Hot per-op facts copied out of the (large) Op structs for cache locality: stream, NCCL queue,
-  // and the GPU waits as one flat array (CSR); wait_pos_[h] is the first wait of h not yet seen
-  // complete (an index into wait_list_).
-  std::vector<int> wait_pos_, op_stream_, op_group_, wait_begin_;
-  FlatList<int> wait_list_;
+  // per op (indexed by op id; rec_[n_] is the end-of-list sentinel)
+  std::vector<OpRec> rec_;
+  std::vector<int> lists_;          // every op's lists (see OpRec)
+  // Dependents, as linked lists in op order: dep_[i].next (i < n_) is the first link of op i's list;
+  // the link of the wait stored at lists_[k] is dep_[n_ + k] (it names the waiting op's stream).
+  std::vector<DepLink> dep_;
+  std::vector<int> dep_tail_;       // scratch: the last link of each op's dependents list
+  std::vector<TimeNs> issue_t_, start_t_, cpu_start_t_;
   std::vector<double> remaining_;
   std::vector<TimeNs> seg_start_;
-  static constexpr std::uint8_t kCollective = 1, kSlowable = 2, kCpuOp = 4;
+  TimeNs step_end_ = 0;             // latest completion so far
+  int n_done_ = 0;
 
-  // per stream: its GPU ops in order (CSR), the next one to start, the running one
-  std::vector<int> stream_begin_, stream_list_, stream_head_, stream_busy_;
-  std::vector<TimeNs> stream_prev_end_;
-  // per NCCL queue (process group): its collectives in issue order
-  std::vector<int> group_begin_, group_list_, group_head_;
-  bool group_busy_[kNumGroups] = {false, false, false, false};
-
-  // per op: the ops that wait on it (CSR), whose streams may start when it completes
-  std::vector<int> dep_begin_, dep_list_;
-  // per op, copied from the Op structs (CSR): CPU waits, allocs, frees
-  std::vector<int> cpu_wait_begin_, alloc_begin_, free_begin_;
-  FlatList<int> cpu_wait_list_, alloc_list_;
-  FlatList<FreeSpec> free_list_;
-  std::vector<int> fill_;   // scratch for the CSR fills
+  // per stream: its head (the running op, else the next to start; n_ when none is left)
+  std::vector<int> stream_head_;
+  std::vector<int*> stream_link_;   // scratch for build_queues: the link the stream's next op goes to
+  TimeNs compute_prev_end_ = 0;     // end of the last op of the compute stream (0)
+  // per NCCL queue (process group): its head (the running collective, else the oldest unstarted one)
+  int group_head_[kNumGroups] = {0, 0, 0, 0};
+  std::int64_t comm_sent_[3] = {0, 0, 0};   // all_gather, reduce_scatter, all_reduce (N1)
 
   std::vector<int> running_slowable_;
   int comm_active_ = 0;
@@ -204,108 +220,122 @@ class Engine {
   std::vector<TraceSpan> trace_;
 };
 
-// Two passes: (1) over the ops: validate_program's per-op checks (streams and buffers were checked
-// before), flags, streams, groups, list sizes, and every list the run reads (GPU waits, CPU waits,
-// allocs, frees) copied into flat arrays, so that the run itself never touches the (large) Op structs
-// or their scattered vectors again; (2) over those arrays: the per-stream, per-group and dependents lists.
+// One pass over the ops: validate_program's per-op checks (streams and buffers were checked before;
+// check_op's conditions as one yes/no, evaluated while copying each list; on any failure
+// detail::check_op throws the first error in its order), fused with everything the run needs: the
+// op records, every list the run reads (GPU waits, CPU waits, allocs, frees) copied into one flat
+// array (one capacity check per op), and the per-stream, per-group and dependents lists. All three
+// are in op order, which is the order in which the pass appends to them, so each is a linked list
+// built by appending at its tail: no counting pass, no prefix sums, no second pass. The run itself
+// never touches the (large) Op structs or their scattered vectors.
 void Engine::build_queues() {
   const StepProgram& p = *p_;
   const int ns = static_cast<int>(p.streams.size());
   const int nb = static_cast<int>(p.buffers.size());
-  stream_begin_.assign(ns + 1, 0);
-  group_begin_.assign(kNumGroups + 1, 0);
-  op_stream_.resize(n_);
-  op_group_.resize(n_);
-  wait_begin_.resize(n_ + 1);
-  cpu_wait_begin_.resize(n_ + 1);
-  alloc_begin_.resize(n_ + 1);
-  free_begin_.resize(n_ + 1);
-  wait_list_.clear();
-  cpu_wait_list_.clear();
-  alloc_list_.clear();
-  free_list_.clear();
-  dep_begin_.assign(n_ + 1, 0);
-  kind_flags_.resize(n_);
-  // One pass per op: validate_program's per-op checks (check_op's conditions as one yes/no, evaluated while
-  // copying each list; on any failure detail::check_op throws the first error in its order) fused
-  // with the copies and the dependents count.
   const auto below = [](int v, int n) { return static_cast<unsigned>(v) < static_cast<unsigned>(n); };
   const Buffer* bufs = p.buffers.data();
-  int* dep_count = dep_begin_.data() + 1;
-  for (int i = 0; i < n_; ++i) {
-    const Op& op = p.ops[i];
-    const bool collective = is_collective(op.kind);
-    bool ok = op.id == i && below(op.stream, ns) &&
-              static_cast<unsigned>(op.kind) <= static_cast<unsigned>(OpKind::CpuOptimizerStep) &&
-              op.copy_bytes >= 0 && op.cpu_hooks >= 0 && op.kernel_launches >= 0;
-    if (collective)
-      ok &= static_cast<unsigned>(op.group) <= static_cast<unsigned>(CommGroup::PostForward) && op.group_size >= 1 &&
-            op.comm_bytes >= 0;
-    wait_begin_[i] = wait_list_.size();
-    ok &= wait_list_.append_checked(op.waits, [&](int w) {
-      if (!below(w, i)) return false;   // (checked first: dep_count is only indexed by valid ids)
-      ++dep_count[w];
-      return true;
-    });
-    cpu_wait_begin_[i] = cpu_wait_list_.size();
-    ok &= cpu_wait_list_.append_checked(op.cpu_waits, [&](int w) { return below(w, i); });
-    alloc_begin_[i] = alloc_list_.size();
-    // (&&: no read past the buffers)
-    ok &= alloc_list_.append_checked(op.allocs, [&](int b) { return below(b, nb) && !bufs[b].persistent; });
-    free_begin_[i] = free_list_.size();
-    ok &= free_list_.append_checked(op.frees, [&](const FreeSpec& f) {
-      return below(f.buffer, nb) && f.reuse_after_op >= -1 && f.reuse_after_op <= i;
-    });
+  const Op* ops = p.ops.data();
+  const int n = n_;
+  rec_.resize(static_cast<std::size_t>(n) + 1);
+  OpRec* rec = rec_.data();
+  rec[n] = OpRec{};   // the sentinel: never issued
+  if (lists_.empty()) lists_.resize(4096);
+  dep_.resize(static_cast<std::size_t>(n) + lists_.size());
+  dep_tail_.resize(n);
+  int* dep_tail = dep_tail_.data();
+  // Tails of the stream and group lists: the address of the link to set when the next op comes
+  // (stream_head_ and rec_ are not resized during the pass).
+  stream_head_.resize(ns);
+  stream_link_.resize(ns);
+  int** stream_link = stream_link_.data();
+  for (int s = 0; s < ns; ++s) stream_link[s] = &stream_head_[s];
+  int* group_link[kNumGroups];
+  for (int g = 0; g < kNumGroups; ++g) group_link[g] = &group_head_[g];
+  std::int64_t sent[3] = {0, 0, 0};
+  int pos = 0;   // next free slot of lists_
+  for (int i = 0; i < n; ++i) {
+    const Op& op = ops[i];
+    const unsigned kind = static_cast<unsigned>(op.kind);
+    const std::uint8_t f = kKindFlags[kind < kNumKinds ? kind : kNumKinds];
+    const int s = op.stream;
+    // (& rather than &&: one branch for all; an OR of numbers is negative iff one of them is)
+    bool ok = (op.id == i) & below(s, ns) & !(f & kBadKind) &
+              ((op.copy_bytes | op.cpu_hooks | op.kernel_launches) >= 0);
+    if (f & kCollective)
+      ok &= (static_cast<unsigned>(op.group) <= static_cast<unsigned>(CommGroup::PostForward)) &
+            (op.group_size >= 1) & (op.comm_bytes >= 0);
+    const std::size_t need = op.waits.size() + op.cpu_waits.size() + op.allocs.size() + 2 * op.frees.size();
+    if (pos + need > lists_.size()) [[unlikely]] {
+      lists_.resize(std::max(2 * lists_.size(), pos + need + 256));
+      dep_.resize(static_cast<std::size_t>(n) + lists_.size());
+    }
+    int* out = lists_.data();
+    DepLink* dep = dep_.data();
+    OpRec& r = rec[i];
+    dep[i].next = -1;
+    dep_tail[i] = i;
+    r.wait_pos = pos;
+    for (int w : op.waits) {
+      if (below(w, i)) {   // (checked first: dep_tail is only indexed by valid ids)
+        const int link = n + pos;
+        dep[link] = DepLink{-1, s};
+        dep[dep_tail[w]].next = link;
+        dep_tail[w] = link;
+      } else {
+        ok = false;
+      }
+      out[pos++] = w;
+    }
+    r.cpu_waits = pos;
+    for (int w : op.cpu_waits) {
+      ok &= below(w, i);
+      out[pos++] = w;
+    }
+    r.allocs = pos;
+    for (int b : op.allocs) {
+      ok &= below(b, nb) && !bufs[b].persistent;   // (&&: no read past the buffers)
+      out[pos++] = b;
+    }
+    r.frees = pos;
+    for (const FreeSpec& fr : op.frees) {
+      ok &= below(fr.buffer, nb) && fr.reuse_after_op >= -1 && fr.reuse_after_op <= i;
+      out[pos] = fr.buffer;
+      out[pos + 1] = fr.reuse_after_op;
+      pos += 2;
+    }
+    r.end = pos;
     if (!ok) [[unlikely]] {
       detail::check_op(p, i, ns, nb);   // throws the InputError validate_program would
       throw std::logic_error("execute: the engine's checks and check_op disagree on op " + std::to_string(i));
     }
-    std::uint8_t f = 0;
-    if (op.kind == OpKind::CpuOptimizerStep) f |= kCpuOp;
-    else ++stream_begin_[op.stream + 1];
-    if (collective) {
-      f |= kCollective;
-      ++group_begin_[static_cast<int>(op.group) + 1];
+    r.stream = s;
+    r.flags = f;
+    r.state = kNotIssued;
+    if (!(f & kCpuOp)) {
+      *stream_link[s] = i;
+      stream_link[s] = &r.next_in_stream;
     }
-    if (is_slowable(op.kind)) f |= kSlowable;
-    kind_flags_[i] = f;
-    op_stream_[i] = op.stream;
-    op_group_[i] = static_cast<int>(op.group);
+    if (f & kCollective) {
+      const int g = static_cast<int>(op.group);
+      r.group = static_cast<std::uint8_t>(g);
+      *group_link[g] = i;
+      group_link[g] = &r.next_in_group;
+      // Bytes each rank sends (N1): ring all-gather / reduce-scatter (n−1)/n·S, all-reduce 2(n−1)/n·S.
+      const std::int64_t gs = op.group_size;
+      if (op.kind == OpKind::AllGather) sent[0] += op.comm_bytes * (gs - 1) / gs;
+      else if (op.kind == OpKind::ReduceScatter) sent[1] += op.comm_bytes * (gs - 1) / gs;
+      else sent[2] += 2 * op.comm_bytes * (gs - 1) / gs;
+    }
   }
-  wait_begin_[n_] = wait_list_.size();
-  cpu_wait_begin_[n_] = cpu_wait_list_.size();
-  alloc_begin_[n_] = alloc_list_.size();
-  free_begin_[n_] = free_list_.size();
-  for (int s = 0; s < ns; ++s) stream_begin_[s + 1] += stream_begin_[s];
-  for (int g = 0; g < kNumGroups; ++g) group_begin_[g + 1] += group_begin_[g];
-  for (int i = 0; i < n_; ++i) dep_begin_[i + 1] += dep_begin_[i];
-  stream_list_.resize(stream_begin_[ns]);
-  group_list_.resize(group_begin_[kNumGroups]);
-  dep_list_.resize(dep_begin_[n_]);
-  // Fill cursors: streams, then groups, then per-op dependents (one scratch array).
-  fill_.resize(ns + kNumGroups + n_);
-  int* fill_s = fill_.data();
-  int* fill_g = fill_s + ns;
-  int* fill_d = fill_g + kNumGroups;
-  std::copy(stream_begin_.begin(), stream_begin_.end() - 1, fill_s);
-  std::copy(group_begin_.begin(), group_begin_.end() - 1, fill_g);
-  std::copy(dep_begin_.begin(), dep_begin_.end() - 1, fill_d);
-  for (int i = 0; i < n_; ++i) {
-    const std::uint8_t f = kind_flags_[i];
-    if (!(f & kCpuOp)) stream_list_[fill_s[op_stream_[i]]++] = i;
-    if (f & kCollective) group_list_[fill_g[op_group_[i]]++] = i;
-    for (int k = wait_begin_[i], e = wait_begin_[i + 1]; k < e; ++k) dep_list_[fill_d[wait_list_[k]]++] = i;
-  }
-  stream_head_.assign(stream_begin_.begin(), stream_begin_.end() - 1);
-  group_head_.assign(group_begin_.begin(), group_begin_.end() - 1);
-  stream_busy_.assign(ns, -1);
-  stream_prev_end_.assign(ns, 0);
-  wait_pos_.assign(wait_begin_.begin(), wait_begin_.end() - 1);
+  for (int s = 0; s < ns; ++s) *stream_link[s] = n;
+  for (int g = 0; g < kNumGroups; ++g) *group_link[g] = n;
+  for (int k = 0; k < 3; ++k) comm_sent_[k] = sent[k];
 }
 
 SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions& o) {
   p_ = &p;
   o_ = &o;
+  trace_on_ = o.record_trace;
   n_ = static_cast<int>(p.ops.size());
   build_queues();   // (checks every op first, as validate_program does)
   if (o.memory_capacity < 0)
@@ -318,13 +348,15 @@ SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions&
   slowdown_ = c.overlap_slowdown;
   use_slowdown_ = slowdown_ != 1.0;
   factor_ = 1.0;
-  for (bool& b : group_busy_) b = false;
   comm_active_ = 0;
   comm_start_ = 0;
   comm_intervals_.clear();
   compute_gaps_.clear();
   running_slowable_.clear();
   compute_busy_ = 0;
+  compute_prev_end_ = 0;
+  step_end_ = 0;
+  n_done_ = 0;
   cpu_op_ = 0;
   cpu_blocked_ = false;
   cpu_blocked_on_ = -1;
@@ -333,20 +365,17 @@ SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions&
   trace_.clear();
   q_.clear();
 
-  // Only issue_t_ (-1: not issued) and completed_ are read before an op writes them; the other per-op
-  // arrays are written first (cpu_start at issue, start/remaining/seg_start at start, end at completion),
-  // so they keep stale values.
-  issue_t_.assign(n_, -1);
-  completed_.assign(n_, 0);
+  // The op states were reset by build_queues; the per-op times are written before they are read
+  // (issue and cpu_start at issue, start/remaining/seg_start at start), so they keep stale values.
+  issue_t_.resize(n_);
   start_t_.resize(n_);
-  end_t_.resize(n_);
   cpu_start_t_.resize(n_);
   if (use_slowdown_) {
     remaining_.resize(n_);
     seg_start_.resize(n_);
   }
   q_.reserve(64);
-  if (o.record_trace) trace_.reserve(2 * static_cast<std::size_t>(n_));
+  if (trace_on_) trace_.reserve(2 * static_cast<std::size_t>(n_));
 
   mem_.start(p, o.memory_capacity, o.record_memory_timeline);
   mem_.allocate_persistent();
@@ -371,8 +400,10 @@ SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions&
         break;
     }
   }
-  for (int i = 0; i < n_; ++i)
-    if (!completed_[i]) throw std::logic_error("execute: op " + std::to_string(i) + " never completed");
+  if (n_done_ != n_) [[unlikely]] {
+    for (int i = 0; i < n_; ++i)
+      if (!is_done(i)) throw std::logic_error("execute: op " + std::to_string(i) + " never completed");
+  }
 
   SimResult r;
   r.notes = p.notes;
@@ -387,13 +418,15 @@ SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions&
 void Engine::cpu_begin(TimeNs now) {
   while (cpu_op_ < n_) {
     const int i = cpu_op_;
-    auto first_incomplete = [&](const FlatList<int>& list, const std::vector<int>& begin) {
-      for (int k = begin[i], e = begin[i + 1]; k < e; ++k)
-        if (!completed_[list[k]]) return list[k];
+    const OpRec& r = rec_[i];
+    const int* lists = lists_.data();
+    auto first_incomplete = [&](int k, int e) {
+      for (; k < e; ++k)
+        if (!is_done(lists[k])) return lists[k];
       return -1;
     };
-    int w = first_incomplete(cpu_wait_list_, cpu_wait_begin_);
-    if (w < 0 && (kind_flags_[i] & kCpuOp)) w = first_incomplete(wait_list_, wait_begin_);
+    int w = first_incomplete(r.cpu_waits, r.allocs);
+    if (w < 0 && (r.flags & kCpuOp)) w = first_incomplete(r.wait_pos, r.cpu_waits);   // (never advanced)
     if (w >= 0) {
       if (!cpu_blocked_) {
         cpu_blocked_ = true;
@@ -406,14 +439,14 @@ void Engine::cpu_begin(TimeNs now) {
       cpu_blocked_ = false;
       cpu_blocked_on_ = -1;
       cpu_blocked_total_ += now - cpu_blocked_since_;
-      if (o_->record_trace && now > cpu_blocked_since_) {
+      if (trace_on_ && now > cpu_blocked_since_) {
         const Op& op = p_->ops[i];
         trace_.push_back(TraceSpan{"blocked before " + op.name, "cpu", "cpu_blocked", op.unit,
                                    cpu_blocked_since_, now - cpu_blocked_since_, 0});
       }
     }
     cpu_start_t_[i] = now;
-    const TimeNs done = now + cpu_ns_[i] + ((kind_flags_[i] & kCpuOp) ? gpu_ns_[i] : 0);
+    const TimeNs done = now + cpu_ns_[i] + ((r.flags & kCpuOp) ? gpu_ns_[i] : 0);
     if (!q_.empty() && q_.next_time() <= done) {
       q_.schedule(done, Ev{EvType::IssueDone, i});
       return;
@@ -424,49 +457,49 @@ void Engine::cpu_begin(TimeNs now) {
 }
 
 void Engine::issue_done(int i, TimeNs now) {
-  if (alloc_begin_[i] != alloc_begin_[i + 1]) {
-    mem_.process_events([this](std::int64_t ev) { return completed_[ev] != 0; });
-    for (int k = alloc_begin_[i], e = alloc_begin_[i + 1]; k < e; ++k) mem_.alloc(alloc_list_[k], i, now);
+  OpRec& r = rec_[i];
+  if (r.allocs != r.frees) {
+    mem_.process_events([this](std::int64_t ev) { return is_done(static_cast<int>(ev)); });
+    for (int k = r.allocs, e = r.frees; k < e; ++k) mem_.alloc(lists_[k], i, now);
   }
   issue_t_[i] = now;
-  if (kind_flags_[i] & kCpuOp) {
+  if (r.flags & kCpuOp) {
     // Ran on the CPU during [cpu_start + issue cost, now).
     start_t_[i] = cpu_start_t_[i] + cpu_ns_[i];
-    end_t_[i] = now;
-    completed_[i] = 1;
+    r.state = kDone;
+    ++n_done_;
+    if (now > step_end_) step_end_ = now;
     mem_.op_completed(i);
-    if (o_->record_trace) {
+    if (trace_on_) {
       const Op& op = p_->ops[i];
       add_span(op, "cpu", op_kind_name(op.kind), start_t_[i], now - start_t_[i], 0);
     }
     wake_dependents(i, now);
   } else {
-    if (o_->record_trace && cpu_ns_[i] > 0)
+    r.state = kIssued;
+    if (trace_on_ && cpu_ns_[i] > 0)
       add_span(p_->ops[i], "cpu", "cpu_issue", cpu_start_t_[i], now - cpu_start_t_[i], 0);
-    try_start(op_stream_[i], now);
+    try_start(r.stream, now);
   }
-  for (int k = free_begin_[i], e = free_begin_[i + 1]; k < e; ++k) {
-    const FreeSpec& f = free_list_[k];
-    bool done = f.reuse_after_op >= 0 && completed_[f.reuse_after_op];
-    mem_.free(f.buffer, f.reuse_after_op, done, i, now);
+  for (int k = r.frees, e = r.end; k < e; k += 2) {
+    const int buffer = lists_[k], reuse_after_op = lists_[k + 1];
+    const bool reusable = reuse_after_op >= 0 && is_done(reuse_after_op);
+    mem_.free(buffer, reuse_after_op, reusable, i, now);
   }
   ++cpu_op_;
 }
 
 void Engine::start(int h, TimeNs now) {
-  const int s = op_stream_[h];
-  ++stream_head_[s];
-  stream_busy_[s] = h;
+  OpRec& r = rec_[h];
+  const int s = r.stream;
+  r.state = kRunning;
   start_t_[h] = now;
   if (s == 0) {
-    TimeNs ready = std::max(stream_prev_end_[0], issue_t_[h]);
+    TimeNs ready = std::max(compute_prev_end_, issue_t_[h]);
     if (now > ready) compute_gaps_.emplace_back(ready, now);
   }
-  const std::uint8_t f = kind_flags_[h];
+  const std::uint8_t f = r.flags;
   if (f & kCollective) {
-    const int g = op_group_[h];
-    ++group_head_[g];
-    group_busy_[g] = true;
     if (comm_active_++ == 0) {
       comm_start_ = now;
       if (use_slowdown_) retime(now, slowdown_);
@@ -498,26 +531,30 @@ void Engine::retime(TimeNs now, double new_factor) {
 }
 
 void Engine::complete(int h, TimeNs now) {
-  const int s = op_stream_[h];
-  completed_[h] = 1;
+  OpRec& r = rec_[h];
+  const int s = r.stream;
+  r.state = kDone;
+  ++n_done_;
+  if (now > step_end_) step_end_ = now;
   mem_.op_completed(h);
-  end_t_[h] = now;
-  stream_busy_[s] = -1;
-  stream_prev_end_[s] = now;
-  if (s == 0) compute_busy_ += now - start_t_[h];
-  const std::uint8_t f = kind_flags_[h];
+  stream_head_[s] = r.next_in_stream;
+  if (s == 0) {
+    compute_prev_end_ = now;
+    compute_busy_ += now - start_t_[h];
+  }
+  const std::uint8_t f = r.flags;
   if (use_slowdown_ && (f & kSlowable)) {
     auto it = std::find(running_slowable_.begin(), running_slowable_.end(), h);
     running_slowable_.erase(it);
   }
   if (f & kCollective) {
-    group_busy_[op_group_[h]] = false;
+    group_head_[r.group] = r.next_in_group;
     if (--comm_active_ == 0) {
       comm_intervals_.emplace_back(comm_start_, now);
       if (use_slowdown_) retime(now, 1.0);
     }
   }
-  if (o_->record_trace) {
+  if (trace_on_) {
     const Op& op = p_->ops[h];
     Bytes bytes = (f & kCollective) ? op.comm_bytes : op.copy_bytes;
     add_span(op, p_->streams[s].name, op_kind_name(op.kind), start_t_[h], now - start_t_[h], bytes);
@@ -528,8 +565,8 @@ void Engine::complete(int h, TimeNs now) {
   try_start(s, now);
   wake_dependents(h, now);
   if (f & kCollective) {
-    const int g = op_group_[h];
-    if (group_head_[g] < group_begin_[g + 1]) try_start(op_stream_[group_list_[group_head_[g]]], now);
+    const int next = r.next_in_group;
+    if (next != n_) try_start(rec_[next].stream, now);
   }
 }
 
@@ -556,28 +593,16 @@ TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a,
 namespace {
 
 void Engine::fill_results(SimResult& r) {
-  TimeNs step = 0;
-  for (int i = 0; i < n_; ++i) step = std::max(step, end_t_[i]);
-  r.step_time_ns = step;
+  r.step_time_ns = step_end_;
   r.compute_ns = compute_busy_;
   TimeNs comm = 0;
   for (const auto& [a, b] : comm_intervals_) comm += b - a;
   r.comm_ns = comm;
   r.exposed_comm_ns = intersect_length(compute_gaps_, comm_intervals_);
   r.cpu_blocked_ns = cpu_blocked_total_;
-  std::int64_t ag = 0, rs = 0, ar = 0;
-  for (int i = 0; i < n_; ++i) {
-    if (!(kind_flags_[i] & kCollective)) continue;
-    const Op& op = p_->ops[i];
-    const std::int64_t n = op.group_size;
-    const std::int64_t sent = op.comm_bytes * (n - 1) / n;   // ring: (n−1)/n·S per rank (N1)
-    if (op.kind == OpKind::AllGather) ag += sent;
-    else if (op.kind == OpKind::ReduceScatter) rs += sent;
-    else ar += 2 * op.comm_bytes * (n - 1) / n;
-  }
-  r.comm_bytes_by_kind["all_gather"] = ag;
-  r.comm_bytes_by_kind["reduce_scatter"] = rs;
-  r.comm_bytes_by_kind["all_reduce"] = ar;
+  r.comm_bytes_by_kind["all_gather"] = comm_sent_[0];   // (summed by build_queues)
+  r.comm_bytes_by_kind["reduce_scatter"] = comm_sent_[1];
+  r.comm_bytes_by_kind["all_reduce"] = comm_sent_[2];
   mem_.fill(r, o_->max_timeline_samples);
   if (o_->record_trace) {
     std::stable_sort(trace_.begin(), trace_.end(),
@@ -595,15 +620,19 @@ void fill_op_costs(const StepProgram& program, const CostModel& cost, OpCosts& c
   const std::size_t n = program.ops.size();
   c.gpu_ns.resize(n);
   c.cpu_ns.resize(n);
+  // (local pointers: the virtual calls could change c as far as g++ knows, so it would reload them)
+  TimeNs* gpu_ns = c.gpu_ns.data();
+  TimeNs* cpu_ns = c.cpu_ns.data();
+  const Op* ops = program.ops.data();
   for (std::size_t i = 0; i < n; ++i) {
-    const Op& op = program.ops[i];
-    c.gpu_ns[i] = cost.op_time(op);
-    c.cpu_ns[i] = cost.cpu_issue_time(op);
-    if (c.gpu_ns[i] < 0)
-      throw InputError("cost_model.op_time(ops[" + std::to_string(i) + "])", std::to_string(c.gpu_ns[i]), ">= 0 ns");
-    if (c.cpu_ns[i] < 0)
-      throw InputError("cost_model.cpu_issue_time(ops[" + std::to_string(i) + "])", std::to_string(c.cpu_ns[i]),
-                       ">= 0 ns");
+    const TimeNs g = cost.op_time(ops[i]);
+    const TimeNs cpu = cost.cpu_issue_time(ops[i]);
+    gpu_ns[i] = g;
+    cpu_ns[i] = cpu;
+    if ((g | cpu) < 0) [[unlikely]] {   // (either negative)
+      if (g < 0) throw InputError("cost_model.op_time(ops[" + std::to_string(i) + "])", std::to_string(g), ">= 0 ns");
+      throw InputError("cost_model.cpu_issue_time(ops[" + std::to_string(i) + "])", std::to_string(cpu), ">= 0 ns");
+    }
   }
   c.overlap_slowdown = cost.overlap_slowdown();
   if (!std::isfinite(c.overlap_slowdown) || c.overlap_slowdown < 1.0 || c.overlap_slowdown > 100.0)

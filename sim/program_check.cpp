@@ -24,6 +24,31 @@ bool is_collective(OpKind k) {
 
 namespace detail {
 
+namespace {
+
+// Buffer b's checks, in order; throws the first that fails.
+void check_buffer(const StepProgram& p, int b, int n_streams) {
+  const Buffer& buf = p.buffers[b];
+  auto f = [b] { return "program.buffers[" + std::to_string(b) + "]"; };
+  if (buf.id != b) throw InputError(f() + ".id", std::to_string(buf.id), "the buffer's index " + std::to_string(b));
+  if (buf.bytes < 0) throw InputError(f() + ".bytes", std::to_string(buf.bytes), ">= 0");
+  if (buf.pool_stream < 0 || buf.pool_stream >= n_streams)
+    throw InputError(f() + ".pool_stream", std::to_string(buf.pool_stream),
+                     "a stream id in [0, " + std::to_string(n_streams) + ")");
+  int c = static_cast<int>(buf.category);
+  if (c < 0 || c >= kNumMemCategories || buf.category == MemCategory::AllocatorSlack ||
+      buf.category == MemCategory::CudaContext)
+    throw InputError(f() + ".category", std::to_string(c), "a buffer category (not allocator_slack/cuda_context)");
+}
+
+// The categories a buffer may have, as a bit mask (all but allocator_slack and cuda_context).
+constexpr unsigned kBufferCategories =
+    ((1u << kNumMemCategories) - 1) & ~(1u << static_cast<int>(MemCategory::AllocatorSlack)) &
+    ~(1u << static_cast<int>(MemCategory::CudaContext));
+static_assert(kNumMemCategories <= 32);
+
+}  // namespace
+
 void check_streams_and_buffers(const StepProgram& p) {
   const int n_streams = static_cast<int>(p.streams.size());
   const int n_buffers = static_cast<int>(p.buffers.size());
@@ -32,18 +57,15 @@ void check_streams_and_buffers(const StepProgram& p) {
     if (p.streams[s].id != s)
       throw InputError("program.streams[" + std::to_string(s) + "].id", std::to_string(p.streams[s].id),
                        "the stream's index " + std::to_string(s));
+  // check_buffer's conditions as one yes/no per buffer (unsigned compares for the ranges, the
+  // category looked up in a mask); on a failure check_buffer throws the first error in its order.
+  const Buffer* bufs = p.buffers.data();
   for (int b = 0; b < n_buffers; ++b) {
-    const Buffer& buf = p.buffers[b];
-    auto f = [b] { return "program.buffers[" + std::to_string(b) + "]"; };   // built only on error
-    if (buf.id != b) throw InputError(f() + ".id", std::to_string(buf.id), "the buffer's index " + std::to_string(b));
-    if (buf.bytes < 0) throw InputError(f() + ".bytes", std::to_string(buf.bytes), ">= 0");
-    if (buf.pool_stream < 0 || buf.pool_stream >= n_streams)
-      throw InputError(f() + ".pool_stream", std::to_string(buf.pool_stream),
-                       "a stream id in [0, " + std::to_string(n_streams) + ")");
-    int c = static_cast<int>(buf.category);
-    if (c < 0 || c >= kNumMemCategories || buf.category == MemCategory::AllocatorSlack ||
-        buf.category == MemCategory::CudaContext)
-      throw InputError(f() + ".category", std::to_string(c), "a buffer category (not allocator_slack/cuda_context)");
+    const Buffer& buf = bufs[b];
+    const unsigned c = static_cast<unsigned>(buf.category);
+    if (buf.id != b || buf.bytes < 0 || static_cast<unsigned>(buf.pool_stream) >= static_cast<unsigned>(n_streams) ||
+        c >= 32 || !((kBufferCategories >> c) & 1u)) [[unlikely]]
+      check_buffer(p, b, n_streams);
   }
 }
 

@@ -380,6 +380,70 @@ TEST(Executor, IllFormedProgramsAreInputErrors) {
   }
 }
 
+// The engine evaluates every per-op and per-buffer check as one yes/no on its fast path and names the
+// failure through validate_program's checks: each condition must still reach its named error (the
+// first one, in validate_program's order, when an op or a buffer breaks several).
+TEST(Executor, EveryCheckNamesItsField) {
+  auto op_error = [](auto&& edit) {
+    PB b;
+    int x = b.buffer(10, MemCategory::Activations);
+    b.op(OpKind::Forward, PB::kCompute);
+    b.op(OpKind::AllGather, PB::kAllGather, {0});
+    b.last().allocs = {x};
+    b.last().frees = {FreeSpec{x, 0}};
+    edit(b);
+    return error_field(b.p);
+  };
+  EXPECT_EQ(op_error([](PB&) {}), "<no error>");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).id = 7; }), "program.ops[1].id");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).stream = -1; }), "program.ops[1].stream");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).kind = static_cast<OpKind>(15); }), "program.ops[1].kind");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).kind = static_cast<OpKind>(-1); }), "program.ops[1].kind");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).waits = {1}; }), "program.ops[1].waits");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).cpu_waits = {0, -1}; }), "program.ops[1].cpu_waits");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).allocs = {1}; }), "program.ops[1].allocs");
+  EXPECT_EQ(op_error([](PB& b) { b.p.buffers[0].persistent = true; }), "program.ops[1].allocs");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).frees = {FreeSpec{-1, -1}}; }), "program.ops[1].frees.buffer");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).frees = {FreeSpec{0, 2}}; }), "program.ops[1].frees.reuse_after_op");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).frees = {FreeSpec{0, -2}}; }), "program.ops[1].frees.reuse_after_op");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).group = static_cast<CommGroup>(4); }), "program.ops[1].group");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).group_size = 0; }), "program.ops[1].group_size");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).comm_bytes = -1; }), "program.ops[1].comm_bytes");
+  EXPECT_EQ(op_error([](PB& b) { b.at(0).group = static_cast<CommGroup>(4); }), "<no error>");   // not a collective
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).copy_bytes = -1; }), "program.ops[1].copy_bytes");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).cpu_hooks = -1; }), "program.ops[1].cpu_hooks");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).kernel_launches = -1; }), "program.ops[1].kernel_launches");
+  EXPECT_EQ(op_error([](PB& b) {
+              b.at(1).kernel_launches = -1;
+              b.at(1).waits = {5};
+            }),
+            "program.ops[1].waits");   // the first in check_op's order
+
+  auto buffer_error = [](auto&& edit) {
+    PB b;
+    b.buffer(10, MemCategory::Activations);
+    b.buffer(10, MemCategory::Logits, PB::kAllGather);
+    edit(b.p.buffers[1]);
+    return error_field(b.p);
+  };
+  EXPECT_EQ(buffer_error([](Buffer&) {}), "<no error>");
+  EXPECT_EQ(buffer_error([](Buffer& x) { x.id = 0; }), "program.buffers[1].id");
+  EXPECT_EQ(buffer_error([](Buffer& x) { x.bytes = -1; }), "program.buffers[1].bytes");
+  EXPECT_EQ(buffer_error([](Buffer& x) { x.pool_stream = 5; }), "program.buffers[1].pool_stream");
+  EXPECT_EQ(buffer_error([](Buffer& x) { x.pool_stream = -1; }), "program.buffers[1].pool_stream");
+  EXPECT_EQ(buffer_error([](Buffer& x) { x.category = MemCategory::AllocatorSlack; }), "program.buffers[1].category");
+  EXPECT_EQ(buffer_error([](Buffer& x) { x.category = MemCategory::CudaContext; }), "program.buffers[1].category");
+  EXPECT_EQ(buffer_error([](Buffer& x) { x.category = static_cast<MemCategory>(kNumMemCategories); }),
+            "program.buffers[1].category");
+  EXPECT_EQ(buffer_error([](Buffer& x) { x.category = static_cast<MemCategory>(40); }), "program.buffers[1].category");
+  EXPECT_EQ(buffer_error([](Buffer& x) { x.category = static_cast<MemCategory>(-1); }), "program.buffers[1].category");
+  EXPECT_EQ(buffer_error([](Buffer& x) {
+              x.category = MemCategory::CudaContext;
+              x.bytes = -1;
+            }),
+            "program.buffers[1].bytes");
+}
+
 TEST(MemoryTimeline, DecimationKeepsPeaksAndEnds) {
   std::vector<MemorySample> in;
   for (int i = 0; i < 10000; ++i) in.push_back(MemorySample{i, (i * 7919) % 1000, 2000 + (i * 104729) % 1000});
