@@ -1,38 +1,47 @@
 // Simulated steps per second (style.md lesson 12: speed is measured here, never asserted in tests).
 // Target (issue #3): >= 10,000 simulated llama3-70b steps/s on one core (80 units, 1024 GPUs,
-// record_trace = record_memory_timeline = false). NOT reached: ~4,300/s on the shared 2-core build
-// VM (AMD EPYC) after the 2026-11-23 round (~3,600/s before it), see below.
+// record_trace = record_memory_timeline = false). NOT reached: see the wall-clock figures below.
 //
 // Instructions per steady-state simulate() (callgrind, deterministic; the wall clock on the shared VM
 // varies up to 2x with the other jobs on it):
 //   valgrind --tool=callgrind --collect-atstart=no build-*/tests/bench/bench_simulate --steps=1,20
 //   (collected instructions / 20; --steps=0,20 for llama3-8b)
-//                       2026-11-22 before   after 11-22     after 11-23
-//   llama3-70b/1024     6.61 M              4.09 M          3.35 M
-//   llama3-8b/8         2.61 M              1.61 M          1.33 M
+//                       2026-11-22 before   after 11-22     after 11-23     after 11-23 (2nd round)
+//   llama3-70b/1024     6.61 M              4.09 M          3.35 M          3.00 M
+//   llama3-8b/8         2.61 M              1.61 M          1.33 M          1.20 M
 // 11-22: lowering 2.21 -> 0.91 M, op costs 0.38 -> 0.27, execute 3.92 -> 2.87 (allocator 1.41 -> 0.80).
 // 11-23 (70B): lowering 0.91 -> 0.65 M (Context storage reused, flat per-segment lists, Builder hot paths
 // inline), op costs 0.27 -> 0.15 (a per-(kind, stream) slot of the last exact query before the memo
 // tables), allocator + tracker 0.91 -> 0.74 (leaner class hints, in-place split remainders), engine
 // -0.19 M (running kernels re-timed in place: no stale events; the per-op checks fused into the copy pass).
+// 11-23, 2nd round (70B, 3.35 -> 3.00 M): the engine's setup is one pass (one record per op, one flat list
+// array, per-stream / per-group / dependents lists appended as linked lists: 0.50 -> 0.44 M) and a stream's
+// or NCCL queue's head stays its head while it runs, so "can it start" is one state test (run loop
+// ~1.18 -> ~1.00 M); simulate() without a trace builds a simulator-only program (no op inputs/outputs:
+// -28 K); the tracker frees without a second liveness check and Block slots are 64 bytes (-25 K).
 // An earlier round took the 70B case from 18.7 M to ~6.9 M (wrap graph cached, op costs memoized, op
-// storage recycled). What is left (70B, per step) is spread thin, every piece already a tight loop:
-// ~0.65 M building ~2,300 Op structs (the StepProgram is a plain data structure the runtime also
-// executes), ~0.5 M checking and flattening them, ~0.15 M op costs, ~1.2 M event engine (~520
-// instructions per op: issue, start, completion, dependents, re-timing), ~0.72 M allocator model for
-// ~1,800 alloc/free pairs and the persistent state. 10,000/s means <= ~1.45 M instructions per step at
-// this machine's ~14.6 instructions/ns: 2.3x below what is left. Tried and measured worse: -O3 (+0.8 %),
-// LTO (+8.6 %), fixed per-stream event slots instead of the scanned event list (+1.7 to +2.7 %). What it
-// needs is a different simulate() path: the lowering emitting the engine's flat arrays directly (no Op
-// structs, no flattening pass: roughly -1 M) AND a leaner event engine and allocator model. Skipping
-// repeated blocks is not exact: activations accumulate through the forward, so the allocator's state
-// (segments, free blocks) differs from block to block.
+// storage recycled). What is left (70B, per step, 3.00 M) is spread thin, every piece already a tight loop:
+// ~0.62 M building ~2,340 Op structs (the StepProgram is a plain data structure the runtime also
+// executes), ~0.44 M checking them and copying them into the engine's records, ~0.14 M op costs, ~1.0 M
+// event engine (~430 instructions per op: issue, start, completion, dependents, re-timing), ~0.7 M
+// allocator model for ~2,000 allocations (414 persistent) and ~1,800 frees (~130 instructions each).
+// 10,000/s means <= ~1.45 M instructions per step at this machine's ~14.6 instructions/ns: 2x below what
+// is left. Tried and measured worse: -O3 (+0.8 %), LTO (+8.6 %), fixed per-stream event slots instead of
+// the scanned event list (+1.7 to +2.7 %), forcing start() inline (+88 K, spills), inline allocator fast
+// paths (-0.07 % small, +0.7 % forced), intrusive free lists per size class (+1.6 %: long list walks).
+// What it needs is a different simulate() path: the lowering emitting the engine's records directly (no
+// Op structs, no copying pass: roughly -0.8 M) AND fewer steps per op in the event engine and allocator
+// model (not just cheaper ones). Skipping repeated blocks is not exact: activations accumulate through
+// the forward, so the allocator's state (segments, free blocks) differs from block to block.
 //
 // Wall clock, medians of --benchmark_repetitions=5 --benchmark_min_time=0.5 (other jobs on the VM):
 // 2026-11-22: BM_Simulate/1 517-651 us -> 287-346 us (1,880 -> 3,480 steps/s at load 3), BM_Simulate/0
 // 202-210 us -> 112-118 us, BM_Execute/1 292-318 us -> 197-201 us. 2026-11-23 (load 1.2-1.5, the 06b75b8
 // and the new binary alternating, twice): BM_Simulate/1 275-277 us -> 228-230 us (3,610-3,640 ->
 // 4,360-4,380 steps/s), BM_Simulate/0 109 us -> 88.9 us (9,170-9,220 -> 11,250 steps/s).
+// 2026-11-23 2nd round (load ~1, the 0a8037b and the new binary alternating, twice): BM_Simulate/1
+// 229 us -> 200-201 us (4,360-4,370 -> 4,980-5,010 steps/s), BM_Simulate/0 87.9-88.9 us -> 79.1-79.5 us
+// (11,250-11,380 -> 12,580-12,650 steps/s).
 //   build-*/tests/bench/bench_simulate --benchmark_min_time=0.5   (libbenchmark 1.7: seconds, no "s")
 // Variants, each for llama3-8b on 8xH100-SXM and llama3-70b on 128x8xH100-SXM-IB-NDR400:
 //   WrapGraph    build_wrap_graph alone (simulate() caches it per thread, so a planner pays it once)
