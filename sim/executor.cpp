@@ -57,10 +57,6 @@ namespace {
 
 constexpr int kNumGroups = 4;   // CommGroup: Shard, Replicate, World, PostForward
 
-constexpr bool is_collective(OpKind k) {
-  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce;
-}
-
 // SM kernels share the GPU with NCCL's CTAs and HBM traffic (semantics N5); host copies run on the
 // copy engines and collectives are the cause, so neither is slowed.
 constexpr bool is_slowable(OpKind k) {
@@ -604,7 +600,7 @@ void Engine::fill_results(SimResult& r) {
   r.comm_bytes_by_kind["reduce_scatter"] = comm_sent_[1];
   r.comm_bytes_by_kind["all_reduce"] = comm_sent_[2];
   mem_.fill(r, o_->max_timeline_samples);
-  if (o_->record_trace) {
+  if (trace_on_) {
     std::stable_sort(trace_.begin(), trace_.end(),
                      [](const TraceSpan& a, const TraceSpan& b) { return a.start_ns < b.start_ns; });
     r.trace = std::move(trace_);

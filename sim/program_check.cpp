@@ -2,6 +2,7 @@
 // executor runs it. Every dependency must point to an earlier op in issue order; with that, the
 // program's dependency graph is acyclic and the executor can never deadlock (the earliest
 // unfinished op always has all its dependencies complete or issuable).
+#include <stdexcept>
 #include <string>
 
 #include "common/errors.h"
@@ -14,10 +15,6 @@ namespace {
 
 std::string op_field(std::size_t i, const std::string& what) {
   return "program.ops[" + std::to_string(i) + "]." + what;
-}
-
-bool is_collective(OpKind k) {
-  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce;
 }
 
 }  // namespace
@@ -64,8 +61,11 @@ void check_streams_and_buffers(const StepProgram& p) {
     const Buffer& buf = bufs[b];
     const unsigned c = static_cast<unsigned>(buf.category);
     if (buf.id != b || buf.bytes < 0 || static_cast<unsigned>(buf.pool_stream) >= static_cast<unsigned>(n_streams) ||
-        c >= 32 || !((kBufferCategories >> c) & 1u)) [[unlikely]]
-      check_buffer(p, b, n_streams);
+        c >= 32 || !((kBufferCategories >> c) & 1u)) [[unlikely]] {
+      check_buffer(p, b, n_streams);   // throws the InputError
+      throw std::logic_error("check_streams_and_buffers: the fast check and check_buffer disagree on buffer " +
+                             std::to_string(b));
+    }
   }
 }
 

@@ -43,6 +43,10 @@ enum class OpKind {
   CpuOptimizerStep,                      // on the CPU (offloaded optimizer): blocks the CPU, `params`
 };
 const char* op_kind_name(OpKind k);
+// The NCCL collectives (AllGather, ReduceScatter, AllReduce): they run on a process group's queue.
+constexpr bool is_collective(OpKind k) {
+  return k == OpKind::AllGather || k == OpKind::ReduceScatter || k == OpKind::AllReduce;
+}
 
 // Which process group a collective runs on.
 enum class CommGroup {

@@ -22,10 +22,6 @@ bool is_reduce_path(sim::OpKind k) {
          k == OpKind::Pad;
 }
 
-bool is_collective(sim::OpKind k) {
-  return k == sim::OpKind::AllGather || k == sim::OpKind::ReduceScatter || k == sim::OpKind::AllReduce;
-}
-
 namespace {
 
 class Builder {

@@ -22,7 +22,7 @@ namespace fsdpsim::runtime {
 int predivide_factor(int world);
 // Ops of the gradient-reduction path (copy-in excluded) and the collectives.
 bool is_reduce_path(sim::OpKind k);
-bool is_collective(sim::OpKind k);
+using sim::is_collective;   // (sim/step_program.h)
 
 struct ChainEnd {
   int unit = -1;
