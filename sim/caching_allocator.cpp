@@ -28,15 +28,93 @@ void CachingAllocator::reset(AllocatorConfig config) {
   segments_.clear();
   // The size classes stay (empty), and with them the hints: an empty class is invisible to every
   // lookup, and keeping it saves re-creating the same classes (and their vectors) in the next run.
-  for (Pool& p : pools_) {
-    for (auto& v : p.lists) v.clear();
-    p.nonempty = 0;
-    p.whole = 0;
-  }
+  for (Pool& p : pools_) clear_pool(p);
   pending_.clear();
   next_addr_ = 0;
   cached_whole_segments_ = 0;
   stats_ = AllocatorStats{};
+}
+
+void CachingAllocator::save(Snapshot& s) const {
+  s.config_ = config_;
+  s.blocks_ = blocks_;
+  s.dead_blocks_ = dead_blocks_;
+  s.segments_ = segments_;
+  s.pending_ = pending_;
+  s.classes_.clear();
+  s.entries_.clear();
+  for (std::size_t pi = 0; pi < pools_.size(); ++pi) {
+    const Pool& p = pools_[pi];
+    for (std::size_t i = 0; i < p.sizes.size(); ++i) {
+      const auto& v = p.lists[i];
+      if (v.empty()) continue;
+      Snapshot::FreeClass c{static_cast<int>(pi), 0, p.sizes[i], static_cast<std::uint32_t>(s.entries_.size()), 0};
+      for (const FreeEntry& e : v) {
+        const Block& blk = blocks_[e.block];
+        if (blk.prev < 0 && blk.next < 0) ++c.whole;
+        s.entries_.push_back(e);
+      }
+      c.end = static_cast<std::uint32_t>(s.entries_.size());
+      s.classes_.push_back(c);
+    }
+  }
+  s.num_pools_ = num_pools_;
+  s.next_addr_ = next_addr_;
+  s.cached_whole_segments_ = cached_whole_segments_;
+  s.stats_ = stats_;
+  s.valid_ = true;
+}
+
+// Why the restored allocator is the saved one: config_, blocks_, dead_blocks_ (the order slots are
+// recycled in), segments_, pending_, next_addr_, the whole-segment counts and stats_ are copied as they
+// were, and every pool gets exactly the free blocks it had, each class's in the same (address-descending)
+// order. What differs is storage only, as between two runs after reset(): which empty classes a pool
+// keeps (lookups skip them: take_from_class goes on to the first non-empty class, release_cached_blocks
+// visits non-empty classes only), the class indices (Block::cls of a live block may name another class
+// or none: pool_insert and pool_erase_neighbour check that sizes[cls] is the block's size before using
+// it, and sizes are distinct within a pool, so such a class IS the block's class), and the hints (only
+// lower_class stores one, add_class drops them all when indices move, so they stay current). A pool the
+// snapshot does not have stays empty: an empty pool is never visited and holds no bytes.
+void CachingAllocator::restore(const Snapshot& s) {
+  config_ = s.config_;
+  split_limits_ = config_.max_split_size != kAllocNoMaxSplit;
+  blocks_ = s.blocks_;   // assignment into the existing storage (trivially copyable: one memmove)
+  dead_blocks_ = s.dead_blocks_;
+  segments_ = s.segments_;
+  pending_ = s.pending_;
+  for (Pool& p : pools_) clear_pool(p);
+  if (num_pools_ < s.num_pools_) {
+    pools_.resize(s.num_pools_);
+    num_pools_ = pools_.size();
+  }
+  for (const Snapshot::FreeClass& c : s.classes_) {
+    Pool& p = pools_[static_cast<std::size_t>(c.pool)];
+    Pool::Hint h = lower_class(p, c.size);
+    if (!h.exact) {
+      add_class(p, h.index, c.size);
+      h = lower_class(p, c.size);
+    }
+    const std::size_t i = h.index;
+    auto& v = p.lists[i];
+    v.assign(s.entries_.begin() + c.begin, s.entries_.begin() + c.end);
+    for (const FreeEntry& e : v) blocks_[e.block].cls = static_cast<int>(i);
+    if (i < 64) p.nonempty |= std::uint64_t{1} << i;
+    p.whole += c.whole;
+  }
+  next_addr_ = s.next_addr_;
+  cached_whole_segments_ = s.cached_whole_segments_;
+  stats_ = s.stats_;
+}
+
+// Empties a pool, keeping its classes (see reset). With <= 64 classes `nonempty` names the lists to clear.
+void CachingAllocator::clear_pool(Pool& p) {
+  if (p.lists.size() <= 64) {
+    for (std::uint64_t m = p.nonempty; m != 0; m &= m - 1) p.lists[static_cast<std::size_t>(std::countr_zero(m))].clear();
+  } else {
+    for (auto& v : p.lists) v.clear();
+  }
+  p.nonempty = 0;
+  p.whole = 0;
 }
 
 Bytes CachingAllocator::round_size(Bytes bytes) {

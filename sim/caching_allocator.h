@@ -52,6 +52,7 @@ struct AllocatorConfig {
   Bytes capacity = 0;                               // bytes cudaMalloc may hand out; 0 = unlimited
   Bytes max_split_size = kAllocNoMaxSplit;          // PYTORCH_CUDA_ALLOC_CONF max_split_size_mb
   Bytes max_non_split_rounding = kAllocLargeBuffer; // max_non_split_rounding_mb (default 20 MiB)
+  bool operator==(const AllocatorConfig&) const = default;
 };
 
 struct AllocatorStats {
@@ -112,6 +113,17 @@ class CachingAllocator {
   // torch.cuda.empty_cache(): releases every segment none of whose blocks is live or pending.
   Bytes empty_cache();
 
+  // The allocator's whole observable state at one moment, for a caller that replays the same calls
+  // again and again (MemoryTracker: every run allocates the same persistent buffers first; from a new
+  // or reset allocator, the state after a sequence of calls depends only on the config and that
+  // sequence). restore() makes this allocator, whatever it did before, indistinguishable from the one
+  // save() saw: every later block id, address, split, merge, statistic, retry and OOM the same. A
+  // Snapshot keeps its storage between saves.
+  class Snapshot;
+  void save(Snapshot& s) const;
+  void restore(const Snapshot& s);
+
+  const AllocatorConfig& config() const { return config_; }
   const AllocatorStats& stats() const { return stats_; }
   // Block facts (for tests and traces): rounded size, segment-relative address, stream, pool.
   Bytes block_size(int block) const { return blocks_[block].size; }
@@ -195,6 +207,7 @@ class CachingAllocator {
   }
   // Removes the empty classes of a pool (when it has many: sizes come and go with splits).
   static void compact(Pool& p);
+  static void clear_pool(Pool& p);
   static void recompute_nonempty(Pool& p);
   static Pool::Hint lower_class(Pool& p, Bytes size);   // class_at_least, stored as a hint when it may be
   // The hot paths (defined in the .cpp, inlined into alloc/free): best-fit take, insert, erase.
@@ -230,6 +243,39 @@ class CachingAllocator {
   std::vector<Pending> pending_;
   Bytes next_addr_ = 0;
   int cached_whole_segments_ = 0;                // free blocks in pools that span a whole segment
+  AllocatorStats stats_;
+};
+
+// What save() keeps: every member of the allocator but the pools' inner layout. A pool is saved as its
+// free blocks only (the non-empty classes in order, each with its blocks in the pool's order): the empty
+// classes, the class indices and the hints are storage, not state (see CachingAllocator::restore), and
+// restore() puts the blocks into the classes the restoring allocator already has, so no vector of
+// vectors is copied and no class storage is freed and allocated again by the next run.
+class CachingAllocator::Snapshot {
+ public:
+  bool valid() const { return valid_; }
+  const AllocatorConfig& config() const { return config_; }
+  void invalidate() { valid_ = false; }
+
+ private:
+  friend class CachingAllocator;
+  struct FreeClass {
+    int pool;
+    int whole;               // free blocks of this class that span a whole segment
+    Bytes size;
+    std::uint32_t begin, end;   // its entries in `entries`
+  };
+  bool valid_ = false;
+  AllocatorConfig config_;
+  std::vector<Block> blocks_;
+  std::vector<int> dead_blocks_;
+  std::vector<Segment> segments_;
+  std::vector<Pending> pending_;
+  std::vector<FreeClass> classes_;
+  std::vector<FreeEntry> entries_;   // per class: addr descending, as in the pool
+  std::size_t num_pools_ = 0;
+  Bytes next_addr_ = 0;
+  int cached_whole_segments_ = 0;
   AllocatorStats stats_;
 };
 

@@ -17,7 +17,15 @@ void MemoryTracker::start(const StepProgram& program, Bytes capacity, bool recor
   program_ = &program;
   allocator_.reset(AllocatorConfig{capacity});
   record_timeline_ = record_timeline;
-  block_of_.assign(program.buffers.size(), kNotLive);
+  // block_of_.assign(n, kNotLive), written so that g++ -O2 stores 8 entries per step (two 16-byte
+  // stores; a plain fill of an int value is one store per entry: ~8 K instructions per 70B run).
+  const std::size_t n = program.buffers.size();
+  block_of_.resize(n);
+  int* const map = block_of_.data();
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (std::size_t j = 0; j < 8; ++j) map[i + j] = kNotLive;
+  for (; i < n; ++i) map[i] = kNotLive;
   waited_on_.assign(program.ops.size(), 0);
   ready_ = false;
   live_ = {};
@@ -40,12 +48,51 @@ void MemoryTracker::record_sample(TimeNs now) {
 
 void MemoryTracker::allocate_persistent() {
   bool any = false;
+  // The saved state is the one right after start() plus the persistent allocations: only while nothing
+  // has been allocated since start() (the executor's order) does it depend on nothing else.
+  const bool from_start = allocator_.stats().num_allocs == 0;
+  if (from_start && after_persistent_.valid() && after_persistent_.config() == allocator_.config()) {
+    // The same requests again? One walk compares them and fills block_of_ and live_ as the allocations
+    // would (a persistent buffer gets the block the same request got last time, see below).
+    const PersistentAlloc* it = persistent_.data();
+    const PersistentAlloc* const end = it + persistent_.size();
+    bool same = true;
+    for (const Buffer& b : program_->buffers) {
+      if (!b.persistent) continue;
+      if (it == end || it->bytes != b.bytes || it->pool_stream != b.pool_stream) {
+        same = false;
+        break;
+      }
+      block_of_[b.id] = it->block;
+      live_[static_cast<int>(b.category)] += b.bytes;
+      ++it;
+    }
+    if (same && it == end) {
+      // Exact: start() reset the allocator to the empty state of this config (the same state for every
+      // run, up to storage), and from one state a sequence of alloc() calls is deterministic (block ids,
+      // addresses, splits, statistics, retries, OOMs), so the same (config, requests) leave the state
+      // saved last time, and each request gets the block it got then. restore() reproduces that state
+      // (see CachingAllocator::restore). live_ and block_of_ were filled from this program's buffers.
+      allocator_.restore(after_persistent_);
+      if (!persistent_.empty()) after_change(0);
+      if (record_timeline_ && timeline_.empty()) timeline_.push_back(MemorySample{0, 0, 0});
+      return;
+    }
+    live_ = {};   // the block_of_ entries written so far are rewritten below
+  }
+  if (from_start) {
+    after_persistent_.invalidate();   // persistent_ is rebuilt (an exception may leave it half done)
+    persistent_.clear();
+  }
   for (const Buffer& b : program_->buffers) {
     if (!b.persistent) continue;
-    block_of_[b.id] = allocator_.alloc(b.bytes, b.pool_stream);
+    const int block = allocator_.alloc(b.bytes, b.pool_stream);
+    block_of_[b.id] = block;
+    if (from_start) persistent_.push_back(PersistentAlloc{b.bytes, b.pool_stream, block});
     live_[static_cast<int>(b.category)] += b.bytes;
     any = true;
   }
+  if (from_start) allocator_.save(after_persistent_);
   // One after_change for all of them, the same as one per buffer: only allocations happen here, so
   // allocated never decreases, and the last one that raised it left live_ and reserved as they are
   // now (a 0-byte buffer changes neither); at t = 0 every sample overwrites the previous one.

@@ -24,7 +24,10 @@ class MemoryTracker {
   // Begins a run of `program` (nothing allocated; the tracker keeps a reference to the program).
   void start(const StepProgram& program, Bytes capacity, bool record_timeline);
 
-  // Allocates every persistent buffer at time 0.
+  // Allocates every persistent buffer at time 0. Called right after start(), when the program's
+  // persistent buffers ask for the same (bytes, pool_stream) sequence under the same allocator config
+  // as in the run that last allocated them so here, the allocator state that run saved right after
+  // them is restored instead of allocating them again (a planner's candidates mostly share it).
   void allocate_persistent();
   // Blocks whose record_stream op has completed go back to their pools (process_events). The scan of
   // the pending list only runs when an op some pending block waits on has completed since the last one
@@ -97,6 +100,15 @@ class MemoryTracker {
   Bytes reserved_at_peak_ = 0;
   Bytes peak_allocated_ = -1;
   std::vector<MemorySample> timeline_;
+  // The last persistent allocation done here (allocate_persistent): the requests in program order with
+  // the block each got, and the allocator state right after them (valid() iff persistent_ is complete).
+  struct PersistentAlloc {
+    Bytes bytes;
+    int pool_stream;
+    int block;
+  };
+  std::vector<PersistentAlloc> persistent_;
+  CachingAllocator::Snapshot after_persistent_;
 };
 
 // Keeps at most max_samples samples: the series is cut into buckets and each keeps its sample with
