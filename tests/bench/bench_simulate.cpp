@@ -6,9 +6,9 @@
 // varies up to 2x with the other jobs on it):
 //   valgrind --tool=callgrind --collect-atstart=no build-*/tests/bench/bench_simulate --steps=1,20
 //   (collected instructions / 20; --steps=0,20 for llama3-8b)
-//                       2026-11-22 before   after 11-22     after 11-23     after 11-23 (2nd round)
-//   llama3-70b/1024     6.61 M              4.09 M          3.35 M          3.00 M
-//   llama3-8b/8         2.61 M              1.61 M          1.33 M          1.20 M
+//                       2026-11-22 before   after 11-22     after 11-23     after 11-23 (2nd)   after 11-23 (3rd)
+//   llama3-70b/1024     6.61 M              4.09 M          3.35 M          3.00 M              2.93 M
+//   llama3-8b/8         2.61 M              1.61 M          1.33 M          1.20 M              1.16 M
 // 11-22: lowering 2.21 -> 0.91 M, op costs 0.38 -> 0.27, execute 3.92 -> 2.87 (allocator 1.41 -> 0.80).
 // 11-23 (70B): lowering 0.91 -> 0.65 M (Context storage reused, flat per-segment lists, Builder hot paths
 // inline), op costs 0.27 -> 0.15 (a per-(kind, stream) slot of the last exact query before the memo
@@ -19,8 +19,12 @@
 // or NCCL queue's head stays its head while it runs, so "can it start" is one state test (run loop
 // ~1.18 -> ~1.00 M); simulate() without a trace builds a simulator-only program (no op inputs/outputs:
 // -28 K); the tracker frees without a second liveness check and Block slots are 64 bytes (-25 K).
+// 11-23, 3rd round (70B 3.00 -> 2.93 M, 8B 1.20 -> 1.16 M): MemoryTracker::allocate_persistent restores the
+// allocator state it saved after the same persistent requests last time (CachingAllocator::save/restore:
+// 80 K -> 21 K). This bench always hits; `fsdpsim plan --threads 1` hits in 219 of 235 simulate() calls
+// (llama3-70b) and 816 of 847 (llama3-8b default), so the gain is a planner's too. Wall clock: within noise.
 // An earlier round took the 70B case from 18.7 M to ~6.9 M (wrap graph cached, op costs memoized, op
-// storage recycled). What is left (70B, per step, 3.00 M) is spread thin, every piece already a tight loop:
+// storage recycled). What was left after the 2nd round (70B, per step, 3.00 M) is spread thin, every piece already a tight loop:
 // ~0.62 M building ~2,340 Op structs (the StepProgram is a plain data structure the runtime also
 // executes), ~0.44 M checking them and copying them into the engine's records, ~0.14 M op costs, ~1.0 M
 // event engine (~430 instructions per op: issue, start, completion, dependents, re-timing), ~0.7 M
@@ -29,10 +33,22 @@
 // is left. Tried and measured worse: -O3 (+0.8 %), LTO (+8.6 %), fixed per-stream event slots instead of
 // the scanned event list (+1.7 to +2.7 %), forcing start() inline (+88 K, spills), inline allocator fast
 // paths (-0.07 % small, +0.7 % forced), intrusive free lists per size class (+1.6 %: long list walks).
-// What it needs is a different simulate() path: the lowering emitting the engine's records directly (no
-// Op structs, no copying pass: roughly -0.8 M) AND fewer steps per op in the event engine and allocator
-// model (not just cheaper ones). Skipping repeated blocks is not exact: activations accumulate through
-// the forward, so the allocator's state (segments, free blocks) differs from block to block.
+// Measured and dropped in the 3rd round: the lowering writing the ops' lists straight into the engine's
+// form (linked lists in one node array; no Op vectors, no copying pass) cost +4.3 % (60.02 -> 62.58 M per
+// 20 steps): the engine's setup pass only fell 0.44 -> 0.29 M, because most of it is the per-op checks and
+// the dependents / stream / NCCL-queue links, not the copying, while ~5,600 appends cost ~40 instructions
+// each in the lowering. So the old estimate of "-0.8 M without Op structs" was wrong: per-op bookkeeping is
+// spread over lowering (~265 instructions per op), setup (~188), costs (~58), engine (~430) and allocator
+// (~300 per op, ~1.6 allocations and frees each); 10,000/s allows ~620 per op in all. No local trim gets
+// there: the 80 identical blocks (x 2 micro-batches) have to be simulated once, not 160 times. Facts for
+// that design, measured on this case: the CPU never blocks (cpu_blocked 0) and issues all 2,344 ops in the
+// first 91 ms of an 11.63 s step, so every allocation and free happens then, in CPU order; after that the
+// engine is a pure timing problem (streams, NCCL queues, overlap slowdown) over repeated blocks, and the
+// allocator never feeds back into timing. A block-periodic fast-forward of the timing is exact if the
+// engine state at a block boundary (in-flight ops, pending events, remaining work as doubles) equals the
+// previous boundary's shifted by (time, op ids); the allocator's state is not shift-periodic (activation
+// segments accumulate, and double-buffered unsharded params may make its period two blocks), which is why
+// skipping blocks there needs its own argument.
 //
 // Wall clock, medians of --benchmark_repetitions=5 --benchmark_min_time=0.5 (other jobs on the VM):
 // 2026-11-22: BM_Simulate/1 517-651 us -> 287-346 us (1,880 -> 3,480 steps/s at load 3), BM_Simulate/0
@@ -41,7 +57,9 @@
 // 4,360-4,380 steps/s), BM_Simulate/0 109 us -> 88.9 us (9,170-9,220 -> 11,250 steps/s).
 // 2026-11-23 2nd round (load ~1, the 0a8037b and the new binary alternating, twice): BM_Simulate/1
 // 229 us -> 200-201 us (4,360-4,370 -> 4,980-5,010 steps/s), BM_Simulate/0 87.9-88.9 us -> 79.1-79.5 us
-// (11,250-11,380 -> 12,580-12,650 steps/s).
+// (11,250-11,380 -> 12,580-12,650 steps/s). 2026-11-23 3rd round (load ~1.3, the 48722cf and the new
+// binary alternating, twice): BM_Simulate/1 201, 207 us -> 205, 200 us; BM_Simulate/0 82.3, 80.6 us ->
+// 80.5, 78.4 us: the -2.2 % in instructions is within the noise (~5,000 and ~12,500 steps/s).
 //   build-*/tests/bench/bench_simulate --benchmark_min_time=0.5   (libbenchmark 1.7: seconds, no "s")
 // Variants, each for llama3-8b on 8xH100-SXM and llama3-70b on 128x8xH100-SXM-IB-NDR400:
 //   WrapGraph    build_wrap_graph alone (simulate() caches it per thread, so a planner pays it once)
