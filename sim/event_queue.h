@@ -72,6 +72,23 @@ class EventQueue {
     return e;
   }
 
+  // Visits every pending event, in storage order (not time order).
+  template <class F>
+  void for_each(F&& f) const {
+    for (const Event& e : events_) f(e);
+  }
+  // Moves every pending event, and now(), `dt` (>= 0) later, keeping their sequence numbers (so their
+  // order), and lets `f` rewrite each payload. The executor's fast-forward over repeated blocks uses it.
+  template <class F>
+  void shift(TimeNs dt, F&& f) {
+    if (dt < 0) [[unlikely]] throw std::logic_error("EventQueue: shift into the past");
+    for (Event& e : events_) {
+      e.time += dt;
+      f(e.payload);
+    }
+    now_ += dt;
+  }
+
   void clear() {
     events_.clear();
     min_ = 0;

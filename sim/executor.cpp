@@ -27,6 +27,27 @@
 // llround. None of this changes an event, a time, a sequence number or a byte: the same try_start
 // calls happen in the same order as with per-stream busy flags and CSR lists.
 //
+// Fast-forward (ExecOptions::fast_forward; issue #3). A transformer's blocks repeat, so once the CPU
+// has issued every op (after that, allocations, frees, issue times and the CPU are never touched
+// again) the run is a pure timing problem over repeated blocks. After each event during which an op
+// started on the compute stream the engine snapshots its state relative to that moment: every stream's
+// and NCCL queue's head and its state, running ops' start times, the pending completions in (time,
+// sequence) order, the running SM kernels with their remaining work, the collectives in flight, the
+// slowdown factor, the end of the last compute op. When a snapshot b repeats an earlier one a shifted
+// by p op ids (every head moved by exactly p, or did not move and is not running) and D = b.t − a.t
+// ns, the evolution from b is the evolution from a shifted, for as long as the ops it reads are the
+// shifts of those read between a and b (same stream, kind, queue and duration; waits, next op of the
+// stream and queue, and woken streams shifted or equivalent) and every head that did not move stays
+// blocked. The engine checks that for each further period j, takes the largest number m that passes,
+// and jumps: the ops in between are marked done; heads, running ops and pending completions move by
+// m·p ids and m·D ns; compute busy time grows by m times one period's, the collective-busy and
+// compute-gap intervals of the period are repeated, shifted. Times are integer ns and every quantity
+// the engine computes from them is relative (now + duration, remaining work as alone-ns), so a shifted
+// state evolves to exactly the shifted result: the fast-forward changes no figure (tests/sim/
+// test_fast_forward.cpp compares whole results with it on and off). Runs with a trace simulate every
+// op (the trace has a span per op); a run whose CPU blocks until late (FSDP1's rate limiter) has
+// nothing to skip.
+//
 // Definitions of the outputs:
 //  * step_time_ns: the latest completion of any op (GPU or CPU), from t = 0 when the CPU starts.
 //  * compute_ns: busy time of stream 0 (the compute / default stream).
@@ -163,6 +184,38 @@ class Engine {
   void complete(int h, TimeNs now);
   void retime(TimeNs now, double new_factor);
   bool is_done(int op) const { return rec_[op].state == kDone; }
+  // ---- fast-forward over repeated blocks (see "Fast-forward" at the top) ----
+  struct FfEvent {
+    TimeNs dt;            // time - snapshot time
+    std::uint64_t seq;
+    int op;
+  };
+  struct FfSnap {
+    TimeNs t = 0;
+    TimeNs compute_busy = 0, compute_prev_end = 0, comm_start = 0;   // the last two relative to t
+    int comm_active = 0;
+    double factor = 1.0;
+    std::size_t n_comm = 0, n_gaps = 0;   // sizes of comm_intervals_ / compute_gaps_
+    int group_head[kNumGroups] = {};
+    std::vector<int> heads;               // per stream
+    std::vector<OpState> head_state;      // per stream: its head's state
+    std::vector<TimeNs> head_start;       // per stream: start - t of a running head, else 0
+    std::vector<FfEvent> events;          // pending events in (time, seq) order
+    std::vector<int> slow;                // running_slowable_, in order
+    std::vector<double> slow_rem;         // their remaining_
+    std::vector<TimeNs> slow_seg;         // their seg_start_ - t
+  };
+  static constexpr int kFfSnaps = 6;
+  void ff_boundary(TimeNs now);
+  bool ff_take(FfSnap& s, TimeNs now);
+  bool ff_same_shape(const FfSnap& a, const FfSnap& b, int p);
+  int ff_max_jump(const FfSnap& a, const FfSnap& b, int p);
+  bool ff_equivalent(int i, int i2, int d, bool last, const FfSnap& a) const;
+  void ff_jump(const FfSnap& a, const FfSnap& b, int p, int m);
+  int list_start(int i) const { return i == 0 ? 0 : rec_[i - 1].end; }
+  bool done_at(int x, const FfSnap& a) const {   // x had completed at snapshot a (the CPU was done then)
+    return (rec_[x].flags & kCpuOp) || x < a.heads[rec_[x].stream];
+  }
   // ---- results ----
   void fill_results(SimResult& r);
   void add_span(const Op& op, const std::string& track, const char* kind, TimeNs start, TimeNs dur, Bytes bytes);
@@ -214,6 +267,14 @@ class Engine {
   TimeNs cpu_blocked_total_ = 0;
 
   std::vector<TraceSpan> trace_;
+
+  // fast-forward
+  bool ff_on_ = false;
+  bool started0_ = false;           // an op started on the compute stream during the current event
+  FfSnap ff_[kFfSnaps];             // ring of the latest boundary snapshots
+  int ff_count_ = 0, ff_next_ = 0;
+  std::vector<std::uint8_t> ff_moving_;   // per stream (scratch of a match)
+  ExecStats stats_;
 };
 
 // One pass over the ops: validate_program's per-op checks (streams and buffers were checked before;
@@ -360,6 +421,10 @@ SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions&
   cpu_blocked_total_ = 0;
   trace_.clear();
   q_.clear();
+  ff_on_ = o.fast_forward && !trace_on_;
+  started0_ = false;
+  ff_count_ = ff_next_ = 0;
+  stats_ = ExecStats{};
 
   // The op states were reset by build_queues; the per-op times are written before they are read
   // (issue and cpu_start at issue, start/remaining/seg_start at start), so they keep stale values.
@@ -383,6 +448,10 @@ SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions&
     switch (ev.type) {
       case EvType::OpComplete:
         complete(ev.op, now);
+        if (started0_) {
+          started0_ = false;
+          if (ff_on_ && cpu_op_ == n_) ff_boundary(now);
+        }
         break;
       case EvType::IssueDone:
       case EvType::CpuResume:
@@ -401,6 +470,7 @@ SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions&
       if (!is_done(i)) throw std::logic_error("execute: op " + std::to_string(i) + " never completed");
   }
 
+  if (o.stats) *o.stats = stats_;
   SimResult r;
   r.notes = p.notes;
   fill_results(r);
@@ -491,6 +561,7 @@ void Engine::start(int h, TimeNs now) {
   r.state = kRunning;
   start_t_[h] = now;
   if (s == 0) {
+    started0_ = true;
     TimeNs ready = std::max(compute_prev_end_, issue_t_[h]);
     if (now > ready) compute_gaps_.emplace_back(ready, now);
   }
@@ -564,6 +635,240 @@ void Engine::complete(int h, TimeNs now) {
     const int next = r.next_in_group;
     if (next != n_) try_start(rec_[next].stream, now);
   }
+}
+
+// ---- Fast-forward (see the note at the top) ----
+
+// Called after an event during which an op started on the compute stream, once the CPU has issued
+// every op. Snapshots the engine's state and compares it with the recent snapshots, newest first; on
+// the first that the new one repeats, shifted, skips as many periods as the checks allow.
+void Engine::ff_boundary(TimeNs now) {
+  const int cur = ff_next_;
+  FfSnap& b = ff_[cur];
+  if (!ff_take(b, now)) return;
+  ff_next_ = (cur + 1) % kFfSnaps;
+  for (int k = 1; k <= ff_count_; ++k) {
+    const FfSnap& a = ff_[(cur - k + kFfSnaps) % kFfSnaps];
+    const int p = b.heads[0] - a.heads[0];
+    if (p <= 0 || b.t <= a.t || !ff_same_shape(a, b, p)) continue;
+    const int m = ff_max_jump(a, b, p);
+    if (m <= 0) continue;
+    ff_jump(a, b, p, m);
+    ff_count_ = 0;   // every snapshot taken so far describes the past
+    ff_next_ = 0;
+    return;
+  }
+  if (ff_count_ < kFfSnaps - 1) ++ff_count_;
+}
+
+bool Engine::ff_take(FfSnap& s, TimeNs now) {
+  const int ns = static_cast<int>(stream_head_.size());
+  s.t = now;
+  s.compute_busy = compute_busy_;
+  s.compute_prev_end = compute_prev_end_ - now;
+  s.comm_active = comm_active_;
+  s.comm_start = comm_active_ > 0 ? comm_start_ - now : 0;
+  s.factor = factor_;
+  s.n_comm = comm_intervals_.size();
+  s.n_gaps = compute_gaps_.size();
+  for (int g = 0; g < kNumGroups; ++g) s.group_head[g] = group_head_[g];
+  s.heads.assign(stream_head_.begin(), stream_head_.end());
+  s.head_state.resize(ns);
+  s.head_start.resize(ns);
+  for (int k = 0; k < ns; ++k) {
+    const int h = stream_head_[k];
+    s.head_state[k] = rec_[h].state;
+    s.head_start[k] = rec_[h].state == kRunning ? start_t_[h] - now : 0;
+  }
+  bool only_completions = true;
+  s.events.clear();
+  q_.for_each([&](const EventQueue<Ev>::Event& e) {
+    if (e.payload.type != EvType::OpComplete) only_completions = false;
+    s.events.push_back(FfEvent{e.time - now, e.seq, e.payload.op});
+  });
+  if (!only_completions) return false;
+  std::sort(s.events.begin(), s.events.end(),
+            [](const FfEvent& x, const FfEvent& y) { return x.dt != y.dt ? x.dt < y.dt : x.seq < y.seq; });
+  s.slow.assign(running_slowable_.begin(), running_slowable_.end());
+  s.slow_rem.resize(s.slow.size());
+  s.slow_seg.resize(s.slow.size());
+  for (std::size_t k = 0; k < s.slow.size(); ++k) {
+    s.slow_rem[k] = remaining_[s.slow[k]];
+    s.slow_seg[k] = seg_start_[s.slow[k]] - now;
+  }
+  return true;
+}
+
+// b repeats a shifted by p op ids (and b.t - a.t ns): every stream's and NCCL queue's head either moved
+// by exactly p ("moving") or did not move and is not running ("still"); heads in the same states,
+// running ops started the same time before, the same pending completions in the same (time, sequence)
+// order, the same running SM kernels with the same remaining work, collectives in flight, slowdown
+// factor and end of the last compute op. Fills ff_moving_.
+bool Engine::ff_same_shape(const FfSnap& a, const FfSnap& b, int p) {
+  const int ns = static_cast<int>(b.heads.size());
+  ff_moving_.assign(ns, 0);
+  for (int s = 0; s < ns; ++s) {
+    const int d = b.heads[s] - a.heads[s];
+    if (a.head_state[s] != b.head_state[s] || a.head_start[s] != b.head_start[s]) return false;
+    if (d == p) {
+      if (b.heads[s] >= n_) return false;
+      ff_moving_[s] = 1;
+    } else if (d != 0 || b.head_state[s] == kRunning) {
+      return false;
+    }
+  }
+  for (int g = 0; g < kNumGroups; ++g) {
+    const int h = b.group_head[g], d = h - a.group_head[g];
+    if (d == p) {
+      if (h >= n_) return false;
+    } else if (d != 0 || (h < n_ && rec_[h].state == kRunning)) {
+      return false;
+    }
+  }
+  if (a.comm_active != b.comm_active || a.factor != b.factor || a.compute_prev_end != b.compute_prev_end ||
+      a.comm_start != b.comm_start)
+    return false;
+  if (a.events.size() != b.events.size() || a.slow.size() != b.slow.size()) return false;
+  for (std::size_t k = 0; k < a.events.size(); ++k)
+    if (a.events[k].dt != b.events[k].dt || b.events[k].op != a.events[k].op + p) return false;
+  for (std::size_t k = 0; k < a.slow.size(); ++k)
+    if (b.slow[k] != a.slow[k] + p || a.slow_rem[k] != b.slow_rem[k] || a.slow_seg[k] != b.slow_seg[k]) return false;
+  return true;
+}
+
+// The evolution from a to b read, of the ops of each moving stream, those from its head at a to its
+// head at b (the last only up to its start: its completion comes in the next period), and of the still
+// streams only their heads. From b it repeats, shifted, for as many periods j as (1) op i + j·p looks
+// like op i to the engine for every such i (ff_equivalent) and (2) every still head stays blocked:
+// what it waits for lies beyond where the moving heads get. Returns that number of periods.
+int Engine::ff_max_jump(const FfSnap& a, const FfSnap& b, int p) {
+  const int ns = static_cast<int>(b.heads.size());
+  int m = n_ / p + 1;
+  const auto cap = [&](long long room) { m = room < 0 ? 0 : static_cast<int>(std::min<long long>(m, room / p)); };
+  const auto group_moves = [&](int g) { return b.group_head[g] - a.group_head[g] == p; };
+  for (int s = 0; s < ns && m > 0; ++s) {
+    const int x = b.heads[s];
+    if (ff_moving_[s] || x >= n_) continue;
+    const OpRec& r = rec_[x];
+    if (r.state != kIssued) return 0;
+    int w = -1;
+    for (int k = list_start(x); k < r.cpu_waits; ++k) {
+      if (!is_done(lists_[k])) {
+        w = lists_[k];
+        break;
+      }
+    }
+    if (w >= 0) {
+      // Blocked until w completes: w must stay at or past its stream's head (a still stream never gets there).
+      const OpRec& rw = rec_[w];
+      if (!(rw.flags & kCpuOp) && ff_moving_[rw.stream]) cap(static_cast<long long>(w) - b.heads[rw.stream]);
+    } else if ((r.flags & kCollective) && group_moves(r.group)) {
+      cap(static_cast<long long>(x) - 1 - b.group_head[r.group]);   // the queue must not reach x
+    } else {
+      return 0;
+    }
+  }
+  for (int g = 0; g < kNumGroups && m > 0; ++g) {
+    const int y = b.group_head[g];
+    if (group_moves(g) || y >= n_) continue;
+    const int sy = rec_[y].stream;
+    if (ff_moving_[sy]) cap(static_cast<long long>(y) - 1 - b.heads[sy]);   // its stream must not reach y
+  }
+  int j = 1;
+  for (; j <= m; ++j) {
+    const int d = j * p;
+    for (int s = 0; s < ns; ++s) {
+      if (!ff_moving_[s]) continue;
+      for (int i = a.heads[s];; i = rec_[i].next_in_stream) {
+        const bool last = i == b.heads[s];
+        if (i + d >= n_ || !ff_equivalent(i, i + d, d, last, a)) return j - 1;
+        if (last) break;
+      }
+    }
+  }
+  return m;
+}
+
+// Op i2 = i + d behaves as op i does, shifted: same stream, kind flags, NCCL queue and duration; each
+// GPU wait either the shifted wait on the same moving stream, or two ops done at snapshot a, or two ops
+// of still streams in the same state; unless `last`, the next op of its stream and queue shifted too and
+// the same streams woken, in the same order, when it completes. (The CPU is done: cpu_ns, cpu_waits,
+// allocs and frees are never read again, nor is the issue time, which is before every start from here.)
+bool Engine::ff_equivalent(int i, int i2, int d, bool last, const FfSnap& a) const {
+  const OpRec& x = rec_[i];
+  const OpRec& y = rec_[i2];
+  if (y.stream != x.stream || y.flags != x.flags || gpu_ns_[i2] != gpu_ns_[i]) return false;
+  if ((x.flags & kCollective) && y.group != x.group) return false;
+  const int sx = list_start(i), sy = list_start(i2);
+  const int nw = x.cpu_waits - sx;
+  if (y.cpu_waits - sy != nw) return false;
+  const int* lists = lists_.data();
+  for (int k = 0; k < nw; ++k) {
+    const int w = lists[sx + k], w2 = lists[sy + k];
+    const OpRec& rw = rec_[w];
+    const OpRec& rw2 = rec_[w2];
+    const bool cpu = rw.flags & kCpuOp, cpu2 = rw2.flags & kCpuOp;
+    if (w2 == w + d && !cpu && !cpu2 && rw2.stream == rw.stream && ff_moving_[rw.stream]) continue;
+    if (done_at(w, a) && done_at(w2, a)) continue;
+    if (!cpu && !cpu2 && !ff_moving_[rw.stream] && !ff_moving_[rw2.stream] && is_done(w) == is_done(w2)) continue;
+    return false;
+  }
+  if (last) return true;
+  if (y.next_in_stream != x.next_in_stream + d) return false;
+  if (x.flags & kCollective) {
+    const int nx = x.next_in_group, ny = y.next_in_group;
+    if (nx == n_ ? ny != n_ : (ny != nx + d || rec_[ny].stream != rec_[nx].stream)) return false;
+  }
+  int k = dep_[i].next, k2 = dep_[i2].next;
+  for (; k >= 0 && k2 >= 0; k = dep_[k].next, k2 = dep_[k2].next)
+    if (dep_[k].stream != dep_[k2].stream) return false;
+  return k < 0 && k2 < 0;
+}
+
+// Moves the engine from state b to b shifted by m periods: the ops the moving streams complete in
+// between are marked done, the heads, running ops and pending completions move by m·p ids and
+// m·(b.t − a.t) ns, and the accumulated figures grow by m times what one period added.
+void Engine::ff_jump(const FfSnap& a, const FfSnap& b, int p, int m) {
+  const int dp = m * p;
+  const TimeNs period = b.t - a.t, dt = m * period;
+  const int ns = static_cast<int>(b.heads.size());
+  int skipped = 0;
+  for (int s = 0; s < ns; ++s) {
+    if (!ff_moving_[s]) continue;
+    const int h = b.heads[s], target = h + dp;
+    for (int i = h; i != target; i = rec_[i].next_in_stream) {
+      rec_[i].state = kDone;
+      ++skipped;
+    }
+    if (b.head_state[s] == kRunning) {
+      rec_[target].state = kRunning;
+      start_t_[target] = start_t_[h] + dt;
+    }
+    stream_head_[s] = target;
+  }
+  for (int g = 0; g < kNumGroups; ++g)
+    if (b.group_head[g] - a.group_head[g] == p) group_head_[g] += dp;
+  for (int& r : running_slowable_) {
+    const int r2 = r + dp;
+    remaining_[r2] = remaining_[r];
+    seg_start_[r2] = seg_start_[r] + dt;
+    r = r2;
+  }
+  q_.shift(dt, [dp](Ev& e) { e.op += dp; });
+  compute_busy_ += m * (b.compute_busy - a.compute_busy);
+  const auto repeat = [&](std::vector<std::pair<TimeNs, TimeNs>>& v, std::size_t lo, std::size_t hi) {
+    v.reserve(v.size() + static_cast<std::size_t>(m) * (hi - lo));
+    for (int j = 1; j <= m; ++j)
+      for (std::size_t k = lo; k < hi; ++k) v.emplace_back(v[k].first + j * period, v[k].second + j * period);
+  };
+  repeat(comm_intervals_, a.n_comm, b.n_comm);
+  repeat(compute_gaps_, a.n_gaps, b.n_gaps);
+  step_end_ += dt;   // (the latest completion so far was in the period a -> b)
+  compute_prev_end_ += dt;
+  if (comm_active_ > 0) comm_start_ += dt;
+  n_done_ += skipped;
+  ++stats_.jumps;
+  stats_.ops_fast_forwarded += skipped;
 }
 
 void Engine::add_span(const Op& op, const std::string& track, const char* kind, TimeNs start, TimeNs dur,

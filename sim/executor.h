@@ -20,6 +20,12 @@ class CostModel {
   virtual double overlap_slowdown() const = 0;            // compute multiplier while a collective runs
 };
 
+// What the fast-forward (ExecOptions::fast_forward) did in one execute().
+struct ExecStats {
+  int jumps = 0;                 // times the engine skipped ahead
+  int ops_fast_forwarded = 0;    // ops whose start and completion were not simulated one by one
+};
+
 struct ExecOptions {
   bool record_trace = true;
   bool record_memory_timeline = true;
@@ -28,6 +34,11 @@ struct ExecOptions {
   Bytes memory_capacity = 0;
   // The memory timeline is decimated to at most this many samples (the peaks are kept). 0 = all.
   int max_timeline_samples = 4096;
+  // Skip repeated blocks of the timing once they are proven periodic (see "Fast-forward" at the top of
+  // sim/executor.cpp). Exact: every result is identical with it off; only runs without a trace use it.
+  bool fast_forward = true;
+  // If set, receives what the fast-forward did (tests check that it acted).
+  ExecStats* stats = nullptr;
 };
 
 // Every op's durations, computed once from a cost model (the executor's hot path never calls the
