@@ -181,7 +181,7 @@ class Engine {
     start(h, now);
   }
   void start(int h, TimeNs now);
-  void complete(int h, TimeNs now);
+  [[gnu::always_inline]] inline void complete(int h, TimeNs now);   // (inline: once per op, in the run loop)
   void retime(TimeNs now, double new_factor);
   bool is_done(int op) const { return rec_[op].state == kDone; }
   // ---- fast-forward over repeated blocks (see "Fast-forward" at the top) ----
@@ -194,6 +194,7 @@ class Engine {
     TimeNs t = 0;
     TimeNs compute_busy = 0, compute_prev_end = 0, comm_start = 0;   // the last two relative to t
     int comm_active = 0;
+    TimeNs head0_ns = 0;                  // duration of the compute op that just started (a cheap first test)
     double factor = 1.0;
     std::size_t n_comm = 0, n_gaps = 0;   // sizes of comm_intervals_ / compute_gaps_
     int group_head[kNumGroups] = {};
@@ -205,7 +206,7 @@ class Engine {
     std::vector<double> slow_rem;         // their remaining_
     std::vector<TimeNs> slow_seg;         // their seg_start_ - t
   };
-  static constexpr int kFfSnaps = 6;
+  static constexpr int kFfSnaps = 5;
   void ff_boundary(TimeNs now);
   bool ff_take(FfSnap& s, TimeNs now);
   bool ff_same_shape(const FfSnap& a, const FfSnap& b, int p);
@@ -650,7 +651,11 @@ void Engine::ff_boundary(TimeNs now) {
   for (int k = 1; k <= ff_count_; ++k) {
     const FfSnap& a = ff_[(cur - k + kFfSnaps) % kFfSnaps];
     const int p = b.heads[0] - a.heads[0];
-    if (p <= 0 || b.t <= a.t || !ff_same_shape(a, b, p)) continue;
+    // (the cheap tests first: most candidates differ in one of these)
+    if (p <= 0 || b.t <= a.t || a.head0_ns != b.head0_ns || a.compute_prev_end != b.compute_prev_end ||
+        a.comm_active != b.comm_active || a.events.size() != b.events.size() || a.slow.size() != b.slow.size() ||
+        !ff_same_shape(a, b, p))
+      continue;
     const int m = ff_max_jump(a, b, p);
     if (m <= 0) continue;
     ff_jump(a, b, p, m);
@@ -669,6 +674,7 @@ bool Engine::ff_take(FfSnap& s, TimeNs now) {
   s.comm_active = comm_active_;
   s.comm_start = comm_active_ > 0 ? comm_start_ - now : 0;
   s.factor = factor_;
+  s.head0_ns = gpu_ns_[stream_head_[0]];
   s.n_comm = comm_intervals_.size();
   s.n_gaps = compute_gaps_.size();
   for (int g = 0; g < kNumGroups; ++g) s.group_head[g] = group_head_[g];
