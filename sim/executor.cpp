@@ -206,6 +206,12 @@ class Engine {
     std::vector<double> slow_rem;         // their remaining_
     std::vector<TimeNs> slow_seg;         // their seg_start_ - t
   };
+  struct FfLite {
+    TimeNs t;
+    int head0;
+    TimeNs head0_ns, prev_end;   // the compute op's duration; end of the previous one - t
+    int comm_active, events, slow;
+  };
   static constexpr int kFfSnaps = 5;
   void ff_boundary(TimeNs now);
   bool ff_take(FfSnap& s, TimeNs now);
@@ -274,6 +280,8 @@ class Engine {
   bool started0_ = false;           // an op started on the compute stream during the current event
   FfSnap ff_[kFfSnaps];             // ring of the latest boundary snapshots
   int ff_count_ = 0, ff_next_ = 0;
+  FfLite ff_lite_[kFfSnaps] = {};   // ring of the latest boundaries' scalars (all of them)
+  int ff_lite_count_ = 0, ff_lite_next_ = 0;
   std::vector<std::uint8_t> ff_moving_;   // per stream (scratch of a match)
   ExecStats stats_;
 };
@@ -425,6 +433,7 @@ SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions&
   ff_on_ = o.fast_forward && !trace_on_;
   started0_ = false;
   ff_count_ = ff_next_ = 0;
+  ff_lite_count_ = ff_lite_next_ = 0;
   stats_ = ExecStats{};
 
   // The op states were reset by build_queues; the per-op times are written before they are read
@@ -644,6 +653,22 @@ void Engine::complete(int h, TimeNs now) {
 // every op. Snapshots the engine's state and compares it with the recent snapshots, newest first; on
 // the first that the new one repeats, shifted, skips as many periods as the checks allow.
 void Engine::ff_boundary(TimeNs now) {
+  // First a few scalars (FfLite): a full snapshot is taken only at a boundary whose scalars repeat an
+  // earlier boundary's, so candidates that never repeat pay a few stores (a jump then comes one period
+  // later than with full snapshots everywhere).
+  const FfLite l{now, stream_head_[0], gpu_ns_[stream_head_[0]], compute_prev_end_ - now, comm_active_,
+                 static_cast<int>(q_.size()), static_cast<int>(running_slowable_.size())};
+  bool repeats = false;
+  for (int k = 0; k < ff_lite_count_ && !repeats; ++k) {
+    const FfLite& a = ff_lite_[k];
+    repeats = l.head0 > a.head0 && l.t > a.t && l.head0_ns == a.head0_ns && l.prev_end == a.prev_end &&
+              l.comm_active == a.comm_active && l.events == a.events && l.slow == a.slow;
+  }
+  ff_lite_[ff_lite_next_] = l;
+  ff_lite_next_ = (ff_lite_next_ + 1) % kFfSnaps;
+  if (ff_lite_count_ < kFfSnaps) ++ff_lite_count_;
+  if (!repeats) return;
+
   const int cur = ff_next_;
   FfSnap& b = ff_[cur];
   if (!ff_take(b, now)) return;
@@ -659,8 +684,8 @@ void Engine::ff_boundary(TimeNs now) {
     const int m = ff_max_jump(a, b, p);
     if (m <= 0) continue;
     ff_jump(a, b, p, m);
-    ff_count_ = 0;   // every snapshot taken so far describes the past
-    ff_next_ = 0;
+    ff_count_ = ff_next_ = 0;   // every boundary seen so far describes the past
+    ff_lite_count_ = ff_lite_next_ = 0;
     return;
   }
   if (ff_count_ < kFfSnaps - 1) ++ff_count_;
