@@ -7,8 +7,8 @@
 //   valgrind --tool=callgrind --collect-atstart=no build-*/tests/bench/bench_simulate --steps=1,20
 //   (collected instructions / 20; --steps=0,20 for llama3-8b)
 //                       2026-11-22 before   after 11-22     after 11-23     after 11-23 (2nd)   after 11-23 (3rd)   fast-forward
-//   llama3-70b/1024     6.61 M              4.09 M          3.35 M          3.00 M              2.93 M              2.80 M
-//   llama3-8b/8         2.61 M              1.61 M          1.33 M          1.20 M              1.16 M              1.16 M
+//   llama3-70b/1024     6.61 M              4.09 M          3.35 M          3.00 M              2.93 M              2.71 M
+//   llama3-8b/8         2.61 M              1.61 M          1.33 M          1.20 M              1.16 M              1.10 M
 // 11-22: lowering 2.21 -> 0.91 M, op costs 0.38 -> 0.27, execute 3.92 -> 2.87 (allocator 1.41 -> 0.80).
 // 11-23 (70B): lowering 0.91 -> 0.65 M (Context storage reused, flat per-segment lists, Builder hot paths
 // inline), op costs 0.27 -> 0.15 (a per-(kind, stream) slot of the last exact query before the memo
@@ -53,14 +53,19 @@
 // there needs its own argument.
 // The block-periodic fast-forward of the timing (2026-11-23, sim/executor.cpp "Fast-forward"; exact, checked
 // against itself switched off in tests/sim/test_fast_forward.cpp) skips 2,174 of this case's 2,344 ops
-// (llama3-8b: 721 of 886), but it gains only 2.93 -> 2.80 M (llama3-8b: 23,280,399 -> 23,270,218 per 20
-// steps, nothing): once the CPU has issued everything, simulating an op on the GPU costs only ~190
-// instructions, and proving that a skipped op repeats its counterpart costs ~127 (its stream, kind,
-// queue, duration, each wait, next ops, woken streams). Precomputing those facts as one exact 64-bit key
-// per op (measured and dropped) cost as much as it saved: every op is keyed once and checked about once.
-// So the ~1.9 M that remain are the CPU side (lowering 0.62 M, engine setup 0.44 M, costs 0.14 M, issue +
-// allocator 0.87 M), which runs once per op whatever the GPU does; skipping those needs a program that is
-// itself block-periodic (lowered once per distinct block, with the allocator's evolution proven periodic).
+// (llama3-8b: 721 of 886): 2.93 -> 2.71 M (54,104,568 per 20 steps), llama3-8b 1.164 -> 1.102 M
+// (22,037,773). Less than the skipped share suggests: once the CPU has issued everything, simulating an
+// op on the GPU costs only ~190 instructions, and proving that a skipped op repeats its counterpart costs
+// ~127 (its stream, kind, queue, duration, each wait, next ops, woken streams). Measured and dropped:
+// precomputing those facts as one exact 64-bit key per op cost as much as it saved (every op is keyed
+// once and checked about once). Its first version cost the planner +1.6 % (llama3-8b default plan, 26.50
+// -> 26.92 G instructions with --threads 1): g++ stopped inlining complete() into the run loop, and full
+// snapshots were taken at every compute start of candidates that never repeat; with complete() forced
+// inline and full snapshots only where a few scalars repeat, `fsdpsim plan --threads 1` went 26.50 ->
+// 26.47 G (llama3-8b) and 912.6 -> 908.1 M (llama3-70b). What remains (~1.9 M) is the CPU side (lowering
+// 0.62 M, engine setup 0.44 M, costs 0.14 M, issue + allocator 0.87 M), which runs once per op whatever
+// the GPU does; skipping it needs a program that is itself block-periodic (lowered once per distinct
+// block, with the allocator's evolution proven periodic).
 //
 // Wall clock, medians of --benchmark_repetitions=5 --benchmark_min_time=0.5 (other jobs on the VM):
 // 2026-11-22: BM_Simulate/1 517-651 us -> 287-346 us (1,880 -> 3,480 steps/s at load 3), BM_Simulate/0
@@ -72,6 +77,10 @@
 // (11,250-11,380 -> 12,580-12,650 steps/s). 2026-11-23 3rd round (load ~1.3, the 48722cf and the new
 // binary alternating, twice): BM_Simulate/1 201, 207 us -> 205, 200 us; BM_Simulate/0 82.3, 80.6 us ->
 // 80.5, 78.4 us: the -2.2 % in instructions is within the noise (~5,000 and ~12,500 steps/s).
+// 2026-11-23 fast-forward (the 8690d40 and the 1c0a438 binary alternating, six rounds, --benchmark_min_time=0.3
+// --benchmark_repetitions=3; the VM switched between a fast and a ~1.4x slower state, so only rounds with
+// both in the same state count): BM_Simulate/1 201, 201 us -> 181, 181 us (fast state; 273, 284 -> 246, 258
+// slow), i.e. ~4,980 -> ~5,520 steps/s; BM_Simulate/0 79.3, 79.5 -> 74.8, 73.0 us (~13,500 steps/s).
 //   build-*/tests/bench/bench_simulate --benchmark_min_time=0.5   (libbenchmark 1.7: seconds, no "s")
 // Variants, each for llama3-8b on 8xH100-SXM and llama3-70b on 128x8xH100-SXM-IB-NDR400:
 //   WrapGraph    build_wrap_graph alone (simulate() caches it per thread, so a planner pays it once)
