@@ -656,6 +656,7 @@ void Engine::ff_boundary(TimeNs now) {
   // First a few scalars (FfLite): a full snapshot is taken only at a boundary whose scalars repeat an
   // earlier boundary's, so candidates that never repeat pay a few stores (a jump then comes one period
   // later than with full snapshots everywhere).
+  if (stream_head_[0] >= n_) return;   // the compute stream is done (a start seen during a CPU event)
   const FfLite l{now, stream_head_[0], gpu_ns_[stream_head_[0]], compute_prev_end_ - now, comm_active_,
                  static_cast<int>(q_.size()), static_cast<int>(running_slowable_.size())};
   bool repeats = false;
