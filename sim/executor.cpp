@@ -78,34 +78,6 @@ namespace {
 
 constexpr int kNumGroups = 4;   // CommGroup: Shard, Replicate, World, PostForward
 
-// SM kernels share the GPU with NCCL's CTAs and HBM traffic (semantics N5); host copies run on the
-// copy engines and collectives are the cause, so neither is slowed.
-constexpr bool is_slowable(OpKind k) {
-  switch (k) {
-    case OpKind::Forward: case OpKind::Backward: case OpKind::Recompute:
-    case OpKind::CopyIn: case OpKind::CopyOut: case OpKind::Cast: case OpKind::Pad: case OpKind::Divide:
-    case OpKind::OptimizerStep:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// What the engine needs to know of an op's kind, as one table lookup (its last entry stands for any
-// value out of OpKind's range, which check_op rejects).
-constexpr std::uint8_t kCollective = 1, kSlowable = 2, kCpuOp = 4, kBadKind = 8;
-constexpr unsigned kNumKinds = static_cast<unsigned>(OpKind::CpuOptimizerStep) + 1;
-constexpr std::array<std::uint8_t, kNumKinds + 1> kKindFlags = [] {
-  std::array<std::uint8_t, kNumKinds + 1> t{};
-  for (unsigned k = 0; k < kNumKinds; ++k) {
-    const auto kind = static_cast<OpKind>(k);
-    t[k] = static_cast<std::uint8_t>((is_collective(kind) ? kCollective : 0) | (is_slowable(kind) ? kSlowable : 0) |
-                                     (kind == OpKind::CpuOptimizerStep ? kCpuOp : 0));
-  }
-  t[kNumKinds] = kBadKind;
-  return t;
-}();
-
 // std::llround for |x| < 2^63 (times in ns), inline: round half away from zero. x - trunc(x) is exact
 // for every double, so the comparison with 0.5 decides exactly as llround does.
 inline TimeNs round_ns(double x) {
@@ -122,25 +94,6 @@ struct Ev {
   int op = 0;
 };
 
-// An op's progress. A GPU op goes NotIssued -> Issued (enqueued by the CPU) -> Running -> Done; a
-// CpuOptimizerStep goes NotIssued -> Done at the end of its issue. (16 bits, not 8: a store through a
-// char type may alias anything, so g++ would reload every member after each state change.)
-enum OpState : std::uint16_t { kNotIssued = 0, kIssued, kRunning, kDone };
-
-// The hot facts of one op, copied out of the (large) Op struct once, read together by the run.
-// Its lists live in Engine::lists_ as [GPU waits | CPU waits | allocs | frees as (buffer,
-// reuse_after_op) pairs]: wait_pos .. cpu_waits .. allocs .. frees .. end.
-struct OpRec {
-  int stream = 0;
-  std::uint8_t flags = 0;          // kCollective | kSlowable | kCpuOp
-  std::uint8_t group = 0;          // CommGroup (collectives only)
-  OpState state = kNotIssued;
-  int wait_pos = 0;                // first GPU wait not yet seen complete (starts at the first wait)
-  int cpu_waits = 0, allocs = 0, frees = 0, end = 0;
-  int next_in_stream = 0;          // the next GPU op of its stream (Engine::n_: none)
-  int next_in_group = 0;           // collectives: the next collective of its NCCL queue (n_: none)
-};
-
 // One link of a dependents list (Engine::dep_): the next link (-1: the end), and the stream of the op
 // that waits (the one try_start looks at when the awaited op completes).
 struct DepLink {
@@ -150,11 +103,15 @@ struct DepLink {
 
 class Engine {
  public:
-  SimResult run(const StepProgram& p, const OpCosts& c, const ExecOptions& o);
+  // Runs `cp` (its records' run state is overwritten) with op durations gpu_ns / cpu_ns (see OpCosts).
+  // `source`, the StepProgram cp was compiled from, names ops and buffers in traces and error messages;
+  // a run with a trace needs it.
+  SimResult run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* cpu_ns, double overlap_slowdown,
+                const ExecOptions& o, const StepProgram* source);
 
  private:
   // ---- setup ----
-  void build_queues();
+  void link();
   // ---- CPU ----
   void cpu_begin(TimeNs now);
   [[gnu::always_inline]] inline void issue_done(int i, TimeNs now);   // (inline: once per op)
@@ -173,7 +130,7 @@ class Engine {
     if (r.state != kIssued) return;
     int k = r.wait_pos;
     const int end = r.cpu_waits;
-    const int* lists = lists_.data();
+    const int* lists = lists_;
     while (k < end && rec_[lists[k]].state == kDone) ++k;
     r.wait_pos = k;
     if (k < end) return;
@@ -239,9 +196,10 @@ class Engine {
   bool use_slowdown_ = false;
   double factor_ = 1.0;             // current progress factor of SM kernels
 
-  // per op (indexed by op id; rec_[n_] is the end-of-list sentinel)
-  std::vector<OpRec> rec_;
-  std::vector<int> lists_;          // every op's lists (see OpRec)
+  // per op (indexed by op id; rec_[n_] is the end-of-list sentinel): the run's CompiledProgram
+  OpRec* rec_ = nullptr;
+  const int* lists_ = nullptr;      // every op's lists (see OpRec)
+  int num_lists_ = 0;
   // Dependents, as linked lists in op order: dep_[i].next (i < n_) is the first link of op i's list;
   // the link of the wait stored at lists_[k] is dep_[n_ + k] (it names the waiting op's stream).
   std::vector<DepLink> dep_;
@@ -254,7 +212,7 @@ class Engine {
 
   // per stream: its head (the running op, else the next to start; n_ when none is left)
   std::vector<int> stream_head_;
-  std::vector<int*> stream_link_;   // scratch for build_queues: the link the stream's next op goes to
+  std::vector<int*> stream_link_;   // scratch for link(): the link the stream's next op goes to
   TimeNs compute_prev_end_ = 0;     // end of the last op of the compute stream (0)
   // per NCCL queue (process group): its head (the running collective, else the oldest unstarted one)
   int group_head_[kNumGroups] = {0, 0, 0, 0};
@@ -286,132 +244,75 @@ class Engine {
   ExecStats stats_;
 };
 
-// One pass over the ops: validate_program's per-op checks (streams and buffers were checked before;
-// check_op's conditions as one yes/no, evaluated while copying each list; on any failure
-// detail::check_op throws the first error in its order), fused with everything the run needs: the
-// op records, every list the run reads (GPU waits, CPU waits, allocs, frees) copied into one flat
-// array (one capacity check per op), and the per-stream, per-group and dependents lists. All three
-// are in op order, which is the order in which the pass appends to them, so each is a linked list
-// built by appending at its tail: no counting pass, no prefix sums, no second pass. The run itself
-// never touches the (large) Op structs or their scattered vectors.
-void Engine::build_queues() {
-  const StepProgram& p = *p_;
-  const int ns = static_cast<int>(p.streams.size());
-  const int nb = static_cast<int>(p.buffers.size());
-  const auto below = [](int v, int n) { return static_cast<unsigned>(v) < static_cast<unsigned>(n); };
-  const Buffer* bufs = p.buffers.data();
-  const Op* ops = p.ops.data();
+// Before a run: every op's run state reset, and the per-stream, per-group and dependents lists
+// linked. All three are in op order, which is the order in which this pass appends to them, so each is
+// a linked list built by appending at its tail: no counting pass, no prefix sums, no second pass. The
+// run never touches the (large) Op structs or their scattered vectors.
+void Engine::link() {
   const int n = n_;
-  rec_.resize(static_cast<std::size_t>(n) + 1);
-  OpRec* rec = rec_.data();
+  const int ns = static_cast<int>(stream_head_.size());
+  OpRec* rec = rec_;
   rec[n] = OpRec{};   // the sentinel: never issued
-  if (lists_.empty()) lists_.resize(4096);
-  dep_.resize(static_cast<std::size_t>(n) + lists_.size());
+  dep_.resize(static_cast<std::size_t>(n) + static_cast<std::size_t>(num_lists_));
   dep_tail_.resize(n);
+  DepLink* dep = dep_.data();
   int* dep_tail = dep_tail_.data();
-  // Tails of the stream and group lists: the address of the link to set when the next op comes
-  // (stream_head_ and rec_ are not resized during the pass).
-  stream_head_.resize(ns);
+  const int* lists = lists_;
+  // Tails of the stream and group lists: the address of the link to set when the next op comes.
   stream_link_.resize(ns);
   int** stream_link = stream_link_.data();
   for (int s = 0; s < ns; ++s) stream_link[s] = &stream_head_[s];
   int* group_link[kNumGroups];
   for (int g = 0; g < kNumGroups; ++g) group_link[g] = &group_head_[g];
-  std::int64_t sent[3] = {0, 0, 0};
-  int pos = 0;   // next free slot of lists_
+  int pos = 0;
   for (int i = 0; i < n; ++i) {
-    const Op& op = ops[i];
-    const unsigned kind = static_cast<unsigned>(op.kind);
-    const std::uint8_t f = kKindFlags[kind < kNumKinds ? kind : kNumKinds];
-    const int s = op.stream;
-    // (& rather than &&: one branch for all; an OR of numbers is negative iff one of them is)
-    bool ok = (op.id == i) & below(s, ns) & !(f & kBadKind) &
-              ((op.copy_bytes | op.cpu_hooks | op.kernel_launches) >= 0);
-    if (f & kCollective)
-      ok &= (static_cast<unsigned>(op.group) <= static_cast<unsigned>(CommGroup::PostForward)) &
-            (op.group_size >= 1) & (op.comm_bytes >= 0);
-    const std::size_t need = op.waits.size() + op.cpu_waits.size() + op.allocs.size() + 2 * op.frees.size();
-    if (pos + need > lists_.size()) [[unlikely]] {
-      lists_.resize(std::max(2 * lists_.size(), pos + need + 256));
-      dep_.resize(static_cast<std::size_t>(n) + lists_.size());
-    }
-    int* out = lists_.data();
-    DepLink* dep = dep_.data();
     OpRec& r = rec[i];
+    const int s = r.stream;
     dep[i].next = -1;
     dep_tail[i] = i;
     r.wait_pos = pos;
-    for (int w : op.waits) {
-      if (below(w, i)) {   // (checked first: dep_tail is only indexed by valid ids)
-        const int link = n + pos;
-        dep[link] = DepLink{-1, s};
-        dep[dep_tail[w]].next = link;
-        dep_tail[w] = link;
-      } else {
-        ok = false;
-      }
-      out[pos++] = w;
+    for (const int e = r.cpu_waits; pos < e; ++pos) {
+      const int w = lists[pos];
+      const int link = n + pos;
+      dep[link] = DepLink{-1, s};
+      dep[dep_tail[w]].next = link;
+      dep_tail[w] = link;
     }
-    r.cpu_waits = pos;
-    for (int w : op.cpu_waits) {
-      ok &= below(w, i);
-      out[pos++] = w;
-    }
-    r.allocs = pos;
-    for (int b : op.allocs) {
-      ok &= below(b, nb) && !bufs[b].persistent;   // (&&: no read past the buffers)
-      out[pos++] = b;
-    }
-    r.frees = pos;
-    for (const FreeSpec& fr : op.frees) {
-      ok &= below(fr.buffer, nb) && fr.reuse_after_op >= -1 && fr.reuse_after_op <= i;
-      out[pos] = fr.buffer;
-      out[pos + 1] = fr.reuse_after_op;
-      pos += 2;
-    }
-    r.end = pos;
-    if (!ok) [[unlikely]] {
-      detail::check_op(p, i, ns, nb);   // throws the InputError validate_program would
-      throw std::logic_error("execute: the engine's checks and check_op disagree on op " + std::to_string(i));
-    }
-    r.stream = s;
-    r.flags = f;
+    pos = r.end;
     r.state = kNotIssued;
+    const std::uint8_t f = r.flags;
     if (!(f & kCpuOp)) {
       *stream_link[s] = i;
       stream_link[s] = &r.next_in_stream;
     }
     if (f & kCollective) {
-      const int g = static_cast<int>(op.group);
-      r.group = static_cast<std::uint8_t>(g);
+      const int g = r.group;
       *group_link[g] = i;
       group_link[g] = &r.next_in_group;
-      // Bytes each rank sends (N1): ring all-gather / reduce-scatter (n−1)/n·S, all-reduce 2(n−1)/n·S.
-      const std::int64_t gs = op.group_size;
-      if (op.kind == OpKind::AllGather) sent[0] += op.comm_bytes * (gs - 1) / gs;
-      else if (op.kind == OpKind::ReduceScatter) sent[1] += op.comm_bytes * (gs - 1) / gs;
-      else sent[2] += 2 * op.comm_bytes * (gs - 1) / gs;
     }
   }
   for (int s = 0; s < ns; ++s) *stream_link[s] = n;
   for (int g = 0; g < kNumGroups; ++g) *group_link[g] = n;
-  for (int k = 0; k < 3; ++k) comm_sent_[k] = sent[k];
 }
 
-SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions& o) {
-  p_ = &p;
+SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* cpu_ns, double overlap_slowdown,
+                      const ExecOptions& o, const StepProgram* source) {
+  p_ = source;
   o_ = &o;
   trace_on_ = o.record_trace;
-  n_ = static_cast<int>(p.ops.size());
-  build_queues();   // (checks every op first, as validate_program does)
+  if (trace_on_ && !source) throw std::invalid_argument("execute: a trace needs the program's StepProgram");
   if (o.memory_capacity < 0)
     throw InputError("memory_capacity", std::to_string(o.memory_capacity), ">= 0 (0 = unlimited)");
-  if (static_cast<int>(c.gpu_ns.size()) != n_ || static_cast<int>(c.cpu_ns.size()) != n_)
-    throw std::invalid_argument("execute: OpCosts sized " + std::to_string(c.gpu_ns.size()) + " for " +
-                                std::to_string(n_) + " ops");
-  gpu_ns_ = c.gpu_ns.data();
-  cpu_ns_ = c.cpu_ns.data();
-  slowdown_ = c.overlap_slowdown;
+  n_ = cp.num_ops();
+  rec_ = cp.ops.data();
+  lists_ = cp.lists.data();
+  num_lists_ = static_cast<int>(cp.lists.size());
+  stream_head_.resize(cp.num_streams);
+  link();
+  for (int k = 0; k < 3; ++k) comm_sent_[k] = cp.comm_sent[k];
+  gpu_ns_ = gpu_ns;
+  cpu_ns_ = cpu_ns;
+  slowdown_ = overlap_slowdown;
   use_slowdown_ = slowdown_ != 1.0;
   factor_ = 1.0;
   comm_active_ = 0;
@@ -436,7 +337,7 @@ SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions&
   ff_lite_count_ = ff_lite_next_ = 0;
   stats_ = ExecStats{};
 
-  // The op states were reset by build_queues; the per-op times are written before they are read
+  // The op states were reset by link(); the per-op times are written before they are read
   // (issue and cpu_start at issue, start/remaining/seg_start at start), so they keep stale values.
   issue_t_.resize(n_);
   start_t_.resize(n_);
@@ -448,7 +349,7 @@ SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions&
   q_.reserve(64);
   if (trace_on_) trace_.reserve(2 * static_cast<std::size_t>(n_));
 
-  mem_.start(p, o.memory_capacity, o.record_memory_timeline);
+  mem_.start(cp, o.memory_capacity, o.record_memory_timeline, source);
   mem_.allocate_persistent();
   if (n_ > 0) cpu_begin(0);
   while (!q_.empty()) {
@@ -482,7 +383,7 @@ SimResult Engine::run(const StepProgram& p, const OpCosts& c, const ExecOptions&
 
   if (o.stats) *o.stats = stats_;
   SimResult r;
-  r.notes = p.notes;
+  r.notes = source ? source->notes : cp.notes;
   fill_results(r);
   return r;
 }
@@ -495,7 +396,7 @@ void Engine::cpu_begin(TimeNs now) {
   while (cpu_op_ < n_) {
     const int i = cpu_op_;
     const OpRec& r = rec_[i];
-    const int* lists = lists_.data();
+    const int* lists = lists_;
     auto first_incomplete = [&](int k, int e) {
       for (; k < e; ++k)
         if (!is_done(lists[k])) return lists[k];
@@ -834,7 +735,7 @@ bool Engine::ff_equivalent(int i, int i2, int d, bool last, const FfSnap& a) con
   const int sx = list_start(i), sy = list_start(i2);
   const int nw = x.cpu_waits - sx;
   if (y.cpu_waits - sy != nw) return false;
-  const int* lists = lists_.data();
+  const int* lists = lists_;
   for (int k = 0; k < nw; ++k) {
     const int w = lists[sx + k], w2 = lists[sy + k];
     const OpRec& rw = rec_[w];
@@ -933,7 +834,7 @@ void Engine::fill_results(SimResult& r) {
   r.comm_ns = comm;
   r.exposed_comm_ns = intersect_length(compute_gaps_, comm_intervals_);
   r.cpu_blocked_ns = cpu_blocked_total_;
-  r.comm_bytes_by_kind["all_gather"] = comm_sent_[0];   // (summed by build_queues)
+  r.comm_bytes_by_kind["all_gather"] = comm_sent_[0];   // (summed when the program was compiled)
   r.comm_bytes_by_kind["reduce_scatter"] = comm_sent_[1];
   r.comm_bytes_by_kind["all_reduce"] = comm_sent_[2];
   mem_.fill(r, o_->max_timeline_samples);
@@ -947,7 +848,6 @@ void Engine::fill_results(SimResult& r) {
 
 }  // namespace
 
-namespace {
 // compute_op_costs into `c` (its vectors' storage reused).
 void fill_op_costs(const StepProgram& program, const CostModel& cost, OpCosts& c) {
   const std::size_t n = program.ops.size();
@@ -971,7 +871,6 @@ void fill_op_costs(const StepProgram& program, const CostModel& cost, OpCosts& c
   if (!std::isfinite(c.overlap_slowdown) || c.overlap_slowdown < 1.0 || c.overlap_slowdown > 100.0)
     throw InputError("cost_model.overlap_slowdown", std::to_string(c.overlap_slowdown), "a factor in [1, 100]");
 }
-}  // namespace
 
 OpCosts compute_op_costs(const StepProgram& program, const CostModel& cost) {
   OpCosts c;
@@ -979,21 +878,136 @@ OpCosts compute_op_costs(const StepProgram& program, const CostModel& cost) {
   return c;
 }
 
-SimResult execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts) {
-  detail::check_streams_and_buffers(program);   // validate_program's per-op checks run in the engine's first pass
-  // One engine per thread, reused (see the note at the top); a nested call gets its own.
+// One pass over the ops: validate_program's per-op checks (streams and buffers were checked before;
+// check_op's conditions as one yes/no, evaluated while copying each list; on any failure
+// detail::check_op throws the first error in its order), fused with the records and every list the
+// run reads (GPU waits, CPU waits, allocs, frees) copied into one flat array (one capacity check per op).
+void compile_program(const StepProgram& p, CompiledProgram& cp) {
+  detail::check_streams_and_buffers(p);
+  const int ns = static_cast<int>(p.streams.size());
+  const int nb = static_cast<int>(p.buffers.size());
+  const int n = static_cast<int>(p.ops.size());
+  const auto below = [](int v, int lim) { return static_cast<unsigned>(v) < static_cast<unsigned>(lim); };
+  const Buffer* bufs = p.buffers.data();
+  const Op* ops = p.ops.data();
+  cp.num_streams = ns;
+  cp.ops.resize(static_cast<std::size_t>(n) + 1);
+  OpRec* rec = cp.ops.data();
+  rec[n] = OpRec{};
+  std::vector<int>& lists = cp.lists;
+  if (lists.size() < 4096) lists.resize(4096);
+  std::int64_t sent[3] = {0, 0, 0};
+  int pos = 0;   // next free slot of lists
+  for (int i = 0; i < n; ++i) {
+    const Op& op = ops[i];
+    const unsigned kind = static_cast<unsigned>(op.kind);
+    const std::uint8_t f = kKindFlags[kind < kNumOpKinds ? kind : kNumOpKinds];
+    const int s = op.stream;
+    // (& rather than &&: one branch for all; an OR of numbers is negative iff one of them is)
+    bool ok = (op.id == i) & below(s, ns) & !(f & kBadKind) &
+              ((op.copy_bytes | op.cpu_hooks | op.kernel_launches) >= 0);
+    if (f & kCollective)
+      ok &= (static_cast<unsigned>(op.group) <= static_cast<unsigned>(CommGroup::PostForward)) &
+            (op.group_size >= 1) & (op.comm_bytes >= 0);
+    const std::size_t need = op.waits.size() + op.cpu_waits.size() + op.allocs.size() + 2 * op.frees.size();
+    if (pos + need > lists.size()) [[unlikely]]
+      lists.resize(std::max(2 * lists.size(), pos + need + 256));
+    int* out = lists.data();
+    OpRec& r = rec[i];
+    r.wait_pos = pos;
+    for (int w : op.waits) {
+      ok &= below(w, i);
+      out[pos++] = w;
+    }
+    r.cpu_waits = pos;
+    for (int w : op.cpu_waits) {
+      ok &= below(w, i);
+      out[pos++] = w;
+    }
+    r.allocs = pos;
+    for (int b : op.allocs) {
+      ok &= below(b, nb) && !bufs[b].persistent;   // (&&: no read past the buffers)
+      out[pos++] = b;
+    }
+    r.frees = pos;
+    for (const FreeSpec& fr : op.frees) {
+      ok &= below(fr.buffer, nb) && fr.reuse_after_op >= -1 && fr.reuse_after_op <= i;
+      out[pos] = fr.buffer;
+      out[pos + 1] = fr.reuse_after_op;
+      pos += 2;
+    }
+    r.end = pos;
+    if (!ok) [[unlikely]] {
+      detail::check_op(p, i, ns, nb);   // throws the InputError validate_program would
+      throw std::logic_error("execute: the compile checks and check_op disagree on op " + std::to_string(i));
+    }
+    r.stream = s;
+    r.flags = f;
+    r.group = static_cast<std::uint8_t>(f & kCollective ? static_cast<int>(op.group) : 0);
+    if (f & kCollective) {
+      // Bytes each rank sends (N1): ring all-gather / reduce-scatter (n−1)/n·S, all-reduce 2(n−1)/n·S.
+      const std::int64_t gs = op.group_size;
+      if (op.kind == OpKind::AllGather) sent[0] += op.comm_bytes * (gs - 1) / gs;
+      else if (op.kind == OpKind::ReduceScatter) sent[1] += op.comm_bytes * (gs - 1) / gs;
+      else sent[2] += 2 * op.comm_bytes * (gs - 1) / gs;
+    }
+  }
+  lists.resize(static_cast<std::size_t>(pos));   // (shrinking keeps the capacity)
+  for (int k = 0; k < 3; ++k) cp.comm_sent[k] = sent[k];
+  cp.buffers.resize(static_cast<std::size_t>(nb));
+  CompiledBuffer* cb = cp.buffers.data();
+  for (int b = 0; b < nb; ++b) cb[b] = CompiledBuffer{bufs[b].bytes, bufs[b].pool_stream, bufs[b].category, bufs[b].persistent};
+  cp.notes.clear();
+}
+
+namespace {
+// One engine per thread, reused (see the note at the top); a nested call gets its own.
+SimResult run_engine(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* cpu_ns, double overlap_slowdown,
+                     const ExecOptions& opts, const StepProgram* source) {
   thread_local Engine engine;
   thread_local bool in_use = false;
   if (in_use) {
     Engine local;
-    return local.run(program, costs, opts);
+    return local.run(cp, gpu_ns, cpu_ns, overlap_slowdown, opts, source);
   }
   in_use = true;
   struct Release {
     bool& flag;
     ~Release() { flag = false; }
   } release{in_use};
-  return engine.run(program, costs, opts);
+  return engine.run(cp, gpu_ns, cpu_ns, overlap_slowdown, opts, source);
+}
+}  // namespace
+
+SimResult execute_compiled(CompiledProgram& cp, const OpCosts& costs, const ExecOptions& opts) {
+  const int n = cp.num_ops();
+  if (static_cast<int>(costs.gpu_ns.size()) != n || static_cast<int>(costs.cpu_ns.size()) != n)
+    throw std::invalid_argument("execute: OpCosts sized " + std::to_string(costs.gpu_ns.size()) + " for " +
+                                std::to_string(n) + " ops");
+  return run_engine(cp, costs.gpu_ns.data(), costs.cpu_ns.data(), costs.overlap_slowdown, opts, nullptr);
+}
+
+SimResult execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts) {
+  // The compiled form lives only for this call: one per thread keeps its storage.
+  thread_local CompiledProgram cp;
+  thread_local bool in_use = false;
+  CompiledProgram local;
+  CompiledProgram& c = in_use ? local : cp;
+  const bool mine = !in_use;
+  in_use = true;
+  struct Release {
+    bool& flag;
+    bool mine;
+    ~Release() {
+      if (mine) flag = false;
+    }
+  } release{in_use, mine};
+  compile_program(program, c);   // (checks every op, as validate_program does)
+  const int n = c.num_ops();
+  if (static_cast<int>(costs.gpu_ns.size()) != n || static_cast<int>(costs.cpu_ns.size()) != n)
+    throw std::invalid_argument("execute: OpCosts sized " + std::to_string(costs.gpu_ns.size()) + " for " +
+                                std::to_string(n) + " ops");
+  return run_engine(c, costs.gpu_ns.data(), costs.cpu_ns.data(), costs.overlap_slowdown, opts, &program);
 }
 
 SimResult execute(const StepProgram& program, const CostModel& cost, const ExecOptions& opts) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/units.h"
+#include "sim/compiled_program.h"
 #include "sim/step_program.h"
 #include "sim/sim_result.h"
 
@@ -51,6 +52,8 @@ struct OpCosts {
 };
 // InputError if the cost model returns a negative time or a slowdown < 1 (or not finite).
 OpCosts compute_op_costs(const StepProgram& program, const CostModel& cost);
+// The same into `costs`, keeping its vectors' storage.
+void fill_op_costs(const StepProgram& program, const CostModel& cost, OpCosts& costs);
 
 // Fills the memory (allocated/reserved/breakdown), timing (step, compute, comm, exposed) and trace
 // fields of SimResult; capacity/fits/MFU are filled by simulate().
@@ -66,5 +69,12 @@ TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a,
 SimResult execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts = {});
 // The ill-formed-program checks of execute() alone (InputError naming the field).
 void validate_program(const StepProgram& program);
+
+// The engine's form of `program` (sim/compiled_program.h), after validate_program's checks (the same
+// InputErrors); `out` keeps its storage. execute(program, ...) is compile_program + execute_compiled.
+void compile_program(const StepProgram& program, CompiledProgram& out);
+// Runs a compiled program (its records' run state is overwritten: compile once, run many times). No
+// trace (there are no op names): opts.record_trace must be false. costs sized like its ops.
+SimResult execute_compiled(CompiledProgram& program, const OpCosts& costs, const ExecOptions& opts);
 
 }  // namespace fsdpsim::sim

@@ -353,7 +353,9 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
 }
 
 // ---------------------------------------------------------------------------------------------
-Builder::Builder(StepProgram& p, OpRecycler* recycler, bool full) : prog_(p), full_(full) {
+Builder::Builder(StepProgram& p, OpRecycler* recycler, bool full, std::vector<SiteGroup>* sites)
+    : prog_(p), full_(full), sites_(sites) {
+  if (sites_) sites_->clear();
   if (recycler && prog_.ops.empty() && prog_.buffers.empty()) {
     prog_.ops.swap(recycler->ops);
     prog_.buffers.swap(recycler->buffers);
@@ -434,15 +436,31 @@ Op& Builder::new_op() {
 }
 
 // ---------------------------------------------------------------------------------------------
+StepTotals step_totals(const Context& c) {
+  StepTotals t;
+  for (const auto& s : c.sizes) {
+    t.optim += s.optim;
+    t.shard += s.shard;
+    if (s.optim > 0) ++t.groups;
+  }
+  return t;
+}
+
+int unit_site_layer(const Context& c, int u) {
+  const models::FsdpUnit& unit = c.graph->units[u];
+  if (u == 0 || unit.layers.empty()) return -1;
+  for (auto part : unit.parts)
+    if (part != models::ModulePart::Block) return -1;
+  return unit.layers.front();
+}
+
 void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std::vector<int>& grad_bufs,
                         const std::vector<int>& param_bufs, int compute) {
   const Plan& plan = *c.plan;
-  std::int64_t numel = 0;
-  int groups = 0;
-  for (const auto& s : c.sizes) {
-    numel += s.optim;
-    if (s.optim > 0) ++groups;
-  }
+  b.site(-1, SitePhase::Step, -1);
+  const StepTotals totals = c.step_totals ? *c.step_totals : step_totals(c);
+  const std::int64_t numel = totals.optim;
+  const int groups = totals.groups;
   if (plan.cpu_offload.optimizer) {
     if (!plan.cpu_offload.params) {
       // Optimizer-only offload is not a PyTorch FSDP option (DeepSpeed ZeRO-Offload style): grads go to the
@@ -460,9 +478,7 @@ void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std:
     cpu.kernel_launches = 0;
     if (!plan.cpu_offload.params) {
       Op& h2d = b.op(OpKind::H2D, compute, -1, c.micro_batches - 1, "params H2D");
-      std::int64_t shard = 0;
-      for (const auto& s : c.sizes) shard += s.shard;
-      h2d.copy_bytes = shard * c.bm;
+      h2d.copy_bytes = totals.shard * c.bm;
       for (int q : param_bufs)
         if (q >= 0) b.write(h2d, q);
     }

@@ -51,6 +51,29 @@ struct GroupShape {
   int nodes = 1;
 };
 
+// Where the lowering was when it created ops and buffers (Builder::site). The stretch
+// (sim/stretch.h) lines up the programs of one model with different numbers of layers by it: the
+// ops and buffers a transformer block's site creates repeat, block after block.
+enum class SitePhase : std::int8_t { Persistent, Forward, Backward, Step };
+struct Site {
+  int mb = -1;                              // micro-batch (-1: outside the micro-batch loop)
+  SitePhase phase = SitePhase::Persistent;
+  int layer = -1;                           // the transformer block (-1: a site that is not one block)
+};
+// The ops [op_begin, next group's op_begin) and buffers [buf_begin, next's buf_begin) created at `site`.
+struct SiteGroup {
+  Site site;
+  int op_begin = 0, buf_begin = 0;
+};
+
+// What the optimizer step works on (sums over the units): computed from Context::sizes, or given for
+// a lowering of fewer layers than the model has (the stretch).
+struct StepTotals {
+  std::int64_t optim = 0;    // optimizer-state numel per state (trainable, sharded), all units
+  std::int64_t shard = 0;    // sharded param numel, all units
+  int groups = 0;            // units with optimizer state
+};
+
 // Storage recycled from one lowering to the next (sim::simulate keeps one per thread). A lowered
 // llama3-70b step has ~2,300 ops, each with up to seven small vectors, and ~2,000 buffers: building
 // them from scratch (allocating, zeroing, formatting, then freeing) was most of the lowering. The
@@ -113,7 +136,20 @@ struct Context {
   // names and ops no inputs/outputs. Names only label traces and error messages; inputs/outputs are
   // read by the runtimes and the tests' race checks, never by the executor.
   bool full = true;
+  // If set, receives the program's site groups (Builder::site), in creation order.
+  std::vector<SiteGroup>* sites = nullptr;
+  // If set, the optimizer step uses these totals instead of the sums over `sizes`.
+  const StepTotals* step_totals = nullptr;
 };
+// The sums the optimizer step uses, over c.sizes.
+StepTotals step_totals(const Context& c);
+// The site layer of unit u's persistent buffers: its first layer if the unit holds whole transformer
+// blocks only, else -1.
+int unit_site_layer(const Context& c, int u);
+// The site layer of forward segment s: its block's layer, or -1 (embedding, final norm and head).
+inline int segment_site_layer(const Context& c, int s) {
+  return c.segments[s].part == models::ModulePart::Block ? c.segments[s].layer : -1;
+}
 
 // Fills `c`, a default-constructed Context except that its vectors may hold a previous lowering's
 // elements (their storage is reused: every vector is cleared or assigned here; see lower_with).
@@ -135,8 +171,13 @@ void set_short_name(std::string& out, std::string_view what, int unit);
 // finish() drops the ones left over, so until then use last_op()/num_buffers(), not the vectors' sizes.
 class Builder {
  public:
-  explicit Builder(StepProgram& p, OpRecycler* recycler = nullptr, bool full = true);
+  explicit Builder(StepProgram& p, OpRecycler* recycler = nullptr, bool full = true,
+                   std::vector<SiteGroup>* sites = nullptr);
   int add_stream(StreamRole role, const char* name);
+  // Every op and buffer created from now on belongs to `site` (with a `sites` vector: a new group).
+  void site(int mb, SitePhase phase, int layer) {
+    if (sites_) sites_->push_back(SiteGroup{Site{mb, phase, layer}, num_ops_, num_buffers_});
+  }
   // buffer, op and compute_op run ~4,000 times per lowering: they are defined here, so that the common
   // case (a recycled element: a few dozen stores) costs at most one call, and only a fresh element
   // goes out of line (new_buffer, new_op).
@@ -258,6 +299,7 @@ class Builder {
 
   StepProgram& prog_;
   bool full_ = true;
+  std::vector<SiteGroup>* sites_ = nullptr;
   int num_ops_ = 0, num_buffers_ = 0;
   int ops_size_ = 0, buffers_size_ = 0;   // prog_.ops.size(), prog_.buffers.size() (recycled + appended)
   std::vector<int> last_on_stream_;
@@ -275,6 +317,13 @@ void fill_facts(const Context& c, StepProgram& p);
 // buffer names, no inputs/outputs: see Context::full). simulate() asks for one when it records no trace.
 StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
                        const Topology& topo, OpRecycler* recycler, bool full = true);
+
+// The source of a stretch (sim/stretch.h): lower() of `model` (the full model with fewer layers) for the
+// simulator alone, recording the site groups in `sites`, with the optimizer step's totals of the model
+// with `copies` more periods of the units whose layers lie in [first, first + period).
+StepProgram lower_for_stretch(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                              const Topology& topo, OpRecycler* recycler, std::vector<SiteGroup>& sites, int first,
+                              int period, int copies);
 
 StepProgram lower_fsdp1(const Context& c);
 StepProgram lower_fsdp2(const Context& c);

@@ -33,7 +33,7 @@ struct UnitState {
 
 class Fsdp1Lowering {
  public:
-  explicit Fsdp1Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler, c.full) {}
+  explicit Fsdp1Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler, c.full, c.sites) {}
 
   StepProgram run() {
     const int U = static_cast<int>(c_.sizes.size());
@@ -76,6 +76,7 @@ class Fsdp1Lowering {
     grad_shard_.assign(U, -1);
     const bool on_gpu = !plan_.cpu_offload.params;
     for (int u = 0; u < U; ++u) {
+      b_.site(-1, SitePhase::Persistent, unit_site_layer(c_, u));
       const UnitSizes& s = c_.sizes[u];
       if (s.params == 0) continue;
       if (on_gpu) {
@@ -189,6 +190,7 @@ class Fsdp1Lowering {
   }
 
   void forward() {
+    b_.site(mb_, SitePhase::Forward, -1);
     // F1.5 root pre-forward: pre_unshard and unshard streams wait on the compute stream.
     b_.defer_wait_stream(pre_unshard_, compute_);
     b_.defer_wait_stream(unshard_, compute_);
@@ -200,10 +202,12 @@ class Fsdp1Lowering {
     pre_forward(0);
     const int S = static_cast<int>(c_.segments.size());
     for (int s = 0; s < S; ++s) {
+      b_.site(mb_, SitePhase::Forward, segment_site_layer(c_, s));
       for (int u : c_.opening[s]) pre_forward(u);
       emit_compute(s, OpKind::Forward);
       for (int u : c_.closing[s]) post_forward(u);
     }
+    b_.site(mb_, SitePhase::Forward, -1);
     post_forward(0);
   }
 
@@ -417,13 +421,16 @@ class Fsdp1Lowering {
 
   void backward() {
     pre_backward_done_.assign(c_.sizes.size(), false);
+    b_.site(mb_, SitePhase::Backward, -1);
     pre_backward(0);   // F1.9: the root's pre-backward fires first and queues the final callback
     const int S = static_cast<int>(c_.segments.size());
     for (int s = S - 1; s >= 0; --s) {
+      b_.site(mb_, SitePhase::Backward, segment_site_layer(c_, s));
       for (auto it = c_.closing[s].rbegin(); it != c_.closing[s].rend(); ++it) pre_backward(*it);
       backward_segment(s);
       for (auto it = c_.opening[s].rbegin(); it != c_.opening[s].rend(); ++it) post_backward(*it);
     }
+    b_.site(mb_, SitePhase::Backward, -1);
     post_backward(0);
     final_callback();
   }

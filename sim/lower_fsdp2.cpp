@@ -31,7 +31,7 @@ enum class Phase { Forward, Backward };
 
 class Fsdp2Lowering {
  public:
-  explicit Fsdp2Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler, c.full) {}
+  explicit Fsdp2Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler, c.full, c.sites) {}
 
   StepProgram run() {
     const int U = static_cast<int>(c_.sizes.size());
@@ -85,6 +85,7 @@ class Fsdp2Lowering {
     param_shard_.assign(U, -1);
     grad_shard_.assign(U, -1);
     for (int u = 0; u < U; ++u) {
+      b_.site(-1, SitePhase::Persistent, unit_site_layer(c_, u));
       const UnitSizes& s = c_.sizes[u];
       if (s.params == 0) continue;
       if (!plan_.cpu_offload.params) {
@@ -256,16 +257,19 @@ class Fsdp2Lowering {
   }
 
   void forward() {
+    b_.site(mb_, SitePhase::Forward, -1);
     // F2.5: the copy-in and all-gather streams wait on the current stream (the previous optimizer/backward).
     b_.defer_wait_stream(copy_in_, compute_);
     b_.defer_wait_stream(all_gather_, compute_);
     pre_forward(0);
     const int S = static_cast<int>(c_.segments.size());
     for (int s = 0; s < S; ++s) {
+      b_.site(mb_, SitePhase::Forward, segment_site_layer(c_, s));
       for (int u : c_.opening[s]) pre_forward(u);
       emit_compute(s, OpKind::Forward);
       for (int u : c_.closing[s]) post_forward(u);
     }
+    b_.site(mb_, SitePhase::Forward, -1);
     post_forward(0);
   }
 
@@ -511,13 +515,16 @@ class Fsdp2Lowering {
   void backward() {
     fresh_grad_.assign(c_.sizes.size(), -1);
     pre_backward_done_.assign(c_.sizes.size(), false);
+    b_.site(mb_, SitePhase::Backward, -1);
     pre_backward(0);   // F2.7: the root's pre-backward queues the final callback
     const int S = static_cast<int>(c_.segments.size());
     for (int s = S - 1; s >= 0; --s) {
+      b_.site(mb_, SitePhase::Backward, segment_site_layer(c_, s));
       for (auto it = c_.closing[s].rbegin(); it != c_.closing[s].rend(); ++it) pre_backward(*it);
       backward_segment(s);
       for (auto it = c_.opening[s].rbegin(); it != c_.opening[s].rend(); ++it) post_backward(*it);
     }
+    b_.site(mb_, SitePhase::Backward, -1);
     post_backward(0);   // the root's post_backward runs in the final callback (its inputs need no grad)
     final_callback();
   }

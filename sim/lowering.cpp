@@ -11,16 +11,19 @@ namespace fsdpsim::sim {
 
 namespace lowering {
 
-StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
-                       const Topology& topo, OpRecycler* recycler, bool full) {
+namespace {
+// `lower` on a Context made for these inputs. The Context's ~20 vectors (per unit, per segment) are
+// rebuilt for every plan: each thread keeps their storage from one lowering to the next instead of
+// allocating and freeing them every time. make_context clears or assigns every vector, so only
+// capacity carries over. (A nested lowering on the same thread, which nothing does today, would
+// simply allocate its own.)
+template <typename Lower>
+StepProgram with_context(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                         const Topology& topo, Lower lower) {
   if (topo.world < 1) throw InputError("cluster.gpus", std::to_string(topo.world), "expected at least 1 GPU");
   if (topo.gpus_per_node < 1)
     throw InputError("cluster.gpus_per_node", std::to_string(topo.gpus_per_node), "expected at least 1");
   if (model.n_layers < 0) throw InputError("model.n_layers", std::to_string(model.n_layers), "expected >= 0");
-  // The Context's ~20 vectors (per unit, per segment) are rebuilt for every plan: each thread keeps
-  // their storage from one lowering to the next instead of allocating and freeing them every time.
-  // make_context clears or assigns every vector, so only capacity carries over. (A nested lowering on
-  // the same thread, which nothing does today, would simply allocate its own.)
   thread_local Context spare;
   thread_local bool in_use = false;
   Context c;
@@ -34,9 +37,41 @@ StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& 
     }
   } give_back{c, reuse};
   make_context(c, model, graph, plan, topo);
-  c.recycler = recycler;
-  c.full = full;
-  return plan.fsdp_version == FsdpVersion::FSDP1 ? lower_fsdp1(c) : lower_fsdp2(c);
+  return lower(c);
+}
+
+StepProgram dispatch(const Context& c) {
+  return c.plan->fsdp_version == FsdpVersion::FSDP1 ? lower_fsdp1(c) : lower_fsdp2(c);
+}
+}  // namespace
+
+StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                       const Topology& topo, OpRecycler* recycler, bool full) {
+  return with_context(model, graph, plan, topo, [&](Context& c) {
+    c.recycler = recycler;
+    c.full = full;
+    return dispatch(c);
+  });
+}
+
+StepProgram lower_for_stretch(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
+                              const Topology& topo, OpRecycler* recycler, std::vector<SiteGroup>& sites, int first,
+                              int period, int copies) {
+  return with_context(model, graph, plan, topo, [&](Context& c) {
+    StepTotals totals = step_totals(c);
+    for (int u = 0; u < static_cast<int>(c.sizes.size()); ++u) {
+      const int l = unit_site_layer(c, u);
+      if (l < first || l >= first + period) continue;
+      totals.optim += static_cast<std::int64_t>(copies) * c.sizes[u].optim;
+      totals.shard += static_cast<std::int64_t>(copies) * c.sizes[u].shard;
+      if (c.sizes[u].optim > 0) totals.groups += copies;
+    }
+    c.recycler = recycler;
+    c.full = false;
+    c.sites = &sites;
+    c.step_totals = &totals;
+    return dispatch(c);
+  });
 }
 
 }  // namespace lowering

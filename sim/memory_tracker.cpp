@@ -14,26 +14,43 @@ std::string op_field(int op, const char* what) {
 }  // namespace
 
 void MemoryTracker::start(const StepProgram& program, Bytes capacity, bool record_timeline) {
-  program_ = &program;
+  own_bufs_.resize(program.buffers.size());
+  for (std::size_t b = 0; b < program.buffers.size(); ++b) {
+    const Buffer& x = program.buffers[b];
+    own_bufs_[b] = CompiledBuffer{x.bytes, x.pool_stream, x.category, x.persistent};
+  }
+  bufs_ = own_bufs_.data();
+  names_ = &program;
+  start_run(static_cast<int>(program.buffers.size()), static_cast<int>(program.ops.size()), capacity, record_timeline);
+}
+
+void MemoryTracker::start(const CompiledProgram& program, Bytes capacity, bool record_timeline, const StepProgram* names) {
+  bufs_ = program.buffers.data();
+  names_ = names;
+  start_run(static_cast<int>(program.buffers.size()), program.num_ops(), capacity, record_timeline);
+}
+
+void MemoryTracker::start_run(int num_buffers, int num_ops, Bytes capacity, bool record_timeline) {
+  num_bufs_ = num_buffers;
   allocator_.reset(AllocatorConfig{capacity});
   record_timeline_ = record_timeline;
   // block_of_.assign(n, kNotLive), written so that g++ -O2 stores 8 entries per step (two 16-byte
   // stores; a plain fill of an int value is one store per entry: ~8 K instructions per 70B run).
-  const std::size_t n = program.buffers.size();
+  const std::size_t n = static_cast<std::size_t>(num_buffers);
   block_of_.resize(n);
   int* const map = block_of_.data();
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (std::size_t j = 0; j < 8; ++j) map[i + j] = kNotLive;
   for (; i < n; ++i) map[i] = kNotLive;
-  waited_on_.assign(program.ops.size(), 0);
+  waited_on_.assign(static_cast<std::size_t>(num_ops), 0);
   ready_ = false;
   live_ = {};
   live_at_peak_ = {};
   reserved_at_peak_ = 0;
   peak_allocated_ = -1;
   timeline_.clear();
-  if (record_timeline_) timeline_.reserve(program.ops.size() + 16);
+  if (record_timeline_) timeline_.reserve(static_cast<std::size_t>(num_ops) + 16);
 }
 
 void MemoryTracker::record_sample(TimeNs now) {
@@ -57,13 +74,14 @@ void MemoryTracker::allocate_persistent() {
     const PersistentAlloc* it = persistent_.data();
     const PersistentAlloc* const end = it + persistent_.size();
     bool same = true;
-    for (const Buffer& b : program_->buffers) {
+    for (int id = 0; id < num_bufs_; ++id) {
+      const CompiledBuffer& b = bufs_[id];
       if (!b.persistent) continue;
       if (it == end || it->bytes != b.bytes || it->pool_stream != b.pool_stream) {
         same = false;
         break;
       }
-      block_of_[b.id] = it->block;
+      block_of_[id] = it->block;
       live_[static_cast<int>(b.category)] += b.bytes;
       ++it;
     }
@@ -84,10 +102,11 @@ void MemoryTracker::allocate_persistent() {
     after_persistent_.invalidate();   // persistent_ is rebuilt (an exception may leave it half done)
     persistent_.clear();
   }
-  for (const Buffer& b : program_->buffers) {
+  for (int id = 0; id < num_bufs_; ++id) {
+    const CompiledBuffer& b = bufs_[id];
     if (!b.persistent) continue;
     const int block = allocator_.alloc(b.bytes, b.pool_stream);
-    block_of_[b.id] = block;
+    block_of_[id] = block;
     if (from_start) persistent_.push_back(PersistentAlloc{b.bytes, b.pool_stream, block});
     live_[static_cast<int>(b.category)] += b.bytes;
     any = true;
@@ -100,14 +119,19 @@ void MemoryTracker::allocate_persistent() {
   if (record_timeline_ && timeline_.empty()) timeline_.push_back(MemorySample{0, 0, 0});
 }
 
+std::string MemoryTracker::buffer_label(int buffer) const {
+  if (names_ && buffer < static_cast<int>(names_->buffers.size())) return "buffer \"" + names_->buffers[buffer].name + "\"";
+  return "buffer " + std::to_string(buffer);
+}
+
 void MemoryTracker::throw_already_live(int buffer, int op) const {
   throw InputError(op_field(op, "allocs"), std::to_string(buffer),
-                   "a buffer that is not allocated (buffer \"" + program_->buffers[buffer].name + "\" is already live)");
+                   "a buffer that is not allocated (" + buffer_label(buffer) + " is already live)");
 }
 
 void MemoryTracker::throw_not_live(int buffer, int op) const {
   throw InputError(op_field(op, "frees"), std::to_string(buffer),
-                   "a live buffer (buffer \"" + program_->buffers[buffer].name + "\" is not allocated)");
+                   "a live buffer (" + buffer_label(buffer) + " is not allocated)");
 }
 
 void MemoryTracker::fill(SimResult& r, int max_samples) {

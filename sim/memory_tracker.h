@@ -7,9 +7,11 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "sim/caching_allocator.h"
+#include "sim/compiled_program.h"
 #include "sim/sim_result.h"
 #include "sim/step_program.h"
 
@@ -21,8 +23,11 @@ class MemoryTracker {
   MemoryTracker(const StepProgram& program, Bytes capacity, bool record_timeline) {
     start(program, capacity, record_timeline);
   }
-  // Begins a run of `program` (nothing allocated; the tracker keeps a reference to the program).
+  // Begins a run of `program` (nothing allocated; the tracker keeps a copy of its buffers' facts).
   void start(const StepProgram& program, Bytes capacity, bool record_timeline);
+  // Begins a run of a compiled program (the tracker keeps a reference to it); `names`, when given, is
+  // the StepProgram it was compiled from (buffer names in error messages).
+  void start(const CompiledProgram& program, Bytes capacity, bool record_timeline, const StepProgram* names = nullptr);
 
   // Allocates every persistent buffer at time 0. Called right after start(), when the program's
   // persistent buffers ask for the same (bytes, pool_stream) sequence under the same allocator config
@@ -46,7 +51,7 @@ class MemoryTracker {
   void alloc(int buffer, int op, TimeNs now) {
     if (block_of_[buffer] != kNotLive) [[unlikely]]
       throw_already_live(buffer, op);
-    const Buffer& b = program_->buffers[buffer];
+    const CompiledBuffer& b = bufs_[buffer];
     block_of_[buffer] = allocator_.alloc(b.bytes, b.pool_stream);
     live_[static_cast<int>(b.category)] += b.bytes;
     after_change(now);
@@ -55,7 +60,7 @@ class MemoryTracker {
   void free(int buffer, int reuse_after_op, bool reuse_op_complete, int op, TimeNs now) {
     if (block_of_[buffer] == kNotLive) [[unlikely]]
       throw_not_live(buffer, op);
-    const Buffer& b = program_->buffers[buffer];
+    const CompiledBuffer& b = bufs_[buffer];
     if (reuse_after_op < 0 || reuse_op_complete) {
       allocator_.free_live(block_of_[buffer]);   // live: block_of_ says so (-1: a 0-byte buffer)
     } else {
@@ -89,7 +94,13 @@ class MemoryTracker {
   [[noreturn]] void throw_already_live(int buffer, int op) const;
   [[noreturn]] void throw_not_live(int buffer, int op) const;
 
-  const StepProgram* program_ = nullptr;
+  void start_run(int num_buffers, int num_ops, Bytes capacity, bool record_timeline);
+  std::string buffer_label(int buffer) const;
+
+  const CompiledBuffer* bufs_ = nullptr;   // the run's buffers (num_bufs_ of them)
+  int num_bufs_ = 0;
+  const StepProgram* names_ = nullptr;     // optional: buffer names for error messages
+  std::vector<CompiledBuffer> own_bufs_;   // start(StepProgram): its buffers' facts
   CachingAllocator allocator_;
   bool record_timeline_ = false;
   std::vector<int> block_of_;                                 // buffer id -> allocator block, kNotLive if not live

@@ -7,7 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <numeric>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/errors.h"
 #include "models/kernels.h"
@@ -16,6 +19,7 @@
 #include "sim/lower_context.h"
 #include "sim/lowering.h"
 #include "sim/profile_cost_model.h"
+#include "sim/stretch.h"
 
 namespace fsdpsim::sim {
 
@@ -34,7 +38,8 @@ std::shared_ptr<const models::WrapGraph> wrap_graph_for(const models::ModelSpec&
     models::WrapPolicy policy;
     std::shared_ptr<const models::WrapGraph> graph;
   };
-  constexpr std::size_t kEntries = 4;   // a search alternates between a few wrap policies
+  // a search alternates between a few wrap policies, each with the stretch's shorter model (sim/stretch.h)
+  constexpr std::size_t kEntries = 8;
   thread_local std::vector<Entry> cache;
   for (std::size_t i = 0; i < cache.size(); ++i) {
     if (cache[i].policy == policy && cache[i].model == m) {
@@ -55,61 +60,16 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-}  // namespace
-
-SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
-                   const SimOptions& opts) {
-  if (!(opts.memory_margin >= 0.0 && opts.memory_margin < 1.0))
-    throw InputError("memory_margin", fmt("%g", opts.memory_margin), "a fraction in [0, 1)");
-  const calibrate::Cluster& cluster = hw.cluster();
-  const Plan rp = resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
-  // MPT-style models size their position table by the training sequence length (models/model_spec.h).
-  const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
-  const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(m, rp.auto_wrap_policy);
-  thread_local lowering::OpRecycler recycler;   // see OpRecycler: storage reused across calls
-  // Without a trace the program is built for the simulator alone: no names (they label trace spans only; a
-  // recycled op's old name is cleared) and no op inputs/outputs (only the runtimes read them).
-  StepProgram prog = lowering::lower_with(m, *graph, rp, Topology{cluster.world(), cluster.gpus_per_node}, &recycler,
-                                          /*full=*/opts.record_trace);
-
-  const Bytes capacity = hw.memory_capacity();
-  const Bytes context = hw.cuda_context_bytes();
-  ProfileCostModel cost(hw);
-  ExecOptions eo;
-  eo.record_trace = opts.record_trace;
-  eo.record_memory_timeline = opts.record_memory_timeline;
-  // The caching allocator sees what is left after the CUDA context and NCCL's own buffers (M15).
-  eo.memory_capacity = capacity > context ? capacity - context : 0;
-  SimResult r = execute(prog, cost, eo);
-
-  // ---- memory ----
-  r.capacity = capacity;
-  r.context_bytes = context;
-  r.peak_total_device = r.peak_reserved + context;
-  const double usable = static_cast<double>(capacity) * (1.0 - opts.memory_margin);
-  r.fits = static_cast<double>(r.peak_total_device) <= usable;
-  r.breakdown_at_peak[mem_category_name(MemCategory::CudaContext)] = context;
-
-  // ---- throughput ----
-  const int world = rp.mesh_replicate * rp.mesh_shard;
-  const double tokens_per_rank = prog.tokens_per_rank > 0
-                                     ? static_cast<double>(prog.tokens_per_rank)
-                                     : static_cast<double>(rp.micro_batch * rp.seq_len * rp.grad_accum);
-  r.tokens_per_step = tokens_per_rank * world;
-  const double step_s = to_seconds(r.step_time_ns);
-  r.tokens_per_s_per_gpu = step_s > 0 ? tokens_per_rank / step_s : 0.0;
-
-  // ---- FLOPs and MFU ----
-  r.model_flops_per_step_per_gpu =
-      prog.model_flops_per_rank > 0 ? prog.model_flops_per_rank
-                                    : models::flops_per_token(m, rp.seq_len).forward_backward * tokens_per_rank;
-  double hw_flops = 0;
-  {
-    // Sum each shared kernel list once (a list's sum does not depend on where it is computed; the
-    // per-op additions stay in op order). A program uses a handful of lists, remembered in a small array.
-    std::pair<const std::vector<models::KernelDesc>*, double> seen[8];
-    int n_seen = 0;
-    for (const Op& op : prog.ops) {
+// Hardware FLOPs of ops [begin, end) added to `sum` one op at a time, in op order. Each shared kernel
+// list's sum is computed once (it does not depend on where it is computed); a program uses a handful of
+// lists, remembered in a small array.
+struct FlopsSum {
+  std::pair<const std::vector<models::KernelDesc>*, double> seen[8];
+  int n_seen = 0;
+  double sum = 0;
+  void add(const StepProgram& prog, int begin, int end) {
+    for (int i = begin; i < end; ++i) {
+      const Op& op = prog.ops[i];
       if (!is_compute(op.kind)) continue;
       const auto& ks = op.kernel_list();
       double flops = 0;
@@ -121,10 +81,206 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
         flops = models::total_flops(ks);
         if (n_seen < 8) seen[n_seen++] = {&ks, flops};
       }
-      hw_flops += flops;
+      sum += flops;
     }
   }
-  lowering::recycle(prog, recycler);   // prog is not used past this point
+};
+
+// The layers per repeated period of the program (sim/stretch.h) under this plan, or 0 if it has no
+// regular period: every unit that holds whole blocks holds the same number of them, and every_k
+// checkpointing repeats every k blocks.
+int layer_period(const models::WrapGraph& g, const Plan& rp) {
+  int per_unit = 0;
+  for (std::size_t u = 1; u < g.units.size(); ++u) {
+    const models::FsdpUnit& unit = g.units[u];
+    bool blocks_only = !unit.layers.empty();
+    for (auto part : unit.parts) blocks_only = blocks_only && part == models::ModulePart::Block;
+    if (!blocks_only) continue;
+    const int n = static_cast<int>(unit.layers.size());
+    if (per_unit != 0 && n != per_unit) return 0;
+    per_unit = n;
+  }
+  const int every = rp.activation_checkpointing.mode == ActivationCheckpointing::Mode::EveryK
+                        ? std::max(1, rp.activation_checkpointing.every_k)
+                        : 1;
+  return std::lcm(std::max(per_unit, 1), every);
+}
+
+// The wrap graph of the model with fewer layers must be the full one's with the template's units
+// copied: the same units before the template, `copies` copies of its units, then the same units after.
+// (Units are numbered in module order, blocks by layer.) first/period in layers.
+bool units_line_up(const models::WrapGraph& full, const models::WrapGraph& small, int first, int period, int copies) {
+  const auto block_layer = [](const models::FsdpUnit& u) {
+    if (u.is_root || u.layers.empty()) return -1;
+    for (auto part : u.parts)
+      if (part != models::ModulePart::Block) return -1;
+    return u.layers.front();
+  };
+  const auto same = [](const models::FsdpUnit& a, const models::FsdpUnit& b) {
+    return a.params == b.params && a.parts == b.parts && a.layers.size() == b.layers.size() &&
+           a.tensors.size() == b.tensors.size() && a.is_root == b.is_root;
+  };
+  std::vector<int> tmpl;
+  for (std::size_t u = 0; u < small.units.size(); ++u) {
+    const int l = block_layer(small.units[u]);
+    if (l >= first && l < first + period) tmpl.push_back(static_cast<int>(u));
+  }
+  if (tmpl.empty() || full.units.size() != small.units.size() + tmpl.size() * static_cast<std::size_t>(copies))
+    return false;
+  const int after = tmpl.back() + 1;   // the full graph has copies * |tmpl| more units from here
+  const int extra = static_cast<int>(tmpl.size()) * copies;
+  for (int u = 0; u < static_cast<int>(small.units.size()); ++u)
+    if (!same(small.units[u], full.units[u < after ? u : u + extra])) return false;
+  for (int i = 0; i < extra; ++i)
+    if (!same(small.units[tmpl[i % tmpl.size()]], full.units[after + i])) return false;
+  return true;
+}
+
+thread_local SimulateStats g_stats;
+
+// The stretched program (sim/stretch.h) of `m` (its whole wrap graph `graph`) under the resolved plan,
+// into the per-thread storage below. Returns false (g_stats.refused says why) when the plan or the
+// program does not allow it; the caller then lowers the whole model.
+struct Stretched {
+  lowering::OpRecycler recycler;
+  std::vector<lowering::SiteGroup> sites;
+  CompiledProgram source, program;
+  OpCosts source_costs, costs;
+  StretchInfo info;
+  StepProgram a;   // the lowering of the shorter model (recycled after use)
+  double hw_flops = 0;
+};
+bool build_stretched(const models::ModelSpec& m, const models::WrapGraph& graph, const Plan& rp, const Topology& topo,
+                     const CostModel& cost, Stretched& st) {
+  const int L = static_cast<int>(m.n_layers);
+  const int k = layer_period(graph, rp);
+  if (k == 0) return g_stats.refused = "no regular block period", false;
+  // The source: the template period in the middle, with the blocks that references reach (prefetching
+  // reaches prefetch_depth + 1 blocks back) checked periodic on both sides, away from the end blocks.
+  // Where that is not enough (a longer reach, or blocks near the ends that differ longer, as when
+  // FSDP1's rate limiter carries forward events into the first backward blocks), a longer source.
+  const int reach = std::max(rp.prefetch_depth, 1) + 1;
+  const int min_layers = 2 * (reach + k + 2) + k;
+  for (int extra = 0;; extra = 2 * extra + 2 * (reach + k)) {
+    const int want = min_layers + extra;
+    if (L < want + k) {
+      if (extra == 0) g_stats.refused = "too few layers";
+      return false;
+    }
+    const int Ls = want + (L - want) % k;
+    const int copies = (L - Ls) / k;
+    const int first = k * ((Ls - k) / (2 * k));
+    models::ModelSpec ms = m;
+    ms.n_layers = Ls;
+    const std::shared_ptr<const models::WrapGraph> small = wrap_graph_for(ms, rp.auto_wrap_policy);
+    if (!units_line_up(graph, *small, first, k, copies)) return g_stats.refused = "units do not repeat", false;
+    lowering::recycle(st.a, st.recycler);
+    st.a = lowering::lower_for_stretch(ms, *small, rp, topo, &st.recycler, st.sites, first, k, copies);
+    compile_program(st.a, st.source);
+    fill_op_costs(st.a, cost, st.source_costs);
+    const StretchSource src{&st.a, &st.sites, &st.source, &st.source_costs};
+    if (!stretch_program(src, StretchShape{k, first, copies}, st.program, st.costs, &st.info, &g_stats.refused))
+      continue;
+    FlopsSum flops;
+    for (const auto& [b, e] : st.info.op_ranges) flops.add(st.a, b, e);
+    st.hw_flops = flops.sum;
+    g_stats.stretched = true;
+    g_stats.refused.clear();
+    g_stats.source_layers = Ls;
+    return true;
+  }
+}
+
+Stretched& stretched_storage() {
+  thread_local Stretched st;
+  return st;
+}
+
+}  // namespace
+
+const SimulateStats& last_simulate_stats() { return g_stats; }
+
+bool stretched_program(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
+                       CompiledProgram& program, OpCosts& costs, std::string* why) {
+  g_stats = SimulateStats{};
+  const calibrate::Cluster& cluster = hw.cluster();
+  const Plan rp = resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
+  const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
+  const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(m, rp.auto_wrap_policy);
+  ProfileCostModel cost(hw);
+  Stretched& st = stretched_storage();
+  const bool ok = build_stretched(m, *graph, rp, Topology{cluster.world(), cluster.gpus_per_node}, cost, st);
+  if (why) *why = g_stats.refused;
+  if (!ok) return false;
+  program = st.program;
+  costs = st.costs;
+  return true;
+}
+
+SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
+                   const SimOptions& opts) {
+  if (!(opts.memory_margin >= 0.0 && opts.memory_margin < 1.0))
+    throw InputError("memory_margin", fmt("%g", opts.memory_margin), "a fraction in [0, 1)");
+  g_stats = SimulateStats{};
+  const calibrate::Cluster& cluster = hw.cluster();
+  const Plan rp = resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
+  // MPT-style models size their position table by the training sequence length (models/model_spec.h).
+  const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
+  const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(m, rp.auto_wrap_policy);
+  const Topology topo{cluster.world(), cluster.gpus_per_node};
+
+  const Bytes capacity = hw.memory_capacity();
+  const Bytes context = hw.cuda_context_bytes();
+  ProfileCostModel cost(hw);
+  ExecOptions eo;
+  eo.record_trace = opts.record_trace;
+  eo.record_memory_timeline = opts.record_memory_timeline;
+  // The caching allocator sees what is left after the CUDA context and NCCL's own buffers (M15).
+  eo.memory_capacity = capacity > context ? capacity - context : 0;
+
+  SimResult r;
+  double hw_flops = 0;
+  std::int64_t tokens_per_rank = 0;
+  Stretched& st = stretched_storage();
+  const bool stretched = opts.stretch && !opts.record_trace && build_stretched(m, *graph, rp, topo, cost, st);
+  if (stretched) {
+    r = execute_compiled(st.program, st.costs, eo);
+    hw_flops = st.hw_flops;
+    tokens_per_rank = st.a.tokens_per_rank;
+  } else {
+    thread_local lowering::OpRecycler recycler;   // see OpRecycler: storage reused across calls
+    // Without a trace the program is built for the simulator alone: no names (they label trace spans only; a
+    // recycled op's old name is cleared) and no op inputs/outputs (only the runtimes read them).
+    StepProgram prog = lowering::lower_with(m, *graph, rp, topo, &recycler, /*full=*/opts.record_trace);
+    r = execute(prog, cost, eo);
+    FlopsSum flops;
+    flops.add(prog, 0, static_cast<int>(prog.ops.size()));
+    hw_flops = flops.sum;
+    tokens_per_rank = prog.tokens_per_rank;
+    lowering::recycle(prog, recycler);   // prog is not used past this point
+  }
+
+  // ---- memory ----
+  r.capacity = capacity;
+  r.context_bytes = context;
+  r.peak_total_device = r.peak_reserved + context;
+  const double usable = static_cast<double>(capacity) * (1.0 - opts.memory_margin);
+  r.fits = static_cast<double>(r.peak_total_device) <= usable;
+  r.breakdown_at_peak[mem_category_name(MemCategory::CudaContext)] = context;
+
+  // ---- throughput ----
+  const int world = rp.mesh_replicate * rp.mesh_shard;
+  const double tokens = tokens_per_rank > 0 ? static_cast<double>(tokens_per_rank)
+                                            : static_cast<double>(rp.micro_batch * rp.seq_len * rp.grad_accum);
+  r.tokens_per_step = tokens * world;
+  const double step_s = to_seconds(r.step_time_ns);
+  r.tokens_per_s_per_gpu = step_s > 0 ? tokens / step_s : 0.0;
+
+  // ---- FLOPs and MFU ----
+  // (the lowering's fill_facts: 6N+attention FLOPs per token of the whole model times the tokens)
+  r.model_flops_per_step_per_gpu =
+      tokens_per_rank > 0 ? models::flops_per_token(m, rp.seq_len).forward_backward * static_cast<double>(tokens_per_rank)
+                          : models::flops_per_token(m, rp.seq_len).forward_backward * tokens;
   r.hardware_flops_per_step_per_gpu = hw_flops;
   // The compute dtype is param_dtype: an fp8 all-gather (fp8_all_gather) only changes what is
   // communicated, the matmuls still run at param_dtype in this model.

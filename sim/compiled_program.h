@@ -1,0 +1,88 @@
+// The executor's form of a program (sim/executor.cpp): one small record per op with what the event
+// engine reads, every op's lists in one flat array, and each buffer's caching-allocator facts. The
+// StepProgram (sim/step_program.h) stays the plain data structure both executors share; this is only
+// what the simulator's engine runs. Two producers build it:
+//  * compile_program (sim/executor.h): from a StepProgram, with validate_program's checks;
+//  * the stretch (sim/stretch.h): from the compiled program of the same model with fewer layers,
+//    by inserting copies of its repeated blocks (simulate() without a trace uses it).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/units.h"
+#include "sim/sim_result.h"
+#include "sim/step_program.h"
+
+namespace fsdpsim::sim {
+
+// What the engine needs to know of an op's kind, as bits of OpRec::flags.
+inline constexpr std::uint8_t kCollective = 1, kSlowable = 2, kCpuOp = 4, kBadKind = 8;
+
+// SM kernels share the GPU with NCCL's CTAs and HBM traffic (semantics N5); host copies run on the
+// copy engines and collectives are the cause, so neither is slowed.
+constexpr bool is_slowable(OpKind k) {
+  switch (k) {
+    case OpKind::Forward: case OpKind::Backward: case OpKind::Recompute:
+    case OpKind::CopyIn: case OpKind::CopyOut: case OpKind::Cast: case OpKind::Pad: case OpKind::Divide:
+    case OpKind::OptimizerStep:
+      return true;
+    default:
+      return false;
+  }
+}
+inline constexpr unsigned kNumOpKinds = static_cast<unsigned>(OpKind::CpuOptimizerStep) + 1;
+// OpRec::flags of each kind, as one table lookup; the last entry stands for any value out of
+// OpKind's range (which compile_program rejects).
+inline constexpr std::array<std::uint8_t, kNumOpKinds + 1> kKindFlags = [] {
+  std::array<std::uint8_t, kNumOpKinds + 1> t{};
+  for (unsigned k = 0; k < kNumOpKinds; ++k) {
+    const auto kind = static_cast<OpKind>(k);
+    t[k] = static_cast<std::uint8_t>((is_collective(kind) ? kCollective : 0) | (is_slowable(kind) ? kSlowable : 0) |
+                                     (kind == OpKind::CpuOptimizerStep ? kCpuOp : 0));
+  }
+  t[kNumOpKinds] = kBadKind;
+  return t;
+}();
+
+// An op's progress during a run. A GPU op goes NotIssued -> Issued (enqueued by the CPU) -> Running ->
+// Done; a CpuOptimizerStep goes NotIssued -> Done at the end of its issue. (16 bits, not 8: a store
+// through a char type may alias anything, so g++ would reload every member after each state change.)
+enum OpState : std::uint16_t { kNotIssued = 0, kIssued, kRunning, kDone };
+
+// The hot facts of one op. Its lists live in CompiledProgram::lists as [GPU waits | CPU waits | allocs |
+// frees as (buffer, reuse_after_op) pairs], contiguous in op order: op i's start where op i-1's end
+// (op 0's at 0), so `wait_pos` of a compiled op is that start. state, wait_pos (the first GPU wait not
+// yet seen complete), next_in_stream and next_in_group are the engine's: it sets them before a run.
+struct OpRec {
+  int stream = 0;
+  std::uint8_t flags = 0;          // kCollective | kSlowable | kCpuOp
+  std::uint8_t group = 0;          // CommGroup (collectives only)
+  OpState state = kNotIssued;
+  int wait_pos = 0;
+  int cpu_waits = 0, allocs = 0, frees = 0, end = 0;
+  int next_in_stream = 0;          // the next GPU op of its stream (the number of ops: none)
+  int next_in_group = 0;           // collectives: the next collective of its NCCL queue (likewise)
+};
+
+// A buffer as the caching-allocator model sees it.
+struct CompiledBuffer {
+  Bytes bytes = 0;
+  int pool_stream = 0;
+  MemCategory category = MemCategory::UnshardedParams;
+  bool persistent = false;
+};
+
+struct CompiledProgram {
+  int num_streams = 0;
+  std::vector<OpRec> ops;              // one per op, then the end sentinel (never issued)
+  std::vector<int> lists;
+  std::vector<CompiledBuffer> buffers;
+  // Bytes each rank sends (nccl-tests N1): all_gather, reduce_scatter, all_reduce.
+  std::array<std::int64_t, 3> comm_sent{0, 0, 0};
+  std::vector<std::string> notes;      // the result's first notes (a compiled StepProgram's are its own)
+  int num_ops() const { return static_cast<int>(ops.size()) - 1; }
+};
+
+}  // namespace fsdpsim::sim

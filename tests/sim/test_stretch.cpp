@@ -1,0 +1,232 @@
+// The stretch (sim/stretch.h): simulate() without a trace lowers a shorter model and stretches its
+// compiled program to the model's layers. Oracles:
+//  (1) the whole lowering: compile_program(lower(model)) and its op costs must equal the stretched
+//      program record by record, list entry by list entry, buffer by buffer;
+//  (2) simulate() with the stretch off: the whole result JSON must be identical, over random plans of
+//      the zoo's models on several clusters (FSDP1/FSDP2, every strategy, mesh, prefetch and
+//      checkpointing mode, dtypes, accumulation, offload, fp8, LoRA fraction, wrap policy, ...).
+// Each group also counts how often the stretch acted, so no comparison passes vacuously.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "calibrate/hardware_profile.h"
+#include "common/errors.h"
+#include "models/wrap_graph.h"
+#include "models/zoo.h"
+#include "sim/executor.h"
+#include "sim/lowering.h"
+#include "sim/plan.h"
+#include "sim/profile_cost_model.h"
+#include "sim/simulator.h"
+
+namespace fsdpsim::sim {
+namespace {
+
+struct Case {
+  std::string model, cluster, plan;
+};
+
+std::string describe(const Case& c) { return c.model + " on " + c.cluster + " " + c.plan; }
+
+// compile_program of the whole lowering, with its op costs.
+void whole_program(const Case& c, CompiledProgram& out, OpCosts& costs) {
+  const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(c.cluster));
+  const auto& cl = hw.cluster();
+  const Plan rp = resolve_plan(parse_plan(nlohmann::json::parse(c.plan)), cl.world(), cl.gpus_per_node);
+  const models::ModelSpec m = models::with_seq_len(models::load_model(c.model), rp.seq_len);
+  const StepProgram p = lower(m, models::build_wrap_graph(m, rp.auto_wrap_policy), rp, Topology{cl.world(), cl.gpus_per_node});
+  compile_program(p, out);
+  out.notes = p.notes;
+  ProfileCostModel cost(hw);
+  costs = compute_op_costs(p, cost);
+}
+
+// Record-by-record comparison; returns "" when equal, else the first difference.
+std::string first_difference(const CompiledProgram& a, const OpCosts& ca, const CompiledProgram& b, const OpCosts& cb) {
+  if (a.num_streams != b.num_streams) return "streams";
+  if (a.num_ops() != b.num_ops()) return "ops: " + std::to_string(a.num_ops()) + " vs " + std::to_string(b.num_ops());
+  for (int i = 0; i < a.num_ops(); ++i) {
+    const OpRec& x = a.ops[i];
+    const OpRec& y = b.ops[i];
+    const int xs = i == 0 ? 0 : a.ops[i - 1].end, ys = i == 0 ? 0 : b.ops[i - 1].end;
+    if (x.stream != y.stream || x.flags != y.flags || x.group != y.group || x.cpu_waits - xs != y.cpu_waits - ys ||
+        x.allocs - xs != y.allocs - ys || x.frees - xs != y.frees - ys || x.end - xs != y.end - ys)
+      return "op " + std::to_string(i) + " record";
+    for (int k = 0; k < x.end - xs; ++k)
+      if (a.lists[xs + k] != b.lists[ys + k])
+        return "op " + std::to_string(i) + " list entry " + std::to_string(k) + ": " + std::to_string(a.lists[xs + k]) +
+               " vs " + std::to_string(b.lists[ys + k]);
+    if (ca.gpu_ns[i] != cb.gpu_ns[i] || ca.cpu_ns[i] != cb.cpu_ns[i]) return "op " + std::to_string(i) + " costs";
+  }
+  if (a.buffers.size() != b.buffers.size())
+    return "buffers: " + std::to_string(a.buffers.size()) + " vs " + std::to_string(b.buffers.size());
+  for (std::size_t i = 0; i < a.buffers.size(); ++i) {
+    const CompiledBuffer& x = a.buffers[i];
+    const CompiledBuffer& y = b.buffers[i];
+    if (x.bytes != y.bytes || x.pool_stream != y.pool_stream || x.category != y.category || x.persistent != y.persistent)
+      return "buffer " + std::to_string(i);
+  }
+  if (a.comm_sent != b.comm_sent) return "comm_sent";
+  if (a.notes != b.notes) return "notes";
+  if (ca.overlap_slowdown != cb.overlap_slowdown) return "overlap_slowdown";
+  return "";
+}
+
+const Case kCases[] = {
+    {"llama3-70b", "128x8xH100-SXM-IB-NDR400",
+     R"({"mesh":{"replicate":16,"shard":64},"sharding_strategy":"HYBRID_SHARD","activation_checkpointing":"full",)"
+     R"("seq_len":4096,"grad_accum":2,"grad_sync":true})"},
+    {"llama3-8b", "8xH100-SXM", R"({"activation_checkpointing":"full","seq_len":4096,"grad_accum":2,"grad_sync":true})"},
+    {"llama3-8b", "8xH100-SXM", R"({})"},
+    {"llama3-8b", "2x8xH100-SXM-IB-NDR400", R"({"reshard_after_forward":false,"prefetch_depth":2})"},
+    {"llama3-8b", "2x8xH100-SXM-IB-NDR400", R"({"reshard_after_forward":8,"activation_checkpointing":"every_2"})"},
+    {"mistral-7b", "8xA100-80GB", R"({"fsdp_version":1,"backward_prefetch":"BACKWARD_PRE","limit_all_gathers":true})"},
+    {"mistral-7b", "8xA100-80GB", R"({"fsdp_version":1,"backward_prefetch":"BACKWARD_POST","forward_prefetch":true,)"
+                                  R"("limit_all_gathers":false,"activation_checkpointing":"full"})"},
+    {"llama2-13b", "4x8xA100-40GB-IB-HDR200", R"({"fsdp_version":1,"sharding_strategy":"SHARD_GRAD_OP",)"
+                                              R"("backward_prefetch":"NONE","activation_checkpointing":"selective_op"})"},
+    {"llama2-70b", "8xH100-SXM", R"({"fsdp_version":1,"sharding_strategy":"NO_SHARD","grad_accum":3})"},
+    {"qwen2-7b", "2x8xH100-SXM-ETH-10G", R"({"fsdp_version":1,"mesh":{"replicate":2,"shard":8},)"
+                                        R"("sharding_strategy":"_HYBRID_SHARD_ZERO2","grad_accum":2})"},
+    {"llama3-8b", "8xH100-SXM", R"({"cpu_offload":true,"activation_checkpointing":{"mode":"full","outside_fsdp":true}})"},
+    {"llama3-8b", "8xH100-SXM", R"({"fp8_all_gather":true,"trainable_fraction":0.1,"optimizer":"sgd","micro_batch":2})"},
+    {"llama3-8b", "8xH100-SXM", R"({"auto_wrap_policy":{"modules":["layers.*"]},"activation_checkpointing":"every_3"})"},
+    {"mixtral-8x7b", "2x8xH100-SXM-IB-NDR400", R"({"cpu_offload":{"params":false,"optimizer":true},"grad_accum":2})"},
+    {"gpt2-xl", "8xA100-80GB", R"({"fsdp_version":1,"use_orig_params":false,"cross_entropy":"fused","grad_accum":4})"},
+};
+
+TEST(Stretch, ProgramEqualsTheWholeLowering) {
+  int stretched = 0;
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(describe(c));
+    const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(c.cluster));
+    CompiledProgram got, want;
+    OpCosts got_costs, want_costs;
+    std::string why;
+    if (!stretched_program(models::load_model(c.model), hw, parse_plan(nlohmann::json::parse(c.plan)), got, got_costs,
+                           &why)) {
+      ADD_FAILURE() << "not stretched: " << why;
+      continue;
+    }
+    ++stretched;
+    whole_program(c, want, want_costs);
+    EXPECT_EQ(first_difference(got, got_costs, want, want_costs), "");
+  }
+  EXPECT_EQ(stretched, static_cast<int>(std::size(kCases)));
+}
+
+TEST(Stretch, RefusesWhatItCannotStretch) {
+  // Too few layers for a source with periodic blocks around a template.
+  const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster("8xH100-SXM"));
+  CompiledProgram p;
+  OpCosts costs;
+  std::string why;
+  EXPECT_FALSE(stretched_program(models::load_model("tiny-llama"), hw, Plan{}, p, costs, &why));
+  EXPECT_NE(why, "");
+  // No wrapping: the root unit holds every block, so its size grows with the layers (not a period).
+  Plan none;
+  none.auto_wrap_policy.kind = models::WrapPolicy::Kind::None;
+  EXPECT_FALSE(stretched_program(models::load_model("llama3-8b"), hw, none, p, costs, &why));
+  EXPECT_NE(why, "");
+}
+
+// A random plan as JSON text; some are invalid for the cluster (simulate() then throws InputError, the
+// same with the stretch on and off).
+std::string random_plan(std::mt19937& rng, int gpus, int gpus_per_node) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto one = [&](std::initializer_list<const char*> v) { return std::string(*(v.begin() + pick(0, static_cast<int>(v.size()) - 1))); };
+  nlohmann::json j;
+  const bool fsdp1 = pick(0, 2) == 0;
+  j["fsdp_version"] = fsdp1 ? 1 : 2;
+  if (fsdp1) {
+    j["sharding_strategy"] = one({"FULL_SHARD", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"});
+    j["backward_prefetch"] = one({"BACKWARD_PRE", "BACKWARD_POST", "NONE"});
+    j["forward_prefetch"] = pick(0, 1) == 1;
+    j["limit_all_gathers"] = pick(0, 1) == 1;
+    j["use_orig_params"] = pick(0, 3) != 0;
+  } else {
+    const int r = pick(0, 4);
+    if (r == 1) j["reshard_after_forward"] = false;
+    if (r == 2 && gpus_per_node > 1 && gpus > gpus_per_node) j["reshard_after_forward"] = gpus_per_node;
+    if (pick(0, 3) == 0) j["prefetch_depth"] = pick(1, 3);
+    if (pick(0, 4) == 0) j["forward_prefetch"] = true;
+    if (pick(0, 5) == 0) j["sharding_strategy"] = one({"HYBRID_SHARD", "NO_SHARD", "_HYBRID_SHARD_ZERO2"});
+    if (pick(0, 5) == 0) j["fp8_all_gather"] = true;
+  }
+  if (gpus > gpus_per_node && pick(0, 2) == 0) j["mesh"] = {{"replicate", gpus / gpus_per_node}, {"shard", gpus_per_node}};
+  const int ac = pick(0, 6);
+  if (ac == 1) j["activation_checkpointing"] = "full";
+  if (ac == 2) j["activation_checkpointing"] = "selective_op";
+  if (ac == 3) j["activation_checkpointing"] = "every_" + std::to_string(pick(2, 4));
+  if (ac == 4) j["activation_checkpointing"] = {{"mode", "full"}, {"outside_fsdp", true}};
+  if (pick(0, 3) == 0) j["param_dtype"] = one({"fp32", "fp16", "bf16"});
+  if (pick(0, 3) == 0) j["reduce_dtype"] = one({"bf16", "fp16", "fp32"});
+  if (pick(0, 5) == 0) j["master_weights_dtype"] = "bf16";
+  j["micro_batch"] = pick(1, 4);
+  j["seq_len"] = 512 * pick(1, 16);
+  j["grad_accum"] = pick(1, 4);
+  j["grad_sync"] = pick(0, 1) == 1;
+  const int off = pick(0, 9);
+  if (off == 1) j["cpu_offload"] = true;
+  if (off == 2) j["cpu_offload"] = {{"params", false}, {"optimizer", true}};
+  if (pick(0, 5) == 0) j["trainable_fraction"] = 0.05 * pick(1, 10);
+  if (pick(0, 3) == 0) j["optimizer"] = "sgd";
+  const int w = pick(0, 7);
+  if (w == 1) j["auto_wrap_policy"] = {{"min_num_params", 100000000LL * pick(1, 8)}};
+  if (w == 2) j["auto_wrap_policy"] = "none";
+  if (w == 3) j["auto_wrap_policy"] = {{"modules", {"layers.*", "embed_tokens", "lm_head"}}};
+  if (pick(0, 3) == 0) j["cross_entropy"] = one({"fused", "fused_linear"});
+  return j.dump();
+}
+
+std::string result_or_error(const models::ModelSpec& m, const calibrate::HardwareProfile& hw, const Plan& plan,
+                            bool stretch) {
+  SimOptions o;
+  o.record_trace = false;
+  o.record_memory_timeline = false;
+  o.stretch = stretch;
+  try {
+    return sim_result_to_json(simulate(m, hw, plan, o)).dump();
+  } catch (const InputError& e) {
+    return std::string("InputError: ") + e.what();
+  }
+}
+
+TEST(Stretch, RandomPlansGiveIdenticalResults) {
+  const char* models[] = {"llama3-8b", "llama3-70b", "mistral-7b", "qwen2-7b", "gemma-2b", "llama-1b",
+                          "gpt2-xl",   "mixtral-8x7b", "llama2-13b"};
+  const char* clusters[] = {"8xH100-SXM", "2x8xH100-SXM-IB-NDR400", "4x8xA100-40GB-IB-HDR200", "16x8xH100-SXM-IB-NDR400",
+                            "2x8xH100-SXM-ETH-10G"};
+  std::mt19937 rng(20261124);
+  int stretched = 0, valid = 0;
+  const int kPlans = 160;
+  for (int i = 0; i < kPlans; ++i) {
+    const std::string model = models[rng() % std::size(models)];
+    const std::string cluster = clusters[rng() % std::size(clusters)];
+    const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(cluster));
+    const std::string text = random_plan(rng, hw.cluster().world(), hw.cluster().gpus_per_node);
+    SCOPED_TRACE(model + " on " + cluster + " " + text);
+    const models::ModelSpec m = models::load_model(model);
+    Plan plan;
+    try {
+      plan = parse_plan(nlohmann::json::parse(text));
+    } catch (const InputError&) {
+      continue;
+    }
+    const std::string off = result_or_error(m, hw, plan, false);
+    const std::string on = result_or_error(m, hw, plan, true);
+    EXPECT_EQ(off, on);
+    if (off.rfind("InputError", 0) != 0) ++valid;
+    if (last_simulate_stats().stretched) ++stretched;
+    else if (getenv("STRETCH_WHY")) std::printf("refused: %s | %s\n", last_simulate_stats().refused.c_str(), text.c_str());
+  }
+  EXPECT_GE(valid, kPlans / 2);
+  EXPECT_GE(stretched, valid / 2);
+  std::printf("[ stretch ] %d of %d valid random plans stretched\n", stretched, valid);
+}
+
+}  // namespace
+}  // namespace fsdpsim::sim
