@@ -74,6 +74,19 @@ struct CompiledBuffer {
   bool persistent = false;
 };
 
+// A run of identical periods (filled by the stretch, sim/stretch.h): ops [begin, begin + period * count)
+// are `count` periods of `period` ops, each op repeating the op `period` ids before it: the same
+// record (stream, flags, NCCL group) and costs, lists of the same lengths whose entries name the same
+// roles one period later (the op or buffer so many periods on, or the same op or buffer outside the
+// run), buffers of the same bytes, pool and category. Runs are sorted by `begin` and may nest (a run of
+// micro-batches holding runs of blocks). The engine may use them to skip repeated periods; it checks
+// what its skipping relies on.
+struct PeriodicRun {
+  int begin = 0;
+  int period = 0;
+  int count = 0;
+};
+
 struct CompiledProgram {
   int num_streams = 0;
   std::vector<OpRec> ops;              // one per op, then the end sentinel (never issued)
@@ -82,6 +95,7 @@ struct CompiledProgram {
   // Bytes each rank sends (nccl-tests N1): all_gather, reduce_scatter, all_reduce.
   std::array<std::int64_t, 3> comm_sent{0, 0, 0};
   std::vector<std::string> notes;      // the result's first notes (a compiled StepProgram's are its own)
+  std::vector<PeriodicRun> runs;       // (the stretch's; compile_program leaves it empty)
   int num_ops() const { return static_cast<int>(ops.size()) - 1; }
 };
 

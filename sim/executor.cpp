@@ -958,6 +958,7 @@ void compile_program(const StepProgram& p, CompiledProgram& cp) {
   CompiledBuffer* cb = cp.buffers.data();
   for (int b = 0; b < nb; ++b) cb[b] = CompiledBuffer{bufs[b].bytes, bufs[b].pool_stream, bufs[b].category, bufs[b].persistent};
   cp.notes.clear();
+  cp.runs.clear();
 }
 
 namespace {

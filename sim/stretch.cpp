@@ -638,6 +638,18 @@ bool Stretcher::run(CompiledProgram& out, OpCosts& costs, StretchInfo* info, std
   }
   for (int k = 0; k < 3; ++k) out.comm_sent[k] = src_.compiled->comm_sent[k] + sh_.copies * extra[k];
   out.notes = p.notes;
+  // The periodic runs: per phase key, the template and its copies (one after the other in the result).
+  out.runs.clear();
+  for (int key = 0; key < num_keys_; ++key) {
+    if (tmpl_first_[key] < 0) continue;
+    const int period = groups_[tmpl_last_[key]].op_end - groups_[tmpl_first_[key]].op_begin;
+    if (period <= 0) continue;
+    const int t0 = a2n_[tmpl_first_[key]];
+    // ascending: template, then copies 0..n-1; descending: copies n-1..0, then the template
+    const int first_group = ascending_[key] ? t0 : copies_base_[key];
+    out.runs.push_back(PeriodicRun{new_groups_[first_group].op_base, period, sh_.copies + 1});
+  }
+  std::sort(out.runs.begin(), out.runs.end(), [](const PeriodicRun& x, const PeriodicRun& y) { return x.begin < y.begin; });
   return done(true);
 }
 

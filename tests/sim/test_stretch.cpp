@@ -75,6 +75,32 @@ std::string first_difference(const CompiledProgram& a, const OpCosts& ca, const 
   return "";
 }
 
+// The promise of CompiledProgram::runs: each op of a run after its first period repeats the op one
+// period before (record, costs, list lengths; allocated buffers of the same facts).
+std::string runs_not_periodic(const CompiledProgram& p, const OpCosts& c) {
+  for (const PeriodicRun& r : p.runs) {
+    if (r.begin < 0 || r.period < 1 || r.count < 1 || r.begin + r.period * r.count > p.num_ops())
+      return "run at op " + std::to_string(r.begin) + " out of range";
+    for (int x = r.begin + r.period; x < r.begin + r.period * r.count; ++x) {
+      const int y = x - r.period;
+      const OpRec& a = p.ops[x];
+      const OpRec& b = p.ops[y];
+      const int as = a.wait_pos, bs = b.wait_pos;
+      if (a.stream != b.stream || a.flags != b.flags || a.group != b.group || c.gpu_ns[x] != c.gpu_ns[y] ||
+          c.cpu_ns[x] != c.cpu_ns[y] || a.cpu_waits - as != b.cpu_waits - bs || a.allocs - as != b.allocs - bs ||
+          a.frees - as != b.frees - bs || a.end - as != b.end - bs)
+        return "op " + std::to_string(x) + " does not repeat op " + std::to_string(y);
+      for (int k = 0; k < a.frees - a.allocs; ++k) {
+        const CompiledBuffer& u = p.buffers[p.lists[a.allocs + k]];
+        const CompiledBuffer& v = p.buffers[p.lists[b.allocs + k]];
+        if (u.bytes != v.bytes || u.pool_stream != v.pool_stream || u.category != v.category)
+          return "op " + std::to_string(x) + " allocates another buffer than op " + std::to_string(y);
+      }
+    }
+  }
+  return "";
+}
+
 const Case kCases[] = {
     {"llama3-70b", "128x8xH100-SXM-IB-NDR400",
      R"({"mesh":{"replicate":16,"shard":64},"sharding_strategy":"HYBRID_SHARD","activation_checkpointing":"full",)"
@@ -114,6 +140,8 @@ TEST(Stretch, ProgramEqualsTheWholeLowering) {
     ++stretched;
     whole_program(c, want, want_costs);
     EXPECT_EQ(first_difference(got, got_costs, want, want_costs), "");
+    EXPECT_EQ(runs_not_periodic(got, got_costs), "");
+    EXPECT_FALSE(got.runs.empty());
   }
   EXPECT_EQ(stretched, static_cast<int>(std::size(kCases)));
 }
