@@ -363,7 +363,9 @@ int CachingAllocator::create_segment(int pool, Bytes rounded) {
   s.live = true;
   next_addr_ += size;
   segments_.push_back(s);
-  return add_block(Block{s.base, size, 0, static_cast<int>(segments_.size()) - 1, -1, -1, pool, 0, State::Free});
+  const int b = add_block(Block{s.base, size, 0, static_cast<int>(segments_.size()) - 1, -1, -1, pool, 0, State::Free});
+  segments_.back().first = b;
+  return b;
 }
 
 void CachingAllocator::throw_bad_alloc(Bytes bytes, int stream) const {
@@ -468,6 +470,7 @@ void CachingAllocator::free_block(int b) { merge_and_insert(b); }
     blk.addr = nb.addr;   // absorb the previous block: take its address and its prev link
     blk.prev = nb.prev;
     if (blk.prev >= 0) blocks_[blk.prev].next = b;
+    else segments_[blk.segment].first = b;
     blk.size += nb.size;
     nb.state = State::Dead;
     dead_blocks_.push_back(n);
@@ -517,6 +520,137 @@ void CachingAllocator::release_cached_blocks() {
     recompute_nonempty(p);
     if (cached_whole_segments_ == 0) break;
   }
+}
+
+void CachingAllocator::segment_blocks(int seg, std::vector<BlockInfo>& out) const {
+  for (int b = segments_[seg].first; b >= 0; b = blocks_[b].next) {
+    const Block& blk = blocks_[b];
+    out.push_back(BlockInfo{b, blk.size, blk.requested, blk.state == State::Free});
+  }
+}
+
+void CachingAllocator::free_blocks_of_size(int pool, Bytes size, std::vector<int>& out) const {
+  out.clear();
+  if (pool < 0 || static_cast<std::size_t>(pool) >= pools_.size()) return;
+  const Pool& p = pools_[static_cast<std::size_t>(pool)];
+  const std::size_t i = class_at_least(p.sizes, size);
+  if (i == p.sizes.size() || p.sizes[i] != size) return;
+  for (auto e = p.lists[i].rbegin(); e != p.lists[i].rend(); ++e) out.push_back(e->block);   // ascending addresses
+}
+
+int CachingAllocator::alloc_from(int block, Bytes bytes) {
+  Block& blk0 = blocks_[block];
+  Pool& p = pools_[blk0.pool];
+  // Out of its class (as take_from_class would take it), keeping the whole-segment counts.
+  std::size_t i = class_at_least(p.sizes, blk0.size);
+  if (i == p.sizes.size() || p.sizes[i] != blk0.size || blk0.state != State::Free)
+    throw std::logic_error("CachingAllocator::alloc_from: block " + std::to_string(block) + " is not a cached free block");
+  auto& v = p.lists[i];
+  auto it = addr_position(v, blk0.addr);
+  if (it == v.end() || it->block != block)
+    throw std::logic_error("CachingAllocator::alloc_from: block " + std::to_string(block) + " missing from its pool");
+  v.erase(it);
+  if (v.empty() && i < 64) p.nonempty &= ~(std::uint64_t{1} << i);
+  if (blk0.prev < 0 && blk0.next < 0) {
+    --cached_whole_segments_;
+    --p.whole;
+  }
+  // The rest of alloc() after find_free_block.
+  const Bytes size = round_size(bytes);
+  const bool small = (blk0.pool & 1) != 0;
+  const int pi = blk0.pool;
+  const Bytes remaining = blk0.size - size;
+  const bool split = small ? remaining >= kAllocMinBlockSize
+                           : (size < config_.max_split_size && remaining > kAllocSmallSize);
+  blk0.state = State::Allocated;
+  blk0.requested = bytes;
+  if (split) {
+    const int r = add_block(Block{});
+    Block& nb = blocks_[block];
+    Block& rb = blocks_[r];
+    rb.addr = nb.addr + size;
+    rb.size = remaining;
+    rb.requested = 0;
+    rb.segment = nb.segment;
+    rb.prev = block;
+    rb.next = nb.next;
+    rb.pool = pi;
+    rb.cls = 0;
+    rb.state = State::Free;
+    if (nb.next >= 0) blocks_[nb.next].prev = r;
+    nb.next = r;
+    nb.size = size;
+    pool_insert<false, false>(pools_[pi], r);
+  }
+  stats_.allocated += size + (split ? 0 : remaining);
+  stats_.requested += bytes;
+  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
+  ++stats_.num_allocs;
+  return block;
+}
+
+void CachingAllocator::append_segment(int pool, Bytes size, const std::vector<std::pair<Bytes, Bytes>>& blocks,
+                                      std::vector<int>& ids) {
+  pool_index(pool >> 1, (pool & 1) != 0);   // (creates the pool if needed)
+  Segment s;
+  s.base = next_addr_;
+  s.size = size;
+  s.stream = pool >> 1;
+  s.small = (pool & 1) != 0;
+  s.live = true;
+  next_addr_ += size;
+  stats_.reserved += size;
+  segments_.push_back(s);
+  const int seg = static_cast<int>(segments_.size()) - 1;
+  ids.clear();
+  Bytes addr = s.base;
+  int prev = -1;
+  for (const auto& [bsize, requested] : blocks) {
+    const int b = add_block(Block{addr, bsize, requested, seg, prev, -1, pool, 0,
+                                  requested > 0 ? State::Allocated : State::Free});
+    if (prev >= 0) blocks_[prev].next = b;
+    else segments_[seg].first = b;
+    ids.push_back(b);
+    prev = b;
+    addr += bsize;
+  }
+  for (int b : ids)
+    if (blocks_[b].state == State::Free) pool_insert<false, true>(pools_[pool], b);
+}
+
+std::string CachingAllocator::canonical_state() const {
+  std::string out;
+  auto num = [&](long long v) { out += std::to_string(v); out += ' '; };
+  std::vector<int> order;
+  for (int i = 0; i < static_cast<int>(segments_.size()); ++i)
+    if (segments_[i].live) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return segments_[a].base < segments_[b].base; });
+  for (int i : order) {
+    const Segment& sg = segments_[i];
+    out += "seg ";
+    num(sg.base), num(sg.size), num(sg.stream), num(sg.small);
+    for (int b = sg.first; b >= 0; b = blocks_[b].next) {
+      const Block& blk = blocks_[b];
+      out += "[";
+      num(blk.addr), num(blk.size), num(blk.requested), num(static_cast<int>(blk.state)), num(blk.pool);
+      out += "]";
+    }
+    out += "\n";
+  }
+  for (std::size_t pi = 0; pi < pools_.size(); ++pi) {
+    const Pool& p = pools_[pi];
+    out += "pool " + std::to_string(pi) + " whole " + std::to_string(p.whole) + ":";
+    for (std::size_t c = 0; c < p.sizes.size(); ++c)
+      for (auto e = p.lists[c].rbegin(); e != p.lists[c].rend(); ++e) out += " " + std::to_string(p.sizes[c]) + "@" + std::to_string(e->addr);
+    out += "\n";
+  }
+  out += "next " + std::to_string(next_addr_) + " whole " + std::to_string(cached_whole_segments_) + " pending " +
+         std::to_string(pending_.size()) + "\n";
+  const AllocatorStats& s = stats_;
+  for (long long v : {s.allocated, s.requested, s.reserved, s.pending, s.peak_allocated, s.peak_reserved, s.num_allocs,
+                      s.num_device_alloc, s.num_device_free, s.num_alloc_retries, s.num_ooms})
+    num(v);
+  return out;
 }
 
 Bytes CachingAllocator::empty_cache() {

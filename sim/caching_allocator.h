@@ -33,6 +33,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "common/units.h"
@@ -125,6 +126,41 @@ class CachingAllocator {
 
   const AllocatorConfig& config() const { return config_; }
   const AllocatorStats& stats() const { return stats_; }
+  // ---- for MemoryTracker's skipping of repeated periods (sim/memory_fold.cpp) ----
+  // One block of a segment, in address order.
+  struct BlockInfo {
+    int block;
+    Bytes size, requested;
+    bool free;               // (else allocated: a tracker replaying without record_stream has no pending block)
+  };
+  int num_segment_slots() const { return static_cast<int>(segments_.size()); }
+  bool segment_live(int seg) const { return segments_[seg].live; }
+  Bytes segment_base(int seg) const { return segments_[seg].base; }
+  Bytes segment_size(int seg) const { return segments_[seg].size; }
+  int segment_pool(int seg) const { return segments_[seg].stream * 2 + (segments_[seg].small ? 1 : 0); }
+  // Appends segment seg's blocks, in address order, to `out`.
+  void segment_blocks(int seg, std::vector<BlockInfo>& out) const;
+  // The pool a request of `bytes` on `stream` is served from (as alloc() picks it), and its rounded size.
+  static int request_pool(Bytes bytes, int stream) { return stream * 2 + (round_size(bytes) <= kAllocSmallSize ? 1 : 0); }
+  Bytes next_address() const { return next_addr_; }
+  // The free blocks of pool `pool` of exactly `size` bytes, ascending address (best fit's order among them).
+  void free_blocks_of_size(int pool, Bytes size, std::vector<int>& out) const;
+  bool block_is_whole_segment(int block) const { return blocks_[block].prev < 0 && blocks_[block].next < 0; }
+  // alloc(bytes, stream) served from free block `block` of that request's pool (which best fit would take):
+  // the same split, statistics and block id rules.
+  int alloc_from(int block, Bytes bytes);
+  // A new segment of pool `pool` and `size` bytes at the next address, cut into blocks of the given sizes
+  // (in address order; requested > 0: allocated, else free, cached in the pool). Reserves the bytes
+  // without the capacity check (the caller has made it). Returns the blocks' ids in `ids`.
+  void append_segment(int pool, Bytes size, const std::vector<std::pair<Bytes, Bytes>>& blocks, std::vector<int>& ids);
+  // Overwrites the statistics (after a sequence of the calls above that stands for many alloc/free calls).
+  void set_stats(const AllocatorStats& s) { stats_ = s; }
+
+  // The allocator's observable state as text, independent of block ids and storage (tests compare two
+  // allocators that must be indistinguishable): live segments by address with their blocks (address,
+  // size, requested, state), each pool's cached blocks in best-fit order, the statistics.
+  std::string canonical_state() const;
+
   // Block facts (for tests and traces): rounded size, segment-relative address, stream, pool.
   Bytes block_size(int block) const { return blocks_[block].size; }
   Bytes block_address(int block) const { return blocks_[block].addr; }
@@ -186,6 +222,7 @@ class CachingAllocator {
     int stream = 0;
     bool small = false;
     bool live = false;
+    int first = -1;          // its first block (lowest address)
   };
   struct Pending {
     int block;

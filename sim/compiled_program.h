@@ -96,6 +96,8 @@ struct CompiledProgram {
   std::array<std::int64_t, 3> comm_sent{0, 0, 0};
   std::vector<std::string> notes;      // the result's first notes (a compiled StepProgram's are its own)
   std::vector<PeriodicRun> runs;       // (the stretch's; compile_program leaves it empty)
+  // Some free has a reuse_after_op (record_stream): memory then depends on GPU progress.
+  bool record_stream_frees = false;
   int num_ops() const { return static_cast<int>(ops.size()) - 1; }
 };
 

@@ -174,7 +174,8 @@ class Engine {
   bool ff_take(FfSnap& s, TimeNs now);
   bool ff_same_shape(const FfSnap& a, const FfSnap& b, int p);
   int ff_max_jump(const FfSnap& a, const FfSnap& b, int p);
-  bool ff_equivalent(int i, int i2, int d, bool last, const FfSnap& a) const;
+  bool ff_equivalent(int i, int i2, int d, bool last, const FfSnap& a, bool strict = false) const;
+  int ff_run_jump(const FfSnap& a, const FfSnap& b, int p, int m);
   void ff_jump(const FfSnap& a, const FfSnap& b, int p, int m);
   int list_start(int i) const { return i == 0 ? 0 : rec_[i - 1].end; }
   bool done_at(int x, const FfSnap& a) const {   // x had completed at snapshot a (the CPU was done then)
@@ -191,6 +192,8 @@ class Engine {
   const TimeNs* gpu_ns_ = nullptr;
   const TimeNs* cpu_ns_ = nullptr;
   MemoryTracker mem_;
+  // Memory is replayed with the CPU's issues (else in a pass of its own before the run: see run()).
+  bool mem_inline_ = true;
   EventQueue<Ev> q_;
   double slowdown_ = 1.0;
   bool use_slowdown_ = false;
@@ -234,6 +237,7 @@ class Engine {
   std::vector<TraceSpan> trace_;
 
   // fast-forward
+  const std::vector<PeriodicRun>* runs_ = nullptr;   // the program's runs of identical periods
   bool ff_on_ = false;
   bool started0_ = false;           // an op started on the compute stream during the current event
   FfSnap ff_[kFfSnaps];             // ring of the latest boundary snapshots
@@ -310,6 +314,7 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
   stream_head_.resize(cp.num_streams);
   link();
   for (int k = 0; k < 3; ++k) comm_sent_[k] = cp.comm_sent[k];
+  runs_ = &cp.runs;
   gpu_ns_ = gpu_ns;
   cpu_ns_ = cpu_ns;
   slowdown_ = overlap_slowdown;
@@ -351,6 +356,16 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
 
   mem_.start(cp, o.memory_capacity, o.record_memory_timeline, source);
   mem_.allocate_persistent();
+  // Memory is a function of the CPU's issue order alone unless a free's block waits on GPU progress
+  // (record_stream) or the timeline needs issue times: then it is replayed first, in a pass of its own
+  // (which can skip repeated periods), and the run is timing only. The same calls in the same order
+  // either way, so every memory figure is the same.
+  mem_inline_ = o.record_memory_timeline || cp.record_stream_frees;
+  if (!mem_inline_) {
+    mem_.replay(cp, o.fast_forward && !trace_on_);
+    stats_.memory_jumps = mem_.fold_stats().jumps;
+    stats_.memory_periods_skipped = mem_.fold_stats().periods_skipped;
+  }
   if (n_ > 0) cpu_begin(0);
   while (!q_.empty()) {
     auto e = q_.pop();
@@ -435,7 +450,7 @@ void Engine::cpu_begin(TimeNs now) {
 
 void Engine::issue_done(int i, TimeNs now) {
   OpRec& r = rec_[i];
-  if (r.allocs != r.frees) {
+  if (mem_inline_ && r.allocs != r.frees) {
     mem_.process_events([this](std::int64_t ev) { return is_done(static_cast<int>(ev)); });
     for (int k = r.allocs, e = r.frees; k < e; ++k) mem_.alloc(lists_[k], i, now);
   }
@@ -458,10 +473,12 @@ void Engine::issue_done(int i, TimeNs now) {
       add_span(p_->ops[i], "cpu", "cpu_issue", cpu_start_t_[i], now - cpu_start_t_[i], 0);
     try_start(r.stream, now);
   }
-  for (int k = r.frees, e = r.end; k < e; k += 2) {
-    const int buffer = lists_[k], reuse_after_op = lists_[k + 1];
-    const bool reusable = reuse_after_op >= 0 && is_done(reuse_after_op);
-    mem_.free(buffer, reuse_after_op, reusable, i, now);
+  if (mem_inline_) {
+    for (int k = r.frees, e = r.end; k < e; k += 2) {
+      const int buffer = lists_[k], reuse_after_op = lists_[k + 1];
+      const bool reusable = reuse_after_op >= 0 && is_done(reuse_after_op);
+      mem_.free(buffer, reuse_after_op, reusable, i, now);
+    }
   }
   ++cpu_op_;
 }
@@ -707,6 +724,11 @@ int Engine::ff_max_jump(const FfSnap& a, const FfSnap& b, int p) {
     const int sy = rec_[y].stream;
     if (ff_moving_[sy]) cap(static_cast<long long>(y) - 1 - b.heads[sy]);   // its stream must not reach y
   }
+  if (m > 0) {
+    const int mr = ff_run_jump(a, b, p, m);
+    if (mr > 0) return mr;
+    if (mr < 0) return 0;   // a boundary or two later the run's checks apply (cheaper than these)
+  }
   int j = 1;
   for (; j <= m; ++j) {
     const int d = j * p;
@@ -722,12 +744,64 @@ int Engine::ff_max_jump(const FfSnap& a, const FfSnap& b, int p) {
   return m;
 }
 
+// The checks of ff_max_jump for all m periods at once, inside a run of identical periods
+// (CompiledProgram::runs, p a multiple of its period): consecutive periods of a run repeat each other
+// record for record (each wait names the op one period on, or the same op), so if the ops of the
+// period a -> b and their neighbours (next op of their stream and queue, the ops that wait on them)
+// stay inside the run m periods on, op i + j*p looks to the engine as op i + p does, one period
+// further, for every j <= m, provided op i + p looks as op i does in a way that does not depend on j:
+// each wait that moves with the period on a moving stream, each fixed wait done at a or on a still
+// stream (ff_equivalent's other case, two distinct ops both done at a, could fail further on). Returns
+// m, or 0 when that does not apply (the caller then checks period by period).
+int Engine::ff_run_jump(const FfSnap& a, const FfSnap& b, int p, int m) {
+  const int ns = static_cast<int>(b.heads.size());
+  const PeriodicRun* run = nullptr;
+  int lo = n_, hi = -1;
+  for (int s = 0; s < ns; ++s) {
+    if (!ff_moving_[s]) continue;
+    lo = std::min(lo, a.heads[s]);
+    hi = std::max(hi, b.heads[s]);
+  }
+  if (hi < 0) return 0;
+  for (const PeriodicRun& r : *runs_) {
+    if (hi < r.begin || hi >= r.begin + r.period * r.count || p % r.period != 0) continue;
+    if (lo >= r.begin) {
+      run = &r;
+      break;
+    }
+    // The period a -> b starts just before the run (a stream's head lags behind): one or two boundaries
+    // later it lies inside, where m periods are checked at the price of one.
+    if (lo >= r.begin - 2 * p && r.count * r.period > 8 * p) return -1;
+  }
+  if (!run) return 0;
+  const int run_end = run->begin + run->period * run->count;
+  // The reach of an op's neighbours within one period of the run (later periods repeat it).
+  int reach = 0;
+  for (int x = run->begin; x < run->begin + run->period; ++x) {
+    const OpRec& r = rec_[x];
+    if (r.next_in_stream < n_) reach = std::max(reach, r.next_in_stream - x);
+    if ((r.flags & kCollective) && r.next_in_group < n_) reach = std::max(reach, r.next_in_group - x);
+    for (int k = list_start(x); k < r.cpu_waits; ++k) reach = std::max(reach, x - lists_[k]);   // waiters' distance
+  }
+  m = std::min<long long>(m, (static_cast<long long>(run_end) - 1 - reach - hi) / p);
+  if (m < 1) return 0;
+  for (int s = 0; s < ns; ++s) {
+    if (!ff_moving_[s]) continue;
+    for (int i = a.heads[s];; i = rec_[i].next_in_stream) {
+      const bool last = i == b.heads[s];
+      if (!ff_equivalent(i, i + p, p, last, a, /*strict=*/true)) return 0;
+      if (last) break;
+    }
+  }
+  return m;
+}
+
 // Op i2 = i + d behaves as op i does, shifted: same stream, kind flags, NCCL queue and duration; each
 // GPU wait either the shifted wait on the same moving stream, or two ops done at snapshot a, or two ops
 // of still streams in the same state; unless `last`, the next op of its stream and queue shifted too and
 // the same streams woken, in the same order, when it completes. (The CPU is done: cpu_ns, cpu_waits,
 // allocs and frees are never read again, nor is the issue time, which is before every start from here.)
-bool Engine::ff_equivalent(int i, int i2, int d, bool last, const FfSnap& a) const {
+bool Engine::ff_equivalent(int i, int i2, int d, bool last, const FfSnap& a, bool strict) const {
   const OpRec& x = rec_[i];
   const OpRec& y = rec_[i2];
   if (y.stream != x.stream || y.flags != x.flags || gpu_ns_[i2] != gpu_ns_[i]) return false;
@@ -742,6 +816,7 @@ bool Engine::ff_equivalent(int i, int i2, int d, bool last, const FfSnap& a) con
     const OpRec& rw2 = rec_[w2];
     const bool cpu = rw.flags & kCpuOp, cpu2 = rw2.flags & kCpuOp;
     if (w2 == w + d && !cpu && !cpu2 && rw2.stream == rw.stream && ff_moving_[rw.stream]) continue;
+    if (strict && w2 != w) return false;   // (see ff_run_jump: only a fixed wait may be done, or still)
     if (done_at(w, a) && done_at(w2, a)) continue;
     if (!cpu && !cpu2 && !ff_moving_[rw.stream] && !ff_moving_[rw2.stream] && is_done(w) == is_done(w2)) continue;
     return false;
@@ -897,6 +972,7 @@ void compile_program(const StepProgram& p, CompiledProgram& cp) {
   std::vector<int>& lists = cp.lists;
   if (lists.size() < 4096) lists.resize(4096);
   std::int64_t sent[3] = {0, 0, 0};
+  int record_stream = -1;   // the largest reuse_after_op (-1: no record_stream free)
   int pos = 0;   // next free slot of lists
   for (int i = 0; i < n; ++i) {
     const Op& op = ops[i];
@@ -934,6 +1010,7 @@ void compile_program(const StepProgram& p, CompiledProgram& cp) {
       ok &= below(fr.buffer, nb) && fr.reuse_after_op >= -1 && fr.reuse_after_op <= i;
       out[pos] = fr.buffer;
       out[pos + 1] = fr.reuse_after_op;
+      record_stream = std::max(record_stream, fr.reuse_after_op);
       pos += 2;
     }
     r.end = pos;
@@ -959,6 +1036,7 @@ void compile_program(const StepProgram& p, CompiledProgram& cp) {
   for (int b = 0; b < nb; ++b) cb[b] = CompiledBuffer{bufs[b].bytes, bufs[b].pool_stream, bufs[b].category, bufs[b].persistent};
   cp.notes.clear();
   cp.runs.clear();
+  cp.record_stream_frees = record_stream >= 0;
 }
 
 namespace {

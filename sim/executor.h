@@ -25,6 +25,8 @@ class CostModel {
 struct ExecStats {
   int jumps = 0;                 // times the engine skipped ahead
   int ops_fast_forwarded = 0;    // ops whose start and completion were not simulated one by one
+  int memory_jumps = 0;          // times the memory replay skipped repeated periods (sim/memory_fold.cpp)
+  int memory_periods_skipped = 0;
 };
 
 struct ExecOptions {
@@ -36,7 +38,8 @@ struct ExecOptions {
   // The memory timeline is decimated to at most this many samples (the peaks are kept). 0 = all.
   int max_timeline_samples = 4096;
   // Skip repeated blocks of the timing once they are proven periodic (see "Fast-forward" at the top of
-  // sim/executor.cpp). Exact: every result is identical with it off; only runs without a trace use it.
+  // sim/executor.cpp), and of the memory replay (sim/memory_fold.cpp). Exact: every result is identical
+  // with it off; only runs without a trace use it.
   bool fast_forward = true;
   // If set, receives what the fast-forward did (tests check that it acted).
   ExecStats* stats = nullptr;

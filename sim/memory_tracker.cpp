@@ -119,6 +119,20 @@ void MemoryTracker::allocate_persistent() {
   if (record_timeline_ && timeline_.empty()) timeline_.push_back(MemorySample{0, 0, 0});
 }
 
+std::string MemoryTracker::canonical_state() const {
+  std::string out = allocator_.canonical_state();
+  for (int b = 0; b < num_bufs_; ++b) {
+    const int blk = block_of_[b];
+    if (blk == kNotLive) continue;
+    out += "buf " + std::to_string(b) + " ";
+    out += blk < 0 ? "null" : std::to_string(allocator_.block_address(blk)) + "+" + std::to_string(allocator_.block_size(blk));
+    out += "\n";
+  }
+  for (int c = 0; c < kNumMemCategories; ++c) out += std::to_string(live_[c]) + " " + std::to_string(live_at_peak_[c]) + " ";
+  out += std::to_string(reserved_at_peak_) + " " + std::to_string(peak_allocated_);
+  return out;
+}
+
 std::string MemoryTracker::buffer_label(int buffer) const {
   if (names_ && buffer < static_cast<int>(names_->buffers.size())) return "buffer \"" + names_->buffers[buffer].name + "\"";
   return "buffer " + std::to_string(buffer);

@@ -74,6 +74,20 @@ class MemoryTracker {
     if (record_timeline_) record_sample(now);
   }
 
+  // Performs every op's allocations and then its frees, op after op, in program order: the memory of a
+  // program whose frees never wait on GPU work (no reuse_after_op), without a timeline (no times).
+  // Call after allocate_persistent(). Where the program has runs of identical periods
+  // (CompiledProgram::runs), repeated periods whose effect on the allocator is proven periodic are not
+  // replayed call by call but applied at once (sim/memory_fold.cpp; `fold` false: every call).
+  void replay(const CompiledProgram& program, bool fold = true);
+  struct FoldStats {
+    int jumps = 0;              // times periods were skipped
+    int periods_skipped = 0;    // periods (of their runs) not replayed call by call
+  };
+  const FoldStats& fold_stats() const { return fold_stats_; }
+  // The allocator's canonical_state() plus, for each live buffer, its block's address and size (tests).
+  std::string canonical_state() const;
+
   // Fills peak_allocated, peak_reserved, breakdown_at_peak (without cuda_context), alloc_retries,
   // memory_timeline (decimated to max_samples if > 0) and notes about OOM in the allocator.
   void fill(SimResult& r, int max_samples);
@@ -94,6 +108,7 @@ class MemoryTracker {
   [[noreturn]] void throw_already_live(int buffer, int op) const;
   [[noreturn]] void throw_not_live(int buffer, int op) const;
 
+  friend class MemoryFold;
   void start_run(int num_buffers, int num_ops, Bytes capacity, bool record_timeline);
   std::string buffer_label(int buffer) const;
 
@@ -111,6 +126,7 @@ class MemoryTracker {
   Bytes reserved_at_peak_ = 0;
   Bytes peak_allocated_ = -1;
   std::vector<MemorySample> timeline_;
+  FoldStats fold_stats_;
   // The last persistent allocation done here (allocate_persistent): the requests in program order with
   // the block each got, and the allocator state right after them (valid() iff persistent_ is complete).
   struct PersistentAlloc {

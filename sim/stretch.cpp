@@ -638,16 +638,23 @@ bool Stretcher::run(CompiledProgram& out, OpCosts& costs, StretchInfo* info, std
   }
   for (int k = 0; k < 3; ++k) out.comm_sent[k] = src_.compiled->comm_sent[k] + sh_.copies * extra[k];
   out.notes = p.notes;
-  // The periodic runs: per phase key, the template and its copies (one after the other in the result).
+  out.record_stream_frees = src_.compiled->record_stream_frees;
+  // The periodic runs: per phase key, the copies and the source's blocks checked periodic around them
+  // (whole periods aligned with the template: layers [l0, l1) of the source, l1 - l0 a multiple of the
+  // period), one after the other in the result.
   out.runs.clear();
+  const int k = sh_.period;
+  const int l0 = sh_.first - k * ((sh_.first - lo_) / k), l1 = split_ + k * ((hi_ - split_) / k);
   for (int key = 0; key < num_keys_; ++key) {
     if (tmpl_first_[key] < 0) continue;
     const int period = groups_[tmpl_last_[key]].op_end - groups_[tmpl_first_[key]].op_begin;
     if (period <= 0) continue;
-    const int t0 = a2n_[tmpl_first_[key]];
-    // ascending: template, then copies 0..n-1; descending: copies n-1..0, then the template
-    const int first_group = ascending_[key] ? t0 : copies_base_[key];
-    out.runs.push_back(PeriodicRun{new_groups_[first_group].op_base, period, sh_.copies + 1});
+    // The run's first group: the lowest layer's (ascending) or the highest layer's (descending).
+    const int* row = blk_.data() + static_cast<std::size_t>(key) * src_layers_;
+    const int edge = ascending_[key] ? row[l0] : row[l1 - 1];
+    if (edge < 0) continue;
+    const int begin = new_groups_[a2n_[edge]].op_base;
+    out.runs.push_back(PeriodicRun{begin, period, sh_.copies + (l1 - l0) / k});
   }
   std::sort(out.runs.begin(), out.runs.end(), [](const PeriodicRun& x, const PeriodicRun& y) { return x.begin < y.begin; });
   return done(true);

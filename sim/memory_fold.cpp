@@ -1,0 +1,612 @@
+// MemoryTracker::replay (sim/memory_tracker.h): the memory of a program whose frees never wait on GPU
+// work, replayed in program order, with repeated periods skipped where that is proven exact.
+//
+// Why skipping is exact. Inside a run of identical periods (CompiledProgram::runs: each op repeats the
+// op one period before, its buffers' roles shifted), the replay watches what each "memory period"
+// (q = 1 or 2 consecutive periods: FSDP's double-buffered all-gather outputs alternate between two
+// layouts) does to the allocator, segment by segment. Every segment a memory period touches is one of:
+//   cyclic    touched in the previous memory period too; it must end every memory period in the same
+//             layout (block sizes, free/allocated, and for an allocated block the role of its buffer:
+//             "freed at event k of the op so many ops after this boundary", or, for a buffer freed only
+//             after the run, that very buffer);
+//   growth    created in it (cudaMalloc), ending with blocks that outlive the run and free blocks too
+//             small for any request of their pool in a period ("dead": best fit never takes them);
+//   consumed  first touched by the free of a buffer allocated before (the activations a backward frees),
+//             ending all free and dead;
+//   pile      first touched by an allocation that took a whole free segment (the forward of a later
+//             micro-batch reusing the cached activation segments), ending with its block and a dead rest.
+// If two consecutive memory periods A and B match — the same cyclic segments in the same final
+// layouts, growth/consumed/pile segments of the same shapes in the same order, the same statistics
+// deltas — then the next memory period, which performs the same calls one period on, meets the same
+// state where it looks: the cyclic segments as B left them (congruent to A's), no new candidate for
+// best fit (growth, consumed and pile leftovers are dead; pile items are consumed lowest address first
+// and no other free block has their size), untouched segments untouched; so it makes the same choices
+// and leaves the same state, one period on, by induction over the skipped periods. The skip checks
+// beforehand, for each skipped memory period, what it depends on that lies outside the matched
+// periods: the blocks the consumed frees will free have B's consumed layout, enough pile segments are
+// cached, the growth buffers and the cyclic segments' buffers at the end exist and are not live, every
+// cudaMalloc stays under the capacity (no cache release, which would break the pattern). It then applies
+// the skipped periods' net effect: the consumed frees and pile allocations as the real calls
+// (free_live, alloc_from), growth segments appended at the addresses cudaMalloc would give, the cyclic
+// segments' buffers renamed, statistics advanced by m deltas, and the allocated peak moved where the
+// last skipped period's maximum lies (allocated grows by the same delta every period). The tests
+// (tests/sim/test_memory_fold.cpp) compare every result, and the allocator's whole state, with the
+// replay without skipping.
+#include <algorithm>
+#include <climits>
+#include <string>
+#include <vector>
+
+#include "sim/memory_tracker.h"
+
+namespace fsdpsim::sim {
+
+class MemoryFold {
+ public:
+  MemoryFold(MemoryTracker& t, const CompiledProgram& p, bool fold)
+      : t_(t), a_(t.allocator_), p_(p), ops_(p.ops.data()), lists_(p.lists.data()), n_(p.num_ops()), fold_(fold) {}
+  void run();
+
+ private:
+  static constexpr int kNotLive = MemoryTracker::kNotLive;
+  static constexpr int kNever = INT_MAX;
+  enum Kind : std::uint8_t { kCyclic, kGrowth, kConsumed, kPile };
+
+  // A block of a segment's layout, with its buffer's role.
+  struct Entry {
+    Bytes size = 0, requested = 0;
+    std::uint8_t role = 0;   // 0 free, 1 freed at op boundary + a (frees index b), 2 buffer a itself,
+                             // 3 allocated at op period_start + a (allocs index b)
+    int a = 0, b = 0;
+    bool operator==(const Entry&) const = default;
+  };
+  struct Touch {
+    int seg = -1;
+    Kind kind = kCyclic;
+    int event = 0, index = 0;          // consumed/pile: the op (relative to the period start) and list index
+    Bytes seg_base = 0, seg_size = 0;
+    int pool = 0;
+    std::vector<Entry> before, after;
+  };
+  struct Rec {                         // one memory period
+    int start = 0, end = 0;            // ops
+    int segs_at_start = 0;
+    bool foldable = true;
+    std::vector<Touch> touches;        // in first-touch order
+    AllocatorStats stats;              // at the end
+    std::array<Bytes, kNumMemCategories> live{};
+    Bytes next_addr = 0;
+    bool has_max = false;
+    Bytes max_alloc = 0, res_at_max = 0;
+    std::array<Bytes, kNumMemCategories> live_at_max{};
+    bool has_malloc = false;
+    Bytes max_res = 0;                 // the largest reserved right after a cudaMalloc
+  };
+
+  // ---- replay primitives ----
+  void alloc(int buffer, int op);
+  void free(int buffer, int op);
+  void replay_ops(int lo, int hi) {
+    for (int i = lo; i < hi; ++i) {
+      const OpRec& r = ops_[i];
+      for (int k = r.allocs; k < r.frees; ++k) alloc(lists_[k], i);
+      for (int k = r.frees; k < r.end; k += 2) free(lists_[k], i);
+    }
+  }
+  void precompute();
+  void fold_run(const PeriodicRun& run);
+  // ---- recording ----
+  void begin_record(Rec& r, int start, int end);
+  void end_record(Rec& r);
+  void touch(int seg, int buffer, int op, bool is_alloc, int block);
+  void capture(int seg, int boundary, std::vector<Entry>& out);
+  void capture_growth(int seg, int period_start, std::vector<Entry>& out);
+  bool dead(int pool, Bytes size) const {
+    for (const auto& [p, s] : min_req_)
+      if (p == pool) return size < s;
+    return true;
+  }
+  // ---- matching and skipping ----
+  bool match(const Rec& a0, const Rec& a, const Rec& b) const;
+  int skip(const Rec& a, const Rec& b, int q, int room);
+
+  MemoryTracker& t_;
+  CachingAllocator& a_;
+  const CompiledProgram& p_;
+  const OpRec* ops_;
+  const int* lists_;
+  const int n_;
+  const bool fold_;
+  int run_begin_ = 0, run_end_ = 0, period_ = 0;
+  int life_ = 0;                        // the longest a buffer of a period lives within the run, in periods
+  Rec* rec_ = nullptr;                  // the memory period being recorded (null: not recording)
+  int stamp_now_ = 0;
+  std::vector<std::pair<int, Bytes>> min_req_;   // per pool: the smallest rounded request of a period
+  std::vector<CachingAllocator::BlockInfo> tmp_;
+};
+
+namespace {
+// Storage kept per thread between replays (a replay allocates nothing once it has grown).
+struct FoldStorage {
+  std::vector<int> free_op, free_idx, alloc_op, alloc_idx;   // per buffer
+  std::vector<int> buffer_of_block;                          // allocator block -> the buffer in it
+  std::vector<int> seg_stamp;                                // segment slot -> the record that last touched it
+  std::vector<int> pile_blocks;
+};
+FoldStorage& storage() {
+  thread_local FoldStorage s;
+  return s;
+}
+}  // namespace
+
+void MemoryTracker::replay(const CompiledProgram& program, bool fold) {
+  fold_stats_ = FoldStats{};
+  MemoryFold f(*this, program, fold);
+  f.run();
+}
+
+void MemoryFold::alloc(int buffer, int op) {
+  FoldStorage& st = storage();
+  if (t_.block_of_[buffer] != kNotLive) [[unlikely]]
+    t_.throw_already_live(buffer, op);
+  const CompiledBuffer& b = t_.bufs_[buffer];
+  const Bytes reserved = a_.stats().reserved;
+  const int block = a_.alloc(b.bytes, b.pool_stream);
+  t_.block_of_[buffer] = block;
+  t_.live_[static_cast<int>(b.category)] += b.bytes;
+  if (block >= 0) {
+    if (static_cast<std::size_t>(block) >= st.buffer_of_block.size()) st.buffer_of_block.resize(2 * block + 64, -1);
+    st.buffer_of_block[block] = buffer;
+  }
+  const AllocatorStats& s = a_.stats();
+  if (s.allocated > t_.peak_allocated_) {
+    t_.peak_allocated_ = s.allocated;
+    t_.live_at_peak_ = t_.live_;
+    t_.reserved_at_peak_ = s.reserved;
+  }
+  if (rec_) {
+    Rec& r = *rec_;
+    if (!r.has_max || s.allocated > r.max_alloc) {
+      r.has_max = true;
+      r.max_alloc = s.allocated;
+      r.live_at_max = t_.live_;
+      r.res_at_max = s.reserved;
+    }
+    if (s.reserved != reserved) {
+      r.has_malloc = true;
+      r.max_res = std::max(r.max_res, s.reserved);
+    }
+    if (block >= 0) touch(a_.block_segment(block), buffer, op, true, block);
+  }
+}
+
+void MemoryFold::free(int buffer, int op) {
+  const int block = t_.block_of_[buffer];
+  if (block == kNotLive) [[unlikely]]
+    t_.throw_not_live(buffer, op);
+  if (rec_ && block >= 0) touch(a_.block_segment(block), buffer, op, false, block);
+  a_.free_live(block);
+  t_.block_of_[buffer] = kNotLive;
+  const CompiledBuffer& b = t_.bufs_[buffer];
+  t_.live_[static_cast<int>(b.category)] -= b.bytes;
+}
+
+// Where every buffer is allocated and freed (op, list index): roles are named by them.
+void MemoryFold::precompute() {
+  FoldStorage& st = storage();
+  const int nb = static_cast<int>(p_.buffers.size());
+  st.free_op.assign(nb, kNever);
+  st.free_idx.resize(nb);
+  st.alloc_op.assign(nb, -1);
+  st.alloc_idx.resize(nb);
+  for (int i = 0; i < n_; ++i) {
+    const OpRec& r = ops_[i];
+    for (int k = r.allocs; k < r.frees; ++k) {
+      st.alloc_op[lists_[k]] = i;
+      st.alloc_idx[lists_[k]] = k - r.allocs;
+    }
+    for (int k = r.frees; k < r.end; k += 2) {
+      st.free_op[lists_[k]] = i;
+      st.free_idx[lists_[k]] = (k - r.frees) / 2;
+    }
+  }
+}
+
+void MemoryFold::run() {
+  if (!fold_ || p_.runs.empty()) {
+    replay_ops(0, n_);
+    return;
+  }
+  precompute();
+  FoldStorage& st = storage();
+  st.seg_stamp.assign(static_cast<std::size_t>(a_.num_segment_slots()) + 64, -100);
+  int x = 0;
+  for (const PeriodicRun& run : p_.runs) {
+    if (run.begin < x || run.period < 1 || run.count < 4) continue;   // (nested in a run done, or too short)
+    replay_ops(x, run.begin);
+    fold_run(run);
+    x = run.begin + run.period * run.count;
+  }
+  replay_ops(x, n_);
+}
+
+void MemoryFold::begin_record(Rec& r, int start, int end) {
+  r.start = start;
+  r.end = end;
+  r.segs_at_start = a_.num_segment_slots();
+  r.foldable = true;
+  r.touches.clear();
+  r.has_max = r.has_malloc = false;
+  r.max_res = 0;
+  ++stamp_now_;
+  rec_ = &r;
+}
+
+void MemoryFold::touch(int seg, int buffer, int op, bool is_alloc, int block) {
+  FoldStorage& st = storage();
+  if (static_cast<std::size_t>(seg) >= st.seg_stamp.size()) st.seg_stamp.resize(2 * seg + 64, -100);
+  int& stamp = st.seg_stamp[static_cast<std::size_t>(seg)];
+  if (stamp == stamp_now_) return;   // touched before in this memory period
+  Rec& r = *rec_;
+  Touch t;
+  t.seg = seg;
+  t.seg_base = a_.segment_base(seg);
+  t.seg_size = a_.segment_size(seg);
+  t.pool = a_.segment_pool(seg);
+  if (seg >= r.segs_at_start) {
+    t.kind = kGrowth;
+  } else if (stamp == stamp_now_ - 1) {
+    t.kind = kCyclic;
+  } else if (!is_alloc) {
+    // The first free in a segment the previous memory period left alone: its layout before the free.
+    t.kind = kConsumed;
+    t.event = op - r.start;
+    t.index = st.free_idx[buffer];
+    capture(seg, r.start, t.before);
+  } else {
+    // An allocation from a segment the previous memory period left alone: it must have been a whole
+    // free segment (the block at its front, the rest free after it).
+    t.kind = kPile;
+    t.event = op - r.start;
+    t.index = st.alloc_idx[buffer];
+    tmp_.clear();
+    a_.segment_blocks(seg, tmp_);
+    const bool whole = tmp_.size() <= 2 && tmp_[0].block == block && (tmp_.size() == 1 || tmp_[1].free);
+    if (!whole) r.foldable = false;
+  }
+  stamp = stamp_now_;
+  r.touches.push_back(std::move(t));
+}
+
+// seg's blocks in address order; an allocated block's buffer by its role relative to op `boundary`.
+void MemoryFold::capture(int seg, int boundary, std::vector<Entry>& out) {
+  const FoldStorage& st = storage();
+  out.clear();
+  tmp_.clear();
+  a_.segment_blocks(seg, tmp_);
+  for (const auto& bi : tmp_) {
+    Entry e;
+    e.size = bi.size;
+    e.requested = bi.requested;
+    if (!bi.free) {
+      const int buf = st.buffer_of_block[bi.block];
+      if (st.free_op[buf] < run_end_) {
+        e.role = 1;
+        e.a = st.free_op[buf] - boundary;
+        e.b = st.free_idx[buf];
+      } else {
+        e.role = 2;
+        e.a = buf;
+      }
+    }
+    out.push_back(e);
+  }
+}
+
+// A growth segment's blocks: an allocated block's buffer by where it was allocated (relative to the
+// period's first op); it must outlive the run (checked when skipping).
+void MemoryFold::capture_growth(int seg, int period_start, std::vector<Entry>& out) {
+  const FoldStorage& st = storage();
+  out.clear();
+  tmp_.clear();
+  a_.segment_blocks(seg, tmp_);
+  for (const auto& bi : tmp_) {
+    Entry e;
+    e.size = bi.size;
+    e.requested = bi.requested;
+    if (!bi.free) {
+      const int buf = st.buffer_of_block[bi.block];
+      e.role = 3;
+      e.a = st.alloc_op[buf] - period_start;
+      e.b = st.alloc_idx[buf];
+      if (st.alloc_op[buf] < period_start || st.free_op[buf] < run_end_) rec_->foldable = false;
+    }
+    out.push_back(e);
+  }
+}
+
+void MemoryFold::end_record(Rec& r) {
+  // Every buffer of the run still live here and freed later in the run must sit in a segment this
+  // memory period touched (a cyclic one, whose buffers the skip renames): a buffer resting in an
+  // untouched segment (buffers rotating among more segments than the memory period spans) would be
+  // left behind by a skip. Such buffers were allocated at most `life_` periods ago.
+  {
+    const FoldStorage& st = storage();
+    for (int i = std::max(run_begin_, r.end - (life_ + 1) * period_); i < r.end && r.foldable; ++i) {
+      const OpRec& op = ops_[i];
+      for (int k = op.allocs; k < op.frees; ++k) {
+        const int buf = lists_[k];
+        const int blk = t_.block_of_[buf];
+        if (blk < 0 || st.free_op[buf] >= run_end_) continue;
+        if (st.seg_stamp[static_cast<std::size_t>(a_.block_segment(blk))] != stamp_now_) {
+          r.foldable = false;
+          break;
+        }
+      }
+    }
+  }
+  for (Touch& t : r.touches) {
+    if (!a_.segment_live(t.seg)) {
+      r.foldable = false;   // released (a cudaMalloc retry): not a pattern to repeat
+      continue;
+    }
+    // (growth and pile segments keep their new buffers beyond the run: named by where they were allocated)
+    if (t.kind == kGrowth || t.kind == kPile) capture_growth(t.seg, r.start, t.after);
+    else capture(t.seg, r.end, t.after);
+  }
+  r.stats = a_.stats();
+  r.live = t_.live_;
+  r.next_addr = a_.next_address();
+  rec_ = nullptr;
+}
+
+// b repeats a, which repeated a0 (consecutive memory periods of one length).
+bool MemoryFold::match(const Rec& a0, const Rec& a, const Rec& b) const {
+  if (!a.foldable || !b.foldable || a.touches.size() != b.touches.size()) return false;
+  const Bytes dnext = b.next_addr - a.next_addr;
+  for (std::size_t k = 0; k < a.touches.size(); ++k) {
+    const Touch& x = a.touches[k];
+    const Touch& y = b.touches[k];
+    if (x.kind != y.kind || x.pool != y.pool || x.seg_size != y.seg_size || x.event != y.event || x.index != y.index ||
+        !(x.after == y.after) || !(x.before == y.before))
+      return false;
+    switch (x.kind) {
+      case kCyclic:
+        if (x.seg != y.seg) return false;
+        break;
+      case kGrowth:
+        if (y.seg_base - x.seg_base != dnext) return false;
+        for (const Entry& e : y.after)
+          if (e.role == 0 && !dead(y.pool, e.size)) return false;
+        break;
+      case kConsumed:
+      case kPile:
+        if (x.kind == kPile && y.seg_base <= x.seg_base) return false;   // (piles are taken in address order)
+        for (const Entry& e : y.after)
+          if (e.role == 0 && !dead(y.pool, e.size)) return false;
+        break;
+    }
+  }
+  // The same statistics deltas twice (allocated etc. move by the same amount every memory period).
+  const AllocatorStats &s0 = a0.stats, &s1 = a.stats, &s2 = b.stats;
+  auto same = [](Bytes v0, Bytes v1, Bytes v2) { return v2 - v1 == v1 - v0; };
+  if (!same(s0.allocated, s1.allocated, s2.allocated) || !same(s0.requested, s1.requested, s2.requested) ||
+      !same(s0.reserved, s1.reserved, s2.reserved) || !same(s0.num_allocs, s1.num_allocs, s2.num_allocs) ||
+      !same(s0.num_device_alloc, s1.num_device_alloc, s2.num_device_alloc) || s1.num_device_free != s2.num_device_free ||
+      s1.num_alloc_retries != s2.num_alloc_retries || s1.num_ooms != s2.num_ooms || s2.pending != 0 ||
+      !same(a0.next_addr, a.next_addr, b.next_addr))
+    return false;
+  for (int c = 0; c < kNumMemCategories; ++c)
+    if (!same(a0.live[c], a.live[c], b.live[c])) return false;
+  if (a.has_max != b.has_max || a.has_malloc != b.has_malloc) return false;
+  if (b.has_max && (b.max_alloc - a.max_alloc != s2.allocated - s1.allocated || b.res_at_max - a.res_at_max != s2.reserved - s1.reserved))
+    return false;
+  if (b.has_malloc && b.max_res - a.max_res != s2.reserved - s1.reserved) return false;
+  return true;
+}
+
+// Skips up to `room` memory periods of q periods after b (which repeated a); returns how many it skipped.
+int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
+  FoldStorage& st = storage();
+  const int span = q * period_;             // ops per memory period
+  const int x = b.end;                      // the boundary after b
+  const AllocatorStats& sb = b.stats;
+  const Bytes d_alloc = sb.allocated - a.stats.allocated, d_res = sb.reserved - a.stats.reserved;
+  int m = room;
+  // Every cudaMalloc stays within the capacity (reserved + its size, at most b's max_res + i*d_res).
+  const Bytes cap = a_.config().capacity;
+  if (cap > 0 && b.has_malloc) {
+    if (b.max_res > cap) return 0;
+    if (d_res > 0) m = std::min<long long>(m, (cap - b.max_res) / d_res);
+  }
+  // The cyclic segments' buffers at the end must name ops inside the run.
+  for (const Touch& t : b.touches)
+    if (t.kind == kCyclic)
+      for (const Entry& e : t.after)
+        if (e.role == 1) m = std::min<long long>(m, (run_end_ - 1 - x - e.a) / span);
+  // Pile segments: enough cached whole segments of the size, and no other free block of that size.
+  int piles = 0;
+  Bytes pile_size = 0;
+  int pile_pool = -1;
+  for (const Touch& t : b.touches) {
+    if (t.kind != kPile) continue;
+    if (piles > 0 && (t.seg_size != pile_size || t.pool != pile_pool)) return 0;   // (one kind of pile)
+    pile_size = t.seg_size;
+    pile_pool = t.pool;
+    ++piles;
+  }
+  if (piles > 0) {
+    a_.free_blocks_of_size(pile_pool, pile_size, st.pile_blocks);
+    for (int blk : st.pile_blocks)
+      if (!a_.block_is_whole_segment(blk)) return 0;
+    m = std::min<int>(m, static_cast<int>(st.pile_blocks.size()) / piles);
+  }
+  // Per skipped memory period: the consumed frees' blocks have b's layout; growth buffers outlive the run.
+  std::vector<Entry> lay;
+  int ok = 0;
+  for (int i = 1; i <= m; ++i) {
+    const int base = x + (i - 1) * span;
+    bool good = true;
+    for (const Touch& t : b.touches) {
+      if (t.kind == kConsumed) {
+        const int op = base + t.event;
+        const int buf = lists_[ops_[op].frees + 2 * t.index];
+        const int blk = t_.block_of_[buf];
+        if (blk < 0) { good = false; break; }
+        const int seg = a_.block_segment(blk);
+        if (st.seg_stamp[static_cast<std::size_t>(seg)] >= stamp_now_ - 1) { good = false; break; }   // (b touched it)
+        capture(seg, base, lay);
+        if (!(lay == t.before)) { good = false; break; }
+      } else if (t.kind == kGrowth) {
+        for (const Entry& e : t.after) {
+          if (e.role != 3) continue;
+          const int op = base + e.a;
+          const int buf = lists_[ops_[op].allocs + e.b];
+          if (st.free_op[buf] < run_end_ || t_.block_of_[buf] != kNotLive) { good = false; break; }
+        }
+        if (!good) break;
+      }
+    }
+    if (!good) break;
+    ok = i;
+  }
+  m = ok;
+  if (m < 1) return 0;
+  const int x_end = x + m * span;
+  // The cyclic segments' buffers at the end are not live now (else they would sit in two blocks).
+  for (const Touch& t : b.touches)
+    if (t.kind == kCyclic)
+      for (const Entry& e : t.after)
+        if (e.role == 1 && t_.block_of_[lists_[ops_[x_end + e.a].frees + 2 * e.b]] != kNotLive) return 0;
+
+  // ---- apply: the skipped periods' consumed frees, pile allocations and growth segments, in order ----
+  int pile_next = 0;
+  std::vector<std::pair<Bytes, Bytes>> blocks;
+  std::vector<int> ids;
+  for (int i = 1; i <= m; ++i) {
+    const int base = x + (i - 1) * span;
+    for (const Touch& t : b.touches) {
+      if (t.kind == kConsumed) {
+        const int buf = lists_[ops_[base + t.event].frees + 2 * t.index];
+        a_.free_live(t_.block_of_[buf]);
+        t_.block_of_[buf] = kNotLive;
+      } else if (t.kind == kPile) {
+        const int buf = lists_[ops_[base + t.event].allocs + t.index];
+        const int blk = a_.alloc_from(st.pile_blocks[static_cast<std::size_t>(pile_next++)], t_.bufs_[buf].bytes);
+        t_.block_of_[buf] = blk;
+        if (static_cast<std::size_t>(blk) >= st.buffer_of_block.size()) st.buffer_of_block.resize(2 * blk + 64, -1);
+        st.buffer_of_block[blk] = buf;
+      } else if (t.kind == kGrowth) {
+        blocks.clear();
+        for (const Entry& e : t.after) blocks.emplace_back(e.size, e.role == 3 ? e.requested : 0);
+        a_.append_segment(t.pool, t.seg_size, blocks, ids);
+        for (std::size_t k = 0; k < t.after.size(); ++k) {
+          const Entry& e = t.after[k];
+          if (e.role != 3) continue;
+          const int buf = lists_[ops_[base + e.a].allocs + e.b];
+          t_.block_of_[buf] = ids[k];
+          if (static_cast<std::size_t>(ids[k]) >= st.buffer_of_block.size()) st.buffer_of_block.resize(2 * ids[k] + 64, -1);
+          st.buffer_of_block[ids[k]] = buf;
+        }
+      }
+    }
+  }
+  // The cyclic segments: the same layouts, each buffer renamed to the one in its role m periods on.
+  for (const Touch& t : b.touches) {
+    if (t.kind != kCyclic) continue;
+    tmp_.clear();
+    a_.segment_blocks(t.seg, tmp_);
+    for (std::size_t k = 0; k < tmp_.size(); ++k) {
+      const Entry& e = t.after[k];
+      if (e.role != 1) continue;
+      const int blk = tmp_[k].block;
+      const int old_buf = st.buffer_of_block[blk];
+      const int new_buf = lists_[ops_[x_end + e.a].frees + 2 * e.b];
+      t_.block_of_[old_buf] = kNotLive;
+      t_.block_of_[new_buf] = blk;
+      st.buffer_of_block[blk] = new_buf;
+    }
+  }
+  // Statistics: m deltas on; the peaks where the last skipped period's maxima lie.
+  AllocatorStats s = sb;
+  const AllocatorStats& sa = a.stats;
+  s.allocated += m * d_alloc;
+  s.requested += m * (sb.requested - sa.requested);
+  s.reserved += m * d_res;
+  s.num_allocs += m * (sb.num_allocs - sa.num_allocs);
+  s.num_device_alloc += m * (sb.num_device_alloc - sa.num_device_alloc);
+  if (b.has_max && d_alloc > 0) {
+    const Bytes peak = b.max_alloc + m * d_alloc;
+    s.peak_allocated = std::max(s.peak_allocated, peak);
+    if (peak > t_.peak_allocated_) {
+      t_.peak_allocated_ = peak;
+      for (int c = 0; c < kNumMemCategories; ++c) t_.live_at_peak_[c] = b.live_at_max[c] + m * (b.live[c] - a.live[c]);
+      t_.reserved_at_peak_ = b.res_at_max + m * d_res;
+    }
+  }
+  if (b.has_malloc && d_res > 0) s.peak_reserved = std::max(s.peak_reserved, b.max_res + m * d_res);
+  a_.set_stats(s);
+  for (int c = 0; c < kNumMemCategories; ++c) t_.live_[c] = b.live[c] + m * (b.live[c] - a.live[c]);
+  ++t_.fold_stats_.jumps;
+  t_.fold_stats_.periods_skipped += m * q;
+  return m;
+}
+
+void MemoryFold::fold_run(const PeriodicRun& run) {
+  period_ = run.period;
+  run_begin_ = run.begin;
+  run_end_ = run.begin + run.period * run.count;
+  const FoldStorage& st = storage();
+  life_ = 0;
+  for (int i = run.begin; i < run.begin + run.period; ++i)
+    for (int k = ops_[i].allocs; k < ops_[i].frees; ++k) {
+      const int f = st.free_op[lists_[k]];
+      if (f < run_end_) life_ = std::max(life_, (f - i) / run.period + 1);
+    }
+  // Dead sizes: a free block smaller than every request of its pool in a period is never taken.
+  min_req_.clear();
+  for (int i = run.begin; i < run.begin + run.period; ++i) {
+    const OpRec& r = ops_[i];
+    for (int k = r.allocs; k < r.frees; ++k) {
+      const CompiledBuffer& b = t_.bufs_[lists_[k]];
+      if (b.bytes <= 0) continue;
+      const int pool = CachingAllocator::request_pool(b.bytes, b.pool_stream);
+      const Bytes size = CachingAllocator::round_size(b.bytes);
+      auto it = std::find_if(min_req_.begin(), min_req_.end(), [&](const auto& e) { return e.first == pool; });
+      if (it == min_req_.end()) min_req_.emplace_back(pool, size);
+      else it->second = std::min(it->second, size);
+    }
+  }
+  // Memory periods of q = 1 period first; then 2 (double-buffered layouts), and as many periods as a
+  // buffer lives (buffers rotating among that many segments), each given a few memory periods to match.
+  thread_local Rec recs[3];
+  int x = run.begin;
+  int qs[4] = {1, 2, life_, life_ + 1};
+  for (int qi = 0; qi < 4; ++qi) {
+    const int q = qs[qi];
+    if (q < 1 || q > 8 || (qi > 0 && q <= *std::max_element(qs, qs + qi))) continue;
+    const int span = q * run.period;
+    int have = 0;   // consecutive records in recs (oldest first, at most 3)
+    for (int tries = 0; x + span <= run_end_ && tries < 4; ++tries) {
+      if (have == 3) std::rotate(recs, recs + 1, recs + 3);   // (the oldest's storage is reused)
+      Rec& r = recs[have < 3 ? have : 2];
+      begin_record(r, x, x + span);
+      replay_ops(x, x + span);
+      end_record(r);
+      x += span;
+      if (have < 3) ++have;
+      if (have == 3 && match(recs[0], recs[1], recs[2])) {
+        const int room = (run_end_ - x) / span;
+        const int m = room > 0 ? skip(recs[1], recs[2], q, room) : 0;
+        if (m > 0) {
+          x += m * span;
+          replay_ops(x, run_end_);   // the rest of the run, call by call
+          return;
+        }
+      }
+    }
+  }
+  replay_ops(x, run_end_);
+}
+
+}  // namespace fsdpsim::sim

@@ -1,0 +1,62 @@
+// Random plans for the differential tests (tests/sim/test_stretch.cpp, test_memory_fold.cpp): every
+// plan key with a spread of values, some combinations invalid for the cluster on purpose.
+#pragma once
+#include <initializer_list>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace fsdpsim::sim {
+
+// A random plan as JSON text; some are invalid for the cluster (simulate() then throws InputError, the
+// same with the stretch on and off).
+inline std::string random_plan(std::mt19937& rng, int gpus, int gpus_per_node) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto one = [&](std::initializer_list<const char*> v) { return std::string(*(v.begin() + pick(0, static_cast<int>(v.size()) - 1))); };
+  nlohmann::json j;
+  const bool fsdp1 = pick(0, 2) == 0;
+  j["fsdp_version"] = fsdp1 ? 1 : 2;
+  if (fsdp1) {
+    j["sharding_strategy"] = one({"FULL_SHARD", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"});
+    j["backward_prefetch"] = one({"BACKWARD_PRE", "BACKWARD_POST", "NONE"});
+    j["forward_prefetch"] = pick(0, 1) == 1;
+    j["limit_all_gathers"] = pick(0, 1) == 1;
+    j["use_orig_params"] = pick(0, 3) != 0;
+  } else {
+    const int r = pick(0, 4);
+    if (r == 1) j["reshard_after_forward"] = false;
+    if (r == 2 && gpus_per_node > 1 && gpus > gpus_per_node) j["reshard_after_forward"] = gpus_per_node;
+    if (pick(0, 3) == 0) j["prefetch_depth"] = pick(1, 3);
+    if (pick(0, 4) == 0) j["forward_prefetch"] = true;
+    if (pick(0, 5) == 0) j["sharding_strategy"] = one({"HYBRID_SHARD", "NO_SHARD", "_HYBRID_SHARD_ZERO2"});
+    if (pick(0, 5) == 0) j["fp8_all_gather"] = true;
+  }
+  if (gpus > gpus_per_node && pick(0, 2) == 0) j["mesh"] = {{"replicate", gpus / gpus_per_node}, {"shard", gpus_per_node}};
+  const int ac = pick(0, 6);
+  if (ac == 1) j["activation_checkpointing"] = "full";
+  if (ac == 2) j["activation_checkpointing"] = "selective_op";
+  if (ac == 3) j["activation_checkpointing"] = "every_" + std::to_string(pick(2, 4));
+  if (ac == 4) j["activation_checkpointing"] = {{"mode", "full"}, {"outside_fsdp", true}};
+  if (pick(0, 3) == 0) j["param_dtype"] = one({"fp32", "fp16", "bf16"});
+  if (pick(0, 3) == 0) j["reduce_dtype"] = one({"bf16", "fp16", "fp32"});
+  if (pick(0, 5) == 0) j["master_weights_dtype"] = "bf16";
+  j["micro_batch"] = pick(1, 4);
+  j["seq_len"] = 512 * pick(1, 16);
+  j["grad_accum"] = pick(1, 4);
+  j["grad_sync"] = pick(0, 1) == 1;
+  const int off = pick(0, 9);
+  if (off == 1) j["cpu_offload"] = true;
+  if (off == 2) j["cpu_offload"] = {{"params", false}, {"optimizer", true}};
+  if (pick(0, 5) == 0) j["trainable_fraction"] = 0.05 * pick(1, 10);
+  if (pick(0, 3) == 0) j["optimizer"] = "sgd";
+  const int w = pick(0, 7);
+  if (w == 1) j["auto_wrap_policy"] = {{"min_num_params", 100000000LL * pick(1, 8)}};
+  if (w == 2) j["auto_wrap_policy"] = "none";
+  if (w == 3) j["auto_wrap_policy"] = {{"modules", {"layers.*", "embed_tokens", "lm_head"}}};
+  if (pick(0, 3) == 0) j["cross_entropy"] = one({"fused", "fused_linear"});
+  return j.dump();
+}
+
+
+}  // namespace fsdpsim::sim
