@@ -34,6 +34,7 @@
 // replay without skipping.
 #include <algorithm>
 #include <climits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -72,7 +73,18 @@ class MemoryFold {
     int start = 0, end = 0;            // ops
     int segs_at_start = 0;
     bool foldable = true;
-    std::vector<Touch> touches;        // in first-touch order
+    std::vector<Touch> touch_store;    // the first n_touches, in first-touch order (storage reused)
+    int n_touches = 0;
+    std::span<Touch> touches() { return {touch_store.data(), static_cast<std::size_t>(n_touches)}; }
+    std::span<const Touch> touches() const { return {touch_store.data(), static_cast<std::size_t>(n_touches)}; }
+    Touch& add_touch() {
+      if (n_touches == static_cast<int>(touch_store.size())) touch_store.emplace_back();
+      Touch& t = touch_store[static_cast<std::size_t>(n_touches++)];
+      t.before.clear();
+      t.after.clear();
+      t.event = t.index = 0;
+      return t;
+    }
     AllocatorStats stats;              // at the end
     std::array<Bytes, kNumMemCategories> live{};
     Bytes next_addr = 0;
@@ -94,6 +106,8 @@ class MemoryFold {
     }
   }
   void precompute();
+  int free_index(int op, int buffer) const;
+  int alloc_index(int op, int buffer) const;
   void fold_run(const PeriodicRun& run);
   // ---- recording ----
   void begin_record(Rec& r, int start, int end);
@@ -128,7 +142,7 @@ class MemoryFold {
 namespace {
 // Storage kept per thread between replays (a replay allocates nothing once it has grown).
 struct FoldStorage {
-  std::vector<int> free_op, free_idx, alloc_op, alloc_idx;   // per buffer
+  std::vector<int> free_op, alloc_op;                        // per buffer: the op freeing / allocating it
   std::vector<int> buffer_of_block;                          // allocator block -> the buffer in it
   std::vector<int> seg_stamp;                                // segment slot -> the record that last touched it
   std::vector<int> pile_blocks;
@@ -196,20 +210,28 @@ void MemoryFold::precompute() {
   FoldStorage& st = storage();
   const int nb = static_cast<int>(p_.buffers.size());
   st.free_op.assign(nb, kNever);
-  st.free_idx.resize(nb);
   st.alloc_op.assign(nb, -1);
-  st.alloc_idx.resize(nb);
+  int* free_op = st.free_op.data();
+  int* alloc_op = st.alloc_op.data();
   for (int i = 0; i < n_; ++i) {
     const OpRec& r = ops_[i];
-    for (int k = r.allocs; k < r.frees; ++k) {
-      st.alloc_op[lists_[k]] = i;
-      st.alloc_idx[lists_[k]] = k - r.allocs;
-    }
-    for (int k = r.frees; k < r.end; k += 2) {
-      st.free_op[lists_[k]] = i;
-      st.free_idx[lists_[k]] = (k - r.frees) / 2;
-    }
+    for (int k = r.allocs; k < r.frees; ++k) alloc_op[lists_[k]] = i;
+    for (int k = r.frees; k < r.end; k += 2) free_op[lists_[k]] = i;
   }
+}
+
+// The position of `buffer` in op's free list (pairs) / alloc list.
+int MemoryFold::free_index(int op, int buffer) const {
+  const OpRec& r = ops_[op];
+  for (int k = r.frees; k < r.end; k += 2)
+    if (lists_[k] == buffer) return (k - r.frees) / 2;
+  return -1;
+}
+int MemoryFold::alloc_index(int op, int buffer) const {
+  const OpRec& r = ops_[op];
+  for (int k = r.allocs; k < r.frees; ++k)
+    if (lists_[k] == buffer) return k - r.allocs;
+  return -1;
 }
 
 void MemoryFold::run() {
@@ -235,7 +257,7 @@ void MemoryFold::begin_record(Rec& r, int start, int end) {
   r.end = end;
   r.segs_at_start = a_.num_segment_slots();
   r.foldable = true;
-  r.touches.clear();
+  r.n_touches = 0;
   r.has_max = r.has_malloc = false;
   r.max_res = 0;
   ++stamp_now_;
@@ -248,7 +270,7 @@ void MemoryFold::touch(int seg, int buffer, int op, bool is_alloc, int block) {
   int& stamp = st.seg_stamp[static_cast<std::size_t>(seg)];
   if (stamp == stamp_now_) return;   // touched before in this memory period
   Rec& r = *rec_;
-  Touch t;
+  Touch& t = r.add_touch();
   t.seg = seg;
   t.seg_base = a_.segment_base(seg);
   t.seg_size = a_.segment_size(seg);
@@ -261,21 +283,20 @@ void MemoryFold::touch(int seg, int buffer, int op, bool is_alloc, int block) {
     // The first free in a segment the previous memory period left alone: its layout before the free.
     t.kind = kConsumed;
     t.event = op - r.start;
-    t.index = st.free_idx[buffer];
+    t.index = free_index(op, buffer);
     capture(seg, r.start, t.before);
   } else {
     // An allocation from a segment the previous memory period left alone: it must have been a whole
     // free segment (the block at its front, the rest free after it).
     t.kind = kPile;
     t.event = op - r.start;
-    t.index = st.alloc_idx[buffer];
+    t.index = alloc_index(op, buffer);
     tmp_.clear();
     a_.segment_blocks(seg, tmp_);
     const bool whole = tmp_.size() <= 2 && tmp_[0].block == block && (tmp_.size() == 1 || tmp_[1].free);
     if (!whole) r.foldable = false;
   }
   stamp = stamp_now_;
-  r.touches.push_back(std::move(t));
 }
 
 // seg's blocks in address order; an allocated block's buffer by its role relative to op `boundary`.
@@ -293,7 +314,7 @@ void MemoryFold::capture(int seg, int boundary, std::vector<Entry>& out) {
       if (st.free_op[buf] < run_end_) {
         e.role = 1;
         e.a = st.free_op[buf] - boundary;
-        e.b = st.free_idx[buf];
+        e.b = free_index(st.free_op[buf], buf);
       } else {
         e.role = 2;
         e.a = buf;
@@ -318,7 +339,7 @@ void MemoryFold::capture_growth(int seg, int period_start, std::vector<Entry>& o
       const int buf = st.buffer_of_block[bi.block];
       e.role = 3;
       e.a = st.alloc_op[buf] - period_start;
-      e.b = st.alloc_idx[buf];
+      e.b = alloc_index(st.alloc_op[buf], buf);
       if (st.alloc_op[buf] < period_start || st.free_op[buf] < run_end_) rec_->foldable = false;
     }
     out.push_back(e);
@@ -345,7 +366,7 @@ void MemoryFold::end_record(Rec& r) {
       }
     }
   }
-  for (Touch& t : r.touches) {
+  for (Touch& t : r.touches()) {
     if (!a_.segment_live(t.seg)) {
       r.foldable = false;   // released (a cudaMalloc retry): not a pattern to repeat
       continue;
@@ -362,11 +383,11 @@ void MemoryFold::end_record(Rec& r) {
 
 // b repeats a, which repeated a0 (consecutive memory periods of one length).
 bool MemoryFold::match(const Rec& a0, const Rec& a, const Rec& b) const {
-  if (!a.foldable || !b.foldable || a.touches.size() != b.touches.size()) return false;
+  if (!a.foldable || !b.foldable || a.n_touches != b.n_touches) return false;
   const Bytes dnext = b.next_addr - a.next_addr;
-  for (std::size_t k = 0; k < a.touches.size(); ++k) {
-    const Touch& x = a.touches[k];
-    const Touch& y = b.touches[k];
+  for (int k = 0; k < a.n_touches; ++k) {
+    const Touch& x = a.touch_store[static_cast<std::size_t>(k)];
+    const Touch& y = b.touch_store[static_cast<std::size_t>(k)];
     if (x.kind != y.kind || x.pool != y.pool || x.seg_size != y.seg_size || x.event != y.event || x.index != y.index ||
         !(x.after == y.after) || !(x.before == y.before))
       return false;
@@ -420,7 +441,7 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
     if (d_res > 0) m = std::min<long long>(m, (cap - b.max_res) / d_res);
   }
   // The cyclic segments' buffers at the end must name ops inside the run.
-  for (const Touch& t : b.touches)
+  for (const Touch& t : b.touches())
     if (t.kind == kCyclic)
       for (const Entry& e : t.after)
         if (e.role == 1) m = std::min<long long>(m, (run_end_ - 1 - x - e.a) / span);
@@ -428,7 +449,7 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
   int piles = 0;
   Bytes pile_size = 0;
   int pile_pool = -1;
-  for (const Touch& t : b.touches) {
+  for (const Touch& t : b.touches()) {
     if (t.kind != kPile) continue;
     if (piles > 0 && (t.seg_size != pile_size || t.pool != pile_pool)) return 0;   // (one kind of pile)
     pile_size = t.seg_size;
@@ -447,7 +468,7 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
   for (int i = 1; i <= m; ++i) {
     const int base = x + (i - 1) * span;
     bool good = true;
-    for (const Touch& t : b.touches) {
+    for (const Touch& t : b.touches()) {
       if (t.kind == kConsumed) {
         const int op = base + t.event;
         const int buf = lists_[ops_[op].frees + 2 * t.index];
@@ -474,7 +495,7 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
   if (m < 1) return 0;
   const int x_end = x + m * span;
   // The cyclic segments' buffers at the end are not live now (else they would sit in two blocks).
-  for (const Touch& t : b.touches)
+  for (const Touch& t : b.touches())
     if (t.kind == kCyclic)
       for (const Entry& e : t.after)
         if (e.role == 1 && t_.block_of_[lists_[ops_[x_end + e.a].frees + 2 * e.b]] != kNotLive) return 0;
@@ -485,7 +506,7 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
   std::vector<int> ids;
   for (int i = 1; i <= m; ++i) {
     const int base = x + (i - 1) * span;
-    for (const Touch& t : b.touches) {
+    for (const Touch& t : b.touches()) {
       if (t.kind == kConsumed) {
         const int buf = lists_[ops_[base + t.event].frees + 2 * t.index];
         a_.free_live(t_.block_of_[buf]);
@@ -512,7 +533,7 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
     }
   }
   // The cyclic segments: the same layouts, each buffer renamed to the one in its role m periods on.
-  for (const Touch& t : b.touches) {
+  for (const Touch& t : b.touches()) {
     if (t.kind != kCyclic) continue;
     tmp_.clear();
     a_.segment_blocks(t.seg, tmp_);
@@ -587,7 +608,7 @@ void MemoryFold::fold_run(const PeriodicRun& run) {
     if (q < 1 || q > 8 || (qi > 0 && q <= *std::max_element(qs, qs + qi))) continue;
     const int span = q * run.period;
     int have = 0;   // consecutive records in recs (oldest first, at most 3)
-    for (int tries = 0; x + span <= run_end_ && tries < 4; ++tries) {
+    for (int tries = 0; x + span <= run_end_ && tries < (q == 1 ? 3 : 4); ++tries) {
       if (have == 3) std::rotate(recs, recs + 1, recs + 3);   // (the oldest's storage is reused)
       Rec& r = recs[have < 3 ? have : 2];
       begin_record(r, x, x + span);
