@@ -133,6 +133,7 @@ class MemoryFold {
   const bool fold_;
   int run_begin_ = 0, run_end_ = 0, period_ = 0;
   int life_ = 0;                        // the longest a buffer of a period lives within the run, in periods
+  bool hopeless_ = false;               // the run shows a pattern no memory period matches
   Rec* rec_ = nullptr;                  // the memory period being recorded (null: not recording)
   int stamp_now_ = 0;
   std::vector<std::pair<int, Bytes>> min_req_;   // per pool: the smallest rounded request of a period
@@ -372,8 +373,17 @@ void MemoryFold::end_record(Rec& r) {
       continue;
     }
     // (growth and pile segments keep their new buffers beyond the run: named by where they were allocated)
-    if (t.kind == kGrowth || t.kind == kPile) capture_growth(t.seg, r.start, t.after);
-    else capture(t.seg, r.end, t.after);
+    if (t.kind == kGrowth || t.kind == kPile) {
+      capture_growth(t.seg, r.start, t.after);
+    } else {
+      capture(t.seg, r.end, t.after);
+      // A buffer of this period that outlives the run, in a segment reused every period (accumulated
+      // no_sync gradients carved from cached segments): not a shape the skip knows; no memory period
+      // length will match, so the run is replayed call by call from here.
+      if (t.kind == kCyclic)
+        for (const Entry& e : t.after)
+          if (e.role == 2 && storage().alloc_op[e.a] >= r.start) hopeless_ = true;
+    }
   }
   r.stats = a_.stats();
   r.live = t_.live_;
@@ -600,15 +610,22 @@ void MemoryFold::fold_run(const PeriodicRun& run) {
   }
   // Memory periods of q = 1 period first; then 2 (double-buffered layouts), and as many periods as a
   // buffer lives (buffers rotating among that many segments), each given a few memory periods to match.
+  // Recording costs more than replaying, so a run too short to repay it, or one that shows a pattern no
+  // q matches, is replayed call by call.
   thread_local Rec recs[3];
   int x = run.begin;
+  hopeless_ = false;
+  if (run.count < 16) {
+    replay_ops(x, run_end_);
+    return;
+  }
   int qs[4] = {1, 2, life_, life_ + 1};
   for (int qi = 0; qi < 4; ++qi) {
     const int q = qs[qi];
     if (q < 1 || q > 8 || (qi > 0 && q <= *std::max_element(qs, qs + qi))) continue;
     const int span = q * run.period;
     int have = 0;   // consecutive records in recs (oldest first, at most 3)
-    for (int tries = 0; x + span <= run_end_ && tries < (q == 1 ? 3 : 4); ++tries) {
+    for (int tries = 0; x + span <= run_end_ && tries < (q == 1 ? 4 : 3) && !hopeless_; ++tries) {
       if (have == 3) std::rotate(recs, recs + 1, recs + 3);   // (the oldest's storage is reused)
       Rec& r = recs[have < 3 ? have : 2];
       begin_record(r, x, x + span);
