@@ -639,6 +639,9 @@ std::string CachingAllocator::canonical_state() const {
   }
   for (std::size_t pi = 0; pi < pools_.size(); ++pi) {
     const Pool& p = pools_[pi];
+    bool empty = p.whole == 0;
+    for (const auto& v : p.lists) empty = empty && v.empty();
+    if (empty) continue;   // (a reset allocator keeps its pools, empty: nothing observable)
     out += "pool " + std::to_string(pi) + " whole " + std::to_string(p.whole) + ":";
     for (std::size_t c = 0; c < p.sizes.size(); ++c)
       for (auto e = p.lists[c].rbegin(); e != p.lists[c].rend(); ++e) out += " " + std::to_string(p.sizes[c]) + "@" + std::to_string(e->addr);

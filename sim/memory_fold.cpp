@@ -33,6 +33,7 @@
 // (tests/sim/test_memory_fold.cpp) compare every result, and the allocator's whole state, with the
 // replay without skipping.
 #include <algorithm>
+#include <stdexcept>
 #include <climits>
 #include <span>
 #include <string>
@@ -44,8 +45,9 @@ namespace fsdpsim::sim {
 
 class MemoryFold {
  public:
-  MemoryFold(MemoryTracker& t, const CompiledProgram& p, bool fold)
-      : t_(t), a_(t.allocator_), p_(p), ops_(p.ops.data()), lists_(p.lists.data()), n_(p.num_ops()), fold_(fold) {}
+  MemoryFold(MemoryTracker& t, const CompiledProgram& p, bool fold, bool verify)
+      : t_(t), a_(t.allocator_), p_(p), ops_(p.ops.data()), lists_(p.lists.data()), n_(p.num_ops()), fold_(fold),
+        verify_(verify) {}
   void run();
 
  private:
@@ -114,6 +116,9 @@ class MemoryFold {
   void end_record(Rec& r);
   void touch(int seg, int buffer, int op, bool is_alloc, int block);
   void capture(int seg, int boundary, std::vector<Entry>& out);
+  // The record that last touched segment slot seg (one that none did: -100; slots are created while
+  // not recording too, so the stamps may not cover every slot).
+  int stamp_of(int seg) const;
   void capture_growth(int seg, int period_start, std::vector<Entry>& out);
   bool dead(int pool, Bytes size) const {
     for (const auto& [p, s] : min_req_)
@@ -130,7 +135,7 @@ class MemoryFold {
   const OpRec* ops_;
   const int* lists_;
   const int n_;
-  const bool fold_;
+  const bool fold_, verify_;
   int run_begin_ = 0, run_end_ = 0, period_ = 0;
   int life_ = 0;                        // the longest a buffer of a period lives within the run, in periods
   bool hopeless_ = false;               // the run shows a pattern no memory period matches
@@ -146,6 +151,7 @@ struct FoldStorage {
   std::vector<int> free_op, alloc_op;                        // per buffer: the op freeing / allocating it
   std::vector<int> buffer_of_block;                          // allocator block -> the buffer in it
   std::vector<int> seg_stamp;                                // segment slot -> the record that last touched it
+  std::vector<int> seg_touch;                                // segment slot -> its touch in that record
   std::vector<int> pile_blocks;
 };
 FoldStorage& storage() {
@@ -154,9 +160,9 @@ FoldStorage& storage() {
 }
 }  // namespace
 
-void MemoryTracker::replay(const CompiledProgram& program, bool fold) {
+void MemoryTracker::replay(const CompiledProgram& program, bool fold, bool verify) {
   fold_stats_ = FoldStats{};
-  MemoryFold f(*this, program, fold);
+  MemoryFold f(*this, program, fold, verify);
   f.run();
 }
 
@@ -243,6 +249,7 @@ void MemoryFold::run() {
   precompute();
   FoldStorage& st = storage();
   st.seg_stamp.assign(static_cast<std::size_t>(a_.num_segment_slots()) + 64, -100);
+  st.seg_touch.assign(st.seg_stamp.size(), 0);
   int x = 0;
   for (const PeriodicRun& run : p_.runs) {
     if (run.begin < x || run.period < 1 || run.count < 4) continue;   // (nested in a run done, or too short)
@@ -267,10 +274,20 @@ void MemoryFold::begin_record(Rec& r, int start, int end) {
 
 void MemoryFold::touch(int seg, int buffer, int op, bool is_alloc, int block) {
   FoldStorage& st = storage();
-  if (static_cast<std::size_t>(seg) >= st.seg_stamp.size()) st.seg_stamp.resize(2 * seg + 64, -100);
+  if (static_cast<std::size_t>(seg) >= st.seg_stamp.size()) {
+    st.seg_stamp.resize(2 * seg + 64, -100);
+    st.seg_touch.resize(st.seg_stamp.size(), 0);
+  }
   int& stamp = st.seg_stamp[static_cast<std::size_t>(seg)];
-  if (stamp == stamp_now_) return;   // touched before in this memory period
   Rec& r = *rec_;
+  if (stamp == stamp_now_) {
+    // Touched before in this memory period: a consumed or pile segment is one event's (the skip
+    // replays that event alone), so a second event there is not a pattern the skip reproduces.
+    const Kind k = r.touch_store[static_cast<std::size_t>(st.seg_touch[static_cast<std::size_t>(seg)])].kind;
+    if (k == kConsumed || k == kPile) r.foldable = false;
+    return;
+  }
+  st.seg_touch[static_cast<std::size_t>(seg)] = r.n_touches;
   Touch& t = r.add_touch();
   t.seg = seg;
   t.seg_base = a_.segment_base(seg);
@@ -296,8 +313,22 @@ void MemoryFold::touch(int seg, int buffer, int op, bool is_alloc, int block) {
     a_.segment_blocks(seg, tmp_);
     const bool whole = tmp_.size() <= 2 && tmp_[0].block == block && (tmp_.size() == 1 || tmp_[1].free);
     if (!whole) r.foldable = false;
+    // Best fit took this segment over every other free block of its size: if one of them lies in a
+    // segment the pattern reuses (touched in this memory period or the previous), a later period could
+    // take that one instead (pile segments are taken in address order); the skip cannot tell.
+    a_.free_blocks_of_size(t.pool, t.seg_size, st.pile_blocks);
+    for (int other : st.pile_blocks) {
+      const int s2 = a_.block_segment(other);
+      if (stamp_of(s2) >= stamp_now_ - 1)
+        r.foldable = false;
+    }
   }
   stamp = stamp_now_;
+}
+
+int MemoryFold::stamp_of(int seg) const {
+  const FoldStorage& st = storage();
+  return static_cast<std::size_t>(seg) < st.seg_stamp.size() ? st.seg_stamp[static_cast<std::size_t>(seg)] : -100;
 }
 
 // seg's blocks in address order; an allocated block's buffer by its role relative to op `boundary`.
@@ -360,7 +391,7 @@ void MemoryFold::end_record(Rec& r) {
         const int buf = lists_[k];
         const int blk = t_.block_of_[buf];
         if (blk < 0 || st.free_op[buf] >= run_end_) continue;
-        if (st.seg_stamp[static_cast<std::size_t>(a_.block_segment(blk))] != stamp_now_) {
+        if (stamp_of(a_.block_segment(blk)) != stamp_now_) {
           r.foldable = false;
           break;
         }
@@ -467,9 +498,16 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
     ++piles;
   }
   if (piles > 0) {
+    // The cached whole segments of that size no matched period touched, in address order (a touched
+    // segment of that size is part of the pattern, taken by it at its own moment).
     a_.free_blocks_of_size(pile_pool, pile_size, st.pile_blocks);
-    for (int blk : st.pile_blocks)
+    std::size_t keep = 0;
+    for (int blk : st.pile_blocks) {
       if (!a_.block_is_whole_segment(blk)) return 0;
+      if (stamp_of(a_.block_segment(blk)) >= stamp_now_ - 1) continue;
+      st.pile_blocks[keep++] = blk;
+    }
+    st.pile_blocks.resize(keep);
     m = std::min<int>(m, static_cast<int>(st.pile_blocks.size()) / piles);
   }
   // Per skipped memory period: the consumed frees' blocks have b's layout; growth buffers outlive the run.
@@ -485,7 +523,9 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
         const int blk = t_.block_of_[buf];
         if (blk < 0) { good = false; break; }
         const int seg = a_.block_segment(blk);
-        if (st.seg_stamp[static_cast<std::size_t>(seg)] >= stamp_now_ - 1) { good = false; break; }   // (b touched it)
+        if (stamp_of(seg) >= stamp_now_ - 1) { good = false; break; }   // (b touched it)
+        // (another pool's segment of the same layout would, once free, be a candidate there)
+        if (a_.segment_pool(seg) != t.pool || a_.segment_size(seg) != t.seg_size) { good = false; break; }
         capture(seg, base, lay);
         if (!(lay == t.before)) { good = false; break; }
       } else if (t.kind == kGrowth) {
@@ -580,6 +620,18 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
   for (int c = 0; c < kNumMemCategories; ++c) t_.live_[c] = b.live[c] + m * (b.live[c] - a.live[c]);
   ++t_.fold_stats_.jumps;
   t_.fold_stats_.periods_skipped += m * q;
+  if (verify_) {
+    // The state a call-by-call replay reaches at the same op must be the same, to the last block.
+    MemoryTracker ref;
+    ref.start(p_, a_.config().capacity, false);
+    ref.allocate_persistent();
+    MemoryFold f(ref, p_, false, false);
+    f.replay_ops(0, x_end);
+    if (ref.canonical_state() != t_.canonical_state())
+      throw std::logic_error("memory fold: skipping " + std::to_string(m) + " memory periods of " + std::to_string(q) +
+                             " at op " + std::to_string(x) + " (run " + std::to_string(run_begin_) + ".." +
+                             std::to_string(run_end_) + ") left another state than replaying them");
+  }
   return m;
 }
 

@@ -79,7 +79,9 @@ class MemoryTracker {
   // Call after allocate_persistent(). Where the program has runs of identical periods
   // (CompiledProgram::runs), repeated periods whose effect on the allocator is proven periodic are not
   // replayed call by call but applied at once (sim/memory_fold.cpp; `fold` false: every call).
-  void replay(const CompiledProgram& program, bool fold = true);
+  // With `verify` (tests), every skip is checked against replaying the skipped calls one by one: a
+  // different allocator state throws std::logic_error.
+  void replay(const CompiledProgram& program, bool fold = true, bool verify = false);
   struct FoldStats {
     int jumps = 0;              // times periods were skipped
     int periods_skipped = 0;    // periods (of their runs) not replayed call by call

@@ -8,6 +8,7 @@
 // Each group also counts how often the stretch acted, so no comparison passes vacuously.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -180,9 +181,12 @@ TEST(Stretch, RandomPlansGiveIdenticalResults) {
                           "gpt2-xl",   "mixtral-8x7b", "llama2-13b"};
   const char* clusters[] = {"8xH100-SXM", "2x8xH100-SXM-IB-NDR400", "4x8xA100-40GB-IB-HDR200", "16x8xH100-SXM-IB-NDR400",
                             "2x8xH100-SXM-ETH-10G"};
-  std::mt19937 rng(20261124);
+  const char* seed = std::getenv("FSDPSIM_RANDOM_SEED");
+  std::mt19937 rng(seed ? static_cast<std::uint32_t>(std::atoll(seed)) : 20261124u);
   int stretched = 0, valid = 0;
-  const int kPlans = 160;
+  // (FSDPSIM_RANDOM_PLANS=N for a longer run than CI's, e.g. after changing the stretch or the engine)
+  const char* env = std::getenv("FSDPSIM_RANDOM_PLANS");
+  const int kPlans = env ? std::max(1, std::atoi(env)) : 160;
   for (int i = 0; i < kPlans; ++i) {
     const std::string model = models[rng() % std::size(models)];
     const std::string cluster = clusters[rng() % std::size(clusters)];
@@ -201,7 +205,7 @@ TEST(Stretch, RandomPlansGiveIdenticalResults) {
     EXPECT_EQ(off, on);
     if (off.rfind("InputError", 0) != 0) ++valid;
     if (last_simulate_stats().stretched) ++stretched;
-    else if (getenv("STRETCH_WHY")) std::printf("refused: %s | %s\n", last_simulate_stats().refused.c_str(), text.c_str());
+    else if (std::getenv("STRETCH_WHY")) std::printf("refused: %s | %s\n", last_simulate_stats().refused.c_str(), text.c_str());
   }
   EXPECT_GE(valid, kPlans / 2);
   EXPECT_GE(stretched, valid / 2);
