@@ -248,6 +248,14 @@ void MemoryFold::run() {
   }
   precompute();
   FoldStorage& st = storage();
+  // The persistent buffers' blocks (allocated before the replay) are named too: a segment a period
+  // touches may hold one (a persistent buffer's cached remainder reused).
+  for (int b = 0; b < static_cast<int>(p_.buffers.size()); ++b) {
+    const int blk = t_.block_of_[b];
+    if (!p_.buffers[b].persistent || blk < 0) continue;
+    if (static_cast<std::size_t>(blk) >= st.buffer_of_block.size()) st.buffer_of_block.resize(2 * blk + 64, -1);
+    st.buffer_of_block[blk] = b;
+  }
   st.seg_stamp.assign(static_cast<std::size_t>(a_.num_segment_slots()) + 64, -100);
   st.seg_touch.assign(st.seg_stamp.size(), 0);
   int x = 0;
@@ -370,9 +378,13 @@ void MemoryFold::capture_growth(int seg, int period_start, std::vector<Entry>& o
     if (!bi.free) {
       const int buf = st.buffer_of_block[bi.block];
       e.role = 3;
-      e.a = st.alloc_op[buf] - period_start;
-      e.b = alloc_index(st.alloc_op[buf], buf);
-      if (st.alloc_op[buf] < period_start || st.free_op[buf] < run_end_) rec_->foldable = false;
+      // (a buffer allocated before this period, persistent ones included, is not this period's growth)
+      if (st.alloc_op[buf] < period_start || st.free_op[buf] < run_end_) {
+        rec_->foldable = false;
+      } else {
+        e.a = st.alloc_op[buf] - period_start;
+        e.b = alloc_index(st.alloc_op[buf], buf);
+      }
     }
     out.push_back(e);
   }
