@@ -122,6 +122,24 @@ const Case kCases[] = {
     {"llama3-8b", "8xH100-SXM", R"({"auto_wrap_policy":{"modules":["layers.*"]},"activation_checkpointing":"every_3"})"},
     {"mixtral-8x7b", "2x8xH100-SXM-IB-NDR400", R"({"cpu_offload":{"params":false,"optimizer":true},"grad_accum":2})"},
     {"gpt2-xl", "8xA100-80GB", R"({"fsdp_version":1,"use_orig_params":false,"cross_entropy":"fused","grad_accum":4})"},
+    // Micro-batches stretched too (grad_accum > 3 with grad_sync, > 4 without).
+    {"llama3-8b", "8xH100-SXM", R"({"grad_accum":16,"grad_sync":true,"activation_checkpointing":"full"})"},
+    {"llama3-8b", "8xH100-SXM", R"({"grad_accum":64,"grad_sync":false,"reduce_dtype":"fp32"})"},
+    {"llama3-8b", "8xH100-SXM", R"({"grad_accum":9,"grad_sync":false,"reduce_dtype":"bf16"})"},
+    {"llama3-70b", "128x8xH100-SXM-IB-NDR400",
+     R"({"mesh":{"replicate":16,"shard":64},"sharding_strategy":"HYBRID_SHARD","activation_checkpointing":"full",)"
+     R"("seq_len":4096,"grad_accum":8,"grad_sync":true})"},
+    {"mistral-7b", "8xA100-80GB", R"({"fsdp_version":1,"backward_prefetch":"BACKWARD_PRE","limit_all_gathers":true,)"
+                                  R"("grad_accum":12,"grad_sync":true})"},
+    {"mistral-7b", "8xA100-80GB", R"({"fsdp_version":1,"backward_prefetch":"BACKWARD_POST","limit_all_gathers":true,)"
+                                  R"("grad_accum":7,"grad_sync":false})"},
+    {"qwen2-7b", "2x8xH100-SXM-ETH-10G", R"({"fsdp_version":1,"mesh":{"replicate":2,"shard":8},)"
+                                        R"("sharding_strategy":"HYBRID_SHARD","grad_accum":6,"grad_sync":false})"},
+    {"llama2-70b", "8xH100-SXM", R"({"fsdp_version":1,"sharding_strategy":"NO_SHARD","grad_accum":5,"grad_sync":true})"},
+    {"mixtral-8x7b", "2x8xH100-SXM-IB-NDR400", R"({"cpu_offload":true,"grad_accum":10,"grad_sync":true})"},
+    {"llama3-8b", "2x8xH100-SXM-IB-NDR400", R"({"reshard_after_forward":8,"grad_accum":5,"grad_sync":false,"fp8_all_gather":true})"},
+    // Micro-batches alone (no regular block period: the whole root).
+    {"llama3-8b", "8xH100-SXM", R"({"auto_wrap_policy":"none","grad_accum":8,"grad_sync":true})"},
 };
 
 TEST(Stretch, ProgramEqualsTheWholeLowering) {
@@ -129,15 +147,21 @@ TEST(Stretch, ProgramEqualsTheWholeLowering) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(describe(c));
     const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(c.cluster));
+    const Plan plan = parse_plan(nlohmann::json::parse(c.plan));
     CompiledProgram got, want;
     OpCosts got_costs, want_costs;
     std::string why;
-    if (!stretched_program(models::load_model(c.model), hw, parse_plan(nlohmann::json::parse(c.plan)), got, got_costs,
-                           &why)) {
+    if (!stretched_program(models::load_model(c.model), hw, plan, got, got_costs, &why)) {
       ADD_FAILURE() << "not stretched: " << why;
       continue;
     }
     ++stretched;
+    const SimulateStats& st = last_simulate_stats();
+    if (getenv("STRETCH_WHY"))
+      std::printf("stretched from %d layers, %d micro-batches: %s\n", st.source_layers, st.source_micro_batches,
+                  describe(c).c_str());
+    // From 6 micro-batches on the source has fewer (4: sim/simulator.cpp).
+    if (plan.grad_accum >= 6) EXPECT_LT(st.source_micro_batches, plan.grad_accum);
     whole_program(c, want, want_costs);
     EXPECT_EQ(first_difference(got, got_costs, want, want_costs), "");
     EXPECT_EQ(runs_not_periodic(got, got_costs), "");
@@ -195,7 +219,10 @@ std::string random_plan(std::mt19937& rng, int gpus, int gpus_per_node) {
   if (pick(0, 5) == 0) j["master_weights_dtype"] = "bf16";
   j["micro_batch"] = pick(1, 4);
   j["seq_len"] = 512 * pick(1, 16);
-  j["grad_accum"] = pick(1, 4);
+  {
+    static const int kAccum[] = {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 64};
+    j["grad_accum"] = kAccum[pick(0, static_cast<int>(std::size(kAccum)) - 1)];
+  }
   j["grad_sync"] = pick(0, 1) == 1;
   const int off = pick(0, 9);
   if (off == 1) j["cpu_offload"] = true;
@@ -208,6 +235,40 @@ std::string random_plan(std::mt19937& rng, int gpus, int gpus_per_node) {
   if (w == 3) j["auto_wrap_policy"] = {{"modules", {"layers.*", "embed_tokens", "lm_head"}}};
   if (pick(0, 3) == 0) j["cross_entropy"] = one({"fused", "fused_linear"});
   return j.dump();
+}
+
+// Random plans, each stretched program compared with the whole lowering record by record (the random
+// plans below compare simulate() results; this checks the program itself, and its runs).
+TEST(Stretch, RandomProgramsEqualTheWholeLowering) {
+  const char* models[] = {"llama3-8b", "llama3-70b", "mistral-7b", "qwen2-7b", "gemma-2b", "gpt2-xl", "mixtral-8x7b"};
+  const char* clusters[] = {"8xH100-SXM", "2x8xH100-SXM-IB-NDR400", "4x8xA100-40GB-IB-HDR200", "2x8xH100-SXM-ETH-10G"};
+  std::mt19937 rng(20261125);
+  int compared = 0, mb_stretched = 0;
+  const int kPlans = 120;
+  for (int i = 0; i < kPlans; ++i) {
+    const std::string model = models[rng() % std::size(models)];
+    const std::string cluster = clusters[rng() % std::size(clusters)];
+    const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(cluster));
+    const std::string text = random_plan(rng, hw.cluster().world(), hw.cluster().gpus_per_node);
+    SCOPED_TRACE(model + " on " + cluster + " " + text);
+    Plan plan;
+    CompiledProgram got, want;
+    OpCosts got_costs, want_costs;
+    try {
+      plan = parse_plan(nlohmann::json::parse(text));
+      if (!stretched_program(models::load_model(model), hw, plan, got, got_costs)) continue;
+    } catch (const InputError&) {
+      continue;
+    }
+    ++compared;
+    if (last_simulate_stats().source_micro_batches < plan.grad_accum) ++mb_stretched;
+    whole_program(Case{model, cluster, text}, want, want_costs);
+    EXPECT_EQ(first_difference(got, got_costs, want, want_costs), "");
+    EXPECT_EQ(runs_not_periodic(got, got_costs), "");
+  }
+  EXPECT_GE(compared, kPlans / 3);
+  EXPECT_GE(mb_stretched, compared / 4);
+  std::printf("[ stretch ] %d random programs compared, %d with micro-batches stretched\n", compared, mb_stretched);
 }
 
 std::string result_or_error(const models::ModelSpec& m, const calibrate::HardwareProfile& hw, const Plan& plan,
