@@ -25,6 +25,7 @@ struct SimulateStats {
   bool stretched = false;            // the program was stretched from a shorter model's
   int source_layers = 0;             // that model's layers
   int source_micro_batches = 0;      // and micro-batches
+  int sources = 0;                   // shorter models lowered and tried (refused ones included)
   std::string refused;               // why the stretch was not used ("" when it was, or was not tried)
 };
 const SimulateStats& last_simulate_stats();

@@ -6,6 +6,12 @@
 //   * from a block group to a block group: relative in layers (kRel: the block so many layers away),
 //     unless two blocks a period apart name the very same op or buffer (kFixed: one fixed block named
 //     from every block, such as FSDP1's wait on "the last all-gather so far");
+//     Where blocks a period apart name blocks a period apart the other way (block l names block C - l),
+//     the reference is a mirror (kMirror): FSDP1's rate limiter (P4) queues the free events of a
+//     backward, which walks the blocks downwards, and the next forward's all-gathers, walking upwards,
+//     wait on them in queue order, so forward block l waits on the event of backward block L - 2 - l. A
+//     mirror names the block as far from one end as its own block is from the other: C grows with the
+//     inserted layers;
 //   * anything else names the same op or buffer in the result (an other group; a fixed block, renumbered
 //     if it lies after the inserted layers), except that an other group's entries naming blocks next to
 //     the template must be one per block in a run that is extended over the inserted blocks (kRun).
@@ -18,10 +24,11 @@
 //  1. every source group's own image: its records with their list positions moved, and each entry
 //     mapped to its "image" (the id its target has in the result: the source id plus the ops or buffers
 //     inserted before the target's group), except the few entries whose target is not that image
-//     (kCross: a block reference across the inserted layers, looked up) and the run lists (recomputed);
+//     (kCross: a relative reference across the inserted layers, or a mirror between blocks on one side
+//     of them, looked up) and the run lists (recomputed);
 //  2. each template copy j = 0..n-1 from the template period's own image T: entries T + (j+1) * dv,
 //     where dv is how far the entry's target moves from one copy to the next (a period of the target's
-//     phase for a relative reference, nothing otherwise). The next period after the template is copy n
+//     phase for a relative reference, one back for a mirror, nothing otherwise). The next period after the template is copy n
 //     of that line: its image N (computed in step 1, independently) must equal T + (n+1) * dv entry by
 //     entry, which checks the line at both ends (ids of ops stay below the op's own id in between, as
 //     both are affine in j and hold at both ends, and every target lies in the checked blocks' images
@@ -53,6 +60,8 @@ enum : std::uint8_t {
   kCross = 8,   // its target in the result is not the image of its source target (looked up)
   kRun = 16,    // an other group's reference to a block next to the template (part of a per-block run)
   kMbRel = 32,  // relative in micro-batches (micro-batch P's entries; see step 3)
+  kMirror = 64, // a block group's reference to the block as far from the other end (see kMirror above)
+  kNotMirror = 128,   // (while classifying: a neighbour of the same shape names no mirror of its target)
 };
 
 // The categories a buffer may have (as program_check.cpp's fast check): all but allocator_slack and
@@ -182,6 +191,7 @@ class Stretcher {
   bool congruent(int ga, int gb);
   bool plan_templates();
   bool analyse_micro_batches();
+  int compare_micro_batches(int a);
   bool layout_ids();
   bool map_entries();
   bool run_lists(int g, int i);
@@ -210,10 +220,11 @@ class Stretcher {
                : cb_op_[key] + jj * pop_[key] + groups_[t].op_begin - groups_[tf].op_begin + offset;
   }
   // The micro-batch move of an entry of group `from` naming group `target`: a later micro-batch's
-  // reference into micro-batch P names P's last copy.
+  // reference into micro-batches P-R+1 .. P names the last copies (P-R .. P and the copies repeat).
   int mb_move(int from, int target, bool buf) const {
-    return mbs_ && from >= gP_end_ && target >= gP_begin_ && target < gP_end_ ? sh_.mb_copies * (buf ? pm_bufs_ : pm_ops_)
-                                                                            : 0;
+    return mbs_ && from >= gP_end_ && target >= mb_first_[sh_.mb_template - mb_reach_ + 1] && target < gP_end_
+               ? sh_.mb_copies * (buf ? pm_bufs_ : pm_ops_)
+               : 0;
   }
   // A looked-up value of an entry of an op with id `own` in the result: an existing buffer; an op issued
   // before it (a free's reuse op: or the op itself, or -1).
@@ -248,6 +259,8 @@ class Stretcher {
   // ---- micro-batches ----
   bool mbs_ = false;
   int gP_begin_ = 0, gP_end_ = 0;             // micro-batch P's source groups
+  int mb_reach_ = 1;                          // R: micro-batches P-R .. P repeat
+  int fixed_mb_ = -1;                         // (the last micro-batch two compared ones both name)
   int pm_ops_ = 0, pm_bufs_ = 0, pm_lists_ = 0;   // micro-batch P's size in the result (copy 0)
   std::vector<int> mb_first_;                 // per micro-batch (and one past the last): its first group
   // ---- the result ----
@@ -431,13 +444,14 @@ bool Stretcher::congruent(int ga, int gb) {
       const int a = ps + e, b = qs + e;
       const int va = sl_[a], vb = sl_[b];
       bool same;
-      if ((cls_[a] ^ cls_[b]) & (kBuf | kRel | kFixed)) {
+      if ((cls_[a] ^ cls_[b]) & (kBuf | kRel | kFixed | kMirror)) {
         same = false;
-      } else if (cls_[a] & kRel) {
-        // the same place of the block `period` layers on
+      } else if (cls_[a] & (kRel | kMirror)) {
+        // the same place of the block `period` layers on (back, for a mirror)
         const int ta = tg_[a], tb = tg_[b];
         const bool buf = cls_[a] & kBuf;
-        same = groups_[ta].key == groups_[tb].key && groups_[tb].layer == groups_[ta].layer + k &&
+        same = groups_[ta].key == groups_[tb].key &&
+               groups_[tb].layer == groups_[ta].layer + ((cls_[a] & kRel) ? k : -k) &&
                va - begin_of(ta, buf) == vb - begin_of(tb, buf);
       } else {
         same = va == vb;   // the same op or buffer (or -1)
@@ -482,9 +496,11 @@ bool Stretcher::analyse_layers() {
   const int* gl = glayer_.data();
   // A block's reference to a block is relative (the previous block's op, the same block's forward
   // buffer) unless it names one fixed block from every block: where two blocks a period apart, of the
-  // same shape, name the very same op or buffer of a block, both entries are kFixed. Block y's entries
-  // are settled once it has been compared with y - k and y + k: the others are kRel, and their reach (in
-  // layers) sets the blocks checked periodic.
+  // same shape, name the very same op or buffer of a block, both entries are kFixed; where they name the
+  // same place of blocks a period apart the other way, both are kMirror, unless a neighbour of the same
+  // shape does not (the queue of FULL_SHARD's rate limiter makes the first two blocks after a backward
+  // look mirrored, the next ones relative). Block y's entries are settled once it has been compared with
+  // y - k and y + k: the others are kRel, and their reach (in layers) sets the blocks checked periodic.
   reach_ = 0;
   int reach_at = 0;
   for (int key = 0; key < num_keys_; ++key) {
@@ -502,13 +518,22 @@ bool Stretcher::analyse_layers() {
               p.end - ps != q.end - qs)
             continue;
           for (int e = 0, ne = p.end - ps; e < ne; ++e) {
-            const int v = l[ps + e];
-            if (v >= 0 && v == l[qs + e] && gl[t[ps + e]] >= 0) c[ps + e] |= kFixed, c[qs + e] |= kFixed;
+            const int a = ps + e, b = qs + e, v = l[a];
+            if (v < 0 || gl[t[a]] < 0) continue;
+            if (v == l[b]) {
+              c[a] |= kFixed, c[b] |= kFixed;
+            } else if (l[b] >= 0 && gl[t[b]] == gl[t[a]] - k && groups_[t[a]].key == groups_[t[b]].key &&
+                       ((c[a] ^ c[b]) & kBuf) == 0 && v - begin_of(t[a], c[a] & kBuf) == l[b] - begin_of(t[b], c[b] & kBuf)) {
+              c[a] |= kMirror, c[b] |= kMirror;
+            } else {
+              c[a] |= kNotMirror, c[b] |= kNotMirror;
+            }
           }
         }
       }
       for (int e = x.list_begin; e < x.list_end; ++e) {
-        if (t[e] < 0 || (c[e] & kFixed) || gl[t[e]] < 0) continue;
+        if (c[e] & kNotMirror) c[e] &= static_cast<std::uint8_t>(~(kMirror | kNotMirror));
+        if (t[e] < 0 || (c[e] & (kFixed | kMirror)) || gl[t[e]] < 0) continue;
         c[e] |= kRel;
         const int d = std::abs(gl[t[e]] - y);
         if (d > reach_) reach_ = d, reach_at = e;
@@ -517,9 +542,30 @@ bool Stretcher::analyse_layers() {
   }
   lo_ = split_ - reach_ - k;
   hi_ = split_ + reach_ + k;
+  // (and the blocks the template's mirrors name, with the period below them the next period's name)
+  for (int g = 0; g < G; ++g) {
+    if (gl[g] < sh_.first || gl[g] >= split_) continue;
+    for (int e = groups_[g].list_begin; e < groups_[g].list_end; ++e)
+      if (c[e] & kMirror) lo_ = std::min(lo_, gl[t[e]] - k), hi_ = std::max(hi_, gl[t[e]] + 1);
+  }
   if (lo_ < 0 || hi_ > src_layers_)
     return fail("the source has too few blocks around the template (references reach " + std::to_string(reach_) +
                 " blocks, e.g. list entry " + std::to_string(reach_at) + ")");
+  // A mirror only shows in the checked blocks: its two blocks lie on either side of the inserted layers,
+  // or next to them. Outside the checked blocks, two blocks on one side of them that look mirrored are
+  // the blocks next to an end keeping their relation to that end (forward events FSDP1's rate limiter
+  // carries into the first backward blocks): relative, within the reach.
+  for (int g = 0; g < G; ++g) {
+    const int lf = gl[g];
+    if (lf < 0 || (lf >= lo_ && lf < hi_)) continue;
+    for (int e = groups_[g].list_begin; e < groups_[g].list_end; ++e) {
+      if (!(c[e] & kMirror) || (lf < split_) != (gl[t[e]] < split_)) continue;
+      if (std::abs(gl[t[e]] - lf) > reach_)
+        return fail("block " + std::to_string(lf) + " (" + where(op_of_entry(g, e)) + ") names block " +
+                    std::to_string(gl[t[e]]) + ", further than the reach of the checked blocks");
+      c[e] = static_cast<std::uint8_t>((c[e] & ~kMirror) | kRel);
+    }
+  }
   // The blocks within that reach of the split (and one period more) must repeat with the period, in
   // every phase key with blocks.
   for (int key = 0; key < num_keys_; ++key) {
@@ -569,6 +615,63 @@ bool Stretcher::plan_templates() {
   return true;
 }
 
+// Two micro-batches in a row, a and a+1 (sim/stretch.h): the same groups, ops, buffers, and each pair of
+// entries naming either the very same op or buffer, or the same place one micro-batch later (then both
+// are kMbRel). Returns how far back micro-batch a+1's relative entries reach (-1: the two differ).
+int Stretcher::compare_micro_batches(int a) {
+  const int per = mb_first_[1] - mb_first_[0];
+  const TimeNs* gpu = src_->costs->gpu_ns.data();
+  const TimeNs* cpu = src_->costs->cpu_ns.data();
+  const int* l = sl_.data();
+  const int* t = tg_.data();
+  std::uint8_t* c = cls_.data();
+  int reach = 0;
+  for (int x = 0; x < per; ++x) {
+    const Group& ga = groups_[mb_first_[a] + x];
+    const Group& gb = groups_[mb_first_[a + 1] + x];
+    if (ga.phase != gb.phase || ga.layer != gb.layer || ga.op_end - ga.op_begin != gb.op_end - gb.op_begin ||
+        ga.buf_end - ga.buf_begin != gb.buf_end - gb.buf_begin || ga.list_end - ga.list_begin != gb.list_end - gb.list_begin)
+      return fail_mb("micro-batches " + std::to_string(a) + " and " + std::to_string(a + 1) + " differ at site group " +
+                     std::to_string(x)), -1;
+    for (int i = ga.op_begin, j = gb.op_begin; i < ga.op_end; ++i, ++j) {
+      const OpRec& p = srec_[i];
+      const OpRec& q = srec_[j];
+      const int ps = p.wait_pos, qs = q.wait_pos;
+      if (p.stream != q.stream || p.flags != q.flags || p.group != q.group || gpu[i] != gpu[j] || cpu[i] != cpu[j] ||
+          p.cpu_waits - ps != q.cpu_waits - qs || p.allocs - ps != q.allocs - qs || p.frees - ps != q.frees - qs ||
+          p.end - ps != q.end - qs)
+        return fail_mb(where(i) + " and " + where(j) + " differ"), -1;
+      for (int e = 0; e < p.end - ps; ++e) {
+        const int u = ps + e, v = qs + e;
+        if (l[u] == l[v]) {
+          // the same op or buffer (or -1): outside the micro-batches, or one of an earlier micro-batch both
+          // name (the caller checks it lies before the repeating ones)
+          if (l[u] >= 0) fixed_mb_ = std::max(fixed_mb_, groups_[t[u]].mb);
+          continue;
+        }
+        const bool buf = c[u] & kBuf;
+        const int tu = t[u], tv = t[v];
+        if (l[u] < 0 || l[v] < 0 || ((c[u] ^ c[v]) & kBuf) || groups_[tu].mb < 0 || groups_[tv].mb != groups_[tu].mb + 1 ||
+            groups_[tv].mb > a + 1 || tv - mb_first_[groups_[tv].mb] != tu - mb_first_[groups_[tu].mb] ||
+            l[v] - begin_of(tv, buf) != l[u] - begin_of(tu, buf))
+          return fail_mb("list entry " + std::to_string(e) + " of " + where(i) + " and " + where(j) + " differ"), -1;
+        c[u] |= kMbRel, c[v] |= kMbRel;
+        reach = std::max(reach, a + 1 - groups_[tv].mb);
+      }
+    }
+    for (int p = ga.buf_begin, q = gb.buf_begin; p < ga.buf_end; ++p, ++q)
+      if (sbuf_[p].bytes != sbuf_[q].bytes || sbuf_[p].pool_stream != sbuf_[q].pool_stream ||
+          sbuf_[p].category != sbuf_[q].category || sbuf_[p].persistent != sbuf_[q].persistent)
+        return fail_mb("buffers " + std::to_string(p) + " and " + std::to_string(q) + " differ"), -1;
+  }
+  return reach;
+}
+
+// Micro-batch P against the ones before it that its references reach (R of them: P-R .. P repeat), and
+// the other micro-batches' references: none from before P to P or later; from after P none to P-R, and
+// to P-R+1 .. P only within the reach (relative: they name the last copies); none from the optimizer step
+// to P-R .. P but to P when it is the last micro-batch (otherwise ambiguous: a list of one entry per
+// micro-batch, or one reaching over the copies?).
 bool Stretcher::analyse_micro_batches() {
   const int P = sh_.mb_template;
   const int G = static_cast<int>(groups_.size());
@@ -594,52 +697,24 @@ bool Stretcher::analyse_micro_batches() {
   // (P's copies go after its last group, which must not be followed by template copies)
   if (gP_end_ == gP_begin_ || is_tmpl(groups_[gP_begin_]) || is_tmpl(groups_[gP_end_ - 1]))
     return fail_mb("micro-batch " + std::to_string(P) + " begins or ends with a template block");
-  const TimeNs* gpu = src_->costs->gpu_ns.data();
-  const TimeNs* cpu = src_->costs->cpu_ns.data();
-  const int* l = sl_.data();
+  fixed_mb_ = -1;
+  mb_reach_ = compare_micro_batches(P - 1);
+  if (mb_reach_ < 0) return false;
+  mb_reach_ = std::max(mb_reach_, 1);
+  if (P - mb_reach_ < 1)
+    return fail_mb("micro-batch " + std::to_string(P) + " names micro-batches " + std::to_string(mb_reach_) +
+                   " back, as far as the first");
+  for (int a = P - 2; a >= P - mb_reach_; --a)
+    if (compare_micro_batches(a) < 0) return false;
+  const int q = P - mb_reach_;   // the first of the repeating micro-batches
+  if (fixed_mb_ >= q)
+    return fail_mb("micro-batches " + std::to_string(q) + " .. " + std::to_string(P) + " name one op or buffer of micro-batch " +
+                   std::to_string(fixed_mb_));
   const int* t = tg_.data();
-  std::uint8_t* c = cls_.data();
-  for (int x = 0; x < per; ++x) {
-    const Group& a = groups_[mb_first_[P - 1] + x];
-    const Group& b = groups_[gP_begin_ + x];
-    if (a.phase != b.phase || a.layer != b.layer || a.op_end - a.op_begin != b.op_end - b.op_begin ||
-        a.buf_end - a.buf_begin != b.buf_end - b.buf_begin || a.list_end - a.list_begin != b.list_end - b.list_begin)
-      return fail_mb("micro-batches " + std::to_string(P - 1) + " and " + std::to_string(P) + " differ at site group " +
-                     std::to_string(x));
-    for (int i = a.op_begin, j = b.op_begin; i < a.op_end; ++i, ++j) {
-      const OpRec& p = srec_[i];
-      const OpRec& q = srec_[j];
-      const int ps = p.wait_pos, qs = q.wait_pos;
-      if (p.stream != q.stream || p.flags != q.flags || p.group != q.group || gpu[i] != gpu[j] || cpu[i] != cpu[j] ||
-          p.cpu_waits - ps != q.cpu_waits - qs || p.allocs - ps != q.allocs - qs || p.frees - ps != q.frees - qs ||
-          p.end - ps != q.end - qs)
-        return fail_mb(where(i) + " and " + where(j) + " differ");
-      for (int e = 0; e < p.end - ps; ++e) {
-        const int u = ps + e, v = qs + e;
-        if (l[u] == l[v]) {
-          // the same op or buffer (or -1): outside the micro-batches, or one of an earlier micro-batch both name
-          if (l[u] >= 0 && groups_[t[u]].mb >= P - 1)
-            return fail_mb("list entry " + std::to_string(e) + " of " + where(j) + " names its previous micro-batch");
-          continue;
-        }
-        const bool buf = c[u] & kBuf;
-        const int tu = t[u], tv = t[v];
-        if (l[u] < 0 || l[v] < 0 || ((c[u] ^ c[v]) & kBuf) || groups_[tu].mb < 0 || groups_[tv].mb != groups_[tu].mb + 1 ||
-            groups_[tv].mb < P - 1 || groups_[tv].mb > P ||
-            tv - mb_first_[groups_[tv].mb] != tu - mb_first_[groups_[tu].mb] ||
-            l[v] - begin_of(tv, buf) != l[u] - begin_of(tu, buf))
-          return fail_mb("list entry " + std::to_string(e) + " of " + where(i) + " and " + where(j) + " differ");
-        c[u] |= kMbRel, c[v] |= kMbRel;
-      }
-    }
-    for (int p = a.buf_begin, q = b.buf_begin; p < a.buf_end; ++p, ++q)
-      if (sbuf_[p].bytes != sbuf_[q].bytes || sbuf_[p].pool_stream != sbuf_[q].pool_stream ||
-          sbuf_[p].category != sbuf_[q].category || sbuf_[p].persistent != sbuf_[q].persistent)
-        return fail_mb("buffers " + std::to_string(p) + " and " + std::to_string(q) + " differ");
-  }
   for (int h = 0; h < G; ++h) {
     if (h >= gP_begin_ && h < gP_end_) continue;
     const bool after = h >= gP_end_;
+    const int hm = groups_[h].mb;
     for (int e = groups_[h].list_begin; e < groups_[h].list_end; ++e) {
       if (t[e] < 0) continue;
       if (!after) {
@@ -648,10 +723,9 @@ bool Stretcher::analyse_micro_batches() {
         continue;
       }
       const int tm = groups_[t[e]].mb;
-      if (tm == P - 1)
-        return fail_mb(where(op_of_entry(h, e)) + " names micro-batch " + std::to_string(P - 1));
-      if (tm == P && groups_[h].mb < 0 && P != n_mbs_ - 1)
-        return fail_mb(where(op_of_entry(h, e)) + " names micro-batch " + std::to_string(P) + ", not the last");
+      if (tm < q || tm > P) continue;   // (before the repeating ones: a fixed one; after P: not moved)
+      if (hm < 0 ? tm != P || P != n_mbs_ - 1 : tm == q || hm - tm > mb_reach_)
+        return fail_mb(where(op_of_entry(h, e)) + " names micro-batch " + std::to_string(tm));
     }
   }
   return true;
@@ -684,9 +758,9 @@ bool Stretcher::layout_ids() {
     if (mbs_ && g == gP_end_ - 1) {
       pm_ops_ = op - ob_[gP_begin_];
       pm_bufs_ = buf - bb_[gP_begin_];
-      const int q = mb_first_[sh_.mb_template - 1];
-      if (ob_[gP_begin_] - ob_[q] != pm_ops_ || bb_[gP_begin_] - bb_[q] != pm_bufs_)
-        return fail_mb("micro-batches differ in size after the layers are stretched");
+      for (int m = sh_.mb_template - mb_reach_; m < sh_.mb_template; ++m)
+        if (ob_[mb_first_[m + 1]] - ob_[mb_first_[m]] != pm_ops_ || bb_[mb_first_[m + 1]] - bb_[mb_first_[m]] != pm_bufs_)
+          return fail_mb("micro-batches differ in size after the layers are stretched");
       op += sh_.mb_copies * pm_ops_, buf += sh_.mb_copies * pm_bufs_;
     }
   }
@@ -728,7 +802,9 @@ bool Stretcher::map_entries() {
       const bool buf = c[e] & kBuf;
       im[e] = v + (buf ? bs[tg] : os[tg]) + (moves ? mb_move(g, tg, buf) : 0);
       const int lt = gl[tg];
-      if (lt < 0 || ((lt < lo || lt >= hi) && (lf < 0 || (c[e] & kFixed) || (lf < split) == (lt < split))))
+      // (not its image: a relative reference across the inserted layers, a mirror on one side of them)
+      const bool across = lf >= 0 && (c[e] & (kRel | kMirror)) && ((lf < split) != (lt < split)) == !(c[e] & kMirror);
+      if (lt < 0 || ((lt < lo || lt >= hi) && !across))
         continue;   // (the common cases: no block, or one away from the template not named across it)
       if (lf < 0) {
         c[e] |= kRun;
@@ -736,7 +812,7 @@ bool Stretcher::map_entries() {
       } else if (c[e] & kFixed) {
         return fail(where(op_of_entry(g, e)) + " names block " + std::to_string(lt) +
                     ", next to the template, from every block");
-      } else if ((lf < split) != (lt < split)) {
+      } else if (across) {
         if (lf < lo || lf >= hi)
           return fail("block " + std::to_string(lf) + " (" + where(op_of_entry(g, e)) + ") names block " +
                       std::to_string(lt) + " across the inserted blocks, outside the checked periods");
@@ -759,7 +835,9 @@ bool Stretcher::map_entries() {
       if (!(c[e] & kCross)) continue;
       const bool buf = c[e] & kBuf;
       const int tg = t[e];
-      const int layer = (lf < split ? lf : lf + shift_) + (gl[tg] - lf);
+      // relative: as many layers away from its own block in the result; a mirror: the sum of the two
+      // layers grows by the inserted layers
+      const int layer = (c[e] & kMirror) ? gl[tg] + (lf < split ? shift_ : 0) : (lf < split ? lf : lf + shift_) + (gl[tg] - lf);
       int v = block_id(groups_[tg].key, layer, buf, l[e] - begin_of(tg, buf));
       if (v != -2) v += mb_move(g, tg, buf);
       const int i = op_of_entry(g, e);
@@ -771,9 +849,13 @@ bool Stretcher::map_entries() {
   return true;
 }
 
-// The lists of op i of other group g, some entries of which name blocks next to the template: a run
-// of entries naming the same op or buffer of consecutive blocks (the held all-reduce outputs, the
-// offload syncs) that spans the inserted layers gets the inserted blocks' entries; a lone one is refused.
+// The lists of op i of other group g, some entries of which name blocks next to the template. They must
+// be in runs: consecutive entries naming blocks of one phase key, a block apart or a few (d, dividing the
+// period), such as the held all-reduce outputs or the offload syncs, one per block. In a run, entries a
+// period apart must name the same place of their blocks within the checked ones (with every_k
+// checkpointing a buffer may sit elsewhere in a checkpointed block); a run across the inserted layers
+// gets their entries, each naming the place the template's block at its position in the period names.
+// A lone entry is refused.
 bool Stretcher::run_lists(int g, int i) {
   const OpRec& rec = srec_[i];
   const int head = static_cast<int>(runs_.size());
@@ -782,15 +864,16 @@ bool Stretcher::run_lists(int g, int i) {
   runs_.insert(runs_.end(), {0, 0, 0, 0});
   runs_src_.insert(runs_src_.end(), {-1, -1, -1, -1});
   const int own = i + oshift_[g];
+  const int k = sh_.period;
   const int* l = sl_.data();
   const int* t = tg_.data();
   const std::uint8_t* c = cls_.data();
   const int* gl = glayer_.data();
-  // (both name blocks, of one phase key, at the same place)
-  auto same_run = [&](int a, int b) {
-    return l[a] >= 0 && l[b] >= 0 && gl[t[a]] >= 0 && gl[t[b]] >= 0 && ((c[a] ^ c[b]) & kBuf) == 0 &&
-           groups_[t[a]].key == groups_[t[b]].key &&
-           l[a] - begin_of(t[a], c[a] & kBuf) == l[b] - begin_of(t[b], c[b] & kBuf);
+  const auto block = [&](int x) { return l[x] >= 0 && gl[t[x]] >= 0; };
+  const auto offset = [&](int x) { return l[x] - begin_of(t[x], c[x] & kBuf); };
+  // (both name blocks of one phase key)
+  const auto same_key = [&](int a, int b) {
+    return block(a) && block(b) && ((c[a] ^ c[b]) & kBuf) == 0 && groups_[t[a]].key == groups_[t[b]].key;
   };
   // Appends entry `e` (stride entries) mapped; with layer >= 0 (a run's inserted entry), its blocks moved
   // to `layer` (of the result).
@@ -800,9 +883,9 @@ bool Stretcher::run_lists(int g, int i) {
       const int x = e + s;
       const bool buf = c[x] & kBuf;
       int v = img_[x];
-      if (layer >= 0 && l[x] >= 0 && gl[t[x]] >= 0) {
+      if (layer >= 0 && block(x)) {
         const int tg = t[x];
-        v = block_id(groups_[tg].key, layer + (gl[tg] - base_layer), buf, l[x] - begin_of(tg, buf));
+        v = block_id(groups_[tg].key, layer + (gl[tg] - base_layer), buf, offset(x));
         if (v != -2) v += mb_move(g, tg, buf);
       }
       if (!valid(v, !buf, own, frees && s == 1))
@@ -815,47 +898,64 @@ bool Stretcher::run_lists(int g, int i) {
   const int bounds[5] = {rec.wait_pos, rec.cpu_waits, rec.allocs, rec.frees, rec.end};
   for (int sec = 0; sec < 4; ++sec) {
     const int begin = bounds[sec], end = bounds[sec + 1], stride = sec == 3 ? 2 : 1;
+    const bool frees = sec == 3;
     const std::size_t before = runs_.size();
-    for (int e = begin; e < end; e += stride) {
-      if (!(c[e] & kRun)) {
-        if (!push(e, stride, -1, sec == 3)) return false;
+    for (int e = begin; e < end;) {
+      // The run starting at e: [e, r).
+      int r = e + stride, step = 0;
+      if (block(e) && r < end && same_key(e, r) && gl[t[r]] != gl[t[e]]) {
+        step = gl[t[r]] - gl[t[e]];
+        while (r < end && same_key(r - stride, r) && gl[t[r]] - gl[t[r - stride]] == step) r += stride;
+      }
+      bool near = false;
+      for (int x = e; x < r; x += stride) near |= (c[x] & kRun) != 0;
+      if (!near) {
+        for (int x = e; x < r; x += stride)
+          if (!push(x, stride, -1, frees)) return false;
+        e = r;
         continue;
       }
-      // Must be part of a run crossing the split: find its neighbour on the other side of the split.
-      const int nxt = e + stride;
-      const bool has_next = nxt < end && same_run(e, nxt);
-      const bool has_prev = e - stride >= begin && same_run(e - stride, e);
-      const int le = gl[t[e]];
-      if (!has_next && !has_prev) return fail(where(i) + " names block " + std::to_string(le) + " next to the template");
-      if (!push(e, stride, -1, sec == 3)) return false;
-      if (!has_next) continue;
-      const int l1 = gl[t[nxt]];
-      if ((le < split_) == (l1 < split_)) continue;
-      const int d = std::abs(l1 - le);
-      // The run must continue on at least one side with the same step, and the step divide the period.
-      const bool prev_ok = has_prev && std::abs(le - gl[t[e - stride]]) == d;
-      const bool next_ok = nxt + stride < end && same_run(nxt, nxt + stride) && std::abs(gl[t[nxt + stride]] - l1) == d;
-      if (d == 0 || sh_.period % d != 0 || !(prev_ok || next_ok))
-        return fail("a list names blocks across the template in no regular run");
-      // The inserted blocks lie in the blocks of copies, laid out one period after the other: from the
-      // (period / d + 1)-th on, each entry is the one period / d before it moved by one period.
-      const int count = shift_ / d, q = sh_.period / d;
-      const std::size_t first = runs_.size();
-      for (int s = 1; s <= count; ++s) {
-        if (s <= q + 1) {
-          if (!push(e, stride, l1 > le ? le + d * s : le + shift_ - d * s, sec == 3)) return false;
-          continue;
-        }
-        for (int x = 0; x < stride; ++x) {
-          const std::size_t at = first + static_cast<std::size_t>(stride) * (s - 1) + x;
-          const std::size_t back = at - static_cast<std::size_t>(stride) * q;
-          const int v = runs_[back] + (runs_[first + stride * q + x] - runs_[first + x]);
-          if (!valid(v, !(c[e + x] & kBuf), own, sec == 3 && x == 1))
-            return fail("a reference of " + where(i) + " has no valid target in the result");
-          runs_.push_back(v);
-          runs_src_.push_back(e + x);
+      const int d = std::abs(step);
+      if (d == 0) return fail(where(i) + " names block " + std::to_string(gl[t[e]]) + " next to the template");
+      if (k % d != 0) return fail(where(i) + " names blocks " + std::to_string(d) + " apart, across a period of " + std::to_string(k));
+      const int q = k / d;   // entries a period apart
+      for (int x = e; x + q * stride < r; x += stride) {
+        const int y = x + q * stride;
+        if (gl[t[x]] >= lo_ && gl[t[x]] < hi_ && gl[t[y]] >= lo_ && gl[t[y]] < hi_ && offset(x) != offset(y))
+          return fail(where(i) + " names blocks next to the template at places that do not repeat with the period");
+      }
+      for (int x = e; x < r; x += stride) {
+        if (!push(x, stride, -1, frees)) return false;
+        const int y = x + stride;
+        if (y >= r || (gl[t[x]] < split_) == (gl[t[y]] < split_)) continue;
+        // Across the inserted blocks: their entries, each from the template's block at its place in the
+        // period. (They lie in the blocks of copies, laid out one period after the other: from the
+        // (q + 1)-th on, each is the one q before it moved by one period.)
+        const int l0 = gl[t[x]];
+        const int count = shift_ / d;
+        const std::size_t first = runs_.size();
+        for (int s = 1; s <= count; ++s) {
+          if (s <= q + 1) {
+            const int layer = step > 0 ? l0 + d * s : l0 + shift_ - d * s;
+            const int tl = sh_.first + (layer - split_) % k;   // the template's block at its place
+            const int xt = x + (tl - l0) / step * stride;
+            if ((tl - l0) % step != 0 || xt < e || xt >= r || gl[t[xt]] != tl)
+              return fail(where(i) + " names blocks across the template in a run without the template's blocks");
+            if (!push(xt, stride, layer, frees)) return false;
+            continue;
+          }
+          for (int z = 0; z < stride; ++z) {
+            const std::size_t at = first + static_cast<std::size_t>(stride) * (s - 1) + z;
+            const std::size_t back = at - static_cast<std::size_t>(stride) * q;
+            const int v = runs_[back] + (runs_[first + stride * q + z] - runs_[first + z]);
+            if (!valid(v, !(c[x + z] & kBuf), own, frees && z == 1))
+              return fail("a reference of " + where(i) + " has no valid target in the result");
+            runs_.push_back(v);
+            runs_src_.push_back(x + z);
+          }
         }
       }
+      e = r;
     }
     runs_[head + sec] = static_cast<int>(runs_.size() - before);
   }
@@ -888,8 +988,9 @@ bool Stretcher::layout_lists() {
     if (tm && ascending_[x.key] && g == tmpl_last_[x.key]) cb_list_[x.key] = lp, lp += n * plist_[x.key];
     if (mbs_ && g == gP_end_ - 1) {
       pm_lists_ = lp - lb_[gP_begin_];
-      if (lb_[gP_begin_] - lb_[mb_first_[sh_.mb_template - 1]] != pm_lists_)
-        return fail_mb("micro-batches' lists differ in length after the layers are stretched");
+      for (int m = sh_.mb_template - mb_reach_; m < sh_.mb_template; ++m)
+        if (lb_[mb_first_[m + 1]] - lb_[mb_first_[m]] != pm_lists_)
+          return fail_mb("micro-batches' lists differ in length after the layers are stretched");
       lp += sh_.mb_copies * pm_lists_;
     }
   }
@@ -975,11 +1076,20 @@ bool Stretcher::emit_copies(CompiledProgram& out, OpCosts& costs) {
     for (int e = 0; e < len; ++e) {
       const int x = s.list_begin + e;
       int d = 0;
-      if (cls_[x] & kRel) {
+      if (cls_[x] & (kRel | kMirror)) {
         const int tk = groups_[tg_[x]].key;
         if (tmpl_first_[tk] < 0) return fail("a template references a phase with no template");
         d = (cls_[x] & kBuf) ? pbuf_[tk] : pop_[tk];
         if (!ascending_[tk]) d = -d;
+        // A mirror's targets between the template's and the next period's (one period below it) must lie
+        // in the checked blocks' images and copies, laid out one period after the other.
+        if (cls_[x] & kMirror) {
+          const int lt = groups_[tg_[x]].layer;
+          if (lt - k < lo_ || lt >= hi_)
+            return fail("a mirror reference of " + where(op_of_entry(tf + (x >= groups_[tf].list_end ? 1 : 0), x)) +
+                        " names block " + std::to_string(lt) + ", away from the checked blocks");
+          d = -d;
+        }
       }
       if (N[e] != T[e] + (n + 1) * d)
         return fail("a reference of " + where(op_of_entry(tf + (x >= groups_[tf].list_end ? 1 : 0), x)) +
@@ -1057,10 +1167,11 @@ void Stretcher::emit_micro_batches(CompiledProgram& out, OpCosts& costs) {
 }
 
 // The periodic runs: per phase key, the template and its copies (one after the other in the result),
-// in every micro-batch copy too; and micro-batches P-1, P and P's copies.
+// in every micro-batch copy too; and micro-batches P-R .. P and P's copies.
 void Stretcher::fill_runs(CompiledProgram& out) const {
   out.runs.clear();
-  if (mbs_ && pm_ops_ > 0) out.runs.push_back(PeriodicRun{ob_[mb_first_[sh_.mb_template - 1]], pm_ops_, sh_.mb_copies + 2});
+  if (mbs_ && pm_ops_ > 0)
+    out.runs.push_back(PeriodicRun{ob_[mb_first_[sh_.mb_template - mb_reach_]], pm_ops_, sh_.mb_copies + 1 + mb_reach_});
   if (layers_) {
     for (int key = 0; key < num_keys_; ++key) {
       const int tf = tmpl_first_[key];

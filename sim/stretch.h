@@ -11,22 +11,25 @@
 // model only has more periods. stretch_program checks that periodicity on the source itself, for the
 // template period and its neighbours on both sides, in every phase: the same ops (stream, kind flags,
 // NCCL group, durations), the same buffers (bytes, pool, category) and every reference of the same shape
-// (to the same op or buffer outside the blocks, or to the same op or buffer of the block so many
-// blocks away). It then inserts the copies after the template (before it in phases that walk the
-// blocks backwards), maps each reference by its shape, and extends the lists that name one op or
-// buffer per block (the held all-reduce outputs freed at the end of backward, the offload syncs).
+// (to the same op or buffer outside the blocks, to the same op or buffer of the block so many blocks
+// away, or of the block as far from the other end: FSDP1's rate limiter makes a forward wait on the
+// previous backward's events in the order that backward freed the blocks). It then inserts the copies
+// after the template (before it in phases that walk the blocks backwards), maps each reference by its
+// shape, and extends the lists that name one op or buffer per block (the held all-reduce outputs freed
+// at the end of backward, the offload syncs).
 //
 // Micro-batches likewise: the lowering runs the same forward and backward for every micro-batch; only
-// the first (the first gradients, the no_sync accumulations it allocates) and the last (the
-// gradient sync of no_sync, the optimizer step after it) differ, and what one micro-batch hands the next
-// is the streams' last work and the rate limiter's queued events, which the next one names relative to
-// itself. The source has a template micro-batch P (the third: G' = 3, or 4 when only the last one
-// syncs) and checks P-1 against P like two periods of blocks: the same groups, ops, buffers, and every
-// reference either to the same op or buffer (outside the micro-batches, or one of an earlier
-// micro-batch that both name, such as the no_sync gradient the first allocated) or to the same place
-// one micro-batch later. Copies of P then follow P. A later micro-batch's reference into P names the
-// last copy; one that reaches over P-1 and P to an earlier micro-batch names that one (the middle
-// micro-batches never name it: were it handed on by them it would be theirs).
+// the first few (the first gradients, the no_sync accumulations the first allocates, what the first
+// micro-batches hand on) and the last (the gradient sync of no_sync, the optimizer step after it) differ,
+// and what one micro-batch hands the next is the streams' last work and the rate limiter's queued
+// events, which the next one names relative to itself. The source has a template micro-batch P (the
+// fourth with grad_sync, the third without, whose last then syncs) and checks it against the R
+// micro-batches before it that its references reach, like periods of blocks: the same groups, ops,
+// buffers, and every reference either to the same op or buffer (outside the micro-batches, or one of an
+// earlier micro-batch that both name, such as the no_sync gradient the first allocated) or to the same
+// place one micro-batch later. Copies of P then follow P. A later micro-batch's reference into the last
+// R micro-batches up to P names the last copies; one that reaches over them to an earlier micro-batch
+// names that one (the repeating micro-batches never name it: were it handed on by them it would be theirs).
 //
 // It refuses (returns false, saying why) whatever it cannot map that way; the caller then lowers a
 // longer source or the whole model. tests/sim/test_stretch.cpp compares the result with the compiled
