@@ -165,6 +165,7 @@ bool stretch_source(const models::ModelSpec& model, const models::WrapGraph& gra
   fill_op_costs(st.a, cost, st.source_costs);
   const StretchSource src{&st.a, &st.sites, &st.source_costs};
   st.info.micro_batches_refused = false;
+  st.info.reach = -1;
   return stretch_program(src, shape, st.program, st.costs, &st.info, &g_stats.refused);
 }
 
@@ -247,7 +248,7 @@ bool build_stretched(const models::ModelSpec& m, const models::WrapGraph& graph,
   // at each end left unchecked, as the blocks next to the ends differ: nothing to prefetch, the root's
   // hooks prefetch the first or last prefetch_depth blocks, FSDP1's rate limiter carries forward events
   // into the first backward blocks (a margin of 4 there: over 8,000 random plans the fewest sources
-  // lowered, 6,113 against 6,293 with 2). Where that is not enough, wider margins.
+  // lowered, 6,089 against 6,291 with 2, with as many stretched). Where that is not enough, wider margins.
   const int reach = std::max(rp.prefetch_depth, 1) + 1;
   constexpr int kMargin = 2;
   const bool limiter = rp.fsdp_version == FsdpVersion::FSDP1 && rp.limit_all_gathers;
@@ -272,6 +273,8 @@ bool build_stretched(const models::ModelSpec& m, const models::WrapGraph& graph,
       if (!next_mbs()) mbs = false;   // (then the same source with every micro-batch)
       continue;
     }
+    // References reaching over half the source grow with it (a pattern no source holds): no longer one.
+    if (2 * st.info.reach > Ls) return micro_batches_only();
     margin += reach + k;
   }
 }

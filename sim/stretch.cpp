@@ -61,7 +61,6 @@ enum : std::uint8_t {
   kRun = 16,    // an other group's reference to a block next to the template (part of a per-block run)
   kMbRel = 32,  // relative in micro-batches (micro-batch P's entries; see step 3)
   kMirror = 64, // a block group's reference to the block as far from the other end (see kMirror above)
-  kNotMirror = 128,   // (while classifying: a neighbour of the same shape names no mirror of its target)
 };
 
 // The categories a buffer may have (as program_check.cpp's fast check): all but allocator_slack and
@@ -237,6 +236,7 @@ class Stretcher {
   StretchShape sh_;
   std::string why_, mismatch_;
   bool mb_refused_ = false;
+  int reach_refused_ = -1;   // the reach that made the source too short
   // ---- the source ----
   int n_ops_ = 0, n_bufs_ = 0, n_entries_ = 0, src_layers_ = 0, num_keys_ = 0, n_mbs_ = 0;
   std::vector<OpRec> srec_;            // compile_program's records of the source's ops
@@ -497,10 +497,9 @@ bool Stretcher::analyse_layers() {
   // A block's reference to a block is relative (the previous block's op, the same block's forward
   // buffer) unless it names one fixed block from every block: where two blocks a period apart, of the
   // same shape, name the very same op or buffer of a block, both entries are kFixed; where they name the
-  // same place of blocks a period apart the other way, both are kMirror, unless a neighbour of the same
-  // shape does not (the queue of FULL_SHARD's rate limiter makes the first two blocks after a backward
-  // look mirrored, the next ones relative). Block y's entries are settled once it has been compared with
-  // y - k and y + k: the others are kRel, and their reach (in layers) sets the blocks checked periodic.
+  // same place of blocks a period apart the other way, both are kMirror. Block y's entries are settled
+  // once it has been compared with y - k and y + k: the others are kRel, and their reach (in layers) sets
+  // the blocks checked periodic.
   reach_ = 0;
   int reach_at = 0;
   for (int key = 0; key < num_keys_; ++key) {
@@ -525,14 +524,11 @@ bool Stretcher::analyse_layers() {
             } else if (l[b] >= 0 && gl[t[b]] == gl[t[a]] - k && groups_[t[a]].key == groups_[t[b]].key &&
                        ((c[a] ^ c[b]) & kBuf) == 0 && v - begin_of(t[a], c[a] & kBuf) == l[b] - begin_of(t[b], c[b] & kBuf)) {
               c[a] |= kMirror, c[b] |= kMirror;
-            } else {
-              c[a] |= kNotMirror, c[b] |= kNotMirror;
             }
           }
         }
       }
       for (int e = x.list_begin; e < x.list_end; ++e) {
-        if (c[e] & kNotMirror) c[e] &= static_cast<std::uint8_t>(~(kMirror | kNotMirror));
         if (t[e] < 0 || (c[e] & (kFixed | kMirror)) || gl[t[e]] < 0) continue;
         c[e] |= kRel;
         const int d = std::abs(gl[t[e]] - y);
@@ -548,13 +544,16 @@ bool Stretcher::analyse_layers() {
     for (int e = groups_[g].list_begin; e < groups_[g].list_end; ++e)
       if (c[e] & kMirror) lo_ = std::min(lo_, gl[t[e]] - k), hi_ = std::max(hi_, gl[t[e]] + 1);
   }
-  if (lo_ < 0 || hi_ > src_layers_)
+  if (lo_ < 0 || hi_ > src_layers_) {
+    reach_refused_ = reach_;
     return fail("the source has too few blocks around the template (references reach " + std::to_string(reach_) +
                 " blocks, e.g. list entry " + std::to_string(reach_at) + ")");
+  }
   // A mirror only shows in the checked blocks: its two blocks lie on either side of the inserted layers,
   // or next to them. Outside the checked blocks, two blocks on one side of them that look mirrored are
-  // the blocks next to an end keeping their relation to that end (forward events FSDP1's rate limiter
-  // carries into the first backward blocks): relative, within the reach.
+  // the blocks next to an end keeping their relation to that end (the previous backward's last events
+  // FULL_SHARD's rate limiter hands the next forward's first blocks, the forward events it carries into
+  // the first backward blocks): relative, within the reach.
   for (int g = 0; g < G; ++g) {
     const int lf = gl[g];
     if (lf < 0 || (lf >= lo_ && lf < hi_)) continue;
@@ -1227,9 +1226,10 @@ bool Stretcher::run(const StretchSource& s, const StretchShape& sh, CompiledProg
   src_ = &s;
   sh_ = sh;
   mb_refused_ = false;
+  reach_refused_ = -1;
   const auto done = [&](bool ok) {
     if (!ok && why) *why = why_;
-    if (!ok && info) info->micro_batches_refused = mb_refused_;
+    if (!ok && info) info->micro_batches_refused = mb_refused_, info->reach = reach_refused_;
     return ok;
   };
   layers_ = sh.copies > 0;

@@ -71,6 +71,7 @@ struct StretchInfo {
   std::vector<Span> spans;
   int mb_begin = 0, mb_end = 0, mb_repeat = 1;
   bool micro_batches_refused = false;           // (on refusal) the micro-batch dimension was the reason
+  int reach = -1;                               // (on refusal) the references' reach, where too long
 };
 
 // Fills `out` and `out_costs` (storage reused) with the stretched program; false (with the reason in
