@@ -75,12 +75,11 @@ struct Group {
   int op_begin = 0, op_end = 0, buf_begin = 0, buf_end = 0;
   int list_begin = 0, list_end = 0;   // its ops' entries in the source's flat lists
   bool run = false;                   // has ops whose lists hold runs (their lengths change)
+  bool cross = false, fixed = false, mirror = false;   // has kCross, kFixed, kMirror entries
 };
 
-// cur[e] += d[e], then cur[0 .. n) to `out` (ints, or the words of records: written as bytes), for e < n:
-// the next copy's entries (records) from the last one's.
-inline void step_copy(int* __restrict cur, const int* __restrict d, void* __restrict out, int n) {
-  char* o = static_cast<char*>(out);
+// out[e] = (cur[e] += d[e]) for e < n: the next copy's entries from the last one's.
+inline void step_copy(int* __restrict cur, const int* __restrict d, int* __restrict out, int n) {
   int e = 0;
 #if defined(__GNUC__)
   // (four at a time: g++ -O2 vectorizes no loop of unknown length)
@@ -91,13 +90,10 @@ inline void step_copy(int* __restrict cur, const int* __restrict d, void* __rest
     std::memcpy(&x, d + e, sizeof x);
     c += x;
     std::memcpy(cur + e, &c, sizeof c);
-    std::memcpy(o + sizeof(int) * e, &c, sizeof c);
+    std::memcpy(out + e, &c, sizeof c);
   }
 #endif
-  for (; e < n; ++e) {
-    cur[e] += d[e];
-    std::memcpy(o + sizeof(int) * e, cur + e, sizeof(int));
-  }
+  for (; e < n; ++e) out[e] = (cur[e] += d[e]);
 }
 
 // `n` records from `from` to `to` with their list positions moved by `move`.
@@ -185,13 +181,14 @@ class Stretcher {
   bool is_tmpl(const Group& x) const { return layers_ && x.layer >= sh_.first && x.layer < split_; }
 
   bool build_groups();
+  bool plan_layers();
+  bool plan_micro_batches();
+  bool layout_ids();
   bool read_source();
   bool analyse_layers();
   bool congruent(int ga, int gb);
-  bool plan_templates();
   bool analyse_micro_batches();
   int compare_micro_batches(int a);
-  bool layout_ids();
   bool map_entries();
   bool run_lists(int g, int i);
   bool layout_lists();
@@ -241,7 +238,7 @@ class Stretcher {
   int n_ops_ = 0, n_bufs_ = 0, n_entries_ = 0, src_layers_ = 0, num_keys_ = 0, n_mbs_ = 0;
   std::vector<OpRec> srec_;            // compile_program's records of the source's ops
   std::vector<int> sl_;                // its flat lists (the layout of CompiledProgram::lists)
-  std::vector<int> tg_;                // per entry: the group of the op or buffer it names (-1: literal -1)
+  std::vector<int> tg_;                // per entry: the group of the op or buffer it names (-1: the literal -1)
   std::vector<std::uint8_t> cls_;      // per entry: the bits above
   std::vector<CompiledBuffer> sbuf_;
   std::vector<Group> groups_;
@@ -298,7 +295,7 @@ bool Stretcher::build_groups() {
     x.op_end = g + 1 < G ? sites[g + 1].op_begin : n_ops_;
     x.buf_end = g + 1 < G ? sites[g + 1].buf_begin : n_bufs_;
     x.key = (x.mb + 1) * kPhases + x.phase;
-    x.run = false;
+    x.run = x.cross = x.fixed = x.mirror = false;
     glayer_[g] = x.layer;
     if (x.op_end < x.op_begin || x.buf_end < x.buf_begin || x.op_end > n_ops_ || x.buf_end > n_bufs_ || x.mb < -1 ||
         x.phase < 0 || x.phase >= kPhases || x.layer < -1)
@@ -321,7 +318,7 @@ bool Stretcher::build_groups() {
 
 // The source's records and flat lists, with compile_program's checks (validate_program's): a source
 // that fails one is refused, and the whole lowering then throws the error. Each entry also gets the
-// group it names, and each group its bytes sent.
+// group it names and its image (layout_ids ran before), and each group its bytes sent.
 bool Stretcher::read_source() {
   const StepProgram& p = *src_->program;
   const int ns = static_cast<int>(p.streams.size());
@@ -344,11 +341,13 @@ bool Stretcher::read_source() {
   const int n = n_ops_;
   srec_.resize(static_cast<std::size_t>(n));
   gsent_.assign(groups_.size(), {0, 0, 0});
-  if (sl_.size() < 2048) sl_.resize(2048), tg_.resize(2048), cls_.resize(2048);
+  if (sl_.size() < 2048) sl_.resize(2048), tg_.resize(2048), cls_.resize(2048), img_.resize(2048);
   const auto below = [](int v, int lim) { return static_cast<unsigned>(v) < static_cast<unsigned>(lim); };
   const Op* ops = p.ops.data();
   const int* og = op_group_.data();
   const int* bg = buf_group_.data();
+  const int* os = oshift_.data();
+  const int* bs = bshift_.data();
   int pos = 0;
   for (int i = 0; i < n; ++i) {
     const Op& op = ops[i];
@@ -362,40 +361,48 @@ bool Stretcher::read_source() {
     const std::size_t need = op.waits.size() + op.cpu_waits.size() + op.allocs.size() + 2 * op.frees.size();
     if (pos + need > sl_.size()) [[unlikely]] {
       const std::size_t sz = std::max(2 * sl_.size(), pos + need + 256);
-      sl_.resize(sz), tg_.resize(sz), cls_.resize(sz);
+      sl_.resize(sz), tg_.resize(sz), cls_.resize(sz), img_.resize(sz);
     }
     int* l = sl_.data();
     int* t = tg_.data();
+    int* im = img_.data();
     std::uint8_t* c = cls_.data();
     OpRec r;
     r.stream = op.stream;
     r.flags = f;
     r.group = static_cast<std::uint8_t>(f & kCollective ? static_cast<int>(op.group) : 0);
     r.wait_pos = pos;
+    // (each entry with the group it names and its image: its id plus what is inserted before that group)
     for (int w : op.waits) {
       const bool in = below(w, i);
       ok &= in;
-      l[pos] = w, t[pos] = in ? og[w] : -1, c[pos] = 0, ++pos;
+      const int tg = in ? og[w] : 0;
+      l[pos] = w, t[pos] = tg, im[pos] = w + os[tg], c[pos] = 0, ++pos;
     }
     r.cpu_waits = pos;
     for (int w : op.cpu_waits) {
       const bool in = below(w, i);
       ok &= in;
-      l[pos] = w, t[pos] = in ? og[w] : -1, c[pos] = 0, ++pos;
+      const int tg = in ? og[w] : 0;
+      l[pos] = w, t[pos] = tg, im[pos] = w + os[tg], c[pos] = 0, ++pos;
     }
     r.allocs = pos;
     for (int b : op.allocs) {
       const bool in = below(b, nb);
       ok &= in && !bufs[b].persistent;
-      l[pos] = b, t[pos] = in ? bg[b] : -1, c[pos] = kBuf, ++pos;
+      const int tg = in ? bg[b] : 0;
+      l[pos] = b, t[pos] = tg, im[pos] = b + bs[tg], c[pos] = kBuf, ++pos;
     }
     r.frees = pos;
     for (const FreeSpec& fr : op.frees) {
       const bool in = below(fr.buffer, nb);
       const int ro = fr.reuse_after_op;
       ok &= in & (ro >= -1) & (ro <= i);
-      l[pos] = fr.buffer, t[pos] = in ? bg[fr.buffer] : -1, c[pos] = kBuf;
-      l[pos + 1] = ro, t[pos + 1] = below(ro, i + 1) ? og[ro] : -1, c[pos + 1] = 0;
+      const int tg = in ? bg[fr.buffer] : 0;
+      l[pos] = fr.buffer, t[pos] = tg, im[pos] = fr.buffer + bs[tg], c[pos] = kBuf;
+      const bool op_in = below(ro, i + 1);
+      const int to = op_in ? og[ro] : -1;
+      l[pos + 1] = ro, t[pos + 1] = to, im[pos + 1] = op_in ? ro + os[to] : ro, c[pos + 1] = 0;
       pos += 2;
     }
     r.end = pos;
@@ -473,7 +480,9 @@ bool Stretcher::congruent(int ga, int gb) {
   return true;
 }
 
-bool Stretcher::analyse_layers() {
+// The layer shape, each phase key's blocks and its template period: its groups (consecutive), sizes and
+// direction. (From the site groups alone: the result's ids are laid out before the lists are read.)
+bool Stretcher::plan_layers() {
   const int k = sh_.period;
   if (k < 1 || sh_.first < k) return fail("bad stretch shape");
   split_ = sh_.first + k;
@@ -490,16 +499,52 @@ bool Stretcher::analyse_layers() {
     if (slot >= 0) return fail("two site groups for one block in one phase");
     slot = g;
   }
+  tmpl_first_.assign(num_keys_, -1);
+  tmpl_last_.assign(num_keys_, -1);
+  ascending_.assign(num_keys_, 1);
+  pop_.assign(num_keys_, 0);
+  pbuf_.assign(num_keys_, 0);
+  plist_.assign(num_keys_, 0);
+  cb_op_.assign(num_keys_, 0);
+  cb_buf_.assign(num_keys_, 0);
+  cb_list_.assign(num_keys_, 0);
+  for (int g = 0; g < G; ++g) {
+    const Group& x = groups_[g];
+    if (!is_tmpl(x)) continue;
+    const int key = x.key;
+    if (tmpl_first_[key] < 0) tmpl_first_[key] = g;
+    else if (tmpl_last_[key] != g - 1) return fail("a template period's groups are not consecutive");
+    tmpl_last_[key] = g;
+    pop_[key] += x.op_end - x.op_begin;
+    pbuf_[key] += x.buf_end - x.buf_begin;
+  }
+  for (int key = 0; key < num_keys_; ++key) {
+    if (tmpl_first_[key] < 0) continue;
+    // The direction: where the next period's first group lies (checked congruent, so it exists).
+    const int next = blk_[static_cast<std::size_t>(key) * src_layers_ + split_];
+    if (next < 0) return fail("no block group after the template");
+    if (next > tmpl_last_[key]) ascending_[key] = 1;
+    else if (next < tmpl_first_[key]) ascending_[key] = 0;
+    else return fail("the template period is interleaved with the next");
+  }
+  return true;
+}
+
+bool Stretcher::analyse_layers() {
+  const int k = sh_.period;
+  const int G = static_cast<int>(groups_.size());
   const int* t = tg_.data();
   std::uint8_t* c = cls_.data();
   const int* l = sl_.data();
   const int* gl = glayer_.data();
+  const int split = split_;
   // A block's reference to a block is relative (the previous block's op, the same block's forward
   // buffer) unless it names one fixed block from every block: where two blocks a period apart, of the
   // same shape, name the very same op or buffer of a block, both entries are kFixed; where they name the
   // same place of blocks a period apart the other way, both are kMirror. Block y's entries are settled
   // once it has been compared with y - k and y + k: the others are kRel, and their reach (in layers) sets
-  // the blocks checked periodic.
+  // the blocks checked periodic. (Entries whose target is not their image are marked kCross as they
+  // settle: a relative one across the split, a mirror between blocks on one side of it.)
   reach_ = 0;
   int reach_at = 0;
   for (int key = 0; key < num_keys_; ++key) {
@@ -507,7 +552,7 @@ bool Stretcher::analyse_layers() {
     for (int y = 0; y < src_layers_; ++y) {
       const int ga = row[y], gb = y + k < src_layers_ ? row[y + k] : -1;
       if (ga < 0) continue;
-      const Group& x = groups_[ga];
+      Group& x = groups_[ga];
       if (gb >= 0 && x.op_end - x.op_begin == groups_[gb].op_end - groups_[gb].op_begin) {
         for (int i = x.op_begin, j = groups_[gb].op_begin; i < x.op_end; ++i, ++j) {
           const OpRec& p = srec_[i];
@@ -528,10 +573,24 @@ bool Stretcher::analyse_layers() {
           }
         }
       }
+      const bool left = y < split;
       for (int e = x.list_begin; e < x.list_end; ++e) {
-        if (t[e] < 0 || (c[e] & (kFixed | kMirror)) || gl[t[e]] < 0) continue;
-        c[e] |= kRel;
-        const int d = std::abs(gl[t[e]] - y);
+        if (l[e] < 0) continue;
+        const int lt = gl[t[e]];
+        if (lt < 0) continue;
+        const std::uint8_t ce = c[e];
+        if (ce & kFixed) {
+          x.fixed = true;
+          continue;
+        }
+        if (ce & kMirror) {
+          x.mirror = true;
+          if (left == (lt < split)) c[e] = ce | kCross, x.cross = true;
+          continue;
+        }
+        c[e] = ce | kRel | (left != (lt < split) ? kCross : 0);
+        x.cross |= left != (lt < split);
+        const int d = std::abs(lt - y);
         if (d > reach_) reach_ = d, reach_at = e;
       }
     }
@@ -540,7 +599,7 @@ bool Stretcher::analyse_layers() {
   hi_ = split_ + reach_ + k;
   // (and the blocks the template's mirrors name, with the period below them the next period's name)
   for (int g = 0; g < G; ++g) {
-    if (gl[g] < sh_.first || gl[g] >= split_) continue;
+    if (gl[g] < sh_.first || gl[g] >= split_ || !groups_[g].mirror) continue;
     for (int e = groups_[g].list_begin; e < groups_[g].list_end; ++e)
       if (c[e] & kMirror) lo_ = std::min(lo_, gl[t[e]] - k), hi_ = std::max(hi_, gl[t[e]] + 1);
   }
@@ -549,20 +608,35 @@ bool Stretcher::analyse_layers() {
     return fail("the source has too few blocks around the template (references reach " + std::to_string(reach_) +
                 " blocks, e.g. list entry " + std::to_string(reach_at) + ")");
   }
-  // A mirror only shows in the checked blocks: its two blocks lie on either side of the inserted layers,
-  // or next to them. Outside the checked blocks, two blocks on one side of them that look mirrored are
-  // the blocks next to an end keeping their relation to that end (the previous backward's last events
-  // FULL_SHARD's rate limiter hands the next forward's first blocks, the forward events it carries into
-  // the first backward blocks): relative, within the reach.
   for (int g = 0; g < G; ++g) {
+    Group& x = groups_[g];
     const int lf = gl[g];
-    if (lf < 0 || (lf >= lo_ && lf < hi_)) continue;
-    for (int e = groups_[g].list_begin; e < groups_[g].list_end; ++e) {
-      if (!(c[e] & kMirror) || (lf < split_) != (gl[t[e]] < split_)) continue;
-      if (std::abs(gl[t[e]] - lf) > reach_)
-        return fail("block " + std::to_string(lf) + " (" + where(op_of_entry(g, e)) + ") names block " +
-                    std::to_string(gl[t[e]]) + ", further than the reach of the checked blocks");
-      c[e] = static_cast<std::uint8_t>((c[e] & ~kMirror) | kRel);
+    if (lf < 0 || !(x.fixed || x.mirror || x.cross)) continue;
+    const bool outside = lf < lo_ || lf >= hi_;
+    for (int e = x.list_begin; e < x.list_end; ++e) {
+      if (l[e] < 0) continue;
+      const int lt = gl[t[e]];
+      // Fixed blocks must lie away from the template.
+      if ((c[e] & kFixed) && lt >= lo_ && lt < hi_)
+        return fail(where(op_of_entry(g, e)) + " names block " + std::to_string(lt) +
+                    ", next to the template, from every block");
+      if (!outside || !(c[e] & kCross)) continue;
+      // A mirror only shows in the checked blocks: its two blocks lie on either side of the inserted
+      // layers, or next to them. Outside the checked blocks, two blocks on one side of them that look
+      // mirrored are the blocks next to an end keeping their relation to that end (the previous
+      // backward's last events FULL_SHARD's rate limiter hands the next forward's first blocks, the
+      // forward events it carries into the first backward blocks): relative, within the reach.
+      if (c[e] & kMirror) {
+        if (std::abs(lt - lf) > reach_)
+          return fail("block " + std::to_string(lf) + " (" + where(op_of_entry(g, e)) + ") names block " +
+                      std::to_string(lt) + ", further than the reach of the checked blocks");
+        c[e] = static_cast<std::uint8_t>((c[e] & ~(kMirror | kCross)) | kRel);
+        continue;
+      }
+      // References across the inserted layers must come from the checked periods (where they are part
+      // of the repeating pattern: looked up in the result).
+      return fail("block " + std::to_string(lf) + " (" + where(op_of_entry(g, e)) + ") names block " +
+                  std::to_string(lt) + " across the inserted blocks, outside the checked periods");
     }
   }
   // The blocks within that reach of the split (and one period more) must repeat with the period, in
@@ -575,41 +649,6 @@ bool Stretcher::analyse_layers() {
     for (int y = lo_; y + k < hi_; ++y)
       if (!congruent(row[y], row[y + k]))
         return fail("the blocks around layer " + std::to_string(y) + " are not periodic: " + mismatch_);
-  }
-  return plan_templates();
-}
-
-// Each phase key's template period: its groups (consecutive), sizes and direction.
-bool Stretcher::plan_templates() {
-  const int G = static_cast<int>(groups_.size());
-  tmpl_first_.assign(num_keys_, -1);
-  tmpl_last_.assign(num_keys_, -1);
-  ascending_.assign(num_keys_, 1);
-  pop_.assign(num_keys_, 0);
-  pbuf_.assign(num_keys_, 0);
-  plist_.assign(num_keys_, 0);
-  cb_op_.assign(num_keys_, 0);
-  cb_buf_.assign(num_keys_, 0);
-  cb_list_.assign(num_keys_, 0);
-  for (int g = 0; g < G; ++g) {
-    const Group& x = groups_[g];
-    if (!is_tmpl(x)) continue;
-    const int k = x.key;
-    if (tmpl_first_[k] < 0) tmpl_first_[k] = g;
-    else if (tmpl_last_[k] != g - 1) return fail("a template period's groups are not consecutive");
-    tmpl_last_[k] = g;
-    pop_[k] += x.op_end - x.op_begin;
-    pbuf_[k] += x.buf_end - x.buf_begin;
-    plist_[k] += x.list_end - x.list_begin;
-  }
-  for (int k = 0; k < num_keys_; ++k) {
-    if (tmpl_first_[k] < 0) continue;
-    // The direction: where the next period's first group lies (checked congruent, so it exists).
-    const int next = blk_[static_cast<std::size_t>(k) * src_layers_ + split_];
-    if (next < 0) return fail("no block group after the template");
-    if (next > tmpl_last_[k]) ascending_[k] = 1;
-    else if (next < tmpl_first_[k]) ascending_[k] = 0;
-    else return fail("the template period is interleaved with the next");
   }
   return true;
 }
@@ -666,16 +705,12 @@ int Stretcher::compare_micro_batches(int a) {
   return reach;
 }
 
-// Micro-batch P against the ones before it that its references reach (R of them: P-R .. P repeat), and
-// the other micro-batches' references: none from before P to P or later; from after P none to P-R, and
-// to P-R+1 .. P only within the reach (relative: they name the last copies); none from the optimizer step
-// to P-R .. P but to P when it is the last micro-batch (otherwise ambiguous: a list of one entry per
-// micro-batch, or one reaching over the copies?).
-bool Stretcher::analyse_micro_batches() {
+// Micro-batch P's site groups (from the site groups alone: the result's ids are laid out before the
+// lists are read): the persistent ones, each micro-batch's (the same sites), the optimizer step's.
+bool Stretcher::plan_micro_batches() {
   const int P = sh_.mb_template;
   const int G = static_cast<int>(groups_.size());
   if (P < 2 || P >= n_mbs_ || sh_.mb_copies < 1) return fail_mb("bad micro-batch shape");
-  // The groups: the persistent ones, each micro-batch's (the same sites), the optimizer step's.
   mb_first_.assign(n_mbs_ + 1, 0);
   int g = 0;
   while (g < G && groups_[g].mb < 0) ++g;
@@ -696,6 +731,17 @@ bool Stretcher::analyse_micro_batches() {
   // (P's copies go after its last group, which must not be followed by template copies)
   if (gP_end_ == gP_begin_ || is_tmpl(groups_[gP_begin_]) || is_tmpl(groups_[gP_end_ - 1]))
     return fail_mb("micro-batch " + std::to_string(P) + " begins or ends with a template block");
+  return true;
+}
+
+// Micro-batch P against the ones before it that its references reach (R of them: P-R .. P repeat), and
+// the other micro-batches' references: none from before P to P or later; from after P none to P-R, and
+// to P-R+1 .. P only within the reach (relative: they name the last copies, so their images move); none
+// from the optimizer step to P-R .. P but to P when it is the last micro-batch (otherwise ambiguous: a
+// list of one entry per micro-batch, or one reaching over the copies?).
+bool Stretcher::analyse_micro_batches() {
+  const int P = sh_.mb_template;
+  const int G = static_cast<int>(groups_.size());
   fixed_mb_ = -1;
   mb_reach_ = compare_micro_batches(P - 1);
   if (mb_reach_ < 0) return false;
@@ -710,6 +756,7 @@ bool Stretcher::analyse_micro_batches() {
     return fail_mb("micro-batches " + std::to_string(q) + " .. " + std::to_string(P) + " name one op or buffer of micro-batch " +
                    std::to_string(fixed_mb_));
   const int* t = tg_.data();
+  const std::uint8_t* c = cls_.data();
   for (int h = 0; h < G; ++h) {
     if (h >= gP_begin_ && h < gP_end_) continue;
     const bool after = h >= gP_end_;
@@ -725,13 +772,18 @@ bool Stretcher::analyse_micro_batches() {
       if (tm < q || tm > P) continue;   // (before the repeating ones: a fixed one; after P: not moved)
       if (hm < 0 ? tm != P || P != n_mbs_ - 1 : tm == q || hm - tm > mb_reach_)
         return fail_mb(where(op_of_entry(h, e)) + " names micro-batch " + std::to_string(tm));
+      img_[e] += mb_move(h, t[e], c[e] & kBuf);
     }
   }
+  // The repeating micro-batches are as long in the result (copies of blocks included).
+  for (int m = q; m < P; ++m)
+    if (ob_[mb_first_[m + 1]] - ob_[mb_first_[m]] != pm_ops_ || bb_[mb_first_[m + 1]] - bb_[mb_first_[m]] != pm_bufs_)
+      return fail_mb("micro-batches differ in size after the layers are stretched");
   return true;
 }
 
 // The result's op and buffer ids: every source group's image, each key's block of copies next to its
-// template, micro-batch P's copies after P.
+// template, micro-batch P's copies after P. (Before the lists are read: they are read as images.)
 bool Stretcher::layout_ids() {
   const int G = static_cast<int>(groups_.size());
   ob_.resize(G);
@@ -757,9 +809,6 @@ bool Stretcher::layout_ids() {
     if (mbs_ && g == gP_end_ - 1) {
       pm_ops_ = op - ob_[gP_begin_];
       pm_bufs_ = buf - bb_[gP_begin_];
-      for (int m = sh_.mb_template - mb_reach_; m < sh_.mb_template; ++m)
-        if (ob_[mb_first_[m + 1]] - ob_[mb_first_[m]] != pm_ops_ || bb_[mb_first_[m + 1]] - bb_[mb_first_[m]] != pm_bufs_)
-          return fail_mb("micro-batches differ in size after the layers are stretched");
       op += sh_.mb_copies * pm_ops_, buf += sh_.mb_copies * pm_bufs_;
     }
   }
@@ -768,58 +817,27 @@ bool Stretcher::layout_ids() {
   return true;
 }
 
-// Each source entry's value in its group's own image (img_), and the run lists. Also the references
-// to blocks next to the template and across the inserted layers: those must come from the checked
-// periods (where they are part of the repeating pattern: looked up in the result); fixed blocks must
-// lie away from the template; other groups may name blocks next to it only in runs (run_lists).
+// The entries whose value is not their image (read_source): block references across the inserted
+// layers, looked up in the result (analyse_layers marked them kCross); an other group's references to
+// blocks next to the template, which must be in runs (run_lists).
 bool Stretcher::map_entries() {
   const int G = static_cast<int>(groups_.size());
-  if (img_.size() < static_cast<std::size_t>(n_entries_)) img_.resize(n_entries_);
   run_at_.assign(n_ops_, -1);
   runs_.clear();
   runs_src_.clear();
+  if (!layers_) return true;
   int* im = img_.data();
   const int* l = sl_.data();
   const int* t = tg_.data();
   std::uint8_t* c = cls_.data();
-  const int* os = oshift_.data();
-  const int* bs = bshift_.data();
   const int* gl = glayer_.data();
-  const int lo = layers_ ? lo_ : 0, hi = layers_ ? hi_ : 0, split = split_;
   for (int g = 0; g < G; ++g) {
     Group& x = groups_[g];
     const int lb = x.list_begin, le = x.list_end, lf = gl[g];
-    const bool moves = mbs_ && g >= gP_end_;   // (a later micro-batch's reference into P: its last copy)
-    bool cross = false;
-    for (int e = lb; e < le; ++e) {
-      const int v = l[e];
-      if (v < 0) {
-        im[e] = v;
-        continue;
-      }
-      const int tg = t[e];
-      const bool buf = c[e] & kBuf;
-      im[e] = v + (buf ? bs[tg] : os[tg]) + (moves ? mb_move(g, tg, buf) : 0);
-      const int lt = gl[tg];
-      // (not its image: a relative reference across the inserted layers, a mirror on one side of them)
-      const bool across = lf >= 0 && (c[e] & (kRel | kMirror)) && ((lf < split) != (lt < split)) == !(c[e] & kMirror);
-      if (lt < 0 || ((lt < lo || lt >= hi) && !across))
-        continue;   // (the common cases: no block, or one away from the template not named across it)
-      if (lf < 0) {
-        c[e] |= kRun;
-        x.run = true;
-      } else if (c[e] & kFixed) {
-        return fail(where(op_of_entry(g, e)) + " names block " + std::to_string(lt) +
-                    ", next to the template, from every block");
-      } else if (across) {
-        if (lf < lo || lf >= hi)
-          return fail("block " + std::to_string(lf) + " (" + where(op_of_entry(g, e)) + ") names block " +
-                      std::to_string(lt) + " across the inserted blocks, outside the checked periods");
-        c[e] |= kCross;
-        cross = true;
-      }
-    }
-    if (x.run) {
+    if (lf < 0) {
+      for (int e = lb; e < le; ++e)
+        if (l[e] >= 0 && gl[t[e]] >= lo_ && gl[t[e]] < hi_) c[e] |= kRun, x.run = true;
+      if (!x.run) continue;
       for (int i = x.op_begin; i < x.op_end; ++i) {
         const OpRec& r = srec_[i];
         bool any = false;
@@ -828,19 +846,19 @@ bool Stretcher::map_entries() {
       }
       continue;
     }
-    if (!cross) continue;
-    // Block references across the inserted layers: the block as many layers away in the result.
+    if (!x.cross) continue;
     for (int e = lb; e < le; ++e) {
       if (!(c[e] & kCross)) continue;
       const bool buf = c[e] & kBuf;
       const int tg = t[e];
       // relative: as many layers away from its own block in the result; a mirror: the sum of the two
       // layers grows by the inserted layers
-      const int layer = (c[e] & kMirror) ? gl[tg] + (lf < split ? shift_ : 0) : (lf < split ? lf : lf + shift_) + (gl[tg] - lf);
+      const int layer = (c[e] & kMirror) ? gl[tg] + (lf < split_ ? shift_ : 0)
+                                         : (lf < split_ ? lf : lf + shift_) + (gl[tg] - lf);
       int v = block_id(groups_[tg].key, layer, buf, l[e] - begin_of(tg, buf));
       if (v != -2) v += mb_move(g, tg, buf);
       const int i = op_of_entry(g, e);
-      if (!valid(v, !buf, i + os[g], e >= srec_[i].frees))
+      if (!valid(v, !buf, i + oshift_[g], e >= srec_[i].frees))
         return fail("a reference of " + where(i) + " has no valid target in the result");
       im[e] = v;
     }
@@ -965,6 +983,9 @@ bool Stretcher::run_lists(int g, int i) {
 bool Stretcher::layout_lists() {
   const int G = static_cast<int>(groups_.size());
   lb_.resize(G);
+  for (int key = 0; key < num_keys_; ++key)
+    if (tmpl_first_[key] >= 0)
+      plist_[key] = groups_[tmpl_last_[key]].list_end - groups_[tmpl_first_[key]].list_begin;
   const int n = sh_.copies;
   int lp = 0;
   for (int g = 0; g < G; ++g) {
@@ -1235,17 +1256,18 @@ bool Stretcher::run(const StretchSource& s, const StretchShape& sh, CompiledProg
   layers_ = sh.copies > 0;
   mbs_ = sh.mb_template >= 0;
   if (!layers_ && !mbs_) return done(fail("nothing to stretch"));
-  if (!build_groups() || !read_source()) return done(false);
+  if (!build_groups()) return done(false);
   if (layers_) {
-    if (!analyse_layers()) return done(false);
+    if (!plan_layers()) return done(false);
   } else {
     split_ = shift_ = 0;
     new_layers_ = src_layers_;
     tmpl_first_.assign(num_keys_, -1);
     tmpl_last_.assign(num_keys_, -1);
   }
-  if (mbs_ && !analyse_micro_batches()) return done(false);
-  if (!layout_ids() || !map_entries() || !layout_lists()) return done(false);
+  if ((mbs_ && !plan_micro_batches()) || !layout_ids() || !read_source()) return done(false);
+  if ((layers_ && !analyse_layers()) || (mbs_ && !analyse_micro_batches()) || !map_entries() || !layout_lists())
+    return done(false);
   out.num_streams = static_cast<int>(src_->program->streams.size());
   out.ops.resize(static_cast<std::size_t>(n_new_ops_) + 1);
   out.lists.resize(static_cast<std::size_t>(n_new_lists_));
