@@ -1,11 +1,13 @@
-// The stretch (sim/stretch.h): simulate() without a trace lowers a shorter model and stretches its
-// compiled program to the model's layers. Oracles:
+// The stretch (sim/stretch.h): simulate() without a trace lowers a shorter model (fewer layers, fewer
+// micro-batches) and stretches its program to the model's layers and the plan's micro-batches. Oracles:
 //  (1) the whole lowering: compile_program(lower(model)) and its op costs must equal the stretched
-//      program record by record, list entry by list entry, buffer by buffer;
+//      program record by record, list entry by list entry, buffer by buffer, on the cases below and on
+//      random plans (grad_accum up to 64); its runs (CompiledProgram::runs) must repeat as promised;
 //  (2) simulate() with the stretch off: the whole result JSON must be identical, over random plans of
 //      the zoo's models on several clusters (FSDP1/FSDP2, every strategy, mesh, prefetch and
 //      checkpointing mode, dtypes, accumulation, offload, fp8, LoRA fraction, wrap policy, ...).
-// Each group also counts how often the stretch acted, so no comparison passes vacuously.
+// Each group also counts how often the stretch acted, so no comparison passes vacuously. STRETCH_PLANS
+// and STRETCH_SEED run the random groups longer (STRETCH_WHY prints refusals).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
