@@ -3,8 +3,9 @@
 // StepProgram (sim/step_program.h) stays the plain data structure both executors share; this is only
 // what the simulator's engine runs. Two producers build it:
 //  * compile_program (sim/executor.h): from a StepProgram, with validate_program's checks;
-//  * the stretch (sim/stretch.h): from the compiled program of the same model with fewer layers,
-//    by inserting copies of its repeated blocks (simulate() without a trace uses it).
+//  * the stretch (sim/stretch.h): from the lowering of the same plan with fewer layers (and fewer
+//    micro-batches), by writing out copies of its repeated blocks directly as records (simulate()
+//    without a trace uses it).
 #pragma once
 #include <array>
 #include <cstdint>

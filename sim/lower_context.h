@@ -320,10 +320,11 @@ StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& 
 
 // The source of a stretch (sim/stretch.h): lower() of `model` (the full model with fewer layers) for the
 // simulator alone, recording the site groups in `sites`, with the optimizer step's totals of the model
-// with `copies` more periods of the units whose layers lie in [first, first + period).
+// with `copies` more periods of the units whose layers lie in [first, first + period), and with
+// `micro_batches` micro-batches (> 0; 0: the plan's grad_accum) where the plan has more.
 StepProgram lower_for_stretch(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
                               const Topology& topo, OpRecycler* recycler, std::vector<SiteGroup>& sites, int first,
-                              int period, int copies);
+                              int period, int copies, int micro_batches = 0);
 
 StepProgram lower_fsdp1(const Context& c);
 StepProgram lower_fsdp2(const Context& c);

@@ -56,8 +56,10 @@ StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& 
 
 StepProgram lower_for_stretch(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
                               const Topology& topo, OpRecycler* recycler, std::vector<SiteGroup>& sites, int first,
-                              int period, int copies) {
+                              int period, int copies, int micro_batches) {
   return with_context(model, graph, plan, topo, [&](Context& c) {
+    // (only the loop runs fewer micro-batches: the step's facts, e.g. tokens_per_rank, stay the plan's)
+    if (micro_batches > 0) c.micro_batches = micro_batches;
     StepTotals totals = step_totals(c);
     for (int u = 0; u < static_cast<int>(c.sizes.size()); ++u) {
       const int l = unit_site_layer(c, u);

@@ -14,7 +14,8 @@ struct SimOptions {
   bool record_trace = true;          // per-op spans (off in the planner's inner loop)
   bool record_memory_timeline = true;
   double memory_margin = 0.0;        // fits requires peak_total_device <= capacity * (1 - margin)
-  // Without a trace, lower a few transformer blocks and stretch the program to the model's (sim/stretch.h).
+  // Without a trace, lower a few transformer blocks (and micro-batches) and stretch the program to the
+  // model's and the plan's (sim/stretch.h).
   // Exact: every figure is the one the whole lowering gives (off: lower every block, for checks).
   bool stretch = true;
 };
@@ -23,6 +24,8 @@ struct SimOptions {
 struct SimulateStats {
   bool stretched = false;            // the program was stretched from a shorter model's
   int source_layers = 0;             // that model's layers
+  int source_micro_batches = 0;      // and micro-batches
+  int sources = 0;                   // shorter models lowered and tried (refused ones included)
   std::string refused;               // why the stretch was not used ("" when it was, or was not tried)
 };
 const SimulateStats& last_simulate_stats();

@@ -1,135 +1,290 @@
 // stretch_program (sim/stretch.h): why the result is the longer model's program is written there; this
 // file is the mechanics. Terms: the source's site groups (lowering::SiteGroup) are "block groups"
 // (a transformer block's ops and buffers, site layer >= 0) or "other groups"; a block group belongs to
-// a phase key (micro-batch, phase). Every op id or buffer id in the source's lists is classified once
-// by what it points to:
-//   Abs       an op/buffer of an other group: the same op/buffer of that group in the result;
-//   Rel       (from a block group) an op/buffer of a block group: (micro-batch, phase, layer) taken
-//             relative to the source's own, so a copied block points to the block as many layers away;
-//   AbsBlock  (from an other group) an op/buffer of a block group at a fixed layer, renumbered when it
-//             lies after the inserted layers;
-//   Literal   -1 (a free's reuse_after_op without record_stream).
+// a phase key (micro-batch, phase). Every op id or buffer id in the source's lists (an "entry") is
+// classified by what it points to:
+//   * from a block group to a block group: relative in layers (kRel: the block so many layers away),
+//     unless two blocks a period apart name the very same op or buffer (kFixed: one fixed block named
+//     from every block, such as FSDP1's wait on "the last all-gather so far");
+//     Where blocks a period apart name blocks a period apart the other way (block l names block C - l),
+//     the reference is a mirror (kMirror): FSDP1's rate limiter (P4) queues the free events of a
+//     backward, which walks the blocks downwards, and the next forward's all-gathers, walking upwards,
+//     wait on them in queue order, so forward block l waits on the event of backward block L - 2 - l. A
+//     mirror names the block as far from one end as its own block is from the other: C grows with the
+//     inserted layers;
+//   * anything else names the same op or buffer in the result (an other group; a fixed block, renumbered
+//     if it lies after the inserted layers), except that an other group's entries naming blocks next to
+//     the template must be one per block in a run that is extended over the inserted blocks (kRun).
 // Layers l < first + period keep their number; later ones move up by copies * period; copy j of the
 // template (layers first .. first+period-1) holds layers first + period*(j+1) ...
+//
+// The result is laid out as the source's groups in order, each phase key's n template copies as one
+// block next to its template (after it; before it where the phase walks the blocks downwards), and
+// micro-batch P's m copies after P. It is built in three steps, each a few tight loops:
+//  1. every source group's own image: its records with their list positions moved, and each entry
+//     mapped to its "image" (the id its target has in the result: the source id plus the ops or buffers
+//     inserted before the target's group), except the few entries whose target is not that image
+//     (kCross: a relative reference across the inserted layers, or a mirror between blocks on one side
+//     of them, looked up) and the run lists (recomputed);
+//  2. each template copy j = 0..n-1 from the template period's own image T: entries T + (j+1) * dv,
+//     where dv is how far the entry's target moves from one copy to the next (a period of the target's
+//     phase for a relative reference, one back for a mirror, nothing otherwise). The next period after the template is copy n
+//     of that line: its image N (computed in step 1, independently) must equal T + (n+1) * dv entry by
+//     entry, which checks the line at both ends (ids of ops stay below the op's own id in between, as
+//     both are affine in j and hold at both ends, and every target lies in the checked blocks' images
+//     and copies, laid out one period after the other);
+//  3. micro-batch copies (sim/stretch.h): copy i = 1..m of micro-batch P's image (copy 0) is that image
+//     with every micro-batch-relative entry moved by i micro-batches (kMbRel) and the others unchanged.
 #include "sim/stretch.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdlib>
+#include <cstddef>
+#include <cstring>
 #include <string>
 
 namespace fsdpsim::sim {
 namespace {
 
 using lowering::SiteGroup;
-using lowering::SitePhase;
 
 constexpr int kPhases = 4;
 
+// What a source list entry names and how it moves (a bit set per entry).
+enum : std::uint8_t {
+  kBuf = 1,     // a buffer id (else an op id, or -1)
+  kRel = 2,     // a block group's reference to a block group, relative in layers
+  kFixed = 4,   // a block group's reference to one fixed block (the same op or buffer from every block)
+  kCross = 8,   // its target in the result is not the image of its source target (looked up)
+  kRun = 16,    // an other group's reference to a block next to the template (part of a per-block run)
+  kMbRel = 32,  // relative in micro-batches (micro-batch P's entries; see step 3)
+  kMirror = 64, // a block group's reference to the block as far from the other end (see kMirror above)
+};
+
+// The categories a buffer may have (as program_check.cpp's fast check): all but allocator_slack and
+// cuda_context.
+constexpr unsigned kBufferCategories =
+    ((1u << kNumMemCategories) - 1) & ~(1u << static_cast<int>(MemCategory::AllocatorSlack)) &
+    ~(1u << static_cast<int>(MemCategory::CudaContext));
+static_assert(kNumMemCategories <= 32);
+
 struct Group {
-  int mb = -1, phase = 0, layer = -1;
+  int mb = -1, phase = 0, layer = -1, key = 0;
   int op_begin = 0, op_end = 0, buf_begin = 0, buf_end = 0;
-  int key() const { return (mb + 1) * kPhases + phase; }
+  int list_begin = 0, list_end = 0;   // its ops' entries in the source's flat lists
+  bool run = false;                   // has ops whose lists hold runs (their lengths change)
+  bool cross = false, fixed = false, mirror = false;   // has kCross, kFixed, kMirror entries
 };
 
-enum class RefKind : std::uint8_t { Literal, Abs, Rel, AbsBlock };
-struct Ref {
-  RefKind kind = RefKind::Literal;
-  std::int8_t phase = 0;
-  int group = -1;   // Abs: the source group
-  int mb = 0;       // Rel: micro-batch delta; AbsBlock: the micro-batch
-  int layer = 0;    // Rel: layer delta; AbsBlock: the layer; Literal: the value
-  int offset = 0;   // the op's or buffer's index within its group
-  bool operator==(const Ref&) const = default;
-};
+// out[e] = (cur[e] += d[e]) for e < n: the next copy's entries from the last one's.
+inline void step_copy(int* __restrict cur, const int* __restrict d, int* __restrict out, int n) {
+  int e = 0;
+#if defined(__GNUC__)
+  // (four at a time: g++ -O2 vectorizes no loop of unknown length)
+  typedef int v4 __attribute__((vector_size(16)));
+  for (; e + 4 <= n; e += 4) {
+    v4 c, x;
+    std::memcpy(&c, cur + e, sizeof c);
+    std::memcpy(&x, d + e, sizeof x);
+    c += x;
+    std::memcpy(cur + e, &c, sizeof c);
+    std::memcpy(out + e, &c, sizeof c);
+  }
+#endif
+  for (; e < n; ++e) out[e] = (cur[e] += d[e]);
+}
 
-// One group of the result: a source group, or (copy >= 0) a copy of a template group.
-struct NewGroup {
-  int src = 0;
-  int copy = -1;
-  int layer = -1;      // its layer in the result (-1: other group)
-  int op_base = 0, buf_base = 0;
-};
+// `n` records from `from` to `to` with their list positions moved by `move`.
+inline void move_records(const OpRec* __restrict from, OpRec* __restrict to, int n, int move) {
+  for (int i = 0; i < n; ++i) {
+    OpRec w = from[i];
+    w.wait_pos += move;
+    w.cpu_waits += move;
+    w.allocs += move;
+    w.frees += move;
+    w.end += move;
+    to[i] = w;
+  }
+}
+
+// Moves the list positions of `n` records by `move`.
+inline void move_lists(OpRec* r, int n, int move) {
+  for (int i = 0; i < n; ++i) {
+    r[i].wait_pos += move;
+    r[i].cpu_waits += move;
+    r[i].allocs += move;
+    r[i].frees += move;
+    r[i].end += move;
+  }
+}
+
+// memcpy in pieces below glibc's rep-movsb threshold (4 KiB with AVX2): valgrind counts a rep movsb one
+// instruction per byte, which made a 64 KiB copy count 65,600 instructions against 8,600 in 4,000-byte
+// pieces (measured), while both run at memory speed; in pieces callgrind's counts stay the work done.
+inline void copy_bytes(void* to, const void* from, std::size_t n) {
+  char* t = static_cast<char*>(to);
+  const char* f = static_cast<const char*>(from);
+  for (std::size_t piece; n > 0; t += piece, f += piece, n -= piece) {
+    piece = std::min<std::size_t>(n, 4000);
+    std::memcpy(t, f, piece);
+  }
+}
+template <typename T>
+void copy_n(T* to, const T* from, long n) {
+  copy_bytes(to, from, sizeof(T) * static_cast<std::size_t>(n));
+}
+
+// `count` copies of the `n` elements at `p` after them (p[n .. n * (count + 1))), by doubling.
+template <typename T>
+void replicate(T* p, int n, int count) {
+  const long total = static_cast<long>(n) * (count + 1);
+  for (long have = n; have < total;) {
+    const long now = std::min(have, total - have);
+    copy_n(p + have, p, now);
+    have += now;
+  }
+}
 
 class Stretcher {
  public:
-  Stretcher(const StretchSource& s, const StretchShape& sh) : src_(s), sh_(sh) {}
-  bool run(CompiledProgram& out, OpCosts& costs, StretchInfo* info, std::string* why);
+  bool run(const StretchSource& s, const StretchShape& sh, CompiledProgram& out, OpCosts& costs, StretchInfo* info,
+           std::string* why);
 
  private:
   bool fail(std::string w) {
     why_ = std::move(w);
     return false;
   }
+  bool fail_mb(std::string w) {
+    mb_refused_ = true;
+    return fail("micro-batches: " + std::move(w));
+  }
   // "op 12 (backward of micro-batch 0, block 5)" for messages.
   std::string where(int op) const {
-    const Group& g = groups_[op_group_[op]];
+    int g = 0;
+    while (g + 1 < static_cast<int>(groups_.size()) && groups_[g + 1].op_begin <= op) ++g;
+    const Group& x = groups_[g];
     static const char* phases[] = {"persistent", "forward", "backward", "step"};
-    std::string w = "op " + std::to_string(op) + " (" + phases[g.phase];
-    if (g.mb >= 0) w += " of micro-batch " + std::to_string(g.mb);
-    w += g.layer >= 0 ? ", block " + std::to_string(g.layer) + ")" : ", outside the blocks)";
+    std::string w = "op " + std::to_string(op) + " (" + phases[x.phase];
+    if (x.mb >= 0) w += " of micro-batch " + std::to_string(x.mb);
+    w += x.layer >= 0 ? ", block " + std::to_string(x.layer) + ")" : ", outside the blocks)";
     return w;
   }
-  bool build_groups();
-  void classify();
-  void fix_absolute();
-  Ref classify_one(int from_group, int target, bool is_op) const;
-  bool congruent(int ga, int gb);
-  bool check_references();
-  bool plan_groups();
-  int mapped_layer(int l) const { return l < split_ ? l : l + shift_; }
-  int lookup(int key, int layer) const {
-    if (layer < 0 || layer >= new_layers_ || key < 0 || key >= num_keys_) return -1;
-    return new_blk_[static_cast<std::size_t>(key) * new_layers_ + layer];
+  int begin_of(int g, bool buf) const { return buf ? groups_[g].buf_begin : groups_[g].op_begin; }
+  int op_of_entry(int g, int e) const {
+    int i = groups_[g].op_begin;
+    while (i + 1 < groups_[g].op_end && srec_[i].end <= e) ++i;
+    return i;
   }
-  // The id in the result that reference r, made by an op of new group `from`, points to (-2: none).
-  int map_ref(const Ref& r, const NewGroup& from, bool is_op) const;
-  bool emit(CompiledProgram& out, OpCosts& costs);
-  bool emit_list(int begin, int end, int stride, int op_index, int new_op, const NewGroup& ng, std::vector<int>& lists);
+  bool is_tmpl(const Group& x) const { return layers_ && x.layer >= sh_.first && x.layer < split_; }
 
-  const StretchSource& src_;
-  const StretchShape& sh_;
-  std::string why_, mismatch_;
-  int n_ops_ = 0, n_bufs_ = 0, src_layers_ = 0;
-  int split_ = 0, shift_ = 0, new_layers_ = 0, num_keys_ = 0;
-  int new_bufs_ = 0;
-  int reach_ = 0, lo_ = 0, hi_ = 0;   // reference reach; the blocks [lo_, hi_) checked periodic
-  std::vector<Group> groups_;
-  std::vector<int> op_group_, buf_group_;
-  std::vector<Ref> refs_;                 // parallel to the source's lists
-  std::vector<int> blk_;                  // [key * src_layers_ + layer] -> source group (-1)
-  std::vector<int> tmpl_first_, tmpl_last_;   // per key: first and last template group index (-1: none)
-  std::vector<std::int8_t> ascending_;    // per key with a template
-  std::vector<NewGroup> new_groups_;
-  std::vector<int> a2n_;                  // source group -> its new group
-  std::vector<int> new_blk_;              // [key * new_layers_ + layer] -> new group (-1)
-  std::vector<int> copies_base_;          // per key with a template: the new group index of its first copy
-  // For each list entry of a template group: its value in copy 0 and the step from one copy to the next.
-  std::vector<int> v0_, dv_;
-  int new_group_of_copy(int t, int j) const {
-    const int key = groups_[t].key();
-    const int T = tmpl_last_[key] - tmpl_first_[key] + 1;
+  bool build_groups();
+  bool plan_layers();
+  bool plan_micro_batches();
+  bool layout_ids();
+  bool read_source();
+  bool analyse_layers();
+  bool congruent(int ga, int gb);
+  bool analyse_micro_batches();
+  int compare_micro_batches(int a);
+  bool map_entries();
+  bool run_lists(int g, int i);
+  bool layout_lists();
+  void emit_own(CompiledProgram& out, OpCosts& costs);
+  bool emit_copies(CompiledProgram& out, OpCosts& costs);
+  void emit_micro_batches(CompiledProgram& out, OpCosts& costs);
+  void fill_runs(CompiledProgram& out) const;
+  void fill_info(StretchInfo& info) const;
+
+  // The result id of the op (buffer) at `offset` of the group holding block `layer` (of the result) of
+  // phase key `key`, or -2 if there is none.
+  int block_id(int key, int layer, bool buf, int offset) const {
+    if (layer < 0 || layer >= new_layers_ || key < 0 || key >= num_keys_) return -2;
+    const int* row = blk_.data() + static_cast<std::size_t>(key) * src_layers_;
+    if (layer < split_ || layer >= split_ + shift_) {
+      const int g = row[layer < split_ ? layer : layer - shift_];
+      return g < 0 ? -2 : (buf ? bb_[g] : ob_[g]) + offset;
+    }
+    const int t = row[sh_.first + (layer - split_) % sh_.period];
+    if (t < 0) return -2;
+    const int j = (layer - split_) / sh_.period;
     const int jj = ascending_[key] ? j : sh_.copies - 1 - j;
-    return copies_base_[key] + jj * T + (t - tmpl_first_[key]);
+    const int tf = tmpl_first_[key];
+    return buf ? cb_buf_[key] + jj * pbuf_[key] + groups_[t].buf_begin - groups_[tf].buf_begin + offset
+               : cb_op_[key] + jj * pop_[key] + groups_[t].op_begin - groups_[tf].op_begin + offset;
   }
-  bool prepare_copies();
+  // The micro-batch move of an entry of group `from` naming group `target`: a later micro-batch's
+  // reference into micro-batches P-R+1 .. P names the last copies (P-R .. P and the copies repeat).
+  int mb_move(int from, int target, bool buf) const {
+    return mbs_ && from >= gP_end_ && target >= mb_first_[sh_.mb_template - mb_reach_ + 1] && target < gP_end_
+               ? sh_.mb_copies * (buf ? pm_bufs_ : pm_ops_)
+               : 0;
+  }
+  // A looked-up value of an entry of an op with id `own` in the result: an existing buffer; an op issued
+  // before it (a free's reuse op: or the op itself, or -1).
+  bool valid(int v, bool is_op, int own, bool reuse_slot) const {
+    if (is_op) return v < own + (reuse_slot ? 1 : 0) && (v >= 0 || (reuse_slot && v == -1));
+    return v >= 0 && v < n_new_bufs_;
+  }
+
+  const StretchSource* src_ = nullptr;
+  StretchShape sh_;
+  std::string why_, mismatch_;
+  bool mb_refused_ = false;
+  int reach_refused_ = -1;   // the reach that made the source too short
+  // ---- the source ----
+  int n_ops_ = 0, n_bufs_ = 0, n_entries_ = 0, src_layers_ = 0, num_keys_ = 0, n_mbs_ = 0;
+  std::vector<OpRec> srec_;            // compile_program's records of the source's ops
+  std::vector<int> sl_;                // its flat lists (the layout of CompiledProgram::lists)
+  std::vector<int> tg_;                // per entry: the group of the op or buffer it names (-1: the literal -1)
+  std::vector<std::uint8_t> cls_;      // per entry: the bits above
+  std::vector<CompiledBuffer> sbuf_;
+  std::vector<Group> groups_;
+  std::vector<int> glayer_;            // per group: its layer (-1: an other group)
+  std::vector<int> op_group_, buf_group_;
+  std::vector<std::array<std::int64_t, 3>> gsent_;   // per group: bytes sent (all-gather, reduce-scatter, all-reduce)
+  // ---- layers ----
+  bool layers_ = false;
+  int split_ = 0, shift_ = 0, new_layers_ = 0, reach_ = 0, lo_ = 0, hi_ = 0;
+  std::vector<int> blk_;                      // [key * src_layers_ + layer] -> source group (-1)
+  std::vector<int> tmpl_first_, tmpl_last_;   // per key: first and last template group (-1: none)
+  std::vector<std::int8_t> ascending_;        // per key with a template
+  std::vector<int> pop_, pbuf_, plist_;       // per key with a template: its period's ops, buffers, entries
+  std::vector<int> cb_op_, cb_buf_, cb_list_; // per key with a template: where its block of copies starts
+  // ---- micro-batches ----
+  bool mbs_ = false;
+  int gP_begin_ = 0, gP_end_ = 0;             // micro-batch P's source groups
+  int mb_reach_ = 1;                          // R: micro-batches P-R .. P repeat
+  int fixed_mb_ = -1;                         // (the last micro-batch two compared ones both name)
+  int pm_ops_ = 0, pm_bufs_ = 0, pm_lists_ = 0;   // micro-batch P's size in the result (copy 0)
+  std::vector<int> mb_first_;                 // per micro-batch (and one past the last): its first group
+  // ---- the result ----
+  std::vector<int> ob_, bb_, lb_;             // per source group: its image's first op, buffer, entry
+  std::vector<int> oshift_, bshift_;          // per source group: its image's ids - its source ids
+  int n_new_ops_ = 0, n_new_bufs_ = 0, n_new_lists_ = 0;
+  std::vector<int> img_;                      // per source entry: its value in the group's own image
+  std::vector<int> run_at_;                   // per source op: its list in runs_ (-1: its entries as they are)
+  std::vector<int> runs_, runs_src_;          // run ops' lists: section lengths and values; each value's entry
+  std::vector<int> dv_, cur_, dm_;
 };
 
 bool Stretcher::build_groups() {
-  const StepProgram& p = *src_.program;
-  const auto& sites = *src_.sites;
+  const StepProgram& p = *src_->program;
+  const auto& sites = *src_->sites;
   n_ops_ = static_cast<int>(p.ops.size());
   n_bufs_ = static_cast<int>(p.buffers.size());
-  if (src_.compiled->num_ops() != n_ops_ || static_cast<int>(src_.compiled->buffers.size()) != n_bufs_)
-    return fail("the compiled source does not match its program");
-  if (static_cast<int>(src_.costs->gpu_ns.size()) != n_ops_ || static_cast<int>(src_.costs->cpu_ns.size()) != n_ops_)
+  if (static_cast<int>(src_->costs->gpu_ns.size()) != n_ops_ || static_cast<int>(src_->costs->cpu_ns.size()) != n_ops_)
     return fail("the source's costs do not match its ops");
   if (sites.empty() || sites.front().op_begin != 0 || sites.front().buf_begin != 0)
     return fail("the source has no site for its first ops and buffers");
-  groups_.resize(sites.size());
+  const int G = static_cast<int>(sites.size());
+  groups_.resize(G);
+  glayer_.resize(G);
   src_layers_ = 0;
   int max_mb = -1;
-  for (std::size_t g = 0; g < sites.size(); ++g) {
+  for (int g = 0; g < G; ++g) {
     const SiteGroup& s = sites[g];
     Group& x = groups_[g];
     x.mb = s.site.mb;
@@ -137,113 +292,138 @@ bool Stretcher::build_groups() {
     x.layer = s.site.layer;
     x.op_begin = s.op_begin;
     x.buf_begin = s.buf_begin;
-    x.op_end = g + 1 < sites.size() ? sites[g + 1].op_begin : n_ops_;
-    x.buf_end = g + 1 < sites.size() ? sites[g + 1].buf_begin : n_bufs_;
-    if (x.op_end < x.op_begin || x.buf_end < x.buf_begin || x.mb < -1 || x.phase < 0 || x.phase >= kPhases)
+    x.op_end = g + 1 < G ? sites[g + 1].op_begin : n_ops_;
+    x.buf_end = g + 1 < G ? sites[g + 1].buf_begin : n_bufs_;
+    x.key = (x.mb + 1) * kPhases + x.phase;
+    x.run = x.cross = x.fixed = x.mirror = false;
+    glayer_[g] = x.layer;
+    if (x.op_end < x.op_begin || x.buf_end < x.buf_begin || x.op_end > n_ops_ || x.buf_end > n_bufs_ || x.mb < -1 ||
+        x.phase < 0 || x.phase >= kPhases || x.layer < -1)
       return fail("malformed site groups");
     src_layers_ = std::max(src_layers_, x.layer + 1);
     max_mb = std::max(max_mb, x.mb);
   }
+  n_mbs_ = max_mb + 1;
   num_keys_ = (max_mb + 2) * kPhases;
   op_group_.resize(n_ops_);
   buf_group_.resize(n_bufs_);
-  for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
-    for (int i = groups_[g].op_begin; i < groups_[g].op_end; ++i) op_group_[i] = g;
-    for (int b = groups_[g].buf_begin; b < groups_[g].buf_end; ++b) buf_group_[b] = g;
-  }
-  blk_.assign(static_cast<std::size_t>(num_keys_) * src_layers_, -1);
-  for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
-    const Group& x = groups_[g];
-    if (x.layer < 0) continue;
-    int& slot = blk_[static_cast<std::size_t>(x.key()) * src_layers_ + x.layer];
-    if (slot >= 0) return fail("two site groups for one block in one phase");
-    slot = g;
+  int* og = op_group_.data();
+  int* bg = buf_group_.data();
+  for (int g = 0; g < G; ++g) {
+    for (int i = groups_[g].op_begin; i < groups_[g].op_end; ++i) og[i] = g;
+    for (int b = groups_[g].buf_begin; b < groups_[g].buf_end; ++b) bg[b] = g;
   }
   return true;
 }
 
-Ref Stretcher::classify_one(int from_group, int target, bool is_op) const {
-  Ref r;
-  if (target < 0) {
-    r.kind = RefKind::Literal;
-    r.layer = target;
-    return r;
+// The source's records and flat lists, with compile_program's checks (validate_program's): a source
+// that fails one is refused, and the whole lowering then throws the error. Each entry also gets the
+// group it names and its image (layout_ids ran before), and each group its bytes sent.
+bool Stretcher::read_source() {
+  const StepProgram& p = *src_->program;
+  const int ns = static_cast<int>(p.streams.size());
+  const int nb = n_bufs_;
+  if (ns == 0) return fail("the source fails the program checks (no stream)");
+  for (int s = 0; s < ns; ++s)
+    if (p.streams[s].id != s) return fail("the source fails the program checks (stream ids)");
+  sbuf_.resize(nb);
+  const Buffer* bufs = p.buffers.data();
+  CompiledBuffer* sb = sbuf_.data();
+  bool bufs_ok = true;
+  for (int b = 0; b < nb; ++b) {
+    const Buffer& x = bufs[b];
+    const unsigned c = static_cast<unsigned>(x.category);
+    bufs_ok &= (x.id == b) & (x.bytes >= 0) & (static_cast<unsigned>(x.pool_stream) < static_cast<unsigned>(ns)) &
+               (c < 32) && ((kBufferCategories >> c) & 1u);
+    sb[b] = CompiledBuffer{x.bytes, x.pool_stream, x.category, x.persistent};
   }
-  const int tg = is_op ? op_group_[target] : buf_group_[target];
-  const Group& t = groups_[tg];
-  r.offset = target - (is_op ? t.op_begin : t.buf_begin);
-  r.phase = static_cast<std::int8_t>(t.phase);
-  if (t.layer < 0) {
-    r.kind = RefKind::Abs;
-    r.group = tg;
-    return r;
-  }
-  const Group& f = groups_[from_group];
-  if (f.layer >= 0) {
-    r.kind = RefKind::Rel;
-    r.mb = t.mb - f.mb;
-    r.layer = t.layer - f.layer;
-  } else {
-    r.kind = RefKind::AbsBlock;
-    r.mb = t.mb;
-    r.layer = t.layer;
-  }
-  return r;
-}
-
-void Stretcher::classify() {
-  const CompiledProgram& a = *src_.compiled;
-  refs_.resize(a.lists.size());
-  const int* lists = a.lists.data();
+  if (!bufs_ok) return fail("the source fails the program checks (buffers)");
+  const int n = n_ops_;
+  srec_.resize(static_cast<std::size_t>(n));
+  gsent_.assign(groups_.size(), {0, 0, 0});
+  if (sl_.size() < 2048) sl_.resize(2048), tg_.resize(2048), cls_.resize(2048), img_.resize(2048);
+  const auto below = [](int v, int lim) { return static_cast<unsigned>(v) < static_cast<unsigned>(lim); };
+  const Op* ops = p.ops.data();
+  const int* og = op_group_.data();
+  const int* bg = buf_group_.data();
+  const int* os = oshift_.data();
+  const int* bs = bshift_.data();
   int pos = 0;
-  for (int i = 0; i < n_ops_; ++i) {
-    const OpRec& r = a.ops[i];
-    const int g = op_group_[i];
-    for (; pos < r.allocs; ++pos) refs_[pos] = classify_one(g, lists[pos], true);        // GPU and CPU waits
-    for (; pos < r.frees; ++pos) refs_[pos] = classify_one(g, lists[pos], false);        // allocs
-    for (; pos < r.end; pos += 2) {                                                      // (buffer, reuse op)
-      refs_[pos] = classify_one(g, lists[pos], false);
-      refs_[pos + 1] = classify_one(g, lists[pos + 1], true);
+  for (int i = 0; i < n; ++i) {
+    const Op& op = ops[i];
+    const unsigned kind = static_cast<unsigned>(op.kind);
+    const std::uint8_t f = kKindFlags[kind < kNumOpKinds ? kind : kNumOpKinds];
+    bool ok = (op.id == i) & below(op.stream, ns) & !(f & kBadKind) &
+              ((op.copy_bytes | op.cpu_hooks | op.kernel_launches) >= 0);
+    if (f & kCollective)
+      ok &= (static_cast<unsigned>(op.group) <= static_cast<unsigned>(CommGroup::PostForward)) &
+            (op.group_size >= 1) & (op.comm_bytes >= 0);
+    const std::size_t need = op.waits.size() + op.cpu_waits.size() + op.allocs.size() + 2 * op.frees.size();
+    if (pos + need > sl_.size()) [[unlikely]] {
+      const std::size_t sz = std::max(2 * sl_.size(), pos + need + 256);
+      sl_.resize(sz), tg_.resize(sz), cls_.resize(sz), img_.resize(sz);
+    }
+    int* l = sl_.data();
+    int* t = tg_.data();
+    int* im = img_.data();
+    std::uint8_t* c = cls_.data();
+    OpRec r;
+    r.stream = op.stream;
+    r.flags = f;
+    r.group = static_cast<std::uint8_t>(f & kCollective ? static_cast<int>(op.group) : 0);
+    r.wait_pos = pos;
+    // (each entry with the group it names and its image: its id plus what is inserted before that group)
+    for (int w : op.waits) {
+      const bool in = below(w, i);
+      ok &= in;
+      const int tg = in ? og[w] : 0;
+      l[pos] = w, t[pos] = tg, im[pos] = w + os[tg], c[pos] = 0, ++pos;
+    }
+    r.cpu_waits = pos;
+    for (int w : op.cpu_waits) {
+      const bool in = below(w, i);
+      ok &= in;
+      const int tg = in ? og[w] : 0;
+      l[pos] = w, t[pos] = tg, im[pos] = w + os[tg], c[pos] = 0, ++pos;
+    }
+    r.allocs = pos;
+    for (int b : op.allocs) {
+      const bool in = below(b, nb);
+      ok &= in && !bufs[b].persistent;
+      const int tg = in ? bg[b] : 0;
+      l[pos] = b, t[pos] = tg, im[pos] = b + bs[tg], c[pos] = kBuf, ++pos;
+    }
+    r.frees = pos;
+    for (const FreeSpec& fr : op.frees) {
+      const bool in = below(fr.buffer, nb);
+      const int ro = fr.reuse_after_op;
+      ok &= in & (ro >= -1) & (ro <= i);
+      const int tg = in ? bg[fr.buffer] : 0;
+      l[pos] = fr.buffer, t[pos] = tg, im[pos] = fr.buffer + bs[tg], c[pos] = kBuf;
+      const bool op_in = below(ro, i + 1);
+      const int to = op_in ? og[ro] : -1;
+      l[pos + 1] = ro, t[pos + 1] = to, im[pos + 1] = op_in ? ro + os[to] : ro, c[pos + 1] = 0;
+      pos += 2;
+    }
+    r.end = pos;
+    srec_[i] = r;
+    if (!ok) [[unlikely]]
+      return fail("the source fails the program checks (" + where(i) + ")");
+    if (f & kCollective) {
+      // Bytes each rank sends (N1), as compile_program counts them.
+      const std::int64_t gs = op.group_size;
+      auto& s = gsent_[og[i]];
+      if (op.kind == OpKind::AllGather) s[0] += op.comm_bytes * (gs - 1) / gs;
+      else if (op.kind == OpKind::ReduceScatter) s[1] += op.comm_bytes * (gs - 1) / gs;
+      else s[2] += 2 * op.comm_bytes * (gs - 1) / gs;
     }
   }
-  fix_absolute();
-}
-
-// A block's reference to a block is relative (the previous block's op, the same block's forward
-// buffer) unless it names one fixed block from every block (FSDP1's wait on "the last all-gather so
-// far", which in a SHARD_GRAD_OP backward is the last block's forward one): where two blocks a period
-// apart, of the same shape, name the same block at different distances, both entries become AbsBlock.
-void Stretcher::fix_absolute() {
-  const CompiledProgram& a = *src_.compiled;
-  const int k = sh_.period;
-  for (int key = 0; key < num_keys_; ++key) {
-    const int* row = blk_.data() + static_cast<std::size_t>(key) * src_layers_;
-    for (int l = 0; l + k < src_layers_; ++l) {
-      const int ga = row[l], gb = row[l + k];
-      if (ga < 0 || gb < 0) continue;
-      const Group& x = groups_[ga];
-      const Group& y = groups_[gb];
-      if (x.op_end - x.op_begin != y.op_end - y.op_begin) continue;
-      for (int i = x.op_begin, j = y.op_begin; i < x.op_end; ++i, ++j) {
-        const int ps = i == 0 ? 0 : a.ops[i - 1].end, qs = j == 0 ? 0 : a.ops[j - 1].end;
-        if (a.ops[i].end - ps != a.ops[j].end - qs) continue;
-        for (int e = 0; e < a.ops[i].end - ps; ++e) {
-          Ref& p = refs_[ps + e];
-          Ref& q = refs_[qs + e];
-          const bool p_rel = p.kind == RefKind::Rel, q_rel = q.kind == RefKind::Rel;
-          if (!(p_rel || p.kind == RefKind::AbsBlock) || !(q_rel || q.kind == RefKind::AbsBlock)) continue;
-          const int pm = p_rel ? x.mb + p.mb : p.mb, qm = q_rel ? y.mb + q.mb : q.mb;
-          const int pl = p_rel ? x.layer + p.layer : p.layer, ql = q_rel ? y.layer + q.layer : q.layer;
-          if ((p_rel && q_rel && p.mb == q.mb && p.layer == q.layer) || pm != qm || pl != ql || p.phase != q.phase ||
-              p.offset != q.offset)
-            continue;
-          p.kind = q.kind = RefKind::AbsBlock;
-          p.mb = q.mb = pm;
-          p.layer = q.layer = pl;
-        }
-      }
-    }
+  n_entries_ = pos;
+  for (Group& x : groups_) {
+    x.list_begin = x.op_begin == x.op_end ? (x.op_begin == 0 ? 0 : srec_[x.op_begin - 1].end) : srec_[x.op_begin].wait_pos;
+    x.list_end = x.op_begin == x.op_end ? x.list_begin : srec_[x.op_end - 1].end;
   }
+  return true;
 }
 
 // Two block groups of one phase key, `period` layers apart: the same ops, buffers and reference shapes.
@@ -251,412 +431,893 @@ bool Stretcher::congruent(int ga, int gb) {
   if (ga < 0 || gb < 0) return ga == gb;
   const Group& x = groups_[ga];
   const Group& y = groups_[gb];
-  if (x.op_end - x.op_begin != y.op_end - y.op_begin || x.buf_end - x.buf_begin != y.buf_end - y.buf_begin)
+  if (x.op_end - x.op_begin != y.op_end - y.op_begin || x.buf_end - x.buf_begin != y.buf_end - y.buf_begin ||
+      x.list_end - x.list_begin != y.list_end - y.list_begin)
     return false;
-  const CompiledProgram& a = *src_.compiled;
-  const TimeNs* gpu = src_.costs->gpu_ns.data();
-  const TimeNs* cpu = src_.costs->cpu_ns.data();
+  const TimeNs* gpu = src_->costs->gpu_ns.data();
+  const TimeNs* cpu = src_->costs->cpu_ns.data();
+  const int k = sh_.period;
   for (int i = x.op_begin, j = y.op_begin; i < x.op_end; ++i, ++j) {
-    const OpRec& p = a.ops[i];
-    const OpRec& q = a.ops[j];
-    const int ps = i == 0 ? 0 : a.ops[i - 1].end, qs = j == 0 ? 0 : a.ops[j - 1].end;
+    const OpRec& p = srec_[i];
+    const OpRec& q = srec_[j];
+    const int ps = p.wait_pos, qs = q.wait_pos;
     if (p.stream != q.stream || p.flags != q.flags || p.group != q.group || gpu[i] != gpu[j] || cpu[i] != cpu[j] ||
         p.cpu_waits - ps != q.cpu_waits - qs || p.allocs - ps != q.allocs - qs || p.frees - ps != q.frees - qs ||
         p.end - ps != q.end - qs) {
       mismatch_ = where(i) + " and " + where(j);
       return false;
     }
-    for (int k = 0; k < p.end - ps; ++k)
-      if (!(refs_[ps + k] == refs_[qs + k])) {
-        mismatch_ = "list entry " + std::to_string(k) + " of " + where(i) + " and " + where(j);
+    for (int e = 0; e < p.end - ps; ++e) {
+      const int a = ps + e, b = qs + e;
+      const int va = sl_[a], vb = sl_[b];
+      bool same;
+      if ((cls_[a] ^ cls_[b]) & (kBuf | kRel | kFixed | kMirror)) {
+        same = false;
+      } else if (cls_[a] & (kRel | kMirror)) {
+        // the same place of the block `period` layers on (back, for a mirror)
+        const int ta = tg_[a], tb = tg_[b];
+        const bool buf = cls_[a] & kBuf;
+        same = groups_[ta].key == groups_[tb].key &&
+               groups_[tb].layer == groups_[ta].layer + ((cls_[a] & kRel) ? k : -k) &&
+               va - begin_of(ta, buf) == vb - begin_of(tb, buf);
+      } else {
+        same = va == vb;   // the same op or buffer (or -1)
+      }
+      if (!same) {
+        mismatch_ = "list entry " + std::to_string(e) + " of " + where(i) + " and " + where(j);
         return false;
       }
+    }
   }
   for (int b = x.buf_begin, c = y.buf_begin; b < x.buf_end; ++b, ++c) {
-    const CompiledBuffer& p = a.buffers[b];
-    const CompiledBuffer& q = a.buffers[c];
-    if (p.bytes != q.bytes || p.pool_stream != q.pool_stream || p.category != q.category || p.persistent != q.persistent)
+    const CompiledBuffer& p = sbuf_[b];
+    const CompiledBuffer& q = sbuf_[c];
+    if (p.bytes != q.bytes || p.pool_stream != q.pool_stream || p.category != q.category || p.persistent != q.persistent) {
+      mismatch_ = "buffer " + std::to_string(b) + " and " + std::to_string(c);
       return false;
-  }
-  return true;
-}
-
-// Block references that cross the inserted layers must come from the checked periods (where they are
-// part of the repeating pattern); other groups may name a fixed block only away from the template.
-bool Stretcher::check_references() {
-  const CompiledProgram& a = *src_.compiled;
-  const int lo = lo_, hi = hi_;   // the checked blocks
-  int pos = 0;
-  for (int i = 0; i < n_ops_; ++i) {
-    const Group& f = groups_[op_group_[i]];
-    const int end = a.ops[i].end;
-    for (; pos < end; ++pos) {
-      const Ref& r = refs_[pos];
-      if (r.kind == RefKind::AbsBlock && f.layer >= 0 && r.layer >= lo && r.layer < hi)
-        return fail(where(i) + " names block " + std::to_string(r.layer) + ", next to the template, from every block");
-      if (r.kind != RefKind::Rel) continue;   // (an other group's names of blocks: emit_list)
-      const int t = f.layer + r.layer;
-      if ((f.layer < split_) != (t < split_) && (f.layer < lo || f.layer >= hi))
-        return fail("block " + std::to_string(f.layer) + " (op " + std::to_string(i) + ") names block " +
-                    std::to_string(t) + " across the inserted blocks, outside the checked periods");
     }
   }
   return true;
 }
 
-// The result's group order and ids: each phase key's copies go after its template (before it where
-// the phase walks the blocks downwards), copy j holding the template's layers + period * (j + 1).
-bool Stretcher::plan_groups() {
+// The layer shape, each phase key's blocks and its template period: its groups (consecutive), sizes and
+// direction. (From the site groups alone: the result's ids are laid out before the lists are read.)
+bool Stretcher::plan_layers() {
+  const int k = sh_.period;
+  if (k < 1 || sh_.first < k) return fail("bad stretch shape");
+  split_ = sh_.first + k;
+  shift_ = sh_.copies * k;
+  if (split_ + k > src_layers_) return fail("the source has no period after the template");
+  if (sh_.first % k != 0) return fail("the template does not start a period");
+  new_layers_ = src_layers_ + shift_;
   const int G = static_cast<int>(groups_.size());
+  blk_.assign(static_cast<std::size_t>(num_keys_) * src_layers_, -1);
+  for (int g = 0; g < G; ++g) {
+    const Group& x = groups_[g];
+    if (x.layer < 0) continue;
+    int& slot = blk_[static_cast<std::size_t>(x.key) * src_layers_ + x.layer];
+    if (slot >= 0) return fail("two site groups for one block in one phase");
+    slot = g;
+  }
   tmpl_first_.assign(num_keys_, -1);
   tmpl_last_.assign(num_keys_, -1);
   ascending_.assign(num_keys_, 1);
+  pop_.assign(num_keys_, 0);
+  pbuf_.assign(num_keys_, 0);
+  plist_.assign(num_keys_, 0);
+  cb_op_.assign(num_keys_, 0);
+  cb_buf_.assign(num_keys_, 0);
+  cb_list_.assign(num_keys_, 0);
   for (int g = 0; g < G; ++g) {
     const Group& x = groups_[g];
-    if (x.layer < sh_.first || x.layer >= split_) continue;
-    const int k = x.key();
-    if (tmpl_first_[k] < 0) tmpl_first_[k] = g;
-    else if (tmpl_last_[k] != g - 1) return fail("a template period's groups are not consecutive");
-    tmpl_last_[k] = g;
+    if (!is_tmpl(x)) continue;
+    const int key = x.key;
+    if (tmpl_first_[key] < 0) tmpl_first_[key] = g;
+    else if (tmpl_last_[key] != g - 1) return fail("a template period's groups are not consecutive");
+    tmpl_last_[key] = g;
+    pop_[key] += x.op_end - x.op_begin;
+    pbuf_[key] += x.buf_end - x.buf_begin;
   }
-  for (int k = 0; k < num_keys_; ++k) {
-    if (tmpl_first_[k] < 0) continue;
-    // The direction: where the next period's first group lies (checked congruent, so it exists).
-    const int next = blk_[static_cast<std::size_t>(k) * src_layers_ + split_];
-    if (next < 0) return fail("no block group after the template");
-    if (next > tmpl_last_[k]) ascending_[k] = 1;
-    else if (next < tmpl_first_[k]) ascending_[k] = 0;
-    else return fail("the template period is interleaved with the next");
-  }
-  new_groups_.clear();
-  new_groups_.reserve(G + static_cast<std::size_t>(sh_.copies) * 4 * (split_ - sh_.first) * 2);
-  a2n_.assign(G, -1);
-  copies_base_.assign(num_keys_, -1);
-  auto push_copies = [&](int key) {
-    const int n = sh_.copies;
-    copies_base_[key] = static_cast<int>(new_groups_.size());
-    for (int jj = 0; jj < n; ++jj) {
-      const int j = ascending_[key] ? jj : n - 1 - jj;
-      for (int t = tmpl_first_[key]; t <= tmpl_last_[key]; ++t)
-        new_groups_.push_back(NewGroup{t, j, groups_[t].layer + sh_.period * (j + 1), 0, 0});
-    }
-  };
-  for (int g = 0; g < G; ++g) {
-    const Group& x = groups_[g];
-    const int key = x.key();
-    const bool is_tmpl = x.layer >= sh_.first && x.layer < split_;
-    if (is_tmpl && !ascending_[key] && g == tmpl_first_[key]) push_copies(key);
-    a2n_[g] = static_cast<int>(new_groups_.size());
-    new_groups_.push_back(NewGroup{g, -1, x.layer < 0 ? -1 : mapped_layer(x.layer), 0, 0});
-    if (is_tmpl && ascending_[key] && g == tmpl_last_[key]) push_copies(key);
-  }
-  new_blk_.assign(static_cast<std::size_t>(num_keys_) * new_layers_, -1);
-  int op = 0, buf = 0;
-  for (int h = 0; h < static_cast<int>(new_groups_.size()); ++h) {
-    NewGroup& ng = new_groups_[h];
-    const Group& s = groups_[ng.src];
-    ng.op_base = op;
-    ng.buf_base = buf;
-    op += s.op_end - s.op_begin;
-    buf += s.buf_end - s.buf_begin;
-    if (ng.layer >= 0) new_blk_[static_cast<std::size_t>(s.key()) * new_layers_ + ng.layer] = h;
-  }
-  return true;
-}
-
-int Stretcher::map_ref(const Ref& r, const NewGroup& from, bool is_op) const {
-  int h = -1;
-  switch (r.kind) {
-    case RefKind::Literal: return r.layer;
-    case RefKind::Abs: h = a2n_[r.group]; break;
-    case RefKind::Rel: {
-      const Group& f = groups_[from.src];
-      h = lookup((f.mb + r.mb + 1) * kPhases + r.phase, from.layer + r.layer);
-      break;
-    }
-    case RefKind::AbsBlock: h = lookup((r.mb + 1) * kPhases + r.phase, mapped_layer(r.layer)); break;
-  }
-  if (h < 0) return -2;
-  return (is_op ? new_groups_[h].op_base : new_groups_[h].buf_base) + r.offset;
-}
-
-// Copies the source list entries [begin, end) of one op into `lists`, mapped; stride 2 for the frees
-// (buffer, reuse op), 1 otherwise. In an other group's list, a run of entries naming the same op or
-// buffer of consecutive blocks (the held all-reduce outputs, the offload syncs) that spans the
-// inserted layers gets the inserted blocks' entries.
-bool Stretcher::emit_list(int begin, int end, int stride, int op_index, int new_op, const NewGroup& ng,
-                          std::vector<int>& lists) {
-  const bool frees = stride == 2;
-  const bool first_is_op = begin < src_.compiled->ops[op_index].allocs;   // waits name ops, allocs/frees buffers
-  const int lo = lo_, hi = hi_;
-  const bool other = groups_[ng.src].layer < 0;
-  auto same_run = [&](const Ref& a, const Ref& b) {
-    return a.kind == RefKind::AbsBlock && b.kind == RefKind::AbsBlock && a.mb == b.mb && a.phase == b.phase &&
-           a.offset == b.offset;
-  };
-  // Appends entry `pos` mapped; with layer >= 0 (a run's inserted entry), its blocks moved to `layer`.
-  auto push = [&](int pos, int layer) -> bool {
-    const int base_layer = refs_[pos].layer;
-    for (int s = 0; s < stride; ++s) {
-      const Ref& r = refs_[pos + s];
-      const bool is_op = frees ? s == 1 : first_is_op;
-      int v;
-      if (layer >= 0 && r.kind == RefKind::AbsBlock) {
-        const int h = lookup((r.mb + 1) * kPhases + r.phase, layer + (r.layer - base_layer));
-        v = h < 0 ? -2 : (is_op ? new_groups_[h].op_base : new_groups_[h].buf_base) + r.offset;
-      } else {
-        v = map_ref(r, ng, is_op);
-      }
-      // Ops may only name earlier ops (the engine relies on it); every id must exist.
-      if (v == -2 || (is_op && v >= new_op + (frees ? 1 : 0)) || (!is_op && v >= new_bufs_) || v < -1)
-        return fail("a reference of op " + std::to_string(op_index) + " has no valid target in the result");
-      lists.push_back(v);
-    }
-    return true;
-  };
-  for (int pos = begin; pos < end; pos += stride) {
-    const Ref& r = refs_[pos];
-    if (other && r.kind == RefKind::AbsBlock && r.layer >= lo && r.layer < hi) {
-      // Must be part of a run crossing the split: find its neighbour on the other side of the split.
-      const int nxt = pos + stride;
-      const bool has_next = nxt < end && same_run(r, refs_[nxt]);
-      const bool has_prev = pos - stride >= begin && same_run(refs_[pos - stride], r);
-      if (!has_next && !has_prev)
-        return fail(where(op_index) + " names block " + std::to_string(r.layer) + " next to the template");
-      if (!push(pos, -1)) return false;
-      if (has_next) {
-        const int l0 = r.layer, l1 = refs_[nxt].layer;
-        const bool crosses = (l0 < split_) != (l1 < split_);
-        if (crosses) {
-          const int d = l1 > l0 ? l1 - l0 : l0 - l1;
-          // The run must continue on at least one side with the same step, and the step divide the period.
-          const bool prev_ok = has_prev && std::abs(r.layer - refs_[pos - stride].layer) == d;
-          const bool next_ok = nxt + stride < end && same_run(refs_[nxt], refs_[nxt + stride]) &&
-                               std::abs(refs_[nxt + stride].layer - l1) == d;
-          if (d == 0 || sh_.period % d != 0 || !(prev_ok || next_ok))
-            return fail("a list names blocks across the template in no regular run");
-          const int count = sh_.copies * sh_.period / d;
-          if (l1 > l0) {
-            for (int t = 1; t <= count; ++t)
-              if (!push(pos, l0 + d * t)) return false;
-          } else {
-            const int top = l0 + shift_;   // mapped_layer(l0)
-            for (int t = 1; t <= count; ++t)
-              if (!push(pos, top - d * t)) return false;
-          }
-        }
-      }
-      continue;
-    }
-    if (!push(pos, -1)) return false;
-  }
-  return true;
-}
-
-// The values of the template groups' list entries in every copy are affine in the copy's index: the
-// checked blocks and the copies of one phase key are laid out one period after the other, so a
-// reference moves by the same number of ids from one copy to the next. Computed from copies 0 and 1
-// and checked against the last copy (ids of ops must also stay below the op's own id: checked at both
-// ends, which holds in between since both sides are affine).
-bool Stretcher::prepare_copies() {
-  const CompiledProgram& a = *src_.compiled;
-  v0_.resize(a.lists.size());
-  dv_.resize(a.lists.size());
-  const int n = sh_.copies;
   for (int key = 0; key < num_keys_; ++key) {
     if (tmpl_first_[key] < 0) continue;
-    for (int t = tmpl_first_[key]; t <= tmpl_last_[key]; ++t) {
-      const Group& g = groups_[t];
-      const NewGroup& c0 = new_groups_[new_group_of_copy(t, 0)];
-      const NewGroup& c1 = new_groups_[new_group_of_copy(t, n > 1 ? 1 : 0)];
-      const NewGroup& cl = new_groups_[new_group_of_copy(t, n - 1)];
-      for (int i = g.op_begin; i < g.op_end; ++i) {
-        const OpRec& r = a.ops[i];
-        const int o0 = c0.op_base + (i - g.op_begin), ol = cl.op_base + (i - g.op_begin);
-        for (int pos = i == 0 ? 0 : a.ops[i - 1].end; pos < r.end; ++pos) {
-          const bool is_op = pos < r.allocs || (pos >= r.frees && (pos - r.frees) % 2 == 1);
-          const int v0 = map_ref(refs_[pos], c0, is_op), v1 = map_ref(refs_[pos], c1, is_op);
-          const int vl = map_ref(refs_[pos], cl, is_op);
-          if (v0 == -2 || v1 == -2 || vl == -2) return fail("a copy of " + where(i) + " has a reference with no target");
-          const int dv = v1 - v0;
-          if (vl != v0 + (n - 1) * dv) return fail("a reference of " + where(i) + " does not move with the copies");
-          // (a free's reuse op may be the freeing op itself: record_stream on the current stream)
-          const int own = pos >= r.frees ? 1 : 0;
-          if (is_op && v0 >= 0 && (v0 >= o0 + own || vl >= ol + own)) {
-            const Ref& r = refs_[pos];
-            return fail("a copy of " + where(i) + " would wait on a later op (a reference " +
-                        (r.kind == RefKind::Rel ? std::to_string(r.layer) + " blocks away in phase " + std::to_string(r.phase)
-                                                : std::string("outside the blocks")) + ")");
-          }
-          v0_[pos] = v0;
-          dv_[pos] = dv;
-        }
-      }
-    }
+    // The direction: where the next period's first group lies (checked congruent, so it exists).
+    const int next = blk_[static_cast<std::size_t>(key) * src_layers_ + split_];
+    if (next < 0) return fail("no block group after the template");
+    if (next > tmpl_last_[key]) ascending_[key] = 1;
+    else if (next < tmpl_first_[key]) ascending_[key] = 0;
+    else return fail("the template period is interleaved with the next");
   }
   return true;
 }
 
-bool Stretcher::emit(CompiledProgram& out, OpCosts& costs) {
-  const CompiledProgram& a = *src_.compiled;
-  const NewGroup& last = new_groups_.back();
-  const int n_new = last.op_base + (groups_[last.src].op_end - groups_[last.src].op_begin);
-  const int b_new = last.buf_base + (groups_[last.src].buf_end - groups_[last.src].buf_begin);
-  new_bufs_ = b_new;
-  if (!prepare_copies()) return false;
-  out.num_streams = a.num_streams;
-  out.ops.resize(static_cast<std::size_t>(n_new) + 1);
-  out.buffers.resize(static_cast<std::size_t>(b_new));
-  costs.gpu_ns.resize(n_new);
-  costs.cpu_ns.resize(n_new);
-  costs.overlap_slowdown = src_.costs->overlap_slowdown;
-  std::vector<int>& lists = out.lists;
-  lists.clear();
-  // (the copies' lists are as long as the template's; only other groups' lists may grow, by runs)
-  std::size_t total = a.lists.size();
-  for (const NewGroup& ng : new_groups_) {
-    if (ng.copy < 0) continue;
-    const Group& s = groups_[ng.src];
-    if (s.op_end > s.op_begin) total += a.ops[s.op_end - 1].end - (s.op_begin == 0 ? 0 : a.ops[s.op_begin - 1].end);
-  }
-  lists.reserve(total + 64);
-  OpRec* ops = out.ops.data();
-  const TimeNs* gpu = src_.costs->gpu_ns.data();
-  const TimeNs* cpu = src_.costs->cpu_ns.data();
-  for (const NewGroup& ng : new_groups_) {
-    const Group& s = groups_[ng.src];
-    std::copy(gpu + s.op_begin, gpu + s.op_end, costs.gpu_ns.begin() + ng.op_base);
-    std::copy(cpu + s.op_begin, cpu + s.op_end, costs.cpu_ns.begin() + ng.op_base);
-    std::copy(a.buffers.begin() + s.buf_begin, a.buffers.begin() + s.buf_end, out.buffers.begin() + ng.buf_base);
-    if (s.op_end == s.op_begin) continue;
-    if (ng.copy >= 0) {
-      // A copy: the template's records with their lists moved, entries v0 + j * dv.
-      const int src_start = s.op_begin == 0 ? 0 : a.ops[s.op_begin - 1].end;
-      const int src_end = a.ops[s.op_end - 1].end;
-      const int dst_start = static_cast<int>(lists.size());
-      const int move = dst_start - src_start;
-      for (int i = s.op_begin, o = ng.op_base; i < s.op_end; ++i, ++o) {
-        const OpRec& r = a.ops[i];
-        OpRec& w = ops[o];
-        w = OpRec{};
-        w.stream = r.stream;
-        w.flags = r.flags;
-        w.group = r.group;
-        w.wait_pos = (i == 0 ? 0 : a.ops[i - 1].end) + move;
-        w.cpu_waits = r.cpu_waits + move;
-        w.allocs = r.allocs + move;
-        w.frees = r.frees + move;
-        w.end = r.end + move;
-      }
-      lists.resize(static_cast<std::size_t>(dst_start + (src_end - src_start)));
-      int* out_list = lists.data() + dst_start;
-      const int* v0 = v0_.data() + src_start;
-      const int* dv = dv_.data() + src_start;
-      const int j = ng.copy;
-      for (int e = 0, n = src_end - src_start; e < n; ++e) out_list[e] = v0[e] + j * dv[e];
-      continue;
-    }
-    for (int i = s.op_begin, o = ng.op_base; i < s.op_end; ++i, ++o) {
-      const OpRec& r = a.ops[i];
-      const int start = i == 0 ? 0 : a.ops[i - 1].end;
-      OpRec& w = ops[o];
-      w = OpRec{};
-      w.stream = r.stream;
-      w.flags = r.flags;
-      w.group = r.group;
-      w.wait_pos = static_cast<int>(lists.size());
-      if (!emit_list(start, r.cpu_waits, 1, i, o, ng, lists)) return false;
-      w.cpu_waits = static_cast<int>(lists.size());
-      if (!emit_list(r.cpu_waits, r.allocs, 1, i, o, ng, lists)) return false;
-      w.allocs = static_cast<int>(lists.size());
-      if (!emit_list(r.allocs, r.frees, 1, i, o, ng, lists)) return false;
-      w.frees = static_cast<int>(lists.size());
-      if (!emit_list(r.frees, r.end, 2, i, o, ng, lists)) return false;
-      w.end = static_cast<int>(lists.size());
-    }
-  }
-  ops[n_new] = OpRec{};
-  return true;
-}
-
-bool Stretcher::run(CompiledProgram& out, OpCosts& costs, StretchInfo* info, std::string* why) {
-  const auto done = [&](bool ok) {
-    if (!ok && why) *why = why_;
-    return ok;
-  };
-  if (sh_.period < 1 || sh_.copies < 1 || sh_.first < sh_.period)
-    return done(fail("bad stretch shape"));
-  if (!build_groups()) return done(false);
-  split_ = sh_.first + sh_.period;
-  shift_ = sh_.copies * sh_.period;
-  if (split_ + sh_.period > src_layers_) return done(fail("the source has no period after the template"));
-  if (sh_.first % sh_.period != 0) return done(fail("the template does not start a period"));
-  new_layers_ = src_layers_ + shift_;
-  classify();
-  // The reach of block-to-block references: the blocks within it of the split (and one period more)
-  // must repeat with the period, in every phase key with blocks.
+bool Stretcher::analyse_layers() {
+  const int k = sh_.period;
+  const int G = static_cast<int>(groups_.size());
+  const int* t = tg_.data();
+  std::uint8_t* c = cls_.data();
+  const int* l = sl_.data();
+  const int* gl = glayer_.data();
+  const int split = split_;
+  // A block's reference to a block is relative (the previous block's op, the same block's forward
+  // buffer) unless it names one fixed block from every block: where two blocks a period apart, of the
+  // same shape, name the very same op or buffer of a block, both entries are kFixed; where they name the
+  // same place of blocks a period apart the other way, both are kMirror. Block y's entries are settled
+  // once it has been compared with y - k and y + k: the others are kRel, and their reach (in layers) sets
+  // the blocks checked periodic. (Entries whose target is not their image are marked kCross as they
+  // settle: a relative one across the split, a mirror between blocks on one side of it.)
   reach_ = 0;
   int reach_at = 0;
-  for (std::size_t pos = 0; pos < refs_.size(); ++pos)
-    if (refs_[pos].kind == RefKind::Rel && std::abs(refs_[pos].layer) > reach_)
-      reach_ = std::abs(refs_[pos].layer), reach_at = static_cast<int>(pos);
-  lo_ = split_ - reach_ - sh_.period;
-  hi_ = split_ + reach_ + sh_.period;
-  if (lo_ < 0 || hi_ > src_layers_)
-    return done(fail("the source has too few blocks around the template (references reach " + std::to_string(reach_) +
-                     " blocks, e.g. list entry " + std::to_string(reach_at) + ")"));
+  for (int key = 0; key < num_keys_; ++key) {
+    const int* row = blk_.data() + static_cast<std::size_t>(key) * src_layers_;
+    for (int y = 0; y < src_layers_; ++y) {
+      const int ga = row[y], gb = y + k < src_layers_ ? row[y + k] : -1;
+      if (ga < 0) continue;
+      Group& x = groups_[ga];
+      if (gb >= 0 && x.op_end - x.op_begin == groups_[gb].op_end - groups_[gb].op_begin) {
+        for (int i = x.op_begin, j = groups_[gb].op_begin; i < x.op_end; ++i, ++j) {
+          const OpRec& p = srec_[i];
+          const OpRec& q = srec_[j];
+          const int ps = p.wait_pos, qs = q.wait_pos;
+          if (p.cpu_waits - ps != q.cpu_waits - qs || p.allocs - ps != q.allocs - qs || p.frees - ps != q.frees - qs ||
+              p.end - ps != q.end - qs)
+            continue;
+          for (int e = 0, ne = p.end - ps; e < ne; ++e) {
+            const int a = ps + e, b = qs + e, v = l[a];
+            if (v < 0 || gl[t[a]] < 0) continue;
+            if (v == l[b]) {
+              c[a] |= kFixed, c[b] |= kFixed;
+            } else if (l[b] >= 0 && gl[t[b]] == gl[t[a]] - k && groups_[t[a]].key == groups_[t[b]].key &&
+                       ((c[a] ^ c[b]) & kBuf) == 0 && v - begin_of(t[a], c[a] & kBuf) == l[b] - begin_of(t[b], c[b] & kBuf)) {
+              c[a] |= kMirror, c[b] |= kMirror;
+            }
+          }
+        }
+      }
+      const bool left = y < split;
+      for (int e = x.list_begin; e < x.list_end; ++e) {
+        if (l[e] < 0) continue;
+        const int lt = gl[t[e]];
+        if (lt < 0) continue;
+        const std::uint8_t ce = c[e];
+        if (ce & kFixed) {
+          x.fixed = true;
+          continue;
+        }
+        if (ce & kMirror) {
+          x.mirror = true;
+          if (left == (lt < split)) c[e] = ce | kCross, x.cross = true;
+          continue;
+        }
+        c[e] = ce | kRel | (left != (lt < split) ? kCross : 0);
+        x.cross |= left != (lt < split);
+        const int d = std::abs(lt - y);
+        if (d > reach_) reach_ = d, reach_at = e;
+      }
+    }
+  }
+  lo_ = split_ - reach_ - k;
+  hi_ = split_ + reach_ + k;
+  // (and the blocks the template's mirrors name, with the period below them the next period's name)
+  for (int g = 0; g < G; ++g) {
+    if (gl[g] < sh_.first || gl[g] >= split_ || !groups_[g].mirror) continue;
+    for (int e = groups_[g].list_begin; e < groups_[g].list_end; ++e)
+      if (c[e] & kMirror) lo_ = std::min(lo_, gl[t[e]] - k), hi_ = std::max(hi_, gl[t[e]] + 1);
+  }
+  if (lo_ < 0 || hi_ > src_layers_) {
+    reach_refused_ = reach_;
+    return fail("the source has too few blocks around the template (references reach " + std::to_string(reach_) +
+                " blocks, e.g. list entry " + std::to_string(reach_at) + ")");
+  }
+  for (int g = 0; g < G; ++g) {
+    Group& x = groups_[g];
+    const int lf = gl[g];
+    if (lf < 0 || !(x.fixed || x.mirror || x.cross)) continue;
+    const bool outside = lf < lo_ || lf >= hi_;
+    for (int e = x.list_begin; e < x.list_end; ++e) {
+      if (l[e] < 0) continue;
+      const int lt = gl[t[e]];
+      // Fixed blocks must lie away from the template.
+      if ((c[e] & kFixed) && lt >= lo_ && lt < hi_)
+        return fail(where(op_of_entry(g, e)) + " names block " + std::to_string(lt) +
+                    ", next to the template, from every block");
+      if (!outside || !(c[e] & kCross)) continue;
+      // A mirror only shows in the checked blocks: its two blocks lie on either side of the inserted
+      // layers, or next to them. Outside the checked blocks, two blocks on one side of them that look
+      // mirrored are the blocks next to an end keeping their relation to that end (the previous
+      // backward's last events FULL_SHARD's rate limiter hands the next forward's first blocks, the
+      // forward events it carries into the first backward blocks): relative, within the reach.
+      if (c[e] & kMirror) {
+        if (std::abs(lt - lf) > reach_)
+          return fail("block " + std::to_string(lf) + " (" + where(op_of_entry(g, e)) + ") names block " +
+                      std::to_string(lt) + ", further than the reach of the checked blocks");
+        c[e] = static_cast<std::uint8_t>((c[e] & ~(kMirror | kCross)) | kRel);
+        continue;
+      }
+      // References across the inserted layers must come from the checked periods (where they are part
+      // of the repeating pattern: looked up in the result).
+      return fail("block " + std::to_string(lf) + " (" + where(op_of_entry(g, e)) + ") names block " +
+                  std::to_string(lt) + " across the inserted blocks, outside the checked periods");
+    }
+  }
+  // The blocks within that reach of the split (and one period more) must repeat with the period, in
+  // every phase key with blocks.
   for (int key = 0; key < num_keys_; ++key) {
     const int* row = blk_.data() + static_cast<std::size_t>(key) * src_layers_;
     bool any = false;
-    for (int l = 0; l < src_layers_ && !any; ++l) any = row[l] >= 0;
+    for (int y = 0; y < src_layers_ && !any; ++y) any = row[y] >= 0;
     if (!any) continue;
-    for (int l = lo_; l + sh_.period < hi_; ++l)
-      if (!congruent(row[l], row[l + sh_.period]))
-        return done(fail("the blocks around layer " + std::to_string(l) + " are not periodic: " + mismatch_));
+    for (int y = lo_; y + k < hi_; ++y)
+      if (!congruent(row[y], row[y + k]))
+        return fail("the blocks around layer " + std::to_string(y) + " are not periodic: " + mismatch_);
   }
-  if (!check_references() || !plan_groups() || !emit(out, costs)) return done(false);
+  return true;
+}
 
-  if (info) {
-    info->op_ranges.clear();
-    for (const NewGroup& ng : new_groups_)
-      if (groups_[ng.src].op_end > groups_[ng.src].op_begin)
-        info->op_ranges.emplace_back(groups_[ng.src].op_begin, groups_[ng.src].op_end);
+// Two micro-batches in a row, a and a+1 (sim/stretch.h): the same groups, ops, buffers, and each pair of
+// entries naming either the very same op or buffer, or the same place one micro-batch later (then both
+// are kMbRel). Returns how far back micro-batch a+1's relative entries reach (-1: the two differ).
+int Stretcher::compare_micro_batches(int a) {
+  const int per = mb_first_[1] - mb_first_[0];
+  const TimeNs* gpu = src_->costs->gpu_ns.data();
+  const TimeNs* cpu = src_->costs->cpu_ns.data();
+  const int* l = sl_.data();
+  const int* t = tg_.data();
+  std::uint8_t* c = cls_.data();
+  int reach = 0;
+  for (int x = 0; x < per; ++x) {
+    const Group& ga = groups_[mb_first_[a] + x];
+    const Group& gb = groups_[mb_first_[a + 1] + x];
+    if (ga.phase != gb.phase || ga.layer != gb.layer || ga.op_end - ga.op_begin != gb.op_end - gb.op_begin ||
+        ga.buf_end - ga.buf_begin != gb.buf_end - gb.buf_begin || ga.list_end - ga.list_begin != gb.list_end - gb.list_begin)
+      return fail_mb("micro-batches " + std::to_string(a) + " and " + std::to_string(a + 1) + " differ at site group " +
+                     std::to_string(x)), -1;
+    for (int i = ga.op_begin, j = gb.op_begin; i < ga.op_end; ++i, ++j) {
+      const OpRec& p = srec_[i];
+      const OpRec& q = srec_[j];
+      const int ps = p.wait_pos, qs = q.wait_pos;
+      if (p.stream != q.stream || p.flags != q.flags || p.group != q.group || gpu[i] != gpu[j] || cpu[i] != cpu[j] ||
+          p.cpu_waits - ps != q.cpu_waits - qs || p.allocs - ps != q.allocs - qs || p.frees - ps != q.frees - qs ||
+          p.end - ps != q.end - qs)
+        return fail_mb(where(i) + " and " + where(j) + " differ"), -1;
+      for (int e = 0; e < p.end - ps; ++e) {
+        const int u = ps + e, v = qs + e;
+        if (l[u] == l[v]) {
+          // the same op or buffer (or -1): outside the micro-batches, or one of an earlier micro-batch both
+          // name (the caller checks it lies before the repeating ones)
+          if (l[u] >= 0) fixed_mb_ = std::max(fixed_mb_, groups_[t[u]].mb);
+          continue;
+        }
+        const bool buf = c[u] & kBuf;
+        const int tu = t[u], tv = t[v];
+        if (l[u] < 0 || l[v] < 0 || ((c[u] ^ c[v]) & kBuf) || groups_[tu].mb < 0 || groups_[tv].mb != groups_[tu].mb + 1 ||
+            groups_[tv].mb > a + 1 || tv - mb_first_[groups_[tv].mb] != tu - mb_first_[groups_[tu].mb] ||
+            l[v] - begin_of(tv, buf) != l[u] - begin_of(tu, buf))
+          return fail_mb("list entry " + std::to_string(e) + " of " + where(i) + " and " + where(j) + " differ"), -1;
+        c[u] |= kMbRel, c[v] |= kMbRel;
+        reach = std::max(reach, a + 1 - groups_[tv].mb);
+      }
+    }
+    for (int p = ga.buf_begin, q = gb.buf_begin; p < ga.buf_end; ++p, ++q)
+      if (sbuf_[p].bytes != sbuf_[q].bytes || sbuf_[p].pool_stream != sbuf_[q].pool_stream ||
+          sbuf_[p].category != sbuf_[q].category || sbuf_[p].persistent != sbuf_[q].persistent)
+        return fail_mb("buffers " + std::to_string(p) + " and " + std::to_string(q) + " differ"), -1;
   }
-  // Bytes sent: the source's plus each template collective's once per copy.
-  const StepProgram& p = *src_.program;
-  std::int64_t extra[3] = {0, 0, 0};
-  for (int key = 0; key < num_keys_; ++key) {
-    if (tmpl_first_[key] < 0) continue;
-    const int b = groups_[tmpl_first_[key]].op_begin, e = groups_[tmpl_last_[key]].op_end;
-    for (int i = b; i < e; ++i) {
-      const Op& op = p.ops[i];
-      if (!is_collective(op.kind)) continue;
-      const std::int64_t gs = op.group_size;
-      const int k = op.kind == OpKind::AllGather ? 0 : op.kind == OpKind::ReduceScatter ? 1 : 2;
-      extra[k] += (k == 2 ? 2 : 1) * op.comm_bytes * (gs - 1) / gs;
+  return reach;
+}
+
+// Micro-batch P's site groups (from the site groups alone: the result's ids are laid out before the
+// lists are read): the persistent ones, each micro-batch's (the same sites), the optimizer step's.
+bool Stretcher::plan_micro_batches() {
+  const int P = sh_.mb_template;
+  const int G = static_cast<int>(groups_.size());
+  if (P < 2 || P >= n_mbs_ || sh_.mb_copies < 1) return fail_mb("bad micro-batch shape");
+  mb_first_.assign(n_mbs_ + 1, 0);
+  int g = 0;
+  while (g < G && groups_[g].mb < 0) ++g;
+  for (int m = 0; m < n_mbs_; ++m) {
+    mb_first_[m] = g;
+    while (g < G && groups_[g].mb == m) ++g;
+  }
+  mb_first_[n_mbs_] = g;
+  for (int h = 0; h < G; ++h)
+    if ((h < mb_first_[0] && groups_[h].phase != static_cast<int>(lowering::SitePhase::Persistent)) ||
+        (h >= g && groups_[h].mb >= 0))
+      return fail_mb("the groups are not in micro-batch order");
+  const int per = mb_first_[1] - mb_first_[0];
+  for (int m = 1; m < n_mbs_; ++m)
+    if (mb_first_[m + 1] - mb_first_[m] != per) return fail_mb("micro-batches with different sites");
+  gP_begin_ = mb_first_[P];
+  gP_end_ = mb_first_[P + 1];
+  // (P's copies go after its last group, which must not be followed by template copies)
+  if (gP_end_ == gP_begin_ || is_tmpl(groups_[gP_begin_]) || is_tmpl(groups_[gP_end_ - 1]))
+    return fail_mb("micro-batch " + std::to_string(P) + " begins or ends with a template block");
+  return true;
+}
+
+// Micro-batch P against the ones before it that its references reach (R of them: P-R .. P repeat), and
+// the other micro-batches' references: none from before P to P or later; from after P none to P-R, and
+// to P-R+1 .. P only within the reach (relative: they name the last copies, so their images move); none
+// from the optimizer step to P-R .. P but to P when it is the last micro-batch (otherwise ambiguous: a
+// list of one entry per micro-batch, or one reaching over the copies?).
+bool Stretcher::analyse_micro_batches() {
+  const int P = sh_.mb_template;
+  const int G = static_cast<int>(groups_.size());
+  fixed_mb_ = -1;
+  mb_reach_ = compare_micro_batches(P - 1);
+  if (mb_reach_ < 0) return false;
+  mb_reach_ = std::max(mb_reach_, 1);
+  if (P - mb_reach_ < 1)
+    return fail_mb("micro-batch " + std::to_string(P) + " names micro-batches " + std::to_string(mb_reach_) +
+                   " back, as far as the first");
+  for (int a = P - 2; a >= P - mb_reach_; --a)
+    if (compare_micro_batches(a) < 0) return false;
+  const int q = P - mb_reach_;   // the first of the repeating micro-batches
+  if (fixed_mb_ >= q)
+    return fail_mb("micro-batches " + std::to_string(q) + " .. " + std::to_string(P) + " name one op or buffer of micro-batch " +
+                   std::to_string(fixed_mb_));
+  const int* t = tg_.data();
+  const std::uint8_t* c = cls_.data();
+  for (int h = 0; h < G; ++h) {
+    if (h >= gP_begin_ && h < gP_end_) continue;
+    const bool after = h >= gP_end_;
+    const int hm = groups_[h].mb;
+    for (int e = groups_[h].list_begin; e < groups_[h].list_end; ++e) {
+      if (t[e] < 0) continue;
+      if (!after) {
+        if (t[e] >= gP_begin_)
+          return fail_mb(where(op_of_entry(h, e)) + " names micro-batch " + std::to_string(P) + " or later");
+        continue;
+      }
+      const int tm = groups_[t[e]].mb;
+      if (tm < q || tm > P) continue;   // (before the repeating ones: a fixed one; after P: not moved)
+      if (hm < 0 ? tm != P || P != n_mbs_ - 1 : tm == q || hm - tm > mb_reach_)
+        return fail_mb(where(op_of_entry(h, e)) + " names micro-batch " + std::to_string(tm));
+      img_[e] += mb_move(h, t[e], c[e] & kBuf);
     }
   }
-  for (int k = 0; k < 3; ++k) out.comm_sent[k] = src_.compiled->comm_sent[k] + sh_.copies * extra[k];
-  out.notes = p.notes;
-  out.record_stream_frees = src_.compiled->record_stream_frees;
-  // The periodic runs: per phase key, the copies and the source's blocks checked periodic around them
-  // (whole periods aligned with the template: layers [l0, l1) of the source, l1 - l0 a multiple of the
-  // period), one after the other in the result.
-  out.runs.clear();
-  const int k = sh_.period;
-  const int l0 = sh_.first - k * ((sh_.first - lo_) / k), l1 = split_ + k * ((hi_ - split_) / k);
-  for (int key = 0; key < num_keys_; ++key) {
-    if (tmpl_first_[key] < 0) continue;
-    const int period = groups_[tmpl_last_[key]].op_end - groups_[tmpl_first_[key]].op_begin;
-    if (period <= 0) continue;
-    // The run's first group: the lowest layer's (ascending) or the highest layer's (descending).
-    const int* row = blk_.data() + static_cast<std::size_t>(key) * src_layers_;
-    const int edge = ascending_[key] ? row[l0] : row[l1 - 1];
-    if (edge < 0) continue;
-    const int begin = new_groups_[a2n_[edge]].op_base;
-    out.runs.push_back(PeriodicRun{begin, period, sh_.copies + (l1 - l0) / k});
+  // The repeating micro-batches are as long in the result (copies of blocks included).
+  for (int m = q; m < P; ++m)
+    if (ob_[mb_first_[m + 1]] - ob_[mb_first_[m]] != pm_ops_ || bb_[mb_first_[m + 1]] - bb_[mb_first_[m]] != pm_bufs_)
+      return fail_mb("micro-batches differ in size after the layers are stretched");
+  return true;
+}
+
+// The result's op and buffer ids: every source group's image, each key's block of copies next to its
+// template, micro-batch P's copies after P. (Before the lists are read: they are read as images.)
+bool Stretcher::layout_ids() {
+  const int G = static_cast<int>(groups_.size());
+  ob_.resize(G);
+  bb_.resize(G);
+  oshift_.resize(G);
+  bshift_.resize(G);
+  const int n = sh_.copies;
+  int op = 0, buf = 0;
+  for (int g = 0; g < G; ++g) {
+    const Group& x = groups_[g];
+    const bool tm = is_tmpl(x);
+    if (tm && !ascending_[x.key] && g == tmpl_first_[x.key]) {
+      cb_op_[x.key] = op, cb_buf_[x.key] = buf;
+      op += n * pop_[x.key], buf += n * pbuf_[x.key];
+    }
+    ob_[g] = op, bb_[g] = buf;
+    oshift_[g] = op - x.op_begin, bshift_[g] = buf - x.buf_begin;
+    op += x.op_end - x.op_begin, buf += x.buf_end - x.buf_begin;
+    if (tm && ascending_[x.key] && g == tmpl_last_[x.key]) {
+      cb_op_[x.key] = op, cb_buf_[x.key] = buf;
+      op += n * pop_[x.key], buf += n * pbuf_[x.key];
+    }
+    if (mbs_ && g == gP_end_ - 1) {
+      pm_ops_ = op - ob_[gP_begin_];
+      pm_bufs_ = buf - bb_[gP_begin_];
+      op += sh_.mb_copies * pm_ops_, buf += sh_.mb_copies * pm_bufs_;
+    }
   }
-  std::sort(out.runs.begin(), out.runs.end(), [](const PeriodicRun& x, const PeriodicRun& y) { return x.begin < y.begin; });
+  n_new_ops_ = op;
+  n_new_bufs_ = buf;
+  return true;
+}
+
+// The entries whose value is not their image (read_source): block references across the inserted
+// layers, looked up in the result (analyse_layers marked them kCross); an other group's references to
+// blocks next to the template, which must be in runs (run_lists).
+bool Stretcher::map_entries() {
+  const int G = static_cast<int>(groups_.size());
+  run_at_.assign(n_ops_, -1);
+  runs_.clear();
+  runs_src_.clear();
+  if (!layers_) return true;
+  int* im = img_.data();
+  const int* l = sl_.data();
+  const int* t = tg_.data();
+  std::uint8_t* c = cls_.data();
+  const int* gl = glayer_.data();
+  for (int g = 0; g < G; ++g) {
+    Group& x = groups_[g];
+    const int lb = x.list_begin, le = x.list_end, lf = gl[g];
+    if (lf < 0) {
+      for (int e = lb; e < le; ++e)
+        if (l[e] >= 0 && gl[t[e]] >= lo_ && gl[t[e]] < hi_) c[e] |= kRun, x.run = true;
+      if (!x.run) continue;
+      for (int i = x.op_begin; i < x.op_end; ++i) {
+        const OpRec& r = srec_[i];
+        bool any = false;
+        for (int e = r.wait_pos; e < r.end && !any; ++e) any = (c[e] & kRun) != 0;
+        if (any && !run_lists(g, i)) return false;
+      }
+      continue;
+    }
+    if (!x.cross) continue;
+    for (int e = lb; e < le; ++e) {
+      if (!(c[e] & kCross)) continue;
+      const bool buf = c[e] & kBuf;
+      const int tg = t[e];
+      // relative: as many layers away from its own block in the result; a mirror: the sum of the two
+      // layers grows by the inserted layers
+      const int layer = (c[e] & kMirror) ? gl[tg] + (lf < split_ ? shift_ : 0)
+                                         : (lf < split_ ? lf : lf + shift_) + (gl[tg] - lf);
+      int v = block_id(groups_[tg].key, layer, buf, l[e] - begin_of(tg, buf));
+      if (v != -2) v += mb_move(g, tg, buf);
+      const int i = op_of_entry(g, e);
+      if (!valid(v, !buf, i + oshift_[g], e >= srec_[i].frees))
+        return fail("a reference of " + where(i) + " has no valid target in the result");
+      im[e] = v;
+    }
+  }
+  return true;
+}
+
+// The lists of op i of other group g, some entries of which name blocks next to the template. They must
+// be in runs: consecutive entries naming blocks of one phase key, a block apart or a few (d, dividing the
+// period), such as the held all-reduce outputs or the offload syncs, one per block. In a run, entries a
+// period apart must name the same place of their blocks within the checked ones (with every_k
+// checkpointing a buffer may sit elsewhere in a checkpointed block); a run across the inserted layers
+// gets their entries, each naming the place the template's block at its position in the period names.
+// A lone entry is refused.
+bool Stretcher::run_lists(int g, int i) {
+  const OpRec& rec = srec_[i];
+  const int head = static_cast<int>(runs_.size());
+  run_at_[i] = head;
+  // (the section lengths first, the values after)
+  runs_.insert(runs_.end(), {0, 0, 0, 0});
+  runs_src_.insert(runs_src_.end(), {-1, -1, -1, -1});
+  const int own = i + oshift_[g];
+  const int k = sh_.period;
+  const int* l = sl_.data();
+  const int* t = tg_.data();
+  const std::uint8_t* c = cls_.data();
+  const int* gl = glayer_.data();
+  const auto block = [&](int x) { return l[x] >= 0 && gl[t[x]] >= 0; };
+  const auto offset = [&](int x) { return l[x] - begin_of(t[x], c[x] & kBuf); };
+  // (both name blocks of one phase key)
+  const auto same_key = [&](int a, int b) {
+    return block(a) && block(b) && ((c[a] ^ c[b]) & kBuf) == 0 && groups_[t[a]].key == groups_[t[b]].key;
+  };
+  // Appends entry `e` (stride entries) mapped; with layer >= 0 (a run's inserted entry), its blocks moved
+  // to `layer` (of the result).
+  auto push = [&](int e, int stride, int layer, bool frees) -> bool {
+    const int base_layer = gl[t[e]];
+    for (int s = 0; s < stride; ++s) {
+      const int x = e + s;
+      const bool buf = c[x] & kBuf;
+      int v = img_[x];
+      if (layer >= 0 && block(x)) {
+        const int tg = t[x];
+        v = block_id(groups_[tg].key, layer + (gl[tg] - base_layer), buf, offset(x));
+        if (v != -2) v += mb_move(g, tg, buf);
+      }
+      if (!valid(v, !buf, own, frees && s == 1))
+        return fail("a reference of " + where(i) + " has no valid target in the result");
+      runs_.push_back(v);
+      runs_src_.push_back(x);
+    }
+    return true;
+  };
+  const int bounds[5] = {rec.wait_pos, rec.cpu_waits, rec.allocs, rec.frees, rec.end};
+  for (int sec = 0; sec < 4; ++sec) {
+    const int begin = bounds[sec], end = bounds[sec + 1], stride = sec == 3 ? 2 : 1;
+    const bool frees = sec == 3;
+    const std::size_t before = runs_.size();
+    for (int e = begin; e < end;) {
+      // The run starting at e: [e, r).
+      int r = e + stride, step = 0;
+      if (block(e) && r < end && same_key(e, r) && gl[t[r]] != gl[t[e]]) {
+        step = gl[t[r]] - gl[t[e]];
+        while (r < end && same_key(r - stride, r) && gl[t[r]] - gl[t[r - stride]] == step) r += stride;
+      }
+      bool near = false;
+      for (int x = e; x < r; x += stride) near |= (c[x] & kRun) != 0;
+      if (!near) {
+        for (int x = e; x < r; x += stride)
+          if (!push(x, stride, -1, frees)) return false;
+        e = r;
+        continue;
+      }
+      const int d = std::abs(step);
+      if (d == 0) return fail(where(i) + " names block " + std::to_string(gl[t[e]]) + " next to the template");
+      if (k % d != 0) return fail(where(i) + " names blocks " + std::to_string(d) + " apart, across a period of " + std::to_string(k));
+      const int q = k / d;   // entries a period apart
+      for (int x = e; x + q * stride < r; x += stride) {
+        const int y = x + q * stride;
+        if (gl[t[x]] >= lo_ && gl[t[x]] < hi_ && gl[t[y]] >= lo_ && gl[t[y]] < hi_ && offset(x) != offset(y))
+          return fail(where(i) + " names blocks next to the template at places that do not repeat with the period");
+      }
+      for (int x = e; x < r; x += stride) {
+        if (!push(x, stride, -1, frees)) return false;
+        const int y = x + stride;
+        if (y >= r || (gl[t[x]] < split_) == (gl[t[y]] < split_)) continue;
+        // Across the inserted blocks: their entries, each from the template's block at its place in the
+        // period. (They lie in the blocks of copies, laid out one period after the other: from the
+        // (q + 1)-th on, each is the one q before it moved by one period.)
+        const int l0 = gl[t[x]];
+        const int count = shift_ / d;
+        const std::size_t first = runs_.size();
+        for (int s = 1; s <= count; ++s) {
+          if (s <= q + 1) {
+            const int layer = step > 0 ? l0 + d * s : l0 + shift_ - d * s;
+            const int tl = sh_.first + (layer - split_) % k;   // the template's block at its place
+            const int xt = x + (tl - l0) / step * stride;
+            if ((tl - l0) % step != 0 || xt < e || xt >= r || gl[t[xt]] != tl)
+              return fail(where(i) + " names blocks across the template in a run without the template's blocks");
+            if (!push(xt, stride, layer, frees)) return false;
+            continue;
+          }
+          for (int z = 0; z < stride; ++z) {
+            const std::size_t at = first + static_cast<std::size_t>(stride) * (s - 1) + z;
+            const std::size_t back = at - static_cast<std::size_t>(stride) * q;
+            const int v = runs_[back] + (runs_[first + stride * q + z] - runs_[first + z]);
+            if (!valid(v, !(c[x + z] & kBuf), own, frees && z == 1))
+              return fail("a reference of " + where(i) + " has no valid target in the result");
+            runs_.push_back(v);
+            runs_src_.push_back(x + z);
+          }
+        }
+      }
+      e = r;
+    }
+    runs_[head + sec] = static_cast<int>(runs_.size() - before);
+  }
+  return true;
+}
+
+// The result's list positions, as layout_ids laid out the ids (the run lists may be longer).
+bool Stretcher::layout_lists() {
+  const int G = static_cast<int>(groups_.size());
+  lb_.resize(G);
+  for (int key = 0; key < num_keys_; ++key)
+    if (tmpl_first_[key] >= 0)
+      plist_[key] = groups_[tmpl_last_[key]].list_end - groups_[tmpl_first_[key]].list_begin;
+  const int n = sh_.copies;
+  int lp = 0;
+  for (int g = 0; g < G; ++g) {
+    const Group& x = groups_[g];
+    const bool tm = is_tmpl(x);
+    if (tm && !ascending_[x.key] && g == tmpl_first_[x.key]) cb_list_[x.key] = lp, lp += n * plist_[x.key];
+    lb_[g] = lp;
+    if (!x.run) {
+      lp += x.list_end - x.list_begin;
+    } else {
+      for (int i = x.op_begin; i < x.op_end; ++i) {
+        if (run_at_[i] < 0) {
+          lp += srec_[i].end - srec_[i].wait_pos;
+        } else {
+          const int* h = runs_.data() + run_at_[i];
+          lp += h[0] + h[1] + h[2] + h[3];
+        }
+      }
+    }
+    if (tm && ascending_[x.key] && g == tmpl_last_[x.key]) cb_list_[x.key] = lp, lp += n * plist_[x.key];
+    if (mbs_ && g == gP_end_ - 1) {
+      pm_lists_ = lp - lb_[gP_begin_];
+      for (int m = sh_.mb_template - mb_reach_; m < sh_.mb_template; ++m)
+        if (lb_[mb_first_[m + 1]] - lb_[mb_first_[m]] != pm_lists_)
+          return fail_mb("micro-batches' lists differ in length after the layers are stretched");
+      lp += sh_.mb_copies * pm_lists_;
+    }
+  }
+  n_new_lists_ = lp;
+  return true;
+}
+
+// Step 1 (see the top): every source group's own image, at its result ids.
+void Stretcher::emit_own(CompiledProgram& out, OpCosts& costs) {
+  OpRec* ops = out.ops.data();
+  int* lists = out.lists.data();
+  CompiledBuffer* bufs = out.buffers.data();
+  TimeNs* gpu = costs.gpu_ns.data();
+  TimeNs* cpu = costs.cpu_ns.data();
+  const TimeNs* sgpu = src_->costs->gpu_ns.data();
+  const TimeNs* scpu = src_->costs->cpu_ns.data();
+  const int G = static_cast<int>(groups_.size());
+  for (int g = 0; g < G;) {
+    // (a stretch of groups with no copies between them is contiguous in the source and the result)
+    int h = g + 1;
+    const auto next_to = [&](int y) {
+      return y < G && !groups_[y - 1].run && !groups_[y].run && ob_[y] - ob_[y - 1] == groups_[y].op_begin - groups_[y - 1].op_begin &&
+             bb_[y] - bb_[y - 1] == groups_[y].buf_begin - groups_[y - 1].buf_begin &&
+             lb_[y] - lb_[y - 1] == groups_[y].list_begin - groups_[y - 1].list_begin;
+    };
+    while (next_to(h)) ++h;
+    const Group& s = groups_[g];
+    const Group& z = groups_[h - 1];
+    const int nops = z.op_end - s.op_begin;
+    copy_n(gpu + ob_[g], sgpu + s.op_begin, nops);
+    copy_n(cpu + ob_[g], scpu + s.op_begin, nops);
+    copy_n(bufs + bb_[g], sbuf_.data() + s.buf_begin, z.buf_end - s.buf_begin);
+    if (!s.run) {
+      move_records(srec_.data() + s.op_begin, ops + ob_[g], nops, lb_[g] - s.list_begin);
+      copy_n(lists + lb_[g], img_.data() + s.list_begin, z.list_end - s.list_begin);
+      g = h;
+      continue;
+    }
+    int pos = lb_[g];
+    OpRec* w = ops + ob_[g];
+    for (int i = s.op_begin; i < s.op_end; ++i, ++w) {
+      const OpRec& r = srec_[i];
+      if (run_at_[i] < 0) {
+        move_records(&r, w, 1, pos - r.wait_pos);
+        std::memcpy(lists + pos, img_.data() + r.wait_pos, sizeof(int) * (r.end - r.wait_pos));
+        pos = w->end;
+        continue;
+      }
+      const int* hd = runs_.data() + run_at_[i];
+      *w = r;
+      w->wait_pos = pos;
+      w->cpu_waits = pos + hd[0];
+      w->allocs = w->cpu_waits + hd[1];
+      w->frees = w->allocs + hd[2];
+      w->end = w->frees + hd[3];
+      std::memcpy(lists + pos, hd + 4, sizeof(int) * (w->end - pos));
+      pos = w->end;
+    }
+    g = h;
+  }
+}
+
+// Step 2 (see the top): the template copies, and the check of each line against the next period.
+bool Stretcher::emit_copies(CompiledProgram& out, OpCosts& costs) {
+  OpRec* ops = out.ops.data();
+  int* lists = out.lists.data();
+  const int n = sh_.copies, k = sh_.period;
+  for (int key = 0; key < num_keys_; ++key) {
+    const int tf = tmpl_first_[key];
+    if (tf < 0) continue;
+    const Group& s = groups_[tf];
+    const int len = plist_[key], nops = pop_[key], nbufs = pbuf_[key];
+    // The next period's first group (in the source's order: its lowest layer where the phase ascends).
+    const int* row = blk_.data() + static_cast<std::size_t>(key) * src_layers_;
+    int nf = -1;
+    for (int y = split_; y < split_ + k; ++y)
+      if (row[y] >= 0 && (nf < 0 || row[y] < nf)) nf = row[y];
+    const std::size_t need = std::max<std::size_t>(len, 9 * static_cast<std::size_t>(nops));
+    if (dv_.size() < need) dv_.resize(need), cur_.resize(need);
+    int* dv = dv_.data();
+    const int* T = lists + lb_[tf];
+    const int* N = lists + lb_[nf];
+    for (int e = 0; e < len; ++e) {
+      const int x = s.list_begin + e;
+      int d = 0;
+      if (cls_[x] & (kRel | kMirror)) {
+        const int tk = groups_[tg_[x]].key;
+        if (tmpl_first_[tk] < 0) return fail("a template references a phase with no template");
+        d = (cls_[x] & kBuf) ? pbuf_[tk] : pop_[tk];
+        if (!ascending_[tk]) d = -d;
+        // A mirror's targets between the template's and the next period's (one period below it) must lie
+        // in the checked blocks' images and copies, laid out one period after the other.
+        if (cls_[x] & kMirror) {
+          const int lt = groups_[tg_[x]].layer;
+          if (lt - k < lo_ || lt >= hi_)
+            return fail("a mirror reference of " + where(op_of_entry(tf + (x >= groups_[tf].list_end ? 1 : 0), x)) +
+                        " names block " + std::to_string(lt) + ", away from the checked blocks");
+          d = -d;
+        }
+      }
+      if (N[e] != T[e] + (n + 1) * d)
+        return fail("a reference of " + where(op_of_entry(tf + (x >= groups_[tf].list_end ? 1 : 0), x)) +
+                    " does not move with the copies");
+      dv[e] = d;
+    }
+    // Copy j lies at jj = j (ascending) or n-1-j (descending) periods into the block of copies.
+    const int jj0 = ascending_[key] ? 0 : n - 1;
+    copy_n(cur_.data(), T, len);
+    for (int j = 0; j < n; ++j) step_copy(cur_.data(), dv, lists + cb_list_[key] + (jj0 + (ascending_[key] ? j : -j)) * len, len);
+    // Records: the template's with their list positions moved.
+    OpRec* r = ops + cb_op_[key];
+    copy_n(r, ops + ob_[tf], nops);
+    replicate(r, nops, n - 1);
+    for (int jj = 0; jj < n; ++jj) move_lists(r + jj * nops, nops, cb_list_[key] + jj * len - lb_[tf]);
+    // Costs and buffers: the template's, in every copy.
+    TimeNs* g = costs.gpu_ns.data() + cb_op_[key];
+    TimeNs* c = costs.cpu_ns.data() + cb_op_[key];
+    CompiledBuffer* b = out.buffers.data() + cb_buf_[key];
+    copy_n(g, src_->costs->gpu_ns.data() + s.op_begin, nops);
+    copy_n(c, src_->costs->cpu_ns.data() + s.op_begin, nops);
+    copy_n(b, sbuf_.data() + s.buf_begin, nbufs);
+    replicate(g, nops, n - 1);
+    replicate(c, nops, n - 1);
+    replicate(b, nbufs, n - 1);
+  }
+  return true;
+}
+
+// Step 3 (see the top): copies 1..m of micro-batch P's image.
+void Stretcher::emit_micro_batches(CompiledProgram& out, OpCosts& costs) {
+  OpRec* ops = out.ops.data();
+  int* lists = out.lists.data();
+  const int op0 = ob_[gP_begin_], buf0 = bb_[gP_begin_], list0 = lb_[gP_begin_];
+  // Each entry's move per micro-batch: one micro-batch for kMbRel entries, none for the others, in the
+  // result's order (P's groups, with the copies next to their templates).
+  if (dm_.size() < static_cast<std::size_t>(pm_lists_)) dm_.resize(pm_lists_);
+  if (cur_.size() < static_cast<std::size_t>(pm_lists_)) cur_.resize(pm_lists_);
+  int* dm = dm_.data();
+  int pos = 0;
+  const auto add = [&](int x) { dm[pos++] = (cls_[x] & kMbRel) ? ((cls_[x] & kBuf) ? pm_bufs_ : pm_ops_) : 0; };
+  const auto add_copies = [&](int key) {
+    const Group& a = groups_[tmpl_first_[key]];
+    const Group& z = groups_[tmpl_last_[key]];
+    for (int j = 0; j < sh_.copies; ++j)
+      for (int x = a.list_begin; x < z.list_end; ++x) add(x);
+  };
+  for (int g = gP_begin_; g < gP_end_; ++g) {
+    const Group& s = groups_[g];
+    const bool tm = is_tmpl(s);
+    if (tm && !ascending_[s.key] && g == tmpl_first_[s.key]) add_copies(s.key);
+    if (!s.run) {
+      for (int x = s.list_begin; x < s.list_end; ++x) add(x);
+    } else {
+      for (int i = s.op_begin; i < s.op_end; ++i) {
+        if (run_at_[i] < 0) {
+          for (int x = srec_[i].wait_pos; x < srec_[i].end; ++x) add(x);
+          continue;
+        }
+        const int* hd = runs_.data() + run_at_[i];
+        const int len = hd[0] + hd[1] + hd[2] + hd[3];
+        for (int a = 0; a < len; ++a) add(runs_src_[run_at_[i] + 4 + a]);
+      }
+    }
+    if (tm && ascending_[s.key] && g == tmpl_last_[s.key]) add_copies(s.key);
+  }
+  copy_n(cur_.data(), lists + list0, pm_lists_);
+  for (int m = 1; m <= sh_.mb_copies; ++m) step_copy(cur_.data(), dm, lists + list0 + m * pm_lists_, pm_lists_);
+  // Records: P's with their list positions moved; costs and buffers: P's.
+  replicate(ops + op0, pm_ops_, sh_.mb_copies);
+  for (int m = 1; m <= sh_.mb_copies; ++m) move_lists(ops + op0 + m * pm_ops_, pm_ops_, m * pm_lists_);
+  replicate(costs.gpu_ns.data() + op0, pm_ops_, sh_.mb_copies);
+  replicate(costs.cpu_ns.data() + op0, pm_ops_, sh_.mb_copies);
+  replicate(out.buffers.data() + buf0, pm_bufs_, sh_.mb_copies);
+}
+
+// The periodic runs: per phase key, the template and its copies (one after the other in the result),
+// in every micro-batch copy too; and micro-batches P-R .. P and P's copies.
+void Stretcher::fill_runs(CompiledProgram& out) const {
+  out.runs.clear();
+  if (mbs_ && pm_ops_ > 0)
+    out.runs.push_back(PeriodicRun{ob_[mb_first_[sh_.mb_template - mb_reach_]], pm_ops_, sh_.mb_copies + 1 + mb_reach_});
+  if (layers_) {
+    // A key's run: its copies and the source blocks checked periodic around them, whole periods
+    // aligned with the template (layers [l0, l1) of the source), one after the other in the result
+    // (the timing fast-forward finds a period a little before the copies as often as in them).
+    const int k = sh_.period;
+    const int l0 = sh_.first - k * ((sh_.first - lo_) / k), l1 = split_ + k * ((hi_ - split_) / k);
+    for (int key = 0; key < num_keys_; ++key) {
+      const int tf = tmpl_first_[key];
+      if (tf < 0 || pop_[key] <= 0) continue;
+      const int* row = blk_.data() + static_cast<std::size_t>(key) * src_layers_;
+      const int edge = ascending_[key] ? row[l0] : row[l1 - 1];
+      int begin, count;
+      if (edge >= 0) {
+        begin = ob_[edge];
+        count = sh_.copies + (l1 - l0) / k;
+      } else {
+        // ascending: template, then copies 0..n-1; descending: copies n-1..0, then the template
+        begin = ascending_[key] ? ob_[tf] : cb_op_[key];
+        count = sh_.copies + 1;
+      }
+      out.runs.push_back(PeriodicRun{begin, pop_[key], count});
+      if (mbs_ && groups_[tf].mb == sh_.mb_template)
+        for (int m = 1; m <= sh_.mb_copies; ++m) out.runs.push_back(PeriodicRun{begin + m * pm_ops_, pop_[key], count});
+    }
+  }
+  // By begin; a run holding another (same begin) first.
+  std::sort(out.runs.begin(), out.runs.end(), [](const PeriodicRun& x, const PeriodicRun& y) {
+    return x.begin != y.begin ? x.begin < y.begin : x.period * x.count > y.period * y.count;
+  });
+}
+
+// The result's ops as source op ranges (StretchInfo): each source group's, each block of copies as the
+// template period `copies` times; contiguous ranges merged.
+void Stretcher::fill_info(StretchInfo& info) const {
+  info.spans.clear();
+  info.mb_begin = info.mb_end = 0;
+  info.mb_repeat = 1;
+  int fresh = 0;   // spans before it are closed (micro-batch P's first and last)
+  const auto add = [&](int b, int e, int repeat) {
+    if (e <= b) return;
+    if (repeat == 1 && static_cast<int>(info.spans.size()) > fresh && info.spans.back().repeat == 1 &&
+        info.spans.back().end == b)
+      info.spans.back().end = e;
+    else
+      info.spans.push_back(StretchInfo::Span{b, e, repeat});
+  };
+  const int G = static_cast<int>(groups_.size());
+  for (int g = 0; g < G; ++g) {
+    const Group& x = groups_[g];
+    if (mbs_ && g == gP_begin_) info.mb_begin = fresh = static_cast<int>(info.spans.size());
+    const bool tm = is_tmpl(x);
+    const auto copies = [&]() {
+      add(groups_[tmpl_first_[x.key]].op_begin, groups_[tmpl_last_[x.key]].op_end, sh_.copies);
+    };
+    if (tm && !ascending_[x.key] && g == tmpl_first_[x.key]) copies();
+    add(x.op_begin, x.op_end, 1);
+    if (tm && ascending_[x.key] && g == tmpl_last_[x.key]) copies();
+    if (mbs_ && g == gP_end_ - 1) {
+      info.mb_end = fresh = static_cast<int>(info.spans.size());
+      info.mb_repeat = sh_.mb_copies + 1;
+    }
+  }
+}
+
+bool Stretcher::run(const StretchSource& s, const StretchShape& sh, CompiledProgram& out, OpCosts& costs,
+                    StretchInfo* info, std::string* why) {
+  src_ = &s;
+  sh_ = sh;
+  mb_refused_ = false;
+  reach_refused_ = -1;
+  const auto done = [&](bool ok) {
+    if (!ok && why) *why = why_;
+    if (!ok && info) info->micro_batches_refused = mb_refused_, info->reach = reach_refused_;
+    return ok;
+  };
+  layers_ = sh.copies > 0;
+  mbs_ = sh.mb_template >= 0;
+  if (!layers_ && !mbs_) return done(fail("nothing to stretch"));
+  if (!build_groups()) return done(false);
+  if (layers_) {
+    if (!plan_layers()) return done(false);
+  } else {
+    split_ = shift_ = 0;
+    new_layers_ = src_layers_;
+    tmpl_first_.assign(num_keys_, -1);
+    tmpl_last_.assign(num_keys_, -1);
+  }
+  if ((mbs_ && !plan_micro_batches()) || !layout_ids() || !read_source()) return done(false);
+  if ((layers_ && !analyse_layers()) || (mbs_ && !analyse_micro_batches()) || !map_entries() || !layout_lists())
+    return done(false);
+  out.num_streams = static_cast<int>(src_->program->streams.size());
+  out.ops.resize(static_cast<std::size_t>(n_new_ops_) + 1);
+  out.lists.resize(static_cast<std::size_t>(n_new_lists_));
+  out.buffers.resize(static_cast<std::size_t>(n_new_bufs_));
+  costs.gpu_ns.resize(n_new_ops_);
+  costs.cpu_ns.resize(n_new_ops_);
+  costs.overlap_slowdown = src_->costs->overlap_slowdown;
+  emit_own(out, costs);
+  if (layers_ && !emit_copies(out, costs)) return done(false);
+  if (mbs_) emit_micro_batches(out, costs);
+  out.ops[n_new_ops_] = OpRec{};
+
+  // Bytes sent: the source's, each template's once more per copy, micro-batch P's (so stretched) once
+  // more per micro-batch copy.
+  std::int64_t total[3] = {0, 0, 0}, tmpl[3] = {0, 0, 0}, tmpl_p[3] = {0, 0, 0}, in_p[3] = {0, 0, 0};
+  for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
+    const bool tm = is_tmpl(groups_[g]);
+    const bool is_p = mbs_ && g >= gP_begin_ && g < gP_end_;
+    for (int k = 0; k < 3; ++k) {
+      total[k] += gsent_[g][k];
+      if (tm) tmpl[k] += gsent_[g][k];
+      if (tm && is_p) tmpl_p[k] += gsent_[g][k];
+      if (is_p) in_p[k] += gsent_[g][k];
+    }
+  }
+  for (int k = 0; k < 3; ++k)
+    out.comm_sent[k] = total[k] + sh_.copies * tmpl[k] +
+                       (mbs_ ? static_cast<std::int64_t>(sh_.mb_copies) * (in_p[k] + sh_.copies * tmpl_p[k]) : 0);
+  out.notes = src_->program->notes;
+  // Whether memory waits on GPU work somewhere (a free with record_stream): the copies repeat the
+  // source's frees, so the source tells.
+  out.record_stream_frees = false;
+  for (const Op& op : src_->program->ops)
+    for (const FreeSpec& f : op.frees) out.record_stream_frees = out.record_stream_frees || f.reuse_after_op >= 0;
+  fill_runs(out);
+  if (info) fill_info(*info);
   return done(true);
 }
 
@@ -664,8 +1325,19 @@ bool Stretcher::run(CompiledProgram& out, OpCosts& costs, StretchInfo* info, std
 
 bool stretch_program(const StretchSource& src, const StretchShape& shape, CompiledProgram& out, OpCosts& out_costs,
                      StretchInfo* info, std::string* why) {
-  Stretcher s(src, shape);
-  return s.run(out, out_costs, info, why);
+  // The working storage is reused from one call to the next (a nested call gets its own).
+  thread_local Stretcher spare;
+  thread_local bool in_use = false;
+  if (in_use) {
+    Stretcher local;
+    return local.run(src, shape, out, out_costs, info, why);
+  }
+  in_use = true;
+  struct Release {
+    bool& flag;
+    ~Release() { flag = false; }
+  } release{in_use};
+  return spare.run(src, shape, out, out_costs, info, why);
 }
 
 }  // namespace fsdpsim::sim

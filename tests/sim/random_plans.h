@@ -43,7 +43,10 @@ inline std::string random_plan(std::mt19937& rng, int gpus, int gpus_per_node) {
   if (pick(0, 5) == 0) j["master_weights_dtype"] = "bf16";
   j["micro_batch"] = pick(1, 4);
   j["seq_len"] = 512 * pick(1, 16);
-  j["grad_accum"] = pick(1, 4);
+  {
+    static const int kAccum[] = {1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 64};
+    j["grad_accum"] = kAccum[pick(0, static_cast<int>(std::size(kAccum)) - 1)];
+  }
   j["grad_sync"] = pick(0, 1) == 1;
   const int off = pick(0, 9);
   if (off == 1) j["cpu_offload"] = true;
@@ -57,6 +60,5 @@ inline std::string random_plan(std::mt19937& rng, int gpus, int gpus_per_node) {
   if (pick(0, 3) == 0) j["cross_entropy"] = one({"fused", "fused_linear"});
   return j.dump();
 }
-
 
 }  // namespace fsdpsim::sim

@@ -1,11 +1,13 @@
-// The stretch (sim/stretch.h): simulate() without a trace lowers a shorter model and stretches its
-// compiled program to the model's layers. Oracles:
+// The stretch (sim/stretch.h): simulate() without a trace lowers a shorter model (fewer layers, fewer
+// micro-batches) and stretches its program to the model's layers and the plan's micro-batches. Oracles:
 //  (1) the whole lowering: compile_program(lower(model)) and its op costs must equal the stretched
-//      program record by record, list entry by list entry, buffer by buffer;
+//      program record by record, list entry by list entry, buffer by buffer, on the cases below and on
+//      random plans (grad_accum up to 64); its runs (CompiledProgram::runs) must repeat as promised;
 //  (2) simulate() with the stretch off: the whole result JSON must be identical, over random plans of
 //      the zoo's models on several clusters (FSDP1/FSDP2, every strategy, mesh, prefetch and
 //      checkpointing mode, dtypes, accumulation, offload, fp8, LoRA fraction, wrap policy, ...).
 // Each group also counts how often the stretch acted, so no comparison passes vacuously.
+// FSDPSIM_RANDOM_PLANS and FSDPSIM_RANDOM_SEED run the random groups longer (STRETCH_WHY prints refusals).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -124,6 +126,50 @@ const Case kCases[] = {
     {"llama3-8b", "8xH100-SXM", R"({"auto_wrap_policy":{"modules":["layers.*"]},"activation_checkpointing":"every_3"})"},
     {"mixtral-8x7b", "2x8xH100-SXM-IB-NDR400", R"({"cpu_offload":{"params":false,"optimizer":true},"grad_accum":2})"},
     {"gpt2-xl", "8xA100-80GB", R"({"fsdp_version":1,"use_orig_params":false,"cross_entropy":"fused","grad_accum":4})"},
+    // Micro-batches stretched too (grad_accum > 3 with grad_sync, > 4 without).
+    {"llama3-8b", "8xH100-SXM", R"({"grad_accum":16,"grad_sync":true,"activation_checkpointing":"full"})"},
+    {"llama3-8b", "8xH100-SXM", R"({"grad_accum":64,"grad_sync":false,"reduce_dtype":"fp32"})"},
+    {"llama3-8b", "8xH100-SXM", R"({"grad_accum":9,"grad_sync":false,"reduce_dtype":"bf16"})"},
+    {"llama3-70b", "128x8xH100-SXM-IB-NDR400",
+     R"({"mesh":{"replicate":16,"shard":64},"sharding_strategy":"HYBRID_SHARD","activation_checkpointing":"full",)"
+     R"("seq_len":4096,"grad_accum":8,"grad_sync":true})"},
+    {"mistral-7b", "8xA100-80GB", R"({"fsdp_version":1,"backward_prefetch":"BACKWARD_PRE","limit_all_gathers":true,)"
+                                  R"("grad_accum":12,"grad_sync":true})"},
+    {"mistral-7b", "8xA100-80GB", R"({"fsdp_version":1,"backward_prefetch":"BACKWARD_POST","limit_all_gathers":true,)"
+                                  R"("grad_accum":7,"grad_sync":false})"},
+    {"qwen2-7b", "2x8xH100-SXM-ETH-10G", R"({"fsdp_version":1,"mesh":{"replicate":2,"shard":8},)"
+                                        R"("sharding_strategy":"HYBRID_SHARD","grad_accum":6,"grad_sync":false})"},
+    {"llama2-70b", "8xH100-SXM", R"({"fsdp_version":1,"sharding_strategy":"NO_SHARD","grad_accum":5,"grad_sync":true})"},
+    {"mixtral-8x7b", "2x8xH100-SXM-IB-NDR400", R"({"cpu_offload":true,"grad_accum":10,"grad_sync":true})"},
+    {"llama3-8b", "2x8xH100-SXM-IB-NDR400", R"({"reshard_after_forward":8,"grad_accum":5,"grad_sync":false,"fp8_all_gather":true})"},
+    // FSDP1's rate limiter with params kept after forward: the next forward's all-gathers wait on the
+    // previous backward's free events in queue order (block l on block L-2-l: a mirror).
+    {"llama3-8b", "8xH100-SXM", R"({"fsdp_version":1,"sharding_strategy":"SHARD_GRAD_OP","limit_all_gathers":true,)"
+                                R"("grad_accum":2,"grad_sync":true})"},
+    {"qwen2-7b", "2x8xH100-SXM-ETH-10G", R"({"fsdp_version":1,"sharding_strategy":"_HYBRID_SHARD_ZERO2",)"
+                                        R"("limit_all_gathers":true,"backward_prefetch":"BACKWARD_POST","forward_prefetch":true,)"
+                                        R"("activation_checkpointing":"full","grad_accum":3,"grad_sync":true,)"
+                                        R"("master_weights_dtype":"bf16","trainable_fraction":0.2})"},
+    // (its queue holds one event more than a forward takes: the root's all-gather in micro-batch m waits on
+    // micro-batch m-2's root event, so micro-batches repeat from the third on: a source of 5)
+    {"mistral-7b", "2x8xH100-SXM-IB-NDR400", R"({"fsdp_version":1,"sharding_strategy":"_HYBRID_SHARD_ZERO2",)"
+                                            R"("limit_all_gathers":true,"backward_prefetch":"NONE","grad_accum":16,)"
+                                            R"("grad_sync":true,"activation_checkpointing":"full"})"},
+    {"mistral-7b", "2x8xH100-SXM-IB-NDR400", R"({"fsdp_version":1,"sharding_strategy":"_HYBRID_SHARD_ZERO2",)"
+                                            R"("limit_all_gathers":true,"backward_prefetch":"NONE","grad_accum":16,)"
+                                            R"("grad_sync":true,"activation_checkpointing":{"mode":"full","outside_fsdp":true}})"},
+    {"llama3-70b", "8xH100-SXM", R"({"fsdp_version":1,"sharding_strategy":"SHARD_GRAD_OP","limit_all_gathers":true,)"
+                                 R"("backward_prefetch":"BACKWARD_PRE","grad_accum":6,"grad_sync":false})"},
+    // HSDP's held all-reduce outputs, freed at the end of backward one per block: with every_4
+    // checkpointing the buffer sits elsewhere in checkpointed blocks (a run repeating with the period).
+    {"llama3-8b", "4x8xA100-40GB-IB-HDR200",
+     R"({"activation_checkpointing":"every_4","fsdp_version":2,"grad_accum":2,"grad_sync":false,)"
+     R"("master_weights_dtype":"bf16","mesh":{"replicate":4,"shard":8},"micro_batch":4,"optimizer":"sgd",)"
+     R"("reduce_dtype":"fp16","seq_len":512,"trainable_fraction":0.15})"},
+    {"llama3-8b", "2x8xH100-SXM-IB-NDR400", R"({"fsdp_version":2,"grad_accum":3,"grad_sync":false,"master_weights_dtype":"bf16",)"
+                                           R"("mesh":{"replicate":2,"shard":8},"prefetch_depth":2,"seq_len":3584})"},
+    // Micro-batches alone (no regular block period: the whole root).
+    {"llama3-8b", "8xH100-SXM", R"({"auto_wrap_policy":"none","grad_accum":8,"grad_sync":true})"},
 };
 
 TEST(Stretch, ProgramEqualsTheWholeLowering) {
@@ -131,15 +177,23 @@ TEST(Stretch, ProgramEqualsTheWholeLowering) {
   for (const Case& c : kCases) {
     SCOPED_TRACE(describe(c));
     const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(c.cluster));
+    const Plan plan = parse_plan(nlohmann::json::parse(c.plan));
     CompiledProgram got, want;
     OpCosts got_costs, want_costs;
     std::string why;
-    if (!stretched_program(models::load_model(c.model), hw, parse_plan(nlohmann::json::parse(c.plan)), got, got_costs,
-                           &why)) {
+    if (!stretched_program(models::load_model(c.model), hw, plan, got, got_costs, &why)) {
       ADD_FAILURE() << "not stretched: " << why;
       continue;
     }
     ++stretched;
+    const SimulateStats& st = last_simulate_stats();
+    if (std::getenv("STRETCH_WHY"))
+      std::printf("stretched from %d layers, %d micro-batches: %s\n", st.source_layers, st.source_micro_batches,
+                  describe(c).c_str());
+    // From 6 micro-batches on the source has fewer (4 or 5: sim/simulator.cpp).
+    if (plan.grad_accum >= 6) {
+      EXPECT_LT(st.source_micro_batches, plan.grad_accum);
+    }
     whole_program(c, want, want_costs);
     EXPECT_EQ(first_difference(got, got_costs, want, want_costs), "");
     EXPECT_EQ(runs_not_periodic(got, got_costs), "");
@@ -163,6 +217,42 @@ TEST(Stretch, RefusesWhatItCannotStretch) {
   EXPECT_NE(why, "");
 }
 
+// Random plans, each stretched program compared with the whole lowering record by record (the random
+// plans below compare simulate() results; this checks the program itself, and its runs).
+TEST(Stretch, RandomProgramsEqualTheWholeLowering) {
+  const char* models[] = {"llama3-8b", "llama3-70b", "mistral-7b", "qwen2-7b", "gemma-2b", "gpt2-xl", "mixtral-8x7b"};
+  const char* clusters[] = {"8xH100-SXM", "2x8xH100-SXM-IB-NDR400", "4x8xA100-40GB-IB-HDR200", "2x8xH100-SXM-ETH-10G"};
+  const char* seed = std::getenv("FSDPSIM_RANDOM_SEED");
+  std::mt19937 rng(seed ? static_cast<std::uint32_t>(std::atoll(seed)) + 1u : 20261125u);
+  int compared = 0, mb_stretched = 0;
+  const char* env = std::getenv("FSDPSIM_RANDOM_PLANS");
+  const int kPlans = env ? std::max(1, std::atoi(env)) : 120;   // (more: a longer run)
+  for (int i = 0; i < kPlans; ++i) {
+    const std::string model = models[rng() % std::size(models)];
+    const std::string cluster = clusters[rng() % std::size(clusters)];
+    const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(cluster));
+    const std::string text = random_plan(rng, hw.cluster().world(), hw.cluster().gpus_per_node);
+    SCOPED_TRACE(model + " on " + cluster + " " + text);
+    Plan plan;
+    CompiledProgram got, want;
+    OpCosts got_costs, want_costs;
+    try {
+      plan = parse_plan(nlohmann::json::parse(text));
+      if (!stretched_program(models::load_model(model), hw, plan, got, got_costs)) continue;
+    } catch (const InputError&) {
+      continue;
+    }
+    ++compared;
+    if (last_simulate_stats().source_micro_batches < plan.grad_accum) ++mb_stretched;
+    whole_program(Case{model, cluster, text}, want, want_costs);
+    EXPECT_EQ(first_difference(got, got_costs, want, want_costs), "");
+    EXPECT_EQ(runs_not_periodic(got, got_costs), "");
+  }
+  EXPECT_GE(compared, kPlans / 3);
+  EXPECT_GE(mb_stretched, compared / 4);
+  std::printf("[ stretch ] %d random programs compared, %d with micro-batches stretched\n", compared, mb_stretched);
+}
+
 std::string result_or_error(const models::ModelSpec& m, const calibrate::HardwareProfile& hw, const Plan& plan,
                             bool stretch) {
   SimOptions o;
@@ -183,7 +273,7 @@ TEST(Stretch, RandomPlansGiveIdenticalResults) {
                             "2x8xH100-SXM-ETH-10G"};
   const char* seed = std::getenv("FSDPSIM_RANDOM_SEED");
   std::mt19937 rng(seed ? static_cast<std::uint32_t>(std::atoll(seed)) : 20261124u);
-  int stretched = 0, valid = 0;
+  int stretched = 0, valid = 0, sources = 0;
   // (FSDPSIM_RANDOM_PLANS=N for a longer run than CI's, e.g. after changing the stretch or the engine)
   const char* env = std::getenv("FSDPSIM_RANDOM_PLANS");
   const int kPlans = env ? std::max(1, std::atoi(env)) : 160;
@@ -204,12 +294,15 @@ TEST(Stretch, RandomPlansGiveIdenticalResults) {
     const std::string on = result_or_error(m, hw, plan, true);
     EXPECT_EQ(off, on);
     if (off.rfind("InputError", 0) != 0) ++valid;
+    sources += last_simulate_stats().sources;
     if (last_simulate_stats().stretched) ++stretched;
-    else if (std::getenv("STRETCH_WHY")) std::printf("refused: %s | %s\n", last_simulate_stats().refused.c_str(), text.c_str());
+    else if (std::getenv("STRETCH_WHY"))
+      std::printf("refused: %s | %s on %s %s\n", last_simulate_stats().refused.c_str(), model.c_str(), cluster.c_str(),
+                  text.c_str());
   }
   EXPECT_GE(valid, kPlans / 2);
   EXPECT_GE(stretched, valid / 2);
-  std::printf("[ stretch ] %d of %d valid random plans stretched\n", stretched, valid);
+  std::printf("[ stretch ] %d of %d valid random plans stretched (%d sources lowered)\n", stretched, valid, sources);
 }
 
 }  // namespace
