@@ -341,6 +341,18 @@ bool CachingAllocator::try_cuda_malloc(Bytes size) {
   return true;
 }
 
+[[gnu::always_inline]] inline int CachingAllocator::add_segment(int pool, Bytes size) {
+  Segment s;
+  s.base = next_addr_;
+  s.size = size;
+  s.stream = pool >> 1;
+  s.small = (pool & 1) != 0;
+  s.live = true;
+  next_addr_ += size;
+  segments_.push_back(s);
+  return static_cast<int>(segments_.size()) - 1;
+}
+
 int CachingAllocator::create_segment(int pool, Bytes rounded) {
   const Bytes size = allocation_size(rounded);
   if (!try_cuda_malloc(size)) {
@@ -355,16 +367,9 @@ int CachingAllocator::create_segment(int pool, Bytes rounded) {
       ++stats_.num_device_alloc;
     }
   }
-  Segment s;
-  s.base = next_addr_;
-  s.size = size;
-  s.stream = pool >> 1;
-  s.small = (pool & 1) != 0;
-  s.live = true;
-  next_addr_ += size;
-  segments_.push_back(s);
-  const int b = add_block(Block{s.base, size, 0, static_cast<int>(segments_.size()) - 1, -1, -1, pool, 0, State::Free});
-  segments_.back().first = b;
+  const int seg = add_segment(pool, size);
+  const int b = add_block(Block{segments_[seg].base, size, 0, seg, -1, -1, pool, 0, State::Free});
+  segments_[seg].first = b;
   return b;
 }
 
@@ -373,18 +378,10 @@ void CachingAllocator::throw_bad_alloc(Bytes bytes, int stream) const {
   throw std::invalid_argument("CachingAllocator::alloc: stream < 0");
 }
 
-int CachingAllocator::alloc(Bytes bytes, int stream) {
-  if (bytes <= 0 || stream < 0) [[unlikely]] {
-    if (bytes < 0 || stream < 0) throw_bad_alloc(bytes, stream);
-    return -1;   // a 0-byte request
-  }
-  // round_size for bytes >= 1, without its branch.
-  const Bytes size = (bytes + kAllocMinBlockSize - 1) & ~(kAllocMinBlockSize - 1);
-  const bool small = size <= kAllocSmallSize;
-  const int pi = pool_index(stream, small);
-  int b = find_free_block(pools_[pi], size);
-  if (b < 0) b = create_segment(pi, size);
-  // should_split: the allocation keeps the front of the block, the remainder stays cached.
+// alloc()'s end, once it has the block b (cached or a new segment's) for a request of `bytes` rounded
+// to `size` in pool pi: should_split (the allocation keeps the front of the block, the remainder stays
+// cached), then the statistics.
+[[gnu::always_inline]] inline int CachingAllocator::place(int b, Bytes bytes, Bytes size, int pi, bool small) {
   Block& blk = blocks_[b];
   const Bytes remaining = blk.size - size;
   const bool split = small ? remaining >= kAllocMinBlockSize
@@ -423,6 +420,20 @@ int CachingAllocator::alloc(Bytes bytes, int stream) {
   stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
   ++stats_.num_allocs;
   return b;
+}
+
+int CachingAllocator::alloc(Bytes bytes, int stream) {
+  if (bytes <= 0 || stream < 0) [[unlikely]] {
+    if (bytes < 0 || stream < 0) throw_bad_alloc(bytes, stream);
+    return -1;   // a 0-byte request
+  }
+  // round_size for bytes >= 1, without its branch.
+  const Bytes size = (bytes + kAllocMinBlockSize - 1) & ~(kAllocMinBlockSize - 1);
+  const bool small = size <= kAllocSmallSize;
+  const int pi = pool_index(stream, small);
+  int b = find_free_block(pools_[pi], size);
+  if (b < 0) b = create_segment(pi, size);
+  return place(b, bytes, size, pi, small);
 }
 
 void CachingAllocator::throw_not_live(int b, const char* what) const {
@@ -557,53 +568,16 @@ int CachingAllocator::alloc_from(int block, Bytes bytes) {
   }
   // The rest of alloc() after find_free_block.
   const Bytes size = round_size(bytes);
-  const bool small = (blk0.pool & 1) != 0;
-  const int pi = blk0.pool;
-  const Bytes remaining = blk0.size - size;
-  const bool split = small ? remaining >= kAllocMinBlockSize
-                           : (size < config_.max_split_size && remaining > kAllocSmallSize);
-  blk0.state = State::Allocated;
-  blk0.requested = bytes;
-  if (split) {
-    const int r = add_block(Block{});
-    Block& nb = blocks_[block];
-    Block& rb = blocks_[r];
-    rb.addr = nb.addr + size;
-    rb.size = remaining;
-    rb.requested = 0;
-    rb.segment = nb.segment;
-    rb.prev = block;
-    rb.next = nb.next;
-    rb.pool = pi;
-    rb.cls = 0;
-    rb.state = State::Free;
-    if (nb.next >= 0) blocks_[nb.next].prev = r;
-    nb.next = r;
-    nb.size = size;
-    pool_insert<false, false>(pools_[pi], r);
-  }
-  stats_.allocated += size + (split ? 0 : remaining);
-  stats_.requested += bytes;
-  stats_.peak_allocated = std::max(stats_.peak_allocated, stats_.allocated);
-  ++stats_.num_allocs;
-  return block;
+  return place(block, bytes, size, blk0.pool, (blk0.pool & 1) != 0);
 }
 
 void CachingAllocator::append_segment(int pool, Bytes size, const std::vector<std::pair<Bytes, Bytes>>& blocks,
                                       std::vector<int>& ids) {
   pool_index(pool >> 1, (pool & 1) != 0);   // (creates the pool if needed)
-  Segment s;
-  s.base = next_addr_;
-  s.size = size;
-  s.stream = pool >> 1;
-  s.small = (pool & 1) != 0;
-  s.live = true;
-  next_addr_ += size;
+  const int seg = add_segment(pool, size);
   stats_.reserved += size;
-  segments_.push_back(s);
-  const int seg = static_cast<int>(segments_.size()) - 1;
   ids.clear();
-  Bytes addr = s.base;
+  Bytes addr = segments_[seg].base;
   int prev = -1;
   for (const auto& [bsize, requested] : blocks) {
     const int b = add_block(Block{addr, bsize, requested, seg, prev, -1, pool, 0,

@@ -257,6 +257,8 @@ class CachingAllocator {
   int add_block(const Block& init);
   bool try_cuda_malloc(Bytes size);
   int create_segment(int pool, Bytes size);   // cudaMalloc (with the retry) + its block
+  int add_segment(int pool, Bytes size);      // the Segment record at the next address
+  int place(int b, Bytes bytes, Bytes size, int pi, bool small);   // alloc()'s split and statistics
   void release_cached_blocks();
   void free_block(int block);
   void merge_and_insert(int block);

@@ -116,6 +116,9 @@ class MemoryFold {
   void end_record(Rec& r);
   void touch(int seg, int buffer, int op, bool is_alloc, int block);
   void capture(int seg, int boundary, std::vector<Entry>& out);
+  // seg's blocks in address order as entries; role(e, buffer) describes each allocated block's buffer.
+  template <class Role>
+  void capture_with(int seg, std::vector<Entry>& out, Role role);
   // The record that last touched segment slot seg (one that none did: -100; slots are created while
   // not recording too, so the stamps may not cover every slot).
   int stamp_of(int seg) const;
@@ -339,8 +342,8 @@ int MemoryFold::stamp_of(int seg) const {
   return static_cast<std::size_t>(seg) < st.seg_stamp.size() ? st.seg_stamp[static_cast<std::size_t>(seg)] : -100;
 }
 
-// seg's blocks in address order; an allocated block's buffer by its role relative to op `boundary`.
-void MemoryFold::capture(int seg, int boundary, std::vector<Entry>& out) {
+template <class Role>
+void MemoryFold::capture_with(int seg, std::vector<Entry>& out, Role role) {
   const FoldStorage& st = storage();
   out.clear();
   tmp_.clear();
@@ -349,45 +352,40 @@ void MemoryFold::capture(int seg, int boundary, std::vector<Entry>& out) {
     Entry e;
     e.size = bi.size;
     e.requested = bi.requested;
-    if (!bi.free) {
-      const int buf = st.buffer_of_block[bi.block];
-      if (st.free_op[buf] < run_end_) {
-        e.role = 1;
-        e.a = st.free_op[buf] - boundary;
-        e.b = free_index(st.free_op[buf], buf);
-      } else {
-        e.role = 2;
-        e.a = buf;
-      }
-    }
+    if (!bi.free) role(e, st.buffer_of_block[bi.block]);
     out.push_back(e);
   }
+}
+
+// seg's blocks in address order; an allocated block's buffer by its role relative to op `boundary`.
+void MemoryFold::capture(int seg, int boundary, std::vector<Entry>& out) {
+  const FoldStorage& st = storage();
+  capture_with(seg, out, [&](Entry& e, int buf) {
+    if (st.free_op[buf] < run_end_) {
+      e.role = 1;
+      e.a = st.free_op[buf] - boundary;
+      e.b = free_index(st.free_op[buf], buf);
+    } else {
+      e.role = 2;
+      e.a = buf;
+    }
+  });
 }
 
 // A growth segment's blocks: an allocated block's buffer by where it was allocated (relative to the
 // period's first op); it must outlive the run (checked when skipping).
 void MemoryFold::capture_growth(int seg, int period_start, std::vector<Entry>& out) {
   const FoldStorage& st = storage();
-  out.clear();
-  tmp_.clear();
-  a_.segment_blocks(seg, tmp_);
-  for (const auto& bi : tmp_) {
-    Entry e;
-    e.size = bi.size;
-    e.requested = bi.requested;
-    if (!bi.free) {
-      const int buf = st.buffer_of_block[bi.block];
-      e.role = 3;
-      // (a buffer allocated before this period, persistent ones included, is not this period's growth)
-      if (st.alloc_op[buf] < period_start || st.free_op[buf] < run_end_) {
-        rec_->foldable = false;
-      } else {
-        e.a = st.alloc_op[buf] - period_start;
-        e.b = alloc_index(st.alloc_op[buf], buf);
-      }
+  capture_with(seg, out, [&](Entry& e, int buf) {
+    e.role = 3;
+    // (a buffer allocated before this period, persistent ones included, is not this period's growth)
+    if (st.alloc_op[buf] < period_start || st.free_op[buf] < run_end_) {
+      rec_->foldable = false;
+    } else {
+      e.a = st.alloc_op[buf] - period_start;
+      e.b = alloc_index(st.alloc_op[buf], buf);
     }
-    out.push_back(e);
-  }
+  });
 }
 
 void MemoryFold::end_record(Rec& r) {

@@ -1,13 +1,42 @@
 // Random plans for the differential tests (tests/sim/test_stretch.cpp, test_memory_fold.cpp): every
 // plan key with a spread of values, some combinations invalid for the cluster on purpose.
 #pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
+#include <iterator>
 #include <random>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace fsdpsim::sim {
+
+// The zoo models and clusters the widest random groups draw from.
+inline constexpr const char* kRandomPlanModels[] = {"llama3-8b", "llama3-70b", "mistral-7b", "qwen2-7b", "gemma-2b",
+                                                     "llama-1b",  "gpt2-xl",    "mixtral-8x7b", "llama2-13b"};
+inline constexpr const char* kRandomPlanClusters[] = {"8xH100-SXM", "2x8xH100-SXM-IB-NDR400", "4x8xA100-40GB-IB-HDR200",
+                                                       "16x8xH100-SXM-IB-NDR400", "2x8xH100-SXM-ETH-10G"};
+
+// One of names, drawn by rng.
+template <class Names>
+std::string random_name(std::mt19937& rng, const Names& names) {
+  return names[rng() % std::size(names)];
+}
+
+// How many random plans a group tries: FSDPSIM_RANDOM_PLANS (a longer run, e.g. after changing the
+// stretch, the engine or the fold), else the group's CI count.
+inline int random_plan_count(int ci) {
+  const char* env = std::getenv("FSDPSIM_RANDOM_PLANS");
+  return env ? std::max(1, std::atoi(env)) : ci;
+}
+
+// A group's seed: FSDPSIM_RANDOM_SEED plus the group's offset, else the group's CI seed.
+inline std::uint32_t random_seed(std::uint32_t ci, std::uint32_t offset = 0) {
+  const char* env = std::getenv("FSDPSIM_RANDOM_SEED");
+  return env ? static_cast<std::uint32_t>(std::atoll(env)) + offset : ci;
+}
 
 // A random plan as JSON text; some are invalid for the cluster (simulate() then throws InputError, the
 // same with the stretch on and off).

@@ -23,6 +23,7 @@
 #include "sim/profile_cost_model.h"
 #include "test_executor_builder.h"
 #include "test_lowering_fixtures.h"
+#include "zoo_cases.h"
 
 namespace fsdpsim::sim {
 namespace {
@@ -48,33 +49,14 @@ ExecStats same_both_ways(const StepProgram& p, const OpCosts& costs, Bytes capac
   return st_on;
 }
 
-struct ZooCase {
-  const char* model;
-  const char* cluster;
-  const char* plan;
-};
-
 TEST(FastForward, LoweredZooProgramsGiveIdenticalResults) {
-  const ZooCase cases[] = {
-      // the bench case (tests/bench/bench_simulate.cpp)
-      {"llama3-70b", "128x8xH100-SXM-IB-NDR400",
-       R"({"mesh":{"replicate":16,"shard":64},"sharding_strategy":"HYBRID_SHARD","activation_checkpointing":"full",)"
-       R"("seq_len":4096,"grad_accum":2,"grad_sync":true})"},
-      {"llama3-8b", "8xH100-SXM", R"({"activation_checkpointing":"full","seq_len":4096,"grad_accum":2,"grad_sync":true})"},
-      {"llama3-8b", "8xH100-SXM", R"({})"},
-      {"llama3-8b", "2x8xH100-SXM-IB-NDR400", R"({"reshard_after_forward":false,"prefetch_depth":2})"},
-      {"llama3-8b", "2x8xH100-SXM-IB-NDR400", R"({"reshard_after_forward":8,"activation_checkpointing":"every_2"})"},
-      {"mistral-7b", "8xA100-80GB", R"({"fsdp_version":1,"backward_prefetch":"BACKWARD_PRE","limit_all_gathers":true})"},
-      {"mistral-7b", "8xA100-80GB", R"({"fsdp_version":1,"backward_prefetch":"BACKWARD_POST","forward_prefetch":true,)"
-                                     R"("limit_all_gathers":false,"activation_checkpointing":"full"})"},
-      {"llama2-13b", "4x8xA100-40GB-IB-HDR200", R"({"fsdp_version":1,"sharding_strategy":"SHARD_GRAD_OP",)"
-                                                 R"("backward_prefetch":"NONE","activation_checkpointing":"selective_op"})"},
+  const std::vector<ZooCase> cases = zoo_cases_and({
       {"llama-1b", "8xH100-SXM", R"({"fsdp_version":1,"sharding_strategy":"NO_SHARD","grad_accum":3})"},
       {"qwen2-7b", "2x8xH100-SXM-ETH-10G", R"({"fsdp_version":1,"mesh":{"replicate":2,"shard":8},)"
                                            R"("sharding_strategy":"_HYBRID_SHARD_ZERO2","grad_accum":2})"},
       {"gemma-2b", "8xH100-SXM", R"({"cpu_offload":true,"activation_checkpointing":{"mode":"full","outside_fsdp":true}})"},
       {"llama3-8b", "8xH100-SXM", R"({"fp8_all_gather":true,"trainable_fraction":0.1,"optimizer":"sgd","micro_batch":2})"},
-  };
+  });
   int acted = 0;
   for (const ZooCase& c : cases) {
     const models::ModelSpec m0 = models::load_model(c.model);
@@ -85,7 +67,7 @@ TEST(FastForward, LoweredZooProgramsGiveIdenticalResults) {
     const StepProgram p = lower(m, models::build_wrap_graph(m, rp.auto_wrap_policy), rp, Topology{cl.world(), cl.gpus_per_node});
     ProfileCostModel cost(hw);
     const OpCosts costs = compute_op_costs(p, cost);
-    const std::string what = std::string(c.model) + " " + c.cluster + " " + c.plan;
+    const std::string what = c.model + " " + c.cluster + " " + c.plan;
     const ExecStats st = same_both_ways(p, costs, hw.memory_capacity() - hw.cuda_context_bytes(), what);
     if (st.jumps > 0) ++acted;
     if (&c == &cases[0]) {

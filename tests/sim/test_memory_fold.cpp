@@ -129,17 +129,13 @@ TEST(MemoryFold, ReplayUnderCapacityPressure) {
 TEST(MemoryFold, EverySkipOfRandomPlansLeavesTheCallByCallState) {
   // replay(..., verify = true) compares the allocator's whole state after every skip with a replay of
   // the same calls one by one (and throws on a difference); the results must also match. Random plans
-  // (FSDPSIM_RANDOM_PLANS for a longer run than CI's), at the GPU's capacity and at 80% of it.
-  const char* models[] = {"llama3-8b", "llama3-70b", "mistral-7b", "qwen2-7b", "gemma-2b", "llama-1b",
-                          "gpt2-xl",   "mixtral-8x7b", "llama2-13b"};
-  const char* clusters[] = {"8xH100-SXM", "2x8xH100-SXM-IB-NDR400", "4x8xA100-40GB-IB-HDR200", "16x8xH100-SXM-IB-NDR400",
-                            "2x8xH100-SXM-ETH-10G"};
-  const char* env = std::getenv("FSDPSIM_RANDOM_PLANS");
-  const int plans = env ? std::max(1, std::atoi(env)) : 400;
-  std::mt19937 rng(11);
+  // (FSDPSIM_RANDOM_PLANS / FSDPSIM_RANDOM_SEED for a longer run than CI's), at the GPU's capacity and
+  // at 80% of it.
+  const int plans = random_plan_count(400);
+  std::mt19937 rng(random_seed(11, 2));
   int jumped = 0;
   for (int i = 0; i < plans; ++i) {
-    const std::string model = models[rng() % std::size(models)], cluster = clusters[rng() % std::size(clusters)];
+    const std::string model = random_name(rng, kRandomPlanModels), cluster = random_name(rng, kRandomPlanClusters);
     const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(cluster));
     const std::string plan = random_plan(rng, hw.cluster().world(), hw.cluster().gpus_per_node);
     SCOPED_TRACE(model + " on " + cluster + " " + plan);
@@ -206,7 +202,7 @@ TEST(MemoryFold, EngineResultsIdenticalWithSkippingOff) {
   const char* clusters[] = {"8xH100-SXM", "2x8xH100-SXM-IB-NDR400", "4x8xA100-40GB-IB-HDR200", "16x8xH100-SXM-IB-NDR400"};
   std::mt19937 rng(7);
   for (int i = 0; i < 120; ++i) {
-    const Case c{models[rng() % std::size(models)], clusters[rng() % std::size(clusters)], ""};
+    const Case c{random_name(rng, models), random_name(rng, clusters), ""};
     const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(c.cluster));
     const std::string plan = random_plan(rng, hw.cluster().world(), hw.cluster().gpus_per_node);
     CompiledProgram p;

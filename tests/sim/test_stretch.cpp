@@ -25,13 +25,12 @@
 #include "sim/profile_cost_model.h"
 #include "sim/simulator.h"
 #include "random_plans.h"
+#include "zoo_cases.h"
 
 namespace fsdpsim::sim {
 namespace {
 
-struct Case {
-  std::string model, cluster, plan;
-};
+using Case = ZooCase;
 
 std::string describe(const Case& c) { return c.model + " on " + c.cluster + " " + c.plan; }
 
@@ -105,19 +104,7 @@ std::string runs_not_periodic(const CompiledProgram& p, const OpCosts& c) {
   return "";
 }
 
-const Case kCases[] = {
-    {"llama3-70b", "128x8xH100-SXM-IB-NDR400",
-     R"({"mesh":{"replicate":16,"shard":64},"sharding_strategy":"HYBRID_SHARD","activation_checkpointing":"full",)"
-     R"("seq_len":4096,"grad_accum":2,"grad_sync":true})"},
-    {"llama3-8b", "8xH100-SXM", R"({"activation_checkpointing":"full","seq_len":4096,"grad_accum":2,"grad_sync":true})"},
-    {"llama3-8b", "8xH100-SXM", R"({})"},
-    {"llama3-8b", "2x8xH100-SXM-IB-NDR400", R"({"reshard_after_forward":false,"prefetch_depth":2})"},
-    {"llama3-8b", "2x8xH100-SXM-IB-NDR400", R"({"reshard_after_forward":8,"activation_checkpointing":"every_2"})"},
-    {"mistral-7b", "8xA100-80GB", R"({"fsdp_version":1,"backward_prefetch":"BACKWARD_PRE","limit_all_gathers":true})"},
-    {"mistral-7b", "8xA100-80GB", R"({"fsdp_version":1,"backward_prefetch":"BACKWARD_POST","forward_prefetch":true,)"
-                                  R"("limit_all_gathers":false,"activation_checkpointing":"full"})"},
-    {"llama2-13b", "4x8xA100-40GB-IB-HDR200", R"({"fsdp_version":1,"sharding_strategy":"SHARD_GRAD_OP",)"
-                                              R"("backward_prefetch":"NONE","activation_checkpointing":"selective_op"})"},
+const std::vector<Case> kCases = zoo_cases_and({
     {"llama2-70b", "8xH100-SXM", R"({"fsdp_version":1,"sharding_strategy":"NO_SHARD","grad_accum":3})"},
     {"qwen2-7b", "2x8xH100-SXM-ETH-10G", R"({"fsdp_version":1,"mesh":{"replicate":2,"shard":8},)"
                                         R"("sharding_strategy":"_HYBRID_SHARD_ZERO2","grad_accum":2})"},
@@ -170,7 +157,7 @@ const Case kCases[] = {
                                            R"("mesh":{"replicate":2,"shard":8},"prefetch_depth":2,"seq_len":3584})"},
     // Micro-batches alone (no regular block period: the whole root).
     {"llama3-8b", "8xH100-SXM", R"({"auto_wrap_policy":"none","grad_accum":8,"grad_sync":true})"},
-};
+});
 
 TEST(Stretch, ProgramEqualsTheWholeLowering) {
   int stretched = 0;
@@ -199,7 +186,7 @@ TEST(Stretch, ProgramEqualsTheWholeLowering) {
     EXPECT_EQ(runs_not_periodic(got, got_costs), "");
     EXPECT_FALSE(got.runs.empty());
   }
-  EXPECT_EQ(stretched, static_cast<int>(std::size(kCases)));
+  EXPECT_EQ(stretched, static_cast<int>(kCases.size()));
 }
 
 TEST(Stretch, RefusesWhatItCannotStretch) {
@@ -222,14 +209,12 @@ TEST(Stretch, RefusesWhatItCannotStretch) {
 TEST(Stretch, RandomProgramsEqualTheWholeLowering) {
   const char* models[] = {"llama3-8b", "llama3-70b", "mistral-7b", "qwen2-7b", "gemma-2b", "gpt2-xl", "mixtral-8x7b"};
   const char* clusters[] = {"8xH100-SXM", "2x8xH100-SXM-IB-NDR400", "4x8xA100-40GB-IB-HDR200", "2x8xH100-SXM-ETH-10G"};
-  const char* seed = std::getenv("FSDPSIM_RANDOM_SEED");
-  std::mt19937 rng(seed ? static_cast<std::uint32_t>(std::atoll(seed)) + 1u : 20261125u);
+  std::mt19937 rng(random_seed(20261125u, 1));
   int compared = 0, mb_stretched = 0;
-  const char* env = std::getenv("FSDPSIM_RANDOM_PLANS");
-  const int kPlans = env ? std::max(1, std::atoi(env)) : 120;   // (more: a longer run)
+  const int kPlans = random_plan_count(120);
   for (int i = 0; i < kPlans; ++i) {
-    const std::string model = models[rng() % std::size(models)];
-    const std::string cluster = clusters[rng() % std::size(clusters)];
+    const std::string model = random_name(rng, models);
+    const std::string cluster = random_name(rng, clusters);
     const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(cluster));
     const std::string text = random_plan(rng, hw.cluster().world(), hw.cluster().gpus_per_node);
     SCOPED_TRACE(model + " on " + cluster + " " + text);
@@ -267,19 +252,12 @@ std::string result_or_error(const models::ModelSpec& m, const calibrate::Hardwar
 }
 
 TEST(Stretch, RandomPlansGiveIdenticalResults) {
-  const char* models[] = {"llama3-8b", "llama3-70b", "mistral-7b", "qwen2-7b", "gemma-2b", "llama-1b",
-                          "gpt2-xl",   "mixtral-8x7b", "llama2-13b"};
-  const char* clusters[] = {"8xH100-SXM", "2x8xH100-SXM-IB-NDR400", "4x8xA100-40GB-IB-HDR200", "16x8xH100-SXM-IB-NDR400",
-                            "2x8xH100-SXM-ETH-10G"};
-  const char* seed = std::getenv("FSDPSIM_RANDOM_SEED");
-  std::mt19937 rng(seed ? static_cast<std::uint32_t>(std::atoll(seed)) : 20261124u);
+  std::mt19937 rng(random_seed(20261124u));
   int stretched = 0, valid = 0, sources = 0;
-  // (FSDPSIM_RANDOM_PLANS=N for a longer run than CI's, e.g. after changing the stretch or the engine)
-  const char* env = std::getenv("FSDPSIM_RANDOM_PLANS");
-  const int kPlans = env ? std::max(1, std::atoi(env)) : 160;
+  const int kPlans = random_plan_count(160);
   for (int i = 0; i < kPlans; ++i) {
-    const std::string model = models[rng() % std::size(models)];
-    const std::string cluster = clusters[rng() % std::size(clusters)];
+    const std::string model = random_name(rng, kRandomPlanModels);
+    const std::string cluster = random_name(rng, kRandomPlanClusters);
     const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(cluster));
     const std::string text = random_plan(rng, hw.cluster().world(), hw.cluster().gpus_per_node);
     SCOPED_TRACE(model + " on " + cluster + " " + text);
