@@ -1,12 +1,13 @@
 // Simulated steps per second (style.md lesson 12: speed is measured here, never asserted in tests).
 // Target (issue #3): >= 10,000 simulated llama3-70b steps/s on one core (80 units, 1024 GPUs,
-// record_trace = record_memory_timeline = false). Reached on 2026-11-24: BM_Simulate/1 74-76 us, i.e.
+// record_trace = record_memory_timeline = false). Reached on 2026-11-24: BM_Simulate/1 73-77 us, i.e.
 // ~13,300 steps/s (medians of --benchmark_min_time=0.3 --benchmark_repetitions=3, three rounds alternating
-// with the 9a18192 binary, which took 138-141 us; BM_Simulate/0 46-47 us against 56-57 us), by not lowering
+// with the 9a18192 binary, which took 138-143 us; BM_Simulate/0 46-47 us against 56-57 us), by not lowering
 // or replaying what repeats (README, "The simulator's fast path"): the stretch writes the 1024-GPU program
 // out from a lowering of the same plan with few layers, memory is replayed apart from the timing with
 // repeated periods folded (sim/memory_fold.cpp), and the CPU issues in a tight loop. Callgrind, as below:
-// llama3-70b 27,408,934 per 20 steps = 1.37 M (was 2.70 M), llama3-8b 17,804,257 = 0.89 M (was 1.10 M).
+// llama3-70b 27,535,547 per 20 steps = 1.38 M (was 54,038,576 = 2.70 M), llama3-8b 17,872,681 = 0.89 M
+// (was 22,011,773 = 1.10 M).
 // Other 70B plans gain less (timed with simulate() in a loop, same VM): 8 micro-batches 554 -> 336 us,
 // no_sync 182 -> 139 us, FSDP1 with the rate limiter and 4 micro-batches 213 -> 168 us (stretch off -> on).
 // Everything below is the history before that.
