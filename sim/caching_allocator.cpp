@@ -551,24 +551,17 @@ void CachingAllocator::free_blocks_of_size(int pool, Bytes size, std::vector<int
 
 int CachingAllocator::alloc_from(int block, Bytes bytes) {
   Block& blk0 = blocks_[block];
-  Pool& p = pools_[blk0.pool];
-  // Out of its class (as take_from_class would take it), keeping the whole-segment counts.
-  std::size_t i = class_at_least(p.sizes, blk0.size);
-  if (i == p.sizes.size() || p.sizes[i] != blk0.size || blk0.state != State::Free)
+  if (blk0.state != State::Free)
     throw std::logic_error("CachingAllocator::alloc_from: block " + std::to_string(block) + " is not a cached free block");
-  auto& v = p.lists[i];
-  auto it = addr_position(v, blk0.addr);
-  if (it == v.end() || it->block != block)
-    throw std::logic_error("CachingAllocator::alloc_from: block " + std::to_string(block) + " missing from its pool");
-  v.erase(it);
-  if (v.empty() && i < 64) p.nonempty &= ~(std::uint64_t{1} << i);
+  // Out of its class (as take_from_class would take it), keeping the whole-segment counts.
+  Pool& p = pools_[blk0.pool];
+  pool_erase_neighbour(p, block);
   if (blk0.prev < 0 && blk0.next < 0) {
     --cached_whole_segments_;
     --p.whole;
   }
   // The rest of alloc() after find_free_block.
-  const Bytes size = round_size(bytes);
-  return place(block, bytes, size, blk0.pool, (blk0.pool & 1) != 0);
+  return place(block, bytes, round_size(bytes), blk0.pool, (blk0.pool & 1) != 0);
 }
 
 void CachingAllocator::append_segment(int pool, Bytes size, const std::vector<std::pair<Bytes, Bytes>>& blocks,

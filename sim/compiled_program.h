@@ -74,6 +74,7 @@ struct CompiledBuffer {
   MemCategory category = MemCategory::UnshardedParams;
   bool persistent = false;
 };
+inline CompiledBuffer compiled_buffer(const Buffer& b) { return CompiledBuffer{b.bytes, b.pool_stream, b.category, b.persistent}; }
 
 // A run of identical periods (filled by the stretch, sim/stretch.h): ops [begin, begin + period * count)
 // are `count` periods of `period` ops, each op repeating the op `period` ids before it: the same

@@ -72,6 +72,7 @@
 #include "sim/event_queue.h"
 #include "sim/memory_tracker.h"
 #include "sim/program_check.h"
+#include "sim/thread_storage.h"
 
 namespace fsdpsim::sim {
 
@@ -1055,75 +1056,47 @@ void compile_program(const StepProgram& p, CompiledProgram& cp) {
   for (int k = 0; k < 3; ++k) cp.comm_sent[k] = sent[k];
   cp.buffers.resize(static_cast<std::size_t>(nb));
   CompiledBuffer* cb = cp.buffers.data();
-  for (int b = 0; b < nb; ++b) cb[b] = CompiledBuffer{bufs[b].bytes, bufs[b].pool_stream, bufs[b].category, bufs[b].persistent};
+  for (int b = 0; b < nb; ++b) cb[b] = compiled_buffer(bufs[b]);
   cp.notes.clear();
   cp.runs.clear();
   cp.record_stream_frees = record_stream >= 0;
 }
 
 namespace {
-// One engine per thread, reused (see the note at the top); a nested call gets its own.
-SimResult run_engine(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* cpu_ns, double overlap_slowdown,
-                     const ExecOptions& opts, const StepProgram* source) {
-  thread_local Engine engine;
-  thread_local bool in_use = false;
-  if (in_use) {
-    Engine local;
-    return local.run(cp, gpu_ns, cpu_ns, overlap_slowdown, opts, source);
-  }
-  in_use = true;
-  struct Release {
-    bool& flag;
-    ~Release() { flag = false; }
-  } release{in_use};
-  return engine.run(cp, gpu_ns, cpu_ns, overlap_slowdown, opts, source);
-}
-}  // namespace
-
-SimResult execute_compiled(CompiledProgram& cp, const OpCosts& costs, const ExecOptions& opts) {
+void check_costs(const CompiledProgram& cp, const OpCosts& costs) {
   const int n = cp.num_ops();
   if (static_cast<int>(costs.gpu_ns.size()) != n || static_cast<int>(costs.cpu_ns.size()) != n)
     throw std::invalid_argument("execute: OpCosts sized " + std::to_string(costs.gpu_ns.size()) + " for " +
                                 std::to_string(n) + " ops");
-  return run_engine(cp, costs.gpu_ns.data(), costs.cpu_ns.data(), costs.overlap_slowdown, opts, nullptr);
+}
+
+// One engine per thread, reused (see the note at the top).
+SimResult run_engine(CompiledProgram& cp, const OpCosts& costs, const ExecOptions& opts, const StepProgram* source) {
+  check_costs(cp, costs);
+  return with_thread_storage<Engine>([&](Engine& engine) {
+    return engine.run(cp, costs.gpu_ns.data(), costs.cpu_ns.data(), costs.overlap_slowdown, opts, source);
+  });
+}
+}  // namespace
+
+SimResult execute_compiled(CompiledProgram& cp, const OpCosts& costs, const ExecOptions& opts) {
+  return run_engine(cp, costs, opts, nullptr);
 }
 
 SimResult execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts) {
-  // The compiled form lives only for this call: one per thread keeps its storage.
-  thread_local CompiledProgram cp;
-  thread_local bool in_use = false;
-  CompiledProgram local;
-  CompiledProgram& c = in_use ? local : cp;
-  const bool mine = !in_use;
-  in_use = true;
-  struct Release {
-    bool& flag;
-    bool mine;
-    ~Release() {
-      if (mine) flag = false;
-    }
-  } release{in_use, mine};
-  compile_program(program, c);   // (checks every op, as validate_program does)
-  const int n = c.num_ops();
-  if (static_cast<int>(costs.gpu_ns.size()) != n || static_cast<int>(costs.cpu_ns.size()) != n)
-    throw std::invalid_argument("execute: OpCosts sized " + std::to_string(costs.gpu_ns.size()) + " for " +
-                                std::to_string(n) + " ops");
-  return run_engine(c, costs.gpu_ns.data(), costs.cpu_ns.data(), costs.overlap_slowdown, opts, &program);
+  // The compiled form lives only for this call.
+  return with_thread_storage<CompiledProgram>([&](CompiledProgram& cp) {
+    compile_program(program, cp);   // (checks every op, as validate_program does)
+    return run_engine(cp, costs, opts, &program);
+  });
 }
 
 SimResult execute(const StepProgram& program, const CostModel& cost, const ExecOptions& opts) {
-  // The costs live only for this call: one per-thread OpCosts keeps its storage (a nested call, which
-  // nothing makes today, gets its own).
-  thread_local OpCosts costs;
-  thread_local bool in_use = false;
-  if (in_use) return execute(program, compute_op_costs(program, cost), opts);
-  in_use = true;
-  struct Release {
-    bool& flag;
-    ~Release() { flag = false; }
-  } release{in_use};
-  fill_op_costs(program, cost, costs);
-  return execute(program, costs, opts);
+  // The costs live only for this call.
+  return with_thread_storage<OpCosts>([&](OpCosts& costs) {
+    fill_op_costs(program, cost, costs);
+    return execute(program, costs, opts);
+  });
 }
 
 }  // namespace fsdpsim::sim

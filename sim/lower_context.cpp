@@ -446,9 +446,8 @@ StepTotals step_totals(const Context& c) {
   return t;
 }
 
-int unit_site_layer(const Context& c, int u) {
-  const models::FsdpUnit& unit = c.graph->units[u];
-  if (u == 0 || unit.layers.empty()) return -1;
+int block_unit_layer(const models::FsdpUnit& unit) {
+  if (unit.is_root || unit.layers.empty()) return -1;
   for (auto part : unit.parts)
     if (part != models::ModulePart::Block) return -1;
   return unit.layers.front();

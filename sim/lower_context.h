@@ -143,9 +143,10 @@ struct Context {
 };
 // The sums the optimizer step uses, over c.sizes.
 StepTotals step_totals(const Context& c);
-// The site layer of unit u's persistent buffers: its first layer if the unit holds whole transformer
-// blocks only, else -1.
-int unit_site_layer(const Context& c, int u);
+// A unit's first layer if it is not the root and holds whole transformer blocks only, else -1.
+int block_unit_layer(const models::FsdpUnit& unit);
+// The site layer of unit u's persistent buffers (block_unit_layer of it).
+inline int unit_site_layer(const Context& c, int u) { return block_unit_layer(c.graph->units[u]); }
 // The site layer of forward segment s: its block's layer, or -1 (embedding, final norm and head).
 inline int segment_site_layer(const Context& c, int s) {
   return c.segments[s].part == models::ModulePart::Block ? c.segments[s].layer : -1;

@@ -15,10 +15,7 @@ std::string op_field(int op, const char* what) {
 
 void MemoryTracker::start(const StepProgram& program, Bytes capacity, bool record_timeline) {
   own_bufs_.resize(program.buffers.size());
-  for (std::size_t b = 0; b < program.buffers.size(); ++b) {
-    const Buffer& x = program.buffers[b];
-    own_bufs_[b] = CompiledBuffer{x.bytes, x.pool_stream, x.category, x.persistent};
-  }
+  for (std::size_t b = 0; b < program.buffers.size(); ++b) own_bufs_[b] = compiled_buffer(program.buffers[b]);
   bufs_ = own_bufs_.data();
   names_ = &program;
   start_run(static_cast<int>(program.buffers.size()), static_cast<int>(program.ops.size()), capacity, record_timeline);

@@ -93,9 +93,7 @@ int layer_period(const models::WrapGraph& g, const Plan& rp) {
   int per_unit = 0;
   for (std::size_t u = 1; u < g.units.size(); ++u) {
     const models::FsdpUnit& unit = g.units[u];
-    bool blocks_only = !unit.layers.empty();
-    for (auto part : unit.parts) blocks_only = blocks_only && part == models::ModulePart::Block;
-    if (!blocks_only) continue;
+    if (lowering::block_unit_layer(unit) < 0) continue;
     const int n = static_cast<int>(unit.layers.size());
     if (per_unit != 0 && n != per_unit) return 0;
     per_unit = n;
@@ -110,19 +108,13 @@ int layer_period(const models::WrapGraph& g, const Plan& rp) {
 // copied: the same units before the template, `copies` copies of its units, then the same units after.
 // (Units are numbered in module order, blocks by layer.) first/period in layers.
 bool units_line_up(const models::WrapGraph& full, const models::WrapGraph& small, int first, int period, int copies) {
-  const auto block_layer = [](const models::FsdpUnit& u) {
-    if (u.is_root || u.layers.empty()) return -1;
-    for (auto part : u.parts)
-      if (part != models::ModulePart::Block) return -1;
-    return u.layers.front();
-  };
   const auto same = [](const models::FsdpUnit& a, const models::FsdpUnit& b) {
     return a.params == b.params && a.parts == b.parts && a.layers.size() == b.layers.size() &&
            a.tensors.size() == b.tensors.size() && a.is_root == b.is_root;
   };
   std::vector<int> tmpl;
   for (std::size_t u = 0; u < small.units.size(); ++u) {
-    const int l = block_layer(small.units[u]);
+    const int l = lowering::block_unit_layer(small.units[u]);
     if (l >= first && l < first + period) tmpl.push_back(static_cast<int>(u));
   }
   if (tmpl.empty() || full.units.size() != small.units.size() + tmpl.size() * static_cast<std::size_t>(copies))
@@ -366,9 +358,7 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
 
   // ---- FLOPs and MFU ----
   // (the lowering's fill_facts: 6N+attention FLOPs per token of the whole model times the tokens)
-  r.model_flops_per_step_per_gpu =
-      tokens_per_rank > 0 ? models::flops_per_token(m, rp.seq_len).forward_backward * static_cast<double>(tokens_per_rank)
-                          : models::flops_per_token(m, rp.seq_len).forward_backward * tokens;
+  r.model_flops_per_step_per_gpu = models::flops_per_token(m, rp.seq_len).forward_backward * tokens;
   r.hardware_flops_per_step_per_gpu = hw_flops;
   // The compute dtype is param_dtype: an fp8 all-gather (fp8_all_gather) only changes what is
   // communicated, the matmuls still run at param_dtype in this model.

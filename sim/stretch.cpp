@@ -45,6 +45,8 @@
 #include <cstring>
 #include <string>
 
+#include "sim/thread_storage.h"
+
 namespace fsdpsim::sim {
 namespace {
 
@@ -1325,19 +1327,8 @@ bool Stretcher::run(const StretchSource& s, const StretchShape& sh, CompiledProg
 
 bool stretch_program(const StretchSource& src, const StretchShape& shape, CompiledProgram& out, OpCosts& out_costs,
                      StretchInfo* info, std::string* why) {
-  // The working storage is reused from one call to the next (a nested call gets its own).
-  thread_local Stretcher spare;
-  thread_local bool in_use = false;
-  if (in_use) {
-    Stretcher local;
-    return local.run(src, shape, out, out_costs, info, why);
-  }
-  in_use = true;
-  struct Release {
-    bool& flag;
-    ~Release() { flag = false; }
-  } release{in_use};
-  return spare.run(src, shape, out, out_costs, info, why);
+  return with_thread_storage<Stretcher>(
+      [&](Stretcher& st) { return st.run(src, shape, out, out_costs, info, why); });
 }
 
 }  // namespace fsdpsim::sim
