@@ -19,4 +19,23 @@ std::string checkpoint_mode_name(CheckpointMode mode) {
   return "none";
 }
 
+std::string model_impl_name(ModelImpl impl) {
+  switch (impl) {
+    case ModelImpl::TorchTitan: return "torchtitan";
+    case ModelImpl::HF: return "hf";
+    case ModelImpl::LitGPT: return "litgpt";
+    case ModelImpl::Fused: return "fused";
+  }
+  return "hf";
+}
+
+std::string float8_recipe_name(Float8Recipe r) {
+  switch (r) {
+    case Float8Recipe::None: return "none";
+    case Float8Recipe::Tensorwise: return "tensorwise";
+    case Float8Recipe::Rowwise: return "rowwise";
+  }
+  return "none";
+}
+
 }  // namespace fsdpsim::models

@@ -118,4 +118,13 @@ Bytes logits_peak_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64
                         LossImpl loss = LossImpl::Torch);
 std::string checkpoint_mode_name(CheckpointMode mode);  // "none", "full", "selective_op"
 
+// Which code implements the model (issue 19 item 3): the same architecture saves different tensors for
+// backward in torchtitan's, Hugging Face transformers', litgpt's or a fused (Liger / compiled) block.
+// models/implementation.cpp derives each recipe's saved tensors from that code.
+enum class ModelImpl { TorchTitan, HF, LitGPT, Fused };
+std::string model_impl_name(ModelImpl impl);   // "torchtitan", "hf", "litgpt", "fused"
+// torchao float8 training (Float8Linear; torchtitan's [float8]): how the linears' inputs are scaled.
+enum class Float8Recipe { None, Tensorwise, Rowwise };
+std::string float8_recipe_name(Float8Recipe r);   // "none", "tensorwise", "rowwise"
+
 }  // namespace fsdpsim::models

@@ -31,6 +31,16 @@
 // | use_orig_params          | true/false (FSDP1 only: alignment padding, M1; M13)         | true               |
 // | cross_entropy            | "torch" (F.cross_entropy), "fused" (flash-attn's fused CE), | "torch"            |
 // |                          | "fused_linear" (Liger's fused linear CE: no full logits)    |                    |
+// | implementation           | "torchtitan", "hf", "litgpt", "fused": whose block code     | "hf"               |
+// |                          | runs (what autograd saves, models/implementation.cpp)       |                    |
+// | compile                  | true/false: torch.compile (inductor) of each block          | false              |
+// | float8                   | "none", "tensorwise", "rowwise" (torchao Float8Linear)      | "none"             |
+// | alloc_conf               | PYTORCH_CUDA_ALLOC_CONF text: expandable_segments:True,     | ""                 |
+// |                          | max_split_size_mb:N                                         |                    |
+// | free_logits_before_backward | true/false: the loop frees the logits before backward()  | torchtitan: true,  |
+// |                          | (torchtitan `del pred`)                                     | else false         |
+// | optimizer_impl           | "foreach" (torch.optim's default) or "fused"                | "foreach"          |
+// | module_overrides         | {"<unit name>" or "last_block": {"reshard_after_forward": b}}| {}                 |
 //
 // Mesh defaults (resolve_plan): FSDP1 FULL_SHARD/SHARD_GRAD_OP -> (1, world); NO_SHARD -> (world, 1);
 // HYBRID_SHARD/_HYBRID_SHARD_ZERO2 -> (world / gpus_per_node, gpus_per_node) (F1.15). FSDP2 -> (1, world),
@@ -55,7 +65,8 @@ const std::vector<std::string> kPlanKeys = {
     "forward_prefetch", "limit_all_gathers", "prefetch_depth", "activation_checkpointing", "param_dtype",
     "reduce_dtype", "master_weights_dtype", "micro_batch", "seq_len", "grad_accum", "grad_sync",
     "cpu_offload", "fp8_all_gather", "trainable_fraction", "optimizer", "auto_wrap_policy", "use_orig_params",
-    "cross_entropy"};
+    "cross_entropy", "implementation", "compile", "float8", "alloc_conf", "free_logits_before_backward",
+    "optimizer_impl", "module_overrides"};
 
 const std::vector<std::string> kStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
                                               "_HYBRID_SHARD_ZERO2"};
@@ -205,7 +216,85 @@ Dtype parse_compute_dtype(const JsonReader& r, const std::string& key, Dtype dfl
   return d;
 }
 
+std::vector<ModuleOverride> parse_module_overrides(const Json& v) {
+  const std::string field = "plan.module_overrides";
+  if (!v.is_object())
+    throw InputError(field, json_value_for_message(v),
+                     "expected {\"<unit name>\" or \"last_block\": {\"reshard_after_forward\": true|false}}");
+  std::vector<ModuleOverride> out;
+  for (const auto& [name, o] : v.items()) {
+    const std::string f = field + "." + name;
+    if (name.empty()) throw InputError(field, "\"\"", "module names must be non-empty");
+    if (!o.is_object()) throw InputError(f, json_value_for_message(o), "expected {\"reshard_after_forward\": true|false}");
+    JsonReader r(o, f);
+    r.check_no_unknown_keys({"reshard_after_forward"});
+    ModuleOverride m;
+    m.module = name;
+    if (r.has("reshard_after_forward")) m.reshard_after_forward = r.get_bool("reshard_after_forward") ? -1 : 0;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 }  // namespace
+
+AllocConf parse_alloc_conf(const std::string& text, const std::string& field) {
+  // c10/cuda/CUDAAllocatorConfig.cpp parseArgs: comma-separated key:value pairs; an unknown key is an error
+  // there too. Options PyTorch has that this model does not follow are refused rather than ignored.
+  AllocConf a;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    std::size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(pos, end - pos);
+    pos = end + 1;
+    auto trim = [](std::string x) {
+      const auto b = x.find_first_not_of(" \t");
+      const auto e = x.find_last_not_of(" \t");
+      return b == std::string::npos ? std::string() : x.substr(b, e - b + 1);
+    };
+    item = trim(item);
+    if (item.empty()) {
+      if (end == text.size()) break;
+      continue;
+    }
+    const std::size_t colon = item.find(':');
+    const std::string key = trim(item.substr(0, colon));
+    const std::string value = colon == std::string::npos ? "" : trim(item.substr(colon + 1));
+    if (key == "expandable_segments") {
+      if (value == "True" || value == "true") a.expandable_segments = true;
+      else if (value == "False" || value == "false") a.expandable_segments = false;
+      else throw InputError(field, "\"" + item + "\"", "expandable_segments takes True or False");
+    } else if (key == "max_split_size_mb") {
+      bool ok = !value.empty() && value.size() <= 9;
+      for (char c : value) ok = ok && c >= '0' && c <= '9';
+      const long long mb = ok ? std::stoll(value) : -1;
+      // PyTorch: "CachingAllocator option max_split_size_mb too small, must be > " kLargeBuffer (20 MiB)
+      if (mb <= 20)
+        throw InputError(field, "\"" + item + "\"", "max_split_size_mb takes an integer number of MiB > 20");
+      a.max_split_size = static_cast<Bytes>(mb) * kMiB;
+    } else if (key == "garbage_collection_threshold" || key == "roundup_power2_divisions" ||
+               key == "max_non_split_rounding_mb" || key == "release_lock_on_cudamalloc" ||
+               key == "pinned_use_cuda_host_register" || key == "pinned_num_register_threads" || key == "backend" ||
+               key == "pinned_use_background_threads") {
+      throw InputError(field, "\"" + item + "\"",
+                       "a valid PyTorch option that fsdpsim's allocator model does not follow; it models "
+                       "expandable_segments and max_split_size_mb (remove the option to simulate without it)");
+    } else {
+      throw InputError(field, "\"" + item + "\"",
+                       "unknown allocator option; expected expandable_segments:True|False or max_split_size_mb:N");
+    }
+  }
+  return a;
+}
+
+std::string alloc_conf_text(const AllocConf& a) {
+  std::string s;
+  if (a.expandable_segments) s = "expandable_segments:True";
+  if (a.max_split_size > 0)
+    s += (s.empty() ? "" : ",") + std::string("max_split_size_mb:") + std::to_string(a.max_split_size / kMiB);
+  return s;
+}
 
 Plan parse_plan(const Json& j) {
   JsonReader r(j, "plan");
@@ -278,6 +367,26 @@ Plan parse_plan(const Json& j) {
     p.cross_entropy = ce == "fused" ? models::LossImpl::Fused
                       : ce == "fused_linear" ? models::LossImpl::FusedLinear : models::LossImpl::Torch;
   }
+  if (r.has("implementation")) {
+    const std::string impl = r.get_enum("implementation", {"torchtitan", "hf", "litgpt", "fused"});
+    p.implementation = impl == "torchtitan" ? models::ModelImpl::TorchTitan
+                       : impl == "litgpt"   ? models::ModelImpl::LitGPT
+                       : impl == "fused"    ? models::ModelImpl::Fused
+                                            : models::ModelImpl::HF;
+  }
+  p.compile = r.get_bool("compile", false);
+  if (r.has("float8")) {
+    const std::string f = r.get_enum("float8", {"none", "tensorwise", "rowwise"});
+    p.float8 = f == "tensorwise" ? models::Float8Recipe::Tensorwise
+               : f == "rowwise"  ? models::Float8Recipe::Rowwise
+                                 : models::Float8Recipe::None;
+  }
+  if (r.has("alloc_conf")) p.alloc_conf = parse_alloc_conf(r.get_string("alloc_conf"), r.field("alloc_conf"));
+  if (r.has("free_logits_before_backward")) p.free_logits_before_backward = r.get_bool("free_logits_before_backward");
+  if (r.has("optimizer_impl"))
+    p.optimizer_impl = r.get_enum("optimizer_impl", {"foreach", "fused"}) == "fused" ? OptimizerImpl::Fused
+                                                                                       : OptimizerImpl::Foreach;
+  if (r.has("module_overrides")) p.module_overrides = parse_module_overrides(r.raw("module_overrides"));
   return p;
 }
 
@@ -361,6 +470,21 @@ Json plan_to_json(const Plan& p) {
     case models::WrapPolicy::Kind::Modules: j["auto_wrap_policy"] = {{"modules", p.auto_wrap_policy.modules}}; break;
   }
   if (p.fsdp_version == FsdpVersion::FSDP1) j["use_orig_params"] = p.use_orig_params;
+  j["implementation"] = models::model_impl_name(p.implementation);
+  j["compile"] = p.compile;
+  j["float8"] = models::float8_recipe_name(p.float8);
+  j["alloc_conf"] = alloc_conf_text(p.alloc_conf);
+  if (p.free_logits_before_backward) j["free_logits_before_backward"] = *p.free_logits_before_backward;
+  j["optimizer_impl"] = p.optimizer_impl == OptimizerImpl::Fused ? "fused" : "foreach";
+  if (!p.module_overrides.empty()) {
+    Json o = Json::object();
+    for (const auto& m : p.module_overrides) {
+      Json e = Json::object();
+      if (m.reshard_after_forward != -2) e["reshard_after_forward"] = m.reshard_after_forward != 0;
+      o[m.module] = e;
+    }
+    j["module_overrides"] = o;
+  }
   return j;
 }
 
@@ -470,6 +594,22 @@ Plan resolve_plan(const Plan& in, int gpus, int gpus_per_node) {
                      "checkpoint(FSDP(block)) is whole-block (reentrant) checkpointing: mode full or every_k");
   if (p.activation_checkpointing.outside_fsdp && p.activation_checkpointing.mode == ActivationCheckpointing::Mode::None)
     throw InputError("plan.activation_checkpointing.outside_fsdp", "true", "needs a checkpointing mode (full or every_k)");
+  // torchao: the float8 all-gather is an option of Float8Linear (Float8LinearConfig
+  // enable_fsdp_float8_all_gather), supported with tensorwise scaling only; an fp8 all-gather thus implies
+  // float8 compute with tensorwise scaling.
+  if (p.fp8_all_gather && p.float8 == models::Float8Recipe::Rowwise)
+    throw InputError("plan.fp8_all_gather", "true", "torchao's float8 all-gather needs float8 \"tensorwise\" scaling");
+  if (p.fp8_all_gather && p.float8 == models::Float8Recipe::None) p.float8 = models::Float8Recipe::Tensorwise;
+  if (p.float8 != models::Float8Recipe::None && p.param_dtype != Dtype::BF16)
+    throw InputError("plan.float8", "\"" + models::float8_recipe_name(p.float8) + "\"",
+                     "torchao float8 training needs param_dtype bf16 (the high-precision dtype of Float8Linear)");
+  if (!p.free_logits_before_backward)
+    p.free_logits_before_backward = p.implementation == models::ModelImpl::TorchTitan;
+  for (const auto& m : p.module_overrides)
+    if (m.reshard_after_forward != -2 && fsdp1)
+      throw InputError("plan.module_overrides." + m.module + ".reshard_after_forward",
+                       m.reshard_after_forward ? "true" : "false",
+                       "FSDP2 only (FSDP1 sets resharding per sharding_strategy for every unit)");
   if (p.micro_batch * p.seq_len > (std::int64_t{1} << 31))
     throw InputError("plan.micro_batch", std::to_string(p.micro_batch),
                      "micro_batch x seq_len must stay below 2^31 tokens per micro-batch");

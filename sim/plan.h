@@ -2,12 +2,14 @@
 // issue "simulator"); every key has a default documented in plan.cpp and README "Plan keys".
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
+#include "common/units.h"
 #include "models/model_spec.h"
 #include "models/wrap_graph.h"
 
@@ -17,6 +19,25 @@ enum class FsdpVersion { FSDP1 = 1, FSDP2 = 2 };
 enum class ShardingStrategy { FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2 };
 enum class BackwardPrefetch { BACKWARD_PRE, BACKWARD_POST, NONE };
 enum class Optimizer { AdamW, SGD };   // SGD = with momentum (one state)
+// torch.optim's implementations: foreach (the default when neither flag is set) makes temporaries the
+// size of the state lists it processes; fused runs one kernel per tensor group and makes none.
+enum class OptimizerImpl { Foreach, Fused };
+
+// PYTORCH_CUDA_ALLOC_CONF, the options the allocator model follows (c10/cuda/CUDAAllocatorConfig).
+struct AllocConf {
+  bool expandable_segments = false;   // one growing segment per stream instead of a cudaMalloc per large block
+  Bytes max_split_size = 0;           // max_split_size_mb in bytes; 0 = no limit (PyTorch's default)
+  bool operator==(const AllocConf&) const = default;
+};
+
+// A setting for one FSDP unit (param group) by its module name, as `fsdpsim model-info` lists the units
+// (e.g. "model.layers.31"), or the alias "last_block". torchtitan's default reshard policy keeps the last
+// block unsharded after forward (its parameters are needed again at once in backward).
+struct ModuleOverride {
+  std::string module;
+  int reshard_after_forward = -2;     // -2 = not overridden; -1 = true; 0 = false (FSDP2 only)
+  bool operator==(const ModuleOverride&) const = default;
+};
 
 struct ActivationCheckpointing {
   enum class Mode { None, Full, EveryK, SelectiveOp } mode = Mode::None;
@@ -61,6 +82,15 @@ struct Plan {
   models::WrapPolicy auto_wrap_policy;  // default: per transformer block
   bool use_orig_params = true;       // FSDP1 only (16-byte alignment padding; frozen params -> full grads)
   models::LossImpl cross_entropy = models::LossImpl::Torch;   // how the loss is computed (logits memory)
+  models::ModelImpl implementation = models::ModelImpl::HF;   // whose block code runs (saved tensors)
+  bool compile = false;                                        // torch.compile (inductor) on each block
+  models::Float8Recipe float8 = models::Float8Recipe::None;   // torchao Float8Linear compute
+  AllocConf alloc_conf;                                  // PYTORCH_CUDA_ALLOC_CONF
+  // The training loop frees the model output before loss.backward() (torchtitan's `del pred`); most loops
+  // keep it. Unset: true for implementation torchtitan, false otherwise (resolve_plan fills it).
+  std::optional<bool> free_logits_before_backward;
+  OptimizerImpl optimizer_impl = OptimizerImpl::Foreach;
+  std::vector<ModuleOverride> module_overrides;
 };
 
 // Parses a plan object (all keys optional; unknown keys rejected). Field names in errors are "plan.<key>".
@@ -78,5 +108,9 @@ ShardingStrategy effective_strategy(const Plan& p);
 std::string strategy_name(ShardingStrategy s);
 std::string prefetch_name(BackwardPrefetch b);
 std::string checkpointing_name(const ActivationCheckpointing& ac);
+// PYTORCH_CUDA_ALLOC_CONF text: parse ("expandable_segments:True,max_split_size_mb:512"; InputError naming
+// `field` for an unknown or unmodelled option) and print ("" for the defaults).
+AllocConf parse_alloc_conf(const std::string& text, const std::string& field);
+std::string alloc_conf_text(const AllocConf& a);
 
 }  // namespace fsdpsim::sim

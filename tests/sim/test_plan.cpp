@@ -297,5 +297,55 @@ TEST(PlanNames, Strings) {
   EXPECT_EQ(checkpointing_name(ac), "every_4");
 }
 
+// The implementation / compile / float8 / allocator / loop / optimizer / per-module keys (issues 19, 20).
+TEST(PlanParse, ImplementationAndRuntimeKeys) {
+  Plan d = parse("{}");
+  EXPECT_EQ(d.implementation, models::ModelImpl::HF);
+  EXPECT_FALSE(d.compile);
+  EXPECT_EQ(d.float8, models::Float8Recipe::None);
+  EXPECT_EQ(d.alloc_conf, AllocConf{});
+  EXPECT_FALSE(d.free_logits_before_backward.has_value());
+  EXPECT_EQ(d.optimizer_impl, OptimizerImpl::Foreach);
+  EXPECT_TRUE(d.module_overrides.empty());
+
+  Plan p = parse(R"({"implementation": "torchtitan", "compile": true, "float8": "rowwise",
+                     "alloc_conf": " expandable_segments:True , max_split_size_mb:512", "optimizer_impl": "fused",
+                     "module_overrides": {"last_block": {"reshard_after_forward": false}}})");
+  EXPECT_EQ(p.implementation, models::ModelImpl::TorchTitan);
+  EXPECT_TRUE(p.compile);
+  EXPECT_EQ(p.float8, models::Float8Recipe::Rowwise);
+  EXPECT_TRUE(p.alloc_conf.expandable_segments);
+  EXPECT_EQ(p.alloc_conf.max_split_size, 512 * kMiB);
+  EXPECT_EQ(alloc_conf_text(p.alloc_conf), "expandable_segments:True,max_split_size_mb:512");
+  EXPECT_EQ(p.optimizer_impl, OptimizerImpl::Fused);
+  ASSERT_EQ(p.module_overrides.size(), 1u);
+  EXPECT_EQ(p.module_overrides[0].module, "last_block");
+  EXPECT_EQ(p.module_overrides[0].reshard_after_forward, 0);
+  // The loop's default follows the implementation: torchtitan's train step deletes `pred` before backward.
+  EXPECT_TRUE(*resolve_plan(p, 8, 8).free_logits_before_backward);
+  EXPECT_FALSE(*resolve_plan(d, 8, 8).free_logits_before_backward);
+  EXPECT_FALSE(*resolve_plan(parse(R"({"implementation": "torchtitan", "free_logits_before_backward": false})"), 8, 8)
+                    .free_logits_before_backward);
+
+  EXPECT_EQ(error_field(R"({"implementation": "megatron"})"), "plan.implementation");
+  EXPECT_EQ(error_field(R"({"float8": "mxfp8"})"), "plan.float8");
+  EXPECT_EQ(error_field(R"({"alloc_conf": "expandable_segments:Yes"})"), "plan.alloc_conf");
+  EXPECT_EQ(error_field(R"({"alloc_conf": "max_split_size_mb:20"})"), "plan.alloc_conf");
+  EXPECT_EQ(error_field(R"({"alloc_conf": "roundup_power2_divisions:4"})"), "plan.alloc_conf");
+  EXPECT_EQ(error_field(R"({"alloc_conf": "expandible_segments:True"})"), "plan.alloc_conf");
+  EXPECT_EQ(error_field(R"({"module_overrides": {"model.layers.3": {"reshard": false}}})"),
+            "plan.module_overrides.model.layers.3.reshard");
+  EXPECT_EQ(error_field(R"({"module_overrides": []})"), "plan.module_overrides");
+  EXPECT_EQ(resolve_error_field(R"({"fsdp_version": 1, "module_overrides": {"last_block": {"reshard_after_forward": false}}})", 8, 8),
+            "plan.module_overrides.last_block.reshard_after_forward");
+  // torchao: the float8 all-gather is a Float8Linear option with tensorwise scaling only.
+  EXPECT_EQ(resolve_error_field(R"({"fp8_all_gather": true, "float8": "rowwise"})", 8, 8), "plan.fp8_all_gather");
+  EXPECT_EQ(resolve_plan(parse(R"({"fp8_all_gather": true})"), 8, 8).float8, models::Float8Recipe::Tensorwise);
+  EXPECT_EQ(resolve_error_field(R"({"float8": "tensorwise", "param_dtype": "fp16"})", 8, 8), "plan.float8");
+
+  nlohmann::json j = plan_to_json(resolve_plan(p, 8, 8));
+  EXPECT_EQ(plan_to_json(resolve_plan(parse_plan(j), 8, 8)), j);
+}
+
 }  // namespace
 }  // namespace fsdpsim::sim
