@@ -11,7 +11,7 @@
 //              its own stream], post-divide, accumulate into the fp32 sharded grad (F1.10-F1.12)
 #include <deque>
 
-#include "sim/lower_context.h"
+#include "sim/lower_walk.h"
 
 namespace fsdpsim::sim::lowering {
 namespace {
@@ -31,47 +31,30 @@ struct UnitState {
   int grad = -1;            // unsharded flat grad (param_dtype), kept across no_sync micro-batches
 };
 
-class Fsdp1Lowering {
+class FlatParamLowering final : public LoweringWalk {
  public:
-  explicit Fsdp1Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler, c.full, c.sites) {}
+  explicit FlatParamLowering(const Context& c) : LoweringWalk(c) {}
 
-  StepProgram run() {
-    const int U = static_cast<int>(c_.sizes.size());
-    // Builders hand out Op& references that must stay valid while the next ops are added, so the
-    // vector must never reallocate during lowering: reserve an upper bound (a unit issues at most
-    // ~25 ops per micro-batch: offload H2D + cast + copy-in + AG + copy-out twice, recompute, an extra
-    // AG for checkpoint-outside-FSDP, backward, RS copy-in, RS, AR, post-reduce, D2H); Builder::op checks it.
-    p_.ops.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 8 + U * 32) + 64);
-    p_.buffers.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 3 + U * 8) + U * 3);
+ private:
+  void add_streams() override {
     compute_ = b_.add_stream(StreamRole::Compute, "default");
     pre_unshard_ = b_.add_stream(StreamRole::CopyIn, "pre_unshard");
     unshard_ = b_.add_stream(StreamRole::AllGather, "unshard");
     post_backward_ = b_.add_stream(StreamRole::ReduceScatter, "post_backward");
     // F1.1: the all-reduce stream exists only with HSDP; otherwise it is the default stream.
     all_reduce_ = c_.hybrid ? b_.add_stream(StreamRole::AllReduce, "all_reduce") : compute_;
-    add_persistent();
-    state_.assign(U, {});
-    act_.assign(c_.segments.size(), -1);
-    recompute_.assign(c_.segments.size(), -1);
-    for (int mb = 0; mb < c_.micro_batches; ++mb) {
-      mb_ = mb;
-      sync_ = plan_.grad_sync || mb == c_.micro_batches - 1;
-      forward();
-      backward();
-    }
-    add_optimizer_step(c_, b_, p_, grad_shard_, param_shard_, compute_);
+  }
+
+  void notes_after_step() override {
     if (plan_.limit_all_gathers && c_.sharded)
       p_.notes.push_back("FSDP1 rate limiter: at most 2 all-gathers in flight (CPU blocks on the free event of "
                          "the reshard two back, P4)");
-    fill_facts(c_, p_);
-    b_.finish();
-    return std::move(p_);
   }
 
- private:
   // ---- persistent sharded state (M2, M11, M13) ----
-  void add_persistent() {
+  void add_persistent() override {
     const int U = static_cast<int>(c_.sizes.size());
+    state_.assign(U, {});
     param_shard_.assign(U, -1);
     grad_shard_.assign(U, -1);
     const bool on_gpu = !plan_.cpu_offload.params;
@@ -175,22 +158,7 @@ class Fsdp1Lowering {
   }
 
   // ---- forward (F1.5-F1.7, P3) ----
-  void pre_forward(int u) {
-    b_.defer_hook();
-    unshard(u);
-    wait_for_params(u);
-    if (plan_.forward_prefetch) {
-      int pos = c_.forward_pos[u] + 1;
-      if (pos < static_cast<int>(c_.forward_order.size())) unshard(c_.forward_order[pos]);
-    }
-  }
-  void post_forward(int u) {
-    b_.defer_hook();
-    reshard(u, frees_after_forward(u));
-  }
-
-  void forward() {
-    b_.site(mb_, SitePhase::Forward, -1);
+  void root_pre_forward() override {
     // F1.5 root pre-forward: pre_unshard and unshard streams wait on the compute stream.
     b_.defer_wait_stream(pre_unshard_, compute_);
     b_.defer_wait_stream(unshard_, compute_);
@@ -199,53 +167,23 @@ class Fsdp1Lowering {
       b_.defer_wait_stream(pre_unshard_, post_backward_);
       b_.defer_wait_stream(unshard_, post_backward_);
     }
-    pre_forward(0);
-    const int S = static_cast<int>(c_.segments.size());
-    for (int s = 0; s < S; ++s) {
-      b_.site(mb_, SitePhase::Forward, segment_site_layer(c_, s));
-      for (int u : c_.opening[s]) pre_forward(u);
-      emit_compute(s, OpKind::Forward);
-      for (int u : c_.closing[s]) post_forward(u);
-    }
-    b_.site(mb_, SitePhase::Forward, -1);
-    post_forward(0);
   }
 
-  void emit_compute(int s, OpKind kind) {
-    const Segment& seg = c_.segments[s];
-    const int part = static_cast<int>(seg.part);
-    const auto& ks = kind == OpKind::Backward ? c_.bwd_kernels[part] : c_.fwd_kernels[part];
-    const char* what = kind == OpKind::Forward ? "fwd" : kind == OpKind::Backward ? "bwd" : "recompute";
-    Op& o = b_.compute_op(kind, compute_, seg.unit, mb_, what, ks);
-    o.kernel_launches = static_cast<int>(ks->size());
-    if (state_[seg.unit].full >= 0) b_.read(o, state_[seg.unit].full);
-    if (kind == OpKind::Forward) {
-      if (seg.part == models::ModulePart::Block && c_.act_saved[seg.layer] > 0) {
-        act_[s] = b_.buffer("act", seg.unit, c_.act_saved[seg.layer], MemCategory::Activations, compute_);
-        o.allocs.push_back(act_[s]);
-      } else if (seg.part == models::ModulePart::FinalNormAndHead) {
-        act_[s] = b_.buffer("logits", seg.unit, c_.logits, MemCategory::Logits, compute_);
-        o.allocs.push_back(act_[s]);
-        if (c_.loss_transient > 0) {   // the fp32 upcast inside cross-entropy, freed within the loss
-          int t = b_.buffer("loss_tmp", seg.unit, c_.loss_transient, MemCategory::Logits, compute_);
-          o.allocs.push_back(t);
-          o.frees.push_back({t, -1});
-        }
-      }
-    } else if (kind == OpKind::Recompute) {
-      recompute_[s] = b_.buffer("recomp", seg.unit, c_.act_recompute[seg.layer], MemCategory::Activations, compute_);
-      o.allocs.push_back(recompute_[s]);
-    } else {
-      if (act_[s] >= 0) o.frees.push_back({act_[s], -1});
-      if (recompute_[s] >= 0) o.frees.push_back({recompute_[s], -1});
-      act_[s] = recompute_[s] = -1;
+  void pre_forward(int u) override {
+    b_.defer_hook();
+    unshard(u);
+    wait_for_params(u);
+    if (plan_.forward_prefetch) {
+      int pos = c_.forward_pos[u] + 1;
+      if (pos < static_cast<int>(c_.forward_order.size())) unshard(c_.forward_order[pos]);
     }
   }
-
-  bool checkpointed(int s) const {
-    const Segment& seg = c_.segments[s];
-    return seg.part == models::ModulePart::Block && c_.act_recompute[seg.layer] > 0;
+  void post_forward(int u) override {
+    b_.defer_hook();
+    reshard(u, frees_after_forward(u));
   }
+
+  int unsharded_params(int u) const override { return state_[u].full; }
 
   // ---- backward (F1.9-F1.14, P1, P2, A1, A2) ----
   // _get_handle_to_prefetch: the next unit in reverse post-forward order, only while its pre-backward
@@ -256,45 +194,32 @@ class Fsdp1Lowering {
       unshard(c_.backward_order[pos]);
   }
 
-  void pre_backward(int u) {
-    pre_backward_done_[u] = true;
-    // A2: checkpoint(FSDP(block)) re-runs the unit's forward, with its pre/post-forward hooks, first.
-    if (plan_.activation_checkpointing.outside_fsdp && u != 0) {
-      bool any = false;
-      for (int s = c_.last_seg[u]; s >= c_.first_seg[u]; --s) any = any || checkpointed(s);
-      if (any) {
-        b_.defer_hook();
-        unshard(u);
-        wait_for_params(u);
-        for (int s = c_.first_seg[u]; s <= c_.last_seg[u]; ++s)
-          if (checkpointed(s)) emit_compute(s, OpKind::Recompute);
-        b_.defer_hook();
-        reshard(u, frees_after_forward(u));
-      }
-    }
+  // A2: checkpoint(FSDP(block)): the recomputed forward runs the unit's pre- and post-forward hooks.
+  void pre_recompute(int u) override {
+    b_.defer_hook();
+    unshard(u);
+    wait_for_params(u);
+  }
+  void post_recompute(int u) override {
+    b_.defer_hook();
+    reshard(u, frees_after_forward(u));
+  }
+
+  void pre_backward(int u) override {
     b_.defer_hook();
     unshard(u);   // F1.9: a second all-gather for units freed after forward
     wait_for_params(u);
     if (plan_.backward_prefetch == BackwardPrefetch::BACKWARD_PRE) prefetch_backward(u);   // P1
   }
 
-  // The unit's flat grad is allocated by its first backward compute (the segment where its pre-backward fired).
-  void backward_segment(int s) {
-    const int u = c_.segments[s].unit;
-    if (!plan_.activation_checkpointing.outside_fsdp && checkpointed(s))
-      emit_compute(s, OpKind::Recompute);   // A1: FSDP(checkpoint(block)) recomputes after the pre-backward unshard
-    const int first_new = b_.num_buffers();
-    for (int v : c_.backward_starts[s])
-      if (state_[v].grad < 0 && c_.sizes[v].grad > 0)
-        state_[v].grad = b_.buffer("grad", v, c_.sizes[v].grad * c_.bp, MemCategory::UnshardedGrads, compute_);
-    const int last_new = b_.num_buffers();
-    emit_compute(s, OpKind::Backward);
-    Op& o = b_.at(b_.last_op());
-    for (int buf = first_new; buf < last_new; ++buf) o.allocs.push_back(buf);
-    if (state_[u].grad >= 0) b_.write(o, state_[u].grad);
+  // The unit's flat grad (param_dtype), kept across no_sync micro-batches.
+  void autograd_grad(int v) override {
+    if (state_[v].grad < 0 && c_.sizes[v].grad > 0)
+      state_[v].grad = b_.buffer("grad", v, c_.sizes[v].grad * c_.bp, MemCategory::UnshardedGrads, compute_);
   }
+  int unsharded_grad(int u) const override { return state_[u].grad; }
 
-  void post_backward(int u) {
+  void post_backward(int u) override {
     b_.defer_hook();
     // F1.10 (1): sharded strategies free when syncing grads, or always for FULL_SHARD/HYBRID_SHARD;
     // inside no_sync SHARD_GRAD_OP keeps the params (M12).
@@ -419,24 +344,8 @@ class Fsdp1Lowering {
     offload_grad_ = -1;
   }
 
-  void backward() {
-    pre_backward_done_.assign(c_.sizes.size(), false);
-    b_.site(mb_, SitePhase::Backward, -1);
-    pre_backward(0);   // F1.9: the root's pre-backward fires first and queues the final callback
-    const int S = static_cast<int>(c_.segments.size());
-    for (int s = S - 1; s >= 0; --s) {
-      b_.site(mb_, SitePhase::Backward, segment_site_layer(c_, s));
-      for (auto it = c_.closing[s].rbegin(); it != c_.closing[s].rend(); ++it) pre_backward(*it);
-      backward_segment(s);
-      for (auto it = c_.opening[s].rbegin(); it != c_.opening[s].rend(); ++it) post_backward(*it);
-    }
-    b_.site(mb_, SitePhase::Backward, -1);
-    post_backward(0);
-    final_callback();
-  }
-
   // F1.13: the compute stream waits on post_backward (and all_reduce); with CPU offload the CPU syncs.
-  void final_callback() {
+  void final_callback() override {
     b_.defer_wait_stream(compute_, post_backward_);
     if (c_.hybrid) b_.defer_wait_stream(compute_, all_reduce_);
     if (plan_.cpu_offload.params && sync_) {
@@ -446,23 +355,18 @@ class Fsdp1Lowering {
     }
   }
 
-  const Context& c_;
-  const Plan& plan_;
-  StepProgram p_;
-  Builder b_;
-  int compute_ = 0, pre_unshard_ = 1, unshard_ = 2, post_backward_ = 3, all_reduce_ = 0;
-  int mb_ = 0;
-  bool sync_ = true;
+  const std::vector<int>& optimizer_grads() const override { return grad_shard_; }
+  const std::vector<int>& optimizer_params() const override { return param_shard_; }
+
+  int pre_unshard_ = 1, unshard_ = 2, post_backward_ = 3, all_reduce_ = 0;
   std::vector<UnitState> state_;
   std::vector<int> param_shard_, grad_shard_;
-  std::vector<int> act_, recompute_;   // per segment: saved activations / recomputed activations
-  std::vector<bool> pre_backward_done_;
   std::deque<int> free_events_;        // P4 _FreeEventQueue: compute-stream ops whose completion frees a unit
   int offload_grad_ = -1;
 };
 
 }  // namespace
 
-StepProgram lower_fsdp1(const Context& c) { return Fsdp1Lowering(c).run(); }
+StepProgram lower_fsdp1(const Context& c) { return FlatParamLowering(c).run(); }
 
 }  // namespace fsdpsim::sim::lowering

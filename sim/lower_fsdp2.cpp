@@ -10,7 +10,7 @@
 //   reshard          = free the unsharded params (no record_stream); rAF=int keeps a 1/k clone (F2.4)
 //   post_backward    = compute waits on the previous RS; RS copy-in on compute (reduce_dtype); RS on the
 //                      RS stream; [HSDP all_reduce]; fp32 cast on the post-reduce stream (F2.8-F2.10, M8)
-#include "sim/lower_context.h"
+#include "sim/lower_walk.h"
 
 namespace fsdpsim::sim::lowering {
 namespace {
@@ -27,29 +27,20 @@ struct GroupState {
   bool grad_upcast = false; // `grad` is unsharded_accumulated_grad in reduce_dtype
 };
 
-enum class Phase { Forward, Backward };
-
-class Fsdp2Lowering {
+class ParamGroupLowering final : public LoweringWalk {
  public:
-  explicit Fsdp2Lowering(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler, c.full, c.sites) {}
+  explicit ParamGroupLowering(const Context& c) : LoweringWalk(c) {}
 
-  StepProgram run() {
-    const int U = static_cast<int>(c_.sizes.size());
-    // Builders hand out Op& references that must stay valid while the next ops are added, so the
-    // vector must never reallocate during lowering: reserve an upper bound (a unit issues at most
-    // ~25 ops per micro-batch: offload H2D + cast + copy-in + AG + copy-out twice, recompute, an extra
-    // AG for checkpoint-outside-FSDP, backward, RS copy-in, RS, AR, post-reduce, D2H); Builder::op checks it.
-    p_.ops.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 8 + U * 32) + 64);
-    p_.buffers.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 3 + U * 8) + U * 3);
+ private:
+  void add_streams() override {
     compute_ = b_.add_stream(StreamRole::Compute, "default");
     copy_in_ = b_.add_stream(StreamRole::CopyIn, "all_gather_copy_in");
     all_gather_ = b_.add_stream(StreamRole::AllGather, "all_gather");
     reduce_scatter_ = b_.add_stream(StreamRole::ReduceScatter, "reduce_scatter");
     all_reduce_ = c_.R > 1 ? b_.add_stream(StreamRole::AllReduce, "all_reduce") : -1;
-    add_persistent();
-    st_.assign(U, {});
-    act_.assign(c_.segments.size(), -1);
-    recompute_.assign(c_.segments.size(), -1);
+  }
+
+  void notes_before_step() override {
     if (plan_.reshard_after_forward != 0)
       p_.notes.push_back("FSDP2 root group: not resharded after forward (reshard_after_forward=None default for "
                          "the root, F2.6)");
@@ -59,19 +50,8 @@ class Fsdp2Lowering {
     if (plan_.fp8_all_gather)
       p_.notes.push_back("fp8 all-gather (D4): all parameters of block groups gathered in fp8 (torchao keeps norm "
                          "weights in bf16; they are < 0.1% of a block)");
-    for (int mb = 0; mb < c_.micro_batches; ++mb) {
-      mb_ = mb;
-      sync_ = plan_.grad_sync || mb == c_.micro_batches - 1;
-      forward();
-      backward();
-    }
-    add_optimizer_step(c_, b_, p_, grad_shard_, param_shard_, compute_);
-    fill_facts(c_, p_);
-    b_.finish();
-    return std::move(p_);
   }
 
- private:
   // AG dtype bytes of a group: fp8 for block groups with the float8 all-gather (D4).
   Bytes ag_bytes(int u) const {
     if (!plan_.fp8_all_gather || u == 0) return c_.bp;
@@ -80,8 +60,9 @@ class Fsdp2Lowering {
     return c_.graph->units[u].layers.empty() ? c_.bp : 1;
   }
 
-  void add_persistent() {
+  void add_persistent() override {
     const int U = static_cast<int>(c_.sizes.size());
+    st_.assign(U, {});
     param_shard_.assign(U, -1);
     grad_shard_.assign(U, -1);
     for (int u = 0; u < U; ++u) {
@@ -235,7 +216,13 @@ class Fsdp2Lowering {
   bool explicit_prefetch() const { return plan_.forward_prefetch || plan_.prefetch_depth > 1; }
 
   // ---- forward (F2.5, F2.6, P5, P6) ----
-  void pre_forward(int u) {
+  void root_pre_forward() override {
+    // F2.5: the copy-in and all-gather streams wait on the current stream (the previous optimizer/backward).
+    b_.defer_wait_stream(copy_in_, compute_);
+    b_.defer_wait_stream(all_gather_, compute_);
+  }
+
+  void pre_forward(int u) override {
     b_.defer_hook();
     unshard(u);
     wait_for_unshard(u, Phase::Forward);
@@ -247,7 +234,7 @@ class Fsdp2Lowering {
     }
   }
 
-  void post_forward(int u) {
+  void post_forward(int u) override {
     b_.defer_hook();
     if (u == 0) {
       flush_all_gather_state();   // the root flushes the kept AG output in its post-forward (F2.3)
@@ -256,76 +243,21 @@ class Fsdp2Lowering {
     if (plan_.reshard_after_forward != 0 || !c_.sharded) reshard(u, Phase::Forward);
   }
 
-  void forward() {
-    b_.site(mb_, SitePhase::Forward, -1);
-    // F2.5: the copy-in and all-gather streams wait on the current stream (the previous optimizer/backward).
-    b_.defer_wait_stream(copy_in_, compute_);
-    b_.defer_wait_stream(all_gather_, compute_);
-    pre_forward(0);
-    const int S = static_cast<int>(c_.segments.size());
-    for (int s = 0; s < S; ++s) {
-      b_.site(mb_, SitePhase::Forward, segment_site_layer(c_, s));
-      for (int u : c_.opening[s]) pre_forward(u);
-      emit_compute(s, OpKind::Forward);
-      for (int u : c_.closing[s]) post_forward(u);
-    }
-    b_.site(mb_, SitePhase::Forward, -1);
-    post_forward(0);
-  }
-
-  void emit_compute(int s, OpKind kind) {
-    const Segment& seg = c_.segments[s];
-    const int part = static_cast<int>(seg.part);
-    const auto& ks = kind == OpKind::Backward ? c_.bwd_kernels[part] : c_.fwd_kernels[part];
-    const char* what = kind == OpKind::Forward ? "fwd" : kind == OpKind::Backward ? "bwd" : "recompute";
-    Op& o = b_.compute_op(kind, compute_, seg.unit, mb_, what, ks);
-    o.kernel_launches = static_cast<int>(ks->size());
-    if (st_[seg.unit].unsharded >= 0) b_.read(o, st_[seg.unit].unsharded);
-    if (kind == OpKind::Forward) {
-      if (seg.part == models::ModulePart::Block && c_.act_saved[seg.layer] > 0) {
-        act_[s] = b_.buffer("act", seg.unit, c_.act_saved[seg.layer], MemCategory::Activations, compute_);
-        o.allocs.push_back(act_[s]);
-      } else if (seg.part == models::ModulePart::FinalNormAndHead) {
-        act_[s] = b_.buffer("logits", seg.unit, c_.logits, MemCategory::Logits, compute_);
-        o.allocs.push_back(act_[s]);
-        if (c_.loss_transient > 0) {
-          int t = b_.buffer("loss_tmp", seg.unit, c_.loss_transient, MemCategory::Logits, compute_);
-          o.allocs.push_back(t);
-          o.frees.push_back({t, -1});
-        }
-      }
-    } else if (kind == OpKind::Recompute) {
-      recompute_[s] = b_.buffer("recomp", seg.unit, c_.act_recompute[seg.layer], MemCategory::Activations, compute_);
-      o.allocs.push_back(recompute_[s]);
-    } else {
-      if (act_[s] >= 0) o.frees.push_back({act_[s], -1});
-      if (recompute_[s] >= 0) o.frees.push_back({recompute_[s], -1});
-      act_[s] = recompute_[s] = -1;
-    }
-  }
-
-  bool checkpointed(int s) const {
-    const Segment& seg = c_.segments[s];
-    return seg.part == models::ModulePart::Block && c_.act_recompute[seg.layer] > 0;
-  }
+  int unsharded_params(int u) const override { return st_[u].unsharded; }
 
   // ---- backward (F2.7-F2.11, A2, A3) ----
-  void pre_backward(int u) {
-    pre_backward_done_[u] = true;
-    if (plan_.activation_checkpointing.outside_fsdp && u != 0) {
-      // A2: checkpoint(fully_shard(block)) re-runs the group's forward (with its hooks) before its backward.
-      bool any = false;
-      for (int s = c_.first_seg[u]; s <= c_.last_seg[u]; ++s) any = any || checkpointed(s);
-      if (any) {
-        b_.defer_hook();
-        unshard(u);
-        wait_for_unshard(u, Phase::Backward);
-        for (int s = c_.first_seg[u]; s <= c_.last_seg[u]; ++s)
-          if (checkpointed(s)) emit_compute(s, OpKind::Recompute);
-        b_.defer_hook();
-        if (plan_.reshard_after_forward != 0) reshard(u, Phase::Backward);
-      }
-    }
+  // A2: checkpoint(fully_shard(block)) re-runs the group's forward (with its hooks) before its backward.
+  void pre_recompute(int u) override {
+    b_.defer_hook();
+    unshard(u);
+    wait_for_unshard(u, Phase::Backward);
+  }
+  void post_recompute(int u) override {
+    b_.defer_hook();
+    if (plan_.reshard_after_forward != 0) reshard(u, Phase::Backward);
+  }
+
+  void pre_backward(int u) override {
     b_.defer_hook();
     unshard(u);
     wait_for_unshard(u, Phase::Backward);
@@ -339,31 +271,22 @@ class Fsdp2Lowering {
     }
   }
 
-  void backward_segment(int s) {
-    const int u = c_.segments[s].unit;
-    if (!plan_.activation_checkpointing.outside_fsdp && checkpointed(s))
-      emit_compute(s, OpKind::Recompute);   // A3: FSDP(AC(block)) recomputes without another all-gather
-    // Autograd allocates a group's unsharded grads at its first backward compute (where its pre-backward
-    // fired); inside no_sync without an upcast it accumulates into the existing .grad instead.
-    const int first_new = b_.num_buffers();
-    for (int v : c_.backward_starts[s]) {
-      if (c_.sizes[v].grad <= 0 || fresh_grad_[v] >= 0) continue;
-      GroupState& g = st_[v];
-      if (g.grad >= 0 && !g.grad_upcast) {
-        fresh_grad_[v] = g.grad;
-        g.grad = -1;
-      } else {
-        fresh_grad_[v] = b_.buffer("grad", v, c_.sizes[v].grad * c_.bp, MemCategory::UnshardedGrads, compute_);
-      }
-    }
-    const int last_new = b_.num_buffers();
-    emit_compute(s, OpKind::Backward);
-    Op& o = b_.at(b_.last_op());
-    for (int buf = first_new; buf < last_new; ++buf) o.allocs.push_back(buf);
-    if (fresh_grad_[u] >= 0) b_.write(o, fresh_grad_[u]);
-  }
+  void begin_backward() override { fresh_grad_.assign(c_.sizes.size(), -1); }
 
-  void post_backward(int u) {
+  // Inside no_sync without an upcast autograd accumulates into the existing .grad instead of a new one.
+  void autograd_grad(int v) override {
+    if (c_.sizes[v].grad <= 0 || fresh_grad_[v] >= 0) return;
+    GroupState& g = st_[v];
+    if (g.grad >= 0 && !g.grad_upcast) {
+      fresh_grad_[v] = g.grad;
+      g.grad = -1;
+    } else {
+      fresh_grad_[v] = b_.buffer("grad", v, c_.sizes[v].grad * c_.bp, MemCategory::UnshardedGrads, compute_);
+    }
+  }
+  int unsharded_grad(int u) const override { return fresh_grad_[u]; }
+
+  void post_backward(int u) override {
     b_.defer_hook();
     GroupState& g = st_[u];
     int fresh = fresh_grad_[u];
@@ -512,26 +435,9 @@ class Fsdp2Lowering {
     return o.id;
   }
 
-  void backward() {
-    fresh_grad_.assign(c_.sizes.size(), -1);
-    pre_backward_done_.assign(c_.sizes.size(), false);
-    b_.site(mb_, SitePhase::Backward, -1);
-    pre_backward(0);   // F2.7: the root's pre-backward queues the final callback
-    const int S = static_cast<int>(c_.segments.size());
-    for (int s = S - 1; s >= 0; --s) {
-      b_.site(mb_, SitePhase::Backward, segment_site_layer(c_, s));
-      for (auto it = c_.closing[s].rbegin(); it != c_.closing[s].rend(); ++it) pre_backward(*it);
-      backward_segment(s);
-      for (auto it = c_.opening[s].rbegin(); it != c_.opening[s].rend(); ++it) post_backward(*it);
-    }
-    b_.site(mb_, SitePhase::Backward, -1);
-    post_backward(0);   // the root's post_backward runs in the final callback (its inputs need no grad)
-    final_callback();
-  }
-
   // F2.11: the compute stream waits on the post-reduce work and the last RS; held buffers are released;
   // with CPU offload the CPU synchronizes on the grad D2H events.
-  void final_callback() {
+  void final_callback() override {
     b_.defer_wait_stream(compute_, reduce_scatter_);
     if (all_reduce_ >= 0) b_.defer_wait_stream(compute_, all_reduce_);
     if (prev_rs_input_ >= 0) b_.free_now(prev_rs_input_);
@@ -542,18 +448,13 @@ class Fsdp2Lowering {
     offload_d2h_.clear();
   }
 
-  const Context& c_;
-  const Plan& plan_;
-  StepProgram p_;
-  Builder b_;
-  int compute_ = 0, copy_in_ = 1, all_gather_ = 2, reduce_scatter_ = 3, all_reduce_ = -1;
-  int mb_ = 0;
-  bool sync_ = true;
+  const std::vector<int>& optimizer_grads() const override { return grad_shard_; }
+  const std::vector<int>& optimizer_params() const override { return param_shard_; }
+
+  int copy_in_ = 1, all_gather_ = 2, reduce_scatter_ = 3, all_reduce_ = -1;
   std::vector<GroupState> st_;
   std::vector<int> param_shard_, grad_shard_;
-  std::vector<int> act_, recompute_;
   std::vector<int> fresh_grad_;
-  std::vector<bool> pre_backward_done_;
   int ag_state_buf_ = -1, ag_state_event_ = -1;   // comm_ctx.all_gather_state
   int prev_rs_input_ = -1, prev_rs_op_ = -1;      // comm_ctx.reduce_scatter_state
   std::vector<int> held_outputs_;                 // HSDP: _all_reduce_state until the end of backward
@@ -562,6 +463,6 @@ class Fsdp2Lowering {
 
 }  // namespace
 
-StepProgram lower_fsdp2(const Context& c) { return Fsdp2Lowering(c).run(); }
+StepProgram lower_fsdp2(const Context& c) { return ParamGroupLowering(c).run(); }
 
 }  // namespace fsdpsim::sim::lowering

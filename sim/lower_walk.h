@@ -1,0 +1,84 @@
+// The one lowering walk (issue 22 stage 2): the module walk of a training step, written once for both
+// FSDP versions. It walks the forward segments and then the backward in reverse, micro-batch by
+// micro-batch, and fires PyTorch's hook points where autograd and nn.Module fire them:
+//
+//   root pre-forward           the side streams wait on the compute stream (F1.5, F2.5)
+//   pre-forward(u)             before the unit's first forward segment (opening), root first
+//   forward compute            one op per segment; saved activations / logits allocated here
+//   post-forward(u)            after the unit's last forward segment (closing), root last
+//   pre-backward(u)            when the gradient reaches the unit's outputs (reverse post-forward order);
+//                              with checkpoint(FSDP(block)) the unit's forward is re-run first (A2)
+//   backward compute           one op per segment, after its recompute (FSDP(checkpoint(block)), A1, A3);
+//                              autograd allocates a unit's unsharded gradient at its first backward compute
+//   post-backward(u)           after the unit's last backward segment (AccumulateGrad / the RegisterPost-
+//                              BackwardFunction), the root's in the final callback
+//   final callback             queued by the root's pre-backward (F1.13, F2.11)
+//
+// What each hook does is the FSDP version's parameter-group lowering, a subclass: FSDP1's flat-parameter
+// handles (sim/lower_fsdp1.cpp, `FlatParamHandle` + `_runtime_utils.py`) and FSDP2's parameter groups
+// (sim/lower_fsdp2.cpp, `FSDPParamGroup`). A memory or checkpointing rule of the model's compute is written
+// here once; a rule of how FSDP moves parameters and gradients is written in its version's file.
+#pragma once
+#include <vector>
+
+#include "sim/lower_context.h"
+
+namespace fsdpsim::sim::lowering {
+
+enum class Phase { Forward, Backward };
+
+class LoweringWalk {
+ public:
+  explicit LoweringWalk(const Context& c) : c_(c), plan_(*c.plan), b_(p_, c.recycler, c.full, c.sites) {}
+  virtual ~LoweringWalk() = default;
+
+  // The whole step: persistent state, every micro-batch's forward and backward, the optimizer step.
+  StepProgram run();
+
+ protected:
+  // ---- what the FSDP version does (its parameter-group lowering) ----
+  virtual void add_streams() = 0;        // sets compute_ and the side streams (F1.1, F2.1)
+  virtual void add_persistent() = 0;     // sharded parameters, gradients, optimizer state
+  virtual void notes_before_step() {}    // notes that precede the optimizer step's
+  virtual void notes_after_step() {}
+  virtual void root_pre_forward() = 0;   // the side streams wait on the compute stream
+  virtual void pre_forward(int u) = 0;
+  virtual void post_forward(int u) = 0;
+  // checkpoint(FSDP(unit)) (A2): the recomputed forward's own pre-forward (unshard) and post-forward.
+  virtual void pre_recompute(int u) = 0;
+  virtual void post_recompute(int u) = 0;
+  virtual void pre_backward(int u) = 0;  // unshard, wait, backward prefetch
+  virtual void begin_backward() {}
+  // Autograd allocates unit v's unsharded gradient (a buffer id from b_.buffer) or reuses the one it
+  // accumulates into; the walk attaches the allocations to the backward compute op.
+  virtual void autograd_grad(int v) = 0;
+  virtual int unsharded_grad(int u) const = 0;    // the gradient unit u's backward writes (-1: none)
+  virtual int unsharded_params(int u) const = 0;  // the parameters unit u's compute reads (-1: none)
+  virtual void post_backward(int u) = 0;
+  virtual void final_callback() = 0;
+  // The buffers the optimizer step reads (sharded gradients) and writes (sharded parameters).
+  virtual const std::vector<int>& optimizer_grads() const = 0;
+  virtual const std::vector<int>& optimizer_params() const = 0;
+
+  // ---- the walk ----
+  void forward();
+  void backward();
+  void emit_compute(int s, OpKind kind);
+  bool checkpointed(int s) const;
+
+  const Context& c_;
+  const Plan& plan_;
+  StepProgram p_;
+  Builder b_;
+  int compute_ = 0;
+  int mb_ = 0;
+  bool sync_ = true;                    // this micro-batch reduces gradients (grad_sync or the last one)
+  std::vector<int> act_, recompute_;    // per segment: saved activations / recomputed activations
+  std::vector<bool> pre_backward_done_;
+
+ private:
+  void walk_pre_backward(int u);
+  void backward_segment(int s);
+};
+
+}  // namespace fsdpsim::sim::lowering
