@@ -47,12 +47,8 @@ def blocks_of(model):
 
 
 def unique_params(model):
-    seen, out = set(), []
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) not in seen:
-            seen.add(id(p))
-            out.append((name, p))
-    return out
+    """(name, parameter) once per parameter (named_parameters drops the repeats of tied ones)."""
+    return list(model.named_parameters())
 
 
 def freeze_to_fraction(model, fraction):
@@ -159,6 +155,26 @@ def _init_values(name, t):
         t.normal_(0.0, INIT_STD)
 
 
+def make_param_init_fn(device):
+    """FSDP1's param_init_fn (called once per module of a unit): materializes the module's own meta
+    parameters on `device` and initializes them. to_empty per module would untie shared parameters (LM
+    head and embedding): each meta parameter becomes one tensor, put on every module that holds it."""
+    memo = {}
+
+    def param_init_fn(module):
+        for name, param in list(module.named_parameters(recurse=False)):
+            if not param.is_meta:
+                continue
+            if id(param) not in memo:
+                new = nn.Parameter(torch.empty_like(param, device=device), requires_grad=param.requires_grad)
+                with torch.no_grad():
+                    _init_values(name, new)
+                memo[id(param)] = (param, new)     # the meta tensor is kept so its id is not reused
+            module._parameters[name] = memo[id(param)][1]
+
+    return param_init_fn
+
+
 def _mixed_precision_dtypes(p):
     master, param, reduce = DTYPES[p.master_weights_dtype], DTYPES[p.param_dtype], DTYPES[p.reduce_dtype]
     return master, (param if param != master else None), reduce
@@ -240,21 +256,7 @@ def shard_fsdp1(model, p, info):
     if param_dtype is not None or reduce_dtype != master:
         mp = MixedPrecision(param_dtype=param_dtype or master, reduce_dtype=reduce_dtype, buffer_dtype=param_dtype or master)
     block_cls = type(blocks_of(model)[0])
-    memo = {}
-
-    def param_init_fn(module):
-        # to_empty per module would untie shared parameters (lm_head / embedding): materialize each
-        # meta parameter once and put the same tensor on every module that holds it.
-        for name, param in list(module.named_parameters(recurse=False)):
-            if not param.is_meta:
-                continue
-            if id(param) not in memo:
-                new = nn.Parameter(torch.empty_like(param, device="cuda"), requires_grad=param.requires_grad)
-                with torch.no_grad():
-                    _init_values(name, new)
-                memo[id(param)] = (param, new)
-            module._parameters[name] = memo[id(param)][1]
-
+    param_init_fn = make_param_init_fn(torch.device("cuda"))
     kwargs = dict(
         sharding_strategy=ShardingStrategy[p.sharding_strategy],
         auto_wrap_policy=ModuleWrapPolicy({block_cls}) if p.auto_wrap_policy == "transformer_block" else None,

@@ -241,7 +241,7 @@ def parse_alloc_conf(text, field="plan.alloc_conf"):
         if key == "expandable_segments" and value not in ("True", "False"):
             raise InputError(field, show(text), "expandable_segments takes True or False")
         if key == "max_split_size_mb" and (not value.isdigit() or int(value) < MIN_MAX_SPLIT_SIZE_MB):
-            raise InputError(field, show(text), f"max_split_size_mb takes an integer > 20 (MiB)")
+            raise InputError(field, show(text), "max_split_size_mb takes an integer > 20 (MiB)")
         if key == "backend" and value not in ("native", "cudaMallocAsync"):
             raise InputError(field, show(text), "backend takes native or cudaMallocAsync")
         out[key] = value

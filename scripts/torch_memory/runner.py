@@ -5,7 +5,6 @@ time left, and stops the case at the budget's end). This process never initializ
 would take device memory from the cases.
 """
 import datetime
-import json
 import os
 import subprocess
 import sys

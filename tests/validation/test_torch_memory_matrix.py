@@ -5,7 +5,7 @@ import os
 import tempfile
 import unittest
 
-import torch_memory_test_util as util  # noqa: F401 (sets sys.path)
+import torch_memory_test_util as util
 from torch_memory import matrix as matrices
 from torch_memory.common import InputError
 

@@ -2,7 +2,7 @@
 torch.cuda.memory._snapshot() format, every figure counted by hand below."""
 import unittest
 
-import torch_memory_test_util as util  # noqa: F401 (sets sys.path)
+import torch_memory_test_util  # noqa: F401 (sets sys.path)
 from torch_memory import snapshot as snapshots
 
 MIB = 1 << 20

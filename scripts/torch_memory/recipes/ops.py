@@ -13,6 +13,12 @@ IGNORE_INDEX = -100            # PyTorch's F.cross_entropy default, HF's and lit
 CE_CHUNK_BYTES = 256 << 20
 
 
+def _acc(t):
+    """The kernels' accumulation dtype: fp32 for bf16/fp16/fp32 inputs (float64 stays float64, which
+    lets the tests check gradients numerically)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 def _next_power_of_2(n):
     return 1 << (max(n, 1) - 1).bit_length()
 
@@ -78,11 +84,11 @@ class FusedCrossEntropy(torch.autograd.Function):
     def forward(ctx, logits, target):
         rows, vocab = logits.shape
         chunk = max(1, CE_CHUNK_BYTES // (4 * vocab))
-        lse = torch.empty(rows, dtype=torch.float32, device=logits.device)
+        lse = torch.empty(rows, dtype=torch.promote_types(logits.dtype, torch.float32), device=logits.device)
         for s in range(0, rows, chunk):
-            lse[s:s + chunk] = torch.logsumexp(logits[s:s + chunk].float(), dim=-1)
+            lse[s:s + chunk] = torch.logsumexp(_acc(logits[s:s + chunk]), dim=-1)
         valid = target != IGNORE_INDEX
-        picked = logits.gather(1, target.clamp(min=0).unsqueeze(1)).squeeze(1).float()
+        picked = _acc(logits.gather(1, target.clamp(min=0).unsqueeze(1)).squeeze(1))
         count = valid.sum().clamp(min=1)
         loss = ((lse - picked) * valid).sum() / count
         ctx.save_for_backward(logits, lse, target, count)
@@ -96,7 +102,7 @@ class FusedCrossEntropy(torch.autograd.Function):
         grad = torch.empty_like(logits)
         scale = grad_loss / count
         for s in range(0, rows, chunk):
-            p = logits[s:s + chunk].float().sub_(lse[s:s + chunk, None]).exp_()
+            p = (_acc(logits[s:s + chunk]) - lse[s:s + chunk, None]).exp_()   # a new tensor: logits are saved
             t = target[s:s + chunk]
             valid = (t != IGNORE_INDEX).unsqueeze(1)
             p.scatter_add_(1, t.clamp(min=0).unsqueeze(1), -valid.to(p.dtype))
@@ -121,13 +127,13 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
         grad_weight = torch.zeros_like(weight) if weight.requires_grad else None
         valid_all = target != IGNORE_INDEX
         count = valid_all.sum().clamp(min=1)
-        loss = torch.zeros((), dtype=torch.float32, device=x.device)
+        loss = torch.zeros((), dtype=torch.promote_types(x.dtype, torch.float32), device=x.device)
         for s in range(0, tokens, chunk):
             xc = x[s:s + chunk]
             t = target[s:s + chunk]
             valid = valid_all[s:s + chunk]
             logits = xc @ weight.t()
-            lf = logits.float()
+            lf = _acc(logits)
             lse = torch.logsumexp(lf, dim=-1)
             picked = lf.gather(1, t.clamp(min=0).unsqueeze(1)).squeeze(1)
             loss += ((lse - picked) * valid).sum()
