@@ -45,8 +45,8 @@ def steps_from_phases(phases):
 
 
 def build_fixture(context, case, outcome, steps, phases, timeline=None, allocator=None, oom=None):
-    fixture = {"schema": SCHEMA_ID, "context": context, "case": case, "outcome": outcome, "steps": steps,
-               "phases": phases}
+    fixture = {"context": context, "schema": SCHEMA_ID, "case": case, "outcome": outcome, "steps": steps,
+               "phases": phases}   # opens with the context block, as every fsdpsim output does
     peaks = peaks_from_steps(steps)
     if outcome == "ok":
         fixture["peaks"] = peaks
