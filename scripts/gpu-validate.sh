@@ -18,7 +18,7 @@
 #       tests/fixtures/torch_memory/<case>.json and packs the new fixtures into $OUT/torch_memory_fixtures.tar.gz
 #       (logs: $OUT/torch_memory_logs.tar.gz, summary: $OUT/torch_memory_summary.json). Needs no carry and no
 #       fsdpsim build (the model specs are committed). A call is limited to 10 minutes, so the runner stops
-#       starting cases after S seconds (default 500) and the next call resumes: unpack the fixtures into
+#       starting cases after S seconds (default 560) and the next call resumes: unpack the fixtures into
 #       tests/fixtures/torch_memory/ here and run the same command again until it prints "matrix complete".
 #       FSDPSIM_GIT_SHA names the fsdpsim commit in the fixtures (the device copy has no .git).
 #
@@ -219,7 +219,7 @@ run_on_device() {
 
 # gpu-validate.sh torch-memory [--budget-s S] [--only CASE,...] [--smoke|--no-smoke]: the issue-19 matrix.
 torch_memory() {
-  local budget=500 only="" smoke=auto
+  local budget=560 only="" smoke=auto
   while (($#)); do
     case $1 in
       --budget-s) budget=${2:?--budget-s needs seconds}; shift 2 ;;

@@ -6,6 +6,7 @@ would take device memory from the cases.
 """
 import datetime
 import os
+import re
 import subprocess
 import sys
 import time
@@ -20,6 +21,9 @@ CASE_TIMEOUT_FACTOR = 4     # and is stopped after 4 x its estimate (+ CASE_TIME
 CASE_TIMEOUT_EXTRA_S = 60
 SMOKE_TIMEOUT_S = 420
 TAIL_LINES = 25
+# A fault common to every case (a PyTorch API the harness misreads) fails each case in seconds; after this
+# many errors in a row the runner stops rather than spend the device lease on the rest.
+MAX_ERRORS_IN_A_ROW = 3
 
 
 def _tail(text, n=TAIL_LINES):
@@ -56,7 +60,8 @@ def run_smoke(log_dir, git_sha, timeout=SMOKE_TIMEOUT_S):
     cmd = [sys.executable, SCRIPT, "run-smoke", "--out", out_dir, "--git-sha", git_sha]
     rc, out, seconds = _run(cmd, _case_env(""), timeout, os.path.join(log_dir, "smoke.log"))
     print(_tail(out, 60), flush=True)
-    return {"rc": rc, "seconds": seconds}
+    passed = re.search(r"^smoke: (\d+) of (\d+) passed", out, re.M)
+    return {"rc": rc, "seconds": seconds, "passed": int(passed.group(1)) if passed else 0}
 
 
 def run_matrix(matrix_path, fixtures_dir, log_dir, budget_s, git_sha, only=None, smoke=True):
@@ -71,14 +76,21 @@ def run_matrix(matrix_path, fixtures_dir, log_dir, budget_s, git_sha, only=None,
     start = time.monotonic()
     summary = {"matrix": os.path.relpath(matrix_path), "started": datetime.datetime.now(datetime.timezone.utc)
                .strftime("%Y-%m-%dT%H:%M:%SZ"), "budget_s": budget_s, "git_sha": git_sha, "cases": []}
+    stopped = None
     if smoke:
         summary["smoke"] = run_smoke(log_dir, git_sha, timeout=min(SMOKE_TIMEOUT_S, budget_s))
+        if summary["smoke"]["passed"] == 0:
+            stopped = "not started (no smoke case passed: see smoke.log)"
+    errors_in_a_row = 0
     for case, info, p in entries:
         name = case["name"]
         if only and name not in only:
             continue
         record = {"name": name}
         summary["cases"].append(record)
+        if stopped:
+            record["status"] = stopped
+            continue
         path = os.path.join(fixtures_dir, f"{name}.json")
         if os.path.exists(path):
             try:
@@ -100,12 +112,16 @@ def run_matrix(matrix_path, fixtures_dir, log_dir, budget_s, git_sha, only=None,
         record.update(rc=rc, seconds=seconds)
         if rc == 0 and os.path.exists(path):
             record["status"] = fixtures.read_fixture(path)["outcome"]
+            errors_in_a_row = 0
         else:
             record["status"] = "error"
             record["tail"] = _tail(out)
+            errors_in_a_row += 1
+            if errors_in_a_row >= MAX_ERRORS_IN_A_ROW:
+                stopped = f"not started ({MAX_ERRORS_IN_A_ROW} errors in a row before it)"
         print(f"torch-memory: {name}: {record['status']} in {seconds} s (estimate {est} s)", flush=True)
     summary["seconds"] = round(time.monotonic() - start, 1)
-    pending = [r["name"] for r in summary["cases"] if r.get("status") == "not started (budget)"]
+    pending = [r["name"] for r in summary["cases"] if r.get("status", "").startswith("not started")]
     summary["complete"] = not pending and all(r.get("status") in ("ok", "oom", "done earlier") for r in summary["cases"])
     write_json_atomic(os.path.join(log_dir, "torch_memory_summary.json"), summary)
     _print_summary(summary, pending)

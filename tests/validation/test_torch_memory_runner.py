@@ -17,8 +17,9 @@ sys.path.insert(0, os.environ["TM_SCRIPTS"])
 from torch_memory import fixture as fixtures, plan as plans
 args = sys.argv[1:]
 if args[0] == "run-smoke":
-    print("smoke: 15 of 15 passed")
-    sys.exit(0)
+    passed = int(os.environ.get("TM_SMOKE_PASSED", "15"))
+    print(f"smoke: {passed} of 15 passed")
+    sys.exit(0 if passed == 15 else 1)
 name, out = args[args.index("--case") + 1], args[args.index("--out") + 1]
 if name != "l1b-fsdp2-w8-tt":
     print("Traceback (most recent call last):\nRuntimeError: boom in " + name, file=sys.stderr)
@@ -84,6 +85,20 @@ class Runner(unittest.TestCase):
         summary, _ = self.run_matrix(only=["l1b-fsdp2-w8-tt"], logs="logs2")
         self.assertEqual(summary["cases"][0]["status"], "ok")
         self.assertTrue(summary["complete"])
+
+    def test_errors_in_a_row_stop_the_run(self):
+        only = ["l1b-fsdp2-w8-tt", "l1b-fsdp1-w8-hf", "l1b-fsdp1-shard-grad-op-w8-hf", "l1b-fsdp2-shard-grad-op-w8-tt",
+                "l1b-fsdp1-no-shard-w8-hf"]
+        summary, _ = self.run_matrix(only=only)
+        self.assertEqual([r["status"] for r in summary["cases"]],
+                         ["ok", "error", "error", "error", "not started (3 errors in a row before it)"])
+
+    def test_no_passing_smoke_case_stops_the_run(self):
+        with mock.patch.dict(os.environ, {"TM_SMOKE_PASSED": "0"}):
+            summary, _ = self.run_matrix(smoke=True)
+        self.assertEqual(summary["smoke"]["passed"], 0)
+        self.assertTrue(all(r["status"].startswith("not started (no smoke case passed") for r in summary["cases"]))
+        self.assertEqual(os.listdir(self.fixtures_dir), [])
 
     def test_the_budget_holds_cases_back(self):
         summary, _ = self.run_matrix(budget_s=1)
