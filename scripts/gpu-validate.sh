@@ -12,6 +12,16 @@
 #       on small models, and write everything under OUT_DIR (default $OUT, else reports/validation):
 #       device.txt (nvidia-smi, driver, date), the test logs, per-plan validation JSON, summary.md.
 #
+#   scripts/gpu-validate.sh torch-memory [--budget-s S] [--only CASE,...]   on the device machine: PyTorch's
+#       own memory as ground truth (issue 19). Runs scripts/torch_memory_matrix.json through
+#       scripts/torch_memory_reference.py (PyTorch FSDP1/FSDP2 on a fake world of W ranks on this GPU), writes
+#       tests/fixtures/torch_memory/<case>.json and packs the new fixtures into $OUT/torch_memory_fixtures.tar.gz
+#       (logs: $OUT/torch_memory_logs.tar.gz, summary: $OUT/torch_memory_summary.json). Needs no carry and no
+#       fsdpsim build (the model specs are committed). A call is limited to 10 minutes, so the runner stops
+#       starting cases after S seconds (default 560) and the next call resumes: unpack the fixtures into
+#       tests/fixtures/torch_memory/ here and run the same command again until it prints "matrix complete".
+#       FSDPSIM_GIT_SHA names the fsdpsim commit in the fixtures (the device copy has no .git).
+#
 # With the session's device tool (run from the repository root), after `scripts/gpu-validate.sh pack`:
 #   run(command="scripts/gpu-validate.sh run build-cuda/gpu-carry.tar.gz", carry=["build-cuda/gpu-carry.tar.gz"])
 # then copy the returned files into reports/validation/cuda-<date>/ and commit them.
@@ -207,9 +217,60 @@ run_on_device() {
   return $status
 }
 
+# gpu-validate.sh torch-memory [--budget-s S] [--only CASE,...] [--smoke|--no-smoke]: the issue-19 matrix.
+torch_memory() {
+  local budget=560 only="" smoke=auto
+  while (($#)); do
+    case $1 in
+      --budget-s) budget=${2:?--budget-s needs seconds}; shift 2 ;;
+      --only) only=${2:?--only needs case names}; shift 2 ;;
+      --smoke) smoke=yes; shift ;;
+      --no-smoke) smoke=no; shift ;;
+      *) die "torch-memory: unknown argument $1 (--budget-s S, --only CASE,..., --smoke, --no-smoke)" ;;
+    esac
+  done
+  python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null \
+    || { echo "gpu-validate: torch-memory needs python3 with PyTorch and a CUDA GPU"; exit 3; }
+  local sha=${FSDPSIM_GIT_SHA:-$(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)}
+  local out=${OUT:-$here/reports/torch-memory} fixtures=$here/tests/fixtures/torch_memory
+  local stage; stage=$(mktemp -d /tmp/torch-memory-XXXXXX)
+  mkdir -p "$out" "$stage/logs"
+  touch "$stage/started"
+  # The smoke test (tiny models through every code path, about a minute) runs on the first call only.
+  if [[ $smoke == auto ]]; then
+    smoke=yes
+    [[ -n $(find "$fixtures" -maxdepth 1 -name '*.json' ! -name schema.json -print -quit) ]] && smoke=no
+  fi
+  {
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "fsdpsim git sha: $sha"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || true
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  } | tee "$stage/logs/device.txt"
+  local args=(run-matrix --out "$fixtures" --log-dir "$stage/logs" --budget-s "$budget" --git-sha "$sha")
+  [[ -n $only ]] && args+=(--only "$only")
+  [[ $smoke == no ]] && args+=(--no-smoke)
+  local status=0
+  PYTHONUNBUFFERED=1 python3 "$here/scripts/torch_memory_reference.py" "${args[@]}" 2>&1 | tee "$stage/logs/run.log" \
+    || status=${PIPESTATUS[0]}
+  # What comes back from the device is at most 8 files: the fixtures of this call in one archive.
+  local new=()
+  while IFS= read -r f; do new+=("$(basename "$f")"); done < <(find "$fixtures" -maxdepth 1 -name '*.json' \
+    ! -name schema.json -newer "$stage/started" | sort)
+  if ((${#new[@]})); then
+    tar -C "$fixtures" -czf "$out/torch_memory_fixtures.tar.gz" "${new[@]}"
+  fi
+  tar -C "$stage" -czf "$out/torch_memory_logs.tar.gz" logs
+  cp "$stage/logs/torch_memory_summary.json" "$out/" 2>/dev/null || true
+  echo "gpu-validate: ${#new[@]} fixture(s) of this call in $out/torch_memory_fixtures.tar.gz; unpack with"
+  echo "  tar -xzf FILES_AT/torch_memory_fixtures.tar.gz -C tests/fixtures/torch_memory/"
+  return "$status"
+}
+
 case ${1:-} in
   pack) shift; pack "$@" ;;
   run) shift; run_on_device "$@" ;;
   exec) shift; exec_in_carry "$@" ;;
-  *) die "usage: gpu-validate.sh pack [BUILD_DIR] | run CARRY [OUT_DIR] | exec CARRY CMD..." ;;
+  torch-memory) shift; torch_memory "$@" ;;
+  *) die "usage: gpu-validate.sh pack [BUILD_DIR] | run CARRY [OUT_DIR] | exec CARRY CMD... | torch-memory [--budget-s S] [--only CASE,...]" ;;
 esac

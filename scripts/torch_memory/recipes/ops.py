@@ -1,0 +1,159 @@
+"""Autograd functions with the saved-tensor behaviour of fused kernels, in plain PyTorch ops.
+
+The GPU machine has no Liger-Kernel, flash-attn or Triton kernels of ours, so the "fused" recipe and the
+fused losses are written here. What each function *saves for backward* is what the fused kernel saves
+(the steady memory between forward and backward); the transients inside one call can be larger than
+the kernel's, which keeps its fp32 math in registers -- said next to each function.
+"""
+import torch
+import torch.nn.functional as F
+
+IGNORE_INDEX = -100            # PyTorch's F.cross_entropy default, HF's and litgpt's ignore index
+# Rows per chunk of the fused cross-entropy's fp32 work: chunk x V x 4 bytes stays near 256 MiB.
+CE_CHUNK_BYTES = 256 << 20
+
+
+def _acc(t):
+    """The kernels' accumulation dtype: fp32 for bf16/fp16/fp32 inputs (float64 stays float64, which
+    lets the tests check gradients numerically)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def _next_power_of_2(n):
+    return 1 << (max(n, 1) - 1).bit_length()
+
+
+class SiLUMul(torch.autograd.Function):
+    """silu(a) * b saving only a and b, as Liger's LigerSiLUMulFunction (liger_kernel/ops/swiglu.py):
+    backward recomputes silu(a). Unfused, autograd would also save silu(a) for the product's backward.
+    Transients: backward makes a few a-sized temporaries (Liger writes da, db over a and b in place)."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        out = F.silu(a)
+        return out.mul_(b)
+
+    @staticmethod
+    def backward(ctx, dc):
+        a, b = ctx.saved_tensors
+        sig = torch.sigmoid(a)
+        silu_a = a * sig
+        db = dc * silu_a
+        # d silu(a)/da = sig * (1 + a * (1 - sig)) = sig + silu(a) * (1 - sig)
+        da = dc * b
+        da.mul_(silu_a.mul_(1 - sig).add_(sig))
+        return da, db
+
+
+def _rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def _rotate_half_transposed(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((x2, -x1), dim=-1)
+
+
+class Rotary(torch.autograd.Function):
+    """RoPE (rotate-half convention) saving only cos and sin, as Liger's LigerRopeFunction
+    (liger_kernel/ops/rope.py), whose kernel rotates q and k in place. Here q and k get new outputs
+    and the inputs are dropped, which leaves the same tensors alive after the call."""
+
+    @staticmethod
+    def forward(ctx, q, k, cos, sin):
+        ctx.save_for_backward(cos, sin)
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+    @staticmethod
+    def backward(ctx, dq, dk):
+        cos, sin = ctx.saved_tensors
+        return (dq * cos + _rotate_half_transposed(dq * sin),
+                dk * cos + _rotate_half_transposed(dk * sin), None, None)
+
+
+class FusedCrossEntropy(torch.autograd.Function):
+    """Mean cross-entropy over logits [T, V] saving the logits and a per-row fp32 log-sum-exp, as
+    flash-attn's CrossEntropyLoss (flash_attn/ops/triton/cross_entropy.py; llm-foundry's default):
+    no fp32 copy of the logits and no saved log-probabilities. Backward writes the gradient into a new
+    tensor of the logits' dtype (inplace_backward=False, the default). Transient: one fp32 chunk of
+    rows (CE_CHUNK_BYTES) where the kernel keeps its math in registers."""
+
+    @staticmethod
+    def forward(ctx, logits, target):
+        rows, vocab = logits.shape
+        chunk = max(1, CE_CHUNK_BYTES // (4 * vocab))
+        lse = torch.empty(rows, dtype=torch.promote_types(logits.dtype, torch.float32), device=logits.device)
+        for s in range(0, rows, chunk):
+            lse[s:s + chunk] = torch.logsumexp(_acc(logits[s:s + chunk]), dim=-1)
+        valid = target != IGNORE_INDEX
+        picked = _acc(logits.gather(1, target.clamp(min=0).unsqueeze(1)).squeeze(1))
+        count = valid.sum().clamp(min=1)
+        loss = ((lse - picked) * valid).sum() / count
+        ctx.save_for_backward(logits, lse, target, count)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        logits, lse, target, count = ctx.saved_tensors
+        rows, vocab = logits.shape
+        chunk = max(1, CE_CHUNK_BYTES // (4 * vocab))
+        grad = torch.empty_like(logits)
+        scale = grad_loss / count
+        for s in range(0, rows, chunk):
+            p = (_acc(logits[s:s + chunk]) - lse[s:s + chunk, None]).exp_()   # a new tensor: logits are saved
+            t = target[s:s + chunk]
+            valid = (t != IGNORE_INDEX).unsqueeze(1)
+            p.scatter_add_(1, t.clamp(min=0).unsqueeze(1), -valid.to(p.dtype))
+            grad[s:s + chunk] = p.mul_(valid).mul_(scale)
+        return grad, None
+
+
+class FusedLinearCrossEntropy(torch.autograd.Function):
+    """The LM head and the mean cross-entropy fused over chunks of tokens, as Liger's
+    LigerFusedLinearCrossEntropyFunction (liger_kernel/ops/fused_linear_cross_entropy.py): the full
+    logits never exist; the forward computes the input's and the weight's gradients chunk by chunk and
+    saves only those (grad_input [T, h], grad_weight like the weight, in its dtype). Chunk size as
+    Liger's: next_power_of_2(ceil(T / ceil(V / h))) tokens. Transient: each chunk's logits in the
+    compute dtype plus their fp32 copy (Liger's kernel keeps the fp32 math in registers)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, target):
+        tokens, hidden = x.shape
+        vocab = weight.shape[0]
+        chunk = _next_power_of_2(-(-tokens // -(-vocab // hidden)))
+        grad_input = torch.zeros_like(x)
+        grad_weight = torch.zeros_like(weight) if weight.requires_grad else None
+        valid_all = target != IGNORE_INDEX
+        count = valid_all.sum().clamp(min=1)
+        loss = torch.zeros((), dtype=torch.promote_types(x.dtype, torch.float32), device=x.device)
+        for s in range(0, tokens, chunk):
+            xc = x[s:s + chunk]
+            t = target[s:s + chunk]
+            valid = valid_all[s:s + chunk]
+            logits = xc @ weight.t()
+            lf = _acc(logits)
+            lse = torch.logsumexp(lf, dim=-1)
+            picked = lf.gather(1, t.clamp(min=0).unsqueeze(1)).squeeze(1)
+            loss += ((lse - picked) * valid).sum()
+            lf.sub_(lse.unsqueeze(1)).exp_()
+            lf.scatter_add_(1, t.clamp(min=0).unsqueeze(1), -valid.unsqueeze(1).to(lf.dtype))
+            lf.mul_(valid.unsqueeze(1)).div_(count)
+            logits.copy_(lf)
+            del lf
+            grad_input[s:s + chunk] = logits @ weight
+            if grad_weight is not None:
+                grad_weight.addmm_(logits.t(), xc)
+            del logits
+        ctx.save_for_backward(grad_input, grad_weight)
+        return loss / count
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad_input, grad_weight = ctx.saved_tensors
+        # Liger skips the multiply when the incoming gradient is 1 (a plain loss.backward()).
+        if not torch.equal(grad_loss, torch.ones_like(grad_loss)):
+            grad_input = grad_input * grad_loss
+            grad_weight = grad_weight * grad_loss if grad_weight is not None else None
+        return grad_input, grad_weight, None

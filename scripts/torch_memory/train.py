@@ -1,0 +1,280 @@
+"""One case on the GPU: build, shard, train `steps` steps, measure, write the fixture.
+
+The training step is the frameworks' loop reduced to what allocates memory: forward, the loss, backward
+(FSDP1 no_sync / FSDP2 set_requires_gradient_sync(False) on micro-batches that do not sync), the
+optimizer step and zero_grad(set_to_none=True). The step's function returns after backward, so logits
+kept for backward (free_logits_before_backward false, as most loops) are freed then; with true they are
+deleted before backward() as torchtitan's train step does (`del pred`).
+
+Measurements (all from the caching allocator, c10/cuda/CUDACachingAllocator.cpp):
+  * per phase (forward, loss, backward per micro-batch; optimizer; zero_grad): memory_allocated and
+    memory_reserved at its start, max_memory_allocated / max_memory_reserved over it (peaks are reset at
+    every boundary; the phases partition the step, so a step's peak is its largest phase peak). The
+    allocator's statistics move when the CPU issues an allocation or a free, so they are exact at
+    any point of the Python program;
+  * the memory history (torch.cuda.memory._record_memory_history, Python frames of allocations) from the
+    first step on, reduced by snapshot.py to a timeline and the blocks alive at the peak.
+After initialization the cache is emptied (torch.cuda.empty_cache) so step 1 starts from the sharded
+state only, as the simulator does; FSDP1's unit-by-unit materialization would otherwise leave freed
+unsharded blocks cached.
+"""
+import datetime
+import gc
+import os
+import platform
+import shlex
+import socket
+import subprocess
+import sys
+import time
+
+from . import fixture as fixtures, matrix as matrices, plan as plans, snapshot as snapshots, specs
+from .common import InputError
+
+MARKER_BYTES = 1531                 # an odd size no tensor of the recipes requests (rounds to one 1536 B block)
+MARKER_FUNCTION = "_fsdpsim_phase_marker"
+MAX_HISTORY_ENTRIES = 4_000_000     # a 3-step llama3-8b run records tens of thousands
+
+
+def _fsdpsim_phase_marker(torch):
+    marker = torch.empty(MARKER_BYTES, dtype=torch.uint8, device="cuda")
+    del marker
+
+
+class PhaseRecorder:
+    """Phase boundaries on the main thread: closes the open phase with the allocator's peaks since its
+    start, leaves a marker allocation in the memory history, resets the peaks and opens the next."""
+
+    def __init__(self, torch, trace):
+        self.torch, self.trace = torch, trace
+        self.labels, self.phases, self.current = [], [], None
+        self.step = self.micro = 0
+
+    def start(self, phase):
+        self._close()
+        if self.trace:
+            _fsdpsim_phase_marker(self.torch)
+            self.labels.append({"step": self.step, "micro": self.micro, "phase": phase})
+        cuda = self.torch.cuda
+        cuda.reset_peak_memory_stats()
+        self.current = {"step": self.step, "micro": self.micro, "phase": phase,
+                        "start_allocated_bytes": cuda.memory_allocated(), "start_reserved_bytes": cuda.memory_reserved()}
+
+    def close(self):
+        self._close()
+        self.current = None
+
+    def _close(self):
+        if self.current is None:
+            return
+        cuda = self.torch.cuda
+        self.current.update(peak_allocated_bytes=cuda.max_memory_allocated(), peak_reserved_bytes=cuda.max_memory_reserved(),
+                            end_allocated_bytes=cuda.memory_allocated(), end_reserved_bytes=cuda.memory_reserved())
+        self.phases.append(self.current)
+        self.current = None
+
+
+def _driver_version():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def context_block(torch, git_sha):
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "tool": "scripts/torch_memory_reference.py",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": " ".join(shlex.quote(a) for a in [os.path.basename(sys.executable)] + sys.argv),
+        "fsdpsim_git_sha": git_sha,
+        "host": socket.gethostname(),
+        "python": platform.python_version(),
+        "gpu": {"name": torch.cuda.get_device_name(0), "total_memory_bytes": int(props.total_memory),
+                "driver": _driver_version(), "capability": f"{props.major}.{props.minor}"},
+        "torch": {"version": torch.__version__, "cuda": torch.version.cuda,
+                  "cudnn": str(torch.backends.cudnn.version())},
+        "fake_process_group": "torch.testing._internal.distributed.fake_pg.FakeStore, backend \"fake\", rank 0",
+        "pytorch_cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+    }
+
+
+def check_alloc_conf(p):
+    """PYTORCH_CUDA_ALLOC_CONF is read once, at CUDA's initialization: the process must have been started
+    with the plan's (runner.py sets it for each case's fresh process)."""
+    have = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+    if plans.parse_alloc_conf(have, "PYTORCH_CUDA_ALLOC_CONF") != plans.parse_alloc_conf(p.alloc_conf):
+        raise InputError("plan.alloc_conf", repr(p.alloc_conf),
+                         f"this process was started with PYTORCH_CUDA_ALLOC_CONF={have!r}; run the case in a fresh "
+                         "process with the plan's value (run-case does that)")
+
+
+def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=matrices.GPUS_PER_NODE):
+    """Runs one matrix case and writes its fixture; returns the fixture's path. OOM is an outcome."""
+    matrices.runnable(p)
+    specs.check_recipe(info["model"], p.implementation)
+    check_alloc_conf(p)
+    import torch
+    from . import parallel, recipes
+    from .recipes import losses
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("torch_memory: no CUDA device")
+    context = context_block(torch, git_sha)
+    profile = matrices.gpu_profile(context["gpu"]["name"])
+    recorder = PhaseRecorder(torch, trace)
+    notes, oom, model, optimizer = [], None, None, None
+    trainable = total = 0
+    parallel.init_fake_world(case["world"])
+    try:
+        init = {"step": 0, "micro": 0, "phase": "init", "start_allocated_bytes": torch.cuda.memory_allocated(),
+                "start_reserved_bytes": torch.cuda.memory_reserved()}
+        try:
+            model = recipes.build_model(info, p, parallel.DTYPES[p.master_weights_dtype], recorder.start)
+            trainable, total = parallel.freeze_to_fraction(model, p.trainable_fraction)
+            if total != info["params_total"]:
+                raise RuntimeError(f"the {p.implementation} recipe built {total} parameters, fsdpsim counts "
+                                   f"{info['params_total']} for {info['model']['name']}")
+            model.input_requires_grad = p.trainable_fraction < 1.0 and p.checkpointing.outside_fsdp
+            shard = parallel.shard_fsdp2 if p.fsdp_version == 2 else parallel.shard_fsdp1
+            model, shard_notes = shard(model, p, info)
+            notes += shard_notes
+            inner = model.module if p.fsdp_version == 1 else model
+            inner.setup_rope(torch.device("cuda"), p.seq_len, parallel.DTYPES[p.param_dtype])
+            optimizer = _optimizer(torch, model, p, notes)
+            vocab = info["model"]["vocab_size"]
+            tokens = torch.randint(0, vocab, (p.micro_batch, p.seq_len), device="cuda")
+            labels = torch.randint(0, vocab, (p.micro_batch, p.seq_len), device="cuda")
+            loss_fn = None if inner.loss_inside else losses.loss_fn(p.implementation, p.cross_entropy)
+            torch.cuda.synchronize()
+            init.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(),
+                        peak_reserved_bytes=torch.cuda.max_memory_reserved())
+            torch.cuda.empty_cache()
+            init.update(end_allocated_bytes=torch.cuda.memory_allocated(), end_reserved_bytes=torch.cuda.memory_reserved())
+        except torch.OutOfMemoryError as e:
+            oom = {"step": 0, "micro": 0, "phase": "init", "message": str(e).strip().splitlines()[0][:400]}
+            init.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(), peak_reserved_bytes=torch.cuda.max_memory_reserved(),
+                        end_allocated_bytes=torch.cuda.memory_allocated(), end_reserved_bytes=torch.cuda.memory_reserved())
+        recorder.phases.append(init)
+
+        baseline = {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
+        step_info, snapshot = {}, None
+        if oom is None:
+            if trace:
+                torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+                                                         max_entries=MAX_HISTORY_ENTRIES)
+            try:
+                for step in range(1, steps + 1):
+                    step_info[step] = _train_step(torch, model, optimizer, p, tokens, labels, loss_fn, recorder, step)
+            except torch.OutOfMemoryError as e:
+                oom = {"step": recorder.step, "micro": recorder.micro,
+                       "phase": recorder.current["phase"] if recorder.current else "unknown",
+                       "message": str(e).strip().splitlines()[0][:400]}
+                recorder.close()
+            if trace:
+                snapshot = torch.cuda.memory._snapshot()
+                torch.cuda.memory._record_memory_history(enabled=None)
+        fixture = _assemble(torch, case, info, p, steps, context, profile, gpus_per_node, recorder, step_info,
+                            trainable, total, oom, notes, snapshot, baseline, model)
+        return fixtures.write_fixture(fixture, out_dir)
+    finally:
+        model = optimizer = None
+        gc.collect()
+        torch.cuda.empty_cache()
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _optimizer(torch, model, p, notes):
+    params = [q for q in model.parameters() if q.requires_grad]
+    impl = {"fused": True} if p.optimizer_impl == "fused" else {"foreach": True}
+    if p.offload_params and p.optimizer_impl == "fused":
+        impl = {"foreach": True}
+        notes.append("cpu_offload: the optimizer steps on the CPU with foreach (fused is CUDA-only in PyTorch's AdamW)")
+    if p.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=1e-4, momentum=0.9, **impl)
+    return torch.optim.AdamW(params, lr=1e-5, **impl)
+
+
+def _train_step(torch, model, optimizer, p, tokens, labels, loss_fn, recorder, step):
+    import contextlib
+    t0 = time.perf_counter()
+    recorder.step = step
+    loss_value = None
+    for micro in range(p.grad_accum):
+        recorder.micro = micro
+        sync = micro == p.grad_accum - 1 or p.grad_sync
+        no_sync = contextlib.nullcontext()
+        if p.fsdp_version == 1 and not sync:
+            no_sync = model.no_sync()
+        elif p.fsdp_version == 2:
+            model.set_requires_gradient_sync(sync)
+        with no_sync:
+            recorder.start("forward")
+            logits, loss = model(tokens, labels)
+            if loss is None:
+                recorder.start("loss")
+                loss = loss_fn(logits, labels)
+            if p.free_logits_before_backward:
+                logits = None
+            if p.grad_accum > 1:
+                loss = loss / p.grad_accum
+            recorder.start("backward")
+            loss.backward()
+            loss_value = loss.detach()
+            logits = loss = None
+    recorder.micro = 0
+    recorder.start("optimizer")
+    optimizer.step()
+    recorder.start("zero_grad")
+    optimizer.zero_grad(set_to_none=True)
+    recorder.close()
+    torch.cuda.synchronize()
+    return {"time_s": round(time.perf_counter() - t0, 3), "loss": float(loss_value.float().item())}
+
+
+def _assemble(torch, case, info, p, steps, context, profile, gpus_per_node, recorder, step_info, trainable, total,
+              oom, notes, snapshot, baseline, model):
+    completed = set(step_info)
+    step_records = []
+    for s in fixtures.steps_from_phases(recorder.phases):
+        if s["step"] not in completed:
+            continue
+        last = [ph for ph in recorder.phases if ph["step"] == s["step"]][-1]
+        s.update(end_allocated_bytes=last["end_allocated_bytes"], end_reserved_bytes=last["end_reserved_bytes"],
+                 **step_info[s["step"]])
+        step_records.append(s)
+    plan_as_run = plans.explicit_plan(case["plan"])
+    if p.trainable_fraction < 1.0:
+        plan_as_run["trainable_fraction"] = round(trainable / total, 6)
+    run_case_record = {
+        "name": case["name"], "why": case.get("why", ""), "model": info["model"]["name"], "model_spec": info["model"],
+        "cluster": matrices.cluster_name(case["world"], profile, gpus_per_node), "world": case["world"],
+        "gpus_per_node": gpus_per_node, "mesh": [p.mesh_replicate, p.mesh_shard], "plan": plan_as_run,
+        "matrix_plan": case["plan"], "steps": steps, "total_params": total, "trainable_params": trainable}
+    if p.trainable_fraction < 1.0:
+        run_case_record["requested_trainable_fraction"] = p.trainable_fraction
+    stats = torch.cuda.memory_stats()
+    allocator = {"empty_cache_after_init": True,
+                 **{k: int(stats.get(k, 0)) for k in ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free")}}
+    timeline = None
+    if snapshot is not None:
+        from . import parallel
+        names = parallel.stream_names(model, p.fsdp_version) if model is not None else {}
+        try:
+            timeline = snapshots.reduce_snapshot(snapshot, recorder.labels, baseline, MARKER_BYTES, MARKER_FUNCTION,
+                                                 names, device=torch.cuda.current_device(),
+                                                 max_entries=MAX_HISTORY_ENTRIES)
+            timeline["replay_vs_allocator_bytes"] = {
+                "allocated": timeline["end"]["allocated"] - torch.cuda.memory_allocated(),
+                "reserved": timeline["end"]["reserved"] - torch.cuda.memory_reserved()}
+        except (ValueError, KeyError, IndexError) as e:
+            notes.append(f"memory history not reduced: {e}")
+    fixture = fixtures.build_fixture(context, run_case_record, "oom" if oom else "ok", step_records,
+                                     recorder.phases, timeline, allocator, oom)
+    if notes:
+        fixture["notes"] = notes
+    return fixture

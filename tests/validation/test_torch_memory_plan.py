@@ -1,0 +1,122 @@
+"""Plan checking of the torch-memory harness (scripts/torch_memory/plan.py), without PyTorch."""
+import re
+import unittest
+
+import torch_memory_test_util as util
+from torch_memory import plan as plans
+from torch_memory.common import InputError
+
+
+def resolve(plan, world=8, units=None):
+    return plans.resolve_plan(plan, world, 8, units)
+
+
+class FieldAssertions(unittest.TestCase):
+    def assertField(self, plan, field, world=8, units=None):
+        """The plan is refused with an InputError naming `field`."""
+        with self.assertRaises(InputError) as cm:
+            resolve(plan, world, units)
+        self.assertEqual(cm.exception.field, field, str(cm.exception))
+
+
+class PlanKeys(FieldAssertions):
+    def test_readme_keys_are_the_harness_keys(self):
+        # README.md "Plan keys" is the contract; the harness must know exactly those keys.
+        with open(f"{util.SOURCE_DIR}/README.md", encoding="utf-8") as f:
+            text = f.read()
+        table = text[text.index("## Plan keys"):text.index("Mesh defaults")]
+        keys = [m.group(1) for m in re.finditer(r"^\| ([a-z_0-9]+)\s+\|", table, re.M) if m.group(1) != "key"]
+        self.assertEqual(tuple(keys), plans.README_KEYS)
+
+    def test_issue19_keys_are_accepted(self):
+        p = plans.parse_plan({"implementation": "litgpt", "compile": True, "float8": "rowwise",
+                              "alloc_conf": "expandable_segments:True,max_split_size_mb:512",
+                              "free_logits_before_backward": True, "optimizer_impl": "fused",
+                              "module_overrides": {"last_block": {"reshard_after_forward": False}}})
+        self.assertEqual((p.implementation, p.compile, p.float8, p.optimizer_impl), ("litgpt", True, "rowwise", "fused"))
+        self.assertEqual(p.module_overrides, {"last_block": False})
+
+    def test_bad_values_name_the_field(self):
+        self.assertField({"nonsense": 1}, "plan.nonsense")
+        self.assertField({"implementation": "xla"}, "plan.implementation")
+        self.assertField({"compile": "yes"}, "plan.compile")
+        self.assertField({"float8": "e4m3"}, "plan.float8")
+        self.assertField({"optimizer_impl": "apex"}, "plan.optimizer_impl")
+        self.assertField({"free_logits_before_backward": 1}, "plan.free_logits_before_backward")
+        self.assertField({"micro_batch": 0}, "plan.micro_batch")
+        self.assertField({"seq_len": 2.5}, "plan.seq_len")
+        self.assertField({"activation_checkpointing": "every_0"}, "plan.activation_checkpointing")
+        self.assertField({"activation_checkpointing": {"mode": "full", "every_k": 2}}, "plan.activation_checkpointing.every_k")
+        self.assertField({"cpu_offload": {"params": True, "optimizer": False}}, "plan.cpu_offload.optimizer")
+        self.assertField({"trainable_fraction": 0}, "plan.trainable_fraction")
+        self.assertField({"mesh": [2, 2, 2]}, "plan.mesh")
+
+    def test_alloc_conf(self):
+        self.assertEqual(plans.parse_alloc_conf("expandable_segments:True, max_split_size_mb:512"),
+                         {"expandable_segments": "True", "max_split_size_mb": "512"})
+        self.assertEqual(plans.parse_alloc_conf(""), {})
+        for bad in ("expandable_segments:yes", "max_split_size_mb:20", "no_such_option:1", "expandable_segments",
+                    "expandable_segments:True,expandable_segments:False"):
+            with self.assertRaises(InputError, msg=bad) as cm:
+                plans.parse_plan({"alloc_conf": bad})
+            self.assertEqual(cm.exception.field, "plan.alloc_conf")
+
+    def test_module_overrides(self):
+        units = [{"name": "root"}, {"name": "model.layers.0"}, {"name": "model.layers.1"}]
+        p = resolve({"module_overrides": {"model.layers.1": {"reshard_after_forward": 4}}}, units=units)
+        self.assertEqual(p.module_overrides, {"model.layers.1": 4})
+        self.assertField({"module_overrides": {"model.layers.7": {"reshard_after_forward": False}}},
+                         "plan.module_overrides.model.layers.7", units=units)
+        self.assertField({"module_overrides": {"root": {"reshard_after_forward": 3}}},
+                         "plan.module_overrides.root.reshard_after_forward", units=units)
+        self.assertField({"fsdp_version": 1, "module_overrides": {"root": {"reshard_after_forward": False}}},
+                         "plan.module_overrides")
+        self.assertField({"module_overrides": {"root": {"reshard": False}}}, "plan.module_overrides.root")
+
+
+class Resolve(FieldAssertions):
+    """Mesh defaults and strategies as sim/plan.cpp resolve_plan / effective_strategy derive them."""
+
+    def test_mesh_defaults(self):
+        self.assertEqual((resolve({}).mesh_replicate, resolve({}).mesh_shard), (1, 8))
+        p = resolve({"fsdp_version": 1, "sharding_strategy": "NO_SHARD"})
+        self.assertEqual((p.mesh_replicate, p.mesh_shard), (8, 1))
+        p = resolve({"fsdp_version": 1, "sharding_strategy": "HYBRID_SHARD"}, world=64)
+        self.assertEqual((p.mesh_replicate, p.mesh_shard), (8, 8))
+        p = resolve({"mesh": {"replicate": 4, "shard": 16}}, world=64)
+        self.assertEqual((p.mesh_replicate, p.mesh_shard, p.sharding_strategy), (4, 16, "HYBRID_SHARD"))
+
+    def test_fsdp2_strategy_from_raf_and_mesh(self):
+        self.assertEqual(resolve({"sharding_strategy": "SHARD_GRAD_OP"}).reshard_after_forward, False)
+        self.assertEqual(resolve({"reshard_after_forward": False}).sharding_strategy, "SHARD_GRAD_OP")
+        self.assertEqual(resolve({"sharding_strategy": "NO_SHARD"}).sharding_strategy, "NO_SHARD")
+        self.assertEqual(resolve({"sharding_strategy": "_HYBRID_SHARD_ZERO2"}, world=64).sharding_strategy, "_HYBRID_SHARD_ZERO2")
+        self.assertEqual(resolve({"reshard_after_forward": 4}).reshard_after_forward, 4)
+
+    def test_consistency_rules(self):
+        t = self
+        t.assertField({"sharding_strategy": "SHARD_GRAD_OP", "reshard_after_forward": True}, "plan.sharding_strategy")
+        t.assertField({"fsdp_version": 1, "reshard_after_forward": False}, "plan.reshard_after_forward")
+        t.assertField({"reshard_after_forward": 3}, "plan.reshard_after_forward")
+        t.assertField({"reshard_after_forward": 8}, "plan.reshard_after_forward")
+        t.assertField({"mesh": [2, 2]}, "plan.mesh")
+        t.assertField({"fsdp_version": 1, "sharding_strategy": "FULL_SHARD", "mesh": [2, 4]}, "plan.mesh")
+        t.assertField({"backward_prefetch": "BACKWARD_POST"}, "plan.backward_prefetch")
+        t.assertField({"use_orig_params": False}, "plan.use_orig_params")
+        t.assertField({"fsdp_version": 1, "prefetch_depth": 2}, "plan.prefetch_depth")
+        t.assertField({"master_weights_dtype": "bf16", "param_dtype": "fp32"}, "plan.master_weights_dtype")
+        t.assertField({"activation_checkpointing": {"mode": "selective_op", "outside_fsdp": True}},
+                      "plan.activation_checkpointing.outside_fsdp")
+        t.assertField({"fsdp_version": 1, "cpu_offload": True, "grad_accum": 2, "grad_sync": True}, "plan.cpu_offload")
+        t.assertField({"micro_batch": 65536, "seq_len": 65536}, "plan.micro_batch")
+
+    def test_explicit_plan_names_every_issue19_key(self):
+        out = plans.explicit_plan({"micro_batch": 2})
+        for key in plans.NEW_KEYS:
+            self.assertIn(key, out)
+        self.assertEqual(out["micro_batch"], 2)
+        self.assertEqual(plans.explicit_plan({"implementation": "hf"})["implementation"], "hf")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,213 @@
+"""The harness's models and autograd functions on the CPU, where some PyTorch is installed (skipped, exit
+77, where none is: the GPU machine runs them for real).
+
+What runs here: every recipe builds fsdpsim's parameter count, trains a step (forward, loss, backward)
+and gives every trainable parameter a gradient; the fused recipe's autograd functions match plain
+autograd (values and gradients, float64); the LoRA-like freezing reaches its target. Not here: FSDP, the
+fake process group, CUDA memory (the GPU machine's run). PyTorch older than 2.4 lacks a few APIs the
+recipes call; for this CPU check only they are stood in for by plain reference code (SDPA as softmax
+attention, nn.RMSNorm as its formula, torch.nn.attention.sdpa_kernel as a no-op), installed only where
+missing.
+"""
+import math
+import sys
+import types
+import unittest
+
+import torch_memory_test_util  # noqa: F401 (sets sys.path)
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:
+    print("SKIPPED: PyTorch is not installed (python3-torch); the GPU machine runs the recipes")
+    sys.exit(77)
+
+from torch_memory import plan as plans, specs  # noqa: E402
+
+
+def _install_stand_ins():
+    if not hasattr(F, "scaled_dot_product_attention"):
+        def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+            if enable_gqa and k.shape[-3] != q.shape[-3]:
+                k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+                v = v.repeat_interleave(q.shape[-3] // v.shape[-3], dim=-3)
+            s = (q @ k.transpose(-2, -1)) * (scale if scale is not None else 1.0 / math.sqrt(q.shape[-1]))
+            if is_causal:
+                n = q.shape[-2]
+                s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+            return torch.softmax(s, dim=-1) @ v
+        F.scaled_dot_product_attention = sdpa
+    if not hasattr(nn, "RMSNorm"):
+        class RMSNorm(nn.Module):
+            def __init__(self, dim, eps=None, device=None, dtype=None):
+                super().__init__()
+                self.eps = eps if eps is not None else torch.finfo(torch.float32).eps
+                self.weight = nn.Parameter(torch.empty(dim, device=device, dtype=dtype))
+
+            def forward(self, x):
+                return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        nn.RMSNorm = RMSNorm
+    try:
+        __import__("torch.nn.attention")
+    except ImportError:
+        import contextlib
+        mod = types.ModuleType("torch.nn.attention")
+        mod.SDPBackend = types.SimpleNamespace(CUDNN_ATTENTION=0, FLASH_ATTENTION=1, MATH=2)
+        mod.sdpa_kernel = lambda backends, set_priority=False: contextlib.nullcontext()
+        sys.modules["torch.nn.attention"] = mod
+        nn.attention = mod
+
+
+_install_stand_ins()
+from torch_memory import parallel, recipes  # noqa: E402
+from torch_memory.recipes import losses, ops  # noqa: E402
+
+VOCAB_TINY = 4096
+
+
+# GPT-2's structure at a size the CPU trains in a moment (the zoo's gpt2 is counted on the meta device).
+TINY_GPT2 = {"vocab_size": 512, "hidden": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4, "head_dim": 16,
+             "ffn_hidden": 256, "max_positions": 128}
+
+
+def model_info(model_name):
+    if model_name == "tiny-gpt2":
+        info = specs.load_model_info("gpt2")
+        return {**info, "model": {**info["model"], **TINY_GPT2, "name": "tiny-gpt2"}}
+    return specs.load_model_info(model_name)
+
+
+def build(model_name, implementation, cross_entropy="torch", fraction=1.0, seq=32, materialize=True):
+    info = model_info(model_name)
+    p = plans.parse_plan({"implementation": implementation, "cross_entropy": cross_entropy,
+                          "trainable_fraction": fraction, "param_dtype": "fp32"})
+    phases = []
+    model = recipes.build_model(info, p, torch.float32, phases.append)
+    trainable, total = parallel.freeze_to_fraction(model, fraction)
+    if materialize:
+        init = parallel.make_param_init_fn(torch.device("cpu"))
+        for m in model.modules():
+            init(m)
+        model.setup_rope(torch.device("cpu"), seq, torch.float32)
+    return info, p, model, trainable, total, phases
+
+
+def train_once(model, p, vocab, seq=32, batch=2):
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, vocab, (batch, seq), generator=g)
+    labels = torch.randint(0, vocab, (batch, seq), generator=g)
+    logits, loss = model(tokens, labels)
+    if loss is None:
+        loss = losses.loss_fn(p.implementation, p.cross_entropy)(logits, labels)
+    loss.backward()
+    return loss
+
+
+class Recipes(unittest.TestCase):
+    def test_parameter_counts_are_fsdpsims(self):
+        for model_name in specs.MODELS:
+            for implementation in specs.RECIPES_BY_TYPE[specs.load_model_info(model_name)["model"]["model_type"]]:
+                with self.subTest(model=model_name, implementation=implementation):
+                    info, _, model, trainable, total, _ = build(model_name, implementation, materialize=False)
+                    self.assertEqual(total, info["params_total"])
+                    self.assertEqual(trainable, total)
+
+    def check(self, model_name, implementation, cross_entropy="torch"):
+        info, p, model, trainable, total, phases = build(model_name, implementation, cross_entropy)
+        self.assertEqual(trainable, total)
+        if info["model"]["tied_embeddings"]:
+            embedding = model.transformer.wte if hasattr(model, "transformer") else model.model.embed_tokens
+            self.assertIs(model.lm_head.weight, embedding.weight, "the tied head stays tied after materializing")
+        loss = train_once(model, p, info["model"]["vocab_size"])
+        # random init with std 0.02: the loss is close to ln(V)
+        self.assertTrue(math.isfinite(loss.item()))
+        self.assertLess(abs(loss.item() - math.log(info["model"]["vocab_size"])), 1.0)
+        for name, param in model.named_parameters():
+            self.assertIsNotNone(param.grad, f"{implementation}: {name} got no gradient")
+        self.assertEqual(phases, ["loss"] if model.loss_inside else [])
+
+    def test_llama_recipes(self):
+        for implementation in ("torchtitan", "hf", "litgpt", "fused"):
+            with self.subTest(implementation=implementation):
+                self.check("tiny-llama", implementation)
+        self.check("tiny-llama", "fused", "fused_linear")
+        self.check("tiny-llama", "torchtitan", "fused")
+
+    def test_gpt2_recipes(self):
+        self.check("tiny-gpt2", "hf")
+        self.check("tiny-gpt2", "fused", "fused_linear")
+
+    def test_outside_checkpointing_runs_reentrant(self):
+        info, p, model, _, _, _ = build("tiny-llama", "hf")
+        model.outside_checkpoint = {0, 2}
+        loss = train_once(model, p, VOCAB_TINY)
+        self.assertTrue(math.isfinite(loss.item()))
+        self.assertIsNotNone(model.model.layers[0].mlp.down_proj.weight.grad)
+
+    def test_freezing_reaches_its_target(self):
+        for fraction in (0.01, 0.05, 0.2):
+            info, p, model, trainable, total, _ = build("tiny-llama", "hf", fraction=fraction)
+            counted = sum(q.numel() for q in model.parameters() if q.requires_grad)
+            self.assertEqual(trainable, counted)
+            self.assertLessEqual(trainable, fraction * total)
+            smallest = min(q.numel() for q in model.model.layers[0].parameters() if q.dim() == 2)
+            self.assertGreater(trainable, fraction * total - 2 * smallest * len(model.model.layers), fraction)
+            self.assertFalse(model.model.embed_tokens.weight.requires_grad)
+        _, _, model, trainable, total, _ = build("tiny-llama", "hf", fraction=1e-6)
+        self.assertGreater(trainable, 0, "below one matrix, the smallest one trains")
+
+
+class FusedFunctions(unittest.TestCase):
+    """Each autograd function of ops.py against plain autograd, in float64."""
+
+    def setUp(self):
+        torch.manual_seed(0)
+
+    def test_silu_mul(self):
+        a = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+        b = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+        self.assertTrue(torch.autograd.gradcheck(ops.SiLUMul.apply, (a, b)))
+        torch.testing.assert_close(ops.SiLUMul.apply(a, b), F.silu(a) * b)
+
+    def test_rotary(self):
+        q = torch.randn(2, 3, 4, 8, dtype=torch.float64, requires_grad=True)
+        k = torch.randn(2, 1, 4, 8, dtype=torch.float64, requires_grad=True)
+        ang = torch.randn(1, 1, 4, 8, dtype=torch.float64)
+        cos, sin = ang.cos(), ang.sin()
+        self.assertTrue(torch.autograd.gradcheck(lambda q, k: ops.Rotary.apply(q, k, cos, sin), (q, k)))
+        from torch_memory.recipes.llama import rotate_half
+        torch.testing.assert_close(ops.Rotary.apply(q, k, cos, sin)[0], q * cos + rotate_half(q) * sin)
+
+    def test_fused_cross_entropy(self):
+        logits = torch.randn(7, 11, dtype=torch.float64, requires_grad=True)
+        target = torch.tensor([1, 0, ops.IGNORE_INDEX, 10, 3, 3, 5])
+        ref = F.cross_entropy(logits, target, ignore_index=ops.IGNORE_INDEX)
+        torch.testing.assert_close(ops.FusedCrossEntropy.apply(logits, target), ref)
+        self.assertTrue(torch.autograd.gradcheck(lambda x: ops.FusedCrossEntropy.apply(x, target), (logits,)))
+
+    def test_fused_linear_cross_entropy(self):
+        x = torch.randn(9, 4, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(13, 4, dtype=torch.float64, requires_grad=True)
+        target = torch.tensor([1, 0, ops.IGNORE_INDEX, 12, 3, 3, 5, 7, 8])
+        ref = F.cross_entropy(x @ w.t(), target, ignore_index=ops.IGNORE_INDEX)
+        torch.testing.assert_close(ops.FusedLinearCrossEntropy.apply(x, w, target), ref)
+        # Its gradients are computed in the forward (Liger's way); gradcheck's finite differences still apply.
+        self.assertTrue(torch.autograd.gradcheck(lambda x, w: ops.FusedLinearCrossEntropy.apply(x, w, target), (x, w)))
+
+    def test_recipe_losses_agree_on_unshifted_labels(self):
+        logits = torch.randn(2, 6, 11, dtype=torch.float64)
+        labels = torch.randint(0, 11, (2, 6))
+        ref = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        # torchtitan's loss upcasts with .float() (fp32 even for float64 input)
+        torch.testing.assert_close(losses.torchtitan_loss(logits, labels).double(), ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(losses.litgpt_loss(logits, labels), ref)
+        torch.testing.assert_close(losses.fused_loss(logits, labels), ref)
+        # HF shifts: position t predicts label t+1; the last position is ignored (and it upcasts with .float())
+        shifted = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
+        torch.testing.assert_close(losses.hf_loss(logits, labels).double(), shifted, rtol=1e-5, atol=1e-6)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,80 @@
+// Reading a PyTorch memory fixture (tests/fixtures/torch_memory/<case>.json, written by
+// scripts/torch_memory_reference.py on a GPU, format schema.json beside it) and comparing it with
+// sim::simulate (issue 19, "Ground truth from PyTorch itself").
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "calibrate/hardware_profile.h"
+#include "common/units.h"
+#include "models/model_spec.h"
+#include "sim/plan.h"
+#include "sim/sim_result.h"
+
+namespace fsdpsim::validation {
+
+// Issue 19, "Done when": the CTest passes within 2% of the allocated and 3% of the reserved peak.
+inline constexpr double kAllocatedTolerance = 0.02;
+inline constexpr double kReservedTolerance = 0.03;
+
+struct Peak {
+  Bytes allocated = 0;
+  Bytes reserved = 0;
+};
+
+struct TorchMemoryFixture {
+  std::string file;                 // the file name, in every message
+  std::string name;                 // case.name
+  bool synthetic = false;           // hand-written to test the reader, not measured
+  std::string synthetic_reason;
+  std::string outcome;              // "ok" or "oom"
+  models::ModelSpec model;
+  calibrate::Cluster cluster;
+  nlohmann::json plan_json;         // case.plan as the harness ran it
+  std::optional<sim::Plan> plan;    // empty while the simulator rejects an issue-19 key (see pending_key)
+  std::string pending_key;          // that key ("" when the plan parses)
+  std::string pending_message;
+  Peak steady;                      // peaks.steady_state (outcome ok)
+  Peak first;                       // peaks.first_step (outcome ok)
+  bool known_miss = false;
+  std::string known_miss_reason;
+  std::vector<std::string> known_miss_metrics;   // empty: the reason covers every metric
+};
+
+// Reads and checks one fixture; InputError names the file and the field ("x.json: case.world").
+TorchMemoryFixture read_torch_memory_fixture(const std::string& path);
+TorchMemoryFixture parse_torch_memory_fixture(const nlohmann::json& j, const std::string& file);
+
+// One compared figure. `compared` is false where the simulator has no such figure yet.
+struct Metric {
+  std::string name;                 // "steady_state.allocated", "steady_state.reserved", "first_step.*", "fits"
+  bool compared = true;
+  double measured = 0;              // bytes (fits: 1 = ran, 0 = OOM)
+  double predicted = 0;
+  double error = 0;                 // (predicted - measured) / measured
+  double tolerance = 0;
+  bool miss = false;
+  bool explained = false;           // a miss covered by the fixture's known_miss
+};
+
+struct Comparison {
+  std::vector<Metric> metrics;
+  bool failed() const;              // an unexplained miss
+  bool missed() const;              // any miss, explained or not
+};
+
+// The simulator's first-step peaks, once SimResult reports them (issue 19: `first_step_peak_*`).
+// Enabling the comparison is this one line: return Peak{r.first_step_peak_allocated, r.first_step_peak_reserved};
+std::optional<Peak> predicted_first_step(const sim::SimResult& r);
+
+// Simulates the fixture's plan (no trace) and compares; the fixture's plan must have parsed.
+Comparison compare_with_simulator(const TorchMemoryFixture& f);
+Comparison compare(const TorchMemoryFixture& f, const sim::SimResult& r);
+
+// The table of all fixtures: predicted vs measured, error %.
+std::string comparison_table(const std::vector<std::pair<TorchMemoryFixture, Comparison>>& rows);
+
+}  // namespace fsdpsim::validation
