@@ -3,7 +3,8 @@
 //   many nodes:  <nodes>x<gpus_per_node>x<GPU>[-<intra fabric>]-<inter fabric>   e.g. 16x8xA100-80GB-IB-HDR200
 // The GPU's default intra-node fabric applies when none is named (NVLink3 for A100, NVLink4 for
 // H100/H200, NVLink5 for B200, shared memory for CPU ranks). NICs per node default to the inter
-// fabric's (one per GPU for IB/RoCE, one per node for Ethernet), capped at the GPUs per node.
+// fabric's (one per GPU for IB/RoCE, one per node for Ethernet), capped at the GPUs per node. A file may
+// also set `host_memory_gib`, the host RAM of one node (default: the GPU profile's typical node).
 #include <algorithm>
 #include <cctype>
 #include <string>
@@ -19,6 +20,7 @@ namespace {
 
 constexpr int kMaxGpusPerNode = 64;    // issue text: gpus_per_node > 64 is rejected
 constexpr int kMaxNodes = 16384;       // far above any FSDP job; guards against typos like 10000000x8
+constexpr double kMaxHostGib = 1048576;   // 1 PiB per node: far above any server (DGX B200: up to 4 TB)
 
 std::string join(const std::vector<std::string>& v) {
   std::string s;
@@ -73,6 +75,8 @@ void validate(const Cluster& c, const std::string& field) {
     throw InputError(field + ".nics_per_node", std::to_string(c.nics_per_node), "nics_per_node must be in [1, 64]");
   if (c.gpu_memory_override < 0)
     throw InputError(field + ".gpu_memory_gib", std::to_string(c.gpu_memory_override), "must be > 0");
+  if (c.host_memory_override < 0)
+    throw InputError(field + ".host_memory_gib", std::to_string(c.host_memory_override), "must be > 0");
 }
 
 Cluster parse_name(const std::string& name, const std::string& field) {
@@ -122,7 +126,7 @@ Cluster parse_name(const std::string& name, const std::string& field) {
 Cluster cluster_from_json(const Json& j, const std::string& path) {
   JsonReader r(j, "cluster");
   r.check_no_unknown_keys({"name", "nodes", "gpus_per_node", "gpu", "intra_node", "inter_node", "nics_per_node",
-                           "gpu_memory_gib", "description"});
+                           "gpu_memory_gib", "host_memory_gib", "description"});
   Cluster c;
   c.name = r.get_string("name", path);
   c.nodes = static_cast<int>(r.get_int("nodes", 1, kMaxNodes));
@@ -135,6 +139,8 @@ Cluster cluster_from_json(const Json& j, const std::string& path) {
     c.nics_per_node = static_cast<int>(r.get_int("nics_per_node", 1, kMaxGpusPerNode, default_nics(c.inter_node, c.gpus_per_node)));
   if (r.has("gpu_memory_gib"))
     c.gpu_memory_override = static_cast<Bytes>(r.get_double("gpu_memory_gib", 0.001, 65536.0) * static_cast<double>(kGiB));
+  if (r.has("host_memory_gib"))
+    c.host_memory_override = static_cast<Bytes>(r.get_double("host_memory_gib", 0.001, kMaxHostGib) * static_cast<double>(kGiB));
   validate(c, "cluster");
   return c;
 }

@@ -28,10 +28,6 @@ const char* collective_name(CollectiveOp op) {
 
 namespace {
 
-// AdamW on fp32 master params: reads param, grad, exp_avg, exp_avg_sq (16 B) and writes param,
-// exp_avg, exp_avg_sq (12 B) per parameter (torch.optim.AdamW, foreach or fused): bandwidth-bound.
-constexpr double kAdamBytesPerParam = 28.0;
-
 inline std::uint64_t fit_key(int op, int n, int k) {
   return (static_cast<std::uint64_t>(op) << 48) | (static_cast<std::uint64_t>(n) << 24) | static_cast<std::uint64_t>(k);
 }
@@ -80,7 +76,9 @@ struct HardwareProfile::Impl {
   ComputeParams cp;
   TimeNs launch_ns = 0, hook_ns = 0;
   double overlap = 1.0;
-  double pcie_bw = 1e10, cpu_mem_bw = 1e10;
+  double pcie_bw = 1e10;
+  double cpu_mem_bw = 1e10;       // bytes/s one rank's CPU optimizer step gets (all ranks of the node at once)
+  Bytes host_capacity = 0;        // host RAM of one node (0: unknown)
   CollectiveModel model;
   std::vector<MeasuredSweep> sweeps;
   std::unordered_map<std::uint64_t, int> sweep_index;
@@ -130,12 +128,24 @@ void HardwareProfile::Impl::load_gpu(const nlohmann::json& j, const std::string&
   JsonReader mem = r.get_object("memory");
   double cap_gib = sourced_number(mem, "capacity_gib", 1e-3, 1e7);
   // CPU ranks of one node share the host memory (issue: memory capacity = host memory share).
-  if (sourced_number(mem, "shared_by_ranks_of_a_node", 0, 1, 0) > 0) cap_gib /= std::max(cluster.gpus_per_node, 1);
+  const bool host_is_device = sourced_number(mem, "shared_by_ranks_of_a_node", 0, 1, 0) > 0;
+  if (host_is_device) host_capacity = static_cast<Bytes>(cap_gib * static_cast<double>(kGiB));
+  if (host_is_device) cap_gib /= std::max(cluster.gpus_per_node, 1);
   capacity = static_cast<Bytes>(cap_gib * static_cast<double>(kGiB));
   context_bytes = static_cast<Bytes>(sourced_number(mem, "cuda_context_gib", 0, 1e4) * static_cast<double>(kGiB));
   JsonReader host = r.get_object("host");
   pcie_bw = sourced_number(host, "pcie_bytes_per_s", 1e6, 1e15) * sourced_number(host, "pcie_efficiency", 1e-3, 1.0);
-  cpu_mem_bw = sourced_number(host, "cpu_memory_bandwidth_bytes_per_s", 1e6, 1e15);
+  // The CPU optimizer step: the node's host memory bandwidth, shared by the node's ranks, which all step
+  // at once; or (a CPU calibration) the bandwidth one rank measured while every rank of the node ran.
+  if (host.has("memory_bandwidth_per_node_bytes_per_s")) {
+    const double node_bw = sourced_number(host, "memory_bandwidth_per_node_bytes_per_s", 1e6, 1e15) *
+                           sourced_number(host, "memory_efficiency", 1e-3, 1.0, 1.0);
+    cpu_mem_bw = node_bw / std::max(cluster.gpus_per_node, 1);
+  } else {
+    cpu_mem_bw = sourced_number(host, "cpu_memory_bandwidth_bytes_per_s", 1e6, 1e15);
+  }
+  if (host.has("memory_per_node_gib"))
+    host_capacity = static_cast<Bytes>(sourced_number(host, "memory_per_node_gib", 1e-3, 1e8) * static_cast<double>(kGiB));
   (void)kind;
 }
 
@@ -268,6 +278,7 @@ void load_fabrics(HardwareProfile::Impl& im, const nlohmann::json& intra, const 
     int dflt = 0;
     im.model.inter = HardwareProfile::Impl::load_fabric(inter, where + "inter_node", true, &dflt);
     im.model.nics_per_node = im.cluster.nics_per_node > 0 ? im.cluster.nics_per_node : dflt;
+    im.model.gpus_per_node = im.cluster.gpus_per_node;
   }
 }
 
@@ -285,6 +296,7 @@ HardwareProfile HardwareProfile::for_cluster(const Cluster& c) {
   im.name = c.gpu + " + " + c.intra_node + (c.inter_node.empty() ? "" : " + " + c.inter_node);
   im.context = nlohmann::json{{"note", "built-in profile: public figures, each with its source; not measured on this machine"}};
   if (c.gpu_memory_override > 0) im.capacity = c.gpu_memory_override;
+  if (c.host_memory_override > 0) im.host_capacity = c.host_memory_override;
   return p;
 }
 
@@ -318,6 +330,7 @@ HardwareProfile HardwareProfile::from_json(const nlohmann::json& j, const std::s
     im.load_measured(im.measured_doc, r.field("measured"));
   }
   if (c.gpu_memory_override > 0) im.capacity = c.gpu_memory_override;
+  if (c.host_memory_override > 0) im.host_capacity = c.host_memory_override;
   return p;
 }
 
@@ -368,21 +381,37 @@ TimeNs HardwareProfile::host_copy_time(Bytes bytes) const {
 
 TimeNs HardwareProfile::cpu_optimizer_time(std::int64_t params) const {
   if (params <= 0) return 0;
-  return static_cast<TimeNs>(std::llround(static_cast<double>(params) * kAdamBytesPerParam / impl_->cpu_mem_bw * 1e9));
+  return static_cast<TimeNs>(std::llround(static_cast<double>(params) * kCpuAdamBytesPerParam / impl_->cpu_mem_bw * 1e9));
 }
 
+double HardwareProfile::cpu_optimizer_bytes_per_s() const { return impl_->cpu_mem_bw; }
+Bytes HardwareProfile::host_memory_per_node() const { return impl_->host_capacity; }
+
 // ---- communication ----
+// A measured sweep timed one group alone (`fsdpsim calibrate` runs one group at a time); under SPMD
+// the node's other groups of this shape share its NICs (collective_model.h): the part of the measured
+// time past the model's ring latency is the transfer, and it takes sharing_slowdown() times longer.
+TimeNs HardwareProfile::shared_by_node(CollectiveOp op, double measured_ns, int group_size, int nodes_spanned) const {
+  const CollectiveModel& m = impl_->model;
+  const double slow = m.sharing_slowdown(op, group_size, nodes_spanned);
+  if (slow <= 1.0) return static_cast<TimeNs>(std::llround(measured_ns));
+  const double lat = std::min(measured_ns, m.latency_ns(op, group_size, nodes_spanned));
+  return static_cast<TimeNs>(std::llround(lat + (measured_ns - lat) * slow));
+}
+
 TimeNs HardwareProfile::collective_time(CollectiveOp op, Bytes bytes, int group_size, int nodes_spanned) const {
   if (group_size <= 1 || bytes <= 0) return 0;
   const Impl& im = *impl_;
   if (!im.sweeps.empty()) {
     auto it = im.sweep_index.find(fit_key(static_cast<int>(op), group_size, std::max(nodes_spanned, 1)));
-    if (it != im.sweep_index.end()) return im.sweeps[static_cast<size_t>(it->second)].fit.time(bytes);
+    if (it != im.sweep_index.end())
+      return shared_by_node(op, static_cast<double>(im.sweeps[static_cast<size_t>(it->second)].fit.time(bytes)),
+                            group_size, nodes_spanned);
     // Another group size of the same op on the same kind of span: the ring moves busbw-factor x S
     // bytes per rank at about the same bus bandwidth, so scale by the factor ratio (extrapolated).
     if (const MeasuredSweep* s = im.nearest_sweep(op, group_size, nodes_spanned)) {
       double scale = busbw_factor(op, group_size) / busbw_factor(op, s->group_size);
-      return static_cast<TimeNs>(std::llround(static_cast<double>(s->fit.time(bytes)) * scale));
+      return shared_by_node(op, static_cast<double>(s->fit.time(bytes)) * scale, group_size, nodes_spanned);
     }
   }
   return im.model.time(op, bytes, group_size, nodes_spanned);
@@ -406,6 +435,8 @@ nlohmann::json HardwareProfile::to_json() const {
                     {"gpus_per_node", im.cluster.gpus_per_node}, {"gpu", im.cluster.gpu},
                     {"intra_node", im.cluster.intra_node}, {"inter_node", im.cluster.inter_node},
                     {"nics_per_node", im.cluster.nics_per_node}};
+  if (im.cluster.host_memory_override > 0)
+    cl["host_memory_gib"] = static_cast<double>(im.cluster.host_memory_override) / static_cast<double>(kGiB);
   nlohmann::json j{{"schema", "fsdpsim.hardware_profile/1"}, {"context", im.context}, {"name", im.name},
                    {"cluster", cl}, {"gpu", im.gpu_doc}, {"intra_node", im.intra_doc}};
   if (!im.inter_doc.is_null()) j["inter_node"] = im.inter_doc;

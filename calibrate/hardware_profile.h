@@ -27,6 +27,7 @@ struct Cluster {
   std::string inter_node;        // fabric name: "IB-NDR400", "ETH-10G", ... ("" for one node)
   int nics_per_node = 0;
   Bytes gpu_memory_override = 0; // 0 = the GPU profile's
+  Bytes host_memory_override = 0; // host RAM of one node; 0 = the GPU profile's (its typical node's)
   int world() const { return nodes * gpus_per_node; }
 };
 
@@ -36,6 +37,13 @@ Cluster load_cluster(const std::string& name_or_path, const std::string& field =
 // default name and appears in messages.
 Cluster cluster_from_json(const nlohmann::json& j, const std::string& path);
 std::vector<std::string> builtin_cluster_examples();
+
+// AdamW on fp32 master params, one fused pass: reads param, grad, exp_avg, exp_avg_sq (16 B) and writes
+// param, exp_avg, exp_avg_sq (12 B) per parameter (torch.optim.AdamW(fused=True); the CPU kernel is
+// memory-bound). PyTorch's default on CPU tensors is the for-loop implementation (foreach and fused are
+// defaulted to only on CUDA-like devices: torch/optim/optimizer.py `_default_to_fused_or_foreach`), which
+// makes one pass per elementwise op and moves more.
+inline constexpr int kCpuAdamBytesPerParam = 28;
 
 class HardwareProfile {
  public:
@@ -60,8 +68,12 @@ class HardwareProfile {
   double comm_overlap_slowdown() const; // compute time multiplier while a collective runs (>= 1)
 
   // ---- host <-> device (offload) ----
-  TimeNs host_copy_time(Bytes bytes) const;      // pinned H2D or D2H over PCIe
-  TimeNs cpu_optimizer_time(std::int64_t params) const;  // AdamW step on the CPU (offloaded optimizer)
+  TimeNs host_copy_time(Bytes bytes) const;      // pinned H2D or D2H over this GPU's own PCIe link
+  // AdamW step on the CPU (offloaded optimizer) of one rank, `params` parameters, while every rank of
+  // the node steps at once: kCpuAdamBytesPerParam x params at cpu_optimizer_bytes_per_s().
+  TimeNs cpu_optimizer_time(std::int64_t params) const;
+  double cpu_optimizer_bytes_per_s() const;      // one rank's share of the node's host memory bandwidth
+  Bytes host_memory_per_node() const;            // host RAM of one node (0: unknown)
 
   // ---- communication ----
   // `bytes` is S as nccl-tests counts it: the full (gathered / pre-scatter / reduced) buffer.
@@ -88,6 +100,7 @@ class HardwareProfile {
   HardwareProfile& operator=(HardwareProfile&&) noexcept;
 
  private:
+  TimeNs shared_by_node(CollectiveOp op, double measured_ns, int group_size, int nodes_spanned) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -52,11 +52,16 @@
 //  * step_time_ns: the latest completion of any op (GPU or CPU), from t = 0 when the CPU starts.
 //  * compute_ns: busy time of stream 0 (the compute / default stream).
 //  * comm_ns: length of the union of the intervals during which at least one collective runs.
-//  * exposed_comm_ns: for each op X on the compute stream let ready(X) = max(end of the previous
-//    compute-stream op, issue time of X); in [ready(X), start(X)) the compute stream is idle only
-//    because X waits on another stream's op. exposed_comm_ns is the length of the union of those
-//    idle intervals intersected with the collective-busy intervals (idle time during which some
-//    collective is in flight — usually the one X waits on, directly or through a copy).
+//  * exposed_comm_ns: the time the step waits on other streams, intersected with the collective-busy
+//    intervals (idle time during which some collective is in flight — usually the one waited on,
+//    directly or through a copy). The step waits (1) for each op X on the compute stream in
+//    [ready(X), start(X)), ready(X) = max(end of the previous compute-stream op, issue time of X): the
+//    compute stream is idle only because X waits on another stream's op; (2) for a CPU op X (the
+//    offloaded optimizer step) that the CPU blocked on, in [max(end of the last compute-stream op, the
+//    time the CPU reached X), start(X)) when the compute stream has nothing issued meanwhile: with CPU
+//    offload the tail reduction and grad D2H are waited on here (F1.13, F2.11), as the GPU optimizer
+//    step waits on them without offload; (3) from the later of the compute stream's and the CPU's last
+//    op to the step's end, if other work runs past both.
 //  * cpu_blocked_ns: total time the CPU spends blocked on cpu_waits (rate limiter, syncs).
 //  * comm_bytes_by_kind: bytes each rank sends, nccl-tests N1: AG/RS (n−1)/n·S, AR 2(n−1)/n·S.
 #include "sim/executor.h"
@@ -454,6 +459,12 @@ void Engine::cpu_begin(TimeNs now) {
       cpu_blocked_ = false;
       cpu_blocked_on_ = -1;
       cpu_blocked_total_ += now - cpu_blocked_since_;
+      // A CPU op (the offloaded optimizer step) waited on other streams while the compute stream had
+      // nothing issued: the step waited there, as on a compute-stream op (exposed_comm_ns, above).
+      if ((r.flags & kCpuOp) && rec_[stream_head_[0]].state == kNotIssued) {
+        const TimeNs ready = std::max(compute_prev_end_, cpu_blocked_since_);
+        if (now > ready) compute_gaps_.emplace_back(ready, now);
+      }
       if (trace_on_ && now > cpu_blocked_since_) {
         const Op& op = p_->ops[i];
         trace_.push_back(TraceSpan{"blocked before " + op.name, "cpu", "cpu_blocked", op.unit,
@@ -930,6 +941,9 @@ void Engine::fill_results(SimResult& r) {
   TimeNs comm = 0;
   for (const auto& [a, b] : comm_intervals_) comm += b - a;
   r.comm_ns = comm;
+  // Work that runs past the compute stream's and the CPU's last op still ends the step: it waited there.
+  const TimeNs idle_from = std::max(compute_prev_end_, n_ > 0 ? issue_t_[n_ - 1] : 0);
+  if (step_end_ > idle_from) compute_gaps_.emplace_back(idle_from, step_end_);
   r.exposed_comm_ns = intersect_length(compute_gaps_, comm_intervals_);
   r.cpu_blocked_ns = cpu_blocked_total_;
   r.comm_bytes_by_kind["all_gather"] = comm_sent_[0];   // (summed when the program was compiled)

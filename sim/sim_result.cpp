@@ -26,6 +26,8 @@ nlohmann::json sim_result_to_json(const SimResult& r, bool include_trace) {
                             {"context", r.context_bytes},
                             {"total_device", r.peak_total_device}};
   j["capacity_bytes"] = r.capacity;
+  j["host_memory_per_node_bytes"] = r.host_memory_per_node;
+  j["host_capacity_per_node_bytes"] = r.host_capacity_per_node;
   j["fits"] = r.fits;
   nlohmann::json bd = nlohmann::json::object();
   for (const auto& [k, v] : r.breakdown_at_peak) bd[k] = v;

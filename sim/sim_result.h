@@ -44,7 +44,9 @@ struct SimResult {
   Bytes context_bytes = 0;
   Bytes peak_total_device = 0;     // peak_reserved + context (what nvidia-smi would show)
   Bytes capacity = 0;              // GPU memory
-  bool fits = false;               // peak_total_device <= capacity
+  Bytes host_memory_per_node = 0;  // host RAM the plan keeps on one node (CPU offload; sim/host_memory.h)
+  Bytes host_capacity_per_node = 0; // host RAM of one node (0: unknown, not checked)
+  bool fits = false;               // peak_total_device <= capacity and host_memory_per_node <= host capacity
   std::map<std::string, Bytes> breakdown_at_peak;   // category name -> bytes at the allocated peak (+slack, context)
   TimeNs step_time_ns = 0;         // one optimizer step (all micro-batches)
   TimeNs compute_ns = 0;           // busy time of the compute stream

@@ -16,6 +16,7 @@
 #include "models/kernels.h"
 #include "models/wrap_graph.h"
 #include "sim/executor.h"
+#include "sim/host_memory.h"
 #include "sim/lower_context.h"
 #include "sim/lowering.h"
 #include "sim/profile_cost_model.h"
@@ -347,6 +348,7 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
   const double usable = static_cast<double>(capacity) * (1.0 - opts.memory_margin);
   r.fits = static_cast<double>(r.peak_total_device) <= usable;
   r.breakdown_at_peak[mem_category_name(MemCategory::CudaContext)] = context;
+  apply_host_memory(host_memory(*graph, rp, cluster.gpus_per_node), hw, rp, r);   // CPU offload's host RAM
 
   // ---- throughput ----
   const int world = rp.mesh_replicate * rp.mesh_shard;

@@ -287,11 +287,13 @@ int run(int argc, char** argv, bool mpi) {
   gpu["memory"] = {{"capacity_gib", m(static_cast<double>(total_b) / static_cast<double>(kGiB) - context_gib,
                                       "cudaMemGetInfo total minus what the CUDA context and NCCL communicators hold")},
                    {"cuda_context_gib", m(context_gib, "cudaMemGetInfo total - free with the context, cuBLAS and NCCL communicators up, no buffers")}};
-  gpu["host"] = {{"pcie_bytes_per_s", m(pcie_bw, "pinned host-to-device cudaMemcpyAsync, 4 x 256 MiB")},
-                 {"pcie_efficiency", sourced(1.0, "the bandwidth above is already achieved")},
-                 {"cpu_memory_bandwidth_bytes_per_s",
-                  match.empty() ? sourced(100e9, "assumption: effective host DRAM bandwidth of a 2-socket server")
-                                : base["host"]["cpu_memory_bandwidth_bytes_per_s"]}};
+  // The host memory and its bandwidth (not measured here): the built-in GPU's node figures, or an
+  // assumed per-rank CPU optimizer bandwidth for a GPU without a built-in profile.
+  gpu["host"] = match.empty() ? nlohmann::json{{"cpu_memory_bandwidth_bytes_per_s",
+                                                sourced(100e9, "assumption: effective host DRAM bandwidth of a 2-socket server")}}
+                              : base["host"];
+  gpu["host"]["pcie_bytes_per_s"] = m(pcie_bw, "pinned host-to-device cudaMemcpyAsync, 4 x 256 MiB");
+  gpu["host"]["pcie_efficiency"] = sourced(1.0, "the bandwidth above is already achieved");
   nlohmann::json ctx = context_block_with_profile("");
   int drv = 0, rt = 0, nccl_v = 0, blas_v = 0;
   cudaDriverGetVersion(&drv);

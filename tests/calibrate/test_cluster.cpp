@@ -108,6 +108,11 @@ TEST(Cluster, JsonFile) {
   EXPECT_EQ(c.nics_per_node, 2);
   EXPECT_EQ(c.gpu_memory_override, 70 * kGiB);
   EXPECT_EQ(HardwareProfile::for_cluster(c).memory_capacity(), 70 * kGiB);
+  EXPECT_EQ(HardwareProfile::for_cluster(c).host_memory_per_node(), 2048 * kGiB);   // the H100 profile's DGX node
+  std::string h = write_tmp("test_cluster_host.json",
+                            R"({"nodes": 1, "gpus_per_node": 8, "gpu": "A100-40GB", "host_memory_gib": 512})");
+  EXPECT_EQ(HardwareProfile::for_cluster(load_cluster(h)).host_memory_per_node(), 512 * kGiB);
+  EXPECT_EQ(HardwareProfile::for_cluster(load_cluster("8xA100-40GB")).host_memory_per_node(), 1024 * kGiB);
 }
 
 TEST(Cluster, BadJsonFiles) {
@@ -128,6 +133,9 @@ TEST(Cluster, BadJsonFiles) {
   bad(R"({"nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM", "intra_node": "IB-NDR400"})", "cluster.intra_node");
   bad(R"({"nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM", "typo": 1})", "cluster.typo");
   bad(R"({"nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM", "gpu_memory_gib": -4})", "cluster.gpu_memory_gib");
+  bad(R"({"nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM", "host_memory_gib": 0})", "cluster.host_memory_gib");
+  bad(R"({"nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM", "host_memory_gib": "2TB"})", "cluster.host_memory_gib");
+  bad(R"({"nodes": 1, "gpus_per_node": 8, "gpu": "H100-SXM", "host_memory_gib": 1e300})", "cluster.host_memory_gib");
   bad(R"([1, 2])", "cluster");
   try {
     load_cluster(std::string(FSDPSIM_BINARY_DIR) + "/no_such_cluster.json", "--cluster");

@@ -89,7 +89,12 @@ TEST(Other, MemoryHostAndOverheads) {
   auto p = profile("8xH100-SXM");
   EXPECT_EQ(p.memory_bound_time(kGiB), std::llround(kGiB / (3.35e12 * 0.8) * 1e9) + 4000);
   EXPECT_EQ(p.host_copy_time(kGiB), std::llround(kGiB / (64e9 * 0.8) * 1e9) + 4000);
-  EXPECT_EQ(p.cpu_optimizer_time(1000000000), std::llround(1e9 * 28 / 100e9 * 1e9));
+  // The CPU AdamW step: 28 B per parameter, each of the node's 8 ranks with 1/8 of the DGX H100's host
+  // memory bandwidth (2 x 8 channels x DDR5-4400 x 8 B = 563.2 GB/s, x 0.7 sustained): 49.28 GB/s.
+  EXPECT_EQ(p.cpu_optimizer_time(1000000000), std::llround(1e9 * 28 / (563.2e9 * 0.7 / 8) * 1e9));
+  // Four ranks on a node share it four ways: twice as fast per rank.
+  EXPECT_EQ(profile("4xH100-SXM").cpu_optimizer_time(1000000000), std::llround(1e9 * 28 / (563.2e9 * 0.7 / 4) * 1e9));
+  EXPECT_EQ(p.host_memory_per_node(), 2048 * kGiB);   // DGX H100: 2 TB
   EXPECT_EQ(p.kernel_launch_ns(), 6000);
   EXPECT_GT(p.framework_hook_ns(), p.kernel_launch_ns());
   EXPECT_GE(p.comm_overlap_slowdown(), 1.0);

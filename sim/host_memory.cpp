@@ -1,0 +1,101 @@
+// Host memory of CPU offload, and the node's host RAM check (sim/host_memory.h).
+#include "sim/host_memory.h"
+
+#include <bit>
+#include <cstdint>
+#include <cstdio>
+
+#include "sim/lower_context.h"
+
+namespace fsdpsim::sim {
+namespace {
+
+// CachingHostAllocator block size for a pinned request of `bytes` (PowerOf2Ceil, see the header).
+Bytes pinned_block(Bytes bytes) {
+  if (bytes <= 0) return 0;
+  return static_cast<Bytes>(std::bit_ceil(static_cast<std::uint64_t>(bytes)));
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+std::string gib(Bytes b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", to_gib(b));
+  return buf;
+}
+
+// FSDP2: the pinned padded chunk of every parameter and the pinned gradient of every trainable one.
+Bytes fsdp2_pinned(const models::FsdpUnit& u, int N, Bytes bm, double trainable_fraction) {
+  Bytes params = 0;
+  const auto chunk = [&](std::int64_t numel) { params += pinned_block(numel * bm); };
+  if (u.tensors.empty()) {
+    if (u.params > 0) chunk(ceil_div(u.params, N));   // one flat tensor: dim0 = numel
+  } else {
+    for (const auto& t : u.tensors) {
+      const std::int64_t dim0 = t.shape.empty() ? 1 : t.shape[0];
+      if (dim0 <= 0) continue;
+      std::int64_t rest = 1;
+      for (std::size_t i = 1; i < t.shape.size(); ++i) rest *= t.shape[i];
+      chunk(ceil_div(dim0, N) * rest);   // M6: every rank holds chunks[0]'s size
+    }
+  }
+  // Gradients have the chunks' sizes; with frozen parameters (LoRA) the trainable fraction of them.
+  const auto grads = static_cast<Bytes>(static_cast<double>(params) * trainable_fraction);
+  return params + grads;
+}
+
+}  // namespace
+
+HostMemory host_memory(const models::WrapGraph& graph, const Plan& rp, int gpus_per_node) {
+  HostMemory h;
+  h.ranks_per_node = gpus_per_node > 0 ? gpus_per_node : 1;
+  if (!rp.cpu_offload.params && !rp.cpu_offload.optimizer) return h;
+  const int N = rp.mesh_shard > 0 ? rp.mesh_shard : 1;
+  const Bytes bm = dtype_bytes(rp.master_weights_dtype);
+  const int states = rp.optimizer == Optimizer::AdamW ? 2 : 1;   // exp_avg + exp_avg_sq; SGD momentum
+  const bool fsdp1 = rp.fsdp_version == FsdpVersion::FSDP1;
+  for (const auto& u : graph.units) {
+    if (u.params == 0) continue;
+    const lowering::UnitSizes s =
+        fsdp1 ? lowering::fsdp1_unit_sizes(u, N, rp.master_weights_dtype, rp.use_orig_params, rp.trainable_fraction)
+              : lowering::fsdp2_unit_sizes(u, N, rp.trainable_fraction);
+    h.pageable_per_rank += s.optim * states * bm;
+    if (!rp.cpu_offload.params) {
+      h.pageable_per_rank += (s.optim + s.shard) * bm;   // the grads copied down and the params to step
+    } else if (fsdp1) {
+      h.pinned_per_rank += 2 * pinned_block(s.shard * bm);   // _local_shard and _cpu_grad
+    } else {
+      h.pinned_per_rank += fsdp2_pinned(u, N, bm, rp.trainable_fraction);
+    }
+  }
+  return h;
+}
+
+void apply_host_memory(const HostMemory& h, const calibrate::HardwareProfile& hw, const Plan& rp, SimResult& r) {
+  r.host_memory_per_node = h.per_node();
+  r.host_capacity_per_node = hw.host_memory_per_node();
+  if (!rp.cpu_offload.params && !rp.cpu_offload.optimizer) return;
+  const std::string node = "each node of " + hw.cluster().name + " (" + std::to_string(h.ranks_per_node) + " ranks)";
+  const Bytes per_rank = h.pinned_per_rank + h.pageable_per_rank;
+  char bw[32];
+  std::snprintf(bw, sizeof bw, "%.1f", hw.cpu_optimizer_bytes_per_s() / 1e9);
+  r.notes.push_back("CPU offload: host memory per node " + gib(r.host_memory_per_node) + " GiB (" +
+                    std::to_string(h.ranks_per_node) + " ranks x " + gib(per_rank) + " GiB, of which " +
+                    gib(h.pinned_per_rank) + " GiB pinned in power-of-two blocks); the CPU optimizer step moves " +
+                    std::to_string(calibrate::kCpuAdamBytesPerParam) + " B per parameter (one fused AdamW pass) at " +
+                    bw + " GB/s per rank, the node's host memory bandwidth shared by its ranks (PyTorch's default "
+                    "for-loop AdamW on CPU makes several passes and is slower)");
+  if (r.host_capacity_per_node <= 0) {
+    r.notes.push_back("host memory not checked: the profile gives no host memory per node (set host_memory_gib "
+                      "in the cluster file)");
+    return;
+  }
+  if (r.host_memory_per_node > r.host_capacity_per_node) {
+    r.fits = false;
+    r.notes.push_back("does not fit: host memory per node " + gib(r.host_memory_per_node) + " GiB > " +
+                      gib(r.host_capacity_per_node) + " GiB host RAM of " + node +
+                      " (offloaded params, grads and optimizer states of every rank of the node)");
+  }
+}
+
+}  // namespace fsdpsim::sim
