@@ -249,7 +249,7 @@ TapePolicy AutogradTape::compiled_policy() const {
   }
   p.grad_bytes.resize(tensors_.size());
   for (std::size_t t = 0; t < tensors_.size(); ++t) p.grad_bytes[t] = grad_real[t] ? tensors_[t].bytes : 0;
-  p.zero_pointwise_workspace = true;
+  p.compiled = true;
   return p;
 }
 
@@ -280,12 +280,27 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
   const std::size_t input_storage = at(tensors_[at(input_)].storage);
   const std::size_t output_storage = output_ >= 0 ? at(tensors_[at(output_)].storage) : ns;
   auto workspace = [&](const TapeOp& op, bool forward) {
-    if (p.zero_pointwise_workspace && op.kind == OpKind::Pointwise) return Bytes{0};
+    if (p.compiled && op.kind == OpKind::Pointwise) return Bytes{0};
     return forward ? op.fwd_workspace : op.bwd_workspace;
   };
+  std::vector<int> last_use(ns);
+  for (std::size_t s = 0; s < ns; ++s) last_use[s] = storages_[s].last_use;
+  if (p.compiled) {  // a fused kernel reads its inputs until it writes its last output
+    for (std::size_t i = ops_.size(); i-- > 0;) {
+      const TapeOp& op = ops_[i];
+      for (std::size_t j = 0; j < op.out.size(); ++j) {
+        const std::size_t v = at(tensors_[at(first_out_[i]) + j].storage);
+        if (op.out[j].view_of >= 0 || !recomputable(op.kind, static_cast<int>(j)) || p.bytes[v] != 0) continue;
+        for (const TapeIn& in : op.in) {
+          int& l = last_use[at(tensors_[at(in.tensor)].storage)];
+          l = std::max(l, last_use[v]);
+        }
+      }
+    }
+  }
   std::vector<std::vector<int>> dies(ops_.size());
   for (std::size_t s = 0; s < ns; ++s) {
-    const int last = storages_[s].last_use;
+    const int last = last_use[s];
     if (last >= 0 && last < n_ops) dies[at(last)].push_back(static_cast<int>(s));
   }
   auto created = [&](std::size_t i, auto&& fn) {  // the storages op i allocates
@@ -355,16 +370,26 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
     for (int t = first; t < last && out_grad < 0; ++t) out_grad = slot[at(t)];
     to_unref.clear();
     if (out_grad >= 0) {
-      for (const TapeIn& in : op.in) {
+      for (std::size_t k = 0; k < op.in.size(); ++k) {
+        const TapeIn& in = op.in[k];
         const TapeTensor& tt = tensors_[at(in.tensor)];
         if (in.grad == GradRule::None || !tt.requires_grad) continue;
         int b = -1;
         switch (in.grad) {
-          case GradRule::Alias:
-            b = out_grad;
+          case GradRule::Alias:  // input k passes through to output k (or to the op's single output)
+            b = first + static_cast<int>(k) < last && slot[at(first + static_cast<int>(k))] >= 0
+                    ? slot[at(first + static_cast<int>(k))]
+                    : out_grad;
             g.ref(b);
             break;
-          case GradRule::New: b = g.make(p.grad_bytes[at(in.tensor)]); break;
+          case GradRule::New:
+            if (p.compiled && p.grad_bytes[at(in.tensor)] == 0) {  // inside a fused backward kernel
+              b = out_grad;
+              g.ref(b);
+            } else {
+              b = g.make(p.grad_bytes[at(in.tensor)]);
+            }
+            break;
           case GradRule::IntoSaved: {
             const std::size_t s = at(tt.storage);
             b = g.make(p.bytes[s]);
@@ -379,7 +404,8 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
         int& sl = slot[at(in.tensor)];
         if (sl < 0) {
           sl = b;
-        } else if (g.refs[at(sl)] == 1) {  // accumulate into the existing buffer in place
+        } else if (g.refs[at(sl)] == 1 || p.grad_bytes[at(in.tensor)] == 0) {
+          // accumulate into the existing buffer in place (or inside a fused kernel)
           to_unref.push_back(b);
         } else if (g.refs[at(b)] == 1) {   // or into the new one
           to_unref.push_back(sl);

@@ -42,7 +42,7 @@ enum class OpKind : std::uint8_t {
 enum class GradRule : std::uint8_t {
   None,       // no gradient (non-differentiable, or a parameter: FSDP's accounting, not this one)
   New,        // allocates a gradient the size of the input
-  Alias,      // the input's gradient is (a view of) the op's first output gradient
+  Alias,      // the input's gradient is (a view of) output k's gradient for input k, else the first output's
   IntoSaved,  // written into the input's own saved storage (Liger's in-place backward kernels)
 };
 
@@ -93,7 +93,10 @@ struct TapePolicy {
   std::vector<Bytes> bytes;      // per storage: its size (0 for a tensor inductor fuses away)
   std::vector<Bytes> grad_bytes; // per tensor: its gradient's size (0 for a fused gradient)
   bool recompute = false;        // a checkpointed block: the backward starts by re-running the forward
-  bool zero_pointwise_workspace = false;  // compiled: pointwise ops' intermediates are fused
+  // Compiled: pointwise chains run as fused kernels. Their intermediates (bytes 0) hold no memory, a
+  // fused kernel's inputs live until it ends, and the gradient it reads stays alive while it writes
+  // the gradients of its inputs.
+  bool compiled = false;
 };
 
 struct TapeCost {

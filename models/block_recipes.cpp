@@ -239,6 +239,7 @@ class BlockWriter {
     const bool rowwise = o_.float8 == Float8Recipe::Rowwise;
     const bool eager = !o_.compile;
     const std::string base(name);
+    // A Float8TrainingTensor: the fp8 data and its scale (both live until the mm has run).
     auto cast_fp8 = [&](int src, Bytes rows, Bytes cols, const std::string& what) {
       // amax: tensorwise torch.max(torch.abs(x)) (aten.max, a 0-dim tensor in x's dtype); rowwise
       // torch.amax(torch.abs(x), dim, keepdim) (one value per row). abs(x) is an eager temporary.
@@ -252,11 +253,12 @@ class BlockWriter {
                {out(intern(base + "." + what + "_fp8"), rows * cols * kFp8, false, false),
                 out(intern(base + "." + what + "_scale"), (rowwise ? rows : 1) * kFp32, false, false)}};
       c.fwd_workspace = rows * cols * kEagerCastBytesPerElem;  // zeroed when compiled (fused)
-      return t_.add(c)[0];
+      return t_.add(c);
     };
-    const int x8 = cast_fp8(x, tokens, in_f, "in");
-    const int w8 = cast_fp8(-1, out_f, in_f, "w");  // the unsharded weight (FSDP's), cast every forward
-    TapeOp mm{OpKind::Matmul, {saved_in(x), in(x8, GradRule::None), in(w8, GradRule::None)},
+    const std::vector<int> x8 = cast_fp8(x, tokens, in_f, "in");
+    const std::vector<int> w8 = cast_fp8(-1, out_f, in_f, "w");  // the unsharded weight (FSDP's), cast every forward
+    TapeOp mm{OpKind::Matmul,
+              {saved_in(x), in(x8[0], GradRule::None), in(x8[1], GradRule::None), in(w8[0], GradRule::None), in(w8[1], GradRule::None)},
               {out(bias ? intern(base + ".mm") : name, tokens * out_f * e_)}};
     // backward: grad_output cast twice (dim0 for grad_input, dim1 for grad_weight), the weight and the
     // input recast; the fp8 copies live until the function returns; eager casts add two fp32 copies.
