@@ -14,12 +14,16 @@
 //   torchtitan RoPE gather   T*(d/2)*8 = 4*2*8   = 64 (complex64)
 #include <gtest/gtest.h>
 
+#include <iostream>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "cli/commands.h"
 #include "common/errors.h"
 #include "models/implementation.h"
+#include "models/model_info.h"
 #include "models/zoo.h"
 
 using namespace fsdpsim;
@@ -381,4 +385,39 @@ TEST(Implementation, BadInputIsAnInputError) {
   EXPECT_THROW(block_memory(bad, 1, 4, Dtype::BF16, CheckpointMode::None, {}), InputError);
   EXPECT_THROW(parse_model_impl("megatron", "plan.implementation"), InputError);
   EXPECT_EQ(parse_model_impl("litgpt", "x"), ModelImpl::LitGPT);
+}
+
+TEST(Implementation, ModelInfoReportsTheRecipe) {
+  ModelInfoRequest req;
+  req.seq_len = 4096;
+  req.implementation = ModelImpl::TorchTitan;
+  const auto j = model_info_json(load_model("llama3-8b"), req);
+  EXPECT_EQ(j.at("implementation"), "torchtitan");
+  EXPECT_DOUBLE_EQ(j.at("saved_bytes_per_block_per_token").at("none").get<double>(), 168'584.0);
+  EXPECT_DOUBLE_EQ(j.at("saved_bytes_per_block_per_token").at("full").get<double>(), 8'192.0);
+  EXPECT_DOUBLE_EQ(j.at("final_norm_saved_bytes_per_token").get<double>(), 16'388.0);  // x, out, rstd
+  EXPECT_NE(model_info_text(load_model("llama3-8b"), req).find("implementation torchtitan, saved per token per block: none 168584.0 B"),
+            std::string::npos);
+}
+
+TEST(Implementation, ModelInfoCommandTakesTheOption) {
+  auto run = [](const std::vector<std::string>& args) {
+    std::ostringstream captured;
+    std::streambuf* old = std::cout.rdbuf(captured.rdbuf());
+    try {
+      cli::cmd_model_info(args);
+    } catch (...) {
+      std::cout.rdbuf(old);
+      throw;
+    }
+    std::cout.rdbuf(old);
+    return captured.str();
+  };
+  EXPECT_NE(run({"--model", "llama3-8b", "--implementation", "litgpt"}).find("none 229520.0 B"), std::string::npos);
+  try {
+    run({"--model", "llama3-8b", "--implementation", "megatron"});
+    ADD_FAILURE() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "--implementation");
+  }
 }
