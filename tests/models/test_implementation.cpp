@@ -421,3 +421,30 @@ TEST(Implementation, ModelInfoCommandTakesTheOption) {
     EXPECT_EQ(e.field(), "--implementation");
   }
 }
+
+TEST(Implementation, NamesAreUniqueWithinABlock) {
+  for (const char* model : {"llama3-8b", "gpt2", "gemma-2b", "mixtral-8x7b", "mpt-125m", "qwen2-7b"})
+    for (ModelImpl impl : {ModelImpl::TorchTitan, ModelImpl::HF, ModelImpl::LitGPT, ModelImpl::Fused})
+      for (CheckpointMode mode : {CheckpointMode::None, CheckpointMode::SelectiveOp})
+        for (bool compile : {false, true}) {
+          const BlockMemory bm = block_memory(load_model(model), 1, 128, Dtype::BF16, mode,
+                                              ImplOptions{impl, compile, Float8Recipe::Tensorwise});
+          std::vector<std::string> seen;
+          for (const auto& t : bm.saved) {
+            EXPECT_FALSE(contains(seen, t.name)) << model << " " << model_impl_name(impl) << " " << t.name;
+            EXPECT_GT(t.bytes, 0) << model << " " << t.name;
+            seen.emplace_back(t.name);
+          }
+          EXPECT_GT(bm.backward_extra, 0);
+        }
+}
+
+TEST(Implementation, Fp32ActivationsNeedNoUpcastCopy) {
+  // In fp32, hidden_states.to(float32) returns the tensor itself: HF's norm saves the block input.
+  const BlockMemory bm = block_memory(tiny_llama(), 1, 4, Dtype::FP32, CheckpointMode::None, ImplOptions{ModelImpl::HF});
+  EXPECT_EQ(std::string(bm.saved[0].name), "x");
+  EXPECT_EQ(bm.saved[0].bytes, 4 * 8 * 4);
+  const auto n = names(bm);
+  EXPECT_FALSE(contains(n, "attn_norm.x_fp32"));
+  EXPECT_FALSE(contains(n, "attn_norm.normed"));  // .to(fp32) of the fp32 normed tensor is itself
+}
