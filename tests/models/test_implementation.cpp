@@ -34,19 +34,10 @@ namespace {
 using Entries = std::vector<std::pair<std::string, Bytes>>;
 
 ModelSpec tiny_llama() {
-  ModelSpec m;
-  m.name = "tiny";
-  m.model_type = "llama";
-  m.vocab_size = 32;
-  m.hidden = 8;
-  m.n_layers = 1;
-  m.n_heads = 2;
-  m.n_kv_heads = 1;
-  m.head_dim = 4;
-  m.ffn_hidden = 16;
-  m.max_positions = 64;
-  m.hidden_act = "silu";
-  return m;
+  return ModelSpec{.name = "tiny", .model_type = "llama", .block_class = "LlamaDecoderLayer", .vocab_size = 32,
+                   .hidden = 8, .n_layers = 1, .n_heads = 2, .n_kv_heads = 1, .head_dim = 4, .ffn_hidden = 16,
+                   .max_positions = 64, .qkv_bias = false, .out_bias = false, .mlp_bias = false, .norm_bias = true,
+                   .conv1d_weights = false, .hidden_act = "silu"};
 }
 
 // GPT-2 shaped (HF GPT2Block): LayerNorm, learned positions, Conv1D with biases, gelu_new, MHA.
@@ -330,8 +321,9 @@ TEST(Implementation, MoeCoversEveryRoutedToken) {
   for (const auto& t : hf.saved)
     if (std::string(t.name).ends_with(".gate")) hf_gate += t.bytes;
   EXPECT_EQ(hf_gate, 8 * 1024LL * 14336 * 2);  // 8 experts x 1024 tokens x f x bf16
-  for (const auto& t : tt.saved)
+  for (const auto& t : tt.saved) {
     if (std::string(t.name) == "moe.experts.gate") EXPECT_EQ(t.bytes, 8192LL * 14336 * 2);
+  }
 }
 
 TEST(Implementation, LegacyAssumptionIsTorchtitanWithoutItsRopeGather) {
