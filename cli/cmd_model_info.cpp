@@ -23,6 +23,7 @@ int cmd_model_info(const Argv& argv) {
       {"micro-batch", true, false, "sequences per micro-batch for activation bytes (default 1)", "N"},
       {"dtype", true, false, "activation dtype: bf16 (default), fp16, fp32, fp8", "DTYPE"},
       {"wrap-policy", true, false, "FSDP units to show: block (default) | none | size:N | modules:a,b,...", "POLICY"},
+      {"implementation", true, false, "whose block code saves the activations: hf (default) | torchtitan | litgpt | fused", "NAME"},
       {"out", true, false, "also write the output to FILE (atomically)", "FILE"},
   };
   const Args args(argv, specs);
@@ -44,6 +45,7 @@ int cmd_model_info(const Argv& argv) {
   req.micro_batch = args.get_int("micro-batch", 1, 1, 1 << 20);
   req.dtype = parse_dtype(args.get("dtype", "bf16"), "--dtype");
   req.policy = models::parse_wrap_policy(args.get("wrap-policy", "block"), "--wrap-policy");
+  req.implementation = models::parse_model_impl(args.get("implementation", "hf"), "--implementation");
   try {  // a module name that matches nothing: blame the option the user typed
     models::build_wrap_graph(models::with_seq_len(m, req.seq_len), req.policy);
   } catch (const InputError& e) {

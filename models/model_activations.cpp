@@ -1,5 +1,11 @@
 // Activation memory of one block, the logits and the loss (bytes, exact for the stated kernels).
 //
+// Legacy: the block functions below are one fixed assumption used for every model. It matches no
+// framework's code exactly: it is torchtitan's block (models/implementation.cpp) without the per-block
+// RoPE gather cache[positions] (T * d/2 * 8 B) that torchtitan's ComplexRoPE saves today
+// (tests/models/test_implementation.cpp, LegacyAssumptionIsTorchtitanWithoutItsRopeGather). The
+// per-recipe, per-tensor account is models/implementation.h.
+//
 // Notation: T = b*s tokens of a micro-batch, e = bytes of the activation dtype, h = hidden,
 // a = n_heads, g = n_kv_heads, d = head_dim, f = ffn_hidden, E = n_experts, k = experts_top_k.
 //

@@ -87,6 +87,16 @@ nlohmann::json model_info_json(const ModelSpec& spec, const ModelInfoRequest& re
   j["block_backward_grad_bytes"] = block_backward_grad_bytes(m, b, s, req.dtype);
   j["logits_bytes"] = logits_bytes(m, b, s, req.dtype);
   j["logits_peak_bytes"] = logits_peak_bytes(m, b, s, req.dtype);
+  // The implementation recipe's saved tensors (models/implementation.cpp), per token of one block.
+  nlohmann::json recipe;
+  const ImplOptions impl{req.implementation};
+  for (auto mode : {CheckpointMode::None, CheckpointMode::SelectiveOp, CheckpointMode::Full})
+    recipe[checkpoint_mode_name(mode)] =
+        static_cast<double>(block_memory(m, b, s, req.dtype, mode, impl).saved_bytes()) / tokens;
+  j["implementation"] = model_impl_name(req.implementation);
+  j["saved_bytes_per_block_per_token"] = recipe;
+  j["final_norm_saved_bytes_per_token"] =
+      static_cast<double>(final_norm_memory(m, b, s, req.dtype, impl).saved_bytes()) / tokens;
   j["activation_assumptions"] =
       "flash/memory-efficient SDPA (no S x S scores), fused norms, no dropout; selective_op = torchtitan op-level "
       "SAC (saves mm outputs except every second mm, and SDPA outputs); approximate for MoE routing (balanced)";
@@ -154,7 +164,11 @@ std::string model_info_text(const ModelSpec& spec, const ModelInfoRequest& req) 
     << " GiB\n"
     << "  logits + fp32 log_softmax            " << fmt("%.4f", static_cast<double>(j["logits_bytes"].get<std::int64_t>()) / 1073741824.0)
     << " GiB (peak with the fp32 upcast " << fmt("%.4f", static_cast<double>(j["logits_peak_bytes"].get<std::int64_t>()) / 1073741824.0)
-    << " GiB)\n  assumes: " << j["activation_assumptions"].get<std::string>() << "\n\n";
+    << " GiB)\n  assumes: " << j["activation_assumptions"].get<std::string>() << "\n";
+  o << "  implementation " << j["implementation"].get<std::string>() << ", saved per token per block:";
+  for (const char* mode : {"none", "selective_op", "full"})
+    o << " " << mode << " " << fmt("%.1f", j["saved_bytes_per_block_per_token"][mode].get<double>()) << " B";
+  o << "; final norm " << fmt("%.1f", j["final_norm_saved_bytes_per_token"].get<double>()) << " B\n\n";
   o << "FSDP units, wrap policy " << j["wrap_policy"].get<std::string>() << ": " << j["units"].size()
     << " (listed in forward order)\n";
   for (const auto& id : j["forward_order"]) {

@@ -1,0 +1,436 @@
+// The tape's bookkeeping, its policies (eager autograd, checkpointing, SAC, inductor's partitioner)
+// and the forward/backward walk that turns a policy into bytes.
+#include "models/autograd_tape.h"
+
+#include "models/min_cut.h"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+namespace fsdpsim::models {
+namespace {
+
+constexpr int kForever = std::numeric_limits<int>::max();
+
+// Ops inductor calls as a library kernel (cuBLAS, flash/flex attention, a user Triton kernel): their
+// inputs and outputs are real buffers even when everything around them is fused.
+bool is_extern(OpKind k) {
+  return k == OpKind::Matmul || k == OpKind::MatmulBias || k == OpKind::RouterMatmul || k == OpKind::Attention ||
+         k == OpKind::Kernel || k == OpKind::Topk;
+}
+
+// Whether inductor may recompute output `j` of an op in the backward instead of saving it
+// (torch/_functorch/partitioners.py, get_default_op_list / ban_recomputation: pointwise, view and
+// indexing ops are recomputable; mm/addmm/SDPA are compute-intensive and never recomputed; a
+// reduction whose output is much smaller than its input is banned; a decomposed norm's output is
+// pointwise given the input and its statistics).
+bool recomputable(OpKind k, int j) {
+  switch (k) {
+    case OpKind::Pointwise:
+    case OpKind::View:
+    case OpKind::Gather: return true;
+    case OpKind::Norm: return j == 0;
+    default: return false;
+  }
+}
+
+std::size_t at(int i) { return static_cast<std::size_t>(i); }
+
+}  // namespace
+
+int AutogradTape::input(const char* name, Bytes bytes) {
+  if (input_ >= 0) throw std::logic_error("AutogradTape: one input per tape");
+  tensors_.push_back({name, bytes, static_cast<int>(storages_.size()), -1, -1, true});
+  storages_.push_back({name, bytes, static_cast<int>(tensors_.size()) - 1, -1, -1});
+  input_ = static_cast<int>(tensors_.size()) - 1;
+  return input_;
+}
+
+std::vector<int> AutogradTape::add(const TapeOp& op) {
+  const int idx = static_cast<int>(ops_.size());
+  bool grad_flows = false;
+  for (const TapeIn& i : op.in) {
+    if (i.tensor < 0 || i.tensor >= static_cast<int>(tensors_.size()))
+      throw std::logic_error("AutogradTape: an op reads an unknown tensor");
+    const TapeTensor& t = tensors_[at(i.tensor)];
+    grad_flows = grad_flows || (t.requires_grad && i.grad != GradRule::None);
+    TapeStorage& s = storages_[at(t.storage)];
+    s.last_use = std::max(s.last_use, idx);
+  }
+  ops_.push_back(op);
+  first_out_.push_back(static_cast<int>(tensors_.size()));
+  std::vector<int> ids;
+  ids.reserve(op.out.size());
+  for (std::size_t j = 0; j < op.out.size(); ++j) {
+    const TapeOut& o = op.out[j];
+    const int tensor = static_cast<int>(tensors_.size());
+    int storage = -1;
+    if (o.view_of >= 0) {
+      storage = tensors_[at(o.view_of)].storage;
+    } else {
+      storage = static_cast<int>(storages_.size());
+      storages_.push_back({o.name, o.bytes, tensor, idx, idx});
+    }
+    tensors_.push_back({o.name, o.bytes, storage, idx, static_cast<int>(j), o.differentiable && grad_flows});
+    ids.push_back(tensor);
+  }
+  return ids;
+}
+
+void AutogradTape::hold(int tensor) {
+  TapeStorage& s = storages_[at(tensors_[at(tensor)].storage)];
+  s.last_use = std::max(s.last_use, static_cast<int>(ops_.size()) - 1);
+}
+
+void AutogradTape::output(int tensor) {
+  output_ = tensor;
+  storages_[at(tensors_[at(tensor)].storage)].last_use = kForever;
+}
+
+TapePolicy AutogradTape::eager_policy() const {
+  const std::size_t n = storages_.size();
+  TapePolicy p;
+  p.needed.assign(n, 0);
+  p.release_op.assign(n, kForever);
+  p.bytes.resize(n);
+  for (std::size_t s = 0; s < n; ++s) p.bytes[s] = storages_[s].bytes;
+  p.grad_bytes.resize(tensors_.size());
+  for (std::size_t t = 0; t < tensors_.size(); ++t) p.grad_bytes[t] = tensors_[t].bytes;
+  auto save = [&](int tensor, int op) {
+    const std::size_t s = at(tensors_[at(tensor)].storage);
+    p.needed[s] = 1;
+    p.release_op[s] = std::min(p.release_op[s], op);  // backward runs in reverse: the earliest saver is last
+  };
+  for (std::size_t i = 0; i < ops_.size(); ++i)
+    for (const TapeIn& in : ops_[i].in)
+      if (in.saved) save(in.tensor, static_cast<int>(i));
+  for (std::size_t t = 0; t < tensors_.size(); ++t) {
+    const TapeTensor& tt = tensors_[t];
+    if (tt.producer >= 0 && ops_[at(tt.producer)].out[at(tt.out_index)].saved) save(static_cast<int>(t), tt.producer);
+  }
+  p.kept = p.needed;
+  return p;
+}
+
+TapePolicy AutogradTape::full_checkpoint_policy(const TapePolicy& inner) const {
+  TapePolicy p = inner;
+  p.kept.assign(storages_.size(), 0);
+  p.kept[at(tensors_[at(input_)].storage)] = 1;
+  p.recompute = true;
+  return p;
+}
+
+// torchtitan SelectiveAC._wrap_block (2026): MUST_SAVE the outputs of the compute-intensive ops
+// (get_default_op_list().compute_intensive_ops: mm, addmm, bmm, SDPA flash/efficient, _scaled_mm) and
+// of SDPA/flex attention, aten.max and aten.topk, except every second aten.mm/linear counted in forward
+// order; mm shapes of force_recompute_mm_shapes_by_fqns (the MoE router) are recomputed and not counted.
+TapePolicy AutogradTape::selective_op_policy(const TapePolicy& inner) const {
+  TapePolicy p = full_checkpoint_policy(inner);
+  int mm_count = 0;
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    bool keep = false;
+    switch (ops_[i].kind) {
+      case OpKind::Matmul: keep = (++mm_count % 2) == 1; break;
+      case OpKind::MatmulBias:
+      case OpKind::Attention:
+      case OpKind::Amax:
+      case OpKind::Topk: keep = true; break;
+      default: break;
+    }
+    if (!keep) continue;
+    for (std::size_t j = 0; j < ops_[i].out.size(); ++j)
+      p.kept[at(tensors_[at(first_out_[i]) + j].storage)] = 1;
+  }
+  return p;
+}
+
+// inductor's partitioner (torch/_functorch/partitioners.py, min_cut_rematerialization_partition /
+// solve_min_cut): every storage is a node split in two by an edge weighted with its bytes; the block
+// input and every tensor that cannot be recomputed (matmul / attention / kernel outputs, statistics)
+// hang from the source, what the backward reads (autograd's saved set) feeds the sink, producers feed
+// consumers with infinite capacity. The saved tensors are the node edges a minimum cut crosses.
+// Buffers inductor materializes: non-recomputable outputs, inputs and outputs of library kernels
+// (matmul, attention, Triton kernels), the block's input and output, and what is saved; every other
+// intermediate (and its gradient) lives inside a fused kernel and costs nothing here.
+// Approximate: the partitioner weighs a node by its size times 1.1^(distance from the backward) and
+// doubles unfused nodes (get_node_weight), which only breaks ties differently; what the decomposed
+// backward reads is taken to be what eager autograd saves.
+TapePolicy AutogradTape::compiled_policy() const {
+  const TapePolicy eager = eager_policy();
+  const std::size_t ns = storages_.size();
+  const std::size_t input_storage = at(tensors_[at(input_)].storage);
+  const std::size_t output_storage = output_ >= 0 ? at(tensors_[at(output_)].storage) : ns;
+
+  const int source = static_cast<int>(2 * ns), sink = source + 1;
+  MinCut g(sink + 1);
+  auto node_in = [](std::size_t s) { return static_cast<int>(2 * s); };
+  auto node_out = [](std::size_t s) { return static_cast<int>(2 * s + 1); };
+  for (std::size_t s = 0; s < ns; ++s) {
+    g.edge(node_in(s), node_out(s), storages_[s].bytes);
+    if (eager.needed[s]) g.edge(node_out(s), sink, MinCut::kInfinite);
+  }
+  g.edge(source, node_in(input_storage), MinCut::kInfinite);
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    const TapeOp& op = ops_[i];
+    for (std::size_t j = 0; j < op.out.size(); ++j) {
+      if (op.out[j].view_of >= 0) continue;
+      const std::size_t v = at(tensors_[at(first_out_[i]) + j].storage);
+      if (!recomputable(op.kind, static_cast<int>(j))) {
+        g.edge(source, node_in(v), MinCut::kInfinite);
+        continue;
+      }
+      for (const TapeIn& in : op.in) {
+        const std::size_t u = at(tensors_[at(in.tensor)].storage);
+        if (u != v) g.edge(node_out(u), node_in(v), MinCut::kInfinite);
+      }
+      if (op.kind == OpKind::Norm)  // the decomposed norm's output reads its statistics
+        for (std::size_t k = 1; k < op.out.size(); ++k)
+          g.edge(node_out(at(tensors_[at(first_out_[i]) + k].storage)), node_in(v), MinCut::kInfinite);
+    }
+  }
+  const std::vector<char> side = g.source_side(source, sink);
+  // Only a node on a path to the backward is a saved tensor (a zero-byte node off every such path
+  // can fall on either side of the cut).
+  std::vector<char> feeds_backward = eager.needed;
+  for (std::size_t i = ops_.size(); i-- > 0;) {
+    const TapeOp& op = ops_[i];
+    bool feeds = false;
+    for (std::size_t j = 0; j < op.out.size(); ++j)
+      feeds = feeds || (recomputable(op.kind, static_cast<int>(j)) && feeds_backward[at(tensors_[at(first_out_[i]) + j].storage)]);
+    if (!feeds) continue;
+    for (const TapeIn& in : op.in) feeds_backward[at(tensors_[at(in.tensor)].storage)] = 1;
+    if (op.kind == OpKind::Norm)
+      for (std::size_t k = 1; k < op.out.size(); ++k) feeds_backward[at(tensors_[at(first_out_[i]) + k].storage)] = 1;
+  }
+  std::vector<char> chosen(ns, 0);
+  for (std::size_t s = 0; s < ns; ++s)
+    chosen[s] = side[at(node_in(s))] && !side[at(node_out(s))] && feeds_backward[s];
+
+  std::vector<char> materialized(ns, 0);
+  std::vector<int> first_reader(ns, kForever);
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    const bool ext = is_extern(ops_[i].kind);
+    for (const TapeIn& in : ops_[i].in) {
+      const std::size_t s = at(tensors_[at(in.tensor)].storage);
+      first_reader[s] = std::min(first_reader[s], static_cast<int>(i));
+      if (ext) materialized[s] = 1;
+    }
+  }
+  for (std::size_t t = 0; t < tensors_.size(); ++t) {
+    const TapeTensor& tt = tensors_[t];
+    if (tt.producer >= 0 && !recomputable(ops_[at(tt.producer)].kind, tt.out_index)) materialized[at(tt.storage)] = 1;
+  }
+  materialized[input_storage] = 1;
+  if (output_storage < ns) materialized[output_storage] = 1;
+  for (std::size_t s = 0; s < ns; ++s) materialized[s] = materialized[s] || chosen[s];
+
+  TapePolicy p;
+  p.kept = chosen;
+  p.needed = chosen;
+  p.release_op.assign(ns, kForever);
+  p.bytes.resize(ns);
+  for (std::size_t s = 0; s < ns; ++s) {
+    p.bytes[s] = materialized[s] ? storages_[s].bytes : 0;
+    if (chosen[s]) p.release_op[s] = std::min(eager.release_op[s], first_reader[s]);
+    if (chosen[s] && p.release_op[s] == kForever) p.release_op[s] = storages_[s].producer;
+  }
+  // A gradient is a real buffer where its tensor is one (a fused intermediate's gradient stays in the
+  // fused backward kernel) and where a library kernel produces or consumes it.
+  std::vector<char> grad_real(tensors_.size(), 0);
+  for (const TapeOp& op : ops_) {
+    if (!is_extern(op.kind)) continue;
+    for (const TapeIn& in : op.in) grad_real[at(in.tensor)] = 1;
+  }
+  for (std::size_t t = 0; t < tensors_.size(); ++t) {
+    const TapeTensor& tt = tensors_[t];
+    if (tt.producer >= 0 && is_extern(ops_[at(tt.producer)].kind)) grad_real[t] = 1;
+    if (materialized[at(tt.storage)] || static_cast<int>(t) == input_ || static_cast<int>(t) == output_) grad_real[t] = 1;
+  }
+  p.grad_bytes.resize(tensors_.size());
+  for (std::size_t t = 0; t < tensors_.size(); ++t) p.grad_bytes[t] = grad_real[t] ? tensors_[t].bytes : 0;
+  p.compiled = true;
+  return p;
+}
+
+namespace {
+
+// Gradient buffers shared by aliases (a view of a gradient keeps the whole buffer).
+struct GradPool {
+  std::vector<Bytes> bytes;
+  std::vector<int> refs;
+  Bytes live = 0;
+  int make(Bytes b) {
+    bytes.push_back(b);
+    refs.push_back(1);
+    live += b;
+    return static_cast<int>(bytes.size()) - 1;
+  }
+  void ref(int b) { ++refs[at(b)]; }
+  void unref(int b) {
+    if (--refs[at(b)] == 0) live -= bytes[at(b)];
+  }
+};
+
+}  // namespace
+
+TapeCost AutogradTape::cost(const TapePolicy& p) const {
+  const std::size_t ns = storages_.size();
+  const int n_ops = static_cast<int>(ops_.size());
+  const std::size_t input_storage = at(tensors_[at(input_)].storage);
+  const std::size_t output_storage = output_ >= 0 ? at(tensors_[at(output_)].storage) : ns;
+  auto workspace = [&](const TapeOp& op, bool forward) {
+    if (p.compiled && op.kind == OpKind::Pointwise) return Bytes{0};
+    return forward ? op.fwd_workspace : op.bwd_workspace;
+  };
+  std::vector<int> last_use(ns);
+  for (std::size_t s = 0; s < ns; ++s) last_use[s] = storages_[s].last_use;
+  if (p.compiled) {  // a fused kernel reads its inputs until it writes its last output
+    for (std::size_t i = ops_.size(); i-- > 0;) {
+      const TapeOp& op = ops_[i];
+      for (std::size_t j = 0; j < op.out.size(); ++j) {
+        const std::size_t v = at(tensors_[at(first_out_[i]) + j].storage);
+        if (op.out[j].view_of >= 0 || !recomputable(op.kind, static_cast<int>(j)) || p.bytes[v] != 0) continue;
+        for (const TapeIn& in : op.in) {
+          int& l = last_use[at(tensors_[at(in.tensor)].storage)];
+          l = std::max(l, last_use[v]);
+        }
+      }
+    }
+  }
+  std::vector<std::vector<int>> dies(ops_.size());
+  for (std::size_t s = 0; s < ns; ++s) {
+    const int last = last_use[s];
+    if (last >= 0 && last < n_ops) dies[at(last)].push_back(static_cast<int>(s));
+  }
+  auto created = [&](std::size_t i, auto&& fn) {  // the storages op i allocates
+    for (std::size_t j = 0; j < ops_[i].out.size(); ++j)
+      if (ops_[i].out[j].view_of < 0) fn(at(tensors_[at(first_out_[i]) + j].storage));
+  };
+
+  TapeCost c;
+  // Forward: temporaries are everything the policy does not keep.
+  {
+    Bytes live = p.kept[input_storage] ? 0 : p.bytes[input_storage];
+    Bytes peak = live;
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      created(i, [&](std::size_t s) {
+        if (!p.kept[s]) live += p.bytes[s];
+      });
+      peak = std::max(peak, live + workspace(ops_[i], true));
+      for (int s : dies[i])
+        if (!p.kept[at(s)]) live -= p.bytes[at(s)];
+    }
+    c.forward_extra = peak;
+  }
+
+  Bytes kept_bytes = 0;
+  for (std::size_t s = 0; s < ns; ++s)
+    if (p.kept[s]) kept_bytes += p.bytes[s];
+  const Bytes incoming = output_ >= 0 ? p.grad_bytes[at(output_)] : 0;
+  Bytes peak = kept_bytes + incoming;
+
+  // Recompute: the forward runs again with what the mode kept; what backward needs stays, the rest
+  // dies at its last use (the SAC cache is consumed, the recomputed output is dropped).
+  if (p.recompute) {
+    Bytes live = kept_bytes + incoming;
+    for (std::size_t i = 0; i < ops_.size(); ++i) {
+      created(i, [&](std::size_t s) {
+        if (!p.kept[s]) live += p.bytes[s];
+      });
+      peak = std::max(peak, live + workspace(ops_[i], true));
+      auto drop = [&](std::size_t s) {
+        if (!p.needed[s] && s != input_storage) live -= p.bytes[s];
+      };
+      for (int s : dies[i]) drop(at(s));
+      if (output_storage < ns && storages_[output_storage].producer == static_cast<int>(i)) drop(output_storage);
+    }
+  }
+
+  // Backward.
+  std::vector<char> saved(ns, 0);
+  Bytes live_saved = 0;
+  for (std::size_t s = 0; s < ns; ++s) {
+    saved[s] = p.needed[s] || (p.recompute && s == input_storage && p.kept[s]);
+    if (saved[s]) live_saved += p.bytes[s];
+  }
+  std::vector<std::vector<int>> releases(ops_.size());
+  for (std::size_t s = 0; s < ns; ++s)
+    if (p.needed[s] && p.release_op[s] >= 0 && p.release_op[s] < n_ops) releases[at(p.release_op[s])].push_back(static_cast<int>(s));
+  GradPool g;
+  std::vector<int> slot(tensors_.size(), -1);
+  if (output_ >= 0) slot[at(output_)] = g.make(incoming);
+  peak = std::max(peak, live_saved + g.live);
+  std::vector<int> to_unref;
+  for (int i = n_ops - 1; i >= 0; --i) {
+    const TapeOp& op = ops_[at(i)];
+    const int first = first_out_[at(i)];
+    const int last = first + static_cast<int>(op.out.size());
+    int out_grad = -1;
+    for (int t = first; t < last && out_grad < 0; ++t) out_grad = slot[at(t)];
+    to_unref.clear();
+    if (out_grad >= 0) {
+      for (std::size_t k = 0; k < op.in.size(); ++k) {
+        const TapeIn& in = op.in[k];
+        const TapeTensor& tt = tensors_[at(in.tensor)];
+        if (in.grad == GradRule::None || !tt.requires_grad) continue;
+        int b = -1;
+        switch (in.grad) {
+          case GradRule::Alias:  // input k passes through to output k (or to the op's single output)
+            b = first + static_cast<int>(k) < last && slot[at(first + static_cast<int>(k))] >= 0
+                    ? slot[at(first + static_cast<int>(k))]
+                    : out_grad;
+            g.ref(b);
+            break;
+          case GradRule::New:
+            if (p.compiled && p.grad_bytes[at(in.tensor)] == 0) {  // inside a fused backward kernel
+              b = out_grad;
+              g.ref(b);
+            } else {
+              b = g.make(p.grad_bytes[at(in.tensor)]);
+            }
+            break;
+          case GradRule::IntoSaved: {
+            const std::size_t s = at(tt.storage);
+            b = g.make(p.bytes[s]);
+            if (saved[s]) {  // the saved storage becomes the gradient: nothing new is allocated
+              saved[s] = 0;
+              live_saved -= p.bytes[s];
+            }
+            break;
+          }
+          case GradRule::None: break;
+        }
+        int& sl = slot[at(in.tensor)];
+        if (sl < 0) {
+          sl = b;
+        } else if (g.refs[at(sl)] == 1 || p.grad_bytes[at(in.tensor)] == 0) {
+          // accumulate into the existing buffer in place (or inside a fused kernel)
+          to_unref.push_back(b);
+        } else if (g.refs[at(b)] == 1) {   // or into the new one
+          to_unref.push_back(sl);
+          sl = b;
+        } else {                           // both shared: out of place
+          to_unref.push_back(sl);
+          to_unref.push_back(b);
+          sl = g.make(p.grad_bytes[at(in.tensor)]);
+        }
+      }
+      peak = std::max(peak, live_saved + g.live + workspace(op, false));
+      for (int b : to_unref) g.unref(b);
+    }
+    for (int t = first; t < last; ++t) {
+      if (slot[at(t)] >= 0) g.unref(slot[at(t)]);
+      slot[at(t)] = -1;
+    }
+    for (int s : releases[at(i)]) {
+      if (!saved[at(s)]) continue;
+      saved[at(s)] = 0;
+      live_saved -= p.bytes[at(s)];
+    }
+  }
+  c.backward_extra = peak - kept_bytes;
+  return c;
+}
+
+}  // namespace fsdpsim::models

@@ -1,0 +1,144 @@
+// A transformer block's forward written down op by op as PyTorch's autograd records it, and what
+// that costs in memory (issue 19 item 3; fsdp-semantics.md section 9). models/implementation.cpp
+// writes each framework's block on a tape; this file turns a tape into bytes:
+//   * which tensors autograd keeps for backward (per the op's derivatives.yaml / autograd.Function),
+//     one entry per storage: a view of a kept tensor keeps its whole base;
+//   * the forward temporaries alive at once (a tensor dies after its last use, or when the Python
+//     variable holding it goes out of scope: hold());
+//   * the backward: ops run in reverse, each allocates its inputs' gradients (or aliases / writes
+//     them in place), gradients of a tensor used twice accumulate (in place when one side is unshared,
+//     as torch/csrc/autograd/input_buffer.cpp does), saved tensors are released after the last
+//     backward op that needs them (Node::release_variables);
+//   * checkpointing: what a mode keeps from the forward, and the recompute that re-creates the rest
+//     at the start of the block's backward (torch.utils.checkpoint, non-reentrant, early_stop=False
+//     as torchtitan sets it);
+//   * torchtitan's op-level SAC policy and inductor's min-cut partitioner, from the op kinds.
+// The tape is built for one concrete micro-batch: every size is in bytes.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common/units.h"
+
+namespace fsdpsim::models {
+
+// What an op is to the two policies that decide what to keep (SAC, inductor's partitioner).
+enum class OpKind : std::uint8_t {
+  Pointwise,     // elementwise math, casts, copies, cat: inductor fuses and recomputes them
+  View,          // view / transpose / split / slice: shares the input's storage
+  Gather,        // indexing a model buffer (torchtitan's RoPE cache): recomputable, no gradient
+  Reduction,     // a per-token statistic (mean, amax along a dim): never recomputed by inductor
+  Matmul,        // aten.mm (nn.Linear without bias): torchtitan's SAC saves every second one
+  MatmulBias,    // aten.addmm (biased linear, HF Conv1D): compute-intensive, always saved by SAC
+  RouterMatmul,  // the MoE router's mm: torchtitan's SAC force-recomputes it (force_recompute_mm_shapes_by_fqns)
+  Attention,     // SDPA flash / flex attention: always saved by SAC, never recomputed by inductor
+  Norm,          // a fused aten norm (_fused_rms_norm, native_layer_norm): out 0 recomputable, stats not
+  Kernel,        // an opaque custom autograd.Function (Liger's Triton kernels)
+  Amax,          // aten.max.default (float8 tensorwise amax): SAC saves it
+  Topk,          // aten.topk (MoE routing): SAC saves it
+};
+
+// What an op's backward does for one input.
+enum class GradRule : std::uint8_t {
+  None,       // no gradient (non-differentiable, or a parameter: FSDP's accounting, not this one)
+  New,        // allocates a gradient the size of the input
+  Alias,      // the input's gradient is (a view of) output k's gradient for input k, else the first output's
+  IntoSaved,  // written into the input's own saved storage (Liger's in-place backward kernels)
+};
+
+struct TapeIn {
+  int tensor = -1;
+  GradRule grad = GradRule::New;
+  bool saved = false;  // the op saves this input for backward
+};
+
+struct TapeOut {
+  const char* name = nullptr;  // static string, unique within the tape
+  Bytes bytes = 0;             // the tensor's size (for a view: the view's own size)
+  bool saved = false;          // the op saves its own output (tanh, rsqrt, attention out)
+  bool differentiable = true;  // false: logsumexp, indices, statistics
+  int view_of = -1;            // an input tensor whose storage this output shares
+};
+
+struct TapeOp {
+  OpKind kind = OpKind::Pointwise;
+  std::vector<TapeIn> in;
+  std::vector<TapeOut> out;
+  Bytes fwd_workspace = 0;  // transient during the forward op (float8 casts' fp32 intermediates)
+  Bytes bwd_workspace = 0;  // transient during its backward (flash attention's fp32 dq accumulator)
+};
+
+struct TapeTensor {
+  const char* name = nullptr;
+  Bytes bytes = 0;
+  int storage = -1;
+  int producer = -1;   // op index; -1 for the block input
+  int out_index = -1;  // which output of its op
+  bool requires_grad = false;
+};
+
+struct TapeStorage {
+  const char* name = nullptr;  // the tensor that created it
+  Bytes bytes = 0;
+  int tensor = -1;    // that tensor
+  int producer = -1;
+  int last_use = -1;  // last forward op reading it (or holding it: hold()); kForever for the output
+};
+
+// What to keep from the forward and how the backward finds its tensors (one evaluation's policy).
+struct TapePolicy {
+  std::vector<char> kept;        // per storage: kept from the forward to the backward (the mode's saved set)
+  std::vector<char> needed;      // per storage: what the backward reads (autograd's saved set)
+  std::vector<int> release_op;   // per needed storage: freed after this op's backward
+  std::vector<Bytes> bytes;      // per storage: its size (0 for a tensor inductor fuses away)
+  std::vector<Bytes> grad_bytes; // per tensor: its gradient's size (0 for a fused gradient)
+  bool recompute = false;        // a checkpointed block: the backward starts by re-running the forward
+  // Compiled: pointwise chains run as fused kernels. Their intermediates (bytes 0) hold no memory, a
+  // fused kernel's inputs live until it ends, and the gradient it reads stays alive while it writes
+  // the gradients of its inputs.
+  bool compiled = false;
+};
+
+struct TapeCost {
+  Bytes forward_extra = 0;   // peak forward temporaries beyond the kept storages created so far
+  Bytes backward_extra = 0;  // peak during the backward (recompute included) minus the kept bytes
+};
+
+class AutogradTape {
+ public:
+  int input(const char* name, Bytes bytes);  // the block input: requires grad, created outside
+  std::vector<int> add(const TapeOp& op);    // returns the output tensor ids
+  int add1(const TapeOp& op) { return add(op).front(); }
+  void hold(int tensor);    // a Python variable keeps the tensor until the last op added so far
+  void output(int tensor);  // the block output: alive until the block ends
+
+  const std::vector<TapeOp>& ops() const { return ops_; }
+  const std::vector<TapeTensor>& tensors() const { return tensors_; }
+  const std::vector<TapeStorage>& storages() const { return storages_; }
+  int first_output(int op) const { return first_out_[static_cast<std::size_t>(op)]; }
+  int input_tensor() const { return input_; }
+  int output_tensor() const { return output_; }
+
+  // Policies. eager: what autograd saves, released after the earliest saver's backward.
+  TapePolicy eager_policy() const;
+  // torch.utils.checkpoint around the block: keeps the input only.
+  TapePolicy full_checkpoint_policy(const TapePolicy& inner) const;
+  // torchtitan's op-level SAC (torchtitan/distributed/activation_checkpoint.py, SelectiveAC._wrap_block):
+  // keeps the input and the outputs of the ops it saves.
+  TapePolicy selective_op_policy(const TapePolicy& inner) const;
+  // inductor's min-cut partitioner on the block (torch/_functorch/partitioners.py,
+  // min_cut_rematerialization_partition): see autograd_tape.cpp.
+  TapePolicy compiled_policy() const;
+
+  TapeCost cost(const TapePolicy& p) const;
+
+ private:
+  std::vector<TapeOp> ops_;
+  std::vector<int> first_out_;  // per op: its first output tensor (an op's outputs are consecutive)
+  std::vector<TapeTensor> tensors_;
+  std::vector<TapeStorage> storages_;
+  int input_ = -1;
+  int output_ = -1;
+};
+
+}  // namespace fsdpsim::models

@@ -1,0 +1,72 @@
+// What one transformer block keeps for backward, tensor by tensor, as each framework's code runs it
+// (issue 19 item 3; fsdp-semantics.md section 9). The recipes and the sources they follow are in
+// models/implementation.cpp; the op-by-op accounting in models/autograd_tape.h.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/units.h"
+#include "models/model_spec.h"
+
+namespace fsdpsim::models {
+
+struct ImplOptions {
+  ModelImpl impl = ModelImpl::HF;
+  bool compile = false;                         // torch.compile (inductor) on each block
+  Float8Recipe float8 = Float8Recipe::None;     // torchao Float8Linear on the block's nn.Linear layers
+};
+
+struct SavedTensor {
+  const char* name = nullptr;  // static string, unique within a block ("attn_norm.x_fp32", "attn.q_rope", "attn.lse")
+  Bytes bytes = 0;
+  // The entry is the block's input ("x"): the tensor the previous block (or the embedding) produced,
+  // kept by this block, not allocated by it.
+  bool is_input = false;
+};
+
+struct BlockMemory {
+  // What autograd keeps for backward, one entry per distinct storage (a view of a kept tensor keeps
+  // its whole base: the base is counted once), in the order the forward creates them (the input first).
+  std::vector<SavedTensor> saved;
+  // The most bytes of forward temporaries (not saved) alive at one moment on top of the saved tensors
+  // created so far. It includes the block input while the block still holds it when it is not saved,
+  // and the block output once created (the next block's input): the block accounts for both.
+  Bytes forward_extra = 0;
+  // The peak during the block's backward minus the sum of `saved`: peak = sum(saved) + backward_extra.
+  // The walk starts with every saved tensor and the incoming gradient of the block output, includes the
+  // recompute of a checkpointed block, allocates activation gradients and kernel workspaces, and frees
+  // saved tensors as the backward consumes them; the block input's gradient (handed to the previous
+  // block) is alive at the end. Parameter gradients are FSDP's accounting, not this one.
+  Bytes backward_extra = 0;
+
+  Bytes saved_bytes() const;  // sum of `saved`
+};
+
+// One block, one micro-batch of `micro_batch` x `seq_len` tokens, activations in `act`, under `mode`:
+//   None: everything the code saves; Full: the block input only (torch.utils.checkpoint, non-reentrant);
+//   SelectiveOp: torchtitan's op-level SAC policy (fsdp-semantics.md A4): the block input and the outputs
+//   of the ops the policy saves. Names are the same across modes, so what a recompute re-creates is
+//   saved(None) minus saved(mode) by name; a SelectiveOp entry may name a tensor plain autograd does not
+//   keep (the SAC cache holds matmul outputs such as "attn.qkv" or "mlp.down").
+// Throws InputError for a non-positive micro_batch or seq_len.
+BlockMemory block_memory(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype act,
+                         CheckpointMode mode, const ImplOptions& o);
+
+// The final norm before the LM head, and the head's input (the norm output the head's linear saves):
+// their saved tensors and transients. torchtitan compiles blocks only, so compile does not apply to its
+// final norm. The logits are not part of it (logits_bytes).
+BlockMemory final_norm_memory(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype act,
+                              const ImplOptions& o);
+
+// Whether the recipe's training loop / loss upcasts the logits to fp32 before cross_entropy:
+// torchtitan (components/loss.py cross_entropy_loss: pred.float()), HF transformers
+// (loss/loss_utils.py ForCausalLMLoss: logits.float()) and the fused recipe (an HF model) do; litgpt
+// (utils.py chunked_cross_entropy) passes the logits as they are.
+bool loss_upcasts_logits(const ModelSpec& m, const ImplOptions& o);
+
+// "torchtitan" | "hf" | "litgpt" | "fused" (InputError naming `field` otherwise).
+ModelImpl parse_model_impl(const std::string& s, const std::string& field);
+
+}  // namespace fsdpsim::models

@@ -1,0 +1,108 @@
+// The autograd tape's bookkeeping on hand-built tapes: what is kept, forward temporaries, the
+// backward walk (gradient allocation, aliasing, accumulation, release of saved tensors), the
+// recompute of a checkpointed block, torchtitan's SAC policy and the min-cut partitioner.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "models/autograd_tape.h"
+
+using namespace fsdpsim;
+using namespace fsdpsim::models;
+
+namespace {
+
+std::vector<std::string> kept_names(const AutogradTape& t, const TapePolicy& p) {
+  std::vector<std::string> v;
+  for (std::size_t s = 0; s < t.storages().size(); ++s)
+    if (p.kept[s]) v.emplace_back(t.storages()[s].name);
+  return v;
+}
+
+// x (100 B) -> a = f(x) (200 B, f saves x, like silu) -> b = cast(a) (50 B, saves nothing)
+// -> y = mm(b) (100 B, saves b): the block output.
+AutogradTape chain() {
+  AutogradTape t;
+  const int x = t.input("x", 100);
+  const int a = t.add1({OpKind::Pointwise, {{x, GradRule::New, true}}, {{"a", 200}}});
+  const int b = t.add1({OpKind::Pointwise, {{a, GradRule::New}}, {{"b", 50}}});
+  t.output(t.add1({OpKind::Matmul, {{b, GradRule::New, true}}, {{"y", 100}}}));
+  return t;
+}
+
+}  // namespace
+
+TEST(AutogradTape, EagerChainByHand) {
+  const AutogradTape t = chain();
+  const TapePolicy p = t.eager_policy();
+  EXPECT_EQ(kept_names(t, p), (std::vector<std::string>{"x", "b"}));
+  const TapeCost c = t.cost(p);
+  // forward: a (200) is the only temporary while b is created (b is kept); then y (100) alone
+  EXPECT_EQ(c.forward_extra, 200);
+  // backward from saved 150 + incoming dy 100:
+  //   mm:   db 50 -> 300, then dy and b freed -> 100 (x) + 50
+  //   cast: da 200 -> 100 + 50 + 200 = 350, then db freed
+  //   f:    dx 100 -> 100 + 200 + 100 = 400 (peak), then da and x freed
+  EXPECT_EQ(c.backward_extra, 400 - 150);
+}
+
+TEST(AutogradTape, FullCheckpointRecomputesByHand) {
+  const AutogradTape t = chain();
+  const TapePolicy p = t.full_checkpoint_policy(t.eager_policy());
+  EXPECT_EQ(kept_names(t, p), (std::vector<std::string>{"x"}));
+  const TapeCost c = t.cost(p);
+  EXPECT_EQ(c.forward_extra, 250);  // a 200 + b 50 while the cast runs
+  // recompute from x 100 + dy 100: a -> 400, b -> 450 (peak), a dies -> 250, y 100 -> 350, dropped;
+  // then the eager backward above (peak 400)
+  EXPECT_EQ(c.backward_extra, 450 - 100);
+}
+
+TEST(AutogradTape, SelectiveOpKeepsOddMatmulsByHand) {
+  AutogradTape t;
+  const int x = t.input("x", 10);
+  const int m1 = t.add1({OpKind::Matmul, {{x, GradRule::New, true}}, {{"mm1", 20}}});
+  const int m2 = t.add1({OpKind::Matmul, {{m1, GradRule::New, true}}, {{"mm2", 30}}});
+  const int b = t.add1({OpKind::MatmulBias, {{m2, GradRule::New, true}}, {{"addmm", 40}}});
+  const auto at = t.add({OpKind::Attention, {{b, GradRule::New, true}}, {{"out", 50, true}, {"lse", 5, true, false}}});
+  const int r = t.add1({OpKind::RouterMatmul, {{at[0], GradRule::New, true}}, {{"router", 60}}});
+  const int m3 = t.add1({OpKind::Matmul, {{r, GradRule::New, true}}, {{"mm3", 70}}});
+  t.output(t.add1({OpKind::Pointwise, {{m3, GradRule::New, true}}, {{"y", 80}}}));
+  // mm1 (1st mm) kept, mm2 (2nd) recomputed, addmm and attention always kept, the router neither
+  // kept nor counted, mm3 is the 3rd mm: kept
+  EXPECT_EQ(kept_names(t, t.selective_op_policy(t.eager_policy())),
+            (std::vector<std::string>{"x", "mm1", "addmm", "out", "lse", "mm3"}));
+}
+
+TEST(AutogradTape, ResidualGradientAliasesAndAccumulates) {
+  AutogradTape t;
+  const int x = t.input("x", 64);
+  const int a = t.add1({OpKind::Pointwise, {{x, GradRule::New, true}}, {{"a", 64}}});
+  t.output(t.add1({OpKind::Pointwise, {{x, GradRule::Alias}, {a, GradRule::Alias}}, {{"y", 64}}}));
+  // backward: saved x 64, dy 64 passed to both x and a (one buffer); f allocates its dx 64 while dy
+  // is still referenced: 64 + 64 + 64 = 192; it accumulates into the new buffer, dy is freed.
+  EXPECT_EQ(t.cost(t.eager_policy()).backward_extra, 192 - 64);
+}
+
+TEST(AutogradTape, InPlaceBackwardIntoSavedStorage) {
+  AutogradTape t;
+  const int x = t.input("x", 100);
+  t.output(t.add1({OpKind::Kernel, {{x, GradRule::IntoSaved, true}}, {{"y", 100}}}));
+  // the kernel writes dx into x's saved storage: nothing new beyond the incoming dy
+  EXPECT_EQ(t.cost(t.eager_policy()).backward_extra, 100);
+}
+
+TEST(AutogradTape, CompiledPolicySavesTheMinimumCut) {
+  AutogradTape t;
+  const int x = t.input("x", 10);
+  const int m = t.add1({OpKind::Matmul, {{x, GradRule::New, true}}, {{"mm", 100}}});
+  const int p1 = t.add1({OpKind::Pointwise, {{m, GradRule::New, true}}, {{"silu", 100}}});
+  const int p2 = t.add1({OpKind::Pointwise, {{p1, GradRule::New, true}}, {{"square", 100}}});
+  const int c = t.add1({OpKind::Pointwise, {{x, GradRule::New}}, {{"x_fp32", 40}}});
+  const int y = t.add1({OpKind::Matmul, {{p2, GradRule::New, true}, {c, GradRule::New, true}}, {{"y", 10}}});
+  t.output(y);
+  // eager keeps x, mm, silu, square and x_fp32 (10 + 100 + 100 + 100 + 40);
+  EXPECT_EQ(kept_names(t, t.eager_policy()), (std::vector<std::string>{"x", "mm", "silu", "square", "x_fp32"}));
+  // inductor recomputes the pointwise ops from mm and x: 110 bytes instead of 350
+  EXPECT_EQ(kept_names(t, t.compiled_policy()), (std::vector<std::string>{"x", "mm"}));
+}
