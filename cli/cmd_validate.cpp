@@ -14,6 +14,7 @@
 #include "reports/trace.h"
 #include "runtime/compare.h"
 #include "runtime/launcher.h"
+#include "runtime/runtime_plan.h"
 #include "sim/plan.h"
 #include "sim/simulator.h"
 
@@ -70,7 +71,8 @@ int cmd_validate(const Argv& argv) {
     if (a.has("profile")) o.pad_profile = a.get("profile");
   }
   const sim::Plan plan = sim::resolve_plan(sim::load_plan(o.plan, "--plan"), W, gpn);
-  const sim::SimResult predicted = sim::simulate(model, hw, plan);
+  // The runtime runs its own kernels: the prediction is of the same program (implementation "runtime").
+  const sim::SimResult predicted = sim::simulate(model, hw, runtime::runtime_plan(plan));
   const runtime::LaunchResult run = runtime::launch_run(o);
   nlohmann::json cmp = runtime::compare_results(predicted, run.measured);
 

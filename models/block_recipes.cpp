@@ -93,6 +93,7 @@ Recipe recipe_for(const ModelSpec& m, ModelImpl impl) {
       break;
     case ModelImpl::HF:
     case ModelImpl::Fused:
+    case ModelImpl::Runtime:   // (models/implementation.cpp answers for the runtime without a tape)
       r.norm = !rms ? NormImpl::LayerNorm : m.model_type == "gemma" ? NormImpl::HfGemmaRms : NormImpl::HfLlamaRms;
       r.qkv = hf_fused_qkv ? QkvImpl::FusedViews : QkvImpl::Separate;
       r.rope = rotary ? RopeImpl::RotateHalf : RopeImpl::None;

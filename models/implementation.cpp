@@ -113,12 +113,20 @@ Bytes BlockMemory::saved_bytes() const {
 BlockMemory block_memory(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype act,
                          CheckpointMode mode, const ImplOptions& o) {
   validate(m, micro_batch, seq_len);
+  if (o.impl == ModelImpl::Runtime) {
+    // The bundled runtime's kernels keep each block's saved activations in one buffer laid out as the
+    // legacy formula says (runtime/model/block.h); its other scratch is outside the caching allocator.
+    BlockMemory bm;
+    bm.saved.push_back({"act", block_saved_activation_bytes(m, micro_batch, seq_len, act, mode)});
+    return bm;
+  }
   return memoized({m, micro_batch, seq_len, act, mode, o.impl, o.compile, o.float8, false});
 }
 
 BlockMemory final_norm_memory(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype act,
                               const ImplOptions& o) {
   validate(m, micro_batch, seq_len);
+  if (o.impl == ModelImpl::Runtime) return {};   // the runtime's final-norm activations are scratch
   return memoized({m, micro_batch, seq_len, act, CheckpointMode::None, o.impl, o.compile, o.float8, true});
 }
 

@@ -25,6 +25,7 @@ std::string model_impl_name(ModelImpl impl) {
     case ModelImpl::HF: return "hf";
     case ModelImpl::LitGPT: return "litgpt";
     case ModelImpl::Fused: return "fused";
+    case ModelImpl::Runtime: return "runtime";
   }
   return "hf";
 }

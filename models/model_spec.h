@@ -121,8 +121,10 @@ std::string checkpoint_mode_name(CheckpointMode mode);  // "none", "full", "sele
 // Which code implements the model (issue 19 item 3): the same architecture saves different tensors for
 // backward in torchtitan's, Hugging Face transformers', litgpt's or a fused (Liger / compiled) block.
 // models/implementation.cpp derives each recipe's saved tensors from that code.
-enum class ModelImpl { TorchTitan, HF, LitGPT, Fused };
-std::string model_impl_name(ModelImpl impl);   // "torchtitan", "hf", "litgpt", "fused"
+// Runtime: fsdpsim's own bundled runtime (runtime/layers, runtime/cuda): one activation buffer per block laid
+// out as models/model_activations.cpp's formula, and the logits with the loss's log-probabilities in one.
+enum class ModelImpl { TorchTitan, HF, LitGPT, Fused, Runtime };
+std::string model_impl_name(ModelImpl impl);   // "torchtitan", "hf", "litgpt", "fused", "runtime"
 // torchao float8 training (Float8Linear; torchtitan's [float8]): how the linears' inputs are scaled.
 enum class Float8Recipe { None, Tensorwise, Rowwise };
 std::string float8_recipe_name(Float8Recipe r);   // "none", "tensorwise", "rowwise"

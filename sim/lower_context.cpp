@@ -109,6 +109,21 @@ void kernel_lists(const models::ModelSpec& model, std::int64_t micro_batch, std:
 
 }  // namespace
 
+int unit_by_name(const models::WrapGraph& graph, const std::string& name, std::int64_t n_layers) {
+  const int U = static_cast<int>(graph.units.size());
+  if (name == "root") return 0;
+  if (name == "last_block") {
+    // the unit that computes the model's last transformer block
+    for (int u = U - 1; u >= 1; --u)
+      for (int l : graph.units[u].layers)
+        if (l == n_layers - 1) return u;
+    return -1;
+  }
+  for (int u = 0; u < U; ++u)
+    if (graph.units[u].name == name) return u;
+  return -1;
+}
+
 UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, bool use_orig_params, double f) {
   UnitSizes s;
   s.params = u.params;
@@ -186,6 +201,7 @@ void group_by_segment(UnitsBySegment& out, int S, It first, It last, Key key) {
 
 void swap_storage(Context& a, Context& b) {
   a.sizes.swap(b.sizes);
+  a.reshard_after_forward.swap(b.reshard_after_forward);
   a.segments.swap(b.segments);
   a.first_seg.swap(b.first_seg);
   a.last_seg.swap(b.last_seg);
@@ -199,6 +215,7 @@ void swap_storage(Context& a, Context& b) {
   }
   a.act_saved.swap(b.act_saved);
   a.act_recompute.swap(b.act_recompute);
+  a.layer_mode.swap(b.layer_mode);
   a.notes.swap(b.notes);
 }
 
@@ -241,6 +258,23 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
                           ? fsdp1_unit_sizes(u, c.N, plan.master_weights_dtype, plan.use_orig_params,
                                              plan.trainable_fraction)
                           : fsdp2_unit_sizes(u, c.N, plan.trainable_fraction));
+
+  // ---- reshard_after_forward per unit: the plan's, None for the root, then plan.module_overrides ----
+  c.reshard_after_forward.assign(U, plan.reshard_after_forward);
+  c.reshard_after_forward[0] = kRootNone;
+  for (const ModuleOverride& o : plan.module_overrides) {
+    if (o.reshard_after_forward == -2) continue;
+    const int u = unit_by_name(graph, o.module, model.n_layers);
+    if (u < 0) {
+      std::string names;
+      for (int v = 0, shown = 0; v < U && shown < 4; ++v)
+        if (!graph.units[v].name.empty()) names += (shown++ ? ", " : "") + graph.units[v].name;
+      throw InputError("plan.module_overrides." + o.module, "\"" + o.module + "\"",
+                       "no FSDP unit of that name under this wrap policy; names are as `fsdpsim model-info` lists "
+                       "the units (e.g. " + names + "), or \"root\", or \"last_block\"");
+    }
+    c.reshard_after_forward[u] = o.reshard_after_forward;
+  }
 
   // ---- forward segments and which unit each one uses ----
   const int L = static_cast<int>(model.n_layers);
@@ -318,30 +352,58 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
     c.notes.push_back("trainable_fraction < 1: backward kernels omit weight-gradient GEMMs (frozen weights, D5); "
                       "the trainable fraction is applied uniformly to every unit");
 
-  // ---- activations (saved per block under its checkpointing mode) ----
+  // ---- activations (saved per block under its checkpointing mode, models/implementation.h) ----
   const auto& ac = plan.activation_checkpointing;
-  Bytes saved_none = models::block_saved_activation_bytes(model, plan.micro_batch, plan.seq_len, act,
-                                                          models::CheckpointMode::None);
-  c.act_saved.assign(L, saved_none);
-  c.act_recompute.assign(L, 0);
-  Bytes saved_by_mode[3] = {saved_none, 0, 0};   // per CheckpointMode, computed once
-  bool known[3] = {true, false, false};
-  for (int l = 0; l < L; ++l) {
-    auto mode = layer_mode(ac, l);
-    if (mode == models::CheckpointMode::None) continue;
+  const models::ImplOptions impl{plan.implementation, plan.compile, plan.float8};
+  bool known[3] = {false, false, false};
+  const auto block_acts = [&](models::CheckpointMode mode) -> const Context::BlockActivations& {
     const int m = static_cast<int>(mode);
-    if (!known[m]) {
-      saved_by_mode[m] = models::block_saved_activation_bytes(model, plan.micro_batch, plan.seq_len, act, mode);
-      known[m] = true;
+    Context::BlockActivations& a = c.block_acts[m];
+    if (known[m]) return a;
+    known[m] = true;
+    const models::BlockMemory mem = models::block_memory(model, plan.micro_batch, plan.seq_len, act, mode, impl);
+    a.saved = mem.saved;
+    a.forward_extra = mem.forward_extra;
+    a.recompute.clear();
+    Bytes recomputed = 0;
+    if (plan.implementation == models::ModelImpl::Runtime && mode != models::CheckpointMode::None) {
+      // one buffer: what the uncheckpointed block saves beyond what this mode keeps (the block input)
+      const Bytes none = models::block_memory(model, plan.micro_batch, plan.seq_len, act, models::CheckpointMode::None,
+                                              impl).saved_bytes();
+      recomputed = std::max<Bytes>(0, none - mem.saved_bytes());
+      a.recompute.push_back({"recomp", recomputed});
+    } else if (mode != models::CheckpointMode::None) {
+      // what the recompute re-creates: the uncheckpointed block's saved tensors this mode did not keep
+      const models::BlockMemory none = models::block_memory(model, plan.micro_batch, plan.seq_len, act,
+                                                            models::CheckpointMode::None, impl);
+      for (const models::SavedTensor& t : none.saved) {
+        bool kept = false;
+        for (const models::SavedTensor& k : mem.saved) kept = kept || std::strcmp(k.name, t.name) == 0;
+        if (!kept) {
+          a.recompute.push_back(t);
+          recomputed += t.bytes;
+        }
+      }
     }
-    c.act_saved[l] = saved_by_mode[m];
-    // Recomputation re-creates what the block would have saved without checkpointing.
-    c.act_recompute[l] = std::max<Bytes>(0, saved_none - c.act_saved[l]);
+    // backward_extra counts the recompute of a checkpointed block; the walk allocates those tensors itself
+    a.backward_extra = std::max<Bytes>(0, mem.backward_extra - recomputed);
+    return a;
+  };
+  c.layer_mode.assign(L, 0);
+  c.act_saved.assign(L, 0);
+  c.act_recompute.assign(L, 0);
+  for (int l = 0; l < L; ++l) {
+    const auto mode = layer_mode(ac, l);
+    const Context::BlockActivations& a = block_acts(mode);
+    c.layer_mode[l] = static_cast<std::int8_t>(mode);
+    for (const auto& t : a.saved) c.act_saved[l] += t.bytes;
+    for (const auto& t : a.recompute) c.act_recompute[l] += t.bytes;
   }
-  c.logits = models::logits_bytes(model, plan.micro_batch, plan.seq_len, act, plan.cross_entropy);
-  c.loss_transient = std::max<Bytes>(0, models::logits_peak_bytes(model, plan.micro_batch, plan.seq_len, act, plan.cross_entropy) - c.logits);
-  c.notes.push_back("activation memory = saved activations per block + logits; autograd's transient "
-                    "activation-gradient buffers are not modeled");
+  c.final_norm = models::final_norm_memory(model, plan.micro_batch, plan.seq_len, act, impl);
+  c.loss = loss_memory(model, plan);
+  c.notes.push_back("activations as the implementation recipe's code saves them (models/implementation.cpp), "
+                    "tensor by tensor, with each block's forward and backward transients, the logits and the "
+                    "loss's tensors in forward and backward");
 
   // ---- process groups: shard groups are contiguous ranks, replicate groups stride across them ----
   const int gpn = std::max(1, topo.gpus_per_node);
@@ -350,6 +412,53 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.world_group = {c.W, nodes_of(0, 1, c.W, gpn)};
   int k = plan.reshard_after_forward > 1 ? plan.reshard_after_forward : c.N;
   c.post_forward_group = {k, nodes_of(0, 1, k, gpn)};
+}
+
+LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan) {
+  LossMemory l;
+  l.impl = plan.cross_entropy;
+  const Bytes e = dtype_bytes(plan.param_dtype);   // activations in the compute dtype (M9)
+  const Bytes t = plan.micro_batch * plan.seq_len;
+  const Bytes tv = t * m.vocab_size;
+  // Where the loss runs: Hugging Face models compute it in their forward when given labels (Lightning and
+  // accelerate loops pass them); torchtitan's and litgpt's train steps call the loss on the model's output.
+  l.inside_model = plan.implementation == models::ModelImpl::HF;
+  l.free_logits = plan.free_logits_before_backward.value_or(false);
+  if (plan.implementation == models::ModelImpl::Runtime) {
+    l.in_head_op = true;
+    l.free_logits = false;
+    l.logits = models::logits_bytes(m, plan.micro_batch, plan.seq_len, plan.param_dtype, plan.cross_entropy);
+    l.forward_transient =
+        models::logits_peak_bytes(m, plan.micro_batch, plan.seq_len, plan.param_dtype, plan.cross_entropy) - l.logits;
+    return l;
+  }
+  switch (plan.cross_entropy) {
+    case models::LossImpl::Torch: {
+      // torchtitan's cross_entropy_loss and transformers' ForCausalLMLoss upcast with .float(); litgpt's
+      // chunked_cross_entropy does not (models::loss_upcasts_logits).
+      const bool upcast = models::loss_upcasts_logits(m, {plan.implementation, plan.compile, plan.float8});
+      const Bytes le = upcast ? 4 : e;
+      l.logits = tv * e;
+      l.upcast = upcast && e != 4 ? tv * 4 : 0;
+      l.saved = tv * le;
+      l.nll_grad = l.lsm_grad = tv * le;
+      l.logits_grad = l.upcast > 0 ? tv * e : 0;
+      break;
+    }
+    case models::LossImpl::Fused:
+      l.logits = tv * e;
+      l.saved = t * 4;
+      l.logits_grad = tv * e;
+      break;
+    case models::LossImpl::FusedLinear: {
+      l.logits = models::logits_bytes(m, plan.micro_batch, plan.seq_len, plan.param_dtype, plan.cross_entropy);
+      l.forward_transient =
+          models::logits_peak_bytes(m, plan.micro_batch, plan.seq_len, plan.param_dtype, plan.cross_entropy) - l.logits;
+      l.free_logits = false;   // what it keeps is the head input's gradient, not logits the loop holds
+      break;
+    }
+  }
+  return l;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -486,9 +595,26 @@ void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std:
   // Fused/foreach AdamW per element: read param, grad, exp_avg, exp_avg_sq; write param and both states
   // (7 accesses); SGD with momentum: read param, grad, buffer; write param, buffer (5). In master dtype.
   const int accesses = plan.optimizer == Optimizer::AdamW ? 7 : 5;
+  // torch/optim/adam.py _multi_tensor_adam (foreach, the default): exp_avg_sq_sqrt =
+  // torch._foreach_sqrt(exp_avg_sqs) is a new tensor per parameter, alive through the update (the rest is
+  // in place); fused AdamW makes none. One buffer per unit here (the sum of its state tensors), created at
+  // the unit's site so that the stretch repeats it with the unit.
+  std::vector<int> tmp;
+  if (plan.optimizer == Optimizer::AdamW && plan.optimizer_impl == OptimizerImpl::Foreach) {
+    for (int u = 0; u < static_cast<int>(c.sizes.size()); ++u) {
+      if (c.sizes[u].optim <= 0) continue;
+      b.site(-1, SitePhase::Step, unit_site_layer(c, u));
+      tmp.push_back(b.buffer("adam_sqrt", u, c.sizes[u].optim * c.bm, MemCategory::OptimizerState, compute));
+    }
+    b.site(-1, SitePhase::Step, -1);
+  }
   Op& o = b.op(OpKind::OptimizerStep, compute, -1, c.micro_batches - 1, "optim step");
   o.copy_bytes = numel * c.bm * accesses;
   o.kernel_launches = std::max(1, groups);   // about one multi-tensor-apply launch per param group
+  for (int id : tmp) {
+    o.allocs.push_back(id);
+    o.frees.push_back({id, -1});
+  }
   for (int g : grad_bufs)
     if (g >= 0) b.read(o, g);
   for (int q : param_bufs)

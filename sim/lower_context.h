@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "models/implementation.h"
 #include "models/kernels.h"
 #include "models/model_spec.h"
 #include "models/wrap_graph.h"
@@ -74,6 +75,32 @@ struct StepTotals {
   int groups = 0;            // units with optimizer state
 };
 
+// What the LM head's output and the loss allocate (issue 19 item 1; fsdp-semantics.md §9), for one
+// micro-batch of T tokens, V = vocabulary, e = compute-dtype bytes. The chain of
+// cross_entropy(logits.float(), labels) as autograd runs it (tools/autograd/derivatives.yaml):
+//   forward   logits [T, V] (e) -> .float() copy (4, freed when cross_entropy returns) -> _log_softmax
+//             output (4, saved for backward) -> nll_loss (a scalar)
+//   backward  nll_loss_backward: a dense zero-filled gradient (4) -> _log_softmax_backward_data: a new
+//             gradient (4), then the nll gradient and the saved output are released -> the .float()'s
+//             backward: a copy in the compute dtype (e) -> the head's matmul backward.
+// Without the upcast (litgpt under bf16-true) the same chain runs at e bytes. A fused cross-entropy
+// (flash-attn's, llm-foundry's default) saves the logits and a per-token logsumexp and writes the logits'
+// gradient in its backward; a fused linear cross-entropy (Liger) never materializes the logits: it keeps
+// the head input's gradient (T x C, e) from the forward and one fp32 chunk of logits while it runs.
+struct LossMemory {
+  models::LossImpl impl = models::LossImpl::Torch;
+  Bytes logits = 0;              // held from the head's forward (Torch, Fused: T*V*e; FusedLinear: T*C*e + T*4)
+  Bytes upcast = 0;              // Torch: the fp32 copy (0 without upcast or for fp32 logits)
+  Bytes saved = 0;               // Torch: log_softmax output; Fused: the logsumexp (T*4); FusedLinear: 0
+  Bytes forward_transient = 0;   // FusedLinear: one chunk of fp32 logits
+  Bytes nll_grad = 0, lsm_grad = 0;   // Torch: the two loss-backward gradients (the saved output's size)
+  Bytes logits_grad = 0;         // the gradient the head's backward reads (Torch with upcast: e; Fused: e)
+  bool inside_model = false;     // computed in the model's forward (HF with labels): before the root's post-forward
+  bool free_logits = false;      // the training loop frees the logits before backward (torchtitan `del pred`)
+  bool in_head_op = false;       // the bundled runtime: logits and loss live inside the head's op (one buffer)
+};
+LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan);
+
 // Storage recycled from one lowering to the next (sim::simulate keeps one per thread). A lowered
 // llama3-70b step has ~2,300 ops, each with up to seven small vectors, and ~2,000 buffers: building
 // them from scratch (allocating, zeroing, formatting, then freeing) was most of the lowering. The
@@ -97,6 +124,9 @@ struct UnitsBySegment {
   }
 };
 
+// Context::reshard_after_forward of a unit nothing set: FSDP2's root (reshard_after_forward=None).
+constexpr int kRootNone = -2;
+
 // Everything about the lowering that does not depend on the op sequence; computed once.
 struct Context {
   const models::ModelSpec* model = nullptr;
@@ -112,6 +142,10 @@ struct Context {
   bool reduce_cast = true;          // reduce dtype != param dtype: gradient cast before reduction (F1.10, F2.9)
   int micro_batches = 1;
   std::vector<UnitSizes> sizes;     // per unit
+  // Per unit: reshard_after_forward as Plan::reshard_after_forward encodes it (-1 true, 0 false, k > 1 to
+  // k ranks), after plan.module_overrides; the root's is kRootNone unless an override names it (FSDP2's
+  // fully_shard leaves the root unsharded after forward: its backward starts right away, F2.6).
+  std::vector<int> reshard_after_forward;
   std::vector<Segment> segments;
   std::vector<int> first_seg, last_seg;      // per unit (root: whole forward)
   std::vector<int> forward_order;            // units in pre-forward order (root first)
@@ -125,9 +159,20 @@ struct Context {
   // Kernel lists per part, computed once (index = static_cast<int>(ModulePart)) and shared by every
   // compute op of that part (Op::shared_kernels): no per-op copy, one cost computation per list.
   std::shared_ptr<const std::vector<models::KernelDesc>> fwd_kernels[3], bwd_kernels[3];
+  // A block's activation memory under one checkpointing mode (index = models::CheckpointMode), from the
+  // implementation recipe (models::block_memory): the tensors it saves, the tensors a recompute re-creates
+  // (the uncheckpointed block's saved tensors this mode does not keep), and the forward's and backward's
+  // transients (backward_extra without the recomputed tensors, which the walk allocates one by one).
+  struct BlockActivations {
+    std::vector<models::SavedTensor> saved, recompute;
+    Bytes forward_extra = 0, backward_extra = 0;
+  };
+  BlockActivations block_acts[3];
+  models::BlockMemory final_norm;   // the final norm's saved tensors and transients
+  std::vector<std::int8_t> layer_mode;   // per layer: its models::CheckpointMode
   std::vector<Bytes> act_saved;     // per layer: bytes the block keeps for backward under its AC mode
   std::vector<Bytes> act_recompute; // per layer: bytes recomputation re-creates (0 if not checkpointed)
-  Bytes logits = 0, loss_transient = 0;
+  LossMemory loss;                  // the head's output and the loss, forward and backward
   GroupShape shard_group, replicate_group, world_group, post_forward_group;
   int optimizer_states = 2;
   std::vector<const char*> notes;   // string literals (copied into StepProgram::notes by fill_facts)

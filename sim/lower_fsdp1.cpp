@@ -52,24 +52,9 @@ class FlatParamLowering final : public LoweringWalk {
   }
 
   // ---- persistent sharded state (M2, M11, M13) ----
-  void add_persistent() override {
-    const int U = static_cast<int>(c_.sizes.size());
-    state_.assign(U, {});
-    param_shard_.assign(U, -1);
-    grad_shard_.assign(U, -1);
-    const bool on_gpu = !plan_.cpu_offload.params;
-    for (int u = 0; u < U; ++u) {
-      b_.site(-1, SitePhase::Persistent, unit_site_layer(c_, u));
-      const UnitSizes& s = c_.sizes[u];
-      if (s.params == 0) continue;
-      if (on_gpu) {
-        param_shard_[u] = b_.buffer("flat_shard", u, s.shard * c_.bm, MemCategory::ShardedParams, compute_, true);
-        grad_shard_[u] = b_.buffer("grad_shard", u, s.grad_shard * c_.bm, MemCategory::ShardedGrads, compute_, true);
-      }
-      if (!plan_.cpu_offload.optimizer && s.optim > 0)
-        b_.buffer("optim", u, s.optim * c_.optimizer_states * c_.bm, MemCategory::OptimizerState, compute_, true);
-    }
-  }
+  void begin() override { state_.assign(c_.sizes.size(), {}); }
+  const char* shard_name() const override { return "flat_shard"; }
+
 
   // ---- unshard / reshard (F1.2, F1.3, F1.8) ----
   void unshard(int u) {
@@ -262,8 +247,7 @@ class FlatParamLowering final : public LoweringWalk {
       ar.group_size = c_.world_group.size;
       ar.nodes_spanned = c_.world_group.nodes;
       divide(u, post_backward_, src, src_numel * c_.br, post);
-      accumulate(u, post_backward_, src, src_numel);
-      release(src, b_.last_on(post_backward_));
+      if (!accumulate(u, post_backward_, src, src_numel)) release(src, b_.last_on(post_backward_));
       finish_offload(u, post_backward_, src_numel);
       st.grad = -1;
       return;
@@ -280,7 +264,8 @@ class FlatParamLowering final : public LoweringWalk {
     }
     divide(u, post_backward_, src, s.rs_input * c_.br, pre);
     Op& rs = b_.op(OpKind::ReduceScatter, post_backward_, u, mb_, "RS");
-    int out = b_.buffer("rs_out", u, s.grad_shard * c_.br, MemCategory::CommBuffers, post_backward_);
+    int out = b_.buffer("rs_out", u, s.grad_shard * c_.br,
+                        reduced_is_grad(u) ? MemCategory::ShardedGrads : MemCategory::CommBuffers, post_backward_);
     rs.allocs.push_back(out);
     b_.read(rs, src);
     b_.write(rs, out);
@@ -303,8 +288,7 @@ class FlatParamLowering final : public LoweringWalk {
       stream = all_reduce_;
     }
     divide(u, stream, out, s.grad_shard * c_.br, post);
-    accumulate(u, stream, out, s.grad_shard);
-    release(out, b_.last_on(stream));
+    if (!accumulate(u, stream, out, s.grad_shard)) release(out, b_.last_on(stream));
     finish_offload(u, stream, s.grad_shard);
     st.grad = -1;
   }
@@ -317,11 +301,21 @@ class FlatParamLowering final : public LoweringWalk {
     o.copy_bytes = 2 * bytes;   // in place: read + write
   }
 
-  // _accumulate_sharded_grad: cast to the fp32 sharded grad, `+=` when a grad is already there.
-  void accumulate(int u, int stream, int src, std::int64_t numel) {
-    const bool adding = mb_ > 0;   // grad_sync=true with grad_accum > 1: accumulate into the saved shard
-    // reduce_dtype == the fp32 (master) dtype: the reduced shard is the grad as is (no cast kernel).
-    if (plan_.reduce_dtype == plan_.master_weights_dtype && !adding && !plan_.cpu_offload.params) return;
+  // The reduced shard itself becomes the sharded gradient (_cast_grad_to_param_dtype makes no copy when
+  // the reduce dtype is the parameters' and _saved_grad_shard is assigned, not added to).
+  bool reduced_is_grad(int u) const {
+    return plan_.reduce_dtype == plan_.master_weights_dtype && grad_shard_[u] < 0 && !plan_.cpu_offload.params;
+  }
+
+  // _accumulate_sharded_grad: cast to the fp32 sharded grad, `+=` when one exists from an earlier micro-batch
+  // (grad_sync with accumulation). Returns true when `src` itself became the sharded gradient (kept until the
+  // step's end, not released).
+  bool accumulate(int u, int stream, int src, std::int64_t numel) {
+    if (reduced_is_grad(u)) {
+      grad_shard_[u] = src;
+      return true;
+    }
+    const bool adding = grad_shard_[u] >= 0;
     Op& o = b_.op(OpKind::Cast, stream, u, mb_, adding ? "grad acc" : "grad fp32");
     b_.read(o, src);
     o.copy_bytes = numel * (c_.br + c_.bm + (adding ? c_.bm : 0));
@@ -329,9 +323,15 @@ class FlatParamLowering final : public LoweringWalk {
       offload_grad_ = b_.buffer("grad_dev", u, numel * c_.bm, MemCategory::CommBuffers, stream);
       o.allocs.push_back(offload_grad_);
       b_.write(o, offload_grad_);
-    } else if (grad_shard_[u] >= 0) {
+    } else if (adding) {
+      b_.write(o, grad_shard_[u]);
+    } else {
+      // a new fp32 tensor, allocated in the pool of the stream the reduction finishes on
+      grad_shard_[u] = b_.buffer("grad_shard", u, numel * c_.bm, MemCategory::ShardedGrads, stream);
+      o.allocs.push_back(grad_shard_[u]);
       b_.write(o, grad_shard_[u]);
     }
+    return false;
   }
 
   // M11: with CPU offload the fp32 shard goes to the pinned CPU grad (non_blocking D2H).
@@ -355,12 +355,8 @@ class FlatParamLowering final : public LoweringWalk {
     }
   }
 
-  const std::vector<int>& optimizer_grads() const override { return grad_shard_; }
-  const std::vector<int>& optimizer_params() const override { return param_shard_; }
-
   int pre_unshard_ = 1, unshard_ = 2, post_backward_ = 3, all_reduce_ = 0;
   std::vector<UnitState> state_;
-  std::vector<int> param_shard_, grad_shard_;
   std::deque<int> free_events_;        // P4 _FreeEventQueue: compute-stream ops whose completion frees a unit
   int offload_grad_ = -1;
 };

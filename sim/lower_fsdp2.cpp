@@ -41,7 +41,7 @@ class ParamGroupLowering final : public LoweringWalk {
   }
 
   void notes_before_step() override {
-    if (plan_.reshard_after_forward != 0)
+    if (plan_.reshard_after_forward != 0 && c_.reshard_after_forward[0] == kRootNone)
       p_.notes.push_back("FSDP2 root group: not resharded after forward (reshard_after_forward=None default for "
                          "the root, F2.6)");
     if (!c_.sharded)
@@ -60,25 +60,9 @@ class ParamGroupLowering final : public LoweringWalk {
     return c_.graph->units[u].layers.empty() ? c_.bp : 1;
   }
 
-  void add_persistent() override {
-    const int U = static_cast<int>(c_.sizes.size());
-    st_.assign(U, {});
-    param_shard_.assign(U, -1);
-    grad_shard_.assign(U, -1);
-    for (int u = 0; u < U; ++u) {
-      b_.site(-1, SitePhase::Persistent, unit_site_layer(c_, u));
-      const UnitSizes& s = c_.sizes[u];
-      if (s.params == 0) continue;
-      if (!plan_.cpu_offload.params) {
-        // M6: the padded local chunk in the master dtype; the sharded grad covers trainable params (D5).
-        param_shard_[u] = b_.buffer("shard", u, s.shard * c_.bm, MemCategory::ShardedParams, compute_, true);
-        if (s.grad_shard > 0)
-          grad_shard_[u] = b_.buffer("grad_shard", u, s.grad_shard * c_.bm, MemCategory::ShardedGrads, compute_, true);
-      }
-      if (!plan_.cpu_offload.optimizer && s.optim > 0)
-        b_.buffer("optim", u, s.optim * c_.optimizer_states * c_.bm, MemCategory::OptimizerState, compute_, true);
-    }
-  }
+  void begin() override { st_.assign(c_.sizes.size(), {}); }
+  const char* shard_name() const override { return "shard"; }
+
 
   // ---- unshard (F2.2, D2, M7, M11) ----
   void unshard(int u) {
@@ -197,7 +181,7 @@ class ParamGroupLowering final : public LoweringWalk {
     GroupState& g = st_[u];
     if (g.state != ParamState::Unsharded) return;
     const UnitSizes& s = c_.sizes[u];
-    const int k = plan_.reshard_after_forward;
+    const int k = c_.reshard_after_forward[u];
     if (c_.sharded && phase == Phase::Forward && k > 1 && s.params > 0) {
       // to_sharded_post_forward clones this rank's 1/k slice (of the AG output) and keeps it for backward.
       Op& cl = b_.op(OpKind::CopyOut, compute_, u, mb_, "clone");
@@ -236,11 +220,12 @@ class ParamGroupLowering final : public LoweringWalk {
 
   void post_forward(int u) override {
     b_.defer_hook();
+    const int raf = c_.reshard_after_forward[u];
     if (u == 0) {
       flush_all_gather_state();   // the root flushes the kept AG output in its post-forward (F2.3)
-      return;                     // and is not resharded (F2.6)
+      if (raf == kRootNone || raf == 0) return;   // and is not resharded unless told to (F2.6)
     }
-    if (plan_.reshard_after_forward != 0 || !c_.sharded) reshard(u, Phase::Forward);
+    if (raf != 0 || !c_.sharded) reshard(u, Phase::Forward);
   }
 
   int unsharded_params(int u) const override { return st_[u].unsharded; }
@@ -254,7 +239,7 @@ class ParamGroupLowering final : public LoweringWalk {
   }
   void post_recompute(int u) override {
     b_.defer_hook();
-    if (plan_.reshard_after_forward != 0) reshard(u, Phase::Backward);
+    if (c_.reshard_after_forward[u] != 0) reshard(u, Phase::Backward);
   }
 
   void pre_backward(int u) override {
@@ -336,8 +321,13 @@ class ParamGroupLowering final : public LoweringWalk {
     if (prev_rs_op_ >= 0) b_.defer_wait(compute_, prev_rs_op_);
     if (prev_rs_input_ >= 0) b_.free_now(prev_rs_input_);
     prev_rs_input_ = prev_rs_op_ = -1;
+    const bool offload = plan_.cpu_offload.params;
+    // The reduced output itself becomes the sharded gradient (a view of it, F2.9) unless a cast to the master
+    // dtype, an accumulation into an earlier micro-batch's gradient or the offload makes another tensor.
+    const bool out_is_grad = plan_.reduce_dtype == plan_.master_weights_dtype && grad_shard_[u] < 0 && !offload;
+    const MemCategory out_category = out_is_grad ? MemCategory::ShardedGrads : MemCategory::CommBuffers;
     Op& ci = b_.op(OpKind::CopyIn, compute_, u, mb_, "RS copy-in");
-    int in = b_.buffer("rs_in", u, s.rs_input * c_.br, MemCategory::CommBuffers, compute_);
+    int in = b_.buffer("rs_in", u, s.rs_input * c_.br, c_.sharded ? MemCategory::CommBuffers : out_category, compute_);
     ci.allocs.push_back(in);
     b_.read(ci, src);
     b_.write(ci, in);
@@ -350,7 +340,7 @@ class ParamGroupLowering final : public LoweringWalk {
       if (divides) divide(u, reduce_scatter_, in, s.rs_input * c_.br, ci.id);
       Op& rs = b_.op(OpKind::ReduceScatter, reduce_scatter_, u, mb_, "RS");
       if (!divides) b_.wait(rs, ci.id);
-      out = b_.buffer("rs_out", u, s.grad_shard * c_.br, MemCategory::CommBuffers, reduce_scatter_);
+      out = b_.buffer("rs_out", u, s.grad_shard * c_.br, out_category, reduce_scatter_);
       rs.allocs.push_back(out);
       b_.read(rs, in);
       b_.write(rs, out);
@@ -395,11 +385,13 @@ class ParamGroupLowering final : public LoweringWalk {
       last = ar.id;
     }
     if (divides) last = divide(u, post_stream, out, s.grad_shard * c_.br, -1);
-    // Post-reduce: cast to the fp32 (master) dtype into .grad, accumulating when a grad exists.
-    const bool adding = mb_ > 0;
-    const bool offload = plan_.cpu_offload.params;
+    // Post-reduce: cast to the fp32 (master) dtype into .grad (a new tensor in the post-reduce stream's pool),
+    // or accumulate into the existing .grad.
+    const bool adding = grad_shard_[u] >= 0;
     int fp32 = -1;
-    if (plan_.reduce_dtype != plan_.master_weights_dtype || adding || offload) {
+    if (out_is_grad) {
+      grad_shard_[u] = out;
+    } else {
       Op& o = b_.op(OpKind::Cast, post_stream, u, mb_, adding ? "grad acc" : "grad fp32");
       b_.read(o, out);
       o.copy_bytes = s.grad_shard * (c_.br + c_.bm + (adding ? c_.bm : 0));
@@ -407,13 +399,20 @@ class ParamGroupLowering final : public LoweringWalk {
         fp32 = b_.buffer("grad_dev", u, s.grad_shard * c_.bm, MemCategory::CommBuffers, post_stream);
         o.allocs.push_back(fp32);
         b_.write(o, fp32);
-      } else if (grad_shard_[u] >= 0) {
+      } else {
+        if (!adding) {
+          grad_shard_[u] = b_.buffer("grad_shard", u, s.grad_shard * c_.bm, MemCategory::ShardedGrads, post_stream);
+          o.allocs.push_back(grad_shard_[u]);
+        }
         b_.write(o, grad_shard_[u]);
       }
       last = o.id;
     }
-    if (out == in) prev_rs_op_ = last;   // in-place AR: the post-reduce still reads the RS input
-    if (c_.sharded) {
+    if (out == in) {
+      prev_rs_op_ = last;                      // in-place AR: the post-reduce still reads the RS input
+      if (out_is_grad) prev_rs_input_ = -1;    // ... which is now .grad, kept to the step's end
+    }
+    if (c_.sharded && !out_is_grad) {
       if (c_.hybrid) held_outputs_.push_back(out);
       else b_.at(last).frees.push_back({out, -1});
     }
@@ -448,12 +447,8 @@ class ParamGroupLowering final : public LoweringWalk {
     offload_d2h_.clear();
   }
 
-  const std::vector<int>& optimizer_grads() const override { return grad_shard_; }
-  const std::vector<int>& optimizer_params() const override { return param_shard_; }
-
   int copy_in_ = 1, all_gather_ = 2, reduce_scatter_ = 3, all_reduce_ = -1;
   std::vector<GroupState> st_;
-  std::vector<int> param_shard_, grad_shard_;
   std::vector<int> fresh_grad_;
   int ag_state_buf_ = -1, ag_state_event_ = -1;   // comm_ctx.all_gather_state
   int prev_rs_input_ = -1, prev_rs_op_ = -1;      // comm_ctx.reduce_scatter_state

@@ -13,9 +13,10 @@ StepProgram LoweringWalk::run() {
   p_.ops.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 8 + U * 32) + 64);
   p_.buffers.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 3 + U * 8) + U * 3);
   add_streams();
+  begin();
   add_persistent();
-  act_.assign(c_.segments.size(), -1);
-  recompute_.assign(c_.segments.size(), -1);
+  act_.assign(c_.segments.size(), BufferRange{});
+  recompute_.assign(c_.segments.size(), BufferRange{});
   notes_before_step();
   for (int mb = 0; mb < c_.micro_batches; ++mb) {
     mb_ = mb;
@@ -23,11 +24,34 @@ StepProgram LoweringWalk::run() {
     forward();
     backward();
   }
-  add_optimizer_step(c_, b_, p_, optimizer_grads(), optimizer_params(), compute_);
+  p_.unit_grads = grad_shard_;
+  add_optimizer_step(c_, b_, p_, grad_shard_, param_shard_, compute_);
+  // optimizer.zero_grad() (set_to_none=True, the default since PyTorch 2.0) drops the sharded gradients.
+  for (int g : grad_shard_)
+    if (g >= 0) b_.free_now(g);
   notes_after_step();
   fill_facts(c_, p_);
   b_.finish();
   return std::move(p_);
+}
+
+// The sharded state (M2, M6, M11): each unit's sharded parameter in the master dtype (on the CPU with
+// offload) and its optimizer state (trainable parameters only, D5). The sharded gradient is not persistent:
+// zero_grad(set_to_none=True) leaves none until the unit's reduction creates it, and the step frees it after
+// the optimizer step.
+void LoweringWalk::add_persistent() {
+  const int U = static_cast<int>(c_.sizes.size());
+  param_shard_.assign(U, -1);
+  grad_shard_.assign(U, -1);
+  for (int u = 0; u < U; ++u) {
+    b_.site(-1, SitePhase::Persistent, unit_site_layer(c_, u));
+    const UnitSizes& s = c_.sizes[u];
+    if (s.params == 0) continue;
+    if (!plan_.cpu_offload.params)
+      param_shard_[u] = b_.buffer(shard_name(), u, s.shard * c_.bm, MemCategory::ShardedParams, compute_, true);
+    if (!plan_.cpu_offload.optimizer && s.optim > 0)
+      b_.buffer("optim", u, s.optim * c_.optimizer_states * c_.bm, MemCategory::OptimizerState, compute_, true);
+  }
 }
 
 void LoweringWalk::forward() {
@@ -42,7 +66,35 @@ void LoweringWalk::forward() {
     for (int u : c_.closing[s]) post_forward(u);
   }
   b_.site(mb_, SitePhase::Forward, -1);
+  // A loss computed in the model's forward runs before the root's post-forward (which flushes FSDP2's
+  // kept all-gather output, F2.3); one computed on the model's output, after it.
+  if (c_.loss.inside_model) loss_forward();
   post_forward(0);
+  if (!c_.loss.inside_model) loss_forward();
+}
+
+// Allocates one buffer per tensor at op `o` (they get consecutive ids: the range [first, first + n)).
+LoweringWalk::BufferRange LoweringWalk::alloc_tensors(Op& o, int unit, const std::vector<models::SavedTensor>& ts) {
+  BufferRange r{b_.num_buffers(), 0};
+  for (const models::SavedTensor& t : ts) {
+    if (t.bytes <= 0) continue;
+    o.allocs.push_back(b_.buffer(t.name, unit, t.bytes, MemCategory::Activations, compute_));
+    ++r.n;
+  }
+  return r;
+}
+
+void LoweringWalk::free_range(Op& o, BufferRange& r) {
+  for (int i = 0; i < r.n; ++i) o.frees.push_back({r.first + i, -1});
+  r = BufferRange{};
+}
+
+// A transient of op `o`: allocated at its issue, freed once it is enqueued (its peak within the op).
+void LoweringWalk::transient(Op& o, const char* what, int unit, Bytes bytes, MemCategory cat) {
+  if (bytes <= 0) return;
+  const int t = b_.buffer(what, unit, bytes, cat, compute_);
+  o.allocs.push_back(t);
+  o.frees.push_back({t, -1});
 }
 
 void LoweringWalk::emit_compute(int s, OpKind kind) {
@@ -53,26 +105,98 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
   Op& o = b_.compute_op(kind, compute_, seg.unit, mb_, what, ks);
   o.kernel_launches = static_cast<int>(ks->size());
   if (const int params = unsharded_params(seg.unit); params >= 0) b_.read(o, params);
+  const bool block = seg.part == models::ModulePart::Block;
+  const bool head = seg.part == models::ModulePart::FinalNormAndHead;
+  const Context::BlockActivations* a = block ? &c_.block_acts[c_.layer_mode[seg.layer]] : nullptr;
   if (kind == OpKind::Forward) {
-    if (seg.part == models::ModulePart::Block && c_.act_saved[seg.layer] > 0) {
-      act_[s] = b_.buffer("act", seg.unit, c_.act_saved[seg.layer], MemCategory::Activations, compute_);
-      o.allocs.push_back(act_[s]);
-    } else if (seg.part == models::ModulePart::FinalNormAndHead) {
-      act_[s] = b_.buffer("logits", seg.unit, c_.logits, MemCategory::Logits, compute_);
-      o.allocs.push_back(act_[s]);
-      if (c_.loss_transient > 0) {   // the fp32 upcast inside cross-entropy, freed within the loss
-        int t = b_.buffer("loss_tmp", seg.unit, c_.loss_transient, MemCategory::Logits, compute_);
-        o.allocs.push_back(t);
-        o.frees.push_back({t, -1});
-      }
+    // What autograd saves, tensor by tensor in forward order, then the forward's own temporaries.
+    if (block) {
+      act_[s] = alloc_tensors(o, seg.unit, a->saved);
+      transient(o, "fwd_tmp", seg.unit, a->forward_extra, MemCategory::Activations);
+    } else if (head) {
+      act_[s] = alloc_tensors(o, seg.unit, c_.final_norm.saved);
+      transient(o, "fwd_tmp", seg.unit, c_.final_norm.forward_extra, MemCategory::Activations);
+      logits_ = b_.buffer("logits", seg.unit, c_.loss.logits, MemCategory::Logits, compute_);
+      o.allocs.push_back(logits_);
+      // fused linear cross-entropy: one fp32 chunk of logits at a time
+      transient(o, "loss_tmp", seg.unit, c_.loss.forward_transient, MemCategory::Logits);
     }
   } else if (kind == OpKind::Recompute) {
-    recompute_[s] = b_.buffer("recomp", seg.unit, c_.act_recompute[seg.layer], MemCategory::Activations, compute_);
-    o.allocs.push_back(recompute_[s]);
+    recompute_[s] = alloc_tensors(o, seg.unit, a->recompute);
   } else {
-    if (act_[s] >= 0) o.frees.push_back({act_[s], -1});
-    if (recompute_[s] >= 0) o.frees.push_back({recompute_[s], -1});
-    act_[s] = recompute_[s] = -1;
+    // The backward's gradients and temporaries on top of what is saved (models::BlockMemory::backward_extra).
+    if (block) transient(o, "bwd_tmp", seg.unit, a->backward_extra, MemCategory::Activations);
+    if (head) {
+      transient(o, "bwd_tmp", seg.unit, c_.final_norm.backward_extra, MemCategory::Activations);
+      if (head_grad_ >= 0) o.frees.push_back({head_grad_, -1});   // the logits' gradient from the loss
+      if (logits_ >= 0) o.frees.push_back({logits_, -1});
+      head_grad_ = logits_ = -1;
+    }
+    free_range(o, act_[s]);
+    free_range(o, recompute_[s]);
+  }
+}
+
+// An op of the loss that only allocates and frees: its kernels are in the head's lists (models/kernels.cpp
+// cross_entropy, cross_entropy_bwd), so it takes no GPU or CPU time of its own.
+Op& LoweringWalk::loss_op(OpKind kind, const char* what) {
+  static const std::shared_ptr<const std::vector<models::KernelDesc>> kNoKernels =
+      std::make_shared<const std::vector<models::KernelDesc>>();
+  Op& o = b_.compute_op(kind, compute_, c_.segments.back().unit, mb_, what, kNoKernels);
+  o.kernel_launches = 0;
+  return o;
+}
+
+// The loss's forward (LossMemory): the fp32 copy and the saved log-probabilities (or logsumexp); the loop
+// frees the logits here if it deletes them before backward.
+void LoweringWalk::loss_forward() {
+  const LossMemory& l = c_.loss;
+  if (l.impl == models::LossImpl::FusedLinear || l.in_head_op) return;   // all in the head's op
+  Op& o = loss_op(OpKind::Forward, "loss");
+  if (l.upcast > 0) {
+    const int up = b_.buffer("logits_fp32", o.unit, l.upcast, MemCategory::Logits, compute_);
+    o.allocs.push_back(up);
+    o.frees.push_back({up, -1});   // _log_softmax saves its result, not its input
+  }
+  if (l.saved > 0) {
+    loss_saved_ = b_.buffer("log_probs", o.unit, l.saved, MemCategory::Logits, compute_);
+    o.allocs.push_back(loss_saved_);
+  }
+  if (l.free_logits && logits_ >= 0) {
+    o.frees.push_back({logits_, -1});
+    logits_ = -1;
+  }
+}
+
+// The loss's backward (LossMemory): nll_loss_backward, _log_softmax_backward_data, the upcast's backward.
+void LoweringWalk::loss_backward() {
+  const LossMemory& l = c_.loss;
+  if (l.in_head_op) return;
+  const auto release_saved = [&](Op& o) {
+    if (loss_saved_ >= 0) o.frees.push_back({loss_saved_, -1});
+    loss_saved_ = -1;
+  };
+  if (l.impl == models::LossImpl::Torch) {
+    Op& nll = loss_op(OpKind::Backward, "nll bwd");
+    const int g1 = b_.buffer("nll_grad", nll.unit, l.nll_grad, MemCategory::Logits, compute_);
+    nll.allocs.push_back(g1);
+    Op& lsm = loss_op(OpKind::Backward, "lsm bwd");
+    head_grad_ = b_.buffer("lsm_grad", lsm.unit, l.lsm_grad, MemCategory::Logits, compute_);
+    lsm.allocs.push_back(head_grad_);
+    lsm.frees.push_back({g1, -1});
+    release_saved(lsm);
+    if (l.logits_grad > 0) {
+      Op& down = loss_op(OpKind::Backward, "upcast bwd");
+      const int g = b_.buffer("logits_grad", down.unit, l.logits_grad, MemCategory::Logits, compute_);
+      down.allocs.push_back(g);
+      down.frees.push_back({head_grad_, -1});
+      head_grad_ = g;
+    }
+  } else if (l.impl == models::LossImpl::Fused) {
+    Op& ce = loss_op(OpKind::Backward, "ce bwd");
+    head_grad_ = b_.buffer("logits_grad", ce.unit, l.logits_grad, MemCategory::Logits, compute_);
+    ce.allocs.push_back(head_grad_);
+    release_saved(ce);
   }
 }
 
@@ -116,7 +240,11 @@ void LoweringWalk::backward() {
   begin_backward();
   pre_backward_done_.assign(c_.sizes.size(), false);
   b_.site(mb_, SitePhase::Backward, -1);
-  walk_pre_backward(0);   // F1.9/F2.7: the root's pre-backward fires first and queues the final callback
+  // F1.9/F2.7: the root's pre-backward queues the final callback; it fires when the gradient reaches the
+  // model's outputs: before the loss's backward if the loss is one of them, after it if the logits are.
+  if (!c_.loss.inside_model) loss_backward();
+  walk_pre_backward(0);
+  if (c_.loss.inside_model) loss_backward();
   const int S = static_cast<int>(c_.segments.size());
   for (int s = S - 1; s >= 0; --s) {
     b_.site(mb_, SitePhase::Backward, segment_site_layer(c_, s));

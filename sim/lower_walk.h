@@ -38,7 +38,8 @@ class LoweringWalk {
  protected:
   // ---- what the FSDP version does (its parameter-group lowering) ----
   virtual void add_streams() = 0;        // sets compute_ and the side streams (F1.1, F2.1)
-  virtual void add_persistent() = 0;     // sharded parameters, gradients, optimizer state
+  virtual void begin() = 0;              // the version's per-unit state, before anything is lowered
+  virtual const char* shard_name() const = 0;   // the sharded parameter's name ("flat_shard", "shard")
   virtual void notes_before_step() {}    // notes that precede the optimizer step's
   virtual void notes_after_step() {}
   virtual void root_pre_forward() = 0;   // the side streams wait on the compute stream
@@ -56,15 +57,21 @@ class LoweringWalk {
   virtual int unsharded_params(int u) const = 0;  // the parameters unit u's compute reads (-1: none)
   virtual void post_backward(int u) = 0;
   virtual void final_callback() = 0;
-  // The buffers the optimizer step reads (sharded gradients) and writes (sharded parameters).
-  virtual const std::vector<int>& optimizer_grads() const = 0;
-  virtual const std::vector<int>& optimizer_params() const = 0;
 
   // ---- the walk ----
+  struct BufferRange {   // buffers with consecutive ids [first, first + n)
+    int first = -1, n = 0;
+  };
+  BufferRange alloc_tensors(Op& o, int unit, const std::vector<models::SavedTensor>& ts);
+  void free_range(Op& o, BufferRange& r);
+  void transient(Op& o, const char* what, int unit, Bytes bytes, MemCategory cat);
   void forward();
   void backward();
   void emit_compute(int s, OpKind kind);
   bool checkpointed(int s) const;
+  Op& loss_op(OpKind kind, const char* what);
+  void loss_forward();
+  void loss_backward();
 
   const Context& c_;
   const Plan& plan_;
@@ -73,10 +80,17 @@ class LoweringWalk {
   int compute_ = 0;
   int mb_ = 0;
   bool sync_ = true;                    // this micro-batch reduces gradients (grad_sync or the last one)
-  std::vector<int> act_, recompute_;    // per segment: saved activations / recomputed activations
+  std::vector<BufferRange> act_, recompute_;   // per segment: saved / recomputed activations
+  int logits_ = -1;                     // the head's output, held until the head's backward or freed earlier
   std::vector<bool> pre_backward_done_;
+  // Per unit: the sharded parameter (persistent, -1 when offloaded) and the sharded gradient (created by the
+  // unit's reduction, freed by zero_grad at the step's end; -1 until then).
+  std::vector<int> param_shard_, grad_shard_;
+  int loss_saved_ = -1;                 // the loss's saved tensor (log-probabilities / logsumexp)
+  int head_grad_ = -1;                  // the gradient the head's backward reads (from the loss's backward)
 
  private:
+  void add_persistent();
   void walk_pre_backward(int u);
   void backward_segment(int s);
 };

@@ -31,8 +31,8 @@
 // | use_orig_params          | true/false (FSDP1 only: alignment padding, M1; M13)         | true               |
 // | cross_entropy            | "torch" (F.cross_entropy), "fused" (flash-attn's fused CE), | "torch"            |
 // |                          | "fused_linear" (Liger's fused linear CE: no full logits)    |                    |
-// | implementation           | "torchtitan", "hf", "litgpt", "fused": whose block code     | "hf"               |
-// |                          | runs (what autograd saves, models/implementation.cpp)       |                    |
+// | implementation           | "torchtitan", "hf", "litgpt", "fused", "runtime" (fsdpsim's | "hf"               |
+// |                          | own runtime): whose block code runs (what autograd saves)   |                    |
 // | compile                  | true/false: torch.compile (inductor) of each block          | false              |
 // | float8                   | "none", "tensorwise", "rowwise" (torchao Float8Linear)      | "none"             |
 // | alloc_conf               | PYTORCH_CUDA_ALLOC_CONF text: expandable_segments:True,     | ""                 |
@@ -368,10 +368,11 @@ Plan parse_plan(const Json& j) {
                       : ce == "fused_linear" ? models::LossImpl::FusedLinear : models::LossImpl::Torch;
   }
   if (r.has("implementation")) {
-    const std::string impl = r.get_enum("implementation", {"torchtitan", "hf", "litgpt", "fused"});
+    const std::string impl = r.get_enum("implementation", {"torchtitan", "hf", "litgpt", "fused", "runtime"});
     p.implementation = impl == "torchtitan" ? models::ModelImpl::TorchTitan
                        : impl == "litgpt"   ? models::ModelImpl::LitGPT
                        : impl == "fused"    ? models::ModelImpl::Fused
+                       : impl == "runtime"  ? models::ModelImpl::Runtime
                                             : models::ModelImpl::HF;
   }
   p.compile = r.get_bool("compile", false);

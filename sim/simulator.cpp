@@ -236,6 +236,10 @@ bool build_stretched(const models::ModelSpec& m, const models::WrapGraph& graph,
   };
   const int k = layer_period(graph, rp);
   if (k == 0) return g_stats.refused = "no regular block period", micro_batches_only();
+  // A unit named in module_overrides may not exist in a shorter model (its aliases do).
+  for (const ModuleOverride& o : rp.module_overrides)
+    if (o.module != "root" && o.module != "last_block")
+      return g_stats.refused = "module_overrides names a unit", micro_batches_only();
   // The source: the template period, with the blocks that references reach (prefetching reaches
   // prefetch_depth + 1 blocks back) checked periodic on both sides (sim/stretch.h), and `margin` blocks
   // at each end left unchecked, as the blocks next to the ends differ: nothing to prefetch, the root's

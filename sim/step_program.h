@@ -111,6 +111,9 @@ struct StepProgram {
   std::int64_t tokens_per_rank = 0;           // tokens this rank processes per optimizer step
   double model_flops_per_rank = 0;            // 6N+attention convention (no recompute)
   std::vector<std::string> notes;             // approximations made by the lowering
+  // Per FSDP unit, the buffer that is its gradient when the optimizer steps (-1: none, a frozen or empty
+  // unit): the reduce-scatter output, the fp32 cast of it, or (NO_SHARD) the all-reduced gradient itself.
+  std::vector<int> unit_grads;
 };
 
 }  // namespace fsdpsim::sim

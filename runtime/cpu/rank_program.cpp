@@ -68,11 +68,14 @@ class Builder {
     rp_.grad_shard_buf.assign(U, -1);
     rp_.optim_buf.assign(U, -1);
     for (const auto& b : rp_.program.buffers) {
-      if (!b.persistent || b.unit < 0 || b.unit >= U) continue;
+      if (b.unit < 0 || b.unit >= U) continue;
+      if (!b.persistent) continue;
       if (b.category == sim::MemCategory::ShardedParams) rp_.shard_buf[b.unit] = b.id;
-      if (b.category == sim::MemCategory::ShardedGrads) rp_.grad_shard_buf[b.unit] = b.id;
       if (b.category == sim::MemCategory::OptimizerState) rp_.optim_buf[b.unit] = b.id;
     }
+    // (the gradient: the buffer the lowering names, which later micro-batches accumulate into)
+    for (int u = 0; u < U && u < static_cast<int>(rp_.program.unit_grads.size()); ++u)
+      rp_.grad_shard_buf[u] = rp_.program.unit_grads[u];
     for (int u = 0; u < U; ++u)
       if (!rp_.layouts[u].tensors.empty() && (rp_.shard_buf[u] < 0 || rp_.grad_shard_buf[u] < 0 || rp_.optim_buf[u] < 0))
         throw std::runtime_error(internal("unit " + std::to_string(u) + " lacks a sharded param/grad/optimizer buffer"));
@@ -96,6 +99,9 @@ class Builder {
     for (int i = 0; i < n; ++i) {
       const sim::Op& op = p.ops[i];
       const int mb = op.micro_batch;
+      // A compute op that runs no kernel (the loss's memory-only ops) has no segment.
+      const bool no_kernels = op.shared_kernels ? op.shared_kernels->empty() : op.kernels.empty();
+      if (no_kernels && (op.kind == sim::OpKind::Forward || op.kind == sim::OpKind::Backward)) continue;
       if (op.kind == sim::OpKind::Forward) {
         int& k = fwd_next.try_emplace(mb, 0).first->second;
         rp_.op_segment[i] = k++;
@@ -150,8 +156,9 @@ class Builder {
 
 }  // namespace
 
-RankProgram build_rank_program(const models::ModelSpec& model, const sim::Plan& plan, int world, int gpus_per_node,
-                               int shard_group_size, const std::string& backend) {
+RankProgram build_rank_program(const models::ModelSpec& model, const sim::Plan& user_plan, int world,
+                               int gpus_per_node, int shard_group_size, const std::string& backend) {
+  const sim::Plan plan = runtime_plan(user_plan);
   RankProgram rp;
   Builder b(rp, plan, backend);
   rp.dims = runtime_dims(model, plan.micro_batch, plan.seq_len);

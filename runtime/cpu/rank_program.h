@@ -11,6 +11,7 @@
 #include "models/wrap_graph.h"
 #include "runtime/cpu/unit_layout.h"
 #include "runtime/model/dims.h"
+#include "runtime/runtime_plan.h"
 #include "runtime/train/synthetic_data.h"
 #include "sim/sim_result.h"
 #include "sim/plan.h"
@@ -37,7 +38,10 @@ struct RankProgram {
   int N = 1;                                   // shard group size
   int micro_batches = 1;
   std::vector<UnitLayout> layouts;             // per unit
-  std::vector<int> shard_buf, grad_shard_buf, optim_buf;   // per unit: its persistent buffers (-1: none)
+  // Per unit: the persistent sharded parameter and optimizer state, and the sharded gradient (not persistent:
+  // created by the unit's reduction, as the reduce-scatter output or by the post-reduce cast, and freed by
+  // zero_grad after the optimizer step), -1 if none.
+  std::vector<int> shard_buf, grad_shard_buf, optim_buf;
   std::vector<int> seg_unit;                   // per segment (0 embedding, 1..L blocks, L+1 norm + head)
   std::vector<std::vector<int>> seg_tensors;   // per segment: indices into its unit's layout tensors
   std::vector<bool> checkpointed;              // per block (layer)

@@ -51,6 +51,7 @@ RankRunner::RankRunner(const RunConfig& cfg, Communicator& comm) : cfg_(cfg), co
   for (int u = 0; u < U; ++u) {
     if (rp_.layouts[u].tensors.empty()) continue;
     check_buffer(rp_.shard_buf[u], rp_.layouts[u].shard, "sharded params");
+    if (rp_.grad_shard_buf[u] < 0) throw std::runtime_error(internal("unit " + std::to_string(u) + " gets no sharded grad"));
     check_buffer(rp_.grad_shard_buf[u], rp_.layouts[u].grad_shard, "sharded grads");
   }
   const int S = rp_.dims.L + 2;
@@ -71,7 +72,6 @@ RankRunner::RankRunner(const RunConfig& cfg, Communicator& comm) : cfg_(cfg), co
   for (int u = 0; u < U; ++u) {
     if (rp_.layouts[u].tensors.empty()) continue;
     init_shard(rp_.layouts[u], gr, cfg.seed, mem_->ptr(rp_.shard_buf[u]));
-    std::memset(mem_->ptr(rp_.grad_shard_buf[u]), 0, sizeof(float) * rp_.layouts[u].grad_shard);
     const Bytes need = rp_.layouts[u].shard * cfg_.optimizer.states() * 4;
     const Bytes have = rp_.program.buffers[rp_.optim_buf[u]].bytes;
     if (have >= need) {
@@ -231,28 +231,35 @@ void RankRunner::run(const sim::Op& op) {
       break;
     }
     case OpKind::Cast:
-      // fp32 everywhere: the only casts are _accumulate_sharded_grad / the post-reduce copy into .grad.
+      // fp32 everywhere: the only casts are _accumulate_sharded_grad / the post-reduce copy into .grad: a
+      // copy where it creates the sharded grad, an accumulation into the existing one otherwise.
       if (op.outputs.empty() || op.outputs[0] != rp_.grad_shard_buf.at(u))
         throw std::runtime_error(internal("a cast other than the sharded-grad accumulation: " + op.name));
+      if (std::find(op.allocs.begin(), op.allocs.end(), op.outputs[0]) != op.allocs.end())
+        std::memset(ptr(op.outputs[0]), 0, sizeof(float) * rp_.layouts[u].grad_shard);
       accumulate_grad(u, ptr(op.inputs.at(0)));
       break;
     case OpKind::OptimizerStep:
-      for (size_t k = 0; k < rp_.layouts.size(); ++k)
-        if (!rp_.layouts[k].tensors.empty())
-          optimizer_step(cfg_.optimizer, ptr(rp_.shard_buf[k]), ptr(rp_.grad_shard_buf[k]), state_ptr_[k], rp_.layouts[k].shard,
-                         steps_done_ + 1);
+      last_grads_.assign(rp_.layouts.size(), {});
+      for (size_t k = 0; k < rp_.layouts.size(); ++k) {
+        if (rp_.layouts[k].tensors.empty()) continue;
+        const float* g = ptr(rp_.grad_shard_buf[k]);
+        last_grads_[k].assign(g, g + rp_.layouts[k].shard);   // zero_grad frees it after this op
+        optimizer_step(cfg_.optimizer, ptr(rp_.shard_buf[k]), ptr(rp_.grad_shard_buf[k]), state_ptr_[k],
+                       rp_.layouts[k].shard, steps_done_ + 1);
+      }
       break;
     default:
       throw std::runtime_error(std::string("CPU runtime: op kind ") + sim::op_kind_name(op.kind) + " is not supported");
   }
+  // The end of a reduction: its output is the sharded grad itself (reduce dtype = the parameters') or is
+  // added to the one an earlier micro-batch created.
   const ChainEnd& end = rp_.op_chain_end[op.id];
-  if (end.unit >= 0) accumulate_grad(end.unit, ptr(end.result_buffer));
+  if (end.unit >= 0 && end.result_buffer != rp_.grad_shard_buf[end.unit]) accumulate_grad(end.unit, ptr(end.result_buffer));
 }
 
 StepOutcome RankRunner::step() {
-  // zero_grad(set_to_none=True): the step's first reduction assigns, later ones accumulate.
-  for (size_t u = 0; u < rp_.layouts.size(); ++u)
-    if (!rp_.layouts[u].tensors.empty()) std::memset(mem_->ptr(rp_.grad_shard_buf[u]), 0, sizeof(float) * rp_.layouts[u].grad_shard);
+  // zero_grad(set_to_none=True): no sharded grad exists until the step's first reduction creates it.
   const int W = comm_.world();
   std::vector<TokenBatch> batches = rank_step_batches(rp_, cfg_.seed, steps_done_, comm_.rank(), W);
   for (int mb = 0; mb < rp_.micro_batches; ++mb) compute_->set_batch(mb, std::move(batches[mb].inputs), std::move(batches[mb].targets));
@@ -268,16 +275,27 @@ StepOutcome RankRunner::step() {
   return out;
 }
 
-std::vector<std::pair<std::string, std::vector<float>>> RankRunner::gather_params() { return gather(rp_.shard_buf); }
-std::vector<std::pair<std::string, std::vector<float>>> RankRunner::gather_grads() { return gather(rp_.grad_shard_buf); }
+std::vector<std::pair<std::string, std::vector<float>>> RankRunner::gather_params() {
+  std::vector<const float*> shards(rp_.layouts.size(), nullptr);
+  for (size_t u = 0; u < shards.size(); ++u)
+    if (rp_.shard_buf[u] >= 0) shards[u] = mem_->ptr(rp_.shard_buf[u]);
+  return gather(shards);
+}
+std::vector<std::pair<std::string, std::vector<float>>> RankRunner::gather_grads() {
+  std::vector<const float*> shards(rp_.layouts.size(), nullptr);
+  for (size_t u = 0; u < shards.size() && u < last_grads_.size(); ++u)
+    if (!last_grads_[u].empty()) shards[u] = last_grads_[u].data();
+  return gather(shards);
+}
 
-std::vector<std::pair<std::string, std::vector<float>>> RankRunner::gather(const std::vector<int>& bufs) {
+std::vector<std::pair<std::string, std::vector<float>>> RankRunner::gather(const std::vector<const float*>& shards) {
   std::map<std::string, std::vector<float>> by_name;
   for (size_t u = 0; u < rp_.layouts.size(); ++u) {
     const UnitLayout& l = rp_.layouts[u];
     if (l.tensors.empty()) continue;
     std::vector<float> all(l.unsharded);
-    comm_.all_gather(mem_->ptr(bufs[u]), all.data(), l.shard, sim::CommGroup::Shard);
+    if (!shards[u]) throw std::runtime_error(internal("no shard of unit " + std::to_string(u) + " to gather"));
+    comm_.all_gather(shards[u], all.data(), l.shard, sim::CommGroup::Shard);
     auto ts = tensors_from_shards(l, all.data());
     for (size_t i = 0; i < ts.size(); ++i) by_name[l.tensors[i].name] = std::move(ts[i]);
   }

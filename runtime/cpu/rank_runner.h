@@ -65,7 +65,7 @@ class RankRunner : public OpRunner {
   std::vector<float*> segment_grads(int seg, const sim::Op& op);
   void run_compute(const sim::Op& op);
   void accumulate_grad(int unit, const float* src);
-  std::vector<std::pair<std::string, std::vector<float>>> gather(const std::vector<int>& per_unit_buffer);
+  std::vector<std::pair<std::string, std::vector<float>>> gather(const std::vector<const float*>& per_unit_shard);
 
   RunConfig cfg_;
   Communicator& comm_;
@@ -76,6 +76,7 @@ class RankRunner : public OpRunner {
   std::vector<float*> state_ptr_;                   // per unit optimizer states (in its optim_buf when it fits)
   std::vector<std::vector<float>> side_state_;      // per unit, when the program's buffer is too small
   std::vector<std::vector<int>> act_buf_, recomp_buf_;   // [micro-batch][segment] -> buffer id
+  std::vector<std::vector<float>> last_grads_;      // per unit: the sharded gradient the last step stepped on
   std::vector<std::string> notes_;
 };
 

@@ -107,7 +107,6 @@ CudaRankRunner::CudaRankRunner(const RunConfig& cfg, DeviceCommunicator& comm) :
     std::vector<float> host(l.shard);
     init_shard(l, gr, cfg.seed, host.data());
     FSDPSIM_CU_CHECK(cudaMemcpy(ptr(rp_.shard_buf[u]), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
-    FSDPSIM_CU_CHECK(cudaMemset(ptr(rp_.grad_shard_buf[u]), 0, static_cast<size_t>(l.grad_shard) * 4));
     const Bytes need = l.shard * cfg_.optimizer.states() * 4;
     const Bytes have = rp_.program.buffers[rp_.optim_buf[u]].bytes;
     if (have >= need) {
@@ -358,7 +357,10 @@ void CudaRankRunner::enqueue(const sim::Op& op, cudaStream_t s) {
     case OpKind::Cast: {
       const int in = op.inputs.at(0), out = op.outputs.at(0);
       if (u >= 0 && out == rp_.grad_shard_buf.at(u)) {
-        accumulate_grad(u, in, s);   // into .grad (fp32), which step() zeroed: assign or accumulate
+        // into .grad (fp32): the cast that creates it assigns, a later one accumulates
+        if (std::find(op.allocs.begin(), op.allocs.end(), out) != op.allocs.end())
+          FSDPSIM_CU_CHECK(cudaMemsetAsync(ptr(out), 0, static_cast<size_t>(rp_.layouts[u].grad_shard) * 4, s));
+        accumulate_grad(u, in, s);
       } else if (op.inputs.size() >= 2 && op.inputs[1] == out) {
         // FSDP2 no_sync accumulation into unsharded_accumulated_grad (reduce_dtype).
         if (elem_[out] == Elem::F32) accumulate_f32(reinterpret_cast<float*>(ptr(out)), ptr(in), elem_[in], numel(out), s);
@@ -389,14 +391,14 @@ void CudaRankRunner::enqueue(const sim::Op& op, cudaStream_t s) {
     default:
       throw std::runtime_error(std::string("CUDA runtime: op kind ") + sim::op_kind_name(op.kind) + " is not supported");
   }
+  // The end of a reduction: its output is the sharded grad itself (reduce dtype = the parameters') or is
+  // added to the one an earlier micro-batch created.
   const ChainEnd& end = rp_.op_chain_end[op.id];
-  if (end.unit >= 0) accumulate_grad(end.unit, end.result_buffer, s);
+  if (end.unit >= 0 && end.result_buffer != rp_.grad_shard_buf[end.unit]) accumulate_grad(end.unit, end.result_buffer, s);
 }
 
 StepOutcome CudaRankRunner::step() {
-  for (size_t u = 0; u < rp_.layouts.size(); ++u)
-    if (!rp_.layouts[u].tensors.empty())
-      FSDPSIM_CU_CHECK(cudaMemset(ptr(rp_.grad_shard_buf[u]), 0, static_cast<size_t>(rp_.layouts[u].grad_shard) * 4));
+  // zero_grad(set_to_none=True): no sharded grad exists until the step's first reduction creates it.
   const int W = comm_.world();
   std::vector<TokenBatch> batches = rank_step_batches(rp_, cfg_.seed, steps_done_, comm_.rank(), W);
   for (int mb = 0; mb < rp_.micro_batches; ++mb) compute_->set_batch(mb, batches[mb].inputs, batches[mb].targets);
@@ -413,6 +415,8 @@ StepOutcome CudaRankRunner::step() {
 }
 
 std::vector<std::pair<std::string, std::vector<float>>> CudaRankRunner::gather_params() { return gather(rp_.shard_buf); }
+// The sharded grads of the last step: zero_grad freed their buffers after the optimizer step, and nothing
+// ran after it in the placed region, so their bytes are the step's.
 std::vector<std::pair<std::string, std::vector<float>>> CudaRankRunner::gather_grads() { return gather(rp_.grad_shard_buf); }
 
 std::vector<std::pair<std::string, std::vector<float>>> CudaRankRunner::gather(const std::vector<int>& bufs) {

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/runtime_plan.h"
+
 #include "common/args.h"
 #include "common/context.h"
 #include "common/errors.h"
@@ -71,7 +73,7 @@ std::string predicted_peaks(const runtime::RunConfig& cfg, int world) {
     sim::SimOptions o;
     o.record_trace = false;
     o.record_memory_timeline = false;
-    const sim::SimResult p = sim::simulate(cfg.model, hw, cfg.plan, o);
+    const sim::SimResult p = sim::simulate(cfg.model, hw, runtime::runtime_plan(cfg.plan), o);
     return "the simulator predicts for this program: peak allocated " + std::to_string(p.peak_allocated) +
            " B, peak reserved " + std::to_string(p.peak_reserved) + " B (" + name + ")";
   } catch (const std::exception& e) {

@@ -2,7 +2,8 @@
 // lowered programs (style.md lesson 10: astra-sim's exact-ns tests on tiny cases). Every duration is
 // a sum of terms the test sets explicitly, so the expected step time can be derived by hand.
 //
-//   GPU time of an op     = per-kind base + per-byte / per-FLOP terms (below), or by_op[id] if set
+//   GPU time of an op     = per-kind base + per-byte / per-FLOP terms (below), or by_op[id] if set; 0 for
+//                           a compute op with an empty shared kernel list (it runs no kernel)
 //   CPU issue time of op  = cpu_issue_ns + cpu_hooks * cpu_hook_ns + kernel_launches * cpu_launch_ns
 //   overlap slowdown      = slowdown (compute multiplier while any collective runs)
 //
@@ -56,6 +57,8 @@ class FixedCostModel : public CostModel {
 
   TimeNs op_time(const Op& op) const override {
     if (op.id >= 0 && op.id < static_cast<int>(c_.by_op.size()) && c_.by_op[op.id] >= 0) return c_.by_op[op.id];
+    // A compute op that runs no kernels (the loss's memory-only ops, sim/lower_walk.cpp) takes no time.
+    if (op.shared_kernels && op.shared_kernels->empty()) return 0;
     switch (op.kind) {
       case OpKind::Forward: return c_.forward_ns + flops_term(op);
       case OpKind::Backward: return c_.backward_ns + flops_term(op);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/errors.h"
+#include "models/implementation.h"
 #include "models/zoo.h"
 #include "sim/lowering.h"
 #include "test_lowering_fixtures.h"
@@ -89,9 +90,14 @@ TEST(LoweringFsdp2, FullShardSequenceStreamsAndBytes) {
   auto root_ags = ops_of(p, OpKind::AllGather, 0);
   ASSERT_EQ(root_ags.size(), 1u);
   EXPECT_EQ(root_ags[0]->comm_bytes, 68 * 2);
-  // Persistent: 16 bytes per sharded element (fp32 params + grads + 2 AdamW states).
+  // 16 bytes per sharded element: fp32 params and 2 AdamW states persistent, fp32 grads from each unit's
+  // reduction to the step's end (zero_grad); the reduce-scatter output is the grad (reduce == master dtype).
   EXPECT_EQ(persistent_bytes(p, MemCategory::ShardedParams), (17 + 9 + 9) * 4);
-  EXPECT_EQ(persistent_bytes(p, MemCategory::ShardedGrads), (17 + 9 + 9) * 4);
+  EXPECT_EQ(persistent_bytes(p, MemCategory::ShardedGrads), 0);
+  EXPECT_EQ(category_bytes(p, MemCategory::ShardedGrads), (17 + 9 + 9) * 4);
+  EXPECT_EQ(rs[0]->allocs[0], rs[0]->outputs[0]);
+  EXPECT_EQ(p.buffers[rs[0]->allocs[0]].category, MemCategory::ShardedGrads);
+  EXPECT_TRUE(frees(p.ops.back(), rs[0]->allocs[0]));   // freed after the optimizer step
   EXPECT_EQ(persistent_bytes(p, MemCategory::OptimizerState), (17 + 9 + 9) * 8);
   expect_well_formed(p, "fsdp2");
 }
@@ -156,9 +162,10 @@ TEST(LoweringFsdp1, FullShardSequenceAndPadding) {
   EXPECT_EQ(ag[0]->frees[0].reuse_after_op, ag[0]->id);
   // Reshard after forward: freed after the forward op with record_stream on the compute stream.
   auto fwd = ops_of(p, OpKind::Forward, 1);
-  ASSERT_EQ(fwd[0]->frees.size(), 1u);
-  EXPECT_EQ(fwd[0]->frees[0].buffer, ag[0]->allocs[0]);
-  EXPECT_EQ(fwd[0]->frees[0].reuse_after_op, fwd[0]->id);
+  const auto unsharded_frees = frees_of(p, *fwd[0], MemCategory::UnshardedParams);
+  ASSERT_EQ(unsharded_frees.size(), 1u);
+  EXPECT_EQ(unsharded_frees[0].buffer, ag[0]->allocs[0]);
+  EXPECT_EQ(unsharded_frees[0].reuse_after_op, fwd[0]->id);
   expect_well_formed(p, "fsdp1");
 
   // use_orig_params=False: flat 33 elements unpadded, shards of ceil(33/4) = 9; the grad needs F.pad.
@@ -168,8 +175,9 @@ TEST(LoweringFsdp1, FullShardSequenceAndPadding) {
   EXPECT_EQ(q.buffers[pads[0]->allocs[0]].bytes, 36 * 4);
   EXPECT_EQ(pads[0]->copy_bytes, (33 + 36) * 4);
   auto bwd = ops_of(q, OpKind::Backward, 1);
-  EXPECT_EQ(q.buffers[bwd[0]->allocs[0]].bytes, 33 * 2);            // the unpadded flat grad in bf16
-  EXPECT_EQ(q.buffers[bwd[0]->allocs[0]].category, MemCategory::UnshardedGrads);
+  const auto grads = allocs_of(q, *bwd[0], MemCategory::UnshardedGrads);
+  ASSERT_EQ(grads.size(), 1u);
+  EXPECT_EQ(q.buffers[grads[0]].bytes, 33 * 2);                      // the unpadded flat grad in bf16
   expect_well_formed(q, "fsdp1 no orig");
 }
 
@@ -181,13 +189,14 @@ TEST(LoweringZero, PersistentStateIs16BytesPerParamOverN) {
   ASSERT_EQ(P % 8, 0);
   for (const char* plan : {R"({})", R"({"fsdp_version": 1})"}) {
     StepProgram p = lower_hand(g, plan, 8, 8);
-    Bytes total = persistent_bytes(p, MemCategory::ShardedParams) + persistent_bytes(p, MemCategory::ShardedGrads) +
+    // (the sharded gradients are not persistent: they exist from each unit's reduction to zero_grad)
+    Bytes total = persistent_bytes(p, MemCategory::ShardedParams) + category_bytes(p, MemCategory::ShardedGrads) +
                   persistent_bytes(p, MemCategory::OptimizerState);
     EXPECT_EQ(total, 16 * P / 8) << plan;
   }
   // Pure bf16 (master = param) with SGD: 2 + 2 + 2 bytes.
   StepProgram b = lower_hand(g, R"({"master_weights_dtype": "bf16", "optimizer": "sgd"})", 8, 8);
-  EXPECT_EQ(persistent_bytes(b, MemCategory::ShardedParams) + persistent_bytes(b, MemCategory::ShardedGrads) +
+  EXPECT_EQ(persistent_bytes(b, MemCategory::ShardedParams) + category_bytes(b, MemCategory::ShardedGrads) +
                 persistent_bytes(b, MemCategory::OptimizerState),
             6 * P / 8);
   for (auto* o : ops_of(b, OpKind::Cast)) EXPECT_NE(o->stream, 1) << "no copy-in cast with master == param dtype";
@@ -330,11 +339,31 @@ TEST(LoweringCheckpointing, OutsideFsdpAddsOneAllGatherPerUnit) {
     // Recompute runs before the block's backward and re-creates what checkpointing dropped.
     auto rc = ops_of(inside, OpKind::Recompute, 1);
     EXPECT_LT(rc[0]->id, index_of(inside, OpKind::Backward, 1));
-    Bytes full = models::block_saved_activation_bytes(tiny_spec(2), 1, 2048, Dtype::BF16, models::CheckpointMode::Full);
-    Bytes all = models::block_saved_activation_bytes(tiny_spec(2), 1, 2048, Dtype::BF16, models::CheckpointMode::None);
-    EXPECT_EQ(inside.buffers[rc[0]->allocs[0]].bytes, all - full);
-    EXPECT_EQ(inside.buffers[ops_of(inside, OpKind::Forward, 1)[0]->allocs[0]].bytes, full);
-    EXPECT_EQ(none.buffers[ops_of(none, OpKind::Forward, 1)[0]->allocs[0]].bytes, all);
+    // Per tensor, as the default implementation (hf) saves them (models/implementation.h): full
+    // checkpointing keeps the block input; the recompute re-creates every tensor the uncheckpointed block
+    // saves that is not kept (hf's norm saves an fp32 copy of the input, not the input itself: all of them).
+    const auto mem = [](models::CheckpointMode m) {
+      return models::block_memory(tiny_spec(2), 1, 2048, Dtype::BF16, m, models::ImplOptions{});
+    };
+    const models::BlockMemory full = mem(models::CheckpointMode::Full), all = mem(models::CheckpointMode::None);
+    Bytes recomputed = 0;
+    for (const auto& t : all.saved) {
+      bool kept = false;
+      for (const auto& k : full.saved) kept = kept || std::string(k.name) == t.name;
+      if (!kept) recomputed += t.bytes;
+    }
+    const auto saved_allocs = [](const StepProgram& p, const Op& o) {
+      Bytes s = 0;
+      for (int b : o.allocs)
+        if (p.buffers[b].category == MemCategory::Activations && p.buffers[b].name.rfind("fwd_tmp", 0) != 0)
+          s += p.buffers[b].bytes;
+      return s;
+    };
+    EXPECT_EQ(alloc_bytes(inside, *rc[0], MemCategory::Activations), recomputed);
+    EXPECT_EQ(saved_allocs(inside, *ops_of(inside, OpKind::Forward, 1)[0]), full.saved_bytes());
+    EXPECT_EQ(saved_allocs(none, *ops_of(none, OpKind::Forward, 1)[0]), all.saved_bytes());
+    EXPECT_EQ(allocs_of(none, *ops_of(none, OpKind::Forward, 1)[0], MemCategory::Activations).size(),
+              all.saved.size() + (all.forward_extra > 0 ? 1 : 0));
     expect_well_formed(inside, "inside");
     expect_well_formed(outside, "outside");
   }
@@ -353,9 +382,12 @@ TEST(LoweringAccumulation, NoSyncKeepsUnshardedGradsUntilTheLastMicroBatch) {
   EXPECT_EQ(ops_of(p, OpKind::ReduceScatter).size(), 3u);
   auto bwd = ops_of(p, OpKind::Backward, 1);
   ASSERT_EQ(bwd.size(), 2u);
-  ASSERT_EQ(bwd[0]->allocs.size(), 1u);
-  int grad = bwd[0]->allocs[0];
-  EXPECT_TRUE(bwd[1]->allocs.empty());   // accumulates into the same .grad
+  ASSERT_EQ(allocs_of(p, *bwd[0], MemCategory::UnshardedGrads).size(), 1u);
+  int grad = allocs_of(p, *bwd[0], MemCategory::UnshardedGrads)[0];
+  EXPECT_TRUE(allocs_of(p, *bwd[1], MemCategory::UnshardedGrads).empty());   // accumulates into the same .grad
+  // No sharded gradient exists before the last micro-batch's reduction (zero_grad set them to None).
+  for (const auto& b : p.buffers)
+    if (b.category == MemCategory::ShardedGrads) EXPECT_FALSE(b.persistent) << b.name;
   for (const auto& o : p.ops)
     if (frees(o, grad)) {
       EXPECT_EQ(o.micro_batch, 1);
@@ -453,10 +485,10 @@ TEST(LoweringFrozen, UseOrigParamsKeepsFullGradsFsdp2OnlyTrainable) {
   auto g = all_wrapped_graph({{64, 16}}, {blk, blk}, {{64, 16}, {16}});
   const std::int64_t P = g.total_params;
   StepProgram f1 = lower_hand(g, R"({"fsdp_version": 1, "trainable_fraction": 0.5})", 8, 8);
-  EXPECT_EQ(persistent_bytes(f1, MemCategory::ShardedGrads), P / 8 * 4);            // M13: full size
+  EXPECT_EQ(category_bytes(f1, MemCategory::ShardedGrads), P / 8 * 4);              // M13: full size
   EXPECT_EQ(persistent_bytes(f1, MemCategory::OptimizerState), P / 16 * 8);         // trainable only
   StepProgram f2 = lower_hand(g, R"({"trainable_fraction": 0.5})", 8, 8);
-  EXPECT_EQ(persistent_bytes(f2, MemCategory::ShardedGrads), P / 16 * 4);           // D5
+  EXPECT_EQ(category_bytes(f2, MemCategory::ShardedGrads), P / 16 * 4);             // D5
   EXPECT_FALSE(f2.notes.empty());
 }
 

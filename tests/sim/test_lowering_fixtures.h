@@ -115,6 +115,33 @@ inline Bytes persistent_bytes(const StepProgram& p, MemCategory c) {
   return s;
 }
 
+// Every buffer of a category, persistent or not (the sharded gradients live from their reduction to
+// the step's end).
+inline Bytes category_bytes(const StepProgram& p, MemCategory c) {
+  Bytes s = 0;
+  for (const auto& b : p.buffers)
+    if (b.category == c) s += b.bytes;
+  return s;
+}
+// The buffers an op allocates / frees of one category.
+inline std::vector<int> allocs_of(const StepProgram& p, const Op& o, MemCategory c) {
+  std::vector<int> r;
+  for (int b : o.allocs)
+    if (p.buffers[b].category == c) r.push_back(b);
+  return r;
+}
+inline std::vector<FreeSpec> frees_of(const StepProgram& p, const Op& o, MemCategory c) {
+  std::vector<FreeSpec> r;
+  for (const FreeSpec& f : o.frees)
+    if (p.buffers[f.buffer].category == c) r.push_back(f);
+  return r;
+}
+inline Bytes alloc_bytes(const StepProgram& p, const Op& o, MemCategory c) {
+  Bytes s = 0;
+  for (int b : allocs_of(p, o, c)) s += p.buffers[b].bytes;
+  return s;
+}
+
 inline std::string stream_name(const StepProgram& p, const Op& o) { return p.streams[o.stream].name; }
 
 // "kind@stream" for each op of `unit` (in issue order), e.g. "all_gather@unshard".
