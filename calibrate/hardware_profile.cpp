@@ -345,6 +345,11 @@ TimeNs HardwareProfile::gemm_time(std::int64_t m, std::int64_t n, std::int64_t k
     auto it = impl_->gemms.find(GemmKey{m, n, k, static_cast<int>(dtype)});
     if (it != impl_->gemms.end()) return it->second;
   }
+  if (dtype == Dtype::FP8 && impl_->cp.peak_flops[static_cast<int>(Dtype::FP8)] <= 0)
+    // fp8 GEMMs come only from torchao float8 training (plan key float8): name it.
+    throw InputError("plan.float8", "(fp8 GEMMs on " + impl_->cluster.gpu + ")",
+                     "float8 training needs fp8 tensor cores (H100, H200, B200: Hopper or later); " +
+                         impl_->cluster.gpu + " has none in its profile: use float8 \"none\"");
   peak_flops(dtype);   // unsupported dtype -> InputError
   return model_gemm_time(impl_->cp, m, n, k, dtype);
 }

@@ -214,7 +214,10 @@ class Fsdp1Lowering {
   void emit_compute(int s, OpKind kind) {
     const Segment& seg = c_.segments[s];
     const int part = static_cast<int>(seg.part);
-    const auto& ks = kind == OpKind::Backward ? c_.bwd_kernels[part] : c_.fwd_kernels[part];
+    const auto& ks = kind == OpKind::Backward    ? c_.bwd_kernels[part]
+                     : kind == OpKind::Recompute ? c_.rec_kernels[static_cast<int>(layer_checkpoint_mode(
+                                                       plan_.activation_checkpointing, seg.layer))]
+                                                 : c_.fwd_kernels[part];
     const char* what = kind == OpKind::Forward ? "fwd" : kind == OpKind::Backward ? "bwd" : "recompute";
     Op& o = b_.compute_op(kind, compute_, seg.unit, mb_, what, ks);
     o.kernel_launches = static_cast<int>(ks->size());
