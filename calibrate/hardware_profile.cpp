@@ -115,6 +115,12 @@ void HardwareProfile::Impl::load_gpu(const nlohmann::json& j, const std::string&
   JsonReader at = r.get_object("attention");
   cp.attn_fwd_eff = sourced_number(at, "fwd_efficiency", 1e-4, 1.0);
   cp.attn_bwd_eff = sourced_number(at, "bwd_efficiency", 1e-4, 1.0);
+  // Optional shape dependence (compute_model.h): without it the efficiencies hold at every shape.
+  cp.attn_seq_half = sourced_number(at, "seq_half", 0, 1e7, 0.0);
+  cp.attn_causal_half = sourced_number(at, "causal_half", 0, 1e7, 0.0);
+  cp.attn_head_dim_half = sourced_number(at, "head_dim_half", 0, 1e5, 0.0);
+  cp.attn_ref_seq = sourced_number(at, "reference_seq", 0, 1e8, 0.0);
+  cp.attn_ref_head_dim = sourced_number(at, "reference_head_dim", 0, 1e5, 0.0);
   // Sustained training vs burst micro-benchmarks (clocks under sustained power, real shapes and
   // framework gaps): scales GEMM and attention rates; 1 when the profile does not give it.
   double sustained = sourced_number(g, "sustained_fraction", 0.05, 1.0, 1.0);
