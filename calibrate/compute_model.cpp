@@ -72,9 +72,10 @@ TimeNs model_attention_time(const ComputeParams& p, std::int64_t batch, std::int
   return seconds_to_ns(t) + p.min_kernel_ns;
 }
 
-TimeNs model_memory_bound_time(const ComputeParams& p, Bytes bytes_moved) {
+TimeNs model_memory_bound_time(const ComputeParams& p, Bytes bytes_moved, MemoryClass cls) {
   if (bytes_moved <= 0) return 0;
-  return seconds_to_ns(static_cast<double>(bytes_moved) / p.mem_bw) + p.min_kernel_ns;
+  const double bw = p.class_bw[static_cast<int>(cls)] > 0 ? p.class_bw[static_cast<int>(cls)] : p.mem_bw;
+  return seconds_to_ns(static_cast<double>(bytes_moved) / bw) + p.min_kernel_ns;
 }
 
 }  // namespace fsdpsim::calibrate

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "common/memory_class.h"
 #include "common/units.h"
 
 namespace fsdpsim::calibrate {
@@ -23,6 +24,9 @@ struct ComputeParams {
   double attn_seq_half = 0, attn_causal_half = 0, attn_head_dim_half = 0;
   double attn_ref_seq = 0, attn_ref_head_dim = 0;
   double mem_bw = 2.0e12;         // achieved HBM bytes/s (bandwidth x efficiency)
+  // Per class of memory-bound kernel (common/memory_class.h), bytes/s; 0 = mem_bw. Only a calibrated
+  // CPU profile sets them (its scalar kernels run at very different rates per element).
+  double class_bw[kMemoryClasses] = {0, 0, 0, 0, 0, 0, 0, 0};
 };
 
 // Fraction of the SMs busy, averaged over the waves of ceil(m/tile_m) x ceil(n/tile_n) tiles.
@@ -40,6 +44,6 @@ double attention_shape_factor(const ComputeParams& p, std::int64_t seq, std::int
 // FlashAttention papers count), backward 2.5x the forward; HBM floor on q, k, v, o (and grads).
 TimeNs model_attention_time(const ComputeParams& p, std::int64_t batch, std::int64_t seq, std::int64_t heads,
                             std::int64_t kv_heads, std::int64_t head_dim, Dtype dtype, bool backward);
-TimeNs model_memory_bound_time(const ComputeParams& p, Bytes bytes_moved);
+TimeNs model_memory_bound_time(const ComputeParams& p, Bytes bytes_moved, MemoryClass cls = MemoryClass::Copy);
 
 }  // namespace fsdpsim::calibrate

@@ -129,6 +129,11 @@ void HardwareProfile::Impl::load_gpu(const nlohmann::json& j, const std::string&
   cp.attn_bwd_eff *= sustained;
   JsonReader hbm = r.get_object("hbm");
   cp.mem_bw = sourced_number(hbm, "bandwidth_bytes_per_s", 1e6, 1e15) * sourced_number(hbm, "efficiency", 1e-3, 1.0);
+  if (r.has("elementwise_bytes_per_s")) {   // optional per-class rates (a calibrated CPU profile)
+    JsonReader ew = r.get_object("elementwise_bytes_per_s");
+    for (int c = 0; c < kMemoryClasses; ++c)
+      cp.class_bw[c] = sourced_number(ew, memory_class_name(static_cast<MemoryClass>(c)), 1e3, 1e15, 0.0);
+  }
   JsonReader ov = r.get_object("overheads");
   launch_ns = static_cast<TimeNs>(sourced_number(ov, "kernel_launch_ns", 0, 1e9));
   hook_ns = static_cast<TimeNs>(sourced_number(ov, "framework_hook_ns", 0, 1e10));
@@ -366,7 +371,9 @@ TimeNs HardwareProfile::attention_time(std::int64_t batch, std::int64_t seq, std
   return model_attention_time(impl_->cp, batch, seq, heads, kv_heads, head_dim, dtype, backward);
 }
 
-TimeNs HardwareProfile::memory_bound_time(Bytes bytes_moved) const { return model_memory_bound_time(impl_->cp, bytes_moved); }
+TimeNs HardwareProfile::memory_bound_time(Bytes bytes_moved, MemoryClass cls) const {
+  return model_memory_bound_time(impl_->cp, bytes_moved, cls);
+}
 TimeNs HardwareProfile::kernel_launch_ns() const { return impl_->launch_ns; }
 TimeNs HardwareProfile::framework_hook_ns() const { return impl_->hook_ns; }
 double HardwareProfile::comm_overlap_slowdown() const { return impl_->overlap; }

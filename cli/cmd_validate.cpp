@@ -9,6 +9,7 @@
 #include "common/args.h"
 #include "common/context.h"
 #include "common/errors.h"
+#include "common/json_reader.h"
 #include "common/output_file.h"
 #include "models/zoo.h"
 #include "reports/trace.h"
@@ -50,6 +51,25 @@ int cmd_validate(const Argv& argv) {
     return 0;
   }
   runtime::LaunchOptions o = runtime::launch_options_from_args(a);
+  // The bundled runtimes compute the norms, rotary embedding and SwiGLU each in one kernel (runtime/layers,
+  // runtime/cuda): implementation "fused" in the simulator's terms. Validation compares like with like, so
+  // both the prediction and the run use it whatever the plan says (a note says so when it said otherwise).
+  std::string implementation_note;
+  {
+    const std::size_t first = o.plan.find_first_not_of(" \t\r\n");
+    nlohmann::json pj = first != std::string::npos && o.plan[first] == '{' ? parse_json_text(o.plan, "--plan")
+                                                                            : read_json_file(o.plan, "--plan");
+    // A value of the wrong type is left for load_plan to reject with its field name.
+    const auto it = pj.is_object() ? pj.find("implementation") : pj.end();
+    const bool given = pj.is_object() && it != pj.end();
+    const std::string impl = !given ? "hf" : it->is_string() ? it->get<std::string>() : "fused";
+    if (pj.is_object() && impl != "fused") {
+      implementation_note = "  note: the plan's implementation \"" + impl + "\" is replaced by \"fused\": the bundled runtime runs one kernel per norm, rotary and "
+                            "SwiGLU\n";
+      pj["implementation"] = "fused";
+      o.plan = pj.dump();
+    }
+  }
   // The prediction, for the cluster the runtime runs on: N CPU ranks on this host.
   const models::ModelSpec model = models::load_model(o.model, "--model");
   const int W = o.world();   // ranks of the program (the emulated world with --emulate-world)
@@ -82,6 +102,7 @@ int cmd_validate(const Argv& argv) {
                                                : " (collectives are local copies plus their predicted duration)")
                                     : std::string(""))
             << " (profile: " << hw.name() << ")\n"
+            << implementation_note
             << "  peak allocated  predicted " << to_gib(predicted.peak_allocated) << " GiB, measured "
             << to_gib(run.measured.peak_allocated) << " GiB, error " << pct(cmp["peak_allocated_error"]) << "\n"
             << "  peak reserved   predicted " << to_gib(predicted.peak_reserved) << " GiB, measured "

@@ -39,7 +39,7 @@ struct KernelBuilder {
   void gemm(const std::string& name, std::int64_t M, std::int64_t N, std::int64_t K, std::int64_t count = 1,
             Dtype gemm_dtype = Dtype::BF16, bool fp8 = false, std::int64_t sac_saved = 0);
   // One memory-bound kernel moving `bytes` (every input read once, every output written once).
-  void elementwise(const std::string& name, Bytes bytes, KernelKind kind = KernelKind::Elementwise,
+  void elementwise(const std::string& name, Bytes bytes, MemoryClass cls, KernelKind kind = KernelKind::Elementwise,
                    std::int64_t sac_saved = 0);
   void attention();
   // A linear layer [tokens, in] x [in, out]: forward GEMM (with float8: the operand casts first),

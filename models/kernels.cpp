@@ -48,9 +48,11 @@ void KernelBuilder::gemm(const std::string& name, std::int64_t M, std::int64_t N
   push(std::move(k), sac_saved);
 }
 
-void KernelBuilder::elementwise(const std::string& name, Bytes bytes, KernelKind kind, std::int64_t sac_saved) {
+void KernelBuilder::elementwise(const std::string& name, Bytes bytes, MemoryClass cls, KernelKind kind,
+                                std::int64_t sac_saved) {
   KernelDesc k;
   k.kind = kind;
+  k.mem_class = cls;
   k.name = name;
   k.bytes = bytes;
   k.dtype = dtype;
@@ -175,15 +177,15 @@ void moe(Ctx& c, bool wgrad) {
   // The router is small (n = E): float8 recipes leave it in high precision (torchtitan filters router.gate).
   if (!c.backward) {
     c.linear("block_sparse_moe.gate", h, E, wgrad, -1, 1, false, false);
-    c.elementwise("router_softmax_topk", router_ew);
-    c.elementwise("moe_permute", 2 * rows);
+    c.elementwise("router_softmax_topk", router_ew, MemoryClass::Activation);
+    c.elementwise("moe_permute", 2 * rows, MemoryClass::Copy);
     mlp(c, "experts.", per_expert, E, wgrad);
-    c.elementwise("moe_unpermute", 2 * rows + c.T * h * c.e);  // weighted index_add into [T, h]
+    c.elementwise("moe_unpermute", 2 * rows + c.T * h * c.e, MemoryClass::Copy);  // weighted index_add into [T, h]
   } else {
-    c.elementwise("moe_unpermute_bwd", 2 * rows + c.T * h * c.e);
+    c.elementwise("moe_unpermute_bwd", 2 * rows + c.T * h * c.e, MemoryClass::Copy);
     mlp(c, "experts.", per_expert, E, wgrad);
-    c.elementwise("moe_permute_bwd", 2 * rows);
-    c.elementwise("router_softmax_topk_bwd", router_ew);
+    c.elementwise("moe_permute_bwd", 2 * rows, MemoryClass::Copy);
+    c.elementwise("router_softmax_topk_bwd", router_ew, MemoryClass::Activation);
     c.linear("block_sparse_moe.gate", h, E, wgrad, -1, 1, false, false);
   }
 }
@@ -241,20 +243,21 @@ void embedding(Ctx& c, bool wgrad) {
   const Bytes act = c.act();
   const Bytes ids = c.T * 8;  // int64 token ids
   if (!c.backward) {
-    c.elementwise("embed_tokens", ids + 2 * act, KernelKind::Embedding);  // gather rows, write [T, h]
+    c.elementwise("embed_tokens", ids + 2 * act, MemoryClass::Embedding, KernelKind::Embedding);  // gather rows, write [T, h]
     if (m.positions == PositionKind::Learned) {
-      c.elementwise("embed_positions", ids + 2 * act, KernelKind::Embedding);
-      c.elementwise("add_positions", 3 * act);
+      c.elementwise("embed_positions", ids + 2 * act, MemoryClass::Embedding, KernelKind::Embedding);
+      c.elementwise("add_positions", 3 * act, MemoryClass::Residual);
     }
-    if (m.model_type == "gemma") c.elementwise("embed_scale", 2 * act);  // x * sqrt(hidden)
+    if (m.model_type == "gemma") c.elementwise("embed_scale", 2 * act, MemoryClass::Copy);  // x * sqrt(hidden)
     return;
   }
   if (!wgrad) return;  // token ids have no gradient: nothing to do without weight grads
   // dense embedding backward: zero the [V, h] grad, then index_add T rows of the incoming grad
   const Bytes table = m.vocab_size * m.hidden * c.e;
-  c.elementwise("embed_tokens_bwd", table + ids + act + act, KernelKind::Embedding);
+  c.elementwise("embed_tokens_bwd", table + ids + act + act, MemoryClass::Embedding, KernelKind::Embedding);
   if (m.positions == PositionKind::Learned)
-    c.elementwise("embed_positions_bwd", m.max_positions * m.hidden * c.e + ids + 2 * act, KernelKind::Embedding);
+    c.elementwise("embed_positions_bwd", m.max_positions * m.hidden * c.e + ids + 2 * act, MemoryClass::Embedding,
+                  KernelKind::Embedding);
 }
 
 void final_norm_and_head(Ctx& c, bool wgrad) {
@@ -269,9 +272,10 @@ void final_norm_and_head(Ctx& c, bool wgrad) {
   if (!c.backward) {
     norm(eager, "final_norm", wgrad);
     c.linear("lm_head", m.hidden, m.vocab_size, wgrad, -1, 1, false, false);
-    c.elementwise("cross_entropy", tv * (c.e + 4 + 4) + c.T * 8, KernelKind::CrossEntropy);
+    c.elementwise("cross_entropy", tv * (c.e + 4 + 4) + c.T * 8, MemoryClass::CrossEntropy, KernelKind::CrossEntropy);
   } else {
-    c.elementwise("cross_entropy_bwd", tv * (4 + 4 + 4 + c.e) + c.T * 8, KernelKind::CrossEntropy);
+    c.elementwise("cross_entropy_bwd", tv * (4 + 4 + 4 + c.e) + c.T * 8, MemoryClass::CrossEntropy,
+                  KernelKind::CrossEntropy);
     c.linear("lm_head", m.hidden, m.vocab_size, wgrad, -1, 1, false, false);
     norm(eager, "final_norm", wgrad);
   }

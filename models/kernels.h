@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/memory_class.h"
 #include "common/units.h"
 #include "models/model_spec.h"
 
@@ -26,6 +27,7 @@ struct KernelDesc {
   Flops flops = 0;           // total FLOPs of this entry (all `count` repeats)
   Bytes bytes = 0;           // HBM bytes moved (memory-bound kernels; informative for GEMMs)
   Dtype dtype = Dtype::BF16; // GEMM: the operands' dtype (FP8 for a float8 _scaled_mm, whose output is bf16)
+  MemoryClass mem_class = MemoryClass::Copy;   // memory-bound kernels: which rate times them (common/memory_class.h)
 };
 
 enum class ModulePart { Embedding, Block, FinalNormAndHead };

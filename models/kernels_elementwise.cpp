@@ -57,7 +57,7 @@ struct Step {
   bool wgrad_only = false;
 };
 
-void chain(KernelBuilder& b, const std::string& prefix, std::int64_t elems, std::int64_t tokens,
+void chain(KernelBuilder& b, const std::string& prefix, MemoryClass cls, std::int64_t elems, std::int64_t tokens,
            const Step* steps, int n, bool wgrad) {
   for (int i = 0; i < n; ++i) {
     const Step& s = steps[i];
@@ -65,7 +65,7 @@ void chain(KernelBuilder& b, const std::string& prefix, std::int64_t elems, std:
     const Bytes bytes = s.per_token ? tokens * 8
                                     : static_cast<Bytes>((s.e_coef * static_cast<double>(b.e) + s.fp32_bytes) *
                                                          static_cast<double>(elems));
-    b.elementwise(prefix + "." + s.name, bytes);
+    b.elementwise(prefix + "." + s.name, bytes, cls);
   }
 }
 
@@ -109,11 +109,11 @@ void fused_norm(KernelBuilder& b, const std::string& name, bool wgrad, bool resi
   const Bytes act = b.act();
   const Bytes w = b.m.hidden * b.e * (b.m.norm == NormKind::LayerNorm && b.m.norm_bias ? 2 : 1);
   if (!b.backward) {
-    b.elementwise(name, (residual ? 4 : 2) * act + w);
+    b.elementwise(name, (residual ? 4 : 2) * act + w, MemoryClass::Norm);
     return;
   }
-  b.elementwise(name + "_bwd", (grad_reads + (residual ? 1 : 0) + 2) * act + w);
-  if (wgrad) b.elementwise(name + "_wgrad", 2 * act + w);
+  b.elementwise(name + "_bwd", (grad_reads + (residual ? 1 : 0) + 2) * act + w, MemoryClass::Norm);
+  if (wgrad) b.elementwise(name + "_wgrad", 2 * act + w, MemoryClass::Norm);
 }
 
 }  // namespace
@@ -129,30 +129,30 @@ void norm(KernelBuilder& b, const std::string& name, bool wgrad, std::int64_t gr
     fused_norm(b, name, wgrad, false, 1);
   } else {
     const std::int64_t elems = b.T * b.m.hidden;
-    if (b.backward) chain(b, name, elems, b.T, kRmsCompositeBwd, count_of(kRmsCompositeBwd), wgrad);
-    else if (b.opt.implementation == ModelImpl::LitGPT) chain(b, name, elems, b.T, kRmsLitgpt, count_of(kRmsLitgpt), wgrad);
-    else chain(b, name, elems, b.T, kRmsComposite, count_of(kRmsComposite), wgrad);
+    if (b.backward) chain(b, name, MemoryClass::Norm, elems, b.T, kRmsCompositeBwd, count_of(kRmsCompositeBwd), wgrad);
+    else if (b.opt.implementation == ModelImpl::LitGPT) chain(b, name, MemoryClass::Norm, elems, b.T, kRmsLitgpt, count_of(kRmsLitgpt), wgrad);
+    else chain(b, name, MemoryClass::Norm, elems, b.T, kRmsComposite, count_of(kRmsComposite), wgrad);
   }
-  if (b.backward && residual) b.elementwise("residual_grad_add", 3 * b.act());
+  if (b.backward && residual) b.elementwise("residual_grad_add", 3 * b.act(), MemoryClass::Residual);
 }
 
-void residual_add(KernelBuilder& b, const std::string& name) { b.elementwise(name, 3 * b.act()); }
+void residual_add(KernelBuilder& b, const std::string& name) { b.elementwise(name, 3 * b.act(), MemoryClass::Residual); }
 
 void rotary(KernelBuilder& b) {
   const std::int64_t q = b.T * b.m.n_heads * b.m.head_dim, k = b.T * b.m.n_kv_heads * b.m.head_dim;
   if (!b.eager() || b.opt.implementation == ModelImpl::Fused) {
-    b.elementwise(b.backward ? "rope_bwd" : "rope", 2 * (q + k) * b.e);   // read + write q and k
+    b.elementwise(b.backward ? "rope_bwd" : "rope", 2 * (q + k) * b.e, MemoryClass::Rotary);   // read + write q and k
     return;
   }
   const bool complex = b.opt.implementation == ModelImpl::TorchTitan;
   for (const auto& [tensor, elems] : {std::pair<const char*, std::int64_t>{"rope_q", q}, {"rope_k", k}}) {
     const std::string name = std::string(tensor) + (b.backward ? "_bwd" : "");
     if (complex) {
-      if (b.backward) chain(b, name, elems, b.T, kRopeComplexBwd, count_of(kRopeComplexBwd), false);
-      else chain(b, name, elems, b.T, kRopeComplex, count_of(kRopeComplex), false);
+      if (b.backward) chain(b, name, MemoryClass::Rotary, elems, b.T, kRopeComplexBwd, count_of(kRopeComplexBwd), false);
+      else chain(b, name, MemoryClass::Rotary, elems, b.T, kRopeComplex, count_of(kRopeComplex), false);
     } else {
-      if (b.backward) chain(b, name, elems, b.T, kRopeRotateHalfBwd, count_of(kRopeRotateHalfBwd), false);
-      else chain(b, name, elems, b.T, kRopeRotateHalf, count_of(kRopeRotateHalf), false);
+      if (b.backward) chain(b, name, MemoryClass::Rotary, elems, b.T, kRopeRotateHalfBwd, count_of(kRopeRotateHalfBwd), false);
+      else chain(b, name, MemoryClass::Rotary, elems, b.T, kRopeRotateHalf, count_of(kRopeRotateHalf), false);
     }
   }
 }
@@ -160,22 +160,22 @@ void rotary(KernelBuilder& b) {
 void activation(KernelBuilder& b, const std::string& prefix, std::int64_t tokens, std::int64_t count) {
   const Bytes tf = tokens * b.m.ffn_hidden * b.e * count;
   if (b.m.mlp == MlpKind::Plain) {
-    b.elementwise(prefix + (b.backward ? "gelu_bwd" : "gelu"), (b.backward ? 3 : 2) * tf);
+    b.elementwise(prefix + (b.backward ? "gelu_bwd" : "gelu"), (b.backward ? 3 : 2) * tf, MemoryClass::Activation);
     return;
   }
   const std::string act = b.m.mlp == MlpKind::SwiGLU ? "silu_mul" : "gelu_mul";
   if (!b.eager() || b.opt.implementation == ModelImpl::Fused) {
     // read gate, up; write the product (backward: read gate, up, d(product); write d(gate), d(up))
-    b.elementwise(prefix + act + (b.backward ? "_bwd" : ""), (b.backward ? 5 : 3) * tf);
+    b.elementwise(prefix + act + (b.backward ? "_bwd" : ""), (b.backward ? 5 : 3) * tf, MemoryClass::Activation);
     return;
   }
   const std::int64_t elems = tokens * b.m.ffn_hidden * count;
-  if (b.backward) chain(b, prefix + act + "_bwd", elems, tokens, kGatedBwd, count_of(kGatedBwd), false);
-  else chain(b, prefix + act, elems, tokens, kGated, count_of(kGated), false);
+  if (b.backward) chain(b, prefix + act + "_bwd", MemoryClass::Activation, elems, tokens, kGatedBwd, count_of(kGatedBwd), false);
+  else chain(b, prefix + act, MemoryClass::Activation, elems, tokens, kGated, count_of(kGated), false);
 }
 
 void grad_accumulate(KernelBuilder& b, const std::string& name, std::int64_t uses) {
-  for (std::int64_t i = 1; i < uses; ++i) b.elementwise(name, 3 * b.act());
+  for (std::int64_t i = 1; i < uses; ++i) b.elementwise(name, 3 * b.act(), MemoryClass::Residual);
 }
 
 }  // namespace fsdpsim::models::detail

@@ -43,26 +43,26 @@ void cast(KernelBuilder& b, const std::string& linear, const Cast& c, std::int64
   const std::int64_t amax_saved = rowwise ? 0 : count;   // aten.max is in the SAC save list; aten.amax is not
   if (!b.eager()) {
     if (rowwise && c.along_contiguous) {
-      b.elementwise(p + "_amax_cast", E * b.e + E + scales * 4);
+      b.elementwise(p + "_amax_cast", E * b.e + E + scales * 4, MemoryClass::Copy);
       return;
     }
-    if (!amax_shared) b.elementwise(p + "_amax", E * b.e + scales * 4, KernelKind::Elementwise, amax_saved);
-    b.elementwise(p + "_cast", E * b.e + E + scales * 4);
+    if (!amax_shared) b.elementwise(p + "_amax", E * b.e + scales * 4, MemoryClass::Copy, KernelKind::Elementwise, amax_saved);
+    b.elementwise(p + "_cast", E * b.e + E + scales * 4, MemoryClass::Copy);
     return;
   }
-  b.elementwise(p + "_abs", 2 * E * b.e);
-  b.elementwise(p + "_max", E * b.e + scales * b.e, KernelKind::Elementwise, amax_saved);
+  b.elementwise(p + "_abs", 2 * E * b.e, MemoryClass::Copy);
+  b.elementwise(p + "_max", E * b.e + scales * b.e, MemoryClass::Copy, KernelKind::Elementwise, amax_saved);
   static const char* kScale[] = {"_scale_to_f64", "_scale_clamp", "_scale_div", "_scale_to_f32",
                                  "_scale_log2", "_scale_floor", "_scale_exp2"};
-  for (int i = 0; i < (rowwise ? 7 : 4); ++i) b.elementwise(p + kScale[i], scales * 16);
-  b.elementwise(p + "_to_f32", E * (b.e + 4));
-  b.elementwise(p + "_mul_scale", E * 8 + scales * 4);
-  b.elementwise(p + "_clamp", E * 8);
-  b.elementwise(p + "_to_fp8", E * 5);
+  for (int i = 0; i < (rowwise ? 7 : 4); ++i) b.elementwise(p + kScale[i], scales * 16, MemoryClass::Copy);
+  b.elementwise(p + "_to_f32", E * (b.e + 4), MemoryClass::Copy);
+  b.elementwise(p + "_mul_scale", E * 8 + scales * 4, MemoryClass::Copy);
+  b.elementwise(p + "_clamp", E * 8, MemoryClass::Copy);
+  b.elementwise(p + "_to_fp8", E * 5, MemoryClass::Copy);
 }
 
 void layout_copy(KernelBuilder& b, const std::string& linear, const char* what, std::int64_t elems) {
-  if (b.eager()) b.elementwise(linear + ".fp8_" + what + "_layout", 2 * elems);
+  if (b.eager()) b.elementwise(linear + ".fp8_" + what + "_layout", 2 * elems, MemoryClass::Copy);
 }
 
 }  // namespace

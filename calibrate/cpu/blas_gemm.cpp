@@ -19,26 +19,35 @@ double max_over_ranks(double mine, MPI_Comm comm) {
   return out;
 }
 
+// C[m,n] = op(A) op(B) with op(A) [m,k] and op(B) [k,n]; A stored [k,m] when trans_a, B [n,k] when
+// trans_b (row major), as runtime/layers/blas.cpp calls cblas_sgemm for forward (NT), dgrad (NN) and
+// wgrad (TN) GEMMs.
 struct Operands {
+  std::int64_t m, n, k;
+  bool ta, tb;
   std::vector<float> a, b, c;
-  Operands(std::int64_t m, std::int64_t n, std::int64_t k)
-      : a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n)), c(static_cast<size_t>(m * n)) {
+  Operands(std::int64_t m_, std::int64_t n_, std::int64_t k_, bool ta_ = false, bool tb_ = false)
+      : m(m_), n(n_), k(k_), ta(ta_), tb(tb_), a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n)),
+        c(static_cast<size_t>(m * n)) {
     // Small integers: every product and partial sum is exact in fp32 for k < 2^24 / 16.
     for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 3);
     for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i % 4) + 1);
   }
-  void run(std::int64_t m, std::int64_t n, std::int64_t k) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-                1.0f, a.data(), static_cast<int>(k), b.data(), static_cast<int>(n), 0.0f, c.data(), static_cast<int>(n));
+  float a_at(std::int64_t i, std::int64_t p) const { return a[static_cast<size_t>(ta ? p * m + i : i * k + p)]; }
+  float b_at(std::int64_t p, std::int64_t j) const { return b[static_cast<size_t>(tb ? j * k + p : p * n + j)]; }
+  void run(float beta = 0.0f) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                static_cast<int>(n), static_cast<int>(k), 1.0f, a.data(), static_cast<int>(ta ? m : k), b.data(),
+                static_cast<int>(tb ? k : n), beta, c.data(), static_cast<int>(n));
   }
 };
 
 // Median of `reps` timed calls (robust to preemption on a shared machine).
-double time_loop(Operands& op, std::int64_t m, std::int64_t n, std::int64_t k, int reps) {
+double time_loop(Operands& op, int reps, float beta = 0.0f) {
   std::vector<double> t(static_cast<size_t>(reps));
   for (int r = 0; r < reps; ++r) {
     double t0 = MPI_Wtime();
-    op.run(m, n, k);
+    op.run(beta);
     t[static_cast<size_t>(r)] = MPI_Wtime() - t0;
   }
   std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
@@ -47,18 +56,19 @@ double time_loop(Operands& op, std::int64_t m, std::int64_t n, std::int64_t k, i
 
 }  // namespace
 
-GemmTiming time_sgemm(std::int64_t m, std::int64_t n, std::int64_t k, int reps, MPI_Comm comm) {
-  Operands op(m, n, k);
-  op.run(m, n, k);   // warm-up (page faults, OpenBLAS thread start)
+GemmTiming time_sgemm(std::int64_t m, std::int64_t n, std::int64_t k, int reps, MPI_Comm comm, bool trans_a,
+                      bool trans_b, float beta) {
+  Operands op(m, n, k, trans_a, trans_b);
+  op.run();   // warm-up (page faults, OpenBLAS thread start), with beta 0: the checked result
   // Check the last element against a direct dot product.
   std::int64_t i = m - 1, j = n - 1;
   double expect = 0;
-  for (std::int64_t p = 0; p < k; ++p) expect += static_cast<double>(op.a[static_cast<size_t>(i * k + p)]) * op.b[static_cast<size_t>(p * n + j)];
+  for (std::int64_t p = 0; p < k; ++p) expect += static_cast<double>(op.a_at(i, p)) * op.b_at(p, j);
   int ok = op.c[static_cast<size_t>(i * n + j)] == static_cast<float>(expect) ? 1 : 0, all_ok = 0;
   FSDPSIM_MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm));
   FSDPSIM_MPI_CHECK(MPI_Barrier(comm));
   GemmTiming t;
-  t.time_ns = max_over_ranks(time_loop(op, m, n, k, reps), comm) * 1e9;
+  t.time_ns = max_over_ranks(time_loop(op, reps, beta), comm) * 1e9;
   t.check_ok = all_ok == 1;
   return t;
 }
@@ -79,9 +89,9 @@ double memcpy_bandwidth(std::int64_t bytes, int reps, MPI_Comm comm) {
 double overlap_slowdown(std::int64_t n, int reps, MPI_Comm comm, bool thread_multiple) {
   if (!thread_multiple) return 0;
   Operands op(n, n, n);
-  op.run(n, n, n);
+  op.run();
   FSDPSIM_MPI_CHECK(MPI_Barrier(comm));
-  double alone = max_over_ranks(time_loop(op, n, n, n, reps), comm);
+  double alone = max_over_ranks(time_loop(op, reps), comm);
   // A second communicator so the background all-gathers never mix with the barriers above.
   MPI_Comm bg;
   FSDPSIM_MPI_CHECK(MPI_Comm_dup(comm, &bg));
@@ -98,7 +108,7 @@ double overlap_slowdown(std::int64_t n, int reps, MPI_Comm comm, bool thread_mul
       if (all) break;
     }
   });
-  double busy = time_loop(op, n, n, n, reps);
+  double busy = time_loop(op, reps);
   stop = 1;
   comm_thread.join();
   FSDPSIM_MPI_CHECK(MPI_Comm_free(&bg));

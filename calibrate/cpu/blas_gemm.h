@@ -12,8 +12,10 @@ struct GemmTiming {
   double time_ns = 0;   // max over ranks of each rank's mean
   bool check_ok = false;
 };
-// C[m,n] = A[m,k] B[k,n] in fp32 (cblas_sgemm, row major); checks one output element exactly.
-GemmTiming time_sgemm(std::int64_t m, std::int64_t n, std::int64_t k, int reps, MPI_Comm comm);
+// C[m,n] = op(A)[m,k] op(B)[k,n] in fp32 (cblas_sgemm, row major; A stored transposed when trans_a,
+// B when trans_b; C = AB + beta C while timed); checks one output element of a beta-0 run exactly.
+GemmTiming time_sgemm(std::int64_t m, std::int64_t n, std::int64_t k, int reps, MPI_Comm comm, bool trans_a = false,
+                      bool trans_b = false, float beta = 0.0f);
 // Bytes moved per second by memcpy of `bytes` (read + write counted), slowest rank.
 double memcpy_bandwidth(std::int64_t bytes, int reps, MPI_Comm comm);
 // Wall time of the GEMM while another thread loops MPI_Allgather, divided by its time alone

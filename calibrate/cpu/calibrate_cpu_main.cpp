@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -19,12 +20,16 @@
 #include "calibrate/cpu/blas_gemm.h"
 #include "calibrate/cpu/mpi_check.h"
 #include "calibrate/cpu/mpi_harness.h"
+#include "calibrate/cpu/runtime_kernels.h"
 #include "calibrate/sourced_value.h"
 #include "calibrate/sweep.h"
 #include "common/args.h"
 #include "common/context.h"
 #include "common/errors.h"
 #include "common/output_file.h"
+#include "models/kernels.h"
+#include "models/zoo.h"
+#include "runtime/model/dims.h"
 
 extern "C" char* openblas_get_config(void);
 extern "C" void openblas_set_num_threads(int);
@@ -40,9 +45,43 @@ const std::vector<OptionSpec> kOptions = {
     {"gemm-shapes", true, false, "comma-separated MxNxK GEMM shapes to measure (e.g. the model's)", "LIST"},
     {"attention", true, false, "SEQxHEAD_DIM of the attention-like GEMM (default 512x64)", "SxD"},
     {"threads-per-rank", true, false, "OpenBLAS threads per rank (default cores / local ranks)", "N"},
+    {"model", true, false, "time the CPU runtime's own kernels and GEMMs (with their transposes) at this model's "
+                           "shapes (zoo name or config.json)", "M"},
+    {"micro-batch", true, false, "micro-batch of the model's shapes (default 1)", "B"},
+    {"seq-len", true, false, "sequence length of the model's shapes (default 2048)", "S"},
 };
 
-struct Shape { std::int64_t m, n, k; };
+// A measured GEMM as the runtime issues it (runtime/layers/matmul.cpp): forward NT (beta 0), dgrad NN
+// and wgrad TN (both accumulate: beta 1).
+struct Role {
+  bool trans_a = false, trans_b = false;
+  float beta = 0.0f;
+};
+
+struct Shape {
+  std::int64_t m, n, k;
+  Role role{};
+};
+
+// The model's GEMMs (one block, the head) with the role each plays, deduplicated by shape.
+std::vector<Shape> model_gemms(const models::ModelSpec& m, std::int64_t b, std::int64_t s) {
+  std::vector<Shape> out;
+  for (auto part : {models::ModulePart::Block, models::ModulePart::FinalNormAndHead}) {
+    auto ks = models::forward_kernels(m, part, b, s, Dtype::FP32);
+    auto bw = models::backward_kernels(m, part, b, s, Dtype::FP32, true);
+    ks.insert(ks.end(), bw.begin(), bw.end());
+    for (const auto& k : ks) {
+      if (k.kind != models::KernelKind::Gemm) continue;
+      const bool dgrad = k.name.size() > 6 && k.name.compare(k.name.size() - 6, 6, "_dgrad") == 0;
+      const bool wgrad = k.name.size() > 6 && k.name.compare(k.name.size() - 6, 6, "_wgrad") == 0;
+      Role r = dgrad ? Role{false, false, 1.0f} : wgrad ? Role{true, false, 1.0f} : Role{false, true, 0.0f};
+      bool seen = false;
+      for (const auto& o : out) seen |= o.m == k.m && o.n == k.n && o.k == k.k;
+      if (!seen) out.push_back({k.m, k.n, k.k, r});
+    }
+  }
+  return out;
+}
 
 std::vector<std::int64_t> parse_int_list(const std::string& s, const std::string& field, char sep) {
   std::vector<std::int64_t> out;
@@ -71,7 +110,7 @@ std::vector<Shape> parse_shapes(const std::string& s, const std::string& field) 
     if (v.size() != 3) throw InputError(field, "\"" + tok + "\"", "expected MxNxK");
     if (v[0] * v[1] > (1LL << 28) || v[1] * v[2] > (1LL << 28) || v[0] * v[2] > (1LL << 28))
       throw InputError(field, "\"" + tok + "\"", "each operand must stay below 2^28 elements (1 GiB fp32)");
-    out.push_back({v[0], v[1], v[2]});
+    out.push_back({v[0], v[1], v[2], {}});
   }
   return out;
 }
@@ -106,6 +145,22 @@ class Progress {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
+// A fitted bus bandwidth below kMinFraction of this machine's memcpy bandwidth cannot be a real
+// shared-memory transport: it comes from sweeps taken while the ranks were starved (e.g. two
+// calibrations at once). Say so instead of writing it silently.
+constexpr double kMinFraction = 0.01;
+void check_fitted_bandwidths(const nlohmann::json& fabric, double memcpy_bw, std::vector<std::string>& warnings) {
+  for (const char* op : {"all_gather", "reduce_scatter", "all_reduce"}) {
+    const double bw = fabric["busbw_bytes_per_s"][op]["value"].get<double>();
+    if (bw < kMinFraction * memcpy_bw) {
+      char line[240];
+      std::snprintf(line, sizeof line, "fitted %s bus bandwidth %.3f GB/s is below %.0f%% of the memcpy bandwidth "
+                    "(%.2f GB/s): its sweep is not trustworthy", op, bw / 1e9, 100 * kMinFraction, memcpy_bw / 1e9);
+      warnings.push_back(line);
+    }
+  }
+}
+
 int run(int argc, char** argv, int thread_level) {
   int rank = 0, world = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -132,10 +187,18 @@ int run(int argc, char** argv, int thread_level) {
   } else {
     for (int g = 2; g <= world; ++g) groups.push_back(g);
   }
-  std::vector<Shape> shapes = quick ? std::vector<Shape>{{128, 128, 128}, {256, 256, 256}, {512, 512, 512}}
-                                    : std::vector<Shape>{{128, 128, 128}, {256, 256, 256}, {512, 512, 512}, {1024, 1024, 1024}};
+  std::vector<Shape> shapes = quick ? std::vector<Shape>{{128, 128, 128, {}}, {256, 256, 256, {}}, {512, 512, 512, {}}}
+                                    : std::vector<Shape>{{128, 128, 128, {}}, {256, 256, 256, {}}, {512, 512, 512, {}},
+                                                         {1024, 1024, 1024, {}}};
   if (args.has("gemm-shapes"))
     for (auto s : parse_shapes(args.get("gemm-shapes"), "--gemm-shapes")) shapes.push_back(s);
+  std::optional<models::ModelSpec> model;
+  std::int64_t model_mb = args.get_int("micro-batch", 1, 1, 4096), model_seq = args.get_int("seq-len", 2048, 1, 1 << 20);
+  if (args.has("model")) {
+    model = models::load_model(args.get("model"), "--model");
+    runtime::runtime_dims(*model, model_mb, model_seq);   // InputError if the CPU runtime cannot run it
+    for (const auto& g : model_gemms(*model, model_mb, model_seq)) shapes.push_back(g);
+  }
   auto att = parse_int_list(args.get("attention", "512x64"), "--attention", 'x');
   if (att.size() != 2 || att[0] > 16384 || att[1] > 1024) throw InputError("--attention", args.get("attention"), "expected SEQxHEAD_DIM");
 
@@ -160,6 +223,7 @@ int run(int argc, char** argv, int thread_level) {
   openblas_set_num_threads(threads);
 
   Progress progress;
+  std::vector<std::string> warnings;   // suspect measurements: printed, and kept in the profile's context
   std::vector<SweepResult> sweeps;
   bool all_ok = true;
   for (auto g : groups) {
@@ -170,7 +234,8 @@ int run(int argc, char** argv, int thread_level) {
       MpiGroup grp{gc, rank, static_cast<int>(g), static_cast<int>(gnodes.size())};
       for (const MpiCollective* c : {&mpi_all_gather(), &mpi_reduce_scatter(), &mpi_all_reduce()}) {
         if (rank == 0 && progress.tty()) std::cerr << format_sweep_header(SweepResult{c->op, grp.size, grp.nodes, "fp32", "", {}});
-        SweepResult r = run_mpi_sweep(*c, grp, so, host, [&](const SweepResult& rr, const SweepPoint& p) { progress.row(rr, p); });
+        SweepResult r = run_mpi_sweep(*c, grp, so, host, [&](const SweepResult& rr, const SweepPoint& p) { progress.row(rr, p); },
+                                      &warnings);
         for (const auto& p : r.points) all_ok = all_ok && p.check_ok;
         if (rank == 0) {
           std::cout << format_sweep_header(r);
@@ -190,7 +255,7 @@ int run(int argc, char** argv, int thread_level) {
   for (const auto& s : shapes) {
     double flops = 2.0 * s.m * s.n * s.k;
     int reps = static_cast<int>(std::clamp(2e9 / flops, 3.0, 20.0));
-    GemmTiming t = time_sgemm(s.m, s.n, s.k, reps, MPI_COMM_WORLD);
+    GemmTiming t = time_sgemm(s.m, s.n, s.k, reps, MPI_COMM_WORLD, s.role.trans_a, s.role.trans_b, s.role.beta);
     all_ok = all_ok && t.check_ok;
     gemms.push_back({s.m, s.n, s.k, "fp32", t.time_ns});
     double rate = flops / (t.time_ns * 1e-9);
@@ -204,6 +269,16 @@ int run(int argc, char** argv, int thread_level) {
   GemmTiming tiny = time_sgemm(1, 1, 1, 2000, MPI_COMM_WORLD);
   double mem_bw = memcpy_bandwidth(quick ? 16 * kMiB : 64 * kMiB, quick ? 5 : 10, MPI_COMM_WORLD);
   double slow = overlap_slowdown(256, quick ? 3 : 10, MPI_COMM_WORLD, thread_level >= MPI_THREAD_MULTIPLE);
+  // The runtime's own non-GEMM kernels at the model's shapes (attention, norms, rotary, SwiGLU,
+  // cross-entropy, embedding, residual adds, AdamW, copies of one block's parameters).
+  std::optional<RuntimeKernelRates> rk;
+  if (model) {
+    const std::int64_t copy_bytes = models::count_params(*model).per_block * 4;
+    rk = time_runtime_kernels(*model, model_mb, model_seq, best, std::round(tiny.time_ns), copy_bytes, quick ? 3 : 7,
+                              MPI_COMM_WORLD);
+    if (rank == 0)
+      for (const auto& l : rk->lines) std::printf("# runtime kernel %s\n", l.c_str());
+  }
   if (!all_ok) throw std::runtime_error("a correctness check failed (see WRONG in the tables above); no profile written");
   if (rank != 0) return 0;
 
@@ -232,6 +307,24 @@ int run(int argc, char** argv, int thread_level) {
   std::string att_src = "measured: sgemm rate at the attention-score shape " + std::to_string(att[0]) + "x" +
                         std::to_string(att[0]) + "x" + std::to_string(att[1]) + " relative to the best rate; " + where;
   gpu["attention"] = {{"fwd_efficiency", sourced(att_eff, att_src)}, {"bwd_efficiency", sourced(att_eff, att_src)}};
+  if (rk) {
+    char shape[160];
+    std::snprintf(shape, sizeof shape, "%s at micro-batch %lld x seq %lld", args.get("model").c_str(),
+                  static_cast<long long>(model_mb), static_cast<long long>(model_seq));
+    const std::string rsrc = std::string("measured: the CPU runtime's own kernels (runtime/layers) at ") + shape + "; " + where;
+    gpu["attention"] = {
+        {"fwd_efficiency", sourced(rk->attn_fwd_eff, "measured: runtime attention_forward's executed causal FLOPs / "
+                                                     "(time x the fp32 peak above), " + rsrc)},
+        {"bwd_efficiency", sourced(rk->attn_bwd_eff, "measured: runtime attention_backward (2.5x the forward's FLOPs) "
+                                                     "/ (time x the fp32 peak above), " + rsrc)}};
+    nlohmann::json ew = nlohmann::json::object();
+    for (int c = 0; c < kMemoryClasses; ++c)
+      if (rk->class_bw[c] > 0)
+        ew[memory_class_name(static_cast<MemoryClass>(c))] =
+            sourced(rk->class_bw[c], std::string("measured: bytes the simulator's kernel list gives the class / time of "
+                                                 "the runtime's calls doing that work, ") + rsrc);
+    gpu["elementwise_bytes_per_s"] = ew;
+  }
   std::string bw_src = "measured: memcpy bandwidth (bytes read + written per second, slowest rank, all ranks at once); " + where;
   gpu["hbm"] = {{"bandwidth_bytes_per_s", sourced(mem_bw, bw_src)}, {"efficiency", sourced(1.0, "the bandwidth above is already achieved, not peak")}};
   gpu["overheads"] = {
@@ -264,7 +357,14 @@ int run(int argc, char** argv, int thread_level) {
   nlohmann::json doc = make_profile_document("CPU x" + std::to_string(world) + " (" + host + ")", ctx, gpu, sweeps, gemms,
                                              "measured: cblas_sgemm fp32 row-major, max over ranks of the mean; " + where);
   doc["intra_node"] = measured_intra_fabric(sweeps, "SHM", "PCI", where);
+  check_fitted_bandwidths(doc["intra_node"], mem_bw, warnings);
+  for (const auto& w : warnings) std::cerr << "fsdpsim-calibrate-cpu: WARNING: " << w << "\n";
+  doc["context"]["calibration_warnings"] = warnings;
   write_file_atomic(out, doc.dump(2) + "\n", "--out");
+  if (!warnings.empty())
+    std::cerr << "fsdpsim-calibrate-cpu: " << warnings.size() << " warning(s) above, also in the profile's "
+              << "context.calibration_warnings: was the machine busy (another calibration or build)? Calibrate again "
+              << "on a quiet machine for trustworthy numbers\n";
   std::cerr << "fsdpsim-calibrate-cpu: wrote " << out << "\n";
   return 0;
 }

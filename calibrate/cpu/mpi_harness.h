@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "calibrate/cpu/mpi_collective.h"
 #include "calibrate/sweep.h"
@@ -20,7 +21,9 @@ struct MpiGroup {
 // Called on rank 0 of the group after each size (progress display).
 using SizeDone = std::function<void(const SweepResult&, const SweepPoint&)>;
 
+// Sizes whose iterations spread widely, or that took longer than the next larger size, are measured
+// again (twice at most, keeping the fastest); any still suspect is described in `warnings`.
 SweepResult run_mpi_sweep(const MpiCollective& c, const MpiGroup& g, const SweepOptions& o, const std::string& host,
-                          const SizeDone& done);
+                          const SizeDone& done, std::vector<std::string>* warnings = nullptr);
 
 }  // namespace fsdpsim::calibrate::cpu
