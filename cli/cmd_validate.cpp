@@ -122,7 +122,7 @@ int cmd_validate(const Argv& argv) {
     j["context"] = context_block_with_profile(a.has("profile") ? a.get("profile") : hw.name());
     j["run"] = {{"model", o.model}, {"plan", sim::plan_to_json(plan)}, {"ranks", o.ranks}, {"steps", o.steps},
                 {"backend", cuda ? "cuda+nccl" : "cpu+mpi"}, {"cluster", cluster_name},
-                {"emulated_world", o.emulate_world}, {"collectives_padded", !o.pad_cluster.empty()}, {"measured_step", "the last of the run's steps; its time is the slowest rank's"}};
+                {"emulated_world", o.emulate_world}, {"collectives_padded", !o.pad_cluster.empty()}, {"measured_step", "the median (by time) of the run's steps after the first; its time is the slowest rank's"}};
     if (cuda) j["run"]["device"] = run.worker.value("device", std::string("?"));
     j["losses"] = run.worker["losses"];
     j["untracked_runtime_bytes"] = run.worker["untracked_bytes"];
