@@ -116,4 +116,22 @@ double overlap_slowdown(std::int64_t n, int reps, MPI_Comm comm, bool thread_mul
   return std::max(1.0, with / alone);
 }
 
+struct BackgroundCompute::State {
+  std::atomic<bool> stop{false};
+  std::thread thread;
+};
+
+BackgroundCompute::BackgroundCompute(std::int64_t n) : state_(new State) {
+  state_->thread = std::thread([n, st = state_] {
+    Operands op(n, n, n);
+    while (!st->stop.load(std::memory_order_relaxed)) op.run();
+  });
+}
+
+BackgroundCompute::~BackgroundCompute() {
+  state_->stop = true;
+  state_->thread.join();
+  delete state_;
+}
+
 }  // namespace fsdpsim::calibrate::cpu

@@ -22,4 +22,19 @@ double memcpy_bandwidth(std::int64_t bytes, int reps, MPI_Comm comm);
 // (>= 1). Returns 0 when the MPI library cannot run collectives from a second thread.
 double overlap_slowdown(std::int64_t n, int reps, MPI_Comm comm, bool thread_multiple);
 
+// While alive, a thread of this rank runs n^3 sgemms back to back, as the CPU runtime's compute stream
+// does while its collectives run on other threads: a sweep taken meanwhile measures collectives the way
+// the runtime sees them (its ranks' cores are busy computing, so an MPI peer is often descheduled).
+class BackgroundCompute {
+ public:
+  explicit BackgroundCompute(std::int64_t n);
+  ~BackgroundCompute();
+  BackgroundCompute(const BackgroundCompute&) = delete;
+  BackgroundCompute& operator=(const BackgroundCompute&) = delete;
+
+ private:
+  struct State;
+  State* state_;
+};
+
 }  // namespace fsdpsim::calibrate::cpu
