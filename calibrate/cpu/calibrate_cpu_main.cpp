@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -30,6 +31,7 @@
 #include "models/kernels.h"
 #include "models/zoo.h"
 #include "runtime/model/dims.h"
+#include "runtime/mpi/mpi_communicator.h"
 
 extern "C" char* openblas_get_config(void);
 extern "C" void openblas_set_num_threads(int);
@@ -47,6 +49,8 @@ const std::vector<OptionSpec> kOptions = {
     {"threads-per-rank", true, false, "OpenBLAS threads per rank (default cores / local ranks)", "N"},
     {"idle-collectives", false, false, "sweep collectives on idle ranks (default: while each rank's compute thread "
                                        "runs sgemms, as the CPU runtime overlaps them)"},
+    {"mpi-collectives", false, false, "sweep the blocking MPI collectives (default: the CPU runtime's own "
+                                      "communicator, non-blocking and polled, as `fsdpsim run` executes them)"},
     {"model", true, false, "time the CPU runtime's own kernels and GEMMs (with their transposes) at this model's "
                            "shapes (zoo name or config.json)", "M"},
     {"micro-batch", true, false, "micro-batch of the model's shapes (default 1)", "B"},
@@ -233,16 +237,41 @@ int run(int argc, char** argv, int thread_level) {
   const bool busy = !args.has("idle-collectives");
   std::optional<BackgroundCompute> background;
   if (busy) background.emplace(256);
+  // The runtime's communicator forms shard groups of contiguous ranks over the whole world, so with it
+  // only group sizes dividing the world are swept, every group at once (as in training).
+  const bool runtime_comm = !args.has("mpi-collectives");
   for (auto g : groups) {
+    if (runtime_comm && world % g != 0) {
+      if (rank == 0) std::cerr << "fsdpsim-calibrate-cpu: group size " << g << " does not divide " << world << " ranks: skipped\n";
+      continue;
+    }
     MPI_Comm gc;
-    FSDPSIM_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, rank < g ? 0 : MPI_UNDEFINED, rank, &gc));
+    FSDPSIM_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, runtime_comm ? static_cast<int>(rank / g) : rank < g ? 0 : MPI_UNDEFINED,
+                                     rank, &gc));
+    std::optional<runtime::MpiCommunicator> rt;
+    if (runtime_comm) rt.emplace(static_cast<int>(g));
     if (gc != MPI_COMM_NULL) {
       std::set<int> gnodes(node_of.begin(), node_of.begin() + g);
-      MpiGroup grp{gc, rank, static_cast<int>(g), static_cast<int>(gnodes.size())};
+      MpiGroup grp{gc, rank % static_cast<int>(g), static_cast<int>(g), static_cast<int>(gnodes.size())};
+      MPI_Comm_rank(gc, &grp.rank);
+      std::vector<float> tmp;
       for (const MpiCollective* c : {&mpi_all_gather(), &mpi_reduce_scatter(), &mpi_all_reduce()}) {
         if (rank == 0 && progress.tty()) std::cerr << format_sweep_header(SweepResult{c->op, grp.size, grp.nodes, "fp32", "", {}});
+        // The runtime's calls with the harness's in-place buffer semantics (mpi_collective.h).
+        const Transport transport = [&, op = c->op](float* buf, std::size_t count) {
+          const auto n = static_cast<std::int64_t>(count);
+          if (op == CollectiveOp::AllGather) {
+            rt->all_gather(buf + grp.rank * n, buf, n, sim::CommGroup::Shard);
+          } else if (op == CollectiveOp::ReduceScatter) {
+            tmp.resize(count);
+            rt->reduce_scatter(buf, tmp.data(), n, sim::CommGroup::Shard, runtime::ReduceOp::Sum);
+            std::memcpy(buf, tmp.data(), sizeof(float) * count);
+          } else {
+            rt->all_reduce(buf, n, sim::CommGroup::Shard, runtime::ReduceOp::Sum);
+          }
+        };
         SweepResult r = run_mpi_sweep(*c, grp, so, host, [&](const SweepResult& rr, const SweepPoint& p) { progress.row(rr, p); },
-                                      &warnings);
+                                      &warnings, runtime_comm ? &transport : nullptr);
         for (const auto& p : r.points) all_ok = all_ok && p.check_ok;
         if (rank == 0) {
           std::cout << format_sweep_header(r);

@@ -28,19 +28,20 @@ struct Timed {
   double spread = 1;    // max over ranks of (75th / 25th percentile) of the iterations
 };
 
-Timed time_size(const MpiCollective& c, const MpiGroup& g, const SweepOptions& o, std::vector<float>& buf, Bytes s) {
+Timed time_size(const MpiCollective& c, const MpiGroup& g, const SweepOptions& o, std::vector<float>& buf, Bytes s,
+                const Transport& run) {
   const Bytes elem = sizeof(float);
   std::size_t count = c.count(static_cast<std::size_t>(s / elem), g.size);
   std::size_t elems = c.buffer_elems(count, g.size);
   // Zeros while timing: sums stay exact and finite however many iterations run.
   std::fill(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(elems), 0.0f);
-  for (int i = 0; i < o.warmup_iters; ++i) c.run(buf.data(), count, g.comm);
+  for (int i = 0; i < o.warmup_iters; ++i) run(buf.data(), count);
   int iters = std::max(timed_iters_for(o, s), 4);
   FSDPSIM_MPI_CHECK(MPI_Barrier(g.comm));
   std::vector<double> t(static_cast<size_t>(iters));
   for (int i = 0; i < iters; ++i) {
     double t0 = MPI_Wtime();
-    c.run(buf.data(), count, g.comm);
+    run(buf.data(), count);
     t[static_cast<size_t>(i)] = MPI_Wtime() - t0;
   }
   // The median of the iterations rather than nccl-tests' mean: CPU ranks share cores with the
@@ -67,13 +68,17 @@ bool suspect(const std::vector<Timed>& t, size_t i) {
 }  // namespace
 
 SweepResult run_mpi_sweep(const MpiCollective& c, const MpiGroup& g, const SweepOptions& o, const std::string& host,
-                          const SizeDone& done, std::vector<std::string>* warnings) {
+                          const SizeDone& done, std::vector<std::string>* warnings, const Transport* transport) {
+  const Transport run = transport ? *transport : Transport([&](float* buf, std::size_t count) { c.run(buf, count, g.comm); });
   SweepResult res;
   res.op = c.op;
   res.group_size = g.size;
   res.nodes = g.nodes;
   res.dtype = "fp32";
-  res.source = std::string("measured by fsdpsim-calibrate-cpu: ") + c.name + " in place, fp32, " + std::to_string(g.size) +
+  res.source = std::string("measured by fsdpsim-calibrate-cpu: ") +
+               (transport ? std::string("the CPU runtime's MpiCommunicator (") + c.name + " semantics, non-blocking, polled)"
+                          : std::string(c.name)) +
+               " in place, fp32, " + std::to_string(g.size) +
                " ranks on " + host + "; time = max over ranks of the median of the timed iterations";
   const Bytes elem = sizeof(float);
   std::vector<Bytes> sizes = sweep_sizes(o, elem * g.size);
@@ -86,12 +91,12 @@ SweepResult run_mpi_sweep(const MpiCollective& c, const MpiGroup& g, const Sweep
     int stop = interrupted() ? 1 : 0, any_stop = 0;
     FSDPSIM_MPI_CHECK(MPI_Allreduce(&stop, &any_stop, 1, MPI_INT, MPI_MAX, g.comm));
     if (any_stop) break;
-    timed.push_back(time_size(c, g, o, buf, s));
+    timed.push_back(time_size(c, g, o, buf, s, run));
     // Correctness: a fresh run on initialized data.
     std::size_t count = c.count(static_cast<std::size_t>(s / elem), g.size);
     std::size_t elems = c.buffer_elems(count, g.size);
     c.init(buf.data(), count, g.rank, g.size);
-    c.run(buf.data(), count, g.comm);
+    run(buf.data(), count);
     unsigned long long wrong = c.check(buf.data(), count, g.rank, g.size), total_wrong = 0;
     FSDPSIM_MPI_CHECK(MPI_Allreduce(&wrong, &total_wrong, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, g.comm));
     SweepPoint p;
@@ -106,7 +111,7 @@ SweepResult run_mpi_sweep(const MpiCollective& c, const MpiGroup& g, const Sweep
   for (int retry = 0; retry < kRetries; ++retry)
     for (size_t i = 0; i < timed.size(); ++i) {
       if (!suspect(timed, i)) continue;
-      Timed again = time_size(c, g, o, buf, sizes[i]);
+      Timed again = time_size(c, g, o, buf, sizes[i], run);
       if (again.time_ns < timed[i].time_ns) timed[i].time_ns = again.time_ns;
       timed[i].spread = std::min(timed[i].spread, again.spread);
       res.points[i].time_ns = timed[i].time_ns;

@@ -23,7 +23,11 @@ using SizeDone = std::function<void(const SweepResult&, const SweepPoint&)>;
 
 // Sizes whose iterations spread widely, or that took longer than the next larger size, are measured
 // again (twice at most, keeping the fastest); any still suspect is described in `warnings`.
+// `transport`, when given, runs the collective instead of c.run (same buffer semantics): the calibration
+// times the CPU runtime's own communicator with it.
+using Transport = std::function<void(float* buf, std::size_t count)>;
 SweepResult run_mpi_sweep(const MpiCollective& c, const MpiGroup& g, const SweepOptions& o, const std::string& host,
-                          const SizeDone& done, std::vector<std::string>* warnings = nullptr);
+                          const SizeDone& done, std::vector<std::string>* warnings = nullptr,
+                          const Transport* transport = nullptr);
 
 }  // namespace fsdpsim::calibrate::cpu
