@@ -111,6 +111,16 @@ void mark_early_stop(Ctx& c) {
   if (!c.backward && c.notes) c.early_stop_end = static_cast<int>(c.out->size());
 }
 
+// SAC numbering of an MLP's linears with `count` expert copies: HF's Mixtral runs expert after expert
+// (its `per_expert` linears each), so expert i's j-th linear is matmul base + per_expert*i + j + 1
+// (model_activations.cpp counts them in the same order); the odd-numbered ones are saved. Biased
+// linears (aten.addmm) are neither counted nor saved.
+std::int64_t sac_saved_copies(std::int64_t base, std::int64_t per_expert, std::int64_t j, std::int64_t count, bool bias) {
+  std::int64_t n = 0;
+  for (std::int64_t i = 0; i < count && !bias; ++i) n += (base + per_expert * i + j + 1) % 2 == 1;
+  return n;
+}
+
 void mlp(Ctx& c, const std::string& prefix, std::int64_t tokens, std::int64_t count, bool wgrad) {
   const ModelSpec& m = c.m;
   const std::int64_t h = m.hidden, f = m.ffn_hidden;
@@ -119,12 +129,8 @@ void mlp(Ctx& c, const std::string& prefix, std::int64_t tokens, std::int64_t co
     const std::string fc = moe ? "w1" : (gpt2_naming(m) ? "c_fc" : "up_proj");
     const std::string fc2 = moe ? "w2" : (gpt2_naming(m) ? "c_proj" : "down_proj");
     if (!c.backward) {
-      const std::int64_t base = c.mm_count;   // expert by expert, as for the gated MLP below
-      auto saved = [&](std::int64_t j) {
-        std::int64_t n = 0;
-        for (std::int64_t i = 0; i < count && !m.mlp_bias; ++i) n += (base + 2 * i + j + 1) % 2 == 1;
-        return n;
-      };
+      const std::int64_t base = c.mm_count;
+      auto saved = [&](std::int64_t j) { return sac_saved_copies(base, 2, j, count, m.mlp_bias); };
       c.linear(prefix + fc, h, f, wgrad, tokens, count, m.mlp_bias, true, saved(0));
       activation(c, prefix, tokens, count);
       mark_early_stop(c);
@@ -139,14 +145,8 @@ void mlp(Ctx& c, const std::string& prefix, std::int64_t tokens, std::int64_t co
   }
   const std::string gate = moe ? "w1" : "gate_proj", up = moe ? "w3" : "up_proj", down = moe ? "w2" : "down_proj";
   if (!c.backward) {
-    // SAC numbering: HF's Mixtral runs expert after expert (w1, w3, w2 each), so expert i's j-th linear
-    // is matmul base + 3i + j + 1 (model_activations.cpp counts them in the same order).
     const std::int64_t base = c.mm_count;
-    auto saved = [&](std::int64_t j) {
-      std::int64_t n = 0;
-      for (std::int64_t i = 0; i < count && !m.mlp_bias; ++i) n += (base + 3 * i + j + 1) % 2 == 1;
-      return n;
-    };
+    auto saved = [&](std::int64_t j) { return sac_saved_copies(base, 3, j, count, m.mlp_bias); };
     c.linear(prefix + gate, h, f, wgrad, tokens, count, m.mlp_bias, true, saved(0));
     c.linear(prefix + up, h, f, wgrad, tokens, count, m.mlp_bias, true, saved(1));
     activation(c, prefix, tokens, count);

@@ -130,7 +130,8 @@ void norm(KernelBuilder& b, const std::string& name, bool wgrad, std::int64_t gr
   } else {
     const std::int64_t elems = b.T * b.m.hidden;
     if (b.backward) chain(b, name, MemoryClass::Norm, elems, b.T, kRmsCompositeBwd, count_of(kRmsCompositeBwd), wgrad);
-    else if (b.opt.implementation == ModelImpl::LitGPT) chain(b, name, MemoryClass::Norm, elems, b.T, kRmsLitgpt, count_of(kRmsLitgpt), wgrad);
+    else if (b.opt.implementation == ModelImpl::LitGPT)
+      chain(b, name, MemoryClass::Norm, elems, b.T, kRmsLitgpt, count_of(kRmsLitgpt), wgrad);
     else chain(b, name, MemoryClass::Norm, elems, b.T, kRmsComposite, count_of(kRmsComposite), wgrad);
   }
   if (b.backward && residual) b.elementwise("residual_grad_add", 3 * b.act(), MemoryClass::Residual);

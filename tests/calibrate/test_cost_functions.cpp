@@ -130,6 +130,20 @@ TEST(Attention, ShapeCurvesMatchTheirSources) {
   EXPECT_NEAR(calibrate::attention_shape_factor(c, 16384, 64), 41.799503 / 24.149960 / 2, 0.005);
 }
 
+TEST(Other, MemoryBoundClassRates) {
+  // A profile giving the norm class its own rate (as a calibrated CPU profile does): norm kernels run at
+  // it, every other class at HBM bandwidth x efficiency (3.35 TB/s x 0.8 on H100).
+  Cluster c = load_cluster("8xH100-SXM");
+  nlohmann::json j = HardwareProfile::for_cluster(c).to_json();
+  j["gpu"]["elementwise_bytes_per_s"] = {{"norm", {{"value", 1e9}, {"source", "test"}}}};
+  auto p = HardwareProfile::from_json(j, "test", c);
+  EXPECT_EQ(p.memory_bound_time(1000000, MemoryClass::Norm), 1000000 + 4000);   // 1 MB at 1 GB/s = 1 ms
+  EXPECT_EQ(p.memory_bound_time(1000000, MemoryClass::Copy), std::llround(1e6 / (3.35e12 * 0.8) * 1e9) + 4000);
+  EXPECT_EQ(p.memory_bound_time(1000000, MemoryClass::Activation), p.memory_bound_time(1000000));
+  j["gpu"]["elementwise_bytes_per_s"]["norm"]["value"] = 0;   // below the 1e3 bytes/s floor: bad input
+  EXPECT_THROW(HardwareProfile::from_json(j, "test", c), InputError);
+}
+
 TEST(Other, MemoryHostAndOverheads) {
   auto p = profile("8xH100-SXM");
   EXPECT_EQ(p.memory_bound_time(kGiB), std::llround(kGiB / (3.35e12 * 0.8) * 1e9) + 4000);
