@@ -289,14 +289,16 @@ int run(int argc, char** argv, int thread_level) {
     for (auto& r : sweeps)
       r.source += "; measured while a thread of every rank ran 256^3 sgemms (the runtime's compute overlapping its "
                   "collectives)";
-  // Compute: every rank at once, as in training.
+  // Compute: every rank at once, as in training, unless the node has more ranks than cores (then one rank
+  // at a time, times the ranks per core: see ComputeTiming).
+  const ComputeTiming ct{local > cores, std::max(1.0, static_cast<double>(local) / cores)};
   std::vector<MeasuredGemm> gemms;
   double best = 0;
   Shape best_shape{0, 0, 0};
   for (const auto& s : shapes) {
     double flops = 2.0 * s.m * s.n * s.k;
     int reps = static_cast<int>(std::clamp(2e9 / flops, 3.0, 20.0));
-    GemmTiming t = time_sgemm(s.m, s.n, s.k, reps, MPI_COMM_WORLD, s.role.trans_a, s.role.trans_b, s.role.beta);
+    GemmTiming t = time_sgemm(s.m, s.n, s.k, reps, MPI_COMM_WORLD, s.role.trans_a, s.role.trans_b, s.role.beta, ct);
     all_ok = all_ok && t.check_ok;
     gemms.push_back({s.m, s.n, s.k, "fp32", t.time_ns});
     double rate = flops / (t.time_ns * 1e-9);
@@ -305,7 +307,7 @@ int run(int argc, char** argv, int thread_level) {
       std::printf("# sgemm %lldx%lldx%lld: %.1f us, %.2f GFLOP/s%s\n", (long long)s.m, (long long)s.n, (long long)s.k,
                   t.time_ns / 1e3, rate / 1e9, t.check_ok ? "" : "  WRONG RESULT");
   }
-  GemmTiming att_t = time_sgemm(att[0], att[0], att[1], 5, MPI_COMM_WORLD);
+  GemmTiming att_t = time_sgemm(att[0], att[0], att[1], 5, MPI_COMM_WORLD, false, false, 0.0f, ct);
   double att_eff = std::min(1.0, 2.0 * att[0] * att[0] * att[1] / (att_t.time_ns * 1e-9) / best);
   GemmTiming tiny = time_sgemm(1, 1, 1, 2000, MPI_COMM_WORLD);
   double mem_bw = memcpy_bandwidth(quick ? 16 * kMiB : 64 * kMiB, quick ? 5 : 10, MPI_COMM_WORLD);
@@ -316,7 +318,7 @@ int run(int argc, char** argv, int thread_level) {
   if (model) {
     const std::int64_t copy_bytes = models::count_params(*model).per_block * 4;
     rk = time_runtime_kernels(*model, model_mb, model_seq, best, std::round(tiny.time_ns), copy_bytes, quick ? 3 : 7,
-                              MPI_COMM_WORLD);
+                              MPI_COMM_WORLD, ct);
     if (rank == 0)
       for (const auto& l : rk->lines) std::printf("# runtime kernel %s\n", l.c_str());
   }
@@ -344,7 +346,7 @@ int run(int argc, char** argv, int thread_level) {
                  {"tile_m", sourced(1, "CPU: no wave quantization is modelled")},
                  {"tile_n", sourced(1, "CPU: no wave quantization is modelled")},
                  {"k_half", sourced(0, "CPU: no K-loop prologue is modelled; unmeasured shapes run at the best measured rate")},
-                 {"min_kernel_ns", sourced(std::round(tiny.time_ns), "measured: median time of a 1x1x1 cblas_sgemm call; " + where)}};
+                 {"min_kernel_ns", sourced(std::round(tiny.time_ns), "measured: fastest time of a 1x1x1 cblas_sgemm call; " + where)}};
   std::string att_src = "measured: sgemm rate at the attention-score shape " + std::to_string(att[0]) + "x" +
                         std::to_string(att[0]) + "x" + std::to_string(att[1]) + " relative to the best rate; " + where;
   gpu["attention"] = {{"fwd_efficiency", sourced(att_eff, att_src)}, {"bwd_efficiency", sourced(att_eff, att_src)}};
@@ -369,7 +371,7 @@ int run(int argc, char** argv, int thread_level) {
   std::string bw_src = "measured: memcpy bandwidth (bytes read + written per second, slowest rank, all ranks at once); " + where;
   gpu["hbm"] = {{"bandwidth_bytes_per_s", sourced(mem_bw, bw_src)}, {"efficiency", sourced(1.0, "the bandwidth above is already achieved, not peak")}};
   gpu["overheads"] = {
-      {"kernel_launch_ns", sourced(std::round(tiny.time_ns), "measured: median time of a 1x1x1 cblas_sgemm call (a C++ call, no Python); " + where)},
+      {"kernel_launch_ns", sourced(std::round(tiny.time_ns), "measured: fastest time of a 1x1x1 cblas_sgemm call (a C++ call, no Python); " + where)},
       {"framework_hook_ns", sourced(0, "the CPU runtime is C++: no Python FSDP hooks")},
       {"comm_overlap_slowdown",
        slow > 0 ? sourced(slow, "measured: 256^3 sgemm while another thread loops MPI_Allgather (4 MiB per rank) vs alone; " + where)
@@ -396,7 +398,7 @@ int run(int argc, char** argv, int thread_level) {
   ctx["mpi"] = mv.substr(0, mv.find('\n'));
   ctx["quick"] = quick;
   nlohmann::json doc = make_profile_document("CPU x" + std::to_string(world) + " (" + host + ")", ctx, gpu, sweeps, gemms,
-                                             "measured: cblas_sgemm fp32 row-major, max over ranks of the mean; " + where);
+                                             "measured: cblas_sgemm fp32 row-major with the runtime's transposes, max over ranks of each rank's fastest call; " + where);
   doc["intra_node"] = measured_intra_fabric(sweeps, "SHM", "PCI", where);
   check_fitted_bandwidths(doc["intra_node"], mem_bw, warnings);
   for (const auto& w : warnings) std::cerr << "fsdpsim-calibrate-cpu: WARNING: " << w << "\n";

@@ -2,7 +2,7 @@
 // so that the profile predicts what `fsdpsim run --backend cpu` executes: its attention is scalar
 // code, not a GEMM, and its norms, rotary, SwiGLU and cross-entropy do transcendental math per
 // element, so one memcpy bandwidth cannot time them. Every rank runs the kernels at once (as in
-// training); a kernel's time is the slowest rank's median.
+// training); a kernel's time is the slowest rank's fastest call (runtime_kernels.cpp says why).
 #pragma once
 #include <mpi.h>
 
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/cpu/blas_gemm.h"
 #include "common/memory_class.h"
 #include "models/model_spec.h"
 
@@ -29,6 +30,6 @@ struct RuntimeKernelRates {
 // block's parameters in fp32, the size the runtime copies). Collective over `comm`.
 RuntimeKernelRates time_runtime_kernels(const models::ModelSpec& model, std::int64_t micro_batch, std::int64_t seq_len,
                                         double peak_flops, double min_kernel_ns, std::int64_t copy_bytes, int reps,
-                                        MPI_Comm comm);
+                                        MPI_Comm comm, const ComputeTiming& ct);
 
 }  // namespace fsdpsim::calibrate::cpu
