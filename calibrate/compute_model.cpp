@@ -50,6 +50,14 @@ TimeNs model_gemm_time(const ComputeParams& p, std::int64_t m, std::int64_t n, s
   return seconds_to_ns(std::max(compute_s, memory_s)) + p.min_kernel_ns;
 }
 
+double attention_shape_factor(const ComputeParams& p, std::int64_t seq, std::int64_t head_dim) {
+  auto f = [&](double s, double d) {
+    return s / (s + p.attn_seq_half) * s / (s + p.attn_causal_half) * d / (d + p.attn_head_dim_half);
+  };
+  if (p.attn_ref_seq <= 0 || p.attn_ref_head_dim <= 0) return 1.0;
+  return f(static_cast<double>(seq), static_cast<double>(head_dim)) / f(p.attn_ref_seq, p.attn_ref_head_dim);
+}
+
 TimeNs model_attention_time(const ComputeParams& p, std::int64_t batch, std::int64_t seq, std::int64_t heads,
                             std::int64_t kv_heads, std::int64_t head_dim, Dtype dtype, bool backward) {
   if (batch <= 0 || seq <= 0 || heads <= 0 || head_dim <= 0) return 0;
@@ -57,16 +65,17 @@ TimeNs model_attention_time(const ComputeParams& p, std::int64_t batch, std::int
   double b = static_cast<double>(batch), s = static_cast<double>(seq), d = static_cast<double>(head_dim);
   double fwd_flops = 2.0 * b * s * s * static_cast<double>(heads) * d;   // causal: half of 4 b s^2 h d
   double flops = backward ? 2.5 * fwd_flops : fwd_flops;                // 5 vs 2 matmuls per tile (FA2 paper)
-  double eff = backward ? p.attn_bwd_eff : p.attn_fwd_eff;
+  double eff = std::min(1.0, (backward ? p.attn_bwd_eff : p.attn_fwd_eff) * attention_shape_factor(p, seq, head_dim));
   double qo = b * s * static_cast<double>(heads) * d, kv = b * s * static_cast<double>(std::max<std::int64_t>(kv_heads, 1)) * d;
   double bytes = static_cast<double>(dtype_bytes(dtype)) * (backward ? 2.0 * (2 * qo + 2 * kv) : (2 * qo + 2 * kv));
   double t = std::max(flops / (peak * eff), bytes / p.mem_bw);
   return seconds_to_ns(t) + p.min_kernel_ns;
 }
 
-TimeNs model_memory_bound_time(const ComputeParams& p, Bytes bytes_moved) {
+TimeNs model_memory_bound_time(const ComputeParams& p, Bytes bytes_moved, MemoryClass cls) {
   if (bytes_moved <= 0) return 0;
-  return seconds_to_ns(static_cast<double>(bytes_moved) / p.mem_bw) + p.min_kernel_ns;
+  const double bw = p.class_bw[static_cast<int>(cls)] > 0 ? p.class_bw[static_cast<int>(cls)] : p.mem_bw;
+  return seconds_to_ns(static_cast<double>(bytes_moved) / bw) + p.min_kernel_ns;
 }
 
 }  // namespace fsdpsim::calibrate

@@ -113,6 +113,12 @@ void HardwareProfile::Impl::load_gpu(const nlohmann::json& j, const std::string&
   JsonReader at = r.get_object("attention");
   cp.attn_fwd_eff = sourced_number(at, "fwd_efficiency", 1e-4, 1.0);
   cp.attn_bwd_eff = sourced_number(at, "bwd_efficiency", 1e-4, 1.0);
+  // Optional shape dependence (compute_model.h): without it the efficiencies hold at every shape.
+  cp.attn_seq_half = sourced_number(at, "seq_half", 0, 1e7, 0.0);
+  cp.attn_causal_half = sourced_number(at, "causal_half", 0, 1e7, 0.0);
+  cp.attn_head_dim_half = sourced_number(at, "head_dim_half", 0, 1e5, 0.0);
+  cp.attn_ref_seq = sourced_number(at, "reference_seq", 0, 1e8, 0.0);
+  cp.attn_ref_head_dim = sourced_number(at, "reference_head_dim", 0, 1e5, 0.0);
   // Sustained training vs burst micro-benchmarks (clocks under sustained power, real shapes and
   // framework gaps): scales GEMM and attention rates; 1 when the profile does not give it.
   double sustained = sourced_number(g, "sustained_fraction", 0.05, 1.0, 1.0);
@@ -121,6 +127,11 @@ void HardwareProfile::Impl::load_gpu(const nlohmann::json& j, const std::string&
   cp.attn_bwd_eff *= sustained;
   JsonReader hbm = r.get_object("hbm");
   cp.mem_bw = sourced_number(hbm, "bandwidth_bytes_per_s", 1e6, 1e15) * sourced_number(hbm, "efficiency", 1e-3, 1.0);
+  if (r.has("elementwise_bytes_per_s")) {   // optional per-class rates (a calibrated CPU profile)
+    JsonReader ew = r.get_object("elementwise_bytes_per_s");
+    for (int c = 0; c < kMemoryClasses; ++c)
+      cp.class_bw[c] = sourced_number(ew, memory_class_name(static_cast<MemoryClass>(c)), 1e3, 1e15, 0.0);
+  }
   JsonReader ov = r.get_object("overheads");
   launch_ns = static_cast<TimeNs>(sourced_number(ov, "kernel_launch_ns", 0, 1e9));
   hook_ns = static_cast<TimeNs>(sourced_number(ov, "framework_hook_ns", 0, 1e10));
@@ -358,6 +369,11 @@ TimeNs HardwareProfile::gemm_time(std::int64_t m, std::int64_t n, std::int64_t k
     auto it = impl_->gemms.find(GemmKey{m, n, k, static_cast<int>(dtype)});
     if (it != impl_->gemms.end()) return it->second;
   }
+  if (dtype == Dtype::FP8 && impl_->cp.peak_flops[static_cast<int>(Dtype::FP8)] <= 0)
+    // fp8 GEMMs come only from torchao float8 training (plan key float8): name it.
+    throw InputError("plan.float8", "(fp8 GEMMs on " + impl_->cluster.gpu + ")",
+                     "float8 training needs fp8 tensor cores (H100, H200, B200: Hopper or later); " +
+                         impl_->cluster.gpu + " has none in its profile: use float8 \"none\"");
   peak_flops(dtype);   // unsupported dtype -> InputError
   return model_gemm_time(impl_->cp, m, n, k, dtype);
 }
@@ -368,7 +384,9 @@ TimeNs HardwareProfile::attention_time(std::int64_t batch, std::int64_t seq, std
   return model_attention_time(impl_->cp, batch, seq, heads, kv_heads, head_dim, dtype, backward);
 }
 
-TimeNs HardwareProfile::memory_bound_time(Bytes bytes_moved) const { return model_memory_bound_time(impl_->cp, bytes_moved); }
+TimeNs HardwareProfile::memory_bound_time(Bytes bytes_moved, MemoryClass cls) const {
+  return model_memory_bound_time(impl_->cp, bytes_moved, cls);
+}
 TimeNs HardwareProfile::kernel_launch_ns() const { return impl_->launch_ns; }
 TimeNs HardwareProfile::framework_hook_ns() const { return impl_->hook_ns; }
 double HardwareProfile::comm_overlap_slowdown() const { return impl_->overlap; }

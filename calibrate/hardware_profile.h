@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/dtype.h"
+#include "common/memory_class.h"
 #include "common/units.h"
 
 namespace fsdpsim::calibrate {
@@ -62,7 +63,9 @@ class HardwareProfile {
   TimeNs gemm_time(std::int64_t m, std::int64_t n, std::int64_t k, Dtype dtype) const;
   TimeNs attention_time(std::int64_t batch, std::int64_t seq, std::int64_t heads, std::int64_t kv_heads,
                         std::int64_t head_dim, Dtype dtype, bool backward) const;
-  TimeNs memory_bound_time(Bytes bytes_moved) const;   // elementwise/copy kernels (read + write bytes)
+  // Elementwise/copy kernels (read + write bytes), at the class's rate (a calibrated CPU profile's
+  // gpu.elementwise_bytes_per_s.<class>; otherwise HBM bandwidth x efficiency for every class).
+  TimeNs memory_bound_time(Bytes bytes_moved, MemoryClass cls = MemoryClass::Copy) const;
   TimeNs kernel_launch_ns() const;     // CPU cost to launch one kernel
   TimeNs framework_hook_ns() const;    // CPU cost of one framework hook (module pre/post hook in Python)
   double comm_overlap_slowdown() const; // compute time multiplier while a collective runs (>= 1)

@@ -2,7 +2,8 @@
 //                   [--ranks N] [--quick] [--max-bytes N]
 // Runs the calibration program of the backend (calibrate/launcher.h): fsdpsim-calibrate-cpu under
 // mpirun, or fsdpsim-calibrate-cuda. With --model, the GEMM and attention shapes the model will run
-// (models::forward_kernels / backward_kernels of one block and the head) are measured too.
+// (models::forward_kernels / backward_kernels of one block and the head) are measured too; the CPU
+// calibrator also times the CPU runtime's own kernels at those shapes.
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -68,8 +69,14 @@ int cmd_calibrate(const Argv& argv) {
   r.args = {"--out", a.get("out", r.backend + "-profile.json")};
   if (a.has("quick")) r.args.push_back("--quick");
   if (a.has("max-bytes")) r.args.insert(r.args.end(), {"--max-bytes", std::to_string(a.get_int("max-bytes", 0, 4096, 1LL << 40))});
-  if (a.has("model")) {
-    auto [gemms, attention] = model_shapes(a, r.backend == "cpu" ? Dtype::FP32 : Dtype::BF16);
+  if (a.has("model") && r.backend == "cpu") {
+    // The CPU calibrator loads the model itself: it times the runtime's own kernels and the GEMMs with the
+    // transposes the runtime uses at the model's shapes (calibrate/cpu/runtime_kernels.h).
+    models::load_model(a.get("model"), "--model");   // a bad name fails here, before mpirun
+    r.args.insert(r.args.end(), {"--model", a.get("model"), "--micro-batch", std::to_string(a.get_int("micro-batch", 1, 1, 4096)),
+                                 "--seq-len", std::to_string(a.get_int("seq-len", 2048, 1, 1 << 20))});
+  } else if (a.has("model")) {
+    auto [gemms, attention] = model_shapes(a, Dtype::BF16);
     if (!gemms.empty()) r.args.insert(r.args.end(), {"--gemm-shapes", gemms});
     if (!attention.empty()) r.args.insert(r.args.end(), {"--attention", attention});
   } else if (a.has("micro-batch") || a.has("seq-len")) {

@@ -9,6 +9,7 @@
 #include "common/args.h"
 #include "common/context.h"
 #include "common/errors.h"
+#include "common/json_reader.h"
 #include "common/output_file.h"
 #include "models/zoo.h"
 #include "reports/trace.h"
@@ -51,6 +52,22 @@ int cmd_validate(const Argv& argv) {
     return 0;
   }
   runtime::LaunchOptions o = runtime::launch_options_from_args(a);
+  // The bundled runtimes compute the norms, rotary embedding and SwiGLU each in one kernel (runtime/layers,
+  // runtime/cuda) and keep one activation buffer per block: implementation "runtime" in the simulator's terms
+  // (runtime/runtime_plan.h). Validation compares like with like, so the prediction uses it whatever the plan
+  // says (a note says so when the plan named another).
+  std::string implementation_note;
+  {
+    const std::size_t first = o.plan.find_first_not_of(" \t\r\n");
+    nlohmann::json pj = first != std::string::npos && o.plan[first] == '{' ? parse_json_text(o.plan, "--plan")
+                                                                            : read_json_file(o.plan, "--plan");
+    // A value of the wrong type is left for load_plan to reject with its field name.
+    const auto it = pj.is_object() ? pj.find("implementation") : pj.end();
+    if (it != pj.end() && it->is_string() && *it != "runtime")
+      implementation_note = "  note: the plan's implementation \"" + it->get<std::string>() +
+                            "\" is replaced by \"runtime\": the bundled runtime runs one kernel per norm, rotary and "
+                            "SwiGLU (the fused recipe's kernels) and saves one activation buffer per block\n";
+  }
   // The prediction, for the cluster the runtime runs on: N CPU ranks on this host.
   const models::ModelSpec model = models::load_model(o.model, "--model");
   const int W = o.world();   // ranks of the program (the emulated world with --emulate-world)
@@ -84,6 +101,7 @@ int cmd_validate(const Argv& argv) {
                                                : " (collectives are local copies plus their predicted duration)")
                                     : std::string(""))
             << " (profile: " << hw.name() << ")\n"
+            << implementation_note
             << "  peak allocated  predicted " << to_gib(predicted.peak_allocated) << " GiB, measured "
             << to_gib(run.measured.peak_allocated) << " GiB, error " << pct(cmp["peak_allocated_error"]) << "\n"
             << "  peak reserved   predicted " << to_gib(predicted.peak_reserved) << " GiB, measured "
@@ -103,7 +121,7 @@ int cmd_validate(const Argv& argv) {
     j["context"] = context_block_with_profile(a.has("profile") ? a.get("profile") : hw.name());
     j["run"] = {{"model", o.model}, {"plan", sim::plan_to_json(plan)}, {"ranks", o.ranks}, {"steps", o.steps},
                 {"backend", cuda ? "cuda+nccl" : "cpu+mpi"}, {"cluster", cluster_name},
-                {"emulated_world", o.emulate_world}, {"collectives_padded", !o.pad_cluster.empty()}, {"measured_step", "the last of the run's steps; its time is the slowest rank's"}};
+                {"emulated_world", o.emulate_world}, {"collectives_padded", !o.pad_cluster.empty()}, {"measured_step", "the median (by time) of the run's steps after the first; its time is the slowest rank's"}};
     if (cuda) j["run"]["device"] = run.worker.value("device", std::string("?"));
     j["losses"] = run.worker["losses"];
     j["untracked_runtime_bytes"] = run.worker["untracked_bytes"];

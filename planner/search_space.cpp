@@ -218,7 +218,13 @@ const std::vector<PrecisionPreset>& precision_presets() {
        "pure bf16: no fp32 master copy (Lightning \"bf16-true\"); half the sharded state, less exact updates"},
       {"fp32", Dtype::FP32, Dtype::FP32, Dtype::FP32, false, "full fp32 (Lightning \"32-true\")"},
       {"fp8-ag", Dtype::BF16, Dtype::FP32, Dtype::FP32, true,
-       "as bf16, with FSDP2 float8 all-gathers (torchao enable_fsdp_float8_all_gather)"},
+       "as bf16, with FSDP2 float8 all-gathers (torchao enable_fsdp_float8_all_gather) and tensorwise float8 linears",
+       models::Float8Recipe::Tensorwise},
+      {"fp8-tensorwise", Dtype::BF16, Dtype::FP32, Dtype::FP32, false,
+       "as bf16, with torchao float8 linears, tensorwise scaling (H100/H200/B200 only)", models::Float8Recipe::Tensorwise},
+      {"fp8-rowwise", Dtype::BF16, Dtype::FP32, Dtype::FP32, false,
+       "as bf16, with torchao float8 linears, rowwise scaling (torchtitan's default recipe; H100/H200/B200 only)",
+       models::Float8Recipe::Rowwise},
   };
   return k;
 }
@@ -235,7 +241,7 @@ const PrecisionPreset& find_precision_preset(const std::string& name, const std:
 std::string precision_name(const Plan& p) {
   for (const auto& pr : precision_presets())
     if (pr.param == p.param_dtype && pr.reduce == p.reduce_dtype && pr.master == p.master_weights_dtype &&
-        pr.fp8_all_gather == p.fp8_all_gather)
+        pr.fp8_all_gather == p.fp8_all_gather && pr.float8 == p.float8)
       return pr.name;
   return "param=" + std::string(dtype_name(p.param_dtype)) + ",reduce=" + std::string(dtype_name(p.reduce_dtype)) +
          ",master=" + std::string(dtype_name(p.master_weights_dtype)) + (p.fp8_all_gather ? ",fp8-ag" : "");
@@ -465,6 +471,7 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
               q.reduce_dtype = pr.reduce;
               q.master_weights_dtype = pr.master;
               q.fp8_all_gather = pr.fp8_all_gather;
+              q.float8 = pr.float8;
               plans.push_back(q);
             }
           }

@@ -36,12 +36,15 @@ namespace fsdpsim::planner {
 
 // A named precision choice: the three dtypes of a plan (+ FSDP2 fp8 all-gather).
 struct PrecisionPreset {
-  std::string name;        // "bf16", "bf16-bf16reduce", "bf16-true", "fp32", "fp8-ag"
+  std::string name;        // "bf16", "bf16-bf16reduce", "bf16-true", "fp32", "fp8-ag", "fp8-rowwise", ...
   Dtype param = Dtype::BF16;
   Dtype reduce = Dtype::FP32;
   Dtype master = Dtype::FP32;
   bool fp8_all_gather = false;
   std::string meaning;     // one line for --help and the report
+  // torchao float8 compute (plan key float8); fp8_all_gather implies tensorwise. A GPU without fp8
+  // tensor cores (before Hopper) makes such a candidate invalid (InputError naming plan.float8).
+  models::Float8Recipe float8 = models::Float8Recipe::None;
 };
 const std::vector<PrecisionPreset>& precision_presets();
 // InputError(field, name) listing the presets when unknown.

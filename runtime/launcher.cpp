@@ -29,7 +29,7 @@ std::vector<OptionSpec> launch_option_specs() {
       {"pad-collectives", false, false,
        "with --emulate-world: each collective's stand-in also takes its predicted duration (the cluster's profile) "
        "on its stream, so communication overlaps compute as on the real fabric"},
-      {"steps", true, false, "optimizer steps; the last one is measured (default 3)", "K"},
+      {"steps", true, false, "optimizer steps; the median one after the first is measured (default 3)", "K"},
       {"gpus-per-node", true, false, "ranks per node for the mesh's group shapes (default: all on one node)", "G"},
       {"seed", true, false, "seed of the parameter init and the synthetic data (default 1234)", "S"},
       {"lr", true, false, "AdamW/SGD learning rate (default 1e-3)", "LR"},

@@ -48,7 +48,84 @@ int nodes_of(int start, int stride, int count, int gpn) {
   return nodes;
 }
 
-models::CheckpointMode layer_mode(const ActivationCheckpointing& ac, int layer) {
+bool unit_has_part(const models::FsdpUnit& u, models::ModulePart p) {
+  return std::find(u.parts.begin(), u.parts.end(), p) != u.parts.end();
+}
+
+// The kernel lists of the three parts, forward and backward, and the block's recompute under each
+// checkpointing mode. A planner lowers thousands of plans of one model with a few (micro_batch, seq_len)
+// shapes, so each thread keeps the lists of its most recent shapes, keyed by every input of the
+// models:: kernel functions (the ModelSpec compared field by field): a hit returns exactly the lists
+// those functions would build. Sharing the same immutable lists across calls also lets a recycled
+// compute op keep its Op::shared_kernels unchanged.
+using KernelList = std::shared_ptr<const std::vector<models::KernelDesc>>;
+void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) {
+  const Dtype act = plan.param_dtype;   // activations in the compute dtype (M9)
+  const bool wgrad = plan.trainable_fraction >= 1.0;
+  const models::KernelOptions opt = kernel_options(plan);
+  struct Entry {
+    models::ModelSpec model;
+    std::int64_t micro_batch, seq_len;
+    Dtype act;
+    bool wgrad;
+    models::KernelOptions opt;
+    KernelList fwd[3], bwd[3], rec[3];
+  };
+  constexpr std::size_t kEntries = 8;
+  thread_local std::vector<Entry> cache;
+  const Entry* hit = nullptr;
+  for (std::size_t i = 0; i < cache.size() && !hit; ++i) {
+    const Entry& e = cache[i];
+    if (e.micro_batch == plan.micro_batch && e.seq_len == plan.seq_len && e.act == act && e.wgrad == wgrad &&
+        e.opt == opt && e.model == model) {
+      std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
+                  cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);   // most recent first
+      hit = &cache.front();
+    }
+  }
+  if (!hit) {
+    Entry e{model, plan.micro_batch, plan.seq_len, act, wgrad, opt, {}, {}, {}};
+    for (int p = 0; p < 3; ++p) {
+      auto part = static_cast<models::ModulePart>(p);
+      e.fwd[p] = std::make_shared<const std::vector<models::KernelDesc>>(
+          models::forward_kernels(model, part, plan.micro_batch, plan.seq_len, act, opt));
+      e.bwd[p] = std::make_shared<const std::vector<models::KernelDesc>>(
+          models::backward_kernels(model, part, plan.micro_batch, plan.seq_len, act, wgrad, opt));
+      e.rec[p] = std::make_shared<const std::vector<models::KernelDesc>>(models::recompute_kernels(
+          model, models::ModulePart::Block, plan.micro_batch, plan.seq_len, act, static_cast<models::CheckpointMode>(p), opt));
+    }
+    if (cache.size() == kEntries) cache.pop_back();
+    cache.insert(cache.begin(), std::move(e));
+    hit = &cache.front();
+  }
+  for (int p = 0; p < 3; ++p) {
+    c.fwd_kernels[p] = hit->fwd[p];
+    c.bwd_kernels[p] = hit->bwd[p];
+    c.rec_kernels[p] = hit->rec[p];
+  }
+  if (!wgrad)
+    c.notes.push_back("trainable_fraction < 1: backward kernels omit weight-gradient GEMMs (frozen weights, D5); "
+                      "the trainable fraction is applied uniformly to every unit");
+  if (plan.compile)
+    c.notes.push_back("compile: inductor's fusion of each block's norms, rotary, activation and residual adds is "
+                      "modelled from its fusion rules (one kernel per chain of pointwise/reduction ops between "
+                      "GEMMs and attention), not traced; GEMMs and attention run as in eager");
+  if (plan.float8 != models::Float8Recipe::None)
+    c.notes.push_back("float8: the blocks' linears run fp8 GEMMs at the GPU's fp8 peak with torchao's amax/scale/"
+                      "cast kernels (LM head and MoE router in bf16); rowwise GEMMs are timed like tensorwise ones");
+  if (plan.activation_checkpointing.mode != ActivationCheckpointing::Mode::None)
+    c.notes.push_back(opt.checkpoint_early_stop || plan.compile
+                          ? "recompute: a fully checkpointed block reruns its forward up to the MLP's last linear "
+                            "(non-reentrant checkpoint's early stop); selective op AC reruns the ops its policy "
+                            "does not save"
+                          : "recompute: a fully checkpointed block reruns its whole forward (torchtitan's "
+                            "early_stop=False, or reentrant checkpointing); selective op AC reruns the ops its "
+                            "policy does not save");
+}
+
+}  // namespace
+
+models::CheckpointMode layer_checkpoint_mode(const ActivationCheckpointing& ac, int layer) {
   switch (ac.mode) {
     case ActivationCheckpointing::Mode::None: return models::CheckpointMode::None;
     case ActivationCheckpointing::Mode::Full: return models::CheckpointMode::Full;
@@ -60,54 +137,20 @@ models::CheckpointMode layer_mode(const ActivationCheckpointing& ac, int layer) 
   return models::CheckpointMode::None;
 }
 
-bool unit_has_part(const models::FsdpUnit& u, models::ModulePart p) {
-  return std::find(u.parts.begin(), u.parts.end(), p) != u.parts.end();
+models::KernelOptions kernel_options(const Plan& plan) {
+  models::KernelOptions o;
+  // (the bundled runtime runs one kernel per norm, rotary and SwiGLU: the fused recipe's kernels)
+  o.implementation = plan.implementation == models::ModelImpl::Runtime ? models::ModelImpl::Fused : plan.implementation;
+  o.compile = plan.compile;
+  o.float8 = plan.float8;
+  // torchtitan's checkpoint_wrapper passes early_stop=False; checkpoint(FSDP(block)) is Hugging Face's
+  // gradient_checkpointing, reentrant by default (no early stop). Otherwise non-reentrant
+  // torch.utils.checkpoint with its default early stop (Lightning, accelerate, Composer with
+  // activation_checkpointing_reentrant false, as llm-foundry's benchmarks set it).
+  o.checkpoint_early_stop =
+      plan.implementation != models::ModelImpl::TorchTitan && !plan.activation_checkpointing.outside_fsdp;
+  return o;
 }
-
-// The kernel lists of the three parts, forward and backward. A planner lowers thousands of plans of
-// one model with a few (micro_batch, seq_len) shapes, so each thread keeps the lists of its most recent
-// shapes, keyed by every input of forward_kernels/backward_kernels (the ModelSpec compared field by
-// field): a hit returns exactly the lists those functions would build. Sharing the same immutable
-// lists across calls also lets a recycled compute op keep its Op::shared_kernels unchanged.
-using KernelList = std::shared_ptr<const std::vector<models::KernelDesc>>;
-void kernel_lists(const models::ModelSpec& model, std::int64_t micro_batch, std::int64_t seq_len, Dtype act,
-                  bool wgrad, KernelList (&fwd)[3], KernelList (&bwd)[3]) {
-  struct Entry {
-    models::ModelSpec model;
-    std::int64_t micro_batch, seq_len;
-    Dtype act;
-    bool wgrad;
-    KernelList fwd[3], bwd[3];
-  };
-  constexpr std::size_t kEntries = 8;
-  thread_local std::vector<Entry> cache;
-  for (std::size_t i = 0; i < cache.size(); ++i) {
-    const Entry& e = cache[i];
-    if (e.micro_batch == micro_batch && e.seq_len == seq_len && e.act == act && e.wgrad == wgrad && e.model == model) {
-      std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
-                  cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);   // most recent first
-      for (int p = 0; p < 3; ++p) {
-        fwd[p] = cache.front().fwd[p];
-        bwd[p] = cache.front().bwd[p];
-      }
-      return;
-    }
-  }
-  Entry e{model, micro_batch, seq_len, act, wgrad, {}, {}};
-  for (int p = 0; p < 3; ++p) {
-    auto part = static_cast<models::ModulePart>(p);
-    e.fwd[p] = std::make_shared<const std::vector<models::KernelDesc>>(
-        models::forward_kernels(model, part, micro_batch, seq_len, act));
-    e.bwd[p] = std::make_shared<const std::vector<models::KernelDesc>>(
-        models::backward_kernels(model, part, micro_batch, seq_len, act, wgrad));
-    fwd[p] = e.fwd[p];
-    bwd[p] = e.bwd[p];
-  }
-  if (cache.size() == kEntries) cache.pop_back();
-  cache.insert(cache.begin(), std::move(e));
-}
-
-}  // namespace
 
 int unit_by_name(const models::WrapGraph& graph, const std::string& name, std::int64_t n_layers) {
   const int U = static_cast<int>(graph.units.size());
@@ -345,12 +388,8 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   for (int i = 0; i < U; ++i) c.backward_pos[c.backward_order[i]] = i;
 
   // ---- kernels, once per part (and per thread for the same model and shape: see kernel_lists) ----
+  kernel_lists(c, model, plan);
   const Dtype act = plan.param_dtype;   // activations in the compute dtype (M9)
-  const bool wgrad = plan.trainable_fraction >= 1.0;
-  kernel_lists(model, plan.micro_batch, plan.seq_len, act, wgrad, c.fwd_kernels, c.bwd_kernels);
-  if (!wgrad)
-    c.notes.push_back("trainable_fraction < 1: backward kernels omit weight-gradient GEMMs (frozen weights, D5); "
-                      "the trainable fraction is applied uniformly to every unit");
 
   // ---- activations (saved per block under its checkpointing mode, models/implementation.h) ----
   const auto& ac = plan.activation_checkpointing;
@@ -393,7 +432,7 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.act_saved.assign(L, 0);
   c.act_recompute.assign(L, 0);
   for (int l = 0; l < L; ++l) {
-    const auto mode = layer_mode(ac, l);
+    const auto mode = layer_checkpoint_mode(ac, l);
     const Context::BlockActivations& a = block_acts(mode);
     c.layer_mode[l] = static_cast<std::int8_t>(mode);
     for (const auto& t : a.saved) c.act_saved[l] += t.bytes;

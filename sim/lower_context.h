@@ -170,6 +170,9 @@ struct Context {
   BlockActivations block_acts[3];
   models::BlockMemory final_norm;   // the final norm's saved tensors and transients
   std::vector<std::int8_t> layer_mode;   // per layer: its models::CheckpointMode
+  // The block's recompute under each checkpointing mode (index = static_cast<int>(models::CheckpointMode);
+  // None: empty). A Recompute op of layer l runs rec_kernels[layer_checkpoint_mode(ac, l)].
+  std::shared_ptr<const std::vector<models::KernelDesc>> rec_kernels[3];
   std::vector<Bytes> act_saved;     // per layer: bytes the block keeps for backward under its AC mode
   std::vector<Bytes> act_recompute; // per layer: bytes recomputation re-creates (0 if not checkpointed)
   LossMemory loss;                  // the head's output and the loss, forward and backward
@@ -186,6 +189,12 @@ struct Context {
   // If set, the optimizer step uses these totals instead of the sums over `sizes`.
   const StepTotals* step_totals = nullptr;
 };
+// The checkpointing mode of transformer block `layer` under the plan's activation checkpointing
+// (every_<k>: torchtitan's layer SAC, every k-th block fully checkpointed, A4).
+models::CheckpointMode layer_checkpoint_mode(const ActivationCheckpointing& ac, int layer);
+// How the plan's model code runs, for the kernel lists (implementation, compile, float8, the
+// checkpoint's early stop): models/kernels.h KernelOptions.
+models::KernelOptions kernel_options(const Plan& plan);
 // The sums the optimizer step uses, over c.sizes.
 StepTotals step_totals(const Context& c);
 // A unit's first layer if it is not the root and holds whole transformer blocks only, else -1.

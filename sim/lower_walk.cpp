@@ -100,7 +100,10 @@ void LoweringWalk::transient(Op& o, const char* what, int unit, Bytes bytes, Mem
 void LoweringWalk::emit_compute(int s, OpKind kind) {
   const Segment& seg = c_.segments[s];
   const int part = static_cast<int>(seg.part);
-  const auto& ks = kind == OpKind::Backward ? c_.bwd_kernels[part] : c_.fwd_kernels[part];
+  // (a Recompute op reruns what its layer's checkpointing mode did not save: Context::rec_kernels)
+  const auto& ks = kind == OpKind::Backward    ? c_.bwd_kernels[part]
+                   : kind == OpKind::Recompute ? c_.rec_kernels[c_.layer_mode[seg.layer]]
+                                               : c_.fwd_kernels[part];
   const char* what = kind == OpKind::Forward ? "fwd" : kind == OpKind::Backward ? "bwd" : "recompute";
   Op& o = b_.compute_op(kind, compute_, seg.unit, mb_, what, ks);
   o.kernel_launches = static_cast<int>(ks->size());

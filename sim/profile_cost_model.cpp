@@ -48,6 +48,16 @@ TimeNs ProfileCostModel::memory_bound(Bytes bytes) const {
   return t;
 }
 
+TimeNs ProfileCostModel::memory_bound(Bytes bytes, MemoryClass cls) const {
+  if (cls == MemoryClass::Copy) return memory_bound(bytes);
+  KernelKey key{kMemoryBound, bytes, static_cast<std::int64_t>(cls), 0, 0, 0, 0, 0, false};
+  auto it = memo_.find(key);
+  if (it != memo_.end()) return it->second;
+  TimeNs t = bytes > 0 ? hw_.memory_bound_time(bytes, cls) : 0;
+  memo_.emplace(key, t);
+  return t;
+}
+
 TimeNs ProfileCostModel::kernel_time(const models::KernelDesc& k) const {
   switch (k.kind) {
     case models::KernelKind::Gemm: {
@@ -74,7 +84,7 @@ TimeNs ProfileCostModel::kernel_time(const models::KernelDesc& k) const {
     case models::KernelKind::Elementwise:
     case models::KernelKind::Embedding:
     case models::KernelKind::CrossEntropy:
-      return memory_bound(k.bytes);
+      return memory_bound(k.bytes, k.mem_class);
   }
   return 0;
 }
@@ -151,7 +161,8 @@ TimeNs ProfileCostModel::collective_miss(const Op& op, Recent& r) const {
 }
 
 TimeNs ProfileCostModel::memory_bound_miss(const Op& op, Recent& r) const {
-  const TimeNs t = memory_bound(op.copy_bytes);
+  const TimeNs t = op.kind == OpKind::OptimizerStep ? memory_bound(op.copy_bytes, MemoryClass::Optimizer)
+                                                    : memory_bound(op.copy_bytes);
   r.bytes = op.copy_bytes;
   r.t = t;
   r.used = true;

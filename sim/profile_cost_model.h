@@ -1,8 +1,8 @@
 // The cost model of the simulator: times a StepProgram's ops from a calibrated HardwareProfile.
 //   compute ops      Σ over their kernels: GEMM gemm_time(m,n,k,dtype) × count, attention
-//                    attention_time(...), elementwise / embedding / cross-entropy memory_bound_time(bytes)
+//                    attention_time(...), elementwise / embedding / cross-entropy memory_bound_time(bytes, class)
 //   collectives      collective_time(op, S, group size, nodes spanned)     (S as nccl-tests counts it)
-//   copies, casts, pads, divides, GPU optimizer step   memory_bound_time(copy_bytes)
+//   copies, casts, pads, divides    memory_bound_time(copy_bytes); GPU optimizer step: class Optimizer
 //   H2D / D2H        host_copy_time(copy_bytes)
 //   CpuOptimizerStep cpu_optimizer_time(params)
 //   CPU issue        cpu_hooks × framework_hook_ns + kernel_launches × kernel_launch_ns
@@ -36,7 +36,8 @@ class ProfileCostModel : public CostModel {
  private:
   TimeNs kernel_time(const models::KernelDesc& k) const;
   TimeNs collective(const Op& op) const;
-  TimeNs memory_bound(Bytes bytes) const;
+  TimeNs memory_bound(Bytes bytes) const;   // class Copy (copies, casts, pads, divides)
+  TimeNs memory_bound(Bytes bytes, MemoryClass cls) const;
   TimeNs list_time(const Op& op) const;   // a compute op's Op::shared_kernels, through list_memo_
   TimeNs other_op_time(const Op& op) const;   // compute ops without a shared list, host copies, CPU optimizer
 

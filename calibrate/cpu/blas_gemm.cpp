@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -19,46 +20,85 @@ double max_over_ranks(double mine, MPI_Comm comm) {
   return out;
 }
 
+// C[m,n] = op(A) op(B) with op(A) [m,k] and op(B) [k,n]; A stored [k,m] when trans_a, B [n,k] when
+// trans_b (row major), as runtime/layers/blas.cpp calls cblas_sgemm for forward (NT), dgrad (NN) and
+// wgrad (TN) GEMMs.
 struct Operands {
+  std::int64_t m, n, k;
+  bool ta, tb;
   std::vector<float> a, b, c;
-  Operands(std::int64_t m, std::int64_t n, std::int64_t k)
-      : a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n)), c(static_cast<size_t>(m * n)) {
+  Operands(std::int64_t m_, std::int64_t n_, std::int64_t k_, bool ta_ = false, bool tb_ = false)
+      : m(m_), n(n_), k(k_), ta(ta_), tb(tb_), a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n)),
+        c(static_cast<size_t>(m * n)) {
     // Small integers: every product and partial sum is exact in fp32 for k < 2^24 / 16.
     for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i % 3);
     for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>((i % 4) + 1);
   }
-  void run(std::int64_t m, std::int64_t n, std::int64_t k) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-                1.0f, a.data(), static_cast<int>(k), b.data(), static_cast<int>(n), 0.0f, c.data(), static_cast<int>(n));
+  float a_at(std::int64_t i, std::int64_t p) const { return a[static_cast<size_t>(ta ? p * m + i : i * k + p)]; }
+  float b_at(std::int64_t p, std::int64_t j) const { return b[static_cast<size_t>(tb ? j * k + p : p * n + j)]; }
+  void run(float beta = 0.0f) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, static_cast<int>(m),
+                static_cast<int>(n), static_cast<int>(k), 1.0f, a.data(), static_cast<int>(ta ? m : k), b.data(),
+                static_cast<int>(tb ? k : n), beta, c.data(), static_cast<int>(n));
   }
 };
 
-// Median of `reps` timed calls (robust to preemption on a shared machine).
-double time_loop(Operands& op, std::int64_t m, std::int64_t n, std::int64_t k, int reps) {
-  std::vector<double> t(static_cast<size_t>(reps));
+// The fastest of `reps` timed calls: the GEMM's own cost, as preemption on a shared machine only ever
+// adds time (see runtime_kernels.cpp).
+double time_loop(Operands& op, int reps, float beta = 0.0f) {
+  double best = 1e300;
   for (int r = 0; r < reps; ++r) {
     double t0 = MPI_Wtime();
-    op.run(m, n, k);
-    t[static_cast<size_t>(r)] = MPI_Wtime() - t0;
+    op.run(beta);
+    best = std::min(best, MPI_Wtime() - t0);
   }
-  std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
-  return t[static_cast<size_t>(reps / 2)];
+  return best;
 }
 
 }  // namespace
 
-GemmTiming time_sgemm(std::int64_t m, std::int64_t n, std::int64_t k, int reps, MPI_Comm comm) {
-  Operands op(m, n, k);
-  op.run(m, n, k);   // warm-up (page faults, OpenBLAS thread start)
+namespace {
+// A barrier whose waiting ranks sleep (MPI_Barrier spins, taking the core the timed rank needs).
+void quiet_barrier(MPI_Comm comm) {
+  MPI_Request req;
+  FSDPSIM_MPI_CHECK(MPI_Ibarrier(comm, &req));
+  for (int done = 0;;) {
+    FSDPSIM_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+}  // namespace
+
+double timed_on_ranks(const std::function<double()>& measure, MPI_Comm comm, const ComputeTiming& ct) {
+  double mine = 0;
+  if (!ct.one_at_a_time) {
+    FSDPSIM_MPI_CHECK(MPI_Barrier(comm));
+    mine = measure();
+  } else {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    for (int r = 0; r < size; ++r) {
+      quiet_barrier(comm);
+      if (r == rank) mine = measure();
+    }
+  }
+  return max_over_ranks(mine, comm) * ct.share;
+}
+
+GemmTiming time_sgemm(std::int64_t m, std::int64_t n, std::int64_t k, int reps, MPI_Comm comm, bool trans_a,
+                      bool trans_b, float beta, const ComputeTiming& ct) {
+  Operands op(m, n, k, trans_a, trans_b);
+  op.run();   // warm-up (page faults, OpenBLAS thread start), with beta 0: the checked result
   // Check the last element against a direct dot product.
   std::int64_t i = m - 1, j = n - 1;
   double expect = 0;
-  for (std::int64_t p = 0; p < k; ++p) expect += static_cast<double>(op.a[static_cast<size_t>(i * k + p)]) * op.b[static_cast<size_t>(p * n + j)];
+  for (std::int64_t p = 0; p < k; ++p) expect += static_cast<double>(op.a_at(i, p)) * op.b_at(p, j);
   int ok = op.c[static_cast<size_t>(i * n + j)] == static_cast<float>(expect) ? 1 : 0, all_ok = 0;
   FSDPSIM_MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm));
-  FSDPSIM_MPI_CHECK(MPI_Barrier(comm));
   GemmTiming t;
-  t.time_ns = max_over_ranks(time_loop(op, m, n, k, reps), comm) * 1e9;
+  t.time_ns = timed_on_ranks([&] { return time_loop(op, reps, beta); }, comm, ct) * 1e9;
   t.check_ok = all_ok == 1;
   return t;
 }
@@ -79,9 +119,9 @@ double memcpy_bandwidth(std::int64_t bytes, int reps, MPI_Comm comm) {
 double overlap_slowdown(std::int64_t n, int reps, MPI_Comm comm, bool thread_multiple) {
   if (!thread_multiple) return 0;
   Operands op(n, n, n);
-  op.run(n, n, n);
+  op.run();
   FSDPSIM_MPI_CHECK(MPI_Barrier(comm));
-  double alone = max_over_ranks(time_loop(op, n, n, n, reps), comm);
+  double alone = max_over_ranks(time_loop(op, reps), comm);
   // A second communicator so the background all-gathers never mix with the barriers above.
   MPI_Comm bg;
   FSDPSIM_MPI_CHECK(MPI_Comm_dup(comm, &bg));
@@ -98,12 +138,30 @@ double overlap_slowdown(std::int64_t n, int reps, MPI_Comm comm, bool thread_mul
       if (all) break;
     }
   });
-  double busy = time_loop(op, n, n, n, reps);
+  double busy = time_loop(op, reps);
   stop = 1;
   comm_thread.join();
   FSDPSIM_MPI_CHECK(MPI_Comm_free(&bg));
   double with = max_over_ranks(busy, comm);
   return std::max(1.0, with / alone);
+}
+
+struct BackgroundCompute::State {
+  std::atomic<bool> stop{false};
+  std::thread thread;
+};
+
+BackgroundCompute::BackgroundCompute(std::int64_t n) : state_(new State) {
+  state_->thread = std::thread([n, st = state_] {
+    Operands op(n, n, n);
+    while (!st->stop.load(std::memory_order_relaxed)) op.run();
+  });
+}
+
+BackgroundCompute::~BackgroundCompute() {
+  state_->stop = true;
+  state_->thread.join();
+  delete state_;
 }
 
 }  // namespace fsdpsim::calibrate::cpu

@@ -5,19 +5,48 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 
 namespace fsdpsim::calibrate::cpu {
 
+// How compute is timed on a node whose ranks share cores. The profile must give each kernel's time as
+// the runtime sees it: with more ranks than cores every rank's compute thread gets cores/ranks of a core.
+// Timing all ranks at once would mix that sharing with the scheduler's luck, so then each rank times alone
+// (the others wait without spinning) and the result is multiplied by `share` = ranks per core (>= 1).
+struct ComputeTiming {
+  bool one_at_a_time = false;
+  double share = 1.0;
+};
+// `measure` returns this rank's seconds; the result is the slowest rank's, times ct.share.
+double timed_on_ranks(const std::function<double()>& measure, MPI_Comm comm, const ComputeTiming& ct);
+
 struct GemmTiming {
-  double time_ns = 0;   // max over ranks of each rank's mean
+  double time_ns = 0;   // max over ranks of each rank's fastest call
   bool check_ok = false;
 };
-// C[m,n] = A[m,k] B[k,n] in fp32 (cblas_sgemm, row major); checks one output element exactly.
-GemmTiming time_sgemm(std::int64_t m, std::int64_t n, std::int64_t k, int reps, MPI_Comm comm);
+// C[m,n] = op(A)[m,k] op(B)[k,n] in fp32 (cblas_sgemm, row major; A stored transposed when trans_a,
+// B when trans_b; C = AB + beta C while timed); checks one output element of a beta-0 run exactly.
+GemmTiming time_sgemm(std::int64_t m, std::int64_t n, std::int64_t k, int reps, MPI_Comm comm, bool trans_a = false,
+                      bool trans_b = false, float beta = 0.0f, const ComputeTiming& ct = {});
 // Bytes moved per second by memcpy of `bytes` (read + write counted), slowest rank.
 double memcpy_bandwidth(std::int64_t bytes, int reps, MPI_Comm comm);
 // Wall time of the GEMM while another thread loops MPI_Allgather, divided by its time alone
 // (>= 1). Returns 0 when the MPI library cannot run collectives from a second thread.
 double overlap_slowdown(std::int64_t n, int reps, MPI_Comm comm, bool thread_multiple);
+
+// While alive, a thread of this rank runs n^3 sgemms back to back, as the CPU runtime's compute stream
+// does while its collectives run on other threads: a sweep taken meanwhile measures collectives the way
+// the runtime sees them (its ranks' cores are busy computing, so an MPI peer is often descheduled).
+class BackgroundCompute {
+ public:
+  explicit BackgroundCompute(std::int64_t n);
+  ~BackgroundCompute();
+  BackgroundCompute(const BackgroundCompute&) = delete;
+  BackgroundCompute& operator=(const BackgroundCompute&) = delete;
+
+ private:
+  struct State;
+  State* state_;
+};
 
 }  // namespace fsdpsim::calibrate::cpu

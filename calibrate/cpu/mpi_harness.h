@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "calibrate/cpu/mpi_collective.h"
 #include "calibrate/sweep.h"
@@ -20,7 +21,13 @@ struct MpiGroup {
 // Called on rank 0 of the group after each size (progress display).
 using SizeDone = std::function<void(const SweepResult&, const SweepPoint&)>;
 
+// Sizes whose iterations spread widely, or that took longer than the next larger size, are measured
+// again (twice at most, keeping the fastest); any still suspect is described in `warnings`.
+// `transport`, when given, runs the collective instead of c.run (same buffer semantics): the calibration
+// times the CPU runtime's own communicator with it.
+using Transport = std::function<void(float* buf, std::size_t count)>;
 SweepResult run_mpi_sweep(const MpiCollective& c, const MpiGroup& g, const SweepOptions& o, const std::string& host,
-                          const SizeDone& done);
+                          const SizeDone& done, std::vector<std::string>* warnings = nullptr,
+                          const Transport* transport = nullptr);
 
 }  // namespace fsdpsim::calibrate::cpu

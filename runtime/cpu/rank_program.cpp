@@ -6,6 +6,7 @@
 #include "common/errors.h"
 #include "runtime/model/param_tensors.h"
 #include "sim/executor.h"
+#include "sim/lower_context.h"
 #include "sim/lowering.h"
 
 namespace fsdpsim::runtime {
@@ -182,6 +183,7 @@ RankProgram build_rank_program(const models::ModelSpec& model, const sim::Plan& 
   for (int l = 0; l < rp.dims.L; ++l)
     rp.checkpointed[l] = ac.mode == sim::ActivationCheckpointing::Mode::Full ||
                          (ac.mode == sim::ActivationCheckpointing::Mode::EveryK && l % ac.every_k == 0);
+  rp.recompute_early_stop = sim::lowering::kernel_options(plan).checkpoint_early_stop;
   b.map_segments();
   b.find_persistent_buffers();
   b.analyze(world);

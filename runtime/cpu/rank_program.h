@@ -45,6 +45,7 @@ struct RankProgram {
   std::vector<int> seg_unit;                   // per segment (0 embedding, 1..L blocks, L+1 norm + head)
   std::vector<std::vector<int>> seg_tensors;   // per segment: indices into its unit's layout tensors
   std::vector<bool> checkpointed;              // per block (layer)
+  bool recompute_early_stop = true;            // the recompute stops after the MLP's activation (kernel_options)
   std::vector<int> op_segment;                 // per op: segment of a compute op, else -1
   std::vector<int> op_divide;                  // per op: Divide factor
   std::vector<ChainEnd> op_chain_end;          // per op

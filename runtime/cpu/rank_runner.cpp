@@ -60,6 +60,7 @@ RankRunner::RankRunner(const RunConfig& cfg, Communicator& comm) : cfg_(cfg), co
 
   compute_ = std::make_unique<SegmentCompute>(
       rp_.dims, 1.0f / static_cast<float>(rp_.dims.tokens() * rp_.micro_batches), rp_.checkpointed);
+  compute_->set_recompute_early_stop(rp_.recompute_early_stop);
 
   // Device memory: persistent buffers first (the sharded state lives across steps), then the
   // initial values: this rank's shard of the deterministic init, zero grads and optimizer states.

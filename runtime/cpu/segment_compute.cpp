@@ -86,7 +86,7 @@ void SegmentCompute::recompute(int seg, int mb, const std::vector<float*>& p, fl
   if (seg < 1 || seg > d_.L || !ckpt_[layer]) throw std::logic_error("recompute of a segment that is not checkpointed");
   BlockActs a = bind(act, recomp, layer);
   std::vector<float> out(d_.tokens() * d_.C);
-  block_forward(d_, block_params(d_, p), a.x, a, out.data());   // a.x is the saved input
+  block_forward(d_, block_params(d_, p), a.x, a, out.data(), early_stop_);   // a.x is the saved input
 }
 
 void SegmentCompute::backward(int seg, int mb, const std::vector<float*>& p, const std::vector<float*>& g, float* act,

@@ -29,6 +29,9 @@ class SegmentCompute {
   // with lm_head = the embedding when tied; the embedding's [wte]).
   void forward(int seg, int mb, const std::vector<float*>& params, float* act);
   void recompute(int seg, int mb, const std::vector<float*>& params, float* act, float* recomp);
+  // Recompute as non-reentrant checkpointing's early stop does (block_forward's stop_early): the
+  // program's recompute kernels (models/kernels_recompute.cpp) follow the same rule.
+  void set_recompute_early_stop(bool on) { early_stop_ = on; }
   void backward(int seg, int mb, const std::vector<float*>& params, const std::vector<float*>& grads, float* act,
                 float* recomp);
 
@@ -45,6 +48,7 @@ class SegmentCompute {
   Dims d_;
   float dloss_scale_;
   std::vector<bool> ckpt_;
+  bool early_stop_ = true;
   std::vector<std::vector<std::int32_t>> inputs_, targets_;
   std::vector<double> loss_;
   std::vector<float> x_, dx_;           // [N, C] residual stream and its gradient between segments

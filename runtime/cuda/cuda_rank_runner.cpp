@@ -75,6 +75,7 @@ CudaRankRunner::CudaRankRunner(const RunConfig& cfg, DeviceCommunicator& comm) :
   gemm_ = std::make_unique<Gemm>(exec_->stream(0));
   compute_ = std::make_unique<CudaSegmentCompute>(
       rp_.dims, 1.0f / static_cast<float>(rp_.dims.tokens() * rp_.micro_batches), rp_.checkpointed, *gemm_);
+  compute_->set_recompute_early_stop(rp_.recompute_early_stop);
 
   // The allocator's region: what is free on the device, less headroom for what the CUDA runtime and
   // libraries allocate lazily outside it (cuBLAS workspaces, NCCL buffers, kernel modules loaded on

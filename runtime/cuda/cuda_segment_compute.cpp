@@ -173,7 +173,7 @@ template <class V>
 auto at(const V& t, int i) -> typename V::value_type { return i < 0 ? nullptr : t.at(i); }
 }  // namespace
 
-void CudaSegmentCompute::block_forward(const std::vector<bf16*>& t, const bf16* x_in, Acts& a, bf16* out) {
+void CudaSegmentCompute::block_forward(const std::vector<bf16*>& t, const bf16* x_in, Acts& a, bf16* out, bool stop_early) {
   const BlockTensorIndex x = block_tensor_index(d_);
   const int N = static_cast<int>(d_.tokens());
   const long NC = static_cast<long>(N) * d_.C;
@@ -191,6 +191,7 @@ void CudaSegmentCompute::block_forward(const std::vector<bf16*>& t, const bf16* 
   gemm_.linear_forward(a.gate, a.ln2, at(t, x.wgate), at(t, x.bgate), N, d_.C, d_.F);
   gemm_.linear_forward(a.up, a.ln2, at(t, x.wup), at(t, x.bup), N, d_.C, d_.F);
   swiglu_forward(a.act, a.h, a.gate, a.up, static_cast<long>(N) * d_.F, s_);
+  if (stop_early) return;
   gemm_.linear_forward(out, a.h, at(t, x.wdown), at(t, x.bdown), N, d_.F, d_.C);
   add_bf16(out, a.xmid, NC, s_);
 }
@@ -256,7 +257,7 @@ void CudaSegmentCompute::recompute(int seg, int mb, const std::vector<bf16*>& p,
   const int layer = seg - 1;
   if (seg < 1 || seg > d_.L || !ckpt_[layer]) throw std::logic_error("recompute of a segment that is not checkpointed");
   Acts a = bind(act, recomp, layer);
-  block_forward(p, a.x, a, dxmid_);   // the output is not needed; dxmid_ is free until this block's backward
+  block_forward(p, a.x, a, dxmid_, early_stop_);   // the output is not needed; dxmid_ is free until this block's backward
 }
 
 void CudaSegmentCompute::backward(int seg, int mb, const std::vector<bf16*>& p, const std::vector<bf16*>& g,

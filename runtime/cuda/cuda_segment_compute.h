@@ -49,6 +49,8 @@ class CudaSegmentCompute {
   // params/grads: the segment's tensors in param_tensors.h order, bf16 device pointers.
   void forward(int seg, int mb, const std::vector<bf16*>& params, char* act);
   void recompute(int seg, int mb, const std::vector<bf16*>& params, char* act, char* recomp);
+  // As the CPU backend's SegmentCompute::set_recompute_early_stop.
+  void set_recompute_early_stop(bool on) { early_stop_ = on; }
   void backward(int seg, int mb, const std::vector<bf16*>& params, const std::vector<bf16*>& grads, char* act,
                 char* recomp);
 
@@ -62,7 +64,7 @@ class CudaSegmentCompute {
  private:
   struct Acts;
   Acts bind(char* act, char* recomp, int layer) const;
-  void block_forward(const std::vector<bf16*>& p, const bf16* x_in, Acts& a, bf16* out);
+  void block_forward(const std::vector<bf16*>& p, const bf16* x_in, Acts& a, bf16* out, bool stop_early = false);
   void block_backward(const std::vector<bf16*>& p, const std::vector<bf16*>& g, const Acts& a, bf16* dx);
   template <class T>
   T* scratch(long n);
@@ -70,6 +72,7 @@ class CudaSegmentCompute {
   Dims d_;
   float dloss_scale_;
   std::vector<bool> ckpt_;
+  bool early_stop_ = true;
   Gemm& gemm_;
   cudaStream_t s_;
   std::vector<void*> owned_;     // every cudaMalloc of this object

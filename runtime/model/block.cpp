@@ -80,7 +80,7 @@ BlockScratch bind_block_scratch(const Dims& d, void* base) {
   return s;
 }
 
-void block_forward(const Dims& d, const BlockParams& p, const float* x_in, BlockActs& a, float* out) {
+void block_forward(const Dims& d, const BlockParams& p, const float* x_in, BlockActs& a, float* out, bool stop_early) {
   const int N = static_cast<int>(d.tokens());
   const long NC = static_cast<long>(N) * d.C;
   if (a.x != x_in) std::memcpy(a.x, x_in, sizeof(float) * NC);
@@ -97,6 +97,7 @@ void block_forward(const Dims& d, const BlockParams& p, const float* x_in, Block
   matmul_forward(a.gate, a.ln2, p.wgate, p.bgate, N, d.C, d.F);
   matmul_forward(a.up, a.ln2, p.wup, p.bup, N, d.C, d.F);
   swiglu_forward(a.act, a.h, a.gate, a.up, static_cast<long>(N) * d.F);
+  if (stop_early) return;
   matmul_forward(out, a.h, p.wdown, p.bdown, N, d.F, d.C);
   for (long i = 0; i < NC; ++i) out[i] += a.xmid[i];
 }

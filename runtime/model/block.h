@@ -72,7 +72,11 @@ BlockScratch bind_block_scratch(const Dims& d, void* base);
 
 // Forward: reads x_in[N,C], fills every field of `a` (a.x receives a copy of x_in unless it is
 // x_in itself), writes out[N,C].
-void block_forward(const Dims& d, const BlockParams& p, const float* x_in, BlockActs& a, float* out);
+// stop_early: a recompute under non-reentrant checkpointing's early stop (models/kernels_recompute.cpp):
+// everything backward needs is re-created once the MLP's last linear's input exists, so that linear
+// and the residual add after it are skipped (`out` is not written).
+void block_forward(const Dims& d, const BlockParams& p, const float* x_in, BlockActs& a, float* out,
+                   bool stop_early = false);
 
 // Backward: from dout[N,C] and the forward's `a`, accumulates parameter grads into g (+=) and
 // writes dx_in[N,C] (overwritten; may alias dout).

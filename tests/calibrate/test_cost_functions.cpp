@@ -5,7 +5,9 @@
 #include <cmath>
 #include <fstream>
 
+#include "calibrate/compute_model.h"
 #include "calibrate/hardware_profile.h"
+#include "common/errors.h"
 
 using namespace fsdpsim;
 using namespace fsdpsim::calibrate;
@@ -66,23 +68,80 @@ TEST(Gemm, MonotoneAndRoofline) {
 }
 
 TEST(Gemm, SustainedFractionScalesComputeBoundGemms) {
-  // The shipped H100 profile runs GEMMs at 0.64 of the burst rate (fitted on the dev set, see the profile).
+  // The shipped H100 profile runs GEMMs at 0.69 of the burst rate (fitted on the dev set, see the profile).
   double shipped = static_cast<double>(profile("8xH100-SXM").gemm_time(8192, 8192, 8192, Dtype::BF16) - 4000);
   double fast = static_cast<double>(burst("8xH100-SXM").gemm_time(8192, 8192, 8192, Dtype::BF16) - 4000);
-  EXPECT_NEAR(fast / shipped, 0.64, 1e-6);
+  EXPECT_NEAR(fast / shipped, 0.69, 1e-6);
+}
+
+TEST(Gemm, Float8NeedsFp8TensorCores) {
+  // H100: fp8 GEMMs at the fp8 peak (twice bf16's), the same shape curve: a compute-bound one takes about half.
+  auto h = profile("8xH100-SXM");
+  const double bf16 = static_cast<double>(h.gemm_time(8192, 8192, 8192, Dtype::BF16) - 4000);
+  const double fp8 = static_cast<double>(h.gemm_time(8192, 8192, 8192, Dtype::FP8) - 4000);
+  EXPECT_NEAR(fp8 / bf16, 989.4 / 1978.9, 1e-3);
+  // A100 has no fp8 tensor cores: the error names the plan key that asked for fp8 GEMMs.
+  auto a = profile("8xA100-80GB");
+  try {
+    a.gemm_time(4096, 4096, 4096, Dtype::FP8);
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "plan.float8");
+    EXPECT_NE(std::string(e.what()).find("A100-80GB"), std::string::npos);
+  }
 }
 
 TEST(Attention, Formula) {
   auto p = burst("8xH100-SXM");
-  // Causal forward: 2*b*s^2*h*d FLOPs at 31.5% of 989.4 TFLOP/s (the FA3 paper's 35% for FA2 on H100 x the
-  // dev-set attention factor 0.90), backward 2.5x the FLOPs at 27%, + 4 us.
+  // Causal forward: 2*b*s^2*h*d FLOPs at 27.72% of 989.4 TFLOP/s at the reference shape (seq 16384, head dim
+  // 128; the FA3 paper's 35% for FA2 on H100 x the dev-set attention factor 0.792), backward 2.5x the FLOPs
+  // at 23.76%, + 4 us. At seq 4096 the efficiency scales by F(4096, 128) / F(16384, 128) with
+  // F = s/(s+241) * s/(s+340) * d/(d+23.5): (4096/4337 * 4096/4436) / (16384/16625 * 16384/16724).
+  const double f4096 = 4096.0 / 4337 * 4096.0 / 4436, f16384 = 16384.0 / 16625 * 16384.0 / 16724;
+  const double k = f4096 / f16384;
   double fwd = 2.0 * 1 * 4096.0 * 4096 * 32 * 128;
-  EXPECT_EQ(p.attention_time(1, 4096, 32, 8, 128, Dtype::BF16, false), std::llround(fwd / (989.4e12 * 0.315) * 1e9) + 4000);
-  EXPECT_EQ(p.attention_time(1, 4096, 32, 8, 128, Dtype::BF16, true), std::llround(2.5 * fwd / (989.4e12 * 0.27) * 1e9) + 4000);
-  // Quadratic in the sequence length.
+  EXPECT_EQ(p.attention_time(1, 4096, 32, 8, 128, Dtype::BF16, false), std::llround(fwd / (989.4e12 * 0.2772 * k) * 1e9) + 4000);
+  EXPECT_EQ(p.attention_time(1, 4096, 32, 8, 128, Dtype::BF16, true),
+            std::llround(2.5 * fwd / (989.4e12 * 0.2376 * k) * 1e9) + 4000);
+  // Quadratic in the sequence length, times the efficiency ratio of the two lengths.
+  const double f8192 = 8192.0 / 8433 * 8192.0 / 8532;
   double r = static_cast<double>(p.attention_time(2, 8192, 32, 8, 128, Dtype::BF16, false) - 4000) /
              static_cast<double>(p.attention_time(2, 4096, 32, 8, 128, Dtype::BF16, false) - 4000);
-  EXPECT_NEAR(r, 4.0, 1e-5);
+  EXPECT_NEAR(r, 4.0 * f4096 / f8192, 1e-4);
+}
+
+TEST(Attention, ShapeCurvesMatchTheirSources) {
+  calibrate::ComputeParams c;
+  c.attn_seq_half = 241, c.attn_causal_half = 0, c.attn_head_dim_half = 0;
+  c.attn_ref_seq = 16384, c.attn_ref_head_dim = 128;
+  // pytorch/benchmark#2391, H100, d 128, non-causal FA2 (Triton tutorial) TFLOP/s at seq 512..8k vs 16k.
+  const double meas[] = {328.882, 389.723, 433.721, 458.359, 470.732};
+  for (int i = 0; i < 5; ++i)
+    EXPECT_NEAR(calibrate::attention_shape_factor(c, 512 << i, 128), meas[i] / 476.753, 0.01) << (512 << i);
+  // pytorch/benchmark#2443, H100 SDPA: causal / non-causal latency 0.199136 / 0.24512 ms at 512 and
+  // 0.298208 / 0.442944 at 1024; causal does half the FLOPs, so its efficiency relative to non-causal is
+  // 0.5 * t_full / t_causal = 0.615 and 0.743; the causal factor s/(s+340) gives 0.601 and 0.751.
+  c.attn_seq_half = 0, c.attn_causal_half = 340, c.attn_ref_seq = 1e12;
+  EXPECT_NEAR(calibrate::attention_shape_factor(c, 512, 128), 0.5 * 0.24512 / 0.199136, 0.02);
+  EXPECT_NEAR(calibrate::attention_shape_factor(c, 1024, 128), 0.5 * 0.442944 / 0.298208, 0.02);
+  // Dao-AILab/flash-attention#307: FA2 causal forward at 16k tokens, 24.15 ms (d 64) vs 41.80 ms (d 128); d 128
+  // does twice the FLOPs, so d 64 runs at (41.80 / 24.15) / 2 = 0.865 of d 128's rate.
+  c.attn_causal_half = 0, c.attn_head_dim_half = 23.5, c.attn_ref_seq = 16384;
+  EXPECT_NEAR(calibrate::attention_shape_factor(c, 16384, 64), 41.799503 / 24.149960 / 2, 0.005);
+}
+
+TEST(Other, MemoryBoundClassRates) {
+  // A profile giving the norm class its own rate (as a calibrated CPU profile does): norm kernels run at
+  // it, every other class at HBM bandwidth x efficiency (3.35 TB/s x 0.8 on H100).
+  Cluster c = load_cluster("8xH100-SXM");
+  nlohmann::json j = HardwareProfile::for_cluster(c).to_json();
+  j["gpu"]["elementwise_bytes_per_s"] = {{"norm", {{"value", 1e9}, {"source", "test"}}}};
+  auto p = HardwareProfile::from_json(j, "test", c);
+  EXPECT_EQ(p.memory_bound_time(1000000, MemoryClass::Norm), 1000000 + 4000);   // 1 MB at 1 GB/s = 1 ms
+  EXPECT_EQ(p.memory_bound_time(1000000, MemoryClass::Copy), std::llround(1e6 / (3.35e12 * 0.8) * 1e9) + 4000);
+  EXPECT_EQ(p.memory_bound_time(1000000, MemoryClass::Activation), p.memory_bound_time(1000000));
+  j["gpu"]["elementwise_bytes_per_s"]["norm"]["value"] = 0;   // below the 1e3 bytes/s floor: bad input
+  EXPECT_THROW(HardwareProfile::from_json(j, "test", c), InputError);
 }
 
 TEST(Other, MemoryHostAndOverheads) {

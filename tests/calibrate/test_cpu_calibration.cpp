@@ -116,3 +116,63 @@ TEST_F(CpuCalibration, BadArgumentsExitWithCode2) {
   r.args = {"--no-such-option"};
   EXPECT_EQ(run_command(calibration_command(r)), 2);
 }
+
+// With --model, the calibrator also times the CPU runtime's own kernels at the model's shapes and the
+// model's GEMMs with the transposes the runtime uses (calibrate/cpu/runtime_kernels.h).
+namespace {
+const std::string kModelOut = std::string(FSDPSIM_BINARY_DIR) + "/test_cpu_profile_model.json";
+
+class CpuModelCalibration : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    LaunchRequest r;
+    r.backend = "cpu";
+    r.ranks = 2;
+    r.exe_dir = FSDPSIM_BINARY_DIR;
+    r.args = {"--quick", "--max-bytes", "65536", "--out", kModelOut, "--model", "tiny-llama", "--micro-batch", "1",
+              "--seq-len", "16"};
+    std::remove(kModelOut.c_str());
+    rc_ = run_command(calibration_command(r));
+  }
+  static int rc_;
+};
+int CpuModelCalibration::rc_ = -1;
+}  // namespace
+
+TEST_F(CpuModelCalibration, MeasuresTheRuntimesKernelsPerClass) {
+  ASSERT_EQ(rc_, 0);
+  Json j = read_json_file(kModelOut, "profile");
+  const Json& ew = j["gpu"]["elementwise_bytes_per_s"];
+  for (int c = 0; c < kMemoryClasses; ++c) {
+    const char* name = memory_class_name(static_cast<MemoryClass>(c));
+    ASSERT_TRUE(ew.contains(name)) << name;
+    EXPECT_GT(ew[name]["value"].get<double>(), 0) << name;
+    EXPECT_NE(ew[name]["source"].get<std::string>().find("tiny-llama"), std::string::npos) << name;
+  }
+  for (const char* k : {"fwd_efficiency", "bwd_efficiency"}) {
+    const double e = j["gpu"]["attention"][k]["value"];
+    EXPECT_GT(e, 0) << k;
+    EXPECT_LE(e, 1) << k;
+  }
+  EXPECT_TRUE(j["context"]["calibration_warnings"].is_array());
+  // The LM head's forward GEMM of tiny-llama (16 tokens x 4096 vocab x 256 hidden) was measured.
+  bool head = false;
+  for (const auto& g : j["measured"]["gemms"])
+    for (const auto& pt : g["points"]) head |= pt[0] == 16 && pt[1] == 4096 && pt[2] == 256;
+  EXPECT_TRUE(head);
+  // The profile times each class at its own rate: 1 MB of norm kernel = 1e6 / rate s + min_kernel_ns.
+  auto p = HardwareProfile::from_file(kModelOut, two_cpu_ranks());
+  const double norm = ew["norm"]["value"], min_kernel = j["gpu"]["gemm"]["min_kernel_ns"]["value"];
+  EXPECT_EQ(p.memory_bound_time(1000000, MemoryClass::Norm), std::llround(1e6 / norm * 1e9) + std::llround(min_kernel));
+}
+
+TEST_F(CpuModelCalibration, AModelTheRuntimeCannotRunIsBadInput) {
+  LaunchRequest r;
+  r.backend = "cpu";
+  r.ranks = 2;
+  r.exe_dir = FSDPSIM_BINARY_DIR;
+  r.args = {"--quick", "--model", "no-such-model", "--out", std::string(FSDPSIM_BINARY_DIR) + "/never.json"};
+  EXPECT_EQ(run_command(calibration_command(r)), 2);
+  r.args = {"--quick", "--model", "mixtral-8x7b", "--out", std::string(FSDPSIM_BINARY_DIR) + "/never.json"};
+  EXPECT_EQ(run_command(calibration_command(r)), 2);   // MoE: outside the CPU runtime's Llama family
+}
