@@ -191,6 +191,12 @@ class CachingAllocator {
   Bytes block_address(int block) const { return blocks_[block].addr; }
   int block_segment(int block) const { return blocks_[block].segment; }
   bool block_is_small(int block) const { return (blocks_[block].pool & 1) != 0; }
+  // The size the block had before alloc() split it: its size plus a free block right after it (the
+  // split-off rest; a block handed out whole has no free neighbour after it: a free one would have merged).
+  Bytes block_size_before_split(int block) const {
+    const int n = blocks_[block].next;
+    return blocks_[block].size + (n >= 0 && blocks_[n].state == State::Free ? blocks_[n].size : 0);
+  }
   int num_segments() const;               // live segments
   // Free (cached, reusable) bytes in one stream's pools.
   Bytes cached_free_bytes(int stream) const;

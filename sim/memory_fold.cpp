@@ -166,6 +166,7 @@ FoldStorage& storage() {
 
 void MemoryTracker::replay(const CompiledProgram& program, bool fold, bool verify) {
   fold_stats_ = FoldStats{};
+  if (!steady_) mirror_start();
   MemoryFold f(*this, program, fold, verify);
   f.run();
 }
@@ -187,6 +188,10 @@ void MemoryFold::alloc(int buffer, int op) {
   }
   const AllocatorStats& s = a_.stats();
   t_.note_peaks(op);
+  if (t_.mirror_.ok && !t_.steady_) {
+    if (rec_ && b.first_step_lazy) t_.mirror_.ok = false;   // (the shadow moves with skips only where none lies)
+    t_.mirror_note(buffer, op, block, reserved);
+  }
   if (rec_) {
     Rec& r = *rec_;
     if (!r.has_max || s.allocated > r.max_alloc) {
@@ -631,6 +636,14 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
       for (int c = 0; c < kNumMemCategories; ++c) t_.live_at_peak_[c] = b.live_at_max[c] + m * (b.live[c] - a.live[c]);
       t_.reserved_at_peak_ = b.res_at_max + m * d_res;
       t_.allocated_peak_op_ = b.max_alloc_op + m * span;   // (the same op, m memory periods on)
+    }
+    // The mirrored steady step's shadow peak (sim/memory_steady.cpp) moves with it: no lazy bytes change here.
+    MemoryTracker::Mirror& mi = t_.mirror_;
+    if (mi.ok && !t_.steady_ && peak - mi.lazy_bytes > mi.shadow_peak) {
+      mi.shadow_peak = peak - mi.lazy_bytes;
+      mi.shadow_op = b.max_alloc_op + m * span;
+      for (int c = 0; c < kNumMemCategories; ++c)
+        mi.shadow_live[c] = b.live_at_max[c] + m * (b.live[c] - a.live[c]) - mi.lazy_live[c];
     }
   }
   if (b.has_malloc && d_res > 0) {

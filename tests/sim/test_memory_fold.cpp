@@ -86,8 +86,12 @@ Replayed replay(const CompiledProgram& p, const AllocatorConfig& config, bool fo
   try {
     t.replay(p, fold);
     out.stats = t.fold_stats();
-    t.begin_steady_step();
-    t.replay(p, fold);
+    if (!(fold && t.mirror_steady_step())) {   // (as the executor: the steady step mirrored where proven)
+      t.begin_steady_step();
+      t.replay(p, fold);
+      out.stats.jumps += t.fold_stats().jumps;
+      out.stats.periods_skipped += t.fold_stats().periods_skipped;
+    }
   } catch (const InputError& e) {
     out.result = std::string("InputError: ") + e.what();
     return out;
@@ -96,8 +100,6 @@ Replayed replay(const CompiledProgram& p, const AllocatorConfig& config, bool fo
   t.fill(r, 0);
   out.state = t.canonical_state();
   out.result = sim_result_to_json(r).dump();
-  out.stats.jumps += t.fold_stats().jumps;
-  out.stats.periods_skipped += t.fold_stats().periods_skipped;
   return out;
 }
 
@@ -150,10 +152,11 @@ TEST(MemoryFold, EverySkipOfRandomPlansLeavesTheCallByCallState) {
   // replay(..., verify = true) compares the allocator's whole state after every skip with a replay of
   // the same calls one by one (and throws on a difference); the results must also match. Random plans
   // (FSDPSIM_RANDOM_PLANS / FSDPSIM_RANDOM_SEED for a longer run than CI's), at the GPU's capacity and
-  // at 80% of it.
+  // at 80% of it. The steady step is mirrored from the first where that is proven (sim/memory_steady.cpp)
+  // and must then equal both its folded and its call-by-call replay, to the last block and statistic.
   const int plans = random_plan_count(400);
   std::mt19937 rng(random_seed(11, 2));
-  int jumped = 0;
+  int jumped = 0, mirrored = 0, steady_replays = 0;
   for (int i = 0; i < plans; ++i) {
     const std::string model = random_name(rng, kRandomPlanModels), cluster = random_name(rng, kRandomPlanClusters);
     const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(cluster));
@@ -170,14 +173,23 @@ TEST(MemoryFold, EverySkipOfRandomPlansLeavesTheCallByCallState) {
     const Bytes usable = hw.memory_capacity() - hw.cuda_context_bytes();
     for (Bytes cap : {usable, usable / 5 * 4}) {
       const AllocatorConfig cfg = allocator_config(plan, cap);
-      MemoryTracker a, b;
+      // A program the executor rejects (a buffer live past the step's end) is rejected on every path.
+      const Replayed plain = replay(p, cfg, false);
+      if (plain.result.rfind("InputError", 0) == 0) {
+        EXPECT_EQ(replay(p, cfg, true).result, plain.result);
+        continue;
+      }
+      MemoryTracker a, b, c;
       a.start(p, cfg, false);
       a.allocate_persistent();
       EXPECT_NO_THROW(a.replay(p, true, /*verify=*/true));
       int jumps = a.fold_stats().jumps;
-      a.begin_steady_step();
-      EXPECT_NO_THROW(a.replay(p, true, /*verify=*/true));
-      jumps += a.fold_stats().jumps;
+      const bool mirror = a.mirror_steady_step();
+      if (!mirror) {
+        a.begin_steady_step();
+        EXPECT_NO_THROW(a.replay(p, true, /*verify=*/true));
+        jumps += a.fold_stats().jumps;
+      }
       b.start(p, cfg, false);
       b.allocate_persistent();
       b.replay(p, false);
@@ -188,11 +200,27 @@ TEST(MemoryFold, EverySkipOfRandomPlansLeavesTheCallByCallState) {
       b.fill(rb, 0);
       EXPECT_EQ(sim_result_to_json(ra).dump(), sim_result_to_json(rb).dump());
       EXPECT_EQ(a.canonical_state(), b.canonical_state());
+      if (mirror) {   // (and the folded replay of the steady step agrees too)
+        c.start(p, cfg, false);
+        c.allocate_persistent();
+        c.replay(p, true);
+        c.begin_steady_step();
+        EXPECT_NO_THROW(c.replay(p, true, /*verify=*/true));
+        EXPECT_EQ(c.canonical_state(), b.canonical_state());
+        ++mirrored;
+      } else {
+        ++steady_replays;
+      }
       if (jumps > 0) ++jumped;
     }
   }
   EXPECT_GE(jumped, plans / 6);
-  std::printf("[ fold ] %d replays of %d random plans skipped periods\n", jumped, plans);
+  // (measured: 10 of the 432 replays; most random plans retry cudaMalloc at these capacities, set allocator
+  // options or give a steady step that differs from the first)
+  EXPECT_GE(mirrored, 5);
+  EXPECT_GE(steady_replays, 1);
+  std::printf("[ fold ] %d replays of %d random plans skipped periods; steady step mirrored %d times, replayed %d\n",
+              jumped, plans, mirrored, steady_replays);
 }
 
 std::string run(CompiledProgram& p, const OpCosts& costs, const AllocatorConfig& cfg, bool fast, ExecStats* st) {
@@ -204,7 +232,11 @@ std::string run(CompiledProgram& p, const OpCosts& costs, const AllocatorConfig&
   o.max_split_size = cfg.max_split_size == kAllocNoMaxSplit ? 0 : cfg.max_split_size;
   o.fast_forward = fast;
   o.stats = st;
-  return sim_result_to_json(execute_compiled(p, costs, o)).dump();
+  try {
+    return sim_result_to_json(execute_compiled(p, costs, o)).dump();
+  } catch (const InputError& e) {   // (a program that fails its checks fails them on every path)
+    return std::string("InputError: ") + e.what();
+  }
 }
 
 TEST(MemoryFold, EngineResultsIdenticalWithSkippingOff) {
@@ -245,9 +277,12 @@ TEST(MemoryFold, EngineResultsIdenticalWithSkippingOff) {
     check(c.model + " on " + c.cluster + " " + plan, p, costs,
           allocator_config(plan, hw.memory_capacity() - hw.cuda_context_bytes()));
   }
+  std::printf("[ fold ] %d programs: timing skipped in %d, memory in %d\n", n, timing, memory);
   EXPECT_GE(n, 60);
   EXPECT_GE(timing, n * 2 / 3);   // (measured: 61 of 88; CPU-bound plans give the GPU nothing to skip)
-  EXPECT_GE(memory, n * 2 / 5);   // (measured: 40 of 88; runs under 16 periods are not worth recording)
+  // (measured: 30 of 99; runs under 16 periods are not worth recording, and expandable segments, in a quarter
+  // of the random plans, are replayed call by call)
+  EXPECT_GE(memory, n / 4);
 }
 
 TEST(MemoryFold, SeparateReplayEqualsReplayDuringTheRun) {
