@@ -202,7 +202,8 @@ std::string MemoryTracker::canonical_state() const {
 }
 
 std::string MemoryTracker::buffer_label(int buffer) const {
-  if (names_ && buffer < static_cast<int>(names_->buffers.size())) return "buffer \"" + names_->buffers[buffer].name + "\"";
+  if (names_ && buffer < static_cast<int>(names_->buffers.size()) && !names_->buffers[buffer].name.empty())
+    return "buffer \"" + names_->buffers[buffer].name + "\"";
   return "buffer " + std::to_string(buffer);
 }
 

@@ -44,7 +44,7 @@ struct PeakLocation {
   std::string name;        // the op's name, when the program has names ("" otherwise)
   int unit = -1;           // FSDP unit, -1 for none
   int micro_batch = -1;    // -1 for an op outside the micro-batches (or op -1)
-  std::string phase;       // "forward", "backward", "optimizer", or "start" (op -1)
+  std::string phase = "start";   // "forward", "backward", "optimizer", or "start" (op -1)
 };
 
 struct SimResult {

@@ -2,11 +2,21 @@
 // tensor and transient, so the lowering will allocate ~10-20 buffers per block where it allocates one).
 // A synthetic stand-in until that lowering exists: simulate()'s stretched program of the bench_simulate
 // 70B case (llama3-70b on 1024 H100s, HSDP 16x64, full AC, 2 micro-batches) with every activation and
-// logits buffer split into K buffers of 1/K of its bytes, allocated one after the other by the same op
-// and freed by the same op in reverse order. The block periods stay those of the program, so the memory
-// fold sees K times the calls per period.
-//   BM_MemoryReplay/K/F  MemoryTracker: persistent buffers, the first step, the steady step (F=1: folded)
-//   BM_ExecuteTensors/K  execute_compiled(): the event engine with both steps of memory (fold on)
+// logits buffer split into pieces, allocated one after the other by the same op and freed by the same op
+// in reverse order. The block periods stay those of the program, so the memory fold sees that many more
+// calls per period. Splits (the benchmarks' first argument):
+//   1   none (the program as simulate() runs it)
+//   16  a llama block's saved tensors, in proportion to their bytes per token (h = 8192, kv = 1024,
+//       ffn = 28672 for llama3-70b): the fp32 norm input 4h, normed 2h, q 2h, k 2kv, v 2kv, rotated q 2h,
+//       rotated k 2kv, attention output 2h, the softmax statistics 256 B, o_proj input 2h, second norm
+//       input 4h and output 2h, gate / up / SiLU / product 2ffn each. At 4096 tokens the kv-sized pieces
+//       are 8 MiB: requests of 1-10 MiB share 20 MiB segments (sim/caching_allocator.h). Only buffers of
+//       256 MiB or more are split so (the recomputed tensors of a block, ~1.5 GiB here; a block's input,
+//       all that full AC saves, is one tensor of 64 MiB)
+//   10, 20  equal pieces (6.4 / 3.2 MiB of a 64 MiB buffer: several to a 20 MiB segment)
+//   BM_MemoryReplay/S/F  MemoryTracker: persistent buffers, the first step, the steady step (F=1: folded,
+//                        and the steady step mirrored where proven, as the executor runs it)
+//   BM_ExecuteTensors/S  execute_compiled(): the event engine with both steps of memory
 //   build/tests/bench/bench_memory --benchmark_min_time=0.3 --benchmark_repetitions=3
 #include <benchmark/benchmark.h>
 
@@ -47,20 +57,34 @@ Case base_case() {
   return c;
 }
 
-// `cp` with every Activations / Logits buffer split into k (see the top).
-sim::CompiledProgram per_tensor(const sim::CompiledProgram& cp, int k) {
+// The weights of a split (see the top).
+std::vector<double> split_weights(int s) {
+  constexpr double h = 8192, kv = 1024, ffn = 28672;
+  if (s == 16) return {4 * h, 2 * h, 2 * h, 2 * kv, 2 * kv, 2 * h, 2 * kv, 2 * h, 256, 2 * h, 4 * h, 2 * h,
+                       2 * ffn, 2 * ffn, 2 * ffn, 2 * ffn};
+  return std::vector<double>(static_cast<std::size_t>(s), 1.0);
+}
+
+// `cp` with every Activations / Logits buffer split by split_weights(s) (see the top).
+sim::CompiledProgram per_tensor(const sim::CompiledProgram& cp, int s) {
+  const std::vector<double> w = split_weights(s);
+  double total = 0;
+  for (double x : w) total += x;
   sim::CompiledProgram out = cp;
   const int nb = static_cast<int>(cp.buffers.size());
   std::vector<int> first(nb), pieces(nb);
   out.buffers.clear();
   for (int b = 0; b < nb; ++b) {
     const sim::CompiledBuffer& x = cp.buffers[b];
-    const bool split = !x.persistent && (x.category == sim::MemCategory::Activations || x.category == sim::MemCategory::Logits);
+    const bool split = !x.persistent && (x.category == sim::MemCategory::Activations || x.category == sim::MemCategory::Logits) &&
+                       (s != 16 || x.bytes >= 256 * kMiB);
     first[b] = static_cast<int>(out.buffers.size());
-    pieces[b] = split ? k : 1;
+    pieces[b] = split ? static_cast<int>(w.size()) : 1;
+    Bytes left = x.bytes;
     for (int j = 0; j < pieces[b]; ++j) {
       sim::CompiledBuffer y = x;
-      y.bytes = x.bytes / pieces[b] + (j == pieces[b] - 1 ? x.bytes % pieces[b] : 0);
+      y.bytes = j == pieces[b] - 1 ? left : static_cast<Bytes>(static_cast<double>(x.bytes) * w[static_cast<std::size_t>(j)] / total);
+      left -= y.bytes;
       out.buffers.push_back(y);
     }
   }
@@ -94,18 +118,23 @@ void BM_MemoryReplay(benchmark::State& state) {
   const bool fold = state.range(1) != 0;
   sim::MemoryTracker t;
   int jumps = 0;
+  bool mirrored = false;
   for (auto _ : state) {
     t.start(p, c.capacity, false);
     t.allocate_persistent();
     t.replay(p, fold);
     jumps = t.fold_stats().jumps;
-    t.begin_steady_step();
-    t.replay(p, fold);
-    jumps += t.fold_stats().jumps;
+    mirrored = fold && t.mirror_steady_step();
+    if (!mirrored) {
+      t.begin_steady_step();
+      t.replay(p, fold);
+      jumps += t.fold_stats().jumps;
+    }
     benchmark::DoNotOptimize(t.stats());
   }
   state.counters["buffers"] = static_cast<double>(p.buffers.size());
   state.counters["fold_jumps"] = jumps;
+  state.counters["mirrored"] = mirrored ? 1 : 0;
   state.counters["peak_reserved_GiB"] = to_gib(t.stats().peak_reserved);
 }
 
@@ -120,8 +149,8 @@ void BM_ExecuteTensors(benchmark::State& state) {
   state.counters["buffers"] = static_cast<double>(p.buffers.size());
 }
 
-BENCHMARK(BM_MemoryReplay)->ArgsProduct({{1, 10, 20}, {0, 1}})->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_ExecuteTensors)->Arg(1)->Arg(10)->Arg(20)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MemoryReplay)->ArgsProduct({{1, 16, 10, 20}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_ExecuteTensors)->Arg(1)->Arg(16)->Arg(10)->Arg(20)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
