@@ -55,6 +55,17 @@ nlohmann::json cluster_to_json(const calibrate::Cluster& c) {
           {"nics_per_node", c.nics_per_node}, {"gpu_memory_override_bytes", c.gpu_memory_override}};
 }
 
+// "the backward of micro-batch 1 (reduce_scatter of unit 31, op 812)", or "the start of the step".
+std::string peak_words(const sim::PeakLocation& at) {
+  if (at.op < 0) return "the start of the step";
+  std::string s = "the " + at.phase;
+  if (at.micro_batch >= 0) s += " of micro-batch " + std::to_string(at.micro_batch);
+  s += " (" + at.kind;
+  if (at.unit >= 0) s += " of unit " + std::to_string(at.unit);
+  s += ", op " + std::to_string(at.op) + (at.name.empty() ? "" : " \"" + at.name + "\"") + ")";
+  return s;
+}
+
 void print_summary(std::ostream& os, const models::ModelSpec& model, const calibrate::HardwareProfile& hw,
                    const sim::Plan& p, const sim::SimResult& r) {
   const auto& c = hw.cluster();
@@ -72,6 +83,11 @@ void print_summary(std::ostream& os, const models::ModelSpec& model, const calib
   os << "  + CUDA context / NCCL buffers     " << gib(r.context_bytes) << "\n";
   os << "  = peak device total               " << gib(r.peak_total_device) << " of " << gib(r.capacity)
      << " -> " << (r.fits ? "fits" : "DOES NOT FIT") << "\n";
+  os << "  peak at " << peak_words(r.peak_allocated_at) << " (allocated), " << peak_words(r.peak_reserved_at)
+     << " (reserved)\n";
+  os << "  first step (optimizer state created in it): allocated " << gib(r.first_step_peak_allocated)
+     << ", reserved " << gib(r.first_step_peak_reserved) << ", at " << peak_words(r.first_step_peak_allocated_at)
+     << "\n";
   os << "  breakdown at the allocated peak (requested bytes; slack = reserved - requested):\n";
   for (const auto& [k, v] : r.breakdown_at_peak)
     if (v > 0) os << "    " << k << std::string(k.size() < 18 ? 18 - k.size() : 1, ' ') << gib(v) << "\n";

@@ -14,6 +14,7 @@ CachingAllocator::CachingAllocator(AllocatorConfig config) : config_(config) {
   if (config_.capacity < 0) throw std::invalid_argument("CachingAllocator: capacity < 0");
   if (config_.max_split_size <= 0) throw std::invalid_argument("CachingAllocator: max_split_size <= 0");
   split_limits_ = config_.max_split_size != kAllocNoMaxSplit;
+  expandable_ = config_.expandable_segments;
   blocks_.reserve(256);
   segments_.reserve(64);
 }
@@ -23,6 +24,7 @@ void CachingAllocator::reset(AllocatorConfig config) {
   if (config.max_split_size <= 0) throw std::invalid_argument("CachingAllocator: max_split_size <= 0");
   config_ = config;
   split_limits_ = config_.max_split_size != kAllocNoMaxSplit;
+  expandable_ = config_.expandable_segments;
   blocks_.clear();
   dead_blocks_.clear();
   segments_.clear();
@@ -78,6 +80,7 @@ void CachingAllocator::save(Snapshot& s) const {
 void CachingAllocator::restore(const Snapshot& s) {
   config_ = s.config_;
   split_limits_ = config_.max_split_size != kAllocNoMaxSplit;
+  expandable_ = config_.expandable_segments;
   blocks_ = s.blocks_;   // assignment into the existing storage (trivially copyable: one memmove)
   dead_blocks_ = s.dead_blocks_;
   segments_ = s.segments_;
@@ -101,6 +104,9 @@ void CachingAllocator::restore(const Snapshot& s) {
     if (i < 64) p.nonempty |= std::uint64_t{1} << i;
     p.whole += c.whole;
   }
+  // Each pool's expandable segment is the live expandable segment of that pool (at most one).
+  for (int seg = 0; seg < static_cast<int>(segments_.size()); ++seg)
+    if (segments_[seg].live && segments_[seg].expandable) pools_[static_cast<std::size_t>(segment_pool(seg))].expandable = seg;
   next_addr_ = s.next_addr_;
   cached_whole_segments_ = s.cached_whole_segments_;
   stats_ = s.stats_;
@@ -115,6 +121,7 @@ void CachingAllocator::clear_pool(Pool& p) {
   }
   p.nonempty = 0;
   p.whole = 0;
+  p.expandable = -1;
 }
 
 Bytes CachingAllocator::round_size(Bytes bytes) {
@@ -128,10 +135,9 @@ Bytes CachingAllocator::allocation_size(Bytes rounded) {
   return kAllocRoundLarge * ((rounded + kAllocRoundLarge - 1) / kAllocRoundLarge);
 }
 
-namespace {
 // Index of the first class with size >= s (sizes.size() if none).
 // Branch-free binary search (a pool has a few dozen classes at most; the comparisons are hard to predict).
-std::size_t class_at_least(const std::vector<Bytes>& sizes, Bytes s) {
+std::size_t CachingAllocator::class_at_least(const std::vector<Bytes>& sizes, Bytes s) {
   const Bytes* base = sizes.data();
   std::size_t n = sizes.size();
   if (n == 0) return 0;
@@ -142,7 +148,6 @@ std::size_t class_at_least(const std::vector<Bytes>& sizes, Bytes s) {
   }
   return static_cast<std::size_t>(base - sizes.data()) + (*base < s ? 1 : 0);
 }
-}  // namespace
 
 // The slow half of a hint lookup (a miss): the binary search, remembered when a later hit may use it
 // without further checks (see Pool::Hint).
@@ -321,17 +326,6 @@ template <bool try_cls, bool maybe_whole>
   return take_from_class(p, lower_class(p, size).index, size);
 }
 
-// A recycled or new Block slot holding `init`.
-[[gnu::always_inline]] inline int CachingAllocator::add_block(const Block& init) {
-  if (!dead_blocks_.empty()) {
-    const int b = dead_blocks_.back();
-    dead_blocks_.pop_back();
-    blocks_[b] = init;
-    return b;
-  }
-  blocks_.push_back(init);
-  return static_cast<int>(blocks_.size()) - 1;
-}
 
 bool CachingAllocator::try_cuda_malloc(Bytes size) {
   if (config_.capacity > 0 && stats_.reserved + size > config_.capacity) return false;
@@ -341,22 +335,13 @@ bool CachingAllocator::try_cuda_malloc(Bytes size) {
   return true;
 }
 
-[[gnu::always_inline]] inline int CachingAllocator::add_segment(int pool, Bytes size) {
-  Segment s;
-  s.base = next_addr_;
-  s.size = size;
-  s.stream = pool >> 1;
-  s.small = (pool & 1) != 0;
-  s.live = true;
-  next_addr_ += size;
-  segments_.push_back(s);
-  return static_cast<int>(segments_.size()) - 1;
-}
 
 int CachingAllocator::create_segment(int pool, Bytes rounded) {
   const Bytes size = allocation_size(rounded);
-  if (!try_cuda_malloc(size)) {
-    // alloc_block failed: release_cached_blocks() then alloc_block(isRetry=true).
+  if (!try_cuda_malloc(size) &&
+      !(split_limits_ && release_available_cached_blocks(pool, rounded) && try_cuda_malloc(size))) {
+    // alloc_block failed (and freeing oversize blocks did not help): release_cached_blocks() then
+    // alloc_block(isRetry=true).
     release_cached_blocks();
     ++stats_.num_alloc_retries;
     if (!try_cuda_malloc(size)) {
@@ -431,6 +416,8 @@ int CachingAllocator::alloc(Bytes bytes, int stream) {
   const Bytes size = (bytes + kAllocMinBlockSize - 1) & ~(kAllocMinBlockSize - 1);
   const bool small = size <= kAllocSmallSize;
   const int pi = pool_index(stream, small);
+  if (expandable_) [[unlikely]]
+    return place(take_expandable(size, pi), bytes, size, pi, /*small (should_split at 512 B)=*/true);
   int b = find_free_block(pools_[pi], size);
   if (b < 0) b = create_segment(pi, size);
   return place(b, bytes, size, pi, small);
@@ -469,6 +456,8 @@ void CachingAllocator::release_pending(int b) {
 
 void CachingAllocator::free_block(int b) { merge_and_insert(b); }
 
+void CachingAllocator::insert_split_off(int b) { pool_insert<false, false>(pools_[blocks_[b].pool], b); }
+
 // free_block + try_merge_blocks: a neighbour merges only if it is free (not live, not pending).
 // (No Block slot is created here, so references into blocks_ stay valid.)
 [[gnu::always_inline]] inline void CachingAllocator::merge_and_insert(int b) {
@@ -498,8 +487,69 @@ void CachingAllocator::free_block(int b) { merge_and_insert(b); }
   pool_insert<true, true>(p, b);
 }
 
+// A free block out of its pool, whatever its neighbours (the whole-segment counts kept).
+void CachingAllocator::pool_erase(Pool& p, int b) {
+  const Block& blk = blocks_[b];
+  if (blk.prev < 0 && blk.next < 0) {
+    --cached_whole_segments_;
+    --p.whole;
+  }
+  pool_erase_neighbour(p, b);   // (it only skips the whole count, done above)
+}
+
+// release_block: cudaFree the segment of a cached block that spans it whole (already out of its pool).
+void CachingAllocator::release_whole_segment(int b) {
+  Block& blk = blocks_[b];
+  stats_.reserved -= blk.size;
+  ++stats_.num_device_free;
+  segments_[blk.segment].live = false;
+  blk.state = State::Dead;
+  dead_blocks_.push_back(b);
+}
+
+// release_available_cached_blocks (max_split_size set): cudaFree the smallest cached block of the
+// request's pool of at least max(request, max_split_size) bytes; failing that, the largest ones of at
+// least max_split_size, largest first (ties: highest address first, BlockComparatorSize walked backwards),
+// until as many bytes as that key are released. True if it released enough. (A free block of at least
+// max_split_size spans its whole segment: such blocks are never split, and the remainder of a split
+// block is smaller than max_split_size. The model checks it and releases only whole segments.)
+bool CachingAllocator::release_available_cached_blocks(int pool, Bytes size) {
+  if (static_cast<std::size_t>(pool) >= pools_.size()) return false;
+  Pool& p = pools_[static_cast<std::size_t>(pool)];
+  const Bytes key = std::max(size, config_.max_split_size);
+  const std::size_t n = p.sizes.size();
+  std::size_t i = class_at_least(p.sizes, key);
+  while (i < n && p.lists[i].empty()) ++i;
+  if (i < n) {
+    const int b = p.lists[i].back().block;   // the lowest address of the smallest fitting size
+    const Block& blk = blocks_[b];
+    if (blk.prev >= 0 || blk.next >= 0) return false;
+    pool_erase(p, b);
+    release_whole_segment(b);
+    return true;
+  }
+  Bytes released = 0;
+  for (std::size_t c = n; c-- > 0 && released < key;) {
+    if (p.sizes[c] < config_.max_split_size) break;
+    auto& v = p.lists[c];
+    while (!v.empty() && released < key) {
+      const int b = v.front().block;   // the highest address of the class
+      const Block& blk = blocks_[b];
+      if (blk.prev >= 0 || blk.next >= 0) return false;
+      released += blk.size;
+      pool_erase(p, b);
+      release_whole_segment(b);
+    }
+  }
+  return released >= key;
+}
+
 // release_blocks on every pool: cudaFree each cached block that is a whole segment.
 void CachingAllocator::release_cached_blocks() {
+  if (expandable_) {
+    release_expandable_cached_blocks();
+    return;
+  }
   if (cached_whole_segments_ == 0) return;   // nothing cudaFree-able: skip the scan
   // In (size, addr) order per pool, as PyTorch's release_blocks walks it (dead_blocks_ gets that order).
   // Only pools holding a whole-segment block are visited, only their non-empty classes, and a pool's
@@ -514,13 +564,9 @@ void CachingAllocator::release_cached_blocks() {
       for (auto e = v.rbegin(); e != v.rend(); ++e) {   // ascending addresses
         Block& blk = blocks_[e->block];
         if (blk.prev < 0 && blk.next < 0) {
-          stats_.reserved -= blk.size;
-          ++stats_.num_device_free;
-          segments_[blk.segment].live = false;
-          blk.state = State::Dead;
+          release_whole_segment(e->block);
           --cached_whole_segments_;
           --p.whole;
-          dead_blocks_.push_back(e->block);
           released = true;
         }
       }

@@ -1,8 +1,9 @@
-// A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, default config;
-// semantics M10, M14). It tracks which bytes are allocated (live blocks), which are reserved
-// (cudaMalloc'ed segments) and where fragmentation comes from, without any device memory. It knows
-// nothing of the executor: the simulator drives it with a StepProgram's buffers, the CPU runtime can
-// drive it with its real allocations.
+// A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp; semantics M10, M14;
+// options from PYTORCH_CUDA_ALLOC_CONF: max_split_size_mb, expandable_segments). It tracks which bytes
+// are allocated (live blocks), which are reserved (cudaMalloc'ed segments, or an expandable segment's
+// mapped pages) and where fragmentation comes from, without any device memory. It knows nothing of the
+// executor: the simulator drives it with a StepProgram's buffers, the CPU runtime can drive it with its
+// real allocations.
 //
 // The rules it follows (constants below cite the same source):
 //  * request sizes are rounded up to a multiple of 512 B (round_size);
@@ -13,22 +14,34 @@
 //    stream (the cause of cross-stream fragmentation, PT PR#129721);
 //  * best fit: the smallest free block of the stream's pool that is >= the request, ties by address
 //    (BlockComparatorSize: stream, size, ptr);
-//  * a found block is split when the remainder is >= 512 B (small pool) or > 1 MiB (large pool), the
-//    allocation taking the front part; otherwise the whole block is handed out and counted as
-//    allocated (what torch.cuda.memory_allocated reports);
+//  * a found block is split when the remainder is >= 512 B (small pool, or any pool with expandable
+//    segments) or > 1 MiB (large pool), the allocation taking the front part (should_split); otherwise
+//    the whole block is handed out and counted as allocated (what torch.cuda.memory_allocated reports);
 //  * a freed block merges with free neighbours of its segment (try_merge_blocks);
 //  * record_stream: a block freed with an outstanding stream use stops counting as allocated at once
 //    but returns to its pool only when that use's event has completed (process_events, run at the
 //    start of every allocation);
 //  * max_split_size (off by default): blocks >= it are never split and a request below it never takes
-//    one; a request >= it may take a cached block at most max_non_split_rounding (20 MiB) larger;
+//    one; a request >= it may take a cached block at most max_non_split_rounding (20 MiB) larger
+//    (get_free_block). When a cudaMalloc fails it first frees just enough cached blocks >= max_split_size
+//    of the request's pool (release_available_cached_blocks: the smallest one >= max(request,
+//    max_split_size), else the largest ones down) and tries again;
 //  * cudaMalloc beyond `capacity` fails: then every cached segment with no live block is released
 //    (release_cached_blocks, cudaFree) and the allocation retried once (num_alloc_retries); if it
 //    still does not fit the model records an OOM and allocates anyway so the caller can report by how
-//    much it overflows.
-// Not modelled: expandable_segments, garbage_collection_threshold, roundup_power2_divisions, CUDA graph
-// pools, and the CPU synchronize that release_cached_blocks performs on outstanding events (blocks
-// still waiting on an event stay cached).
+//    much it overflows;
+//  * expandable_segments (caching_allocator_expandable.cpp, Note [Expandable Segments]): instead of a
+//    cudaMalloc per segment, each pool has one segment, a virtual address range that grows by mapping
+//    pages at the lowest address with room (the end, unless a cache release left holes): 2 MiB pages for
+//    the small pool, 20 MiB for the large one. A request no free block fits extends the free block at
+//    the mapped end (or maps fresh pages); reserved counts mapped pages; a free never unmaps; a cache
+//    release (OOM retry, empty_cache) unmaps every whole page inside a free block.
+// Not modelled: garbage_collection_threshold, roundup_power2_divisions, CUDA graph pools, and the CPU
+// synchronize that release_cached_blocks performs on outstanding events (blocks still waiting on an
+// event stay cached). With expandable segments the model reserves 2^22 pages of address space per pool
+// (PyTorch: 1.125 x the GPU's memory; they differ only for a segment spanning more than that), and an
+// OOM retry skips release_available_cached_blocks (PyTorch's release_block asserts on an expandable
+// block there).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -48,24 +61,30 @@ inline constexpr Bytes kAllocLargeBuffer = 20 * kMiB;        // kLargeBuffer: se
 inline constexpr Bytes kAllocMinLargeAlloc = 10 * kMiB;      // kMinLargeAlloc
 inline constexpr Bytes kAllocRoundLarge = 2 * kMiB;          // kRoundLarge: large segments rounded to 2 MiB
 inline constexpr Bytes kAllocNoMaxSplit = std::numeric_limits<Bytes>::max();  // max_split_size default
+// Expandable segments (find_expandable_block): pages of kSmallBuffer for the small pool and of
+// kLargeBuffer for the large one; the address space reserved per segment, in pages (see above).
+inline constexpr Bytes kExpandablePageSmall = kAllocSmallBuffer;
+inline constexpr Bytes kExpandablePageLarge = kAllocLargeBuffer;
+inline constexpr Bytes kExpandableVirtualPages = Bytes{1} << 22;
 
 struct AllocatorConfig {
   Bytes capacity = 0;                               // bytes cudaMalloc may hand out; 0 = unlimited
   Bytes max_split_size = kAllocNoMaxSplit;          // PYTORCH_CUDA_ALLOC_CONF max_split_size_mb
   Bytes max_non_split_rounding = kAllocLargeBuffer; // max_non_split_rounding_mb (default 20 MiB)
+  bool expandable_segments = false;                 // PYTORCH_CUDA_ALLOC_CONF expandable_segments:True
   bool operator==(const AllocatorConfig&) const = default;
 };
 
 struct AllocatorStats {
   Bytes allocated = 0;        // sum of live blocks' sizes (torch.cuda.memory_allocated)
   Bytes requested = 0;        // sum of live requests as asked (before rounding)
-  Bytes reserved = 0;         // sum of segments (torch.cuda.memory_reserved)
+  Bytes reserved = 0;         // sum of segments / mapped pages (torch.cuda.memory_reserved)
   Bytes pending = 0;          // freed blocks waiting on a record_stream event (not allocated, not reusable)
   Bytes peak_allocated = 0;
   Bytes peak_reserved = 0;
   std::int64_t num_allocs = 0;
-  std::int64_t num_device_alloc = 0;   // cudaMalloc calls
-  std::int64_t num_device_free = 0;    // cudaFree calls
+  std::int64_t num_device_alloc = 0;   // cudaMalloc calls (expandable segments: page mappings, map_block)
+  std::int64_t num_device_free = 0;    // cudaFree calls (expandable segments: unmappings, unmap_block)
   std::int64_t num_alloc_retries = 0;  // allocations that had to release the cache and retry
   std::int64_t num_ooms = 0;           // allocations that did not fit even after the retry
 };
@@ -113,6 +132,11 @@ class CachingAllocator {
   bool has_pending() const { return !pending_.empty(); }
   // torch.cuda.empty_cache(): releases every segment none of whose blocks is live or pending.
   Bytes empty_cache();
+  // torch.cuda.reset_peak_memory_stats(): the peaks restart at the current allocated / reserved bytes.
+  void reset_peaks() {
+    stats_.peak_allocated = stats_.allocated;
+    stats_.peak_reserved = stats_.reserved;
+  }
 
   // The allocator's whole observable state at one moment, for a caller that replays the same calls
   // again and again (MemoryTracker: every run allocates the same persistent buffers first; from a new
@@ -138,6 +162,7 @@ class CachingAllocator {
   Bytes segment_base(int seg) const { return segments_[seg].base; }
   Bytes segment_size(int seg) const { return segments_[seg].size; }
   int segment_pool(int seg) const { return segments_[seg].stream * 2 + (segments_[seg].small ? 1 : 0); }
+  bool segment_expandable(int seg) const { return segments_[seg].expandable; }
   // Appends segment seg's blocks, in address order, to `out`.
   void segment_blocks(int seg, std::vector<BlockInfo>& out) const;
   // The pool a request of `bytes` on `stream` is served from (as alloc() picks it), and its rounded size.
@@ -166,6 +191,12 @@ class CachingAllocator {
   Bytes block_address(int block) const { return blocks_[block].addr; }
   int block_segment(int block) const { return blocks_[block].segment; }
   bool block_is_small(int block) const { return (blocks_[block].pool & 1) != 0; }
+  // The size the block had before alloc() split it: its size plus a free block right after it (the
+  // split-off rest; a block handed out whole has no free neighbour after it: a free one would have merged).
+  Bytes block_size_before_split(int block) const {
+    const int n = blocks_[block].next;
+    return blocks_[block].size + (n >= 0 && blocks_[n].state == State::Free ? blocks_[n].size : 0);
+  }
   int num_segments() const;               // live segments
   // Free (cached, reusable) bytes in one stream's pools.
   Bytes cached_free_bytes(int stream) const;
@@ -174,7 +205,9 @@ class CachingAllocator {
   static Bytes allocation_size(Bytes rounded);
 
  private:
-  enum class State : std::uint8_t { Free, Allocated, Pending, Dead };
+  // Unmapped: an expandable segment's address range without pages (never in a pool, never merged with
+  // a mapped block: try_merge_blocks compares `mapped`).
+  enum class State : std::uint8_t { Free, Allocated, Pending, Dead, Unmapped };
   // 64 bytes (alignas): a slot index scales with one shift, and blocks_.size() (check_live) needs no
   // division by the size.
   struct alignas(64) Block {
@@ -216,13 +249,17 @@ class CachingAllocator {
       std::uint32_t exact = 0;
     };
     std::array<Hint, 32> hints{};
+    int expandable = -1;   // its live expandable segment (-1: none)
   };
   struct Segment {
     Bytes base = 0, size = 0;
     int stream = 0;
     bool small = false;
     bool live = false;
+    bool expandable = false;
     int first = -1;          // its first block (lowest address)
+    int last = -1;           // expandable: its last block (always unmapped: the rest of the address range)
+    int unmapped = 0;        // expandable: its unmapped blocks (1: only `last`, no hole)
   };
   struct Pending {
     int block;
@@ -247,6 +284,7 @@ class CachingAllocator {
   static void clear_pool(Pool& p);
   static void recompute_nonempty(Pool& p);
   static Pool::Hint lower_class(Pool& p, Bytes size);   // class_at_least, stored as a hint when it may be
+  static std::size_t class_at_least(const std::vector<Bytes>& sizes, Bytes s);   // first class >= s
   // The hot paths (defined in the .cpp, inlined into alloc/free): best-fit take, insert, erase.
   int find_free_block(Pool& p, Bytes size);
   int take_from_class(Pool& p, std::size_t i, Bytes size);
@@ -259,7 +297,20 @@ class CachingAllocator {
   int create_segment(int pool, Bytes size);   // cudaMalloc (with the retry) + its block
   int add_segment(int pool, Bytes size);      // the Segment record at the next address
   int place(int b, Bytes bytes, Bytes size, int pi, bool small);   // alloc()'s split and statistics
+  bool release_available_cached_blocks(int pool, Bytes size);
   void release_cached_blocks();
+  void release_whole_segment(int block);      // (out of its pool already)
+  void pool_erase(Pool& p, int block);         // any free block out of its pool
+  // ---- expandable segments (caching_allocator_expandable.cpp) ----
+  int take_expandable(Bytes size, int pi);   // alloc()'s block with expandable segments (before place)
+  int find_free_block_expandable(Pool& p, Bytes size);
+  int try_allocate_expandable_block(int pi, Bytes size, bool force);
+  int find_expandable_block(int pi, Bytes size);
+  void insert_split_off(int block);            // pool_insert of a free block that has neighbours
+  bool map_block(int block, Bytes size, bool force);
+  void unmap_block(int block);
+  void release_expandable_cached_blocks();
+  Bytes page_size(int pool) const { return (pool & 1) ? kExpandablePageSmall : kExpandablePageLarge; }
   void free_block(int block);
   void merge_and_insert(int block);
   void release_pending(int block);
@@ -274,6 +325,7 @@ class CachingAllocator {
 
   AllocatorConfig config_;
   bool split_limits_ = false;                    // config_.max_split_size is set (not kAllocNoMaxSplit)
+  bool expandable_ = false;                      // config_.expandable_segments
   std::vector<Block> blocks_;
   std::vector<int> dead_blocks_;                 // recycled Block slots
   std::vector<Segment> segments_;
@@ -283,7 +335,33 @@ class CachingAllocator {
   Bytes next_addr_ = 0;
   int cached_whole_segments_ = 0;                // free blocks in pools that span a whole segment
   AllocatorStats stats_;
+  std::vector<int> release_scratch_;             // (storage of release_expandable_cached_blocks)
 };
+
+// A recycled or new Block slot holding `init`. (Here: caching_allocator_expandable.cpp uses it too.)
+[[gnu::always_inline]] inline int CachingAllocator::add_block(const Block& init) {
+  if (!dead_blocks_.empty()) {
+    const int b = dead_blocks_.back();
+    dead_blocks_.pop_back();
+    blocks_[b] = init;
+    return b;
+  }
+  blocks_.push_back(init);
+  return static_cast<int>(blocks_.size()) - 1;
+}
+
+// The Segment record of a new segment of `size` bytes at the next address.
+[[gnu::always_inline]] inline int CachingAllocator::add_segment(int pool, Bytes size) {
+  Segment s;
+  s.base = next_addr_;
+  s.size = size;
+  s.stream = pool >> 1;
+  s.small = (pool & 1) != 0;
+  s.live = true;
+  next_addr_ += size;
+  segments_.push_back(s);
+  return static_cast<int>(segments_.size()) - 1;
+}
 
 // What save() keeps: every member of the allocator but the pools' inner layout. A pool is saved as its
 // free blocks only (the non-empty classes in order, each with its blocks in the pool's order): the empty

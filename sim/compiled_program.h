@@ -73,8 +73,12 @@ struct CompiledBuffer {
   int pool_stream = 0;
   MemCategory category = MemCategory::UnshardedParams;
   bool persistent = false;
+  bool first_step_lazy = false;   // (Buffer::first_step_lazy)
+  bool operator==(const CompiledBuffer&) const = default;
 };
-inline CompiledBuffer compiled_buffer(const Buffer& b) { return CompiledBuffer{b.bytes, b.pool_stream, b.category, b.persistent}; }
+inline CompiledBuffer compiled_buffer(const Buffer& b) {
+  return CompiledBuffer{b.bytes, b.pool_stream, b.category, b.persistent, b.first_step_lazy};
+}
 
 // A run of identical periods (filled by the stretch, sim/stretch.h): ops [begin, begin + period * count)
 // are `count` periods of `period` ops, each op repeating the op `period` ids before it: the same

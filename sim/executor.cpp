@@ -16,7 +16,11 @@
 //    running collectives goes 0 -> 1 or 1 -> 0; its completion time is now + llround(remaining ×
 //    factor), by moving its pending completion event in place (EventQueue::reschedule: a fresh sequence
 //    number, as a cancel + schedule would give, without a stale event left behind).
-//  * Memory: sim/memory_tracker.h on the caching-allocator model.
+//  * Memory: sim/memory_tracker.h on the caching-allocator model, for a first and a steady-state step
+//    (note "first and steady step" there). The steady step's memory events follow the first step's
+//    times shifted by the step time: where memory depends on them (record_stream frees, a timeline)
+//    the run records every op's completion time (ops the fast-forward skips complete after every issue:
+//    they keep "never", which no issue time reaches) and replays the steady step after the run.
 //
 // Speed (issue #3): the engine is reused per thread (its arrays, event list and memory tracker keep
 // their capacity between runs); its hot per-op facts live in one record per op (OpRec) and one flat
@@ -76,6 +80,7 @@
 #include "common/errors.h"
 #include "sim/event_queue.h"
 #include "sim/memory_tracker.h"
+#include "sim/peak_location.h"
 #include "sim/program_check.h"
 #include "sim/thread_storage.h"
 
@@ -201,6 +206,7 @@ class Engine {
   MemoryTracker mem_;
   // Memory is replayed with the CPU's issues (else in a pass of its own before the run: see run()).
   bool mem_inline_ = true;
+  std::vector<TimeNs> complete_t_;  // (mem_inline_) each op's completion time, for the steady step
   bool fast_issue_ = false;         // !mem_inline_ && !trace_on_ (cpu_begin's tight loop)
   EventQueue<Ev> q_;
   double slowdown_ = 1.0;
@@ -362,7 +368,12 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
   q_.reserve(64);
   if (trace_on_) trace_.reserve(2 * static_cast<std::size_t>(n_));
 
-  mem_.start(cp, o.memory_capacity, o.record_memory_timeline, source);
+  if (o.max_split_size < 0)
+    throw InputError("max_split_size", std::to_string(o.max_split_size), ">= 0 bytes (0 = no limit)");
+  AllocatorConfig alloc_config{o.memory_capacity};
+  if (o.max_split_size > 0) alloc_config.max_split_size = o.max_split_size;
+  alloc_config.expandable_segments = o.expandable_segments;
+  mem_.start(cp, alloc_config, o.record_memory_timeline, source);
   mem_.allocate_persistent();
   // Memory is a function of the CPU's issue order alone unless a free's block waits on GPU progress
   // (record_stream) or the timeline needs issue times: then it is replayed first, in a pass of its own
@@ -371,9 +382,19 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
   mem_inline_ = o.record_memory_timeline || cp.record_stream_frees;
   fast_issue_ = !mem_inline_ && !trace_on_;
   if (!mem_inline_) {
-    mem_.replay(cp, o.fast_forward && !trace_on_);
+    const bool fold = o.fast_forward && !trace_on_;
+    mem_.replay(cp, fold);
     stats_.memory_jumps = mem_.fold_stats().jumps;
     stats_.memory_periods_skipped = mem_.fold_stats().periods_skipped;
+    // The steady step: mirrored from the first where that is proven (sim/memory_steady.cpp), else replayed.
+    if (!(fold && mem_.mirror_steady_step())) {
+      mem_.begin_steady_step();
+      mem_.replay(cp, fold);
+      stats_.memory_jumps += mem_.fold_stats().jumps;
+      stats_.memory_periods_skipped += mem_.fold_stats().periods_skipped;
+    }
+  } else {
+    complete_t_.assign(static_cast<std::size_t>(n_), std::numeric_limits<TimeNs>::max());
   }
   if (n_ > 0) cpu_begin(0);
   while (!q_.empty()) {
@@ -403,6 +424,10 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
   if (n_done_ != n_) [[unlikely]] {
     for (int i = 0; i < n_; ++i)
       if (!is_done(i)) throw std::logic_error("execute: op " + std::to_string(i) + " never completed");
+  }
+  if (mem_inline_) {
+    mem_.begin_steady_step();
+    mem_.replay_timed(cp, issue_t_.data(), complete_t_.data(), step_end_);
   }
 
   if (o.stats) *o.stats = stats_;
@@ -494,6 +519,7 @@ void Engine::issue_done(int i, TimeNs now) {
     start_t_[i] = cpu_start_t_[i] + cpu_ns_[i];
     r.state = kDone;
     ++n_done_;
+    if (mem_inline_) complete_t_[i] = now;
     if (now > step_end_) step_end_ = now;
     mem_.op_completed(i);
     if (trace_on_) {
@@ -566,6 +592,7 @@ void Engine::complete(int h, TimeNs now) {
   ++n_done_;
   if (now > step_end_) step_end_ = now;
   mem_.op_completed(h);
+  if (mem_inline_) complete_t_[h] = now;
   stream_head_[s] = r.next_in_stream;
   if (s == 0) {
     compute_prev_end_ = now;
@@ -950,6 +977,11 @@ void Engine::fill_results(SimResult& r) {
   r.comm_bytes_by_kind["reduce_scatter"] = comm_sent_[1];
   r.comm_bytes_by_kind["all_reduce"] = comm_sent_[2];
   mem_.fill(r, o_->max_timeline_samples);
+  if (o_->record_memory_timeline) r.steady_step_start_ns = step_end_;
+  if (p_) {
+    describe_peaks(*p_, {&r.peak_allocated_at, &r.peak_reserved_at, &r.first_step_peak_allocated_at,
+                         &r.first_step_peak_reserved_at});
+  }
   if (trace_on_) {
     std::stable_sort(trace_.begin(), trace_.end(),
                      [](const TraceSpan& a, const TraceSpan& b) { return a.start_ns < b.start_ns; });
@@ -1039,7 +1071,7 @@ void compile_program(const StepProgram& p, CompiledProgram& cp) {
     }
     r.allocs = pos;
     for (int b : op.allocs) {
-      ok &= below(b, nb) && !bufs[b].persistent;   // (&&: no read past the buffers)
+      ok &= below(b, nb) && (!bufs[b].persistent || bufs[b].first_step_lazy);   // (&&: no read past the buffers)
       out[pos++] = b;
     }
     r.frees = pos;

@@ -35,6 +35,10 @@ struct ExecOptions {
   // Bytes the caching allocator may cudaMalloc (GPU memory minus the CUDA/NCCL context); beyond it
   // the allocator releases its cache and retries (SimResult::alloc_retries). 0 = unlimited.
   Bytes memory_capacity = 0;
+  // PYTORCH_CUDA_ALLOC_CONF (sim/caching_allocator.h): expandable_segments, and max_split_size_mb in
+  // bytes (0: PyTorch's default, no limit).
+  bool expandable_segments = false;
+  Bytes max_split_size = 0;
   // The memory timeline is decimated to at most this many samples (the peaks are kept). 0 = all.
   int max_timeline_samples = 4096;
   // Skip repeated blocks of the timing once they are proven periodic (see "Fast-forward" at the top of
@@ -59,7 +63,12 @@ OpCosts compute_op_costs(const StepProgram& program, const CostModel& cost);
 void fill_op_costs(const StepProgram& program, const CostModel& cost, OpCosts& costs);
 
 // Fills the memory (allocated/reserved/breakdown), timing (step, compute, comm, exposed) and trace
-// fields of SimResult; capacity/fits/MFU are filled by simulate().
+// fields of SimResult; capacity/fits/MFU are filled by simulate(). Memory is replayed for two steps on
+// one allocator (note "first and steady step", sim/memory_tracker.h): the first, then a steady-state
+// step whose ops are issued and complete as the first's, shifted by the step time (the timing is the
+// same for both steps and simulated once). peak_* are the steady step's, first_step_peak_* the first's;
+// the peaks' PeakLocation::op is set, and described when the StepProgram is at hand (execute(program,
+// ...); execute_compiled leaves the rest to the caller).
 // Throws InputError naming the field (e.g. "program.ops[7].waits") for an ill-formed program: ids out
 // of range, a wait on a later op, a buffer allocated twice or freed while not allocated.
 SimResult execute(const StepProgram& program, const CostModel& cost, const ExecOptions& opts = {});

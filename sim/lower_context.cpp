@@ -601,7 +601,8 @@ int block_unit_layer(const models::FsdpUnit& unit) {
   return unit.layers.front();
 }
 
-void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std::vector<int>& grad_bufs,
+void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std::vector<int>& optim_bufs,
+                        const std::vector<int>& grad_bufs,
                         const std::vector<int>& param_bufs, int compute) {
   const Plan& plan = *c.plan;
   b.site(-1, SitePhase::Step, -1);
@@ -650,6 +651,10 @@ void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std:
   Op& o = b.op(OpKind::OptimizerStep, compute, -1, c.micro_batches - 1, "optim step");
   o.copy_bytes = numel * c.bm * accesses;
   o.kernel_launches = std::max(1, groups);   // about one multi-tensor-apply launch per param group
+  // The optimizer state torch.optim creates in its first step (adamw.py / sgd.py _init_group: exp_avg and
+  // exp_avg_sq, or momentum_buffer, zeros_like each parameter), before the update's temporaries.
+  for (int id : optim_bufs)
+    if (id >= 0 && p.buffers[id].first_step_lazy) o.allocs.push_back(id);
   for (int id : tmp) {
     o.allocs.push_back(id);
     o.frees.push_back({id, -1});

@@ -246,6 +246,7 @@ class Builder {
     b.unit = unit;
     b.pool_stream = pool;
     b.persistent = persistent;
+    b.first_step_lazy = false;
     return id;
   }
   Op& op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what) {
@@ -288,6 +289,8 @@ class Builder {
   int last_op() const { return num_ops_ - 1; }
   int num_buffers() const { return num_buffers_; }
   Op& at(int id) { return prog_.ops[id]; }
+  // Marks a persistent buffer as created inside the first step (Buffer::first_step_lazy).
+  void first_step_lazy(int buf) { prog_.buffers[buf].first_step_lazy = true; }
   // Drops the recycled elements this program did not reuse. Call once, after the last op/buffer.
   void finish();
 
@@ -364,7 +367,8 @@ class Builder {
 };
 
 // Shared pieces of both lowerings.
-void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std::vector<int>& grad_bufs,
+void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std::vector<int>& optim_bufs,
+                        const std::vector<int>& grad_bufs,
                         const std::vector<int>& param_bufs, int compute_stream);
 void fill_facts(const Context& c, StepProgram& p);
 

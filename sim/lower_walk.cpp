@@ -25,7 +25,7 @@ StepProgram LoweringWalk::run() {
     backward();
   }
   p_.unit_grads = grad_shard_;
-  add_optimizer_step(c_, b_, p_, grad_shard_, param_shard_, compute_);
+  add_optimizer_step(c_, b_, p_, optim_, grad_shard_, param_shard_, compute_);
   // optimizer.zero_grad() (set_to_none=True, the default since PyTorch 2.0) drops the sharded gradients.
   for (int g : grad_shard_)
     if (g >= 0) b_.free_now(g);
@@ -43,14 +43,19 @@ void LoweringWalk::add_persistent() {
   const int U = static_cast<int>(c_.sizes.size());
   param_shard_.assign(U, -1);
   grad_shard_.assign(U, -1);
+  optim_.assign(U, -1);
   for (int u = 0; u < U; ++u) {
     b_.site(-1, SitePhase::Persistent, unit_site_layer(c_, u));
     const UnitSizes& s = c_.sizes[u];
     if (s.params == 0) continue;
     if (!plan_.cpu_offload.params)
       param_shard_[u] = b_.buffer(shard_name(), u, s.shard * c_.bm, MemCategory::ShardedParams, compute_, true);
-    if (!plan_.cpu_offload.optimizer && s.optim > 0)
-      b_.buffer("optim", u, s.optim * c_.optimizer_states * c_.bm, MemCategory::OptimizerState, compute_, true);
+    if (!plan_.cpu_offload.optimizer && s.optim > 0) {
+      optim_[u] = b_.buffer("optim", u, s.optim * c_.optimizer_states * c_.bm, MemCategory::OptimizerState, compute_, true);
+      // torch.optim creates its state in the first optimizer.step() (the first step's peak lacks it until
+      // then); the bundled runtime allocates its state up front.
+      if (plan_.implementation != models::ModelImpl::Runtime) b_.first_step_lazy(optim_[u]);
+    }
   }
 }
 

@@ -85,7 +85,7 @@ class LoweringWalk {
   std::vector<bool> pre_backward_done_;
   // Per unit: the sharded parameter (persistent, -1 when offloaded) and the sharded gradient (created by the
   // unit's reduction, freed by zero_grad at the step's end; -1 until then).
-  std::vector<int> param_shard_, grad_shard_;
+  std::vector<int> param_shard_, grad_shard_, optim_;   // per unit (-1: none)
   int loss_saved_ = -1;                 // the loss's saved tensor (log-probabilities / logsumexp)
   int head_grad_ = -1;                  // the gradient the head's backward reads (from the loss's backward)
 

@@ -92,6 +92,7 @@ class MemoryFold {
     Bytes next_addr = 0;
     bool has_max = false;
     Bytes max_alloc = 0, res_at_max = 0;
+    int max_alloc_op = -1, max_res_op = -1;   // where max_alloc / max_res were first reached
     std::array<Bytes, kNumMemCategories> live_at_max{};
     bool has_malloc = false;
     Bytes max_res = 0;                 // the largest reserved right after a cudaMalloc
@@ -165,14 +166,17 @@ FoldStorage& storage() {
 
 void MemoryTracker::replay(const CompiledProgram& program, bool fold, bool verify) {
   fold_stats_ = FoldStats{};
+  if (!steady_) mirror_start();
   MemoryFold f(*this, program, fold, verify);
   f.run();
 }
 
 void MemoryFold::alloc(int buffer, int op) {
   FoldStorage& st = storage();
-  if (t_.block_of_[buffer] != kNotLive) [[unlikely]]
+  if (t_.block_of_[buffer] != kNotLive) [[unlikely]] {
+    if (t_.steady_ && t_.bufs_[buffer].first_step_lazy) return;   // (MemoryTracker::alloc)
     t_.throw_already_live(buffer, op);
+  }
   const CompiledBuffer& b = t_.bufs_[buffer];
   const Bytes reserved = a_.stats().reserved;
   const int block = a_.alloc(b.bytes, b.pool_stream);
@@ -183,10 +187,10 @@ void MemoryFold::alloc(int buffer, int op) {
     st.buffer_of_block[block] = buffer;
   }
   const AllocatorStats& s = a_.stats();
-  if (s.allocated > t_.peak_allocated_) {
-    t_.peak_allocated_ = s.allocated;
-    t_.live_at_peak_ = t_.live_;
-    t_.reserved_at_peak_ = s.reserved;
+  t_.note_peaks(op);
+  if (t_.mirror_.ok && !t_.steady_) {
+    if (rec_ && b.first_step_lazy) t_.mirror_.ok = false;   // (the shadow moves with skips only where none lies)
+    t_.mirror_note(buffer, op, block, reserved);
   }
   if (rec_) {
     Rec& r = *rec_;
@@ -195,10 +199,14 @@ void MemoryFold::alloc(int buffer, int op) {
       r.max_alloc = s.allocated;
       r.live_at_max = t_.live_;
       r.res_at_max = s.reserved;
+      r.max_alloc_op = op;
     }
     if (s.reserved != reserved) {
       r.has_malloc = true;
-      r.max_res = std::max(r.max_res, s.reserved);
+      if (s.reserved > r.max_res) {
+        r.max_res = s.reserved;
+        r.max_res_op = op;
+      }
     }
     if (block >= 0) touch(a_.block_segment(block), buffer, op, true, block);
   }
@@ -245,7 +253,9 @@ int MemoryFold::alloc_index(int op, int buffer) const {
 }
 
 void MemoryFold::run() {
-  if (!fold_ || p_.runs.empty()) {
+  // Expandable segments keep a pool's blocks in one segment that every period touches and that grows
+  // with the activations: no layout repeats, so they are replayed call by call.
+  if (!fold_ || p_.runs.empty() || a_.config().expandable_segments) {
     replay_ops(0, n_);
     return;
   }
@@ -546,6 +556,8 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
           if (st.free_op[buf] < run_end_ || t_.block_of_[buf] != kNotLive) { good = false; break; }
         }
         if (!good) break;
+      } else if (t.kind == kPile) {
+        if (t_.block_of_[lists_[ops_[base + t.event].allocs + t.index]] != kNotLive) { good = false; break; }
       }
     }
     if (!good) break;
@@ -623,20 +635,43 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
       t_.peak_allocated_ = peak;
       for (int c = 0; c < kNumMemCategories; ++c) t_.live_at_peak_[c] = b.live_at_max[c] + m * (b.live[c] - a.live[c]);
       t_.reserved_at_peak_ = b.res_at_max + m * d_res;
+      t_.allocated_peak_op_ = b.max_alloc_op + m * span;   // (the same op, m memory periods on)
+    }
+    // The mirrored steady step's shadow peak (sim/memory_steady.cpp) moves with it: no lazy bytes change here.
+    MemoryTracker::Mirror& mi = t_.mirror_;
+    if (mi.ok && !t_.steady_ && peak - mi.lazy_bytes > mi.shadow_peak) {
+      mi.shadow_peak = peak - mi.lazy_bytes;
+      mi.shadow_op = b.max_alloc_op + m * span;
+      for (int c = 0; c < kNumMemCategories; ++c)
+        mi.shadow_live[c] = b.live_at_max[c] + m * (b.live[c] - a.live[c]) - mi.lazy_live[c];
     }
   }
-  if (b.has_malloc && d_res > 0) s.peak_reserved = std::max(s.peak_reserved, b.max_res + m * d_res);
+  if (b.has_malloc && d_res > 0) {
+    const Bytes peak = b.max_res + m * d_res;
+    s.peak_reserved = std::max(s.peak_reserved, peak);
+    if (peak > t_.reserved_peak_seen_) {
+      t_.reserved_peak_seen_ = peak;
+      t_.reserved_peak_op_ = b.max_res_op + m * span;
+    }
+  }
   a_.set_stats(s);
   for (int c = 0; c < kNumMemCategories; ++c) t_.live_[c] = b.live[c] + m * (b.live[c] - a.live[c]);
   ++t_.fold_stats_.jumps;
   t_.fold_stats_.periods_skipped += m * q;
   if (verify_) {
     // The state a call-by-call replay reaches at the same op must be the same, to the last block.
+    // (The reference replay writes the per-thread block -> buffer map: this replay's is put back after.)
+    const std::vector<int> saved_map = st.buffer_of_block;
     MemoryTracker ref;
-    ref.start(p_, a_.config().capacity, false);
+    ref.start(p_, a_.config(), false);
     ref.allocate_persistent();
     MemoryFold f(ref, p_, false, false);
+    if (t_.steady_) {   // (the first step, then this one up to the same op)
+      f.replay_ops(0, n_);
+      ref.begin_steady_step();
+    }
     f.replay_ops(0, x_end);
+    st.buffer_of_block = saved_map;
     if (ref.canonical_state() != t_.canonical_state())
       throw std::logic_error("memory fold: skipping " + std::to_string(m) + " memory periods of " + std::to_string(q) +
                              " at op " + std::to_string(x) + " (run " + std::to_string(run_begin_) + ".." +

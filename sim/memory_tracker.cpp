@@ -1,6 +1,7 @@
 #include "sim/memory_tracker.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "common/errors.h"
@@ -8,28 +9,31 @@
 namespace fsdpsim::sim {
 
 namespace {
+constexpr TimeNs kNever = std::numeric_limits<TimeNs>::max();
+
 std::string op_field(int op, const char* what) {
   return "program.ops[" + std::to_string(op) + "]." + what;
 }
 }  // namespace
 
-void MemoryTracker::start(const StepProgram& program, Bytes capacity, bool record_timeline) {
+void MemoryTracker::start(const StepProgram& program, const AllocatorConfig& config, bool record_timeline) {
   own_bufs_.resize(program.buffers.size());
   for (std::size_t b = 0; b < program.buffers.size(); ++b) own_bufs_[b] = compiled_buffer(program.buffers[b]);
   bufs_ = own_bufs_.data();
   names_ = &program;
-  start_run(static_cast<int>(program.buffers.size()), static_cast<int>(program.ops.size()), capacity, record_timeline);
+  start_run(static_cast<int>(program.buffers.size()), static_cast<int>(program.ops.size()), config, record_timeline);
 }
 
-void MemoryTracker::start(const CompiledProgram& program, Bytes capacity, bool record_timeline, const StepProgram* names) {
+void MemoryTracker::start(const CompiledProgram& program, const AllocatorConfig& config, bool record_timeline,
+                          const StepProgram* names) {
   bufs_ = program.buffers.data();
   names_ = names;
-  start_run(static_cast<int>(program.buffers.size()), program.num_ops(), capacity, record_timeline);
+  start_run(static_cast<int>(program.buffers.size()), program.num_ops(), config, record_timeline);
 }
 
-void MemoryTracker::start_run(int num_buffers, int num_ops, Bytes capacity, bool record_timeline) {
+void MemoryTracker::start_run(int num_buffers, int num_ops, const AllocatorConfig& config, bool record_timeline) {
   num_bufs_ = num_buffers;
-  allocator_.reset(AllocatorConfig{capacity});
+  allocator_.reset(config);
   record_timeline_ = record_timeline;
   // block_of_.assign(n, kNotLive), written so that g++ -O2 stores 8 entries per step (two 16-byte
   // stores; a plain fill of an int value is one store per entry: ~8 K instructions per 70B run).
@@ -46,6 +50,12 @@ void MemoryTracker::start_run(int num_buffers, int num_ops, Bytes capacity, bool
   live_at_peak_ = {};
   reserved_at_peak_ = 0;
   peak_allocated_ = -1;
+  reserved_peak_seen_ = -1;
+  allocated_peak_op_ = reserved_peak_op_ = -1;
+  steady_ = false;
+  mirror_.ok = false;   // (mirror_start, at the first step's replay)
+  first_peak_allocated_ = first_peak_reserved_ = 0;
+  first_allocated_peak_op_ = first_reserved_peak_op_ = -1;
   timeline_.clear();
   if (record_timeline_) timeline_.reserve(static_cast<std::size_t>(num_ops) + 16);
 }
@@ -73,7 +83,7 @@ void MemoryTracker::allocate_persistent() {
     bool same = true;
     for (int id = 0; id < num_bufs_; ++id) {
       const CompiledBuffer& b = bufs_[id];
-      if (!b.persistent) continue;
+      if (!b.persistent || b.first_step_lazy) continue;
       if (it == end || it->bytes != b.bytes || it->pool_stream != b.pool_stream) {
         same = false;
         break;
@@ -89,7 +99,7 @@ void MemoryTracker::allocate_persistent() {
       // saved last time, and each request gets the block it got then. restore() reproduces that state
       // (see CachingAllocator::restore). live_ and block_of_ were filled from this program's buffers.
       allocator_.restore(after_persistent_);
-      if (!persistent_.empty()) after_change(0);
+      if (!persistent_.empty()) after_change(-1, 0);
       if (record_timeline_ && timeline_.empty()) timeline_.push_back(MemorySample{0, 0, 0});
       return;
     }
@@ -101,7 +111,7 @@ void MemoryTracker::allocate_persistent() {
   }
   for (int id = 0; id < num_bufs_; ++id) {
     const CompiledBuffer& b = bufs_[id];
-    if (!b.persistent) continue;
+    if (!b.persistent || b.first_step_lazy) continue;
     const int block = allocator_.alloc(b.bytes, b.pool_stream);
     block_of_[id] = block;
     if (from_start) persistent_.push_back(PersistentAlloc{b.bytes, b.pool_stream, block});
@@ -112,8 +122,68 @@ void MemoryTracker::allocate_persistent() {
   // One after_change for all of them, the same as one per buffer: only allocations happen here, so
   // allocated never decreases, and the last one that raised it left live_ and reserved as they are
   // now (a 0-byte buffer changes neither); at t = 0 every sample overwrites the previous one.
-  if (any) after_change(0);
+  if (any) after_change(-1, 0);
   if (record_timeline_ && timeline_.empty()) timeline_.push_back(MemorySample{0, 0, 0});
+}
+
+void MemoryTracker::begin_steady_step() {
+  const AllocatorStats& s = allocator_.stats();
+  first_peak_allocated_ = s.peak_allocated;
+  first_peak_reserved_ = s.peak_reserved;
+  first_allocated_peak_op_ = allocated_peak_op_;
+  first_reserved_peak_op_ = reserved_peak_op_;
+  steady_ = true;
+  allocator_.reset_peaks();
+  peak_allocated_ = s.allocated;
+  live_at_peak_ = live_;
+  reserved_at_peak_ = s.reserved;
+  reserved_peak_seen_ = s.reserved;
+  allocated_peak_op_ = reserved_peak_op_ = -1;   // (at the step's start until an allocation passes it)
+}
+
+void MemoryTracker::replay_timed(const CompiledProgram& program, const TimeNs* issue_ns, const TimeNs* complete_ns,
+                                 TimeNs step_start_ns) {
+  const OpRec* ops = program.ops.data();
+  const int* lists = program.lists.data();
+  const int n = program.num_ops();
+  // Pending blocks wait on events: op j of the first step is event j (complete now), op j of this one
+  // event n + j. `next_release`: the earliest completion a pending block of this step waits on (the
+  // scan of the pending list only runs once an issue has reached it).
+  TimeNs next_release = allocator_.has_pending() ? 0 : kNever;
+  for (int i = 0; i < n; ++i) {
+    const OpRec& r = ops[i];
+    const TimeNs issue = issue_ns[i], now = step_start_ns + issue;
+    if (r.allocs != r.frees) {
+      if (issue >= next_release) {
+        TimeNs later = kNever;
+        allocator_.process_events([&](std::int64_t e) {
+          if (e < n) return true;
+          const TimeNs c = complete_ns[e - n];
+          if (c <= issue) return true;
+          later = std::min(later, c);
+          return false;
+        });
+        next_release = later;
+      }
+      for (int k = r.allocs; k < r.frees; ++k) alloc(lists[k], i, now);
+    }
+    for (int k = r.frees; k < r.end; k += 2) {
+      const int buffer = lists[k], j = lists[k + 1];
+      const int block = block_of_[buffer];
+      if (block == kNotLive) [[unlikely]]
+        throw_not_live(buffer, i);
+      const bool reusable = j < 0 || (j < i ? complete_ns[j] <= issue : (r.flags & kCpuOp) != 0);
+      if (reusable) {
+        allocator_.free_live(block);
+      } else {
+        allocator_.free_after(block, n + j);
+        next_release = std::min(next_release, complete_ns[j]);
+      }
+      block_of_[buffer] = kNotLive;
+      live_[static_cast<int>(bufs_[buffer].category)] -= bufs_[buffer].bytes;
+      if (record_timeline_) record_sample(now);
+    }
+  }
 }
 
 std::string MemoryTracker::canonical_state() const {
@@ -126,18 +196,21 @@ std::string MemoryTracker::canonical_state() const {
     out += "\n";
   }
   for (int c = 0; c < kNumMemCategories; ++c) out += std::to_string(live_[c]) + " " + std::to_string(live_at_peak_[c]) + " ";
-  out += std::to_string(reserved_at_peak_) + " " + std::to_string(peak_allocated_);
+  out += std::to_string(reserved_at_peak_) + " " + std::to_string(peak_allocated_) + " at " +
+         std::to_string(allocated_peak_op_) + ", reserved peak at " + std::to_string(reserved_peak_op_);
   return out;
 }
 
 std::string MemoryTracker::buffer_label(int buffer) const {
-  if (names_ && buffer < static_cast<int>(names_->buffers.size())) return "buffer \"" + names_->buffers[buffer].name + "\"";
+  if (names_ && buffer < static_cast<int>(names_->buffers.size()) && !names_->buffers[buffer].name.empty())
+    return "buffer \"" + names_->buffers[buffer].name + "\"";
   return "buffer " + std::to_string(buffer);
 }
 
 void MemoryTracker::throw_already_live(int buffer, int op) const {
   throw InputError(op_field(op, "allocs"), std::to_string(buffer),
-                   "a buffer that is not allocated (" + buffer_label(buffer) + " is already live)");
+                   "a buffer that is not allocated (" + buffer_label(buffer) + " is already live" +
+                       (steady_ ? ": the first step did not free it, and only persistent buffers outlive a step)" : ")"));
 }
 
 void MemoryTracker::throw_not_live(int buffer, int op) const {
@@ -149,6 +222,16 @@ void MemoryTracker::fill(SimResult& r, int max_samples) {
   const AllocatorStats& s = allocator_.stats();
   r.peak_allocated = s.peak_allocated;
   r.peak_reserved = s.peak_reserved;
+  r.first_step_peak_allocated = steady_ ? first_peak_allocated_ : s.peak_allocated;
+  r.first_step_peak_reserved = steady_ ? first_peak_reserved_ : s.peak_reserved;
+  r.peak_allocated_at = PeakLocation{};
+  r.peak_reserved_at = PeakLocation{};
+  r.peak_allocated_at.op = allocated_peak_op_;
+  r.peak_reserved_at.op = reserved_peak_op_;
+  r.first_step_peak_allocated_at = PeakLocation{};
+  r.first_step_peak_reserved_at = PeakLocation{};
+  r.first_step_peak_allocated_at.op = steady_ ? first_allocated_peak_op_ : allocated_peak_op_;
+  r.first_step_peak_reserved_at.op = steady_ ? first_reserved_peak_op_ : reserved_peak_op_;
   r.alloc_retries = s.num_alloc_retries;
   r.breakdown_at_peak.clear();
   Bytes requested = 0;
@@ -164,10 +247,11 @@ void MemoryTracker::fill(SimResult& r, int max_samples) {
   if (s.num_ooms > 0)
     r.notes.push_back("caching allocator: " + std::to_string(s.num_ooms) +
                       " allocation(s) exceeded the GPU memory even after releasing the cache "
-                      "(a real run raises torch.OutOfMemoryError)");
+                      "(a real run raises torch.OutOfMemoryError)" + (steady_ ? " in the first and steady step" : ""));
   if (s.num_alloc_retries > 0)
     r.notes.push_back("caching allocator: " + std::to_string(s.num_alloc_retries) +
                       " cudaMalloc retr" + (s.num_alloc_retries == 1 ? "y" : "ies") +
+                      (steady_ ? " in the first and steady step" : "") +
                       " (cache released at capacity; each costs a device synchronize in a real run)");
   if (record_timeline_) r.memory_timeline = decimate_timeline(timeline_, max_samples);
 }

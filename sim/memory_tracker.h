@@ -4,6 +4,15 @@
 // memory timeline. Errors in the program's alloc/free sequence are InputError naming the op.
 // One tracker can serve many runs (start() resets it, keeping its storage): the simulator keeps one
 // per thread, so a run allocates nothing once the storage has grown to the program's size.
+//
+// Two steps (note "first and steady step"): a run replays the program's first step, then, after
+// begin_steady_step(), the same program again as a steady-state step on the same allocator: the
+// persistent buffers and every first_step_lazy buffer the first step created are live from its start,
+// the allocator keeps the segments the first step cached (PyTorch's caching allocator keeps them from
+// one iteration to the next), and each step's peaks are its own (torch.cuda.reset_peak_memory_stats at
+// the step's start: a peak starts at what is allocated / reserved then). A first_step_lazy buffer's
+// alloc is skipped in the steady step (it is live); any other buffer still live from the first step is
+// an error (only persistent buffers outlive a step).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -24,12 +33,20 @@ class MemoryTracker {
     start(program, capacity, record_timeline);
   }
   // Begins a run of `program` (nothing allocated; the tracker keeps a copy of its buffers' facts).
-  void start(const StepProgram& program, Bytes capacity, bool record_timeline);
+  void start(const StepProgram& program, const AllocatorConfig& config, bool record_timeline);
   // Begins a run of a compiled program (the tracker keeps a reference to it); `names`, when given, is
   // the StepProgram it was compiled from (buffer names in error messages).
-  void start(const CompiledProgram& program, Bytes capacity, bool record_timeline, const StepProgram* names = nullptr);
+  void start(const CompiledProgram& program, const AllocatorConfig& config, bool record_timeline,
+             const StepProgram* names = nullptr);
+  // (the default allocator options with `capacity`)
+  void start(const StepProgram& program, Bytes capacity, bool record_timeline) {
+    start(program, AllocatorConfig{capacity}, record_timeline);
+  }
+  void start(const CompiledProgram& program, Bytes capacity, bool record_timeline, const StepProgram* names = nullptr) {
+    start(program, AllocatorConfig{capacity}, record_timeline, names);
+  }
 
-  // Allocates every persistent buffer at time 0. Called right after start(), when the program's
+  // Allocates every persistent buffer but the first_step_lazy ones at time 0. Called right after start(), when the program's
   // persistent buffers ask for the same (bytes, pool_stream) sequence under the same allocator config
   // as in the run that last allocated them so here, the allocator state that run saved right after
   // them is restored instead of allocating them again (a planner's candidates mostly share it).
@@ -49,12 +66,14 @@ class MemoryTracker {
     if (waited_on_[op]) ready_ = true;
   }
   void alloc(int buffer, int op, TimeNs now) {
-    if (block_of_[buffer] != kNotLive) [[unlikely]]
+    if (block_of_[buffer] != kNotLive) [[unlikely]] {
+      if (steady_ && bufs_[buffer].first_step_lazy) return;   // created by the first step
       throw_already_live(buffer, op);
+    }
     const CompiledBuffer& b = bufs_[buffer];
     block_of_[buffer] = allocator_.alloc(b.bytes, b.pool_stream);
     live_[static_cast<int>(b.category)] += b.bytes;
-    after_change(now);
+    after_change(op, now);
   }
   // reuse_after_op < 0 or already complete: the block is reusable at once; else when that op completes.
   void free(int buffer, int reuse_after_op, bool reuse_op_complete, int op, TimeNs now) {
@@ -87,23 +106,53 @@ class MemoryTracker {
     int periods_skipped = 0;    // periods (of their runs) not replayed call by call
   };
   const FoldStats& fold_stats() const { return fold_stats_; }
+
+  // Ends the first step and begins the steady-state step (see the note at the top): the first step's
+  // peaks are kept for fill(), this step's start at the current allocated and reserved bytes.
+  void begin_steady_step();
+  bool steady() const { return steady_; }
+  // The steady step without replaying it, where the first step's replay (replay(), first step) proved
+  // that it repeats the first (note "mirrored steady step" in sim/memory_steady.cpp): then it sets every
+  // figure and statistic the replay would have (begin_steady_step + replay), leaves the allocator as the
+  // replay would (the state the first step ended in) and returns true; otherwise it does nothing and
+  // returns false.
+  bool mirror_steady_step();
+  // The steady step of a run whose memory followed the engine's times (a free's block reusable once
+  // its record_stream op has completed, a timeline): replays `program` in order with each op issued at
+  // issue_ns[i] + step_start_ns, its record_stream ops complete at complete_ns[j] + step_start_ns, and
+  // every op of the first step complete (the steady step starts when the first step's last op ends).
+  // An op's frees see an op j < i complete iff complete_ns[j] <= issue_ns[i], op i itself only if it
+  // runs on the CPU (as the engine's issue does); its allocations see ops j < i alike.
+  void replay_timed(const CompiledProgram& program, const TimeNs* issue_ns, const TimeNs* complete_ns,
+                    TimeNs step_start_ns);
   // The allocator's canonical_state() plus, for each live buffer, its block's address and size (tests).
   std::string canonical_state() const;
 
-  // Fills peak_allocated, peak_reserved, breakdown_at_peak (without cuda_context), alloc_retries,
-  // memory_timeline (decimated to max_samples if > 0) and notes about OOM in the allocator.
+  // Fills peak_allocated, peak_reserved, breakdown_at_peak (without cuda_context) and the ops of both
+  // peaks (PeakLocation::op; the caller describes them) of the current step, first_step_peak_* of the
+  // first (the same when no steady step ran), alloc_retries (both steps), memory_timeline (decimated to
+  // max_samples if > 0) and notes about OOM in the allocator.
   void fill(SimResult& r, int max_samples);
   const AllocatorStats& stats() const { return allocator_.stats(); }
 
  private:
   static constexpr int kNotLive = -2;   // -1 is a live 0-byte buffer (the allocator's null block)
-  void after_change(TimeNs now) {
+  // After an allocation by `op` (-1: before the step's first op): the step's peaks and where they are.
+  void note_peaks(int op) {
     const AllocatorStats& s = allocator_.stats();
     if (s.allocated > peak_allocated_) {
       peak_allocated_ = s.allocated;
       live_at_peak_ = live_;
       reserved_at_peak_ = s.reserved;
+      allocated_peak_op_ = op;
     }
+    if (s.peak_reserved > reserved_peak_seen_) {   // (the allocator's peak: a retry may pass it inside the call)
+      reserved_peak_seen_ = s.peak_reserved;
+      reserved_peak_op_ = op;
+    }
+  }
+  void after_change(int op, TimeNs now) {
+    note_peaks(op);
     if (record_timeline_) record_sample(now);
   }
   void record_sample(TimeNs now);
@@ -111,7 +160,31 @@ class MemoryTracker {
   [[noreturn]] void throw_not_live(int buffer, int op) const;
 
   friend class MemoryFold;
-  void start_run(int num_buffers, int num_ops, Bytes capacity, bool record_timeline);
+  void start_run(int num_buffers, int num_ops, const AllocatorConfig& config, bool record_timeline);
+  // ---- the mirrored steady step (sim/memory_steady.cpp) ----
+  void mirror_start();
+  // After the first step's allocation of `buffer` by `op` (block `block`; reserved was `reserved_before`).
+  void mirror_note(int buffer, int op, int block, Bytes reserved_before);
+  // What the first step's replay learns for mirror_steady_step(): the steady step's allocated bytes at
+  // each allocation are the first step's minus the first_step_lazy bytes allocated so far plus all of
+  // them (tracked as their peak "shadow"), if no allocation could choose another block (see the note).
+  struct Mirror {
+    bool ok = false;
+    Bytes lazy_bytes = 0;                                 // block bytes of the first_step_lazy buffers so far
+    std::int64_t lazy_allocs = 0;
+    std::array<Bytes, kNumMemCategories> lazy_live{};     // their requested bytes per category
+    Bytes shadow_peak = 0;                                // max of allocated - lazy_bytes (strictly first)
+    int shadow_op = -1;
+    std::array<Bytes, kNumMemCategories> shadow_live{};   // live_ - lazy_live there
+    std::int64_t allocs_at_start = 0, retries_at_start = 0;
+    std::vector<std::pair<int, Bytes>> free_later;        // (pool, size): blocks the steady step may find free earlier
+    struct Loose {
+      int pool;
+      Bytes request, block;                               // an allocation that chose a larger block (before the split)
+    };
+    std::vector<Loose> loose;
+  };
+  Mirror mirror_;
   std::string buffer_label(int buffer) const;
 
   const CompiledBuffer* bufs_ = nullptr;   // the run's buffers (num_bufs_ of them)
@@ -127,6 +200,12 @@ class MemoryTracker {
   std::array<Bytes, kNumMemCategories> live_at_peak_{};
   Bytes reserved_at_peak_ = 0;
   Bytes peak_allocated_ = -1;
+  Bytes reserved_peak_seen_ = -1;
+  int allocated_peak_op_ = -1, reserved_peak_op_ = -1;
+  bool steady_ = false;
+  // The first step's figures (begin_steady_step).
+  Bytes first_peak_allocated_ = 0, first_peak_reserved_ = 0;
+  int first_allocated_peak_op_ = -1, first_reserved_peak_op_ = -1;
   std::vector<MemorySample> timeline_;
   FoldStats fold_stats_;
   // The last persistent allocation done here (allocate_persistent): the requests in program order with

@@ -36,6 +36,8 @@ void check_buffer(const StepProgram& p, int b, int n_streams) {
   if (c < 0 || c >= kNumMemCategories || buf.category == MemCategory::AllocatorSlack ||
       buf.category == MemCategory::CudaContext)
     throw InputError(f() + ".category", std::to_string(c), "a buffer category (not allocator_slack/cuda_context)");
+  if (buf.first_step_lazy && !buf.persistent)
+    throw InputError(f() + ".first_step_lazy", "true", "only on a persistent buffer");
 }
 
 // The categories a buffer may have, as a bit mask (all but allocator_slack and cuda_context).
@@ -61,7 +63,7 @@ void check_streams_and_buffers(const StepProgram& p) {
     const Buffer& buf = bufs[b];
     const unsigned c = static_cast<unsigned>(buf.category);
     if (buf.id != b || buf.bytes < 0 || static_cast<unsigned>(buf.pool_stream) >= static_cast<unsigned>(n_streams) ||
-        c >= 32 || !((kBufferCategories >> c) & 1u)) [[unlikely]] {
+        c >= 32 || !((kBufferCategories >> c) & 1u) || (buf.first_step_lazy && !buf.persistent)) [[unlikely]] {
       check_buffer(p, b, n_streams);   // throws the InputError
       throw std::logic_error("check_streams_and_buffers: the fast check and check_buffer disagree on buffer " +
                              std::to_string(b));
@@ -90,8 +92,9 @@ void check_op(const StepProgram& p, int id, int n_streams, int n_buffers) {
   for (int b : op.allocs) {
     if (static_cast<unsigned>(b) >= static_cast<unsigned>(n_buffers))
       throw InputError(op_field(i, "allocs"), std::to_string(b), "buffer ids in [0, " + std::to_string(n_buffers) + ")");
-    if (p.buffers[b].persistent)
-      throw InputError(op_field(i, "allocs"), std::to_string(b), "non-persistent buffers (persistent ones are allocated before the step)");
+    if (p.buffers[b].persistent && !p.buffers[b].first_step_lazy)
+      throw InputError(op_field(i, "allocs"), std::to_string(b),
+                       "non-persistent or first_step_lazy buffers (persistent ones are allocated before the step)");
   }
   for (const FreeSpec& f : op.frees) {
     if (static_cast<unsigned>(f.buffer) >= static_cast<unsigned>(n_buffers))

@@ -18,6 +18,14 @@ const char* mem_category_name(MemCategory c) {
   return "unknown";
 }
 
+namespace {
+nlohmann::json peak_location_to_json(const PeakLocation& p) {
+  nlohmann::json j = {{"op", p.op}, {"kind", p.kind}, {"unit", p.unit}, {"micro_batch", p.micro_batch}, {"phase", p.phase}};
+  if (!p.name.empty()) j["name"] = p.name;
+  return j;
+}
+}  // namespace
+
 // Keys carry their units (_bytes, _s, _per_s); times are seconds in the JSON, integer ns in traces.
 nlohmann::json sim_result_to_json(const SimResult& r, bool include_trace) {
   nlohmann::json j;
@@ -49,6 +57,12 @@ nlohmann::json sim_result_to_json(const SimResult& r, bool include_trace) {
   for (const auto& [k, v] : r.comm_bytes_by_kind) cb[k] = v;
   j["comm_bytes_sent_per_gpu"] = cb;
   j["notes"] = r.notes;
+  j["first_step_peak_memory_bytes"] = {{"allocated", r.first_step_peak_allocated},
+                                       {"reserved", r.first_step_peak_reserved}};
+  j["peak_at"] = {{"allocated", peak_location_to_json(r.peak_allocated_at)},
+                  {"reserved", peak_location_to_json(r.peak_reserved_at)}};
+  j["first_step_peak_at"] = {{"allocated", peak_location_to_json(r.first_step_peak_allocated_at)},
+                             {"reserved", peak_location_to_json(r.first_step_peak_reserved_at)}};
   if (include_trace) {
     nlohmann::json t = nlohmann::json::array();
     for (const auto& s : r.trace)
@@ -59,6 +73,9 @@ nlohmann::json sim_result_to_json(const SimResult& r, bool include_trace) {
     for (const auto& s : r.memory_timeline)
       m.push_back({{"t_ns", s.t_ns}, {"allocated_bytes", s.allocated}, {"reserved_bytes", s.reserved}});
     j["memory_timeline"] = m;
+    // Which steps the timeline covers: the first, then (from steady_step_start_ns) the steady step.
+    j["memory_timeline_steps"] = r.steady_step_start_ns > 0 ? "first_and_steady" : "first";
+    j["steady_step_start_ns"] = r.steady_step_start_ns;
   }
   return j;
 }

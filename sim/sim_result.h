@@ -36,6 +36,17 @@ struct MemorySample {
   Bytes reserved = 0;
 };
 
+// Where a memory peak was reached: the op whose allocation set it, as the program names it (the
+// executor fills `op`; the caller that has the program describes it, see sim/peak_location.h).
+struct PeakLocation {
+  int op = -1;             // -1: at the step's start (before its first allocation passed it)
+  std::string kind;        // op_kind_name: "forward", "all_gather", "optimizer_step", ...
+  std::string name;        // the op's name, when the program has names ("" otherwise)
+  int unit = -1;           // FSDP unit, -1 for none
+  int micro_batch = -1;    // -1 for an op outside the micro-batches (or op -1)
+  std::string phase = "start";   // "forward", "backward", "optimizer", or "start" (op -1)
+};
+
 struct SimResult {
   // Peak memory per GPU (allocated = live tensors, reserved = caching-allocator segments), plus the
   // CUDA/NCCL context which neither includes (it is added to `total_device`).
@@ -65,6 +76,16 @@ struct SimResult {
   std::vector<TraceSpan> trace;
   std::vector<MemorySample> memory_timeline;
   std::vector<std::string> notes;  // approximations and warnings the user must see
+  // ---- first and steady step (note "first and steady step", sim/memory_tracker.h) ----
+  // peak_allocated / peak_reserved / breakdown_at_peak above are the steady-state step's (optimizer
+  // state present from its start, the allocator's segments cached by the step before); these are the
+  // first step's (optimizer state created lazily inside it). `fits` takes the larger reserved peak.
+  Bytes first_step_peak_allocated = 0;
+  Bytes first_step_peak_reserved = 0;
+  PeakLocation peak_allocated_at, peak_reserved_at;                          // steady step
+  PeakLocation first_step_peak_allocated_at, first_step_peak_reserved_at;    // first step
+  // The memory timeline covers the first step, then the steady step from this time on (0: one step).
+  TimeNs steady_step_start_ns = 0;
 };
 
 nlohmann::json sim_result_to_json(const SimResult& r, bool include_trace = false);

@@ -19,6 +19,7 @@
 #include "sim/host_memory.h"
 #include "sim/lower_context.h"
 #include "sim/lowering.h"
+#include "sim/peak_location.h"
 #include "sim/profile_cost_model.h"
 #include "sim/stretch.h"
 
@@ -144,7 +145,27 @@ struct Stretched {
   std::vector<double> flops;      // the source's compute ops' hardware FLOPs, in op order
   std::vector<int> flops_at;      // per source op (and one past the last): its first entry in `flops`
   double hw_flops = 0;
+  StretchedOps ops;               // the result's ops as the source's (peak locations)
 };
+
+// st.ops for a source with wrap graph g stretched by `shape` (sim/peak_location.h).
+void map_ops(const models::WrapGraph& g, const StretchShape& shape, Stretched& st) {
+  StretchedOps& o = st.ops;
+  o.source = &st.a;
+  o.info = &st.info;
+  o.copies = shape.copies;
+  o.tmpl_units = o.tmpl_units_end = 0;
+  o.block_unit.assign(g.units.size(), 0);
+  for (std::size_t u = 0; u < g.units.size(); ++u) {
+    const int l = lowering::block_unit_layer(g.units[u]);
+    if (l < 0) continue;
+    o.block_unit[u] = 1;
+    if (l >= shape.first && l < shape.first + shape.period) {
+      ++o.tmpl_units;
+      o.tmpl_units_end = static_cast<int>(u) + 1;
+    }
+  }
+}
 
 // Lowers the source (`model`, wrap graph `graph`, `micro_batches` micro-batches) and stretches it by
 // `shape` into st.program / st.costs.
@@ -230,7 +251,7 @@ bool build_stretched(const models::ModelSpec& m, const models::WrapGraph& graph,
     const std::string why = g_stats.refused;
     for (; mbs; next_mbs())
       if (stretch_source(m, graph, rp, topo, cost, mb_shape(StretchShape{1, 0, 0}), source_mbs(), st))
-        return stretched(L);
+        return map_ops(graph, StretchShape{1, 0, 0}, st), stretched(L);
     if (!g_stats.refused.empty() && g_stats.refused != why) g_stats.refused = why + "; " + g_stats.refused;
     return false;
   };
@@ -265,7 +286,7 @@ bool build_stretched(const models::ModelSpec& m, const models::WrapGraph& graph,
     if (!units_line_up(graph, *small, first, k, copies))
       return g_stats.refused = "units do not repeat", micro_batches_only();
     if (stretch_source(ms, *small, rp, topo, cost, mb_shape(StretchShape{k, first, copies}), mbs ? source_mbs() : 0, st))
-      return stretched(Ls);
+      return map_ops(*small, StretchShape{k, first, copies}, st), stretched(Ls);
     if (mbs && st.info.micro_batches_refused) {
       if (!next_mbs()) mbs = false;   // (then the same source with every micro-batch)
       continue;
@@ -322,6 +343,8 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
   eo.record_memory_timeline = opts.record_memory_timeline;
   // The caching allocator sees what is left after the CUDA context and NCCL's own buffers (M15).
   eo.memory_capacity = capacity > context ? capacity - context : 0;
+  eo.expandable_segments = rp.alloc_conf.expandable_segments;   // PYTORCH_CUDA_ALLOC_CONF
+  eo.max_split_size = rp.alloc_conf.max_split_size;
 
   SimResult r;
   double hw_flops = 0;
@@ -330,6 +353,8 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
   const bool stretched = opts.stretch && !opts.record_trace && build_stretched(m, *graph, rp, topo, cost, st);
   if (stretched) {
     r = execute_compiled(st.program, st.costs, eo);
+    describe_peaks(st.ops, {&r.peak_allocated_at, &r.peak_reserved_at, &r.first_step_peak_allocated_at,
+                            &r.first_step_peak_reserved_at});
     hw_flops = st.hw_flops;
     tokens_per_rank = st.a.tokens_per_rank;
   } else {
@@ -350,7 +375,9 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
   r.context_bytes = context;
   r.peak_total_device = r.peak_reserved + context;
   const double usable = static_cast<double>(capacity) * (1.0 - opts.memory_margin);
-  r.fits = static_cast<double>(r.peak_total_device) <= usable;
+  // Both steps must fit: the first (optimizer state created inside it) and the steady one.
+  const Bytes worst_reserved = std::max(r.peak_reserved, r.first_step_peak_reserved);
+  r.fits = static_cast<double>(worst_reserved + context) <= usable;
   r.breakdown_at_peak[mem_category_name(MemCategory::CudaContext)] = context;
   apply_host_memory(host_memory(*graph, rp, cluster.gpus_per_node), hw, rp, r);   // CPU offload's host RAM
 
@@ -386,7 +413,8 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
     r.notes.push_back(line);
   }
   if (!r.fits)
-    r.notes.push_back("does not fit: peak reserved " + fmt("%.2f", to_gib(r.peak_reserved)) + " GiB + context " +
+    r.notes.push_back("does not fit: peak reserved " + fmt("%.2f", to_gib(worst_reserved)) +
+                      (worst_reserved > r.peak_reserved ? " GiB (first step) + context " : " GiB + context ") +
                       fmt("%.2f", to_gib(context)) + " GiB > " + fmt("%.2f", usable / static_cast<double>(kGiB)) +
                       " GiB usable");
   return r;

@@ -6,7 +6,8 @@
 //  * ops are listed in CPU issue order; the CPU issues them one after the other;
 //  * before issuing op i the CPU blocks until every op in `cpu_waits` has completed on the GPU
 //    (event.synchronize(): the FSDP1 rate limiter, offload syncs);
-//  * at issue the CPU performs `allocs` (caching allocator, pool = the buffer's pool_stream), then
+//  * at issue the CPU performs `allocs` (caching allocator, pool = the buffer's pool_stream; a
+//    first_step_lazy buffer only in the first step), then
 //    enqueues the op on `stream`; after enqueueing it performs `frees`;
 //  * on the GPU an op starts when its stream has finished the previous op on that stream AND every
 //    op in `waits` has completed (cudaStreamWaitEvent / wait_stream);
@@ -64,6 +65,12 @@ struct Buffer {
   int unit = -1;
   int pool_stream = 0;         // caching-allocator pool (the stream it is allocated on)
   bool persistent = false;     // allocated before the step and alive after it (sharded state)
+  // A persistent buffer the first step creates lazily: allocated by the op that lists it in `allocs`
+  // (optimizer state: torch.optim creates it inside the first optimizer.step(), adamw.py _init_group),
+  // alive from then on; every later step starts with it. The executors replay the first step and a
+  // steady-state step (sim/executor.h). Every buffer that is not persistent must be freed by the end of
+  // the step (the sharded gradients by optimizer.zero_grad(set_to_none=True)).
+  bool first_step_lazy = false;
 };
 
 struct FreeSpec {

@@ -336,8 +336,8 @@ bool Stretcher::read_source() {
     const Buffer& x = bufs[b];
     const unsigned c = static_cast<unsigned>(x.category);
     bufs_ok &= (x.id == b) & (x.bytes >= 0) & (static_cast<unsigned>(x.pool_stream) < static_cast<unsigned>(ns)) &
-               (c < 32) && ((kBufferCategories >> c) & 1u);
-    sb[b] = CompiledBuffer{x.bytes, x.pool_stream, x.category, x.persistent};
+               (c < 32) && ((kBufferCategories >> c) & 1u) && (!x.first_step_lazy || x.persistent);
+    sb[b] = compiled_buffer(x);
   }
   if (!bufs_ok) return fail("the source fails the program checks (buffers)");
   const int n = n_ops_;
@@ -391,7 +391,7 @@ bool Stretcher::read_source() {
     r.allocs = pos;
     for (int b : op.allocs) {
       const bool in = below(b, nb);
-      ok &= in && !bufs[b].persistent;
+      ok &= in && (!bufs[b].persistent || bufs[b].first_step_lazy);
       const int tg = in ? bg[b] : 0;
       l[pos] = b, t[pos] = tg, im[pos] = b + bs[tg], c[pos] = kBuf, ++pos;
     }
@@ -474,7 +474,7 @@ bool Stretcher::congruent(int ga, int gb) {
   for (int b = x.buf_begin, c = y.buf_begin; b < x.buf_end; ++b, ++c) {
     const CompiledBuffer& p = sbuf_[b];
     const CompiledBuffer& q = sbuf_[c];
-    if (p.bytes != q.bytes || p.pool_stream != q.pool_stream || p.category != q.category || p.persistent != q.persistent) {
+    if (!(p == q)) {
       mismatch_ = "buffer " + std::to_string(b) + " and " + std::to_string(c);
       return false;
     }
@@ -700,8 +700,7 @@ int Stretcher::compare_micro_batches(int a) {
       }
     }
     for (int p = ga.buf_begin, q = gb.buf_begin; p < ga.buf_end; ++p, ++q)
-      if (sbuf_[p].bytes != sbuf_[q].bytes || sbuf_[p].pool_stream != sbuf_[q].pool_stream ||
-          sbuf_[p].category != sbuf_[q].category || sbuf_[p].persistent != sbuf_[q].persistent)
+      if (!(sbuf_[p] == sbuf_[q]))
         return fail_mb("buffers " + std::to_string(p) + " and " + std::to_string(q) + " differ"), -1;
   }
   return reach;
@@ -1232,13 +1231,13 @@ void Stretcher::fill_info(StretchInfo& info) const {
   info.mb_begin = info.mb_end = 0;
   info.mb_repeat = 1;
   int fresh = 0;   // spans before it are closed (micro-batch P's first and last)
-  const auto add = [&](int b, int e, int repeat) {
+  const auto add = [&](int b, int e, int repeat, int copies) {
     if (e <= b) return;
-    if (repeat == 1 && static_cast<int>(info.spans.size()) > fresh && info.spans.back().repeat == 1 &&
-        info.spans.back().end == b)
+    if (repeat == 1 && copies == 0 && static_cast<int>(info.spans.size()) > fresh && info.spans.back().repeat == 1 &&
+        info.spans.back().copies == 0 && info.spans.back().end == b)
       info.spans.back().end = e;
     else
-      info.spans.push_back(StretchInfo::Span{b, e, repeat});
+      info.spans.push_back(StretchInfo::Span{b, e, repeat, copies});
   };
   const int G = static_cast<int>(groups_.size());
   for (int g = 0; g < G; ++g) {
@@ -1246,10 +1245,10 @@ void Stretcher::fill_info(StretchInfo& info) const {
     if (mbs_ && g == gP_begin_) info.mb_begin = fresh = static_cast<int>(info.spans.size());
     const bool tm = is_tmpl(x);
     const auto copies = [&]() {
-      add(groups_[tmpl_first_[x.key]].op_begin, groups_[tmpl_last_[x.key]].op_end, sh_.copies);
+      add(groups_[tmpl_first_[x.key]].op_begin, groups_[tmpl_last_[x.key]].op_end, sh_.copies, ascending_[x.key] ? 1 : -1);
     };
     if (tm && !ascending_[x.key] && g == tmpl_first_[x.key]) copies();
-    add(x.op_begin, x.op_end, 1);
+    add(x.op_begin, x.op_end, 1, 0);
     if (tm && ascending_[x.key] && g == tmpl_last_[x.key]) copies();
     if (mbs_ && g == gP_end_ - 1) {
       info.mb_end = fresh = static_cast<int>(info.spans.size());

@@ -67,6 +67,10 @@ struct StretchShape {
 struct StretchInfo {
   struct Span {
     int begin = 0, end = 0, repeat = 1;
+    // Copies of the template period (sim/peak_location.h maps their units): +1 in a phase walking the
+    // blocks in ascending order (copy r is the (r+1)-th period after the template), -1 descending (copy r
+    // the (repeat-r)-th), 0 the source's own ops. Spans of copies are never merged with others.
+    int copies = 0;
   };
   std::vector<Span> spans;
   int mb_begin = 0, mb_end = 0, mb_repeat = 1;

@@ -199,6 +199,8 @@ sim::SimResult fixture_result(int vi, const FixtureOptions& o, bool with_trace) 
   }
   r.peak_allocated = peak_alloc;
   r.peak_reserved = reserved;
+  r.first_step_peak_allocated = peak_alloc;   // (a hand-made step: its first step is its steady one)
+  r.first_step_peak_reserved = reserved;
   r.context_bytes = kContext;
   r.peak_total_device = reserved + kContext;
   r.capacity = capacity_of(o);

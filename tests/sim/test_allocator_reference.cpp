@@ -6,7 +6,7 @@
 // block's size and address, all statistics, live segments and each stream's cached bytes.
 // Sequences mix the sizes of an FSDP step (a few repeated sizes, small and large) with random ones,
 // record_stream frees, event processing, empty_cache, a capacity that forces retries and OOMs, and
-// a max_split_size configuration.
+// a max_split_size configuration (with a capacity: release_available_cached_blocks before the full release).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -50,7 +50,9 @@ class ReferenceAllocator {
       const Bytes seg = size <= kAllocSmallSize ? kAllocSmallBuffer
                         : size < kAllocMinLargeAlloc ? kAllocLargeBuffer
                                                      : (size + kAllocRoundLarge - 1) / kAllocRoundLarge * kAllocRoundLarge;
-      if (!fits(seg)) {
+      // malloc(): alloc_block; (release_available_cached_blocks && alloc_block); (release_cached_blocks &&
+      // alloc_block(isRetry)).
+      if (!fits(seg) && !(cfg_.max_split_size != kAllocNoMaxSplit && release_available(stream, small, size) && fits(seg))) {
         release_cached();
         ++stats_.num_alloc_retries;
         if (!fits(seg)) ++stats_.num_ooms;
@@ -163,16 +165,41 @@ class ReferenceAllocator {
     }
     pool.insert({blocks_[b].size, blocks_[b].addr, b});
   }
+  // release_available_cached_blocks: the first block >= max(size, max_split_size) in (size, addr) order,
+  // else the largest blocks >= max_split_size, walking (size, addr) backwards, until that much is released.
+  bool release_available(int stream, bool small, Bytes size) {
+    auto& pool = pools_[{stream, small}];
+    const Bytes key = std::max(size, cfg_.max_split_size);
+    auto it = pool.lower_bound(std::make_tuple(key, Bytes{-1}, -1));
+    if (it != pool.end()) {
+      if (!whole(std::get<2>(*it))) return false;
+      release_segment(std::get<2>(*it));
+      pool.erase(it);
+      return true;
+    }
+    Bytes released = 0;
+    while (released < key && !pool.empty() && std::get<0>(*pool.rbegin()) >= cfg_.max_split_size) {
+      auto last = std::prev(pool.end());
+      const int b = std::get<2>(*last);
+      if (!whole(b)) return false;
+      released += blocks_[b].size;
+      release_segment(b);
+      pool.erase(last);
+    }
+    return released >= key;
+  }
+  bool whole(int b) const { return blocks_[b].addr == blocks_[b].segment && blocks_[b].size == segments_.at(blocks_[b].segment); }
+  void release_segment(int b) {
+    stats_.reserved -= blocks_[b].size;
+    ++stats_.num_device_free;
+    segments_.erase(blocks_[b].segment);
+    blocks_[b].state = kDead;
+  }
   void release_cached() {
     for (auto& [key, pool] : pools_) {
       for (auto it = pool.begin(); it != pool.end();) {
-        const Blk& blk = blocks_[std::get<2>(*it)];
-        auto seg = segments_.find(blk.segment);
-        if (blk.addr == blk.segment && blk.size == seg->second) {
-          stats_.reserved -= blk.size;
-          ++stats_.num_device_free;
-          segments_.erase(seg);
-          blocks_[std::get<2>(*it)].state = kDead;
+        if (whole(std::get<2>(*it))) {
+          release_segment(std::get<2>(*it));
           it = pool.erase(it);
         } else {
           ++it;
