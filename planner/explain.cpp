@@ -32,13 +32,36 @@ static double recompute_fraction(const sim::SimResult& r) {
   return std::max(0.0, 1.0 - r.model_flops_per_step_per_gpu / r.hardware_flops_per_step_per_gpu);
 }
 
-std::string describe_result(const sim::SimResult& r, Bytes usable) {
-  std::string s = num(r.tokens_per_s_per_gpu) + " tokens/s per GPU, MFU " + pct_text(r.mfu) + " (of " +
-                  num(r.peak_flops / 1e12) + " TFLOP/s dense " + r.peak_flops_dtype + "), step " +
-                  num(to_seconds(r.step_time_ns), "%.3f") + " s; peak " + gib_text(r.peak_total_device) +
-                  " per GPU (reserved + context) of " + gib_text(r.capacity);
-  if (usable > 0) s += ", headroom " + gib_text(usable - r.peak_total_device) + " below the margin";
+MemoryVerdict memory_verdict(const sim::SimResult& r, double margin) {
+  MemoryVerdict v;
+  v.capacity = r.capacity;
+  v.margin = margin;
+  v.usable = usable_capacity(r.capacity, margin);
+  v.peak = r.peak_total_device;
+  v.fits = r.fits && v.peak <= v.usable;
+  return v;
+}
+
+std::string memory_text(const sim::SimResult& r, double margin) {
+  const MemoryVerdict v = memory_verdict(r, margin);
+  std::string usable = gib_text(v.usable) + " usable (" +
+                       (margin > 0 ? "capacity less the " + pct_text(margin) + " margin" : std::string("no margin")) + ")";
+  std::string s = "peak " + gib_text(v.peak) + " of " + gib_text(v.capacity) + ": ";
+  s += v.headroom() >= 0 ? gib_text(v.headroom()) + " headroom under the " + usable
+                         : gib_text(-v.headroom()) + " over the " + usable;
+  if (v.headroom() >= 0 && !r.fits) {
+    // The simulator refused it for another reason (host memory, say): its note says which.
+    for (const auto& n : r.notes)
+      if (n.rfind("does not fit", 0) == 0) return s + "; " + n;
+    return s + "; the simulator says it does not fit";
+  }
   return s;
+}
+
+std::string describe_result(const sim::SimResult& r, double margin) {
+  return num(r.tokens_per_s_per_gpu) + " tokens/s per GPU, MFU " + pct_text(r.mfu) + " (of " + num(r.peak_flops / 1e12) +
+         " TFLOP/s dense " + r.peak_flops_dtype + "), step " + num(to_seconds(r.step_time_ns), "%.3f") + " s; " +
+         memory_text(r, margin);
 }
 
 namespace {
@@ -89,7 +112,7 @@ Explanations explain(const ExplainInput& in) {
   if (rec >= 0) {
     const auto& r = in.evals[static_cast<size_t>(rec)].result;
     const auto& c = in.cands[static_cast<size_t>(rec)];
-    ex.recommended.push_back("Predicted " + describe_result(r, usable) + ".");
+    ex.recommended.push_back("Predicted " + describe_result(r, in.memory_margin) + ".");
     ex.recommended.push_back("Exposed communication " + num(to_seconds(r.exposed_comm_ns), "%.3f") + " s = " +
                              pct_text(exposed_fraction(r)) + " of the step (collectives busy " +
                              num(to_seconds(r.comm_ns), "%.3f") + " s, the rest hidden behind compute) over " +
@@ -98,8 +121,6 @@ Explanations explain(const ExplainInput& in) {
     ex.recommended.push_back(rf > 0.005 ? "Activation checkpointing (" + checkpointing_text(c.plan.activation_checkpointing) +
                                               ") recomputes " + pct_text(rf) + " of the step's FLOPs."
                                         : "No recomputation: activations fit without checkpointing.");
-    ex.recommended.push_back("Memory headroom " + gib_text(usable - r.peak_total_device) + " below the " +
-                             pct_text(in.memory_margin) + " safety margin (capacity " + gib_text(in.capacity) + ").");
     if (order.size() > 1 && in.evals[static_cast<size_t>(order[1])].fits_with_margin) {
       const auto& r2 = in.evals[static_cast<size_t>(order[1])].result;
       const auto& c2 = in.cands[static_cast<size_t>(order[1])];
@@ -116,7 +137,7 @@ Explanations explain(const ExplainInput& in) {
     const auto& e = in.evals[static_cast<size_t>(i)];
     const auto& c = in.cands[static_cast<size_t>(i)];
     std::vector<std::string> lines;
-    lines.push_back(describe_result(e.result, usable) + ".");
+    lines.push_back(describe_result(e.result, in.memory_margin) + ".");
     if (rec >= 0) {
       const auto& r = in.evals[static_cast<size_t>(rec)].result;
       double d = r.tokens_per_s_per_gpu > 0 ? e.result.tokens_per_s_per_gpu / r.tokens_per_s_per_gpu - 1.0 : 0;

@@ -43,6 +43,29 @@ Explanations explain(const ExplainInput& in);
 // Helpers shared with diagnose.
 std::string gib_text(Bytes b);                 // "12.3 GiB"
 std::string pct_text(double fraction);          // "38%"
-std::string describe_result(const sim::SimResult& r, Bytes usable);  // one line of the headline numbers
+
+// Memory words, one definition for simulate, plan, diagnose, fit, compare and the report (note
+// "headroom and margin", copied into the README):
+//   capacity  the GPU's memory;
+//   margin    a fraction of capacity kept free for what no model sees (allocator spikes, other
+//             processes, driver growth); 5% unless --memory-margin says otherwise;
+//   usable    capacity x (1 - margin): what a plan may use;
+//   peak      the peak device memory: the caching allocator's reserved bytes + the CUDA/NCCL context
+//             (what nvidia-smi shows);
+//   headroom  usable - peak; a plan fits when headroom >= 0 and the simulator says it fits (SimResult::fits
+//             also checks what is not on the GPU, e.g. host memory).
+struct MemoryVerdict {
+  Bytes capacity = 0, usable = 0, peak = 0;
+  double margin = 0;
+  bool fits = false;               // headroom >= 0 and the simulator's own verdict
+  Bytes headroom() const { return usable - peak; }
+};
+MemoryVerdict memory_verdict(const sim::SimResult& r, double margin);
+// "peak 70.2 GiB of 80.0 GiB: 5.8 GiB headroom under the 76.0 GiB usable (capacity less the 5% margin)",
+// or "... 14.1 GiB over the 76.0 GiB usable (...)"; the simulator's own reason is appended when it says
+// the plan does not fit for another reason.
+std::string memory_text(const sim::SimResult& r, double margin);
+// One line of the headline numbers: tokens/s, MFU, step time, and memory_text.
+std::string describe_result(const sim::SimResult& r, double margin);
 
 }  // namespace fsdpsim::planner

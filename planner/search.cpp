@@ -127,7 +127,8 @@ SearchOutcome run_search(const std::vector<Candidate>& cands, const std::vector<
         try {
           e.result = eval(cands[static_cast<size_t>(c)].plan);
           e.status = EvalStatus::Simulated;
-          e.fits_with_margin = e.result.peak_total_device <= usable;
+          // The simulator's verdict (GPU capacity, and host memory for offloaded state) and the margin.
+          e.fits_with_margin = e.result.fits && e.result.peak_total_device <= usable;
         } catch (const InputError& err) {
           e.status = EvalStatus::Invalid;
           e.error = err.what();

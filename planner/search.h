@@ -26,7 +26,7 @@ struct Evaluation {
   Bytes memory_lower_bound = 0;
   double tokens_per_s_upper_bound = 0;
   sim::SimResult result;         // Simulated only
-  bool fits_with_margin = false; // Simulated: peak_total_device <= capacity * (1 - margin)
+  bool fits_with_margin = false; // Simulated: result.fits and peak_total_device <= capacity * (1 - margin)
   std::string error;             // Invalid: why the simulator refused the plan
 };
 
