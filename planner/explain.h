@@ -22,6 +22,8 @@ struct FamilyVerdict {
 
 struct Explanations {
   std::vector<std::string> recommended;
+  std::vector<std::string> choices;                   // the recommendation's choices that matter (sensitivity.h)
+  std::string ddp_baseline;                           // DDP (NO_SHARD) against the recommendation
   std::vector<std::vector<std::string>> runners_up;   // for ranking.order[1..top_k-1]
   std::vector<FamilyVerdict> rejected_families;
   std::vector<std::vector<std::string>> why;          // per candidate index (empty for most)
@@ -36,6 +38,9 @@ struct ExplainInput {
   double memory_margin = 0.05;
   const calibrate::Cluster& cluster;
   int top_k = 5;
+  const sim::SimResult* detail = nullptr;             // the recommendation re-simulated with its trace
+  double tie_fraction = 0.01;                         // RankPolicy's, for the words
+  double offload_min_gain = 0.10;
 };
 
 Explanations explain(const ExplainInput& in);
@@ -65,6 +70,9 @@ MemoryVerdict memory_verdict(const sim::SimResult& r, double margin);
 // or "... 14.1 GiB over the 76.0 GiB usable (...)"; the simulator's own reason is appended when it says
 // the plan does not fit for another reason.
 std::string memory_text(const sim::SimResult& r, double margin);
+// What makes result b differ from result a (b's figures first): the step-time component that
+// changed most, in words ("exposed communication 2.1 s (30% of its step) vs 0.1 s").
+std::string difference_text(const sim::SimResult& a, const sim::SimResult& b, const sim::Plan& pa, const sim::Plan& pb);
 // One line of the headline numbers: tokens/s, MFU, step time, and memory_text.
 std::string describe_result(const sim::SimResult& r, double margin);
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "planner/sensitivity.h"
 #include "sim/simulator.h"
 
 namespace fsdpsim::planner {
@@ -33,16 +34,35 @@ PlanOutcome run_planner(const PlanRequest& req, const EvalFn* eval) {
   so.progress = req.progress;
   out.search = run_search(out.candidates, lb, ub, eval ? *eval : simulate_fn, so);
   if (out.search.stats.interrupted) return out;
-  out.ranking = rank_candidates(out.search.evals);
+  RankPolicy policy;
+  for (const auto& c : out.candidates) policy.cpu_offload.push_back(c.plan.cpu_offload.params || c.plan.cpu_offload.optimizer);
+  out.ranking = rank_candidates(out.search.evals, policy);
   ExplainInput ei{out.candidates, out.search.evals, out.ranking, out.bounds, so.capacity, req.memory_margin, cl, req.top_k};
+  ei.tie_fraction = policy.tie_fraction;
+  ei.offload_min_gain = policy.offload_min_gain;
+  if (out.ranking.recommended >= 0) {
+    const sim::Plan& rp = out.candidates[static_cast<size_t>(out.ranking.recommended)].plan;
+    SimulateWithTrace vary_sim;
+    if (!eval) {
+      out.recommended_detail = sim::simulate(req.model, req.hw, rp, sim::SimOptions{});
+      vary_sim = [&](const sim::Plan& p, bool trace) {
+        sim::SimOptions o = fast;
+        o.record_trace = trace;
+        return sim::simulate(req.model, req.hw, p, o);
+      };
+    } else {
+      out.recommended_detail = out.search.evals[static_cast<size_t>(out.ranking.recommended)].result;
+      vary_sim = [eval](const sim::Plan& p, bool) { return (*eval)(p); };
+    }
+    out.has_detail = true;
+    ei.detail = &out.recommended_detail;
+    out.variations = vary_plan(rp, out.recommended_detail, cl, req.memory_margin, vary_sim);
+  }
   out.explanations = explain(ei);
-  if (out.ranking.recommended >= 0 && !eval) {
-    sim::SimOptions full;
-    out.recommended_detail = sim::simulate(req.model, req.hw, out.candidates[static_cast<size_t>(out.ranking.recommended)].plan, full);
-    out.has_detail = true;
-  } else if (out.ranking.recommended >= 0) {
-    out.recommended_detail = out.search.evals[static_cast<size_t>(out.ranking.recommended)].result;
-    out.has_detail = true;
+  if (out.ranking.recommended >= 0) {
+    const sim::Plan& rp = out.candidates[static_cast<size_t>(out.ranking.recommended)].plan;
+    out.explanations.choices = variation_lines(out.variations, req.memory_margin);
+    out.explanations.ddp_baseline = ddp_baseline_line(out.variations, rp, out.recommended_detail, req.memory_margin);
   }
   return out;
 }
@@ -79,6 +99,11 @@ std::string summary_table(const PlanRequest& req, const PlanOutcome& out) {
   } else {
     os << "Recommended: " << out.candidates[static_cast<size_t>(out.ranking.recommended)].label << "\n";
     for (const auto& l : out.explanations.recommended) os << "  " << l << "\n";
+    if (!out.explanations.ddp_baseline.empty()) os << out.explanations.ddp_baseline << "\n";
+    if (!out.explanations.choices.empty()) {
+      os << "Each choice of the recommendation changed alone (simulated):\n";
+      for (const auto& l : out.explanations.choices) os << "  - " << l << "\n";
+    }
   }
   return os.str();
 }

@@ -13,6 +13,7 @@
 #include "planner/ranking.h"
 #include "planner/search.h"
 #include "planner/search_space.h"
+#include "planner/sensitivity.h"
 #include "sim/sim_result.h"
 
 namespace fsdpsim::planner {
@@ -37,6 +38,7 @@ struct PlanOutcome {
   Explanations explanations;
   bool has_detail = false;
   sim::SimResult recommended_detail; // the recommendation re-simulated with trace + memory timeline
+  std::vector<Variation> variations; // the recommendation's choices changed one at a time (sensitivity.h)
 };
 
 // Runs the search with sim::simulate (or `eval` when given, e.g. in tests). Throws InputError for

@@ -88,22 +88,32 @@ SearchOutcome run_search(const std::vector<Candidate>& cands, const std::vector<
 
   ProgressBar bar(opts.progress, n);
   int done = out.stats.pruned_memory;
-  // (peak, tokens/s) of simulated plans that fit with the margin, from finished waves.
-  std::vector<std::pair<Bytes, double>> front_pts;
+  // (peak, tokens/s) of simulated plans that fit with the margin, from finished waves: plans without
+  // CPU offload [0] and with it [1]. An offload plan dominates only offload plans, because the
+  // ranking recommends offload only when it is clearly faster (ranking.h): a plan without offload
+  // must stay simulated even when an offload plan beats it.
+  std::vector<std::pair<Bytes, double>> front_pts[2];
+  auto is_offload = [&](int c) { return cands[static_cast<size_t>(c)].plan.cpu_offload.params ? 1 : 0; };
   const size_t wave = static_cast<size_t>(std::max(1, opts.wave_size));
   for (size_t w0 = 0; w0 < order.size() && !out.stats.interrupted; w0 += wave) {
-    // Staircase of finished results: by peak ascending, best throughput so far.
-    std::sort(front_pts.begin(), front_pts.end());
-    std::vector<double> best(front_pts.size());
-    double run = -1;
-    for (size_t i = 0; i < front_pts.size(); ++i) best[i] = run = std::max(run, front_pts[i].second);
+    // Staircases of finished results: by peak ascending, best throughput so far.
+    std::vector<double> best[2];
+    for (int f = 0; f < 2; ++f) {
+      std::sort(front_pts[f].begin(), front_pts[f].end());
+      best[f].resize(front_pts[f].size());
+      double run = -1;
+      for (size_t i = 0; i < front_pts[f].size(); ++i) best[f][i] = run = std::max(run, front_pts[f][i].second);
+    }
+    auto dominated = [&](int f, const Evaluation& e) {
+      auto it = std::upper_bound(front_pts[f].begin(), front_pts[f].end(), std::make_pair(e.memory_lower_bound, 1e308));
+      size_t cnt = static_cast<size_t>(it - front_pts[f].begin());
+      return cnt > 0 && best[f][cnt - 1] > e.tokens_per_s_upper_bound;
+    };
     std::vector<int> todo;
     for (size_t k = w0; k < std::min(order.size(), w0 + wave); ++k) {
       int c = order[k];
       auto& e = out.evals[static_cast<size_t>(c)];
-      auto it = std::upper_bound(front_pts.begin(), front_pts.end(), std::make_pair(e.memory_lower_bound, 1e308));
-      size_t cnt = static_cast<size_t>(it - front_pts.begin());
-      if (cnt > 0 && best[cnt - 1] > e.tokens_per_s_upper_bound) {
+      if (dominated(0, e) || (is_offload(c) && dominated(1, e))) {
         e.status = EvalStatus::SkippedDominated;
         ++out.stats.skipped_dominated;
         ++done;
@@ -150,7 +160,7 @@ SearchOutcome run_search(const std::vector<Candidate>& cands, const std::vector<
       const auto& e = out.evals[static_cast<size_t>(c)];
       if (e.status == EvalStatus::Simulated) {
         ++out.stats.simulated;
-        if (e.fits_with_margin) front_pts.emplace_back(e.result.peak_total_device, e.result.tokens_per_s_per_gpu);
+        if (e.fits_with_margin) front_pts[is_offload(c)].emplace_back(e.result.peak_total_device, e.result.tokens_per_s_per_gpu);
       } else if (e.status == EvalStatus::Invalid) {
         ++out.stats.invalid;
       }

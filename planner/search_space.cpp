@@ -354,7 +354,8 @@ std::vector<std::pair<int, int>> valid_meshes(int nodes, int gpus_per_node) {
 }
 
 std::string family_of(const Plan& p, int gpus_per_node) {
-  std::string f = strategy_text(strategy_of(p));
+  // NO_SHARD is how FSDP spells DDP: the family is named for what users know it as.
+  std::string f = strategy_of(p) == ShardingStrategy::NO_SHARD ? "DDP (NO_SHARD)" : strategy_text(strategy_of(p));
   if (p.fsdp_version == FsdpVersion::FSDP2 && p.reshard_after_forward > 1) f += " (hpZ)";
   if (p.mesh_shard > gpus_per_node) f += " across nodes";
   if (p.cpu_offload.params) f += " + CPU offload";
