@@ -107,8 +107,10 @@ int cmd_plan(const Argv& argv) {
     return 130;  // 128 + SIGINT, the shell convention
   }
   nlohmann::json doc = planner::plan_document(req, out);
-  write_file_atomic(dir + "/plan.json", doc.dump(2) + "\n", "--out");
-  reports::write_html(dir + "/report.html", doc, {}, "--out");
+  write_file_atomic(dir + "/plan.json", planner::plan_document_text(doc), "--out");
+  reports::HtmlOptions html;
+  if (out.has_detail) html.detail = &out.recommended_detail;
+  reports::write_html(dir + "/report.html", doc, html, "--out");
   if (out.has_detail) reports::write_trace(dir + "/trace.json", out.recommended_detail, doc["context"], "--out");
   std::cout << planner::summary_table(req, out);
   std::cout << "wrote " << dir << "/plan.json, " << dir << "/report.html" << (out.has_detail ? ", " + dir + "/trace.json" : "")

@@ -47,6 +47,8 @@ PlanOutcome run_planner(const PlanRequest& req, const EvalFn* eval = nullptr);
 
 // The plan.json document (the contract with reports/).
 nlohmann::json plan_document(const PlanRequest& req, const PlanOutcome& out);
+// plan.json's text: indented, one line per summary row.
+std::string plan_document_text(const nlohmann::json& doc);
 nlohmann::json cluster_json(const calibrate::Cluster& c, Bytes gpu_memory);
 
 // The short table printed by `fsdpsim plan` (top K).

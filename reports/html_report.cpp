@@ -19,7 +19,12 @@ std::string comment_safe(std::string s) {
 }  // namespace
 
 std::string render_html(const nlohmann::json& plan_doc, const HtmlOptions& opt) {
-  const PlanDocView doc = read_plan_doc(plan_doc);
+  PlanDocView doc = read_plan_doc(plan_doc);
+  if (opt.detail && doc.recommended) {
+    if (!doc.detail) doc.detail = DetailView{doc.candidates[*doc.recommended].result, {}, {}};
+    doc.detail->trace = opt.detail->trace;
+    doc.detail->memory_timeline = opt.detail->memory_timeline;
+  }
   SectionOptions so;
   so.trace_href = opt.trace_href;
   so.memory_margin = JsonReader(doc.inputs, "plan.inputs").get_double("memory_margin", 0.0, 0.99, 0.0);
