@@ -62,6 +62,20 @@ std::string saving_text(const Finding& f, const sim::SimResult& base) {
 
 }  // namespace
 
+sim::Plan user_plan(const UserConfig& cfg, const calibrate::Cluster& cl) {
+  const int world = cl.world();
+  sim::Plan p = cfg.plan;
+  if (p.mesh_shard < 0) p.mesh_shard = world / std::max(1, p.mesh_replicate);  // torchtitan "-1" = leftover ranks
+  if (p.grad_accum < 0) {  // torchtitan global_batch_size
+    std::int64_t gbs = -p.grad_accum, per = p.micro_batch * world;
+    if (gbs % per != 0)
+      throw InputError("training.global_batch_size", std::to_string(gbs),
+                       "a multiple of local_batch_size x data-parallel degree = " + std::to_string(per));
+    p.grad_accum = gbs / per;
+  }
+  return sim::resolve_plan(p, world, cl.gpus_per_node);
+}
+
 Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const UserConfig& cfg_in,
                    double margin, const SimulateFn& sim_fn) {
   Diagnosis d;
@@ -74,15 +88,7 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
     cfg.warnings.push_back("the config describes " + std::to_string(cfg.nodes > 0 ? cfg.nodes : cl.nodes) + " node(s) x " +
                            std::to_string(cfg.gpus_per_node > 0 ? cfg.gpus_per_node : gpn) + " GPUs; diagnosed on the cluster " +
                            cl.name + " (" + std::to_string(cl.nodes) + " x " + std::to_string(gpn) + ")");
-  sim::Plan p = cfg.plan;
-  if (p.mesh_shard < 0) p.mesh_shard = world / std::max(1, p.mesh_replicate);  // torchtitan "-1" = leftover ranks
-  if (p.grad_accum < 0) {  // torchtitan global_batch_size
-    std::int64_t gbs = -p.grad_accum, per = p.micro_batch * world;
-    if (gbs % per != 0)
-      throw InputError("training.global_batch_size", std::to_string(gbs),
-                       "a multiple of local_batch_size x data-parallel degree = " + std::to_string(per));
-    p.grad_accum = gbs / per;
-  }
+  sim::Plan p = user_plan(cfg, cl);
   if (!cfg.micro_batch_given) cfg.warnings.push_back("micro-batch not given: assumed 1 (use --micro-batch or `# fsdpsim: micro_batch=N`)");
   if (!cfg.seq_len_given) cfg.warnings.push_back("sequence length not given: assumed 2048 (use --seq-len or `# fsdpsim: seq_len=N`)");
   d.plan = sim::resolve_plan(p, world, gpn);

@@ -55,6 +55,10 @@ struct Diagnosis {
   std::string combined_gain;
 };
 
+// The plan a user config describes on a cluster: torchtitan's "-1" shard degree and global batch
+// size resolved, then resolve_plan (InputError naming the config key or plan field).
+sim::Plan user_plan(const UserConfig& cfg, const calibrate::Cluster& cl);
+
 // `simulate` defaults to sim::simulate without a trace (tests may pass their own).
 using SimulateFn = std::function<sim::SimResult(const sim::Plan&)>;
 Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const UserConfig& cfg,

@@ -158,8 +158,12 @@ Explanations explain(const ExplainInput& in) {
       const auto& r2 = in.evals[static_cast<size_t>(order[1])].result;
       const auto& c2 = in.cands[static_cast<size_t>(order[1])];
       double gain = r2.tokens_per_s_per_gpu > 0 ? r.tokens_per_s_per_gpu / r2.tokens_per_s_per_gpu - 1.0 : 0.0;
-      ex.recommended.push_back("Beats the runner-up " + c2.id + " (" + c2.label + ") by " + num(100 * gain, "%.1f") +
-                               "% tokens/s: " + main_difference(r, r2, c, c2) + ".");
+      if (gain < in.tie_fraction)
+        ex.recommended.push_back("Ties with the runner-up " + c2.id + " (" + c2.label + "; within " + pct_text(in.tie_fraction) +
+                                 " of its tokens/s), which has " + main_difference(r, r2, c, c2) + ".");
+      else
+        ex.recommended.push_back("Beats the runner-up " + c2.id + " (" + c2.label + ") by " + num(100 * gain, "%.1f") +
+                                 "% tokens/s: " + main_difference(r, r2, c, c2) + ".");
     }
     ex.why[static_cast<size_t>(rec)] = ex.recommended;
   }

@@ -1,5 +1,6 @@
 // The plan.json document (schema reports/schema/plan.schema.json, "fsdpsim.plan/1").
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common/context.h"
@@ -104,9 +105,34 @@ nlohmann::json plan_document(const PlanRequest& req, const PlanOutcome& out) {
                          {"choices", out.explanations.choices},
                          {"ddp_baseline", out.explanations.ddp_baseline}};
   if (out.ranking.recommended >= 0) {
-    const auto& c = out.candidates[static_cast<size_t>(out.ranking.recommended)];
-    ExportInput in{req.model, req.cluster, c.plan, c.label};
-    doc["exports"] = exports_to_json(in);
+    json ex = json::object();
+    for (const auto& fp : out.framework_plans) {
+      ExportInput in{req.model, req.cluster, fp.plan, fp.label};
+      Export e = make_export(fp.framework, in);
+      if (!fp.same_as_recommended) {
+        // The export says first that it is not the recommended plan, what changed and what it predicts.
+        std::string head = "# NOTE: " + fp.framework + " cannot express the recommended plan as is; this is " + fp.source + ":\n";
+        for (const auto& ch : fp.changes) head += "#   - " + ch + "\n";
+        char line[256];
+        const auto& rr = out.recommended_detail;
+        std::snprintf(line, sizeof line, "#   predicted %.0f tokens/s per GPU (%+.1f%% vs the recommendation), peak %.1f GiB%s\n",
+                      fp.result.tokens_per_s_per_gpu,
+                      rr.tokens_per_s_per_gpu > 0 ? 100 * (fp.result.tokens_per_s_per_gpu / rr.tokens_per_s_per_gpu - 1) : 0.0,
+                      to_gib(fp.result.peak_total_device), fp.fits_with_margin ? "" : " - it does not fit with the margin");
+        e.text = head + line + e.text;
+      }
+      json j = export_to_json(e);
+      j["plan_label"] = fp.label;
+      j["same_as_recommended"] = fp.same_as_recommended;
+      j["source"] = fp.source;
+      j["changed"] = fp.changes;
+      j["predicted"] = {{"tokens_per_s_per_gpu", fp.result.tokens_per_s_per_gpu},
+                        {"peak_total_device_bytes", fp.result.peak_total_device},
+                        {"fits_with_margin", fp.fits_with_margin}};
+      j["plan"] = sim::plan_to_json(fp.plan);
+      ex[fp.framework] = j;
+    }
+    doc["exports"] = ex;
   } else {
     doc["exports"] = json::object();
   }

@@ -33,26 +33,49 @@ Bytes usable_capacity(Bytes capacity, double margin) {
 
 namespace {
 
+// The terminal progress line: candidates done / total, simulated, pruned or skipped, elapsed time and
+// an ETA from the rate so far. Drawn only when stderr is a terminal, at most 10 times a second.
 class ProgressBar {
  public:
-  ProgressBar(bool on, int total) : on_(on && isatty(2)), total_(total) {}
-  void draw(int done, int simulated, int skipped) {
+  ProgressBar(bool on, int total) : on_(on && isatty(2)), total_(total), t0_(std::chrono::steady_clock::now()) {}
+  void draw(int done, int simulated, int skipped, bool force = false) {
     if (!on_) return;
     std::lock_guard<std::mutex> lock(mu_);
-    const int width = 30;
+    const auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const double elapsed = std::chrono::duration<double>(now - t0_).count();
+    const int width = 24;
     int filled = total_ > 0 ? done * width / total_ : width;
     std::string bar(static_cast<size_t>(filled), '#');
     bar += std::string(static_cast<size_t>(width - filled), '.');
-    std::fprintf(stderr, "\rplan [%s] %d/%d  simulated %d  pruned/skipped %d ", bar.c_str(), done, total_, simulated, skipped);
+    char eta[32] = "--:--";
+    if (done > done_at_start_ && done < total_) {
+      double rate = (done - done_at_start_) / std::max(1e-9, elapsed);
+      clock_text(eta, sizeof eta, (total_ - done) / rate);
+    } else if (done >= total_) {
+      clock_text(eta, sizeof eta, 0);
+    }
+    char el[32];
+    clock_text(el, sizeof el, elapsed);
+    std::fprintf(stderr, "\rplan [%s] %d/%d candidates  simulated %d  pruned/skipped %d  elapsed %s  ETA %s ", bar.c_str(),
+                 done, total_, simulated, skipped, el, eta);
     std::fflush(stderr);
   }
+  void start_at(int done) { done_at_start_ = done; }   // candidates settled before any simulation (pruned)
   void finish() {
     if (on_) std::fprintf(stderr, "\n");
   }
 
  private:
+  static void clock_text(char* buf, size_t n, double s) {
+    long t = std::lround(s);
+    std::snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+  }
   bool on_;
   int total_;
+  int done_at_start_ = 0;
+  std::chrono::steady_clock::time_point t0_, last_{};
   std::mutex mu_;
 };
 
@@ -88,6 +111,7 @@ SearchOutcome run_search(const std::vector<Candidate>& cands, const std::vector<
 
   ProgressBar bar(opts.progress, n);
   int done = out.stats.pruned_memory;
+  bar.start_at(done);
   // (peak, tokens/s) of simulated plans that fit with the margin, from finished waves: plans without
   // CPU offload [0] and with it [1]. An offload plan dominates only offload plans, because the
   // ranking recommends offload only when it is clearly faster (ranking.h): a plan without offload
@@ -166,7 +190,7 @@ SearchOutcome run_search(const std::vector<Candidate>& cands, const std::vector<
       }
     }
     done += static_cast<int>(todo.size());
-    bar.draw(done, out.stats.simulated, out.stats.pruned_memory + out.stats.skipped_dominated);
+    bar.draw(done, out.stats.simulated, out.stats.pruned_memory + out.stats.skipped_dominated, true);
   }
   bar.finish();
   out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -285,8 +285,9 @@ const std::vector<std::string>& searched_keys() {
   return k;
 }
 const std::vector<std::string>& base_keys() {
-  static const std::vector<std::string> k = {"optimizer", "trainable_fraction", "auto_wrap_policy", "use_orig_params",
-                                             "cross_entropy"};
+  static const std::vector<std::string> k = {"optimizer",     "trainable_fraction", "auto_wrap_policy", "use_orig_params",
+                                             "cross_entropy", "implementation",     "compile",          "optimizer_impl",
+                                             "alloc_conf"};
   return k;
 }
 
@@ -574,6 +575,22 @@ void apply_base_constraint(Plan& p, const Constraint& c) {
     else if (l == "fused") p.cross_entropy = models::LossImpl::Fused;
     else if (l == "fused_linear") p.cross_entropy = models::LossImpl::FusedLinear;
     else throw InputError(field, v, "torch, fused or fused_linear");
+  } else if (c.key == "implementation") {
+    std::string l = lower(v);
+    if (l == "torchtitan") p.implementation = models::ModelImpl::TorchTitan;
+    else if (l == "hf") p.implementation = models::ModelImpl::HF;
+    else if (l == "litgpt") p.implementation = models::ModelImpl::LitGPT;
+    else if (l == "fused") p.implementation = models::ModelImpl::Fused;
+    else throw InputError(field, v, "torchtitan, hf, litgpt or fused");
+  } else if (c.key == "compile") {
+    p.compile = canonical_bool(field, v) == "true";
+  } else if (c.key == "optimizer_impl") {
+    std::string l = lower(v);
+    if (l == "foreach") p.optimizer_impl = sim::OptimizerImpl::Foreach;
+    else if (l == "fused") p.optimizer_impl = sim::OptimizerImpl::Fused;
+    else throw InputError(field, v, "foreach or fused");
+  } else if (c.key == "alloc_conf") {
+    p.alloc_conf = sim::parse_alloc_conf(v, field);
   } else if (c.key == "auto_wrap_policy") {
     std::string l = lower(v);
     models::WrapPolicy w;

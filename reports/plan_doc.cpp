@@ -231,6 +231,10 @@ PlanDocView read_plan_doc(const json& doc, const std::string& root) {
       ev.target = e.get_string("target", "");
       ev.text = e.get_string("text");
       ev.unsupported = optional_string_list(e, "unsupported");
+      ev.same_as_recommended = e.get_bool("same_as_recommended", true);
+      ev.plan_label = e.get_string("plan_label", "");
+      ev.source = e.get_string("source", "");
+      ev.changed = optional_string_list(e, "changed");
       v.exports.push_back(std::move(ev));
     }
   }

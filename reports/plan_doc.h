@@ -51,6 +51,9 @@ struct DetailView {
 struct ExportView {
   std::string key, format, target, text;
   std::vector<std::string> unsupported;
+  bool same_as_recommended = true;
+  std::string plan_label, source;
+  std::vector<std::string> changed;   // what differs from the recommendation, and why
 };
 
 struct PlanDocView {

@@ -181,7 +181,13 @@ std::string section_exports(const PlanDocView& doc) {
          "</h3><span class=\"badge\">" + html_escape(e.format) + "</span>";
     if (!e.target.empty()) h += "<span class=\"badge\">" + html_escape(e.target) + "</span>";
     if (!e.unsupported.empty()) h += "<span class=\"badge warn\">" + std::to_string(e.unsupported.size()) + " not expressible</span>";
-    h += "</summary><button type=\"button\" class=\"copy\" data-target=\"" + id + "\">Copy</button>";
+    if (!e.same_as_recommended) h += "<span class=\"badge warn\">another plan</span>";
+    h += "</summary>";
+    if (!e.same_as_recommended)
+      h += "<div class=\"unsupported\">" + html_escape(e.key) + " cannot express the recommended plan as is; this export carries " +
+           html_escape(e.source) + " (<span class=\"plan-label\">" + html_escape(e.plan_label) + "</span>), simulated:" +
+           bullet_list(e.changed) + "</div>";
+    h += "<button type=\"button\" class=\"copy\" data-target=\"" + id + "\">Copy</button>";
     h += "<pre id=\"" + id + "\"><code>" + html_escape(e.text) + "</code></pre>";
     if (!e.unsupported.empty())
       h += "<div class=\"unsupported\">Not expressible in " + html_escape(e.key) + ":" + bullet_list(e.unsupported) + "</div>";
