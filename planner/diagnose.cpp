@@ -263,10 +263,10 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
     auto change = [r, gpn](sim::Plan& q) {
       q.mesh_replicate = r;
       q.mesh_shard = gpn;
-      if (q.fsdp_version == sim::FsdpVersion::FSDP1)
-        q.sharding_strategy = q.sharding_strategy == sim::ShardingStrategy::SHARD_GRAD_OP ? sim::ShardingStrategy::_HYBRID_SHARD_ZERO2
-                                                                                         : sim::ShardingStrategy::HYBRID_SHARD;
-      else if (q.reshard_after_forward > 1) q.reshard_after_forward = -1;
+      if (q.reshard_after_forward > 1) q.reshard_after_forward = -1;
+      const bool zero2 = q.fsdp_version == sim::FsdpVersion::FSDP1 ? q.sharding_strategy == sim::ShardingStrategy::SHARD_GRAD_OP
+                                                                   : q.reshard_after_forward == 0;
+      q.sharding_strategy = zero2 ? sim::ShardingStrategy::_HYBRID_SHARD_ZERO2 : sim::ShardingStrategy::HYBRID_SHARD;
     };
     try_fix(f, change);
     if (better(f)) {

@@ -129,9 +129,9 @@ FitAnswer fit_plan(const models::ModelSpec& model, const calibrate::HardwareProf
     add("mesh [1, " + std::to_string(cl.world()) + "] (shard over all GPUs)", [&](sim::Plan& q) {
       q.mesh_replicate = 1;
       q.mesh_shard = cl.world();
-      if (q.fsdp_version == sim::FsdpVersion::FSDP1)
-        q.sharding_strategy = q.sharding_strategy == sim::ShardingStrategy::_HYBRID_SHARD_ZERO2 ? sim::ShardingStrategy::SHARD_GRAD_OP
-                                                                                               : sim::ShardingStrategy::FULL_SHARD;
+      q.sharding_strategy = q.sharding_strategy == sim::ShardingStrategy::_HYBRID_SHARD_ZERO2 ? sim::ShardingStrategy::SHARD_GRAD_OP
+                                                                                             : sim::ShardingStrategy::FULL_SHARD;
+      if (q.reshard_after_forward > 1) q.reshard_after_forward = -1;
     });
   if (p.fsdp_version == sim::FsdpVersion::FSDP1)
     add("fsdp_version 2", [](sim::Plan& q) {

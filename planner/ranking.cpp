@@ -40,7 +40,7 @@ Ranking rank_candidates(const std::vector<Evaluation>& evals, const RankPolicy& 
     for (int i : fit) {
       if (offload(i) && !allow_offload) continue;
       if (tps(i) < tps(lead) * (1.0 - policy.tie_fraction)) break;   // fit is sorted by tokens/s
-      if (peak(i) < peak(best)) best = i;
+      if (peak(i) + policy.tie_min_saving <= peak(best)) best = i;
     }
     r.recommended = best;
     auto it = std::find(r.order.begin(), r.order.end(), best);

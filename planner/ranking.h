@@ -5,7 +5,8 @@
 // The recommendation (note "recommendation rule", copied into the README) is chosen among the plans
 // that fit with the margin and comes first in the order:
 //  * ties: plans within RankPolicy::tie_fraction of the fastest plan's tokens/s count as tied, and
-//    the tied plan with the lowest peak memory (the most headroom) is recommended - a difference
+//    walking them from the fastest, a plan that needs at least tie_min_saving less memory than the one
+//    chosen so far replaces it (the most headroom, without trading speed for a few MiB) - a difference
 //    smaller than the simulator's measured throughput error (README "How accurate is it": 5-8%
 //    MAPE) is no reason to give up memory;
 //  * CPU offload: a plan with CPU offload is recommended only when no plan without it fits, or when
@@ -24,6 +25,9 @@ struct RankPolicy {
   // 1%: well under the simulator's measured tokens/s error (5.1-7.6% MAPE, README), so "tied" never
   // hides a difference the simulator can resolve.
   double tie_fraction = 0.01;
+  // A tied plan replaces a faster one only when it frees at least this much memory (1 GiB, the
+  // threshold the explanations call a difference, sensitivity.h).
+  Bytes tie_min_saving = kGiB;
   // 10%: more than the largest measured per-GPU-type throughput error (7.6%, README) - a gain the
   // prediction can vouch for.
   double offload_min_gain = 0.10;

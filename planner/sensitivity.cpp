@@ -34,8 +34,8 @@ struct Change {
 void set_strategy(sim::Plan& q, ShardingStrategy fsdp1_strategy, int replicate, int shard) {
   q.mesh_replicate = replicate;
   q.mesh_shard = shard;
-  if (q.fsdp_version == sim::FsdpVersion::FSDP1) q.sharding_strategy = fsdp1_strategy;
-  else if (q.reshard_after_forward > 1 && (q.reshard_after_forward >= shard || shard % q.reshard_after_forward != 0))
+  q.sharding_strategy = fsdp1_strategy;   // FSDP2 plans carry their derived strategy too; resolve_plan checks it
+  if (q.fsdp_version == sim::FsdpVersion::FSDP2 && q.reshard_after_forward > 1 && (q.reshard_after_forward >= shard || shard % q.reshard_after_forward != 0))
     q.reshard_after_forward = -1;
 }
 

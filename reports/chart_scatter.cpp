@@ -46,8 +46,8 @@ std::string pretty_name(const std::string& snake) {
   static const std::pair<const char*, const char*> special[] = {
       {"all_gather", "all-gather"}, {"reduce_scatter", "reduce-scatter"}, {"all_reduce", "all-reduce"},
       {"cpu", "CPU issue"},         {"h2d", "H2D copy"},                  {"d2h", "D2H copy"},
-      {"cuda_context", "CUDA/NCCL context"}, {"default", "compute (default stream)"},
-      {"unshard", "all-gather (unshard)"}, {"post_backward", "reduce-scatter (post_backward)"},
+      {"cuda_context", "CUDA/NCCL context"}, {"default", "compute (default)"},
+      {"unshard", "all-gather (unshard)"}, {"post_backward", "post_backward (RS)"},
       {"pre_unshard", "copy (pre_unshard)"}, {"all_gather_copy_in", "all-gather copy-in"}};
   for (const auto& [k, v] : special)
     if (snake == k) return v;
