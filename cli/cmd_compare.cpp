@@ -10,6 +10,7 @@
 #include "common/output_file.h"
 #include "models/zoo.h"
 #include "planner/compare.h"
+#include "planner/planner.h"
 #include "sim/simulator.h"
 
 namespace fsdpsim::cli {
@@ -52,10 +53,10 @@ int cmd_compare(const Argv& argv) {
   a.name = "A", a.source = sa.described, a.plan = sa.plan;
   b.name = "B", b.source = sb.described, b.plan = sb.plan;
   const double margin = args.get_double("memory-margin", 0.05, 0.0, 0.9);
-  sim::SimOptions so;
-  so.record_trace = false;
-  so.record_memory_timeline = false;
-  auto simulate = [&](const sim::Plan& p) { return sim::simulate(models::with_seq_len(model, p.seq_len), hw, p, so); };
+  // The sides may differ in sequence length; a model whose position table follows it (MPT) differs too.
+  const models::ModelSpec model_a = models::with_seq_len(model, a.plan.seq_len), model_b = models::with_seq_len(model, b.plan.seq_len);
+  const planner::EvalFn sim_a = planner::fast_simulate(model_a, hw), sim_b = planner::fast_simulate(model_b, hw);
+  auto simulate = [&](const sim::Plan& p) { return p.seq_len == b.plan.seq_len ? sim_b(p) : sim_a(p); };
   const planner::Comparison c = planner::compare_plans(hw, a, b, margin, simulate);
   std::cout << "fsdpsim compare: " << model.name << " on " << cluster.name << "\n" << planner::compare_text(c);
   if (args.has("json")) {

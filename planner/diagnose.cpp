@@ -13,6 +13,7 @@
 #include "planner/config_text.h"
 #include "planner/diagnose_fixes.h"
 #include "planner/explain.h"
+#include "planner/planner.h"
 #include "planner/search_space.h"
 #include "sim/simulator.h"
 
@@ -92,13 +93,7 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
   if (!cfg.micro_batch_given) cfg.warnings.push_back("micro-batch not given: assumed 1 (use --micro-batch or `# fsdpsim: micro_batch=N`)");
   if (!cfg.seq_len_given) cfg.warnings.push_back("sequence length not given: assumed 2048 (use --seq-len or `# fsdpsim: seq_len=N`)");
   d.plan = sim::resolve_plan(p, world, gpn);
-  SimulateFn run = sim_fn;
-  if (!run) {
-    sim::SimOptions o;
-    o.record_trace = false;
-    o.record_memory_timeline = false;
-    run = [&model, &hw, o](const sim::Plan& q) { return sim::simulate(model, hw, q, o); };
-  }
+  const EvalFn run = sim_fn ? sim_fn : fast_simulate(model, hw);
   d.usable = usable_capacity(hw.memory_capacity(), margin);
   d.result = run(d.plan);
   d.fits_with_margin = memory_verdict(d.result, margin).fits;

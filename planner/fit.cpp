@@ -7,6 +7,7 @@
 
 #include "common/errors.h"
 #include "planner/explain.h"
+#include "planner/planner.h"
 #include "planner/search_space.h"
 #include "sim/simulator.h"
 
@@ -37,13 +38,7 @@ sim::ActivationCheckpointing ac_of(const std::string& m) {
 FitAnswer fit_plan(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const sim::Plan& plan_in, double margin,
                    const FitSimulateFn& sim_fn) {
   const auto& cl = hw.cluster();
-  FitSimulateFn run = sim_fn;
-  if (!run) {
-    sim::SimOptions o;
-    o.record_trace = false;
-    o.record_memory_timeline = false;
-    run = [&model, &hw, o](const sim::Plan& q) { return sim::simulate(model, hw, q, o); };
-  }
+  const EvalFn run = sim_fn ? sim_fn : fast_simulate(model, hw);
   auto resolve = [&](sim::Plan q) { return sim::resolve_plan(q, cl.world(), cl.gpus_per_node); };
   auto fits = [&](const sim::SimResult& r) { return memory_verdict(r, margin).fits; };
   FitAnswer a;

@@ -77,6 +77,13 @@ std::vector<FrameworkPlan> framework_plans(const PlanRequest& req, const PlanOut
 
 }  // namespace
 
+EvalFn fast_simulate(const models::ModelSpec& model, const calibrate::HardwareProfile& hw) {
+  sim::SimOptions o;
+  o.record_trace = false;
+  o.record_memory_timeline = false;
+  return [&model, &hw, o](const sim::Plan& p) { return sim::simulate(model, hw, p, o); };
+}
+
 PlanOutcome run_planner(const PlanRequest& req, const EvalFn* eval) {
   PlanOutcome out;
   const auto& cl = req.cluster;
@@ -93,7 +100,7 @@ PlanOutcome run_planner(const PlanRequest& req, const EvalFn* eval) {
   sim::SimOptions fast;
   fast.record_trace = false;
   fast.record_memory_timeline = false;
-  EvalFn simulate_fn = [&](const sim::Plan& p) { return sim::simulate(req.model, req.hw, p, fast); };
+  EvalFn simulate_fn = fast_simulate(req.model, req.hw);
   SearchOptions so;
   so.threads = req.threads;
   so.memory_margin = req.memory_margin;

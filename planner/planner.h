@@ -56,6 +56,10 @@ struct PlanOutcome {
   std::vector<FrameworkPlan> framework_plans;   // one per export, when there is a recommendation
 };
 
+// sim::simulate of `model` on `hw` without a trace or memory timeline (the figures a comparison needs,
+// at the fast path's speed); model and hw must outlive it.
+EvalFn fast_simulate(const models::ModelSpec& model, const calibrate::HardwareProfile& hw);
+
 // Runs the search with sim::simulate (or `eval` when given, e.g. in tests). Throws InputError for
 // bad input. When interrupted (SIGINT), returns with search.stats.interrupted set.
 PlanOutcome run_planner(const PlanRequest& req, const EvalFn* eval = nullptr);

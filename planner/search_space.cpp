@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "planner/config_text.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -20,14 +21,9 @@ using sim::Plan;
 using sim::ShardingStrategy;
 using AcMode = ActivationCheckpointing::Mode;
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-std::string upper(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
+using config_text::lower;
+using config_text::upper;
+// Unlike config_text::trim, also strips the quotes a shell may leave around a --fix value.
 std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\"'"), e = s.find_last_not_of(" \t\"'");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
