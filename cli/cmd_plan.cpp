@@ -47,6 +47,7 @@ int cmd_plan(const Argv& argv) {
       {"memory-margin", true, false, "fraction of GPU memory kept free (default 0.05)", "F"},
       {"profile", true, false, "calibrated hardware profile JSON (default: the built-in profile of the cluster)", "FILE"},
       {"threads", true, false, "simulation threads (default: all cores)", "N"},
+      {"format", true, false, "the printed ranked table: text (default), markdown or csv (csv prints the table alone)", "F"},
   };
   Args args(argv, specs);
   if (args.help()) {
@@ -89,14 +90,18 @@ int cmd_plan(const Argv& argv) {
     auto c = planner::parse_constraint(f, "--exclude");
     const auto& bk = planner::base_keys();
     if (std::find(bk.begin(), bk.end(), c.key) != bk.end())
-      throw InputError("--exclude", f, "base keys (optimizer, trainable_fraction, auto_wrap_policy, use_orig_params) "
-                                       "are not searched; set them with --fix");
+      throw InputError("--exclude", f, "base keys (optimizer, trainable_fraction, auto_wrap_policy, use_orig_params, "
+                                       "cross_entropy, implementation, compile, optimizer_impl, alloc_conf) are not searched; "
+                                       "set them with --fix");
     req.space.excluded.push_back(c);
   }
   req.memory_margin = args.get_double("memory-margin", 0.05, 0.0, 0.9);
   int hw_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   req.threads = static_cast<int>(args.get_int("threads", hw_threads, 1, 1024));
   req.top_k = static_cast<int>(args.get_int("top", 5, 1, 1000));
+  req.table_format = args.get("format", "text");
+  if (req.table_format != "text" && req.table_format != "markdown" && req.table_format != "csv")
+    throw InputError("--format", req.table_format, "text, markdown or csv");
   req.progress = isatty(2) != 0;
   const std::string dir = args.get("out", "fsdpsim-plan");
   ensure_directory(dir, "--out");
@@ -107,11 +112,13 @@ int cmd_plan(const Argv& argv) {
     return 130;  // 128 + SIGINT, the shell convention
   }
   nlohmann::json doc = planner::plan_document(req, out);
-  write_file_atomic(dir + "/plan.json", doc.dump(2) + "\n", "--out");
-  reports::write_html(dir + "/report.html", doc, {}, "--out");
+  write_file_atomic(dir + "/plan.json", planner::plan_document_text(doc), "--out");
+  reports::HtmlOptions html;
+  if (out.has_detail) html.detail = &out.recommended_detail;
+  reports::write_html(dir + "/report.html", doc, html, "--out");
   if (out.has_detail) reports::write_trace(dir + "/trace.json", out.recommended_detail, doc["context"], "--out");
   std::cout << planner::summary_table(req, out);
-  std::cout << "wrote " << dir << "/plan.json, " << dir << "/report.html" << (out.has_detail ? ", " + dir + "/trace.json" : "")
+  if (req.table_format != "csv") std::cout << "wrote " << dir << "/plan.json, " << dir << "/report.html" << (out.has_detail ? ", " + dir + "/trace.json" : "")
             << "\n";
   if (out.ranking.recommended < 0)
     throw DoesNotFitError("no candidate plan fits in " + planner::gib_text(req.hw.memory_capacity()) + " per GPU with a " +

@@ -4,6 +4,8 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/host_memory.h"
+#include "models/zoo.h"
 #include "common/args.h"
 #include "common/context.h"
 #include "common/output_file.h"
@@ -32,6 +34,7 @@ int cmd_run(const Argv& argv) {
     return 0;
   }
   const runtime::LaunchOptions o = runtime::launch_options_from_args(a);
+  check_host_memory(o, models::load_model(o.model, "--model"));
   const runtime::LaunchResult r = runtime::launch_run(o);
   const auto& m = r.measured;
   const bool cuda = o.backend == "cuda";

@@ -11,6 +11,7 @@
 #include "common/errors.h"
 #include "common/output_file.h"
 #include "models/zoo.h"
+#include "planner/explain.h"
 #include "reports/trace.h"
 #include "sim/plan.h"
 #include "sim/simulator.h"
@@ -27,7 +28,7 @@ const std::vector<OptionSpec>& specs() {
       {"profile", true, false, "calibrated hardware profile JSON (default: the built-in profile of the cluster)", "FILE"},
       {"json", true, false, "write the result as JSON (context, inputs, result) to OUT", "OUT"},
       {"trace", true, false, "write a Chrome/Perfetto trace of the predicted step to OUT", "OUT"},
-      {"memory-margin", true, false, "fraction of GPU memory kept free when deciding fits (default 0)", "F"},
+      {"memory-margin", true, false, "fraction of GPU memory kept free when deciding fits (default 0.05, as plan and diagnose)", "F"},
       {"require-fit", false, false, "exit with code 3 if the plan does not fit in GPU memory", ""},
   };
   return s;
@@ -67,7 +68,7 @@ std::string peak_words(const sim::PeakLocation& at) {
 }
 
 void print_summary(std::ostream& os, const models::ModelSpec& model, const calibrate::HardwareProfile& hw,
-                   const sim::Plan& p, const sim::SimResult& r) {
+                   const sim::Plan& p, const sim::SimResult& r, double margin) {
   const auto& c = hw.cluster();
   os << "fsdpsim simulate: " << model.name << " on " << c.name << " (" << c.world() << " GPUs; profile "
      << hw.name() << ", " << hw.source() << ")\n";
@@ -83,6 +84,7 @@ void print_summary(std::ostream& os, const models::ModelSpec& model, const calib
   os << "  + CUDA context / NCCL buffers     " << gib(r.context_bytes) << "\n";
   os << "  = peak device total               " << gib(r.peak_total_device) << " of " << gib(r.capacity)
      << " -> " << (r.fits ? "fits" : "DOES NOT FIT") << "\n";
+  os << "  " << planner::memory_text(r, margin) << "\n";
   os << "  peak at " << peak_words(r.peak_allocated_at) << " (allocated), " << peak_words(r.peak_reserved_at)
      << " (reserved)\n";
   os << "  first step (optimizer state created in it): allocated " << gib(r.first_step_peak_allocated)
@@ -132,7 +134,7 @@ int cmd_simulate(const Argv& argv) {
   sim::SimOptions so;
   so.record_trace = args.has("trace");
   so.record_memory_timeline = args.has("trace");
-  so.memory_margin = args.get_double("memory-margin", 0.0, 0.0, 0.99);
+  so.memory_margin = args.get_double("memory-margin", 0.05, 0.0, 0.99);
   const sim::SimResult r = sim::simulate(model, hw, plan, so);
   const sim::Plan resolved = sim::resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
 
@@ -151,10 +153,10 @@ int cmd_simulate(const Argv& argv) {
   }
   if (args.has("trace")) reports::write_trace(args.get("trace"), r, context, "--trace");
 
-  print_summary(std::cout, model, hw, resolved, r);
+  // memory_text measures the headroom itself against the margin; the simulator's fits already includes it.
+  print_summary(std::cout, model, hw, resolved, r, so.memory_margin);
   if (args.has("require-fit") && !r.fits)
-    throw DoesNotFitError("peak device memory " + gib(r.peak_total_device) + " GiB > usable " +
-                          num("%.2f", to_gib(r.capacity) * (1.0 - so.memory_margin)) + " GiB (--require-fit)");
+    throw DoesNotFitError(planner::memory_text(r, so.memory_margin) + " (--require-fit)");
   return kExitOk;
 }
 

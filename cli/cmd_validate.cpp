@@ -6,6 +6,7 @@
 
 #include "calibrate/hardware_profile.h"
 #include "cli/commands.h"
+#include "cli/host_memory.h"
 #include "common/args.h"
 #include "common/context.h"
 #include "common/errors.h"
@@ -90,6 +91,7 @@ int cmd_validate(const Argv& argv) {
   const sim::Plan plan = sim::resolve_plan(sim::load_plan(o.plan, "--plan"), W, gpn);
   // The runtime runs its own kernels: the prediction is of the same program (implementation "runtime").
   const sim::SimResult predicted = sim::simulate(model, hw, runtime::runtime_plan(plan));
+  check_host_memory(o, model);
   const runtime::LaunchResult run = runtime::launch_run(o);
   nlohmann::json cmp = runtime::compare_results(predicted, run.measured);
 

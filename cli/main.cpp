@@ -23,6 +23,8 @@ const Command kCommands[] = {
     {"plan", fsdpsim::cli::cmd_plan, "search FSDP plans for a model and cluster; write plan.json and report.html"},
     {"simulate", fsdpsim::cli::cmd_simulate, "predict memory and step time of one plan"},
     {"diagnose", fsdpsim::cli::cmd_diagnose, "check an existing Lightning/accelerate/torchtitan/plan config"},
+    {"fit", fsdpsim::cli::cmd_fit, "does a plan fit; the largest micro-batch; the smallest change that makes it fit"},
+    {"compare", fsdpsim::cli::cmd_compare, "two plans side by side (e.g. your config vs the recommended one)"},
     {"model-info", fsdpsim::cli::cmd_model_info, "describe a model: parameters, FLOPs, FSDP units"},
     {"calibrate", fsdpsim::cli::cmd_calibrate, "measure collectives and kernels; write a hardware profile"},
     {"profile", fsdpsim::cli::cmd_profile, "inspect hardware profiles (profile show FILE|NAME)"},

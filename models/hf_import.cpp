@@ -1,13 +1,14 @@
 // Hugging Face config.json import (ecosystem.md section 3), model types llama, mistral, qwen2, gemma,
-// mixtral, gpt2, and llm-foundry's mpt. The file is read as-is: keys this importer does not use
+// mixtral, gemma2, phi3, qwen3, olmo2, gpt2, and llm-foundry's mpt. The file is read as-is: keys this importer does not use
 // (torch_dtype, rope_theta, rms_norm_eps, architectures, sliding_window, ...) are ignored on purpose,
 // because they change neither the parameter count nor FLOPs nor activation bytes, and real configs
 // carry dozens of them. Keys it does use are type-checked and named in errors as SOURCE:key.
 //
 // Defaults for absent keys are the transformers / llm-foundry config-class defaults:
 //   num_key_value_heads -> num_attention_heads; head_dim -> hidden_size / num_attention_heads;
-//   tie_word_embeddings -> true for gemma (GemmaConfig) and gpt2/mpt, false for llama, mistral, qwen2,
-//   mixtral; gpt2 n_inner null -> 4 * n_embd, n_positions -> 1024; mpt expansion_ratio 4,
+//   tie_word_embeddings -> true for gemma, gemma2 (GemmaConfig, Gemma2Config) and gpt2/mpt, false for
+//   llama, mistral, qwen2, mixtral, phi3, qwen3, olmo2; head_dim absent: qwen3 128 (Qwen3Config), gemma2
+//   256 (Gemma2Config); gpt2 n_inner null -> 4 * n_embd, n_positions -> 1024; mpt expansion_ratio 4,
 //   max_seq_len 2048, no_bias false, learned_pos_emb true (MPTConfig).
 // Size fields (hidden, layers, heads, vocab, intermediate size, experts) are required: a default
 // would silently describe another model.
@@ -72,16 +73,37 @@ MlpKind gated_kind(const Cfg& c, const std::string& act, const std::string& key)
   throw InputError(c.field(key), "\"" + act + "\"", "silu/swish (SwiGLU) or a gelu variant (GeGLU)");
 }
 
-// llama, mistral, qwen2, gemma, mixtral: one family, a few per-type defaults.
+// llama, mistral, qwen2, gemma, mixtral, gemma2, phi3, qwen3, olmo2: one family, a few per-type
+// defaults and block shapes. What the newer types add that counts (transformers modeling_*.py):
+//   gemma2  a norm after attention and after the MLP too (input_, post_attention_, pre_feedforward_,
+//           post_feedforward_layernorm: 4 per block); its logit soft-capping and alternating sliding
+//           window hold no parameters (the window would lower attention FLOPs past 4096 tokens: not
+//           modelled, the FLOPs count full causal attention);
+//   phi3    fused qkv_proj and gate_up_proj: the same parameters as separate projections;
+//   qwen3   RMSNorm(head_dim) on the queries and on the keys (q_norm, k_norm), no QKV bias;
+//   olmo2   norms after attention and after the MLP only (2 per block), and RMSNorm over all queries
+//           and all keys (q_norm [heads*head_dim], k_norm [kv_heads*head_dim]).
 void import_llama_family(const Cfg& c, const std::string& type, ModelSpec& m) {
-  static const struct { const char* type; const char* cls; bool tied; std::int64_t max_pos; const char* act; } kTypes[] = {
+  static const struct {
+    const char* type;
+    const char* cls;
+    bool tied;
+    std::int64_t max_pos;
+    const char* act;
+    std::int64_t head_dim;   // the config class's default when the file has no head_dim (0: hidden / heads)
+  } kTypes[] = {
       // max_position_embeddings defaults: LlamaConfig 2048, MistralConfig 4096*32, Qwen2Config 32768,
-      // GemmaConfig 8192, MixtralConfig 4096*32 (transformers configuration_*.py).
-      {"llama", "LlamaDecoderLayer", false, 2048, "silu"},
-      {"mistral", "MistralDecoderLayer", false, 4096 * 32, "silu"},
-      {"qwen2", "Qwen2DecoderLayer", false, 32768, "silu"},
-      {"gemma", "GemmaDecoderLayer", true, 8192, "gelu_pytorch_tanh"},
-      {"mixtral", "MixtralDecoderLayer", false, 4096 * 32, "silu"},
+      // GemmaConfig 8192, MixtralConfig 4096*32, Gemma2Config 8192, Phi3Config 4096, Qwen3Config 32768,
+      // Olmo2Config 2048 (transformers configuration_*.py).
+      {"llama", "LlamaDecoderLayer", false, 2048, "silu", 0},
+      {"mistral", "MistralDecoderLayer", false, 4096 * 32, "silu", 0},
+      {"qwen2", "Qwen2DecoderLayer", false, 32768, "silu", 0},
+      {"gemma", "GemmaDecoderLayer", true, 8192, "gelu_pytorch_tanh", 0},
+      {"mixtral", "MixtralDecoderLayer", false, 4096 * 32, "silu", 0},
+      {"gemma2", "Gemma2DecoderLayer", true, 8192, "gelu_pytorch_tanh", 256},
+      {"phi3", "Phi3DecoderLayer", false, 4096, "silu", 0},
+      {"qwen3", "Qwen3DecoderLayer", false, 32768, "silu", 128},
+      {"olmo2", "Olmo2DecoderLayer", false, 2048, "silu", 0},
   };
   const auto* t = &kTypes[0];
   for (const auto& k : kTypes)
@@ -95,6 +117,8 @@ void import_llama_family(const Cfg& c, const std::string& type, ModelSpec& m) {
   m.n_kv_heads = c.opt_int({"num_key_value_heads"}, m.n_heads);
   if (c.has("head_dim")) {
     m.head_dim = c.opt_int({"head_dim"}, 0);
+  } else if (t->head_dim > 0) {
+    m.head_dim = t->head_dim;
   } else {
     if (m.n_heads <= 0) throw InputError(c.field("num_attention_heads"), std::to_string(m.n_heads), "an integer >= 1");
     if (m.hidden % m.n_heads != 0)
@@ -104,18 +128,21 @@ void import_llama_family(const Cfg& c, const std::string& type, ModelSpec& m) {
   }
   m.max_positions = c.opt_int({"max_position_embeddings"}, t->max_pos);
   m.tied_embeddings = c.opt_bool("tie_word_embeddings", t->tied);
-  // gemma: `hidden_activation` (newer files) wins over `hidden_act`.
-  const char* act_key = type == "gemma" && c.has("hidden_activation") ? "hidden_activation" : "hidden_act";
+  // gemma, gemma2: `hidden_activation` (newer files) wins over `hidden_act`.
+  const char* act_key = (type == "gemma" || type == "gemma2") && c.has("hidden_activation") ? "hidden_activation" : "hidden_act";
   m.hidden_act = c.opt_string({act_key}, t->act);
   m.mlp = gated_kind(c, m.hidden_act, act_key);
   m.norm = NormKind::RMSNorm;
   m.positions = PositionKind::Rotary;
   if (type == "qwen2") {
     m.qkv_bias = true;  // Qwen2Attention: q/k/v Linear(bias=True), o_proj bias=False
-  } else if (type == "llama" || type == "gemma") {
+  } else if (type == "llama" || type == "gemma" || type == "gemma2" || type == "qwen3" || type == "olmo2") {
     const bool ab = c.opt_bool("attention_bias", false);  // bias on q, k, v and o
     m.qkv_bias = m.out_bias = ab;
   }
+  if (type == "gemma2") m.block_norms = 4;
+  if (type == "qwen3") m.qk_norm = QkNorm::PerHead;
+  if (type == "olmo2") m.qk_norm = QkNorm::Full;
   if (type == "llama") m.mlp_bias = c.opt_bool("mlp_bias", false);
   if (type == "mixtral") {
     m.n_experts = c.req_int({"num_local_experts", "num_experts"}, type);
@@ -193,14 +220,15 @@ ModelSpec import_hf_config(const nlohmann::json& config, const std::string& sour
   if (!config.is_object())
     throw InputError(source, json_value_for_message(config), "a JSON object (a Hugging Face config.json)");
   Cfg c(config, source);
-  static const char* kAllowed = "one of llama, mistral, qwen2, gemma, mixtral, gpt2, mpt";
+  static const char* kAllowed = "one of llama, mistral, qwen2, gemma, mixtral, gemma2, phi3, qwen3, olmo2, gpt2, mpt";
   if (!c.has("model_type")) throw InputError(c.field("model_type"), "<missing>", kAllowed);
   const std::string type = c.opt_string({"model_type"}, "");
   ModelSpec m;
   m.model_type = type;
   m.name = c.opt_string({"_name_or_path"}, "");
   if (m.name.empty()) m.name = source;
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "gemma" || type == "mixtral") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "gemma" || type == "mixtral" || type == "gemma2" ||
+      type == "phi3" || type == "qwen3" || type == "olmo2") {
     import_llama_family(c, type, m);
   } else if (type == "gpt2") {
     import_gpt2(c, m);

@@ -42,6 +42,8 @@ nlohmann::json model_to_json(const ModelSpec& m) {
   j["tied_embeddings"] = m.tied_embeddings;
   j["n_experts"] = m.n_experts;
   j["experts_top_k"] = m.experts_top_k;
+  j["block_norms"] = m.block_norms;
+  j["qk_norm"] = m.qk_norm == QkNorm::PerHead ? "per_head" : m.qk_norm == QkNorm::Full ? "full" : "none";
   return j;
 }
 

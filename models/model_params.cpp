@@ -8,7 +8,8 @@
 //   dense MLP  gated (SwiGLU/GeGLU): gate [f, h] + up [f, h] + down [h, f] (+ mlp_bias * (2f + h))
 //              plain (GELU):         up [f, h] + down [h, f]              (+ mlp_bias * (f + h))
 //   MoE        router [E, h] (no bias, as Mixtral) + E experts, each one MLP as above
-//   norms      2 per block (pre-attention, pre-MLP)
+//   norms      block_norms per block (2: pre-attention, pre-MLP; gemma2 4), plus the q/k norms:
+//              per head [d] twice (qwen3) or over the whole projections [a*d] + [g*d] (olmo2)
 // Outside blocks: token embedding [V, h], learned positions [P, h], final norm, LM head [V, h]
 // (0 when tied: the head reuses the embedding's weight).
 #include "models/model_spec.h"
@@ -54,7 +55,8 @@ ParamCounts count_params(const ModelSpec& m) {
     mlp_biases = mlp.biases;
   }
 
-  c.block_norms = 2 * norm_params(m);
+  const std::int64_t qk = m.qk_norm == QkNorm::PerHead ? 2 * d : m.qk_norm == QkNorm::Full ? a * d + g * d : 0;
+  c.block_norms = m.block_norms * norm_params(m) + qk;
   c.block_biases = attn_biases + mlp_biases;
   c.per_block = attn_weights + attn_biases + mlp_total + c.block_norms;
   c.active_per_block = attn_weights + attn_biases + mlp_active + c.block_norms;

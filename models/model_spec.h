@@ -13,6 +13,10 @@ namespace fsdpsim::models {
 enum class NormKind { RMSNorm, LayerNorm };          // LayerNorm has a bias, RMSNorm does not
 enum class MlpKind { SwiGLU, GeGLU, Plain };         // gated (3 matrices) or plain (2 matrices, GELU)
 enum class PositionKind { Rotary, Learned };         // learned = a [max_positions, hidden] table
+// Norms on the attention's queries and keys: qwen3 normalizes each head (RMSNorm(head_dim), one weight
+// shared by the heads, for q and for k); olmo2 normalizes all of q (RMSNorm(n_heads*head_dim)) and all of k
+// (RMSNorm(n_kv_heads*head_dim)) (transformers modeling_qwen3.py / modeling_olmo2.py).
+enum class QkNorm { None, PerHead, Full };
 
 struct ModelSpec {
   std::string name;              // zoo name or the config's _name_or_path / file name
@@ -41,6 +45,10 @@ struct ModelSpec {
   // llm-foundry's MPT sizes its learned position table by max_seq_len, which its benchmark tables set
   // to the training sequence length; with_seq_len() below resizes the table for such models.
   bool positions_follow_seq_len = false;
+  // Hidden-size norms in one block: 2 (before attention and before the MLP) for most; gemma2 also
+  // normalizes after each (4); olmo2 only after each (2).
+  std::int64_t block_norms = 2;
+  QkNorm qk_norm = QkNorm::None;
 
   bool is_moe() const { return n_experts > 0; }
   // Field-by-field (defaulted, so new fields are compared too): sim::simulate keys its per-thread

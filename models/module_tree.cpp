@@ -133,12 +133,23 @@ void add_attention(TreeBuilder& t, const ModelSpec& m, const Names& n, int blk, 
                          layer, exec_rank);
     t.linear(at, "Wqkv", "Linear", h, q + 2 * kv, m.qkv_bias, false, B, layer);
     t.linear(at, "out_proj", "Linear", q, h, m.out_bias, false, B, layer);
+  } else if (m.model_type == "phi3") {   // Phi3Attention: o_proj, then the fused qkv_proj
+    const int at = t.add(blk, n.attn, n.prefix + "Attention", B, layer, exec_rank);
+    t.linear(at, "o_proj", "Linear", q, h, m.out_bias, false, B, layer);
+    t.linear(at, "qkv_proj", "Linear", h, q + 2 * kv, m.qkv_bias, false, B, layer);
   } else {
     const int at = t.add(blk, n.attn, n.prefix + "Attention", B, layer, exec_rank);
     t.linear(at, "q_proj", "Linear", h, q, m.qkv_bias, false, B, layer);
     t.linear(at, "k_proj", "Linear", h, kv, m.qkv_bias, false, B, layer);
     t.linear(at, "v_proj", "Linear", h, kv, m.qkv_bias, false, B, layer);
     t.linear(at, "o_proj", "Linear", q, h, m.out_bias, false, B, layer);
+    if (m.qk_norm != QkNorm::None) {   // q_norm, k_norm registered after o_proj (Qwen3Attention, Olmo2Attention)
+      const bool per_head = m.qk_norm == QkNorm::PerHead;
+      const int qn = t.add(at, "q_norm", n.prefix + "RMSNorm", B, layer, 0);
+      t.param(qn, "weight", {per_head ? m.head_dim : q});
+      const int kn = t.add(at, "k_norm", n.prefix + "RMSNorm", B, layer, 0);
+      t.param(kn, "weight", {per_head ? m.head_dim : kv});
+    }
   }
 }
 
@@ -167,6 +178,11 @@ void add_mlp_body(TreeBuilder& t, const ModelSpec& m, int parent, int layer, boo
     const int w3 = t.add(parent, "w3", "Linear", B, layer, 1);
     t.param(w3, "weight", {f, h});
     if (m.mlp_bias) t.param(w3, "bias", {f});
+    return;
+  }
+  if (m.model_type == "phi3") {   // Phi3MLP: the fused gate_up_proj [2f, h], then down_proj
+    t.linear(parent, "gate_up_proj", "Linear", h, 2 * f, m.mlp_bias, false, B, layer);
+    t.linear(parent, "down_proj", "Linear", f, h, m.mlp_bias, false, B, layer);
     return;
   }
   t.linear(parent, "gate_proj", "Linear", h, f, m.mlp_bias, false, B, layer);
@@ -210,7 +226,19 @@ std::vector<Module> build_module_tree(const ModelSpec& m) {
     const int L = static_cast<int>(i);
     const int blk = t.add(layers, std::to_string(i), m.block_class.empty() ? "TransformerBlock" : m.block_class,
                           ModulePart::Block, L);
-    if (hf_llama) {  // registered self_attn, mlp, input_layernorm, post_attention_layernorm; run norm, attn, norm, mlp
+    if (m.model_type == "olmo2") {   // registered self_attn, mlp, post_attention_layernorm, post_feedforward_layernorm
+      add_attention(t, m, n, blk, L, 0);
+      add_mlp(t, m, n, blk, L, 2);
+      add_norm(t, m, n, blk, "post_attention_layernorm", ModulePart::Block, L, 1);
+      add_norm(t, m, n, blk, "post_feedforward_layernorm", ModulePart::Block, L, 3);
+    } else if (m.block_norms == 4) {   // gemma2: self_attn, mlp, then the four norms around them
+      add_attention(t, m, n, blk, L, 1);
+      add_mlp(t, m, n, blk, L, 4);
+      add_norm(t, m, n, blk, n.in_norm, ModulePart::Block, L, 0);
+      add_norm(t, m, n, blk, n.post_norm, ModulePart::Block, L, 2);
+      add_norm(t, m, n, blk, "pre_feedforward_layernorm", ModulePart::Block, L, 3);
+      add_norm(t, m, n, blk, "post_feedforward_layernorm", ModulePart::Block, L, 5);
+    } else if (hf_llama) {  // registered self_attn, mlp, input_layernorm, post_attention_layernorm; run norm, attn, norm, mlp
       add_attention(t, m, n, blk, L, 1);
       add_mlp(t, m, n, blk, L, 3);
       add_norm(t, m, n, blk, n.in_norm, ModulePart::Block, L, 0);

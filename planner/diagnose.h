@@ -11,6 +11,9 @@
 //                              extra all-gathers when NO_SHARD fits and is faster (K2, OLMo#762)
 //   hf_gradient_checkpointing  checkpoint(FSDP(block)): an extra all-gather per unit (A2)
 //   cpu_offload                offload although the plan fits without it
+//   offload_accumulation       FSDP1 + CPU offload accumulating outside no_sync (wrong gradients, PyTorch FSDP docs)
+// Fixes are spelled in the config's own framework (diagnose_fixes.h) and each is simulated; a
+// finding says what its problem costs in memory (the simulated difference).
 #pragma once
 #include <functional>
 #include <string>
@@ -35,13 +38,14 @@ struct Finding {
   sim::SimResult fixed_result;
   bool fixed_fits_with_margin = false;
   std::string gain;            // "tokens/s per GPU 1200 -> 1500 (+25.0%), peak 70.1 -> 52.3 GiB"
+  Bytes memory_saved = 0;      // simulated: peak device memory of the config minus that of the fixed plan
 };
 
 struct Diagnosis {
   UserConfig config;
   sim::Plan plan;              // resolved
   sim::SimResult result;
-  Bytes usable = 0;            // capacity less the margin
+  Bytes usable = 0;            // capacity less the margin (explain.h "headroom and margin")
   double memory_margin = 0.05;
   bool fits_with_margin = false;
   std::vector<Finding> findings;
@@ -50,6 +54,10 @@ struct Diagnosis {
   sim::SimResult combined_result;
   std::string combined_gain;
 };
+
+// The plan a user config describes on a cluster: torchtitan's "-1" shard degree and global batch
+// size resolved, then resolve_plan (InputError naming the config key or plan field).
+sim::Plan user_plan(const UserConfig& cfg, const calibrate::Cluster& cl);
 
 // `simulate` defaults to sim::simulate without a trace (tests may pass their own).
 using SimulateFn = std::function<sim::SimResult(const sim::Plan&)>;

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <map>
 
+#include "planner/comm_words.h"
+
 namespace fsdpsim::planner {
 
 std::string gib_text(Bytes b) {
@@ -32,28 +34,53 @@ static double recompute_fraction(const sim::SimResult& r) {
   return std::max(0.0, 1.0 - r.model_flops_per_step_per_gpu / r.hardware_flops_per_step_per_gpu);
 }
 
-std::string describe_result(const sim::SimResult& r, Bytes usable) {
-  std::string s = num(r.tokens_per_s_per_gpu) + " tokens/s per GPU, MFU " + pct_text(r.mfu) + " (of " +
-                  num(r.peak_flops / 1e12) + " TFLOP/s dense " + r.peak_flops_dtype + "), step " +
-                  num(to_seconds(r.step_time_ns), "%.3f") + " s; peak " + gib_text(r.peak_total_device) +
-                  " per GPU (reserved + context) of " + gib_text(r.capacity);
-  if (usable > 0) s += ", headroom " + gib_text(usable - r.peak_total_device) + " below the margin";
+MemoryVerdict memory_verdict(const sim::SimResult& r, double margin) {
+  MemoryVerdict v;
+  v.capacity = r.capacity;
+  v.margin = margin;
+  v.usable = usable_capacity(r.capacity, margin);
+  v.peak = r.peak_total_device;
+  v.fits = r.fits && v.peak <= v.usable;
+  return v;
+}
+
+std::string memory_text(const sim::SimResult& r, double margin) {
+  const MemoryVerdict v = memory_verdict(r, margin);
+  std::string usable = gib_text(v.usable) + " usable (" +
+                       (margin > 0 ? "capacity less the " + pct_text(margin) + " margin" : std::string("no margin")) + ")";
+  std::string s = "peak " + gib_text(v.peak) + " of " + gib_text(v.capacity) + ": ";
+  s += v.headroom() >= 0 ? gib_text(v.headroom()) + " headroom under the " + usable
+                         : gib_text(-v.headroom()) + " over the " + usable;
+  if (v.headroom() >= 0 && !r.fits) {
+    // The simulator refused it for another reason (host memory, say): its note says which.
+    for (const auto& n : r.notes)
+      if (n.rfind("does not fit", 0) == 0) return s + "; " + n;
+    return s + "; the simulator says it does not fit";
+  }
   return s;
 }
 
-namespace {
+std::string describe_result(const sim::SimResult& r, double margin) {
+  return num(r.tokens_per_s_per_gpu) + " tokens/s per GPU, MFU " + pct_text(r.mfu) + " (of " + num(r.peak_flops / 1e12) +
+         " TFLOP/s dense " + r.peak_flops_dtype + "), step " + num(to_seconds(r.step_time_ns), "%.3f") + " s; " +
+         memory_text(r, margin);
+}
 
 // The largest difference between two results, in words. The step time splits into compute-stream
 // busy time, exposed communication, and the rest (the GPU idle for other reasons: CPU issue, the rate
 // limiter, offload syncs); the component that changed most is named.
-std::string main_difference(const sim::SimResult& a, const sim::SimResult& b, const Candidate& ca, const Candidate& cb) {
+std::string difference_text(const sim::SimResult& a, const sim::SimResult& b, const sim::Plan& pa, const sim::Plan& pb) {
   auto other = [](const sim::SimResult& r) { return r.step_time_ns - r.compute_ns - r.exposed_comm_ns; };
   double d_step = to_seconds(b.step_time_ns - a.step_time_ns);
   double d_exposed = to_seconds(b.exposed_comm_ns - a.exposed_comm_ns);
   double d_compute = to_seconds(b.compute_ns - a.compute_ns);
   double d_other = to_seconds(other(b) - other(a));
-  if (a.step_time_ns > 0 && std::fabs(d_step) < 5e-4 * to_seconds(a.step_time_ns))
-    return "the same predicted step time (" + num(to_seconds(b.step_time_ns), "%.3f") + " s): the settings that differ do not change this step";
+  if (a.step_time_ns > 0 && std::fabs(d_step) < 5e-4 * to_seconds(a.step_time_ns)) {
+    std::string s = "the same predicted step time (" + num(to_seconds(b.step_time_ns), "%.3f") + " s)";
+    Bytes dm = b.peak_total_device - a.peak_total_device;
+    if (dm != 0) s += " with " + gib_text(dm > 0 ? dm : -dm) + (dm > 0 ? " more" : " less") + " memory";
+    return s;
+  }
   std::string why;
   if (std::fabs(d_exposed) >= std::fabs(d_compute) && std::fabs(d_exposed) >= std::fabs(d_other)) {
     why = "exposed communication " + num(to_seconds(b.exposed_comm_ns), "%.3f") + " s (" + pct_text(exposed_fraction(b)) +
@@ -62,13 +89,21 @@ std::string main_difference(const sim::SimResult& a, const sim::SimResult& b, co
     why = "compute " + num(to_seconds(b.compute_ns), "%.3f") + " s vs " + num(to_seconds(a.compute_ns), "%.3f") + " s";
     double rb = recompute_fraction(b), ra = recompute_fraction(a);
     if (std::fabs(rb - ra) > 0.01) why += " (recomputation " + pct_text(rb) + " vs " + pct_text(ra) + " of FLOPs)";
-    else if (cb.plan.micro_batch != ca.plan.micro_batch)
-      why += " (micro-batch " + std::to_string(cb.plan.micro_batch) + " vs " + std::to_string(ca.plan.micro_batch) + ")";
+    else if (pb.micro_batch != pa.micro_batch)
+      why += " (micro-batch " + std::to_string(pb.micro_batch) + " vs " + std::to_string(pa.micro_batch) + ")";
+    else if (pb.param_dtype != pa.param_dtype)
+      why += " (matmuls in " + std::string(dtype_name(pb.param_dtype)) + " vs " + std::string(dtype_name(pa.param_dtype)) + ")";
   } else {
     why = "GPU idle without waiting on communication " + num(to_seconds(other(b)), "%.3f") + " s vs " +
           num(to_seconds(other(a)), "%.3f") + " s (CPU issue: hooks, the rate limiter, offload copies and syncs)";
   }
   return why;
+}
+
+namespace {
+
+std::string main_difference(const sim::SimResult& a, const sim::SimResult& b, const Candidate& ca, const Candidate& cb) {
+  return difference_text(a, b, ca.plan, cb.plan);
 }
 
 std::string fabric_of(const Candidate& c, const calibrate::Cluster& cl) {
@@ -89,23 +124,46 @@ Explanations explain(const ExplainInput& in) {
   if (rec >= 0) {
     const auto& r = in.evals[static_cast<size_t>(rec)].result;
     const auto& c = in.cands[static_cast<size_t>(rec)];
-    ex.recommended.push_back("Predicted " + describe_result(r, usable) + ".");
-    ex.recommended.push_back("Exposed communication " + num(to_seconds(r.exposed_comm_ns), "%.3f") + " s = " +
-                             pct_text(exposed_fraction(r)) + " of the step (collectives busy " +
-                             num(to_seconds(r.comm_ns), "%.3f") + " s, the rest hidden behind compute) over " +
-                             fabric_of(c, in.cluster) + ".");
+    const sim::SimResult& d = in.detail ? *in.detail : r;
+    ex.recommended.push_back("Predicted " + describe_result(r, in.memory_margin) + ".");
+    std::string comm = "Exposed communication " + num(to_seconds(r.exposed_comm_ns), "%.3f") + " s = " +
+                       pct_text(exposed_fraction(r)) + " of the step (collectives busy " + num(to_seconds(r.comm_ns), "%.3f") +
+                       " s, the rest hidden behind compute) over " + fabric_of(c, in.cluster) + ".";
+    const std::string across = inter_node_text(c.plan, d, in.cluster);
+    if (!across.empty()) comm += " Across nodes (" + in.cluster.inter_node + "): " + across + ".";
+    else if (in.cluster.nodes > 1) comm += " No collective crosses nodes except what the mesh needs.";
+    ex.recommended.push_back(comm);
     double rf = recompute_fraction(r);
     ex.recommended.push_back(rf > 0.005 ? "Activation checkpointing (" + checkpointing_text(c.plan.activation_checkpointing) +
                                               ") recomputes " + pct_text(rf) + " of the step's FLOPs."
                                         : "No recomputation: activations fit without checkpointing.");
-    ex.recommended.push_back("Memory headroom " + gib_text(usable - r.peak_total_device) + " below the " +
-                             pct_text(in.memory_margin) + " safety margin (capacity " + gib_text(in.capacity) + ").");
-    if (order.size() > 1 && in.evals[static_cast<size_t>(order[1])].fits_with_margin) {
+    const int fast = in.ranking.fastest, fast_no = in.ranking.fastest_without_offload;
+    auto label = [&](int i) { return in.cands[static_cast<size_t>(i)].id + " (" + in.cands[static_cast<size_t>(i)].label + ")"; };
+    auto tps = [&](int i) { return in.evals[static_cast<size_t>(i)].result.tokens_per_s_per_gpu; };
+    auto peak = [&](int i) { return in.evals[static_cast<size_t>(i)].result.peak_total_device; };
+    if (fast >= 0 && fast != rec && fast != fast_no && in.cands[static_cast<size_t>(fast)].plan.cpu_offload.params &&
+        !c.plan.cpu_offload.params)
+      ex.recommended.push_back("The fastest plan " + label(fast) + " offloads to the CPU and is only " +
+                               num(100 * (tps(fast) / std::max(1e-9, tps(fast_no)) - 1), "%.1f") +
+                               "% faster than the best plan without offload; CPU offload is recommended only when nothing "
+                               "else fits or it is " + pct_text(in.offload_min_gain) + " faster.");
+    const int lead = (fast >= 0 && fast != rec && !(in.cands[static_cast<size_t>(fast)].plan.cpu_offload.params && !c.plan.cpu_offload.params))
+                         ? fast : (fast_no >= 0 && fast_no != rec ? fast_no : -1);
+    if (lead >= 0 && tps(lead) >= tps(rec))
+      ex.recommended.push_back("Recommended over the faster " + label(lead) + ": " + num(tps(lead)) + " vs " + num(tps(rec)) +
+                               " tokens/s per GPU is inside the " + pct_text(in.tie_fraction) + " tie window, and this plan needs " +
+                               gib_text(peak(lead) - peak(rec)) + " less memory.");
+    else if (order.size() > 1 && in.evals[static_cast<size_t>(order[1])].fits_with_margin &&
+             in.evals[static_cast<size_t>(order[1])].result.tokens_per_s_per_gpu <= r.tokens_per_s_per_gpu) {
       const auto& r2 = in.evals[static_cast<size_t>(order[1])].result;
       const auto& c2 = in.cands[static_cast<size_t>(order[1])];
       double gain = r2.tokens_per_s_per_gpu > 0 ? r.tokens_per_s_per_gpu / r2.tokens_per_s_per_gpu - 1.0 : 0.0;
-      ex.recommended.push_back("Beats the runner-up " + c2.id + " (" + c2.label + ") by " + num(100 * gain, "%.1f") +
-                               "% tokens/s: " + main_difference(r, r2, c, c2) + ".");
+      if (gain < in.tie_fraction)
+        ex.recommended.push_back("Ties with the runner-up " + c2.id + " (" + c2.label + "; within " + pct_text(in.tie_fraction) +
+                                 " of its tokens/s), which has " + main_difference(r, r2, c, c2) + ".");
+      else
+        ex.recommended.push_back("Beats the runner-up " + c2.id + " (" + c2.label + ") by " + num(100 * gain, "%.1f") +
+                                 "% tokens/s: " + main_difference(r, r2, c, c2) + ".");
     }
     ex.why[static_cast<size_t>(rec)] = ex.recommended;
   }
@@ -116,7 +174,7 @@ Explanations explain(const ExplainInput& in) {
     const auto& e = in.evals[static_cast<size_t>(i)];
     const auto& c = in.cands[static_cast<size_t>(i)];
     std::vector<std::string> lines;
-    lines.push_back(describe_result(e.result, usable) + ".");
+    lines.push_back(describe_result(e.result, in.memory_margin) + ".");
     if (rec >= 0) {
       const auto& r = in.evals[static_cast<size_t>(rec)].result;
       double d = r.tokens_per_s_per_gpu > 0 ? e.result.tokens_per_s_per_gpu / r.tokens_per_s_per_gpu - 1.0 : 0;
@@ -131,59 +189,90 @@ Explanations explain(const ExplainInput& in) {
     ex.why[static_cast<size_t>(i)] = lines;
   }
 
-  // Families: best fitting plan per family, else the smallest memory lower bound / simulated peak.
-  std::map<std::string, int> best_fit, smallest;
+  // Families: the best fitting plan per family, compared with the recommendation; a family with none
+  // gets the reason its plans were left out, each reason true of what was done to them: simulated and
+  // too large, pruned by the memory lower bound, skipped as dominated, or refused by the simulator.
+  struct Fam {
+    int best_fit = -1, smallest_sim = -1, smallest_pruned = -1, dominated = 0, invalid = 0, first_invalid = -1;
+    double best_bound = 0;   // highest tokens/s upper bound among the dominated
+  };
+  std::map<std::string, Fam> fams;
   for (size_t i = 0; i < in.cands.size(); ++i) {
-    const auto& f = in.cands[i].family;
+    Fam& f = fams[in.cands[i].family];
     const auto& e = in.evals[i];
-    if (e.status == EvalStatus::Simulated && e.fits_with_margin) {
-      auto it = best_fit.find(f);
-      if (it == best_fit.end() ||
-          e.result.tokens_per_s_per_gpu > in.evals[static_cast<size_t>(it->second)].result.tokens_per_s_per_gpu)
-        best_fit[f] = static_cast<int>(i);
+    const int ii = static_cast<int>(i);
+    switch (e.status) {
+      case EvalStatus::Simulated:
+        if (e.fits_with_margin && (f.best_fit < 0 || e.result.tokens_per_s_per_gpu >
+                                                         in.evals[static_cast<size_t>(f.best_fit)].result.tokens_per_s_per_gpu))
+          f.best_fit = ii;
+        if (f.smallest_sim < 0 || e.result.peak_total_device < in.evals[static_cast<size_t>(f.smallest_sim)].result.peak_total_device)
+          f.smallest_sim = ii;
+        break;
+      case EvalStatus::PrunedMemory:
+        if (f.smallest_pruned < 0 || in.bounds[i].total() < in.bounds[static_cast<size_t>(f.smallest_pruned)].total()) f.smallest_pruned = ii;
+        break;
+      case EvalStatus::SkippedDominated:
+        ++f.dominated;
+        f.best_bound = std::max(f.best_bound, e.tokens_per_s_upper_bound);
+        break;
+      case EvalStatus::Invalid:
+        if (f.invalid++ == 0) f.first_invalid = ii;
+        break;
+      case EvalStatus::NotRun: break;
     }
-    auto mem = [&](size_t j) {
-      const auto& ej = in.evals[j];
-      return ej.status == EvalStatus::Simulated ? ej.result.peak_total_device : in.bounds[j].total();
-    };
-    auto it = smallest.find(f);
-    if (it == smallest.end() || mem(i) < mem(static_cast<size_t>(it->second))) smallest[f] = static_cast<int>(i);
   }
   const std::string rec_family = rec >= 0 ? in.cands[static_cast<size_t>(rec)].family : "";
-  for (const auto& [fam, idx] : smallest) {
+  const double rec_tps = rec >= 0 ? in.evals[static_cast<size_t>(rec)].result.tokens_per_s_per_gpu : 0;
+  for (const auto& [fam, f] : fams) {
     if (fam == rec_family) continue;
     FamilyVerdict v{fam, ""};
-    auto bf = best_fit.find(fam);
-    if (bf == best_fit.end()) {
-      const auto& b = in.bounds[static_cast<size_t>(idx)];
-      Bytes persistent = b.context + b.sharded_params + b.sharded_grads + b.optimizer_state;
-      auto [what, bytes] = b.largest_component();
-      if (b.optimizer_state > usable)
-        v.reason = "optimizer state alone needs " + gib_text(b.optimizer_state) + " > " + gib_text(usable) +
-                   " usable per GPU";
-      else if (persistent > usable)
-        v.reason = "sharded params + grads + optimizer state need " + gib_text(persistent) + " > " + gib_text(usable) +
-                   " usable per GPU";
-      else {
-        const auto& e = in.evals[static_cast<size_t>(idx)];
-        Bytes need = e.status == EvalStatus::Simulated ? e.result.peak_total_device : b.total();
-        v.reason = "its smallest plan (" + in.cands[static_cast<size_t>(idx)].label + ") needs " +
-                   (e.status == EvalStatus::Simulated ? "" : "at least ") + gib_text(need) + " > " + gib_text(usable) +
-                   " usable per GPU; largest part: " + what + " " + gib_text(bytes);
-      }
-    } else if (rec >= 0) {
-      int i = bf->second;
+    if (f.best_fit >= 0) {
+      if (rec < 0) continue;
+      const int i = f.best_fit;
       const auto& r = in.evals[static_cast<size_t>(rec)].result;
       const auto& e = in.evals[static_cast<size_t>(i)].result;
       const auto& cr = in.cands[static_cast<size_t>(rec)];
       double d = r.tokens_per_s_per_gpu > 0 ? 1.0 - e.tokens_per_s_per_gpu / r.tokens_per_s_per_gpu : 0;
-      v.reason = "best plan " + in.cands[static_cast<size_t>(i)].id + " (" + in.cands[static_cast<size_t>(i)].label +
-                 ") reaches " + num(e.tokens_per_s_per_gpu) + " tokens/s per GPU, " + num(100 * d, "%.1f") +
-                 "% below the recommendation: " + main_difference(r, e, cr, in.cands[static_cast<size_t>(i)]);
+      v.reason = "best plan " + in.cands[static_cast<size_t>(i)].id + " (" + in.cands[static_cast<size_t>(i)].label + ") reaches " +
+                 num(e.tokens_per_s_per_gpu) + " tokens/s per GPU, " +
+                 (d >= 0 ? num(100 * d, "%.1f") + "% below" : num(-100 * d, "%.1f") + "% above") + " the recommendation: " +
+                 main_difference(r, e, cr, in.cands[static_cast<size_t>(i)]);
       if (exposed_fraction(e) > exposed_fraction(r) + 0.05)
         v.reason += " over " + fabric_of(in.cands[static_cast<size_t>(i)], in.cluster) + " - " + strategy_text(strategy_of(cr.plan)) +
-                    " mesh (" + std::to_string(cr.plan.mesh_replicate) + ", " + std::to_string(cr.plan.mesh_shard) +
-                    ") hides it";
+                    " mesh (" + std::to_string(cr.plan.mesh_replicate) + ", " + std::to_string(cr.plan.mesh_shard) + ") hides it";
+      if (d < 0) v.reason += " (the recommendation needs less memory or avoids CPU offload: see why it was chosen)";
+    } else if (f.smallest_sim >= 0) {
+      const auto& e = in.evals[static_cast<size_t>(f.smallest_sim)].result;
+      std::string what;
+      Bytes most = -1;
+      for (const auto& [k, b] : e.breakdown_at_peak)
+        if (b > most) { most = b; what = k; }
+      v.reason = "none of its simulated plans fits; the smallest (" + in.cands[static_cast<size_t>(f.smallest_sim)].label + ") has " +
+                 memory_text(e, in.memory_margin) + "; largest part at the peak: " + what + " " + gib_text(most);
+      if (f.dominated > 0)
+        v.reason += "; " + std::to_string(f.dominated) + " more were not simulated (at most " + num(f.best_bound) +
+                    " tokens/s per GPU, beaten by a simulated plan that fits in less memory)";
+    } else if (f.smallest_pruned >= 0 && f.dominated == 0) {
+      const auto& b = in.bounds[static_cast<size_t>(f.smallest_pruned)];
+      Bytes persistent = b.context + b.sharded_params + b.sharded_grads + b.optimizer_state;
+      auto [what, bytes] = b.largest_component();
+      if (b.optimizer_state > usable)
+        v.reason = "optimizer state alone needs " + gib_text(b.optimizer_state) + ", more than the " + gib_text(usable) + " usable per GPU";
+      else if (persistent > usable)
+        v.reason = "sharded params + grads + optimizer state need " + gib_text(persistent) + ", more than the " + gib_text(usable) +
+                   " usable per GPU";
+      else
+        v.reason = "even its smallest plan (" + in.cands[static_cast<size_t>(f.smallest_pruned)].label + ") needs at least " +
+                   gib_text(b.total()) + " (a lower bound), more than the " + gib_text(usable) + " usable per GPU; largest part: " +
+                   what + " " + gib_text(bytes);
+    } else if (f.dominated > 0) {
+      v.reason = std::to_string(f.dominated) + " plan" + (f.dominated == 1 ? " was" : "s were") +
+                 " not simulated: at most " + num(f.best_bound) + " tokens/s per GPU (an upper bound), and an already simulated "
+                 "plan that fits in less memory is faster" +
+                 (rec >= 0 ? " (the recommendation reaches " + num(rec_tps) + ")" : "");
+    } else if (f.invalid > 0) {
+      v.reason = "the simulator refused its plans: " + in.evals[static_cast<size_t>(f.first_invalid)].error;
     } else {
       continue;
     }

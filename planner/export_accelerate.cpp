@@ -2,6 +2,7 @@
 // `parallelism_config:` block for an FSDP2 HSDP mesh, as in accelerate 16cb6eb (2026-07).
 #include <sstream>
 
+#include "planner/export_fsdp2_body.h"
 #include "planner/exports.h"
 #include "planner/search_space.h"
 
@@ -33,8 +34,8 @@ Export export_accelerate(const ExportInput& in) {
     e.unsupported.push_back("reduce_dtype=" + std::string(dtype_name(p.reduce_dtype)) +
                             ": no YAML key; set the plugin's mixed-precision policy in code "
                             "(FullyShardedDataParallelPlugin(mixed_precision_policy=...))");
-  if (p.fp8_all_gather)
-    e.unsupported.push_back("fp8_all_gather: no accelerate YAML key for torchao float8 all-gathers");
+  const bool fp8 = p.float8 != models::Float8Recipe::None || p.fp8_all_gather;
+  if (fp8) mixed = "fp8";   // with fp8_config backend AO: torchao Float8Linear, bf16 elsewhere
   auto m = p.activation_checkpointing.mode;
   if (m == AcMode::EveryK || m == AcMode::SelectiveOp)
     e.unsupported.push_back("activation_checkpointing=" + checkpointing_text(p.activation_checkpointing) +
@@ -60,13 +61,17 @@ Export export_accelerate(const ExportInput& in) {
   if (p.grad_accum > 1)
     os << ";\n# " << (p.grad_sync ? "sync gradients every micro-batch: GradientAccumulationPlugin(sync_each_batch=True)"
                                   : "accelerator.accumulate(model) skips gradient sync until the last micro-batch (no_sync)");
-  os << "\n"
-     << "compute_environment: LOCAL_MACHINE\n"
+  os << "\n";
+  os << "# optimizer in your script: " << optimizer_code(p, "model.parameters()") << "\n";
+  if (!alloc_conf_line(p).empty()) os << "# launch: " << alloc_conf_line(p) << " accelerate launch --config_file this.yaml train.py\n";
+  os << "compute_environment: LOCAL_MACHINE\n"
      << "distributed_type: FSDP\n"
      << "mixed_precision: " << mixed << "\n"
      << "num_machines: " << in.cluster.nodes << "\n"
      << "num_processes: " << in.cluster.nodes * in.cluster.gpus_per_node << "  # total across machines\n"
      << "machine_rank: 0  # set per node\n";
+  if (fp8) os << "fp8_config:\n  backend: AO  # torchao float8 (tensorwise; float8 all-gathers under FSDP2)\n";
+  if (p.compile) os << "dynamo_config:\n  dynamo_backend: INDUCTOR  # torch.compile\n";
   if (in.cluster.nodes > 1)
     os << "main_process_ip: 10.0.0.1  # replace with node 0's address\n"
        << "main_process_port: 29500\n"

@@ -26,6 +26,38 @@ void fsdp1_to_fsdp2_notes(const sim::Plan& p, std::vector<std::string>& unsuppor
     unsupported.push_back("limit_all_gathers=False: FSDP2 has no CPU rate limiter (memory is bounded by event waits)");
 }
 
+std::string float8_conversion_code(const sim::Plan& p, const std::string& ind, const std::string& root) {
+  if (p.float8 == models::Float8Recipe::None && !p.fp8_all_gather) return "";
+  // torchao.float8: Float8LinearConfig.from_recipe_name("tensorwise" | "rowwise"); the float8 all-gather is
+  // a tensorwise option (enable_fsdp_float8_all_gather). The LM head stays in bf16, as torchtitan filters "output".
+  std::string cfg = p.float8 == models::Float8Recipe::Rowwise ? "Float8LinearConfig.from_recipe_name(\"rowwise\")"
+                    : p.fp8_all_gather ? "Float8LinearConfig(enable_fsdp_float8_all_gather=True)"
+                                       : "Float8LinearConfig.from_recipe_name(\"tensorwise\")";
+  return ind + "# float8 training (torchao Float8Linear), converted before sharding; the LM head stays bf16\n" + ind +
+         "convert_to_float8_training(" + root + ", config=" + cfg + ", module_filter_fn=lambda mod, fqn: not fqn.endswith(\"lm_head\"))\n";
+}
+
+std::string reshard_overrides_code(const sim::Plan& p, const models::ModelSpec& m) {
+  if (p.module_overrides.empty()) return "";
+  std::string d = "{";
+  for (const auto& o : p.module_overrides) {
+    if (o.reshard_after_forward < -1) continue;
+    std::string idx;
+    if (o.module == "last_block") idx = std::to_string(m.n_layers - 1);
+    else if (auto dot = o.module.rfind('.'); dot != std::string::npos) idx = o.module.substr(dot + 1);
+    if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos) continue;
+    d += (d.size() > 1 ? ", " : "") + idx + ": " + (o.reshard_after_forward == 0 ? "False" : "True");
+  }
+  return d.size() > 1 ? d + "}" : "";
+}
+
+std::string optimizer_code(const sim::Plan& p, const std::string& params) {
+  // torch.optim: foreach is the default implementation on CUDA; fused=True runs one kernel per group.
+  const std::string impl = p.optimizer_impl == sim::OptimizerImpl::Fused ? ", fused=True" : "";
+  if (p.optimizer == sim::Optimizer::SGD) return "torch.optim.SGD(" + params + ", lr=1e-2, momentum=0.9" + impl + ")";
+  return "torch.optim.AdamW(" + params + ", lr=3e-4" + impl + ")";
+}
+
 // The sharding code, indented by `ind`, sharding `root` over the mesh variable `mesh_var`.
 std::string fsdp2_sharding_code(const ExportInput& in, const std::string& ind, const std::string& root,
                                 const std::string& mesh_var, std::vector<std::string>& unsupported) {
@@ -34,10 +66,7 @@ std::string fsdp2_sharding_code(const ExportInput& in, const std::string& ind, c
   const std::string blocks = block_list_path(in.model);
   const std::string blocks_expr = root == "model" ? blocks : root + blocks.substr(5);  // "self.model.layers"
   bool pure_low = p.master_weights_dtype == p.param_dtype;
-  if (p.fp8_all_gather) {
-    os << ind << "# float8 all-gathers (torchao): convert Linear layers before sharding\n"
-       << ind << "convert_to_float8_training(" << root << ", config=Float8LinearConfig(enable_fsdp_float8_all_gather=True))\n";
-  }
+  os << float8_conversion_code(p, ind, root);
   if (pure_low) {
     os << ind << "# pure " << dtype_name(p.param_dtype) << " training: no fp32 master copy (master_weights_dtype == param_dtype)\n"
        << ind << root << ".to(" << torch_dtype(p.param_dtype) << ")\n";
@@ -82,7 +111,14 @@ std::string fsdp2_sharding_code(const ExportInput& in, const std::string& ind, c
                             "(torch.utils.checkpoint.create_selective_checkpoint_contexts, as torchtitan's op SAC); "
                             "not reproduced here");
     }
-    os << ind << "    fully_shard(block, reshard_after_forward=" << raf_py << ", **fsdp_kwargs)\n";
+    if (p.compile) os << ind << "    block.compile()  # torch.compile (inductor) of each block, as torchtitan does\n";
+    const std::string overrides = reshard_overrides_code(p, in.model);
+    if (overrides.empty()) {
+      os << ind << "    fully_shard(block, reshard_after_forward=" << raf_py << ", **fsdp_kwargs)\n";
+    } else {
+      os << ind << "    fully_shard(block, reshard_after_forward=" << overrides << ".get(i, " << raf_py << "), **fsdp_kwargs)\n";
+      if (p.fsdp_version == sim::FsdpVersion::FSDP1) unsupported.push_back("module_overrides: FSDP1 has no per-unit reshard; shown in FSDP2 form");
+    }
   }
   os << ind << "fully_shard(" << root << ", **fsdp_kwargs)  # root (embedding, final norm, LM head): kept unsharded after forward\n";
   if (p.prefetch_depth > 1 && wrap != models::WrapPolicy::Kind::None) {
@@ -113,15 +149,20 @@ std::string accumulation_loop(const sim::Plan& p, const std::string& model) {
   std::ostringstream os;
   os << "# training step: " << p.grad_accum << " micro-batch(es) of " << p.micro_batch << " sequence(s) x " << p.seq_len
      << " tokens per GPU\n"
-     << "optimizer = torch.optim.AdamW(" << model << ".parameters(), lr=3e-4)  # your optimizer and learning rate\n"
+     << "optimizer = " << optimizer_code(p, model + ".parameters()") << "  # your learning rate\n"
      << "for micro_batches in loader:  # lists of GRAD_ACCUM micro-batches\n"
      << "    for k, batch in enumerate(micro_batches):\n";
   if (p.grad_accum > 1 && !p.grad_sync)
     os << "        " << model << ".set_requires_gradient_sync(k == GRAD_ACCUM - 1)  # no_sync until the last micro-batch\n";
   else if (p.grad_accum > 1)
     os << "        # reduce-scatter after every micro-batch (the default; less memory than no_sync)\n";
-  os << "        loss = " << model << "(**batch).loss / GRAD_ACCUM\n"
-     << "        loss.backward()\n"
+  if (p.free_logits_before_backward.value_or(false))
+    os << "        out = " << model << "(**batch)\n"
+       << "        loss = out.loss / GRAD_ACCUM\n"
+       << "        del out  # free the logits before backward (free_logits_before_backward)\n";
+  else
+    os << "        loss = " << model << "(**batch).loss / GRAD_ACCUM\n";
+  os << "        loss.backward()\n"
      << "    optimizer.step()\n"
      << "    optimizer.zero_grad()\n";
   return os.str();
@@ -136,15 +177,16 @@ Export export_fsdp2(const ExportInput& in) {
   std::ostringstream os;
   os << "# fsdpsim export: raw FSDP2 (fully_shard), target " << e.target << "\n"
      << "# plan: " << in.label << "\n"
-     << "# launch: torchrun --nnodes " << in.cluster.nodes << " --nproc_per_node " << in.cluster.gpus_per_node
-     << " train.py\n"
+     << "# launch: " << (alloc_conf_line(p).empty() ? "" : alloc_conf_line(p) + " ") << "torchrun --nnodes " << in.cluster.nodes
+     << " --nproc_per_node " << in.cluster.gpus_per_node << " train.py\n"
      << "import torch\n"
      << "from torch.distributed.device_mesh import init_device_mesh\n"
      << "from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard\n";
   auto m = p.activation_checkpointing.mode;
   if (m == AcMode::Full || m == AcMode::EveryK)
     os << "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper\n";
-  if (p.fp8_all_gather) os << "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n";
+  if (p.fp8_all_gather || p.float8 != models::Float8Recipe::None)
+    os << "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n";
   os << "\n"
      << "MICRO_BATCH = " << p.micro_batch << "  # sequences per GPU per micro-batch\n"
      << "GRAD_ACCUM = " << p.grad_accum << "  # micro-batches per optimizer step\n"

@@ -36,6 +36,31 @@ std::pair<std::string, std::string> lightning_precision(const sim::Plan& p, std:
 
 std::string py_bool(bool b) { return b ? "True" : "False"; }
 
+// The LightningModule parts the plan needs with FSDPStrategy: float8 conversion and per-block compile
+// in configure_model (FSDPStrategy wraps after it), and the optimizer (its implementation).
+std::string lightning_module_code(const ExportInput& in) {
+  const sim::Plan& p = in.plan;
+  std::ostringstream os;
+  os << "\n\nclass LitModel(L.LightningModule):\n"
+     << "    def __init__(self, model):\n"
+     << "        super().__init__()\n"
+     << "        self.model = model  # your " << in.model.name << " module\n";
+  const std::string f8 = float8_conversion_code(p, "        ", "self.model");
+  if (!f8.empty() || p.compile) {
+    os << "\n    def configure_model(self):\n" << f8;
+    if (p.compile)
+      os << "        for block in self." << block_list_path(in.model) << ":  # torch.compile (inductor) of each block\n"
+         << "            block.compile()\n";
+  }
+  os << "\n    def configure_optimizers(self):\n"
+     << "        return " << optimizer_code(p, "self.parameters()") << "  # your learning rate\n\n";
+  if (p.cpu_offload.params && p.grad_accum > 1)
+    os << "# CPU offload with accumulate_grad_batches: the Trainer runs the micro-batches inside FSDP's no_sync(), which\n"
+          "# FSDP1 needs - accumulating outside no_sync() with CPU offload gives wrong gradients (PyTorch FSDP docs).\n"
+          "# In a Fabric loop, wrap every micro-batch but the last in `with fabric.no_backward_sync(model):`.\n";
+  return os.str();
+}
+
 void ac_class_set_notes(const sim::Plan& p, const std::string& cls, std::vector<std::string>& unsupported) {
   auto m = p.activation_checkpointing.mode;
   if (m == AcMode::EveryK)
@@ -61,9 +86,9 @@ Export export_lightning(const ExportInput& in) {
     e.target = "Lightning >= 2.6 (lightning.pytorch FSDPStrategy, FSDP1; device_mesh needs torch >= 2.2)";
     if (p.fp8_all_gather) e.unsupported.push_back("fp8_all_gather: FSDP1 cannot all-gather in float8");
     ac_class_set_notes(p, cls, e.unsupported);
-    if (p.grad_accum > 1 && !p.grad_sync)
-      e.unsupported.push_back("grad_sync=false (no_sync while accumulating) is not a Trainer argument; with Fabric use "
-                              "`with fabric.no_backward_sync(model, enabled=not is_last):`");
+    if (p.grad_accum > 1 && p.grad_sync)
+      e.unsupported.push_back("grad_sync=true (reduce every micro-batch): the Trainer accumulates inside FSDP's no_sync(); "
+                              "reducing every micro-batch needs a Fabric loop without no_backward_sync");
     bool hybrid = p.mesh_replicate > 1 && p.mesh_shard > 1;
     os << "# fsdpsim export: PyTorch Lightning, target " << e.target << "\n"
        << "# plan: " << in.label << "\n"
@@ -71,6 +96,7 @@ Export export_lightning(const ExportInput& in) {
        << "import lightning as L\n"
        << "from lightning.pytorch.strategies import FSDPStrategy\n"
        << "from torch.distributed.fsdp import BackwardPrefetch" << (mp.empty() ? "" : ", MixedPrecision") << "\n"
+       << (p.float8 != models::Float8Recipe::None ? "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n" : "")
        << block_import_line(in.model) << "\n\n"
        << "strategy = FSDPStrategy(\n"
        << "    sharding_strategy=\"" << strategy_text(p.sharding_strategy) << "\",\n";
@@ -100,6 +126,7 @@ Export export_lightning(const ExportInput& in) {
        << "    use_orig_params=" << py_bool(p.use_orig_params) << ",\n"
        << "    state_dict_type=\"sharded\",\n"
        << ")\n";
+    os << lightning_module_code(in);
     if (p.auto_wrap_policy.kind == models::WrapPolicy::Kind::Size) {
       std::string t = os.str();
       std::string imp = "import functools\nfrom torch.distributed.fsdp.wrap import size_based_auto_wrap_policy\n";
@@ -120,8 +147,9 @@ Export export_lightning(const ExportInput& in) {
          << fsdp2_sharding_code(in, "        ", "self.model", "dp_mesh", notes);
     for (auto& n : notes) e.unsupported.push_back(n);
     if (p.grad_accum > 1 && !p.grad_sync)
-      e.unsupported.push_back("grad_sync=false (no_sync while accumulating): not a Trainer argument; call "
-                              "self.model.set_requires_gradient_sync(is_last) in a manual-optimization loop");
+      e.unsupported.push_back("grad_sync=false (no_sync while accumulating): the Trainer reduces every micro-batch under "
+                              "ModelParallelStrategy; call self.model.set_requires_gradient_sync(is_last) in a "
+                              "manual-optimization loop");
     auto m = p.activation_checkpointing.mode;
     os << "# fsdpsim export: PyTorch Lightning, target " << e.target << "\n"
        << "# plan: " << in.label << "\n"
@@ -131,13 +159,16 @@ Export export_lightning(const ExportInput& in) {
        << "from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard\n";
     if (m == AcMode::Full || m == AcMode::EveryK)
       os << "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper\n";
-    if (p.fp8_all_gather) os << "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n";
+    if (p.fp8_all_gather || p.float8 != models::Float8Recipe::None)
+      os << "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n";
     os << "\n\nclass LitModel(L.LightningModule):\n"
        << "    def __init__(self, model):\n"
        << "        super().__init__()\n"
        << "        self.model = model  # your " << in.model.name << " module\n\n"
        << "    def configure_model(self):\n"
-       << body.str() << "\n\n"
+       << body.str() << "\n"
+       << "    def configure_optimizers(self):\n"
+       << "        return " << optimizer_code(p, "self.parameters()") << "  # your learning rate\n\n\n"
        << "strategy = ModelParallelStrategy(data_parallel_size=" << p.mesh_replicate * p.mesh_shard
        << ", tensor_parallel_size=1)\n";
     precision = "";  // the dtypes are set by MixedPrecisionPolicy above
@@ -152,6 +183,7 @@ Export export_lightning(const ExportInput& in) {
      << ")\n"
      << "# DataLoader(batch_size=" << p.micro_batch << "): the micro-batch per GPU, sequences of " << p.seq_len
      << " tokens\n";
+  if (!alloc_conf_line(p).empty()) os << "# launch with " << alloc_conf_line(p) << " in the environment\n";
   for (const auto& u : e.unsupported) os << "# not expressible here: " << u << "\n";
   e.text = os.str();
   return e;

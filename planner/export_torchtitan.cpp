@@ -34,7 +34,11 @@ Export export_torchtitan(const ExportInput& in) {
   else e.unsupported.push_back("[model] " + in.model.name + ": set name/flavor to a torchtitan model definition of this shape");
   std::string param = titan_dtype(p.param_dtype, e.unsupported, "param_dtype");
   std::string reduce = titan_dtype(p.reduce_dtype, e.unsupported, "reduce_dtype");
-  std::string raf = "default";   // True except for the last [norm, output] group and the root
+  // "default": every block resharded after forward except the last (module_overrides last_block false);
+  // "always": every block; "never": none.
+  const bool last_kept = p.module_overrides.size() == 1 && p.module_overrides[0].module == "last_block" &&
+                         p.module_overrides[0].reshard_after_forward == 0;
+  std::string raf = last_kept ? "default" : "always";
   if (p.fsdp_version == sim::FsdpVersion::FSDP2) {
     if (p.reshard_after_forward == 0) raf = "never";
     if (p.reshard_after_forward > 1)
@@ -54,12 +58,16 @@ Export export_torchtitan(const ExportInput& in) {
   std::ostringstream os;
   os << "# fsdpsim export: " << e.target << "\n"
      << "# plan: " << in.label << "\n"
-     << "# launch: torchrun --nnodes " << in.cluster.nodes << " --nproc_per_node " << in.cluster.gpus_per_node
-     << " -m torchtitan.train --job.config_file this.toml\n\n"
+     << "# launch: " << (alloc_conf_line(p).empty() ? "" : alloc_conf_line(p) + " ") << "torchrun --nnodes " << in.cluster.nodes
+     << " --nproc_per_node " << in.cluster.gpus_per_node << " -m torchtitan.train --job.config_file this.toml\n\n"
      << "[model]\n"
      << "name = \"" << model_name << "\"\n"
      << "flavor = \"" << flavor << "\"\n";
-  if (p.fp8_all_gather) os << "converters = [\"float8\"]  # newer versions: \"quantize.linear.float8\"\n";
+  const bool fp8 = p.float8 != models::Float8Recipe::None || p.fp8_all_gather;
+  if (fp8) os << "converters = [\"quantize.linear.float8\"]  # before 2025-09-26 (5b5d46856): [\"float8\"] and a [float8] section\n";
+  os << "\n[optimizer]\n"
+     << "name = \"AdamW\"\n"
+     << "implementation = \"" << (p.optimizer_impl == sim::OptimizerImpl::Fused ? "fused" : "foreach") << "\"\n";
   os << "\n[training]\n"
      << "local_batch_size = " << p.micro_batch << "\n"
      << "global_batch_size = " << p.micro_batch * p.grad_accum * world << "  # gradient accumulation "
@@ -88,7 +96,15 @@ Export export_torchtitan(const ExportInput& in) {
          << " blocks (block index % " << ac.every_k << " == 0)\n";
       break;
   }
-  if (p.fp8_all_gather) os << "\n[float8]\nenable_fsdp_float8_all_gather = true\n";
+  if (p.compile) os << "\n[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n";
+  if (fp8) {
+    os << "\n[quantize.linear.float8]\n";
+    if (p.float8 == models::Float8Recipe::Rowwise) os << "recipe_name = \"rowwise\"\n";
+    if (p.fp8_all_gather)
+      os << "enable_fsdp_float8_all_gather = true\n"
+         << "precompute_float8_dynamic_scale_for_fsdp = true\n";
+    os << "filter_fqns = [\"output\"]\n";
+  }
   if (!e.unsupported.empty()) os << "\n";
   for (const auto& u : e.unsupported) os << "# not expressible here: " << u << "\n";
   e.text = os.str();

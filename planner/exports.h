@@ -34,7 +34,10 @@ Export export_lightning(const ExportInput& in);
 Export export_accelerate(const ExportInput& in);
 Export export_torchtitan(const ExportInput& in);
 
-// {"fsdp2": {...}, "lightning": {...}, "accelerate": {...}, "torchtitan": {...}}
+// One front-end's export ("fsdp2", "lightning", "accelerate", "torchtitan"), and its JSON form.
+Export make_export(const std::string& framework, const ExportInput& in);
+nlohmann::json export_to_json(const Export& e);
+// {"fsdp2": {...}, "lightning": {...}, "accelerate": {...}, "torchtitan": {...}} of one plan.
 nlohmann::json exports_to_json(const ExportInput& in);
 
 // Shared helpers for the exporters.
@@ -42,5 +45,7 @@ std::string torch_dtype(Dtype d);                       // "torch.bfloat16"
 std::string block_list_path(const models::ModelSpec& m); // "model.model.layers" (HF layout)
 std::string block_class_name(const models::ModelSpec& m);
 std::string block_import_line(const models::ModelSpec& m); // "from transformers... import X" or a comment
+// `PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"` for the plan's alloc_conf, or "" for PyTorch's defaults.
+std::string alloc_conf_line(const sim::Plan& p);
 
 }  // namespace fsdpsim::planner

@@ -1,5 +1,6 @@
 // The plan.json document (schema reports/schema/plan.schema.json, "fsdpsim.plan/1").
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "common/context.h"
@@ -9,6 +10,9 @@
 #include "sim/plan.h"
 
 namespace fsdpsim::planner {
+
+// The first ranks written in full in plan.json (at least --top); the rest are summary rows.
+constexpr int kDetailedCandidates = 10;
 
 nlohmann::json cluster_json(const calibrate::Cluster& c, Bytes gpu_memory) {
   return {{"name", c.name},         {"nodes", c.nodes},          {"gpus_per_node", c.gpus_per_node},
@@ -34,6 +38,7 @@ nlohmann::json plan_document(const PlanRequest& req, const PlanOutcome& out) {
                    {"global_batch_tokens", req.space.batch.tokens()},
                    {"global_batch_sequences", req.space.batch.global_batch_sequences},
                    {"memory_margin", req.memory_margin},
+                   {"usable_memory_bytes", usable_capacity(req.hw.memory_capacity(), req.memory_margin)},
                    {"precisions", req.space.precisions},
                    {"fixed", fixed},
                    {"excluded", excluded}};
@@ -54,44 +59,104 @@ nlohmann::json plan_document(const PlanRequest& req, const PlanOutcome& out) {
                    {"pruning", "memory lower bound (persistent sharded state, saved activations, logits, the head's "
                                "unsharded unit; no allocator slack) against capacity less the margin; then plans "
                                "dominated on both memory and throughput by an already simulated plan are skipped"}};
-  // Candidates in rank order; positions index this array.
+  // Candidates in rank order; positions (rank - 1) index "candidates" followed by the rows of
+  // "other_candidates". The first ranks are written in full (plan, result, why); the rest as one
+  // summary row each - the search can simulate thousands of plans, and the document stays small.
+  const int detailed = std::max(req.top_k, kDetailedCandidates);
   std::vector<int> pos(out.candidates.size(), -1);
-  json cands = json::array();
+  json cands = json::array(), rows = json::array();
   int rank = 0;
   for (int i : out.ranking.order) {
     const auto& c = out.candidates[static_cast<size_t>(i)];
     const auto& e = out.search.evals[static_cast<size_t>(i)];
     pos[static_cast<size_t>(i)] = rank;
     bool pareto = std::find(out.ranking.pareto.begin(), out.ranking.pareto.end(), i) != out.ranking.pareto.end();
-    cands.push_back({{"rank", rank + 1},
-                     {"id", c.id},
-                     {"label", c.label},
-                     {"family", c.family},
-                     {"plan", sim::plan_to_json(c.plan)},
-                     {"result", sim::sim_result_to_json(e.result, false)},
-                     {"fits_with_margin", e.fits_with_margin},
-                     {"pareto", pareto},
-                     {"why", out.explanations.why[static_cast<size_t>(i)]}});
+    if (rank < detailed) {
+      cands.push_back({{"rank", rank + 1},
+                       {"id", c.id},
+                       {"label", c.label},
+                       {"family", c.family},
+                       {"plan", sim::plan_to_json(c.plan)},
+                       {"result", sim::sim_result_to_json(e.result, false)},
+                       {"fits_with_margin", e.fits_with_margin},
+                       {"pareto", pareto},
+                       {"why", out.explanations.why[static_cast<size_t>(i)]}});
+    } else {
+      const auto& r = e.result;
+      rows.push_back({rank + 1, c.id, c.label, c.family, r.fits, e.fits_with_margin, pareto, r.peak_total_device,
+                      r.peak_allocated, to_seconds(r.step_time_ns), r.tokens_per_s_per_gpu, r.mfu, to_seconds(r.exposed_comm_ns)});
+    }
     ++rank;
   }
   doc["recommended"] = out.ranking.recommended >= 0 ? json(pos[static_cast<size_t>(out.ranking.recommended)]) : json(nullptr);
   doc["candidates"] = cands;
+  doc["other_candidates"] = {{"columns", {"rank", "id", "label", "family", "fits", "fits_with_margin", "pareto",
+                                          "peak_total_device_bytes", "peak_allocated_bytes", "step_time_s",
+                                          "tokens_per_s_per_gpu", "mfu", "exposed_comm_s"}},
+                             {"rows", rows}};
   json front = json::array();
   for (int i : out.ranking.pareto) front.push_back(pos[static_cast<size_t>(i)]);
   doc["pareto_front"] = front;
   json rej = json::array();
   for (const auto& f : out.explanations.rejected_families) rej.push_back({{"family", f.family}, {"reason", f.reason}});
   doc["rejected_families"] = rej;
-  doc["explanations"] = {{"recommended", out.explanations.recommended}, {"runners_up", out.explanations.runners_up}};
+  doc["explanations"] = {{"recommended", out.explanations.recommended},
+                         {"runners_up", out.explanations.runners_up},
+                         {"choices", out.explanations.choices},
+                         {"ddp_baseline", out.explanations.ddp_baseline}};
   if (out.ranking.recommended >= 0) {
-    const auto& c = out.candidates[static_cast<size_t>(out.ranking.recommended)];
-    ExportInput in{req.model, req.cluster, c.plan, c.label};
-    doc["exports"] = exports_to_json(in);
+    json ex = json::object();
+    for (const auto& fp : out.framework_plans) {
+      ExportInput in{req.model, req.cluster, fp.plan, fp.label};
+      Export e = make_export(fp.framework, in);
+      if (!fp.same_as_recommended) {
+        // The export says first that it is not the recommended plan, what changed and what it predicts.
+        std::string head = "# NOTE: " + fp.framework + " cannot express the recommended plan as is; this is " + fp.source + ":\n";
+        for (const auto& ch : fp.changes) head += "#   - " + ch + "\n";
+        char line[256];
+        const auto& rr = out.recommended_detail;
+        std::snprintf(line, sizeof line, "#   predicted %.0f tokens/s per GPU (%+.1f%% vs the recommendation), peak %.1f GiB%s\n",
+                      fp.result.tokens_per_s_per_gpu,
+                      rr.tokens_per_s_per_gpu > 0 ? 100 * (fp.result.tokens_per_s_per_gpu / rr.tokens_per_s_per_gpu - 1) : 0.0,
+                      to_gib(fp.result.peak_total_device), fp.fits_with_margin ? "" : " - it does not fit with the margin");
+        e.text = head + line + e.text;
+      }
+      json j = export_to_json(e);
+      j["plan_label"] = fp.label;
+      j["same_as_recommended"] = fp.same_as_recommended;
+      j["source"] = fp.source;
+      j["changed"] = fp.changes;
+      j["predicted"] = {{"tokens_per_s_per_gpu", fp.result.tokens_per_s_per_gpu},
+                        {"peak_total_device_bytes", fp.result.peak_total_device},
+                        {"fits_with_margin", fp.fits_with_margin}};
+      j["plan"] = sim::plan_to_json(fp.plan);
+      ex[fp.framework] = j;
+    }
+    doc["exports"] = ex;
   } else {
     doc["exports"] = json::object();
   }
-  doc["recommended_detail"] = out.has_detail ? sim::sim_result_to_json(out.recommended_detail, true) : json(nullptr);
+  // The recommendation's trace and memory timeline go to trace.json (and the report), not here.
+  doc["recommended_detail"] = out.has_detail ? sim::sim_result_to_json(out.recommended_detail, false) : json(nullptr);
   return doc;
+}
+
+std::string plan_document_text(const nlohmann::json& doc) {
+  // Indented, except that each summary row of other_candidates stays on one line.
+  nlohmann::json shell = doc;
+  const nlohmann::json rows = doc.contains("other_candidates") ? doc["other_candidates"]["rows"] : nlohmann::json::array();
+  if (doc.contains("other_candidates")) shell["other_candidates"]["rows"] = nlohmann::json::array();
+  std::string text = shell.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (!rows.empty()) {
+    const std::string key = "\"rows\": []";
+    size_t at = text.find(key);
+    std::string body = "\"rows\": [";
+    for (size_t i = 0; i < rows.size(); ++i)
+      body += std::string(i ? "," : "") + "\n      " + rows[i].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    body += "\n    ]";
+    if (at != std::string::npos) text.replace(at, key.size(), body);
+  }
+  return text + "\n";
 }
 
 }  // namespace fsdpsim::planner

@@ -33,26 +33,49 @@ Bytes usable_capacity(Bytes capacity, double margin) {
 
 namespace {
 
+// The terminal progress line: candidates done / total, simulated, pruned or skipped, elapsed time and
+// an ETA from the rate so far. Drawn only when stderr is a terminal, at most 10 times a second.
 class ProgressBar {
  public:
-  ProgressBar(bool on, int total) : on_(on && isatty(2)), total_(total) {}
-  void draw(int done, int simulated, int skipped) {
+  ProgressBar(bool on, int total) : on_(on && isatty(2)), total_(total), t0_(std::chrono::steady_clock::now()) {}
+  void draw(int done, int simulated, int skipped, bool force = false) {
     if (!on_) return;
     std::lock_guard<std::mutex> lock(mu_);
-    const int width = 30;
+    const auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const double elapsed = std::chrono::duration<double>(now - t0_).count();
+    const int width = 24;
     int filled = total_ > 0 ? done * width / total_ : width;
     std::string bar(static_cast<size_t>(filled), '#');
     bar += std::string(static_cast<size_t>(width - filled), '.');
-    std::fprintf(stderr, "\rplan [%s] %d/%d  simulated %d  pruned/skipped %d ", bar.c_str(), done, total_, simulated, skipped);
+    char eta[32] = "--:--";
+    if (done > done_at_start_ && done < total_) {
+      double rate = (done - done_at_start_) / std::max(1e-9, elapsed);
+      clock_text(eta, sizeof eta, (total_ - done) / rate);
+    } else if (done >= total_) {
+      clock_text(eta, sizeof eta, 0);
+    }
+    char el[32];
+    clock_text(el, sizeof el, elapsed);
+    std::fprintf(stderr, "\rplan [%s] %d/%d candidates  simulated %d  pruned/skipped %d  elapsed %s  ETA %s ", bar.c_str(),
+                 done, total_, simulated, skipped, el, eta);
     std::fflush(stderr);
   }
+  void start_at(int done) { done_at_start_ = done; }   // candidates settled before any simulation (pruned)
   void finish() {
     if (on_) std::fprintf(stderr, "\n");
   }
 
  private:
+  static void clock_text(char* buf, size_t n, double s) {
+    long t = std::lround(s);
+    std::snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+  }
   bool on_;
   int total_;
+  int done_at_start_ = 0;
+  std::chrono::steady_clock::time_point t0_, last_{};
   std::mutex mu_;
 };
 
@@ -88,22 +111,33 @@ SearchOutcome run_search(const std::vector<Candidate>& cands, const std::vector<
 
   ProgressBar bar(opts.progress, n);
   int done = out.stats.pruned_memory;
-  // (peak, tokens/s) of simulated plans that fit with the margin, from finished waves.
-  std::vector<std::pair<Bytes, double>> front_pts;
+  bar.start_at(done);
+  // (peak, tokens/s) of simulated plans that fit with the margin, from finished waves: plans without
+  // CPU offload [0] and with it [1]. An offload plan dominates only offload plans, because the
+  // ranking recommends offload only when it is clearly faster (ranking.h): a plan without offload
+  // must stay simulated even when an offload plan beats it.
+  std::vector<std::pair<Bytes, double>> front_pts[2];
+  auto is_offload = [&](int c) { return cands[static_cast<size_t>(c)].plan.cpu_offload.params ? 1 : 0; };
   const size_t wave = static_cast<size_t>(std::max(1, opts.wave_size));
   for (size_t w0 = 0; w0 < order.size() && !out.stats.interrupted; w0 += wave) {
-    // Staircase of finished results: by peak ascending, best throughput so far.
-    std::sort(front_pts.begin(), front_pts.end());
-    std::vector<double> best(front_pts.size());
-    double run = -1;
-    for (size_t i = 0; i < front_pts.size(); ++i) best[i] = run = std::max(run, front_pts[i].second);
+    // Staircases of finished results: by peak ascending, best throughput so far.
+    std::vector<double> best[2];
+    for (int f = 0; f < 2; ++f) {
+      std::sort(front_pts[f].begin(), front_pts[f].end());
+      best[f].resize(front_pts[f].size());
+      double run = -1;
+      for (size_t i = 0; i < front_pts[f].size(); ++i) best[f][i] = run = std::max(run, front_pts[f][i].second);
+    }
+    auto dominated = [&](int f, const Evaluation& e) {
+      auto it = std::upper_bound(front_pts[f].begin(), front_pts[f].end(), std::make_pair(e.memory_lower_bound, 1e308));
+      size_t cnt = static_cast<size_t>(it - front_pts[f].begin());
+      return cnt > 0 && best[f][cnt - 1] > e.tokens_per_s_upper_bound;
+    };
     std::vector<int> todo;
     for (size_t k = w0; k < std::min(order.size(), w0 + wave); ++k) {
       int c = order[k];
       auto& e = out.evals[static_cast<size_t>(c)];
-      auto it = std::upper_bound(front_pts.begin(), front_pts.end(), std::make_pair(e.memory_lower_bound, 1e308));
-      size_t cnt = static_cast<size_t>(it - front_pts.begin());
-      if (cnt > 0 && best[cnt - 1] > e.tokens_per_s_upper_bound) {
+      if (dominated(0, e) || (is_offload(c) && dominated(1, e))) {
         e.status = EvalStatus::SkippedDominated;
         ++out.stats.skipped_dominated;
         ++done;
@@ -127,7 +161,8 @@ SearchOutcome run_search(const std::vector<Candidate>& cands, const std::vector<
         try {
           e.result = eval(cands[static_cast<size_t>(c)].plan);
           e.status = EvalStatus::Simulated;
-          e.fits_with_margin = e.result.peak_total_device <= usable;
+          // The simulator's verdict (GPU capacity, and host memory for offloaded state) and the margin.
+          e.fits_with_margin = e.result.fits && e.result.peak_total_device <= usable;
         } catch (const InputError& err) {
           e.status = EvalStatus::Invalid;
           e.error = err.what();
@@ -149,13 +184,13 @@ SearchOutcome run_search(const std::vector<Candidate>& cands, const std::vector<
       const auto& e = out.evals[static_cast<size_t>(c)];
       if (e.status == EvalStatus::Simulated) {
         ++out.stats.simulated;
-        if (e.fits_with_margin) front_pts.emplace_back(e.result.peak_total_device, e.result.tokens_per_s_per_gpu);
+        if (e.fits_with_margin) front_pts[is_offload(c)].emplace_back(e.result.peak_total_device, e.result.tokens_per_s_per_gpu);
       } else if (e.status == EvalStatus::Invalid) {
         ++out.stats.invalid;
       }
     }
     done += static_cast<int>(todo.size());
-    bar.draw(done, out.stats.simulated, out.stats.pruned_memory + out.stats.skipped_dominated);
+    bar.draw(done, out.stats.simulated, out.stats.pruned_memory + out.stats.skipped_dominated, true);
   }
   bar.finish();
   out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

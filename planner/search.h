@@ -4,8 +4,9 @@
 // Deterministic waves: candidates are simulated in waves of a fixed size in order of decreasing
 // throughput upper bound (ties: candidate index). Before a wave starts, a candidate is skipped when
 // a plan from an EARLIER wave fits with the margin, needs no more memory than the candidate's lower
-// bound and is strictly faster than the candidate's upper bound: the candidate can be neither the
-// recommendation nor on the Pareto front. Because skip decisions use only finished waves, the set of
+// bound and is strictly faster than the candidate's upper bound (a plan with CPU offload dominates only
+// plans with offload, see ranking.h): the candidate can be neither the recommendation nor on the
+// Pareto front. Because skip decisions use only finished waves, the set of
 // simulated plans does not depend on the thread count or on timing.
 #pragma once
 #include <functional>
@@ -26,7 +27,7 @@ struct Evaluation {
   Bytes memory_lower_bound = 0;
   double tokens_per_s_upper_bound = 0;
   sim::SimResult result;         // Simulated only
-  bool fits_with_margin = false; // Simulated: peak_total_device <= capacity * (1 - margin)
+  bool fits_with_margin = false; // Simulated: result.fits and peak_total_device <= capacity * (1 - margin)
   std::string error;             // Invalid: why the simulator refused the plan
 };
 

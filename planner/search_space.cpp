@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "planner/config_text.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -20,14 +21,9 @@ using sim::Plan;
 using sim::ShardingStrategy;
 using AcMode = ActivationCheckpointing::Mode;
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-std::string upper(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
+using config_text::lower;
+using config_text::upper;
+// Unlike config_text::trim, also strips the quotes a shell may leave around a --fix value.
 std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\"'"), e = s.find_last_not_of(" \t\"'");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
@@ -291,8 +287,9 @@ const std::vector<std::string>& searched_keys() {
   return k;
 }
 const std::vector<std::string>& base_keys() {
-  static const std::vector<std::string> k = {"optimizer", "trainable_fraction", "auto_wrap_policy", "use_orig_params",
-                                             "cross_entropy"};
+  static const std::vector<std::string> k = {"optimizer",     "trainable_fraction", "auto_wrap_policy", "use_orig_params",
+                                             "cross_entropy", "implementation",     "compile",          "optimizer_impl",
+                                             "alloc_conf"};
   return k;
 }
 
@@ -360,7 +357,8 @@ std::vector<std::pair<int, int>> valid_meshes(int nodes, int gpus_per_node) {
 }
 
 std::string family_of(const Plan& p, int gpus_per_node) {
-  std::string f = strategy_text(strategy_of(p));
+  // NO_SHARD is how FSDP spells DDP: the family is named for what users know it as.
+  std::string f = strategy_of(p) == ShardingStrategy::NO_SHARD ? "DDP (NO_SHARD)" : strategy_text(strategy_of(p));
   if (p.fsdp_version == FsdpVersion::FSDP2 && p.reshard_after_forward > 1) f += " (hpZ)";
   if (p.mesh_shard > gpus_per_node) f += " across nodes";
   if (p.cpu_offload.params) f += " + CPU offload";
@@ -580,6 +578,22 @@ void apply_base_constraint(Plan& p, const Constraint& c) {
     else if (l == "fused") p.cross_entropy = models::LossImpl::Fused;
     else if (l == "fused_linear") p.cross_entropy = models::LossImpl::FusedLinear;
     else throw InputError(field, v, "torch, fused or fused_linear");
+  } else if (c.key == "implementation") {
+    std::string l = lower(v);
+    if (l == "torchtitan") p.implementation = models::ModelImpl::TorchTitan;
+    else if (l == "hf") p.implementation = models::ModelImpl::HF;
+    else if (l == "litgpt") p.implementation = models::ModelImpl::LitGPT;
+    else if (l == "fused") p.implementation = models::ModelImpl::Fused;
+    else throw InputError(field, v, "torchtitan, hf, litgpt or fused");
+  } else if (c.key == "compile") {
+    p.compile = canonical_bool(field, v) == "true";
+  } else if (c.key == "optimizer_impl") {
+    std::string l = lower(v);
+    if (l == "foreach") p.optimizer_impl = sim::OptimizerImpl::Foreach;
+    else if (l == "fused") p.optimizer_impl = sim::OptimizerImpl::Fused;
+    else throw InputError(field, v, "foreach or fused");
+  } else if (c.key == "alloc_conf") {
+    p.alloc_conf = sim::parse_alloc_conf(v, field);
   } else if (c.key == "auto_wrap_policy") {
     std::string l = lower(v);
     models::WrapPolicy w;

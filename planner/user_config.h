@@ -1,17 +1,26 @@
-// Reading a user's existing FSDP configuration for `fsdpsim diagnose` (note "diagnose input forms",
-// copied into the README). Accepted forms:
-//  * lightning (.py): a Python snippet containing `FSDPStrategy(...)` and `Trainer(...)` (or
-//    `Fabric(...)`). A tolerant keyword scanner reads the keyword arguments at the top level of
-//    those calls: sharding_strategy, device_mesh, auto_wrap_policy, activation_checkpointing_policy
-//    (or the deprecated activation_checkpointing), cpu_offload, mixed_precision=MixedPrecision(...),
-//    backward_prefetch, forward_prefetch, limit_all_gathers, use_orig_params; Trainer precision,
-//    devices, num_nodes, accumulate_grad_batches. `batch_size=N` anywhere (a DataLoader) gives the
-//    micro-batch, `gradient_checkpointing_enable()` means HF checkpointing outside FSDP (semantics A2).
-//    Anything else is ignored (listed as a warning).
-//  * lightning-yaml (.yaml with a `trainer:` key): LightningCLI form, trainer.precision/devices/
-//    num_nodes/accumulate_grad_batches and trainer.strategy.init_args with the same keys.
-//  * accelerate (.yaml with `fsdp_config:` or `distributed_type:`): ecosystem.md §2.3 keys, FSDP1 and 2.
-//  * torchtitan (.toml): [training], [parallelism], [activation_checkpoint] (ecosystem.md §2.4).
+// Reading a user's existing FSDP configuration for `fsdpsim diagnose`, `fit` and `compare` (note
+// "diagnose input forms", copied into the README). Accepted forms, one reader each (planner/read_*.cpp):
+//  * lightning (.py): a script with `FSDPStrategy(...)`, or `Trainer(strategy="fsdp")` /
+//    "fsdp_cpu_offload" (FSDPStrategy() with its defaults: no wrap policy, no checkpointing), and
+//    `Trainer(...)` or `Fabric(...)`. A tolerant keyword scanner (comments skipped) reads the keyword
+//    arguments of those calls: sharding_strategy, device_mesh, auto_wrap_policy, activation_checkpointing_policy
+//    (full checkpointing of the named blocks) or the deprecated activation_checkpointing, cpu_offload,
+//    mixed_precision=MixedPrecision(...), backward_prefetch, forward_prefetch, limit_all_gathers,
+//    use_orig_params; Trainer precision (default "32-true"), devices, num_nodes, accumulate_grad_batches
+//    (the Trainer accumulates inside FSDP's no_sync(); Fabric only with fabric.no_backward_sync).
+//    Also read: `batch_size=N` (a DataLoader) as the micro-batch; the sequence length where the script
+//    assigns it (seq_len, max_seq_length, block_size, max_length, ...); torch.compile; torchao's
+//    convert_to_float8_training; `gradient_checkpointing_enable()` (HF checkpointing outside FSDP, A2);
+//    a litgpt import without transformers means LitGPT's model code (implementation "litgpt", block `Block`).
+//  * lightning-yaml (.yaml with a `trainer:` key): LightningCLI form, trainer.precision/devices/num_nodes/
+//    accumulate_grad_batches, trainer.strategy (a name or init_args with the keys above), data batch size
+//    and sequence length.
+//  * accelerate (.yaml with `fsdp_config:` or `distributed_type:`): ecosystem.md §2.3 keys, FSDP1 and 2;
+//    a missing or misspelled fsdp_auto_wrap_policy is accelerate's default NO_WRAP (one FSDP unit);
+//    dynamo_config (INDUCTOR: compile) and fp8_config (backend AO: torchao float8).
+//  * torchtitan (.toml): [training], [parallelism], [activation_checkpoint], [compile], [model] converters
+//    with [float8] or [quantize.linear.float8], [optimizer] (ecosystem.md §2.4); other sections are named
+//    in a warning; implementation "torchtitan"; reshard "default" keeps the last block.
 //  * plan (.json): our plan JSON (sim::load_plan).
 // Any form may carry a comment line `# fsdpsim: micro_batch=2 seq_len=8192 grad_accum=4` for what it
 // cannot say; command-line options override both. Precision strings follow Lightning >= 2.6.

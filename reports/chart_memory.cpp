@@ -1,9 +1,11 @@
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "reports/charts.h"
 #include "reports/format.h"
 #include "reports/html_escape.h"
+#include "reports/memory_align.h"
 #include "reports/svg.h"
 
 namespace fsdpsim::reports {
@@ -90,24 +92,29 @@ std::vector<std::pair<double, double>> step_points(const std::vector<sim::Memory
 MemoryTimelineChart memory_timeline_chart(const DetailView& d) {
   const double W = kChartWidth, H = 300, ml = 70, mr = 24, mt = 16, mb = 46;
   MemoryTimelineChart out;
-  const auto& s = d.memory_timeline;
+  const std::vector<sim::MemorySample> s = gpu_aligned_memory(d.trace, d.memory_timeline);
   out.samples = static_cast<int>(s.size());
   double t_end = std::max(1.0, d.result.step_time_s * 1e9);
+  for (const auto& x : d.trace) t_end = std::max(t_end, static_cast<double>(x.start_ns + x.dur_ns));
   double v_max = std::max(d.result.capacity_bytes, 1.0);
-  size_t peak_i = 0;
+  size_t peak_a = 0, peak_r = 0;
   for (size_t i = 0; i < s.size(); ++i) {
     t_end = std::max(t_end, static_cast<double>(s[i].t_ns));
     v_max = std::max(v_max, static_cast<double>(std::max(s[i].allocated, s[i].reserved)));
-    if (s[i].allocated > s[peak_i].allocated) peak_i = i;
+    if (s[i].allocated > s[peak_a].allocated) peak_a = i;
+    if (s[i].reserved > s[peak_r].reserved) peak_r = i;
   }
+  out.t_end_ns = t_end;
+  out.last_sample_ns = s.empty() ? 0 : static_cast<double>(s.back().t_ns);
   const double y_hi_gib = nice_ceiling(v_max / static_cast<double>(kGiB) * 1.05, 6);
-  const double t_hi_ms = t_end / 1e6;
+  const double unit_ns = t_end > 10e9 ? 1e9 : 1e6;   // ms, or s for steps longer than 10 s
+  const double t_hi = t_end / unit_ns;
   LinearScale sx{0, t_end, ml, W - mr}, sy{0, y_hi_gib * static_cast<double>(kGiB), H - mb, mt};
-  Svg svg(W, H, "memory-timeline", "Allocated and reserved memory over one step (GiB)");
+  Svg svg(W, H, "memory-timeline", "Allocated and reserved memory over one step (GiB), on the GPU's clock");
   svg.open_group("grid");
-  for (double t : nice_ticks(0, t_hi_ms, 10)) {
-    svg.line(sx(t * 1e6), mt, sx(t * 1e6), H - mb, "gridline");
-    svg.text(sx(t * 1e6), H - mb + 17, fmt_fixed(t, t == std::floor(t) ? 0 : 1), "tick", "middle");
+  for (double t : nice_ticks(0, t_hi, 10)) {
+    svg.line(sx(t * unit_ns), mt, sx(t * unit_ns), H - mb, "gridline");
+    svg.text(sx(t * unit_ns), H - mb + 17, fmt_fixed(t, t == std::floor(t) ? 0 : 1), "tick", "middle");
   }
   for (double g : nice_ticks(0, y_hi_gib, 6)) {
     double y = sy(g * static_cast<double>(kGiB));
@@ -116,7 +123,10 @@ MemoryTimelineChart memory_timeline_chart(const DetailView& d) {
   }
   svg.line(ml, H - mb, W - mr, H - mb, "axis");
   svg.line(ml, mt, ml, H - mb, "axis");
-  svg.text((ml + W - mr) / 2, H - 8, "time in the step (ms)", "axis-label", "middle");
+  svg.text((ml + W - mr) / 2, H - 8,
+           std::string("time in the step (") + (unit_ns == 1e9 ? "s" : "ms") +
+               "), each allocation and free placed where the op that made it starts on the GPU",
+           "axis-label", "middle");
   svg.text(16, (mt + H - mb) / 2, "GiB", "axis-label axis-label-y", "middle");
   svg.close_group();
 
@@ -140,14 +150,29 @@ MemoryTimelineChart memory_timeline_chart(const DetailView& d) {
     reserved.emplace_back(sx(t_end), reserved.back().second);
     allocated.emplace_back(sx(t_end), allocated.back().second);
   }
+  char ends[96];
+  std::snprintf(ends, sizeof ends, "%.0f", t_end);
+  std::string t_end_text = ends;
+  std::snprintf(ends, sizeof ends, "%.0f", out.last_sample_ns);
+  svg.open_group("memory-series", {{"data-t-end-ns", t_end_text}, {"data-last-sample-ns", ends}});
   svg.polyline(reserved, "series reserved");
   svg.polyline(allocated, "series allocated");
+  svg.close_group();
   if (!s.empty()) {
-    double px = sx(static_cast<double>(s[peak_i].t_ns)), py = sy(static_cast<double>(s[peak_i].allocated));
-    svg.circle(px, py, 4, "peak-marker", "peak allocated " + fmt_gib(static_cast<double>(s[peak_i].allocated)) + " at " +
-                                             fmt_ms(static_cast<double>(s[peak_i].t_ns) * 1e-9, 2));
-    svg.text(px > W * 0.75 ? px - 8 : px + 8, py - 6, "peak allocated " + fmt_gib(static_cast<double>(s[peak_i].allocated)), "peak-label",
-             px > W * 0.75 ? "end" : "start");
+    // The peak the headline reports: peak reserved + the CUDA/NCCL context = peak device memory.
+    const double pr = static_cast<double>(s[peak_r].reserved);
+    const double px = sx(static_cast<double>(s[peak_r].t_ns)), py = sy(pr);
+    out.peak_reserved_bytes = pr;
+    std::string what = "peak reserved " + fmt_gib(pr) +
+                       (d.result.context_bytes > 0 ? " + context " + fmt_gib(d.result.context_bytes) + " = peak device memory " +
+                                                         fmt_gib(pr + d.result.context_bytes)
+                                                   : std::string());
+    svg.circle(px, py, 4, "peak-marker", what + " at " + fmt_seconds(static_cast<double>(s[peak_r].t_ns) * 1e-9));
+    svg.text(px > W * 0.6 ? px - 8 : px + 8, py - 6, what, "peak-label", px > W * 0.6 ? "end" : "start");
+    const double qa = static_cast<double>(s[peak_a].allocated);
+    out.peak_allocated_bytes = qa;
+    svg.circle(sx(static_cast<double>(s[peak_a].t_ns)), sy(qa), 3, "peak-marker peak-allocated",
+               "peak allocated " + fmt_gib(qa) + " at " + fmt_seconds(static_cast<double>(s[peak_a].t_ns) * 1e-9));
   }
   out.svg = svg.str();
   return out;

@@ -4,6 +4,7 @@
 #include "reports/charts.h"
 #include "reports/format.h"
 #include "reports/html_escape.h"
+#include "reports/span_issue.h"
 #include "reports/svg.h"
 
 namespace fsdpsim::reports {
@@ -49,12 +50,14 @@ StreamTimelineChart stream_timeline_chart(const DetailView& d, const std::string
   // Axis and grid first, so spans paint over the grid lines.
   const double plot_bottom = mt + rows * (row_h + row_gap) - row_gap / 2;
   svg.open_group("grid");
-  for (double t : nice_ticks(static_cast<double>(t_begin) * 1e-6, static_cast<double>(t_end) * 1e-6, 10)) {
-    double x = sx(t * 1e6);
+  // Milliseconds, or seconds for steps longer than 10 s.
+  const double unit_ns = t_end > 10'000'000'000 ? 1e9 : 1e6;
+  for (double t : nice_ticks(static_cast<double>(t_begin) / unit_ns, static_cast<double>(t_end) / unit_ns, 10)) {
+    double x = sx(t * unit_ns);
     svg.line(x, mt, x, plot_bottom, "gridline");
     svg.text(x, plot_bottom + 16, fmt_fixed(t, t == std::floor(t) ? 0 : 1), "tick", "middle");
   }
-  svg.text((x0 + x1) / 2, H - 6, "time in the step (ms)", "axis-label", "middle");
+  svg.text((x0 + x1) / 2, H - 6, unit_ns == 1e9 ? "time in the step (s)" : "time in the step (ms)", "axis-label", "middle");
   svg.close_group();
 
   DecimateOptions opt;
@@ -68,7 +71,7 @@ StreamTimelineChart stream_timeline_chart(const DetailView& d, const std::string
     for (const auto& r : rects) {
       if (r.track != tracks[row]) continue;
       std::string cls = "span " + track_class(r.track);
-      if (r.track == "compute") cls += " " + kind_class(r.kind);
+      if (is_compute_track(r.track)) cls += " " + kind_class(r.kind);
       if (r.count > 1) cls += " merged";
       // At least 1 px wide so a very short span stays visible.
       double xa = sx(static_cast<double>(r.start_ns)), xb = sx(static_cast<double>(r.end_ns));
@@ -94,7 +97,8 @@ StreamTimelineChart stream_timeline_chart(const DetailView& d, const std::string
     std::string tip = "compute idle while a collective runs\n" + fmt_fixed(static_cast<double>(r.start_ns) * 1e-6, 3) +
                       " - " + fmt_fixed(static_cast<double>(r.end_ns) * 1e-6, 3) + " ms (" +
                       fmt_seconds(static_cast<double>(r.busy_ns) * 1e-9) + ")";
-    svg.rect(xa, ey + 1, std::max(1.0, xb - xa), row_h - 2, "exposed", tip, {{"data-n", std::to_string(r.count)}});
+    svg.rect(xa, ey + 1, std::max(1.0, xb - xa), row_h - 2, "exposed", tip,
+             {{"data-n", std::to_string(r.count)}, {"data-busy-ns", std::to_string(r.busy_ns)}});
     ++out.exposed_rects;
   }
   svg.close_group();
@@ -102,14 +106,16 @@ StreamTimelineChart stream_timeline_chart(const DetailView& d, const std::string
 
   std::string legend = "<ul class=\"legend\">";
   for (const auto& t : tracks) {
-    if (t == "compute") {
+    if (is_compute_track(t)) {
       for (const char* k : {"forward", "backward", "recompute", "optimizer"}) {
-        bool present = std::any_of(trace.begin(), trace.end(), [&](const sim::TraceSpan& s) { return s.track == "compute" && s.kind == k; });
+        bool present = std::any_of(trace.begin(), trace.end(), [&](const sim::TraceSpan& s) {
+          return s.track == t && kind_class(s.kind) == kind_class(k);
+        });
         if (present)
           legend += "<li><span class=\"sw trk-compute " + kind_class(k) + "\"></span>compute: " + std::string(k) + "</li>";
       }
       bool other = std::any_of(trace.begin(), trace.end(), [&](const sim::TraceSpan& s) {
-        return s.track == "compute" && kind_class(s.kind) == "k-other";
+        return s.track == t && kind_class(s.kind) == "k-other";
       });
       if (other) legend += "<li><span class=\"sw trk-compute k-other\"></span>compute: other kernels</li>";
       continue;

@@ -33,13 +33,17 @@ struct MemoryBarChart {
 };
 MemoryBarChart memory_bar_chart(const ResultView& r);
 
-// Allocated and reserved over the step (step polylines), capacity lines, the peak marked.
+// Allocated and reserved over the step (step polylines) on the GPU's clock (memory_align.h), capacity
+// lines, the peak marked as the headline states it (peak reserved + context = peak device memory).
 // Beyond 4 samples per pixel, samples are reduced to per-pixel-column min/max (peaks kept exactly).
 struct MemoryTimelineChart {
   std::string svg;
   int samples = 0;
   int points_per_series = 0;
   bool reduced = false;
+  double t_end_ns = 0;           // the x axis ends here: the step's end (or the last span / sample)
+  double last_sample_ns = 0;     // the last sample, on the GPU's clock
+  double peak_reserved_bytes = 0, peak_allocated_bytes = 0;   // the peaks marked
 };
 MemoryTimelineChart memory_timeline_chart(const DetailView& d);
 

@@ -1,5 +1,7 @@
 #include "reports/html_report.h"
 
+#include "reports/memory_align.h"
+
 #include "common/json_reader.h"
 #include "common/output_file.h"
 #include "reports/html_escape.h"
@@ -19,7 +21,12 @@ std::string comment_safe(std::string s) {
 }  // namespace
 
 std::string render_html(const nlohmann::json& plan_doc, const HtmlOptions& opt) {
-  const PlanDocView doc = read_plan_doc(plan_doc);
+  PlanDocView doc = read_plan_doc(plan_doc);
+  if (opt.detail && doc.recommended) {
+    if (!doc.detail) doc.detail = DetailView{doc.candidates[*doc.recommended].result, {}, {}};
+    doc.detail->trace = opt.detail->trace;
+    doc.detail->memory_timeline = steady_step_samples(opt.detail->memory_timeline, opt.detail->steady_step_start_ns);
+  }
   SectionOptions so;
   so.trace_href = opt.trace_href;
   so.memory_margin = JsonReader(doc.inputs, "plan.inputs").get_double("memory_margin", 0.0, 0.99, 0.0);

@@ -6,10 +6,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sim/sim_result.h"
+
 namespace fsdpsim::reports {
 
 struct HtmlOptions {
   std::string trace_href = "trace.json";   // the Perfetto trace written next to report.html
+  // The recommendation re-simulated with its trace and memory timeline (plan.json does not carry
+  // them); when null, whatever recommended_detail in the document carries is drawn.
+  const sim::SimResult* detail = nullptr;
 };
 
 // Throws InputError naming the field when the document lacks something the report shows.

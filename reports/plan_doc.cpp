@@ -1,5 +1,7 @@
 #include "reports/plan_doc.h"
 
+#include "reports/memory_align.h"
+
 #include <algorithm>
 #include <limits>
 
@@ -103,6 +105,8 @@ DetailView read_detail(const json& j, const std::string& path) {
       ms.reserved = s.get_int("reserved_bytes", 0, kMaxI64);
       d.memory_timeline.push_back(ms);
     }
+    // (a first and a steady step: the chart shows the steady one, whose peaks are the headline)
+    d.memory_timeline = steady_step_samples(d.memory_timeline, r.get_int("steady_step_start_ns", 0, kMaxI64, 0));
   }
   return d;
 }
@@ -141,6 +145,49 @@ PlanDocView read_plan_doc(const json& doc, const std::string& root) {
     cv.why = optional_string_list(c, "why");
     v.candidates.push_back(std::move(cv));
   }
+  if (r.has("other_candidates")) {
+    // Summary rows: rank, id, label, family, fits, fits_with_margin, pareto, peak_total_device_bytes,
+    // peak_allocated_bytes, step_time_s, tokens_per_s_per_gpu, mfu, exposed_comm_s (plan.schema.json).
+    JsonReader o = r.get_object("other_candidates");
+    const json& rows = array_at(o, "rows");
+    const double capacity = JsonReader(v.inputs, r.field("inputs")).get_object("cluster").get_double("gpu_memory_bytes", 0, kHuge, 0);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::string p = idx(o.field("rows"), i);
+      const json& row = rows[i];
+      if (!row.is_array() || row.size() != 13) throw InputError(p, json_value_for_message(row), "an array of 13 values (see columns)");
+      auto num = [&](size_t k) {
+        if (!row[k].is_number() || !(row[k].get<double>() >= 0)) throw InputError(idx(p, k), json_value_for_message(row[k]), "a number >= 0");
+        return row[k].get<double>();
+      };
+      auto str = [&](size_t k) {
+        if (!row[k].is_string()) throw InputError(idx(p, k), json_value_for_message(row[k]), "a string");
+        return row[k].get<std::string>();
+      };
+      auto flag = [&](size_t k) {
+        if (!row[k].is_boolean()) throw InputError(idx(p, k), json_value_for_message(row[k]), "true or false");
+        return row[k].get<bool>();
+      };
+      CandidateView cv;
+      cv.index = static_cast<int>(v.candidates.size());
+      cv.rank = static_cast<int>(num(0));
+      cv.id = str(1);
+      cv.label = str(2);
+      cv.family = str(3);
+      cv.result.fits = flag(4);
+      cv.fits_with_margin = flag(5);
+      cv.pareto = flag(6);
+      cv.result.peak_total_device_bytes = num(7);
+      cv.result.peak_allocated_bytes = num(8);
+      cv.result.step_time_s = num(9);
+      cv.result.tokens_per_s_per_gpu = num(10);
+      cv.result.mfu = num(11);
+      cv.result.exposed_comm_s = num(12);
+      cv.result.capacity_bytes = capacity;
+      cv.plan = json::object();
+      cv.summary = true;
+      v.candidates.push_back(std::move(cv));
+    }
+  }
   const int n = static_cast<int>(v.candidates.size());
 
   if (r.has("recommended")) {
@@ -166,6 +213,8 @@ PlanDocView read_plan_doc(const json& doc, const std::string& root) {
   if (r.has("explanations")) {
     JsonReader e = r.get_object("explanations");
     v.why_recommended = optional_string_list(e, "recommended");
+    v.choices = optional_string_list(e, "choices");
+    v.ddp_baseline = e.get_string("ddp_baseline", "");
     if (e.has("runners_up")) {
       const json& ru = array_at(e, "runners_up");
       for (size_t i = 0; i < ru.size(); ++i) v.runners_up.push_back(string_list(ru[i], idx(e.field("runners_up"), i)));
@@ -186,10 +235,22 @@ PlanDocView read_plan_doc(const json& doc, const std::string& root) {
       ev.target = e.get_string("target", "");
       ev.text = e.get_string("text");
       ev.unsupported = optional_string_list(e, "unsupported");
+      ev.same_as_recommended = e.get_bool("same_as_recommended", true);
+      ev.plan_label = e.get_string("plan_label", "");
+      ev.source = e.get_string("source", "");
+      ev.changed = optional_string_list(e, "changed");
       v.exports.push_back(std::move(ev));
     }
   }
-  if (r.has("recommended_detail")) v.detail = read_detail(r.raw("recommended_detail"), r.field("recommended_detail"));
+  if (r.has("recommended_detail") && !r.raw("recommended_detail").is_null())
+    v.detail = read_detail(r.raw("recommended_detail"), r.field("recommended_detail"));
+  {
+    JsonReader in(v.inputs, r.field("inputs"));
+    const double margin = in.get_double("memory_margin", 0.0, 0.99, 0.0);
+    double cap = in.get_object("cluster").get_double("gpu_memory_bytes", 0, kHuge, 0);
+    if (cap <= 0 && !v.candidates.empty()) cap = v.candidates.front().result.capacity_bytes;
+    v.usable_memory_bytes = in.get_double("usable_memory_bytes", 0, kHuge, cap * (1.0 - margin));
+  }
   if (r.has("measured")) {
     v.measured = r.raw("measured");
     JsonReader(v.measured, r.field("measured"));

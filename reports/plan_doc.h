@@ -39,6 +39,7 @@ struct CandidateView {
   ResultView result;
   std::vector<std::string> why;
   nlohmann::json plan;       // plan_to_json of the resolved plan (printed as is)
+  bool summary = false;      // from other_candidates: result holds the row's figures only, no plan
 };
 
 struct DetailView {
@@ -50,6 +51,9 @@ struct DetailView {
 struct ExportView {
   std::string key, format, target, text;
   std::vector<std::string> unsupported;
+  bool same_as_recommended = true;
+  std::string plan_label, source;
+  std::vector<std::string> changed;   // what differs from the recommendation, and why
 };
 
 struct PlanDocView {
@@ -62,9 +66,12 @@ struct PlanDocView {
   std::vector<std::pair<std::string, std::string>> rejected_families;  // family, reason
   std::vector<std::string> why_recommended;
   std::vector<std::vector<std::string>> runners_up;
+  std::vector<std::string> choices;  // the recommendation's choices varied one at a time
+  std::string ddp_baseline;
   std::vector<ExportView> exports;   // fsdp2, torchtitan, lightning, accelerate, then others by name
   std::optional<DetailView> detail;
   nlohmann::json measured;           // null when absent
+  double usable_memory_bytes = 0;    // inputs.usable_memory_bytes, or capacity x (1 - margin)
 };
 
 // Throws InputError(field, value, allowed) on the first problem, field rooted at `root` ("plan").

@@ -123,21 +123,27 @@ std::string section_recommendation(const PlanDocView& doc, const SectionOptions&
     mfu_detail += " vs dense " + (r.peak_flops_dtype.empty() ? "" : r.peak_flops_dtype + " ") + "peak " +
                   fmt_fixed(r.peak_flops_per_s / 1e12, 1) + " TFLOP/s";
   h += metric("MFU", fmt_percent(r.mfu), mfu_detail);
-  const double headroom = r.capacity_bytes - r.peak_total_device_bytes;
-  const double usable = r.capacity_bytes * (1.0 - opt.memory_margin);
-  std::string mem_cls = r.peak_total_device_bytes <= usable ? "ok" : (r.fits ? "warn" : "bad");
+  // Headroom as the planner defines it (planner/explain.h "headroom and margin"): what is left of the
+  // usable memory (capacity less the margin) at the peak.
+  const double usable = doc.usable_memory_bytes > 0 ? doc.usable_memory_bytes : r.capacity_bytes * (1.0 - opt.memory_margin);
+  const double headroom = usable - r.peak_total_device_bytes;
+  std::string mem_cls = headroom >= 0 && r.fits ? "ok" : (r.fits ? "warn" : "bad");
   h += metric("Peak device memory", fmt_gib(r.peak_total_device_bytes) + " / " + fmt_gib(r.capacity_bytes, 1),
-              "allocated " + fmt_gib(r.peak_allocated_bytes) + ", reserved " + fmt_gib(r.peak_reserved_bytes) +
-                  ", context " + fmt_gib(r.context_bytes),
+              "reserved " + fmt_gib(r.peak_reserved_bytes) + " + context " + fmt_gib(r.context_bytes) + "; allocated " +
+                  fmt_gib(r.peak_allocated_bytes),
               mem_cls);
-  h += metric("Headroom", fmt_gib(headroom),
-              r.capacity_bytes > 0 ? fmt_percent(headroom / r.capacity_bytes) + " of capacity free at the peak" : "",
+  h += metric("Headroom", (headroom >= 0 ? "" : "-") + fmt_gib(std::fabs(headroom)),
+              std::string(headroom >= 0 ? "left" : "over") + " of the " + fmt_gib(usable) + " usable (capacity less the " +
+                  fmt_percent(opt.memory_margin, 0) + " margin) at the peak",
               mem_cls);
   h += metric("Exposed communication", fmt_seconds(r.exposed_comm_s),
               r.step_time_s > 0 ? fmt_percent(r.exposed_comm_s / r.step_time_s) + " of the step; comm busy " + fmt_seconds(r.comm_s)
                                 : "");
   h += "</div>";
   if (!doc.why_recommended.empty()) h += "<h3>Why it wins</h3>" + bullet_list(doc.why_recommended);
+  if (!doc.ddp_baseline.empty()) h += "<h3>Against DDP</h3><p id=\"ddp-baseline\">" + html_escape(doc.ddp_baseline) + "</p>";
+  if (!doc.choices.empty())
+    h += "<h3>Each choice changed alone (simulated)</h3><div id=\"choices\">" + bullet_list(doc.choices) + "</div>";
   if (c.plan.is_object() && !c.plan.empty())
     h += "<details><summary>All plan keys</summary>" + kv_table(c.plan) + "</details>";
   return h + "</section>\n";
@@ -175,7 +181,13 @@ std::string section_exports(const PlanDocView& doc) {
          "</h3><span class=\"badge\">" + html_escape(e.format) + "</span>";
     if (!e.target.empty()) h += "<span class=\"badge\">" + html_escape(e.target) + "</span>";
     if (!e.unsupported.empty()) h += "<span class=\"badge warn\">" + std::to_string(e.unsupported.size()) + " not expressible</span>";
-    h += "</summary><button type=\"button\" class=\"copy\" data-target=\"" + id + "\">Copy</button>";
+    if (!e.same_as_recommended) h += "<span class=\"badge warn\">another plan</span>";
+    h += "</summary>";
+    if (!e.same_as_recommended)
+      h += "<div class=\"unsupported\">" + html_escape(e.key) + " cannot express the recommended plan as is; this export carries " +
+           html_escape(e.source) + " (<span class=\"plan-label\">" + html_escape(e.plan_label) + "</span>), simulated:" +
+           bullet_list(e.changed) + "</div>";
+    h += "<button type=\"button\" class=\"copy\" data-target=\"" + id + "\">Copy</button>";
     h += "<pre id=\"" + id + "\"><code>" + html_escape(e.text) + "</code></pre>";
     if (!e.unsupported.empty())
       h += "<div class=\"unsupported\">Not expressible in " + html_escape(e.key) + ":" + bullet_list(e.unsupported) + "</div>";

@@ -38,6 +38,7 @@ std::string section_scatter(const PlanDocView& doc, const SectionOptions& opt) {
 }
 
 std::string section_candidates(const PlanDocView& doc) {
+  const double usable = doc.usable_memory_bytes;
   const size_t shown = std::min(doc.candidates.size(), kMaxTableRows);
   std::string h = "<section id=\"candidates\"><h2>Ranked candidates</h2>"
                   "<p class=\"note\">Click a column header to sort. Plans that fit with the margin come first, by tokens/s per GPU." +
@@ -50,7 +51,7 @@ std::string section_candidates(const PlanDocView& doc) {
                   "<th data-type=\"text\">fits</th>"
                   "<th class=\"n\" data-type=\"num\" title=\"peak device memory: reserved + CUDA/NCCL context\">device GiB</th>"
                   "<th class=\"n\" data-type=\"num\" title=\"peak allocated memory (live tensors)\">allocated GiB</th>"
-                  "<th class=\"n\" data-type=\"num\" title=\"capacity minus peak device memory\">headroom GiB</th>"
+                  "<th class=\"n\" data-type=\"num\" title=\"usable memory (capacity less the margin) minus peak device memory\">headroom GiB</th>"
                   "<th class=\"n\" data-type=\"num\" title=\"predicted optimizer step time\">step ms</th>"
                   "<th class=\"n\" data-type=\"num\">tokens/s/GPU</th>"
                   "<th class=\"n\" data-type=\"num\" title=\"model FLOPs utilization against the dense peak\">MFU %</th>"
@@ -69,7 +70,7 @@ std::string section_candidates(const PlanDocView& doc) {
       for (const auto& w : c.why) label_html += "<li>" + html_escape(w) + "</li>";
       label_html += "</ul></details>";
     }
-    double headroom = r.capacity_bytes - r.peak_total_device_bytes;
+    double headroom = (usable > 0 ? usable : r.capacity_bytes) - r.peak_total_device_bytes;
     h += "<tr id=\"cand-" + html_token(c.id) + "\" data-index=\"" + std::to_string(c.index) + "\"" +
          (cls.empty() ? "" : " class=\"" + cls + "\"") + ">";
     h += num_cell(c.rank, std::to_string(c.rank));

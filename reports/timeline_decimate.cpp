@@ -3,24 +3,27 @@
 #include <algorithm>
 #include <map>
 
+#include "reports/span_issue.h"
+
 namespace fsdpsim::reports {
 
 namespace {
 
 const std::vector<std::string>& known_tracks() {
-  static const std::vector<std::string> k = {"compute",  "all_gather", "reduce_scatter", "all_reduce",
-                                             "copy_in",  "copy_out",   "h2d",            "d2h",
-                                             "optimizer", "cpu"};
+  // The simulator's stream names (FSDP2: default, all_gather_copy_in, all_gather, reduce_scatter,
+  // all_reduce; FSDP1: default, pre_unshard, unshard, post_backward, all_reduce), then the names other
+  // traces use.
+  static const std::vector<std::string> k = {"default",   "compute",  "all_gather_copy_in", "pre_unshard",
+                                             "all_gather", "unshard",  "reduce_scatter",     "post_backward",
+                                             "all_reduce", "copy_in",  "copy_out",           "h2d",
+                                             "d2h",        "optimizer", "cpu"};
   return k;
 }
 
 using Interval = std::pair<TimeNs, TimeNs>;
 
-// Union of [start, start+dur) over spans of the given tracks, sorted and merged.
-std::vector<Interval> busy_union(const std::vector<sim::TraceSpan>& trace, bool (*pick)(const std::string&)) {
-  std::vector<Interval> iv;
-  for (const auto& s : trace)
-    if (pick(s.track) && s.dur_ns > 0) iv.emplace_back(s.start_ns, s.start_ns + s.dur_ns);
+// Sorted, merged union of intervals.
+std::vector<Interval> merged(std::vector<Interval> iv) {
   std::sort(iv.begin(), iv.end());
   std::vector<Interval> out;
   for (const auto& x : iv) {
@@ -32,12 +35,10 @@ std::vector<Interval> busy_union(const std::vector<sim::TraceSpan>& trace, bool 
   return out;
 }
 
-bool is_compute(const std::string& t) { return t == "compute"; }
-
 }  // namespace
 
 bool is_collective_track(const std::string& t) {
-  return t == "all_gather" || t == "reduce_scatter" || t == "all_reduce";
+  return t == "all_gather" || t == "reduce_scatter" || t == "all_reduce" || t == "unshard" || t == "post_backward";
 }
 
 std::vector<std::string> track_order(const std::vector<sim::TraceSpan>& trace) {
@@ -105,19 +106,35 @@ std::vector<TimelineRect> decimate_trace(const std::vector<sim::TraceSpan>& trac
 }
 
 std::vector<std::pair<TimeNs, TimeNs>> exposed_comm_intervals(const std::vector<sim::TraceSpan>& trace) {
-  std::vector<Interval> comm = busy_union(trace, is_collective_track);
-  std::vector<Interval> comp = busy_union(trace, is_compute);
+  // The simulator's definition (sim/executor.cpp "exposed_comm_ns"): before each compute-stream op X
+  // the stream is idle on another stream's work during [ready(X), start(X)), ready(X) = max(end of the
+  // previous compute op, X's issue time); exposed communication is the union of those gaps that a
+  // collective is running in.
+  std::vector<Interval> comm_iv, gaps;
+  std::vector<size_t> compute;
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const auto& s = trace[i];
+    if (s.track != "cpu" && is_collective_kind(s.kind) && s.dur_ns > 0) comm_iv.emplace_back(s.start_ns, s.start_ns + s.dur_ns);
+    if (is_compute_track(s.track)) compute.push_back(i);
+  }
+  std::vector<Interval> comm = merged(comm_iv);
+  const std::vector<TimeNs> issued = issue_times(trace);
+  std::stable_sort(compute.begin(), compute.end(), [&](size_t a, size_t b) { return trace[a].start_ns < trace[b].start_ns; });
+  TimeNs prev_end = 0;
+  for (size_t i : compute) {
+    TimeNs ready = std::max(prev_end, issued[i] == kNoIssue ? TimeNs{0} : issued[i]);
+    if (trace[i].start_ns > ready) gaps.emplace_back(ready, trace[i].start_ns);
+    prev_end = std::max(prev_end, trace[i].start_ns + trace[i].dur_ns);
+  }
+  gaps = merged(gaps);
   std::vector<Interval> out;
   size_t j = 0;
-  for (auto [a, b] : comm) {
-    // Subtract every compute interval overlapping [a, b).
-    while (j < comp.size() && comp[j].second <= a) ++j;
-    TimeNs cur = a;
-    for (size_t k = j; k < comp.size() && comp[k].first < b; ++k) {
-      if (comp[k].first > cur) out.emplace_back(cur, comp[k].first);
-      cur = std::max(cur, comp[k].second);
+  for (auto [a, b] : gaps) {
+    while (j < comm.size() && comm[j].second <= a) ++j;
+    for (size_t k = j; k < comm.size() && comm[k].first < b; ++k) {
+      TimeNs lo = std::max(a, comm[k].first), hi = std::min(b, comm[k].second);
+      if (hi > lo) out.emplace_back(lo, hi);
     }
-    if (cur < b) out.emplace_back(cur, b);
   }
   return out;
 }

@@ -42,8 +42,9 @@ std::vector<std::string> track_order(const std::vector<sim::TraceSpan>& trace);
 // The decimated rects of every track, tracks in track_order(), rects by start within a track.
 std::vector<TimelineRect> decimate_trace(const std::vector<sim::TraceSpan>& trace, const DecimateOptions& opt);
 
-// Intervals where a collective stream (all_gather / reduce_scatter / all_reduce) is busy while the
-// compute stream is not: communication the step waits for. Sorted, disjoint, half-open [start, end).
+// Exposed communication as the simulator defines it (sim/executor.cpp): the compute stream idle before
+// an op that was issued and whose predecessor finished, while a collective (by span kind) runs.
+// Issue times come from the trace's cpu_issue spans (span_issue.h). Sorted, disjoint, [start, end).
 std::vector<std::pair<TimeNs, TimeNs>> exposed_comm_intervals(const std::vector<sim::TraceSpan>& trace);
 
 bool is_collective_track(const std::string& track);

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/output_file.h"
+#include "reports/memory_align.h"
 #include "reports/timeline_decimate.h"
 
 namespace fsdpsim::reports {
@@ -62,8 +63,10 @@ nlohmann::json trace_json(const sim::SimResult& r, const nlohmann::json& context
     events.push_back({{"ph", "M"}, {"pid", kPid}, {"tid", tid}, {"name", "thread_sort_index"}, {"args", {{"sort_index", tid}}}});
   }
   for (auto& s : spans) events.push_back(std::move(s));
-  // Memory as one counter track with two series (Perfetto draws "memory allocated_bytes" etc.).
-  for (const auto& m : r.memory_timeline)
+  // Memory as one counter track with two series (Perfetto draws "memory allocated_bytes" etc.), on the
+  // GPU's clock like the spans (memory_align.h), so the counters cover the whole step.
+  // (the steady step's samples: the trace's spans are that step's timing)
+  for (const auto& m : gpu_aligned_memory(r.trace, steady_step_samples(r.memory_timeline, r.steady_step_start_ns)))
     events.push_back({{"ph", "C"}, {"pid", kPid}, {"name", "memory"}, {"ts", us(m.t_ns)},
                       {"args", {{"allocated_bytes", m.allocated}, {"reserved_bytes", m.reserved}}}});
   return json{{"traceEvents", events}, {"displayTimeUnit", "ns"}, {"otherData", context}};

@@ -85,9 +85,10 @@ LaunchResult launch_run(const LaunchOptions& o) {
   const std::string worker = worker_path(o.backend);
   const std::string what = cuda ? "CUDA runtime" : "CPU runtime";
   if (access(worker.c_str(), X_OK) != 0)
-    throw std::runtime_error("the " + what + " worker " + worker + " is not built (" +
-                             (cuda ? std::string("it needs nvcc, NCCL, OpenMPI and OpenBLAS: cmake -DFSDPSIM_CUDA=ON")
-                                   : std::string("it needs OpenMPI and OpenBLAS: cmake -DFSDPSIM_MPI=ON")) + ")");
+    throw std::runtime_error("the " + what + " worker " + worker + " is not built: build the target " +
+                             (cuda ? std::string("fsdpsim-run-cuda") : std::string("fsdpsim-run-cpu")) +
+                             " (./fsdpsim.sh " + (cuda ? "run --backend cuda" : "run") + " builds it; CMake configures it when " +
+                             (cuda ? std::string("nvcc, NCCL, OpenMPI and OpenBLAS are found") : std::string("OpenMPI and OpenBLAS are found")) + ")");
   char tmpl[] = "/tmp/fsdpsim-run-XXXXXX";
   const int fd = mkstemp(tmpl);
   if (fd < 0) throw std::runtime_error("cannot create a temporary file in /tmp");

@@ -126,6 +126,11 @@ const std::vector<Case> kCases = {
     {"simulate_json_into_missing_dir", "simulate --model tiny-llama --cluster 8xH100-SXM --plan '{}' --json /nonexistent_dir/out.json", nullptr, "", {"--json", "/nonexistent_dir/out.json"}},
     // ---- diagnose ----
     {"diagnose_missing_config", "diagnose --model llama3-8b --cluster 8xH100-SXM --config /nonexistent/fsdp.yaml", nullptr, "", {"--config", "/nonexistent/fsdp.yaml"}},
+    // ---- fit, compare, plan --format ----
+    {"fit_bad_plan_key", "fit --model tiny-llama --cluster 8xH100-SXM --plan '{\"micro_bach\": 2}'", nullptr, "", {"micro_bach"}},
+    {"compare_one_plan", "compare '{}' --model tiny-llama --cluster 8xH100-SXM", nullptr, "", {"compare", "exactly two"}},
+    {"compare_rank_zero", "compare FILE#0 '{}' --model tiny-llama --cluster 8xH100-SXM", "{}", ".json", {"#0", "N >= 1"}},
+    {"plan_format_xml", "plan --model tiny-llama --cluster 8xH100-SXM --format xml", nullptr, "", {"--format", "xml"}},
     // ---- calibrate ----
     {"calibrate_bad_backend", "calibrate --backend tpu", nullptr, "", {"--backend", "tpu"}},
 };
@@ -151,5 +156,16 @@ INSTANTIATE_TEST_SUITE_P(Cli, BadInput, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
 TEST(BadInputSuite, HasAtLeastFortyCases) { EXPECT_GE(kCases.size(), 40u); }
+
+// A model too large for this host's memory ends before any rank starts, with exit 3 and a message
+// naming host memory (not an out-of-memory kill reported as an internal error). llama3-70b on 2 CPU
+// ranks needs ~590 GiB per rank (the simulator's peak on the CPU profile), more than any test host has.
+TEST(RunHostMemory, TooLargeForTheHostEndsBeforeItStarts) {
+  RunResult r = run("run --model llama3-70b --plan '{}' --ranks 2");
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_NE(r.err.find("host memory"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not started"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+}
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "common/json_reader.h"
 #include "fixture.h"
+#include "models/wrap_graph.h"
 #include "models/zoo.h"
 
 using namespace fsdpsim;
@@ -138,4 +139,75 @@ TEST(HfImport, ZooGoesThroughTheImporter) {
   ja.erase("name");
   jb.erase("name");
   EXPECT_EQ(ja, jb);
+}
+
+// The published checkpoints' parameter counts (Hugging Face safetensors totals), each also derived by
+// hand below from the fixture (the checkpoint's config.json as published).
+
+TEST(HfImport, Gemma2NormsAroundAttentionAndMlp) {
+  // google/gemma-2-2b: 2,614,341,888 parameters (keras-team/keras-hub
+  // keras_hub/src/models/gemma/gemma_presets.py, "gemma2_2b_en": "params": 2614341888).
+  const ModelSpec m = load_model(fixture("gemma2_2b.json"));
+  EXPECT_EQ(m.block_class, "Gemma2DecoderLayer");
+  EXPECT_EQ(m.block_norms, 4);
+  EXPECT_TRUE(m.tied_embeddings);
+  EXPECT_EQ(m.mlp, MlpKind::GeGLU);
+  // per block: q 2304*2048 + k, v 2304*1024 each + o 2048*2304 = 14,155,776; MLP 3*2304*9216 = 63,700,992;
+  // 4 norms 4*2304 = 9,216 -> 77,865,984; 26 blocks = 2,024,515,584; + embedding 256000*2304 = 589,824,000
+  // (tied head) + final norm 2,304 = 2,614,341,888.
+  EXPECT_EQ(count_params(m).per_block, 77'865'984);
+  EXPECT_EQ(count_params(m).total, 2'614'341'888);
+}
+
+TEST(HfImport, Phi3FusedProjectionsCountAsSeparateOnes) {
+  // microsoft/Phi-3-mini-4k-instruct: 3,821,079,552 parameters (keras-team/keras-hub
+  // keras_hub/src/models/phi3/phi3_presets.py, "phi3_mini_4k_instruct_en": "params": 3821079552).
+  const ModelSpec m = load_model(fixture("phi3_mini_4k.json"));
+  EXPECT_EQ(m.block_class, "Phi3DecoderLayer");
+  EXPECT_FALSE(m.tied_embeddings);
+  // per block: qkv 3072*9216 + o 3072*3072 + gate_up 3072*16384 + down 8192*3072 + 2 norms 6,144
+  // = 113,252,352; 32 blocks = 3,624,075,264; + embedding and head 2 * 32064*3072 = 197,001,216
+  // + final norm 3,072 = 3,821,079,552.
+  EXPECT_EQ(count_params(m).per_block, 113'252'352);
+  EXPECT_EQ(count_params(m).total, 3'821'079'552);
+}
+
+TEST(HfImport, Qwen3PerHeadQkNorms) {
+  // Qwen/Qwen3-0.6B: 596,049,920 parameters (vllm-project/compressed-tensors tests/test_offload,
+  // test_accelerate_load_disk: `model.num_parameters() == 596049920`).
+  const ModelSpec m = load_model(fixture("qwen3_0_6b.json"));
+  EXPECT_EQ(m.block_class, "Qwen3DecoderLayer");
+  EXPECT_EQ(m.qk_norm, QkNorm::PerHead);
+  EXPECT_FALSE(m.qkv_bias);
+  EXPECT_EQ(m.head_dim, 128);   // given, and not hidden / heads (= 64)
+  // per block: q 1024*2048 + k, v 1024*1024 each + o 2048*1024 = 6,291,456; q_norm, k_norm 2*128;
+  // MLP 3*1024*3072 = 9,437,184; 2 norms 2,048 -> 15,730,944; 28 blocks = 440,466,432; + embedding
+  // 151936*1024 = 155,582,464 (tied) + final norm 1,024 = 596,049,920.
+  EXPECT_EQ(count_params(m).block_norms, 2 * 1024 + 2 * 128);
+  EXPECT_EQ(count_params(m).total, 596'049'920);
+  Json j = read_json_file(fixture("qwen3_0_6b.json"), "f");
+  j.erase("head_dim");   // Qwen3Config's default head_dim is 128, not hidden / heads
+  EXPECT_EQ(import_hf_config(j, "x").head_dim, 128);
+}
+
+TEST(HfImport, Olmo2PostNormsAndFullQkNorms) {
+  // allenai/OLMo-2-1124-7B: 7,298,617,344 parameters (its Hugging Face safetensors total).
+  const ModelSpec m = load_model(fixture("olmo2_7b.json"));
+  EXPECT_EQ(m.block_class, "Olmo2DecoderLayer");
+  EXPECT_EQ(m.qk_norm, QkNorm::Full);
+  // per block: attention 4*4096*4096 = 67,108,864; MLP 3*4096*11008 = 135,266,304; post-attention and
+  // post-MLP norms 2*4096 + q_norm 4096 + k_norm 4096 = 16,384 -> 202,391,552; 32 blocks =
+  // 6,476,529,664; + embedding and head 2 * 100352*4096 = 822,083,584 + final norm 4,096 = 7,298,617,344.
+  EXPECT_EQ(count_params(m).per_block, 202'391'552);
+  EXPECT_EQ(count_params(m).total, 7'298'617'344);
+}
+
+TEST(HfImport, NewTypesModuleTreesAgreeWithTheCounts) {
+  for (const char* f : {"gemma2_2b.json", "phi3_mini_4k.json", "qwen3_0_6b.json", "olmo2_7b.json"}) {
+    const ModelSpec m = load_model(fixture(f));
+    std::int64_t n = 0;
+    for (const auto& mod : build_module_tree(m))
+      for (const auto& p : mod.params) n += p.numel();
+    EXPECT_EQ(n, count_params(m).total) << f;
+  }
 }

@@ -9,29 +9,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_helpers.h"
+
 // Debian's interpreter, whose yaml/jsonschema come from scripts/deps.sh --test (a python3 earlier on
 // PATH, e.g. a pyenv shim, may lack them); python3 from PATH otherwise.
 static std::string python3_path() {
   return std::filesystem::exists("/usr/bin/python3") ? std::string("/usr/bin/python3") : std::string("python3");
 }
 
-namespace {
-
-std::string bin() { return std::string(FSDPSIM_BINARY_DIR) + "/fsdpsim"; }
-std::string tmp(const std::string& n) { return std::string(FSDPSIM_BINARY_DIR) + "/planner_cli_" + n; }
-std::string fixture(const std::string& f) { return std::string(FSDPSIM_SOURCE_DIR) + "/tests/planner/fixtures/" + f; }
-std::string slurp(const std::string& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-int run(const std::string& args, const std::string& out) {
-  int rc = std::system((bin() + " " + args + " > " + out + " 2>&1").c_str());
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-}  // namespace
+using namespace fsdpsim::test_cli;
 
 TEST(Cli, PlanWritesOutputsAndIsDeterministic) {
   const std::string common = "--deterministic plan --model tiny-llama --cluster 8xH100-SXM --seq-len 512 --global-batch 16 "

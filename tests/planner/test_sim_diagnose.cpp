@@ -83,7 +83,7 @@ TEST(Diagnose, FullShardOverheadForASmallModel) {
   const Finding* f = find(d, "full_shard_overhead");
   ASSERT_NE(f, nullptr) << diagnosis_text(d);
   EXPECT_GT(f->fixed_result.tokens_per_s_per_gpu, d.result.tokens_per_s_per_gpu);
-  EXPECT_EQ(f->fix, "fsdp_sharding_strategy: NO_SHARD");
+  EXPECT_EQ(f->fix.rfind("fsdp_sharding_strategy: NO_SHARD", 0), 0u) << f->fix;
   auto nv = run("gpt2", "8xH100-SXM", "accelerate_full_shard_small.yaml");
   EXPECT_EQ(find(nv, "full_shard_overhead"), nullptr) << diagnosis_text(nv);
 }

@@ -113,3 +113,89 @@ TEST(Readers, BadInputNamesTheKey) {
   EXPECT_THROW(read_user_config(fixture("missing.yaml"), {}, kLlama), InputError);
   EXPECT_THROW(read_user_config(fixture("lightning_16mixed.py"), {"word", 0, 0, 0}, kLlama), InputError);
 }
+
+// Lightning's registered strategy names: strategy="fsdp" is FSDPStrategy() with its defaults - no
+// wrap policy, no checkpointing - and "fsdp_cpu_offload" the same with cpu_offload=True.
+TEST(Readers, LightningStrategyStrings) {
+  auto c = parse_user_config_text("import lightning as L\ntrainer = L.Trainer(devices=8, strategy=\"fsdp\")\n", "lightning", "x.py", kLlama);
+  EXPECT_EQ(c.plan.fsdp_version, sim::FsdpVersion::FSDP1);
+  EXPECT_EQ(c.plan.auto_wrap_policy.kind, models::WrapPolicy::Kind::None);
+  EXPECT_TRUE(c.wraps_nothing);
+  EXPECT_EQ(c.precision, "32-true");
+  EXPECT_EQ(c.plan.param_dtype, Dtype::FP32);
+  c = parse_user_config_text("trainer = Trainer(strategy='FSDP_CPU_OFFLOAD', accumulate_grad_batches=4)", "lightning", "x.py", kLlama);
+  EXPECT_TRUE(c.plan.cpu_offload.params);
+  EXPECT_FALSE(c.plan.grad_sync);   // the Trainer accumulates inside FSDP's no_sync()
+  // Not FSDP at all, and an FSDPStrategy named only in a comment: InputError naming the key or file.
+  EXPECT_THROW(parse_user_config_text("trainer = Trainer(strategy=\"ddp\")", "lightning", "x.py", kLlama), InputError);
+  EXPECT_THROW(parse_user_config_text("# FSDPStrategy(auto_wrap_policy={X})\ntrainer = Trainer()", "lightning", "x.py", kLlama), InputError);
+  // Fabric: gradients reduced every micro-batch unless the script uses no_backward_sync.
+  c = parse_user_config_text("fabric = L.Fabric(strategy=FSDPStrategy(cpu_offload=True))\n", "lightning", "x.py", kLlama);
+  EXPECT_TRUE(c.plan.grad_sync);
+  c = parse_user_config_text("fabric = L.Fabric(strategy=FSDPStrategy())\nwith fabric.no_backward_sync(model):\n  pass\n", "lightning",
+                             "x.py", kLlama);
+  EXPECT_FALSE(c.plan.grad_sync);
+}
+
+TEST(Readers, LightningScriptSequenceLengthCompileAndLitgpt) {
+  auto c = parse_user_config_text("from litgpt.model import Block\nMAX_SEQ_LENGTH = 4_096\n# seq_len = 99\n"
+                                  "s = FSDPStrategy(auto_wrap_policy={Block}, activation_checkpointing_policy={Block})\n"
+                                  "model = torch.compile(model)\nTrainer(strategy=s)\n",
+                                  "lightning", "x.py", kLlama);
+  EXPECT_EQ(c.plan.seq_len, 4096);
+  EXPECT_TRUE(c.seq_len_given);
+  EXPECT_EQ(c.plan.implementation, models::ModelImpl::LitGPT);
+  EXPECT_EQ(c.plan.auto_wrap_policy.kind, models::WrapPolicy::Kind::TransformerBlock);   // litgpt's Block
+  EXPECT_EQ(c.plan.activation_checkpointing.mode, sim::ActivationCheckpointing::Mode::Full);
+  EXPECT_TRUE(c.plan.compile);
+}
+
+// accelerate: no fsdp_auto_wrap_policy is NO_WRAP (FullyShardedDataParallelPlugin's default), a misspelled
+// key is never read (so also NO_WRAP), and the value is compared in upper case.
+TEST(Readers, AccelerateWrapPolicyDefaultIsNoWrap) {
+  const std::string head = "distributed_type: FSDP\nmixed_precision: bf16\nfsdp_config:\n  fsdp_version: 2\n";
+  auto c = parse_user_config_text(head, "accelerate", "x.yaml", kLlama);
+  EXPECT_EQ(c.plan.auto_wrap_policy.kind, models::WrapPolicy::Kind::None);
+  EXPECT_TRUE(c.wraps_nothing);
+  c = parse_user_config_text(head + "  fsdp_auto_wrap_polcy: TRANSFORMER_BASED_WRAP\n", "accelerate", "x.yaml", kLlama);
+  EXPECT_EQ(c.plan.auto_wrap_policy.kind, models::WrapPolicy::Kind::None);
+  c = parse_user_config_text(head + "  fsdp_auto_wrap_policy: transformer_based_wrap\n", "accelerate", "x.yaml", kLlama);
+  EXPECT_EQ(c.plan.auto_wrap_policy.kind, models::WrapPolicy::Kind::TransformerBlock);
+  EXPECT_THROW(parse_user_config_text(head + "  fsdp_auto_wrap_policy: BLOCK_WRAP\n", "accelerate", "x.yaml", kLlama), InputError);
+  c = parse_user_config_text(head + "dynamo_config:\n  dynamo_backend: INDUCTOR\n", "accelerate", "x.yaml", kLlama);
+  EXPECT_TRUE(c.plan.compile);
+  c = parse_user_config_text("distributed_type: FSDP\nmixed_precision: fp8\nfp8_config:\n  backend: AO\nfsdp_config:\n  fsdp_version: 2\n",
+                             "accelerate", "x.yaml", kLlama);
+  EXPECT_EQ(c.plan.float8, models::Float8Recipe::Tensorwise);
+  EXPECT_TRUE(c.plan.fp8_all_gather);
+}
+
+// torchtitan: [compile], float8 in either layout ([float8] before 2025-09, [quantize.linear.float8] after),
+// [optimizer], reshard "default" as the last block kept, unknown sections named.
+TEST(Readers, TorchtitanCompileFloat8OptimizerSections) {
+  auto c = parse_user_config_text("[model]\nconverters = [\"quantize.linear.float8\"]\n[quantize.linear.float8]\nrecipe_name = \"rowwise\"\n"
+                                  "[compile]\nenable = true\ncomponents = [\"loss\"]\n[optimizer]\nimplementation = \"foreach\"\n"
+                                  "[my_extras]\nx = 1\n",
+                                  "torchtitan", "x.toml", kLlama);
+  EXPECT_EQ(c.plan.float8, models::Float8Recipe::Rowwise);
+  EXPECT_FALSE(c.plan.fp8_all_gather);
+  EXPECT_FALSE(c.plan.compile);   // only the loss is compiled
+  EXPECT_EQ(c.plan.optimizer_impl, sim::OptimizerImpl::Foreach);
+  EXPECT_EQ(c.plan.implementation, models::ModelImpl::TorchTitan);
+  ASSERT_EQ(c.plan.module_overrides.size(), 1u);
+  EXPECT_EQ(c.plan.module_overrides[0].module, "last_block");
+  EXPECT_EQ(c.plan.module_overrides[0].reshard_after_forward, 0);
+  bool named = false;
+  for (const auto& w : c.warnings) named = named || w.find("[my_extras]") != std::string::npos;
+  EXPECT_TRUE(named);
+  // A [float8] section without the converter is read and reported, float8 stays off.
+  c = parse_user_config_text("[float8]\nenable_fsdp_float8_all_gather = true\n[parallelism]\nfsdp_reshard_after_forward = \"always\"\n",
+                             "torchtitan", "x.toml", kLlama);
+  EXPECT_EQ(c.plan.float8, models::Float8Recipe::None);
+  EXPECT_TRUE(c.plan.module_overrides.empty());
+  EXPECT_THROW(parse_user_config_text("[model]\nconverters = [\"float8\"]\n[float8]\nrecipe_name = \"rowwise\"\n"
+                                      "enable_fsdp_float8_all_gather = true\n",
+                                      "torchtitan", "x.toml", kLlama),
+               InputError);
+  EXPECT_THROW(parse_user_config_text("[optimizer]\nname = \"Lion\"\n", "torchtitan", "x.toml", kLlama), InputError);
+}

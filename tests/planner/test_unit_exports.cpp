@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "planner/export_expressible.h"
 #include "planner/exports.h"
 #include <filesystem>
 
@@ -92,6 +93,23 @@ std::vector<Fixture> fixtures() {
     p.grad_accum = 1;
     p.seq_len = 2048;
     f.push_back({"fsdp2_hpz_offload", in});
+  }
+  {  // FSDP2 with the newer plan keys: torch.compile, float8 (tensorwise + float8 all-gathers), expandable
+     // segments, the fused optimizer, the last block kept unsharded after forward.
+    ExportInput in{llama("llama3-8b", 4096, 32), cluster(1, 8), {}, "FSDP2 FULL_SHARD mesh(1,8) rAF=true AC=none mb=2 ga=1 fp8-ag"};
+    auto& p = in.plan;
+    p.fsdp_version = sim::FsdpVersion::FSDP2;
+    p.mesh_replicate = 1;
+    p.mesh_shard = 8;
+    p.compile = true;
+    p.float8 = models::Float8Recipe::Tensorwise;
+    p.fp8_all_gather = true;
+    p.alloc_conf.expandable_segments = true;
+    p.optimizer_impl = sim::OptimizerImpl::Fused;
+    p.module_overrides = {sim::ModuleOverride{"last_block", 0}};
+    p.micro_batch = 2;
+    p.seq_len = 8192;
+    f.push_back({"fsdp2_compile_float8", in});
   }
   return f;
 }
@@ -197,4 +215,57 @@ TEST(Exports, UnsupportedSettingsAreListedNotDropped) {
   EXPECT_NE(r.text.find("set_modules_to_backward_prefetch"), std::string::npos);
   EXPECT_NE(r.text.find("CPUOffloadPolicy()"), std::string::npos);
   EXPECT_NE(r.text.find("init_device_mesh(\"cuda\", (2, 16)"), std::string::npos);
+}
+
+// Each exporter spells the newer plan keys in its own form.
+TEST(Exports, CompileFloat8AllocConfOptimizerAndOverrides) {
+  const ExportInput in = fixtures()[3].in;
+  const Export r = export_fsdp2(in), l = export_lightning(in), a = export_accelerate(in), t = export_torchtitan(in);
+  for (const Export* e : {&r, &l})
+    for (const char* s : {"block.compile()", "convert_to_float8_training(", "enable_fsdp_float8_all_gather=True", "fused=True"})
+      EXPECT_NE(e->text.find(s), std::string::npos) << s << "\n" << e->text;
+  EXPECT_NE(r.text.find("PYTORCH_CUDA_ALLOC_CONF=\"expandable_segments:True\" torchrun"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("{31: False}.get(i, True)"), std::string::npos) << r.text;   // the last block kept
+  for (const char* s : {"mixed_precision: fp8", "backend: AO", "dynamo_backend: INDUCTOR", "fused=True", "PYTORCH_CUDA_ALLOC_CONF"})
+    EXPECT_NE(a.text.find(s), std::string::npos) << s << "\n" << a.text;
+  for (const char* s : {"[compile]\nenable = true", "converters = [\"quantize.linear.float8\"]", "[quantize.linear.float8]",
+                        "enable_fsdp_float8_all_gather = true", "implementation = \"fused\"", "fsdp_reshard_after_forward = \"default\"",
+                        "PYTORCH_CUDA_ALLOC_CONF"})
+    EXPECT_NE(t.text.find(s), std::string::npos) << s << "\n" << t.text;
+  // Without the override torchtitan's spelling is "always": "default" keeps the last block.
+  ExportInput b = in;
+  b.plan.module_overrides.clear();
+  EXPECT_NE(export_torchtitan(b).text.find("fsdp_reshard_after_forward = \"always\""), std::string::npos);
+}
+
+// What each front-end can express (export_expressible.h): the nearest plan, and what changed.
+TEST(Exports, ExpressiblePlanPerFramework) {
+  const auto f = fixtures();
+  const calibrate::Cluster two = cluster(2, 8), four = cluster(4, 8);
+  // FSDP1 HYBRID_SHARD, every_2 AC, sync every micro-batch: Lightning's Trainer checkpoints whole blocks and
+  // accumulates inside no_sync.
+  Expressed e = express_plan("lightning", f[1].in.plan, two);
+  EXPECT_EQ(e.plan.activation_checkpointing.mode, sim::ActivationCheckpointing::Mode::Full);
+  EXPECT_FALSE(e.plan.grad_sync);
+  EXPECT_EQ(e.plan.sharding_strategy, sim::ShardingStrategy::HYBRID_SHARD);
+  EXPECT_EQ(e.changes.size(), 2u);
+  // torchtitan: FSDP2 only, reduce every micro-batch, its own model code.
+  e = express_plan("torchtitan", f[1].in.plan, two);
+  EXPECT_EQ(e.plan.fsdp_version, sim::FsdpVersion::FSDP2);
+  EXPECT_EQ(e.plan.activation_checkpointing.mode, sim::ActivationCheckpointing::Mode::EveryK);   // torchtitan has it
+  EXPECT_EQ(e.plan.implementation, models::ModelImpl::TorchTitan);
+  // hpZ (rAF 8), prefetch 2, selective op AC: accelerate says which three it changed.
+  e = express_plan("accelerate", f[2].in.plan, four);
+  EXPECT_EQ(e.plan.reshard_after_forward, -1);
+  EXPECT_EQ(e.plan.prefetch_depth, 1);
+  EXPECT_EQ(e.plan.activation_checkpointing.mode, sim::ActivationCheckpointing::Mode::Full);
+  EXPECT_GE(e.changes.size(), 3u);
+  // Lightning: FSDP2 HSDP becomes FSDPStrategy HYBRID_SHARD; fp8 all-gathers go (FSDP1).
+  e = express_plan("lightning", f[2].in.plan, four);
+  EXPECT_EQ(e.plan.fsdp_version, sim::FsdpVersion::FSDP1);
+  EXPECT_EQ(e.plan.sharding_strategy, sim::ShardingStrategy::HYBRID_SHARD);
+  EXPECT_FALSE(e.plan.fp8_all_gather);
+  // The raw FSDP2 export expresses an FSDP2 plan without selective AC as is.
+  e = express_plan("fsdp2", f[0].in.plan, cluster(1, 8));
+  EXPECT_TRUE(e.changes.empty());
 }

@@ -140,3 +140,40 @@ TEST(Search, InvalidPlansAreRecordedNotFatal) {
   EXPECT_EQ(out.stats.simulated, 5);
   EXPECT_NE(out.evals[1].error.find("plan.mesh"), std::string::npos);
 }
+
+// The recommendation rule (ranking.h): within 1% of the fastest, the plan with the least memory; CPU
+// offload only when nothing else fits or it is more than 10% faster. The recommendation comes first.
+TEST(Ranking, TieWindowAndOffloadRule) {
+  std::vector<Evaluation> ev(5);
+  auto set = [&](int i, Bytes gib, double tps) {
+    ev[static_cast<size_t>(i)].status = EvalStatus::Simulated;
+    ev[static_cast<size_t>(i)].result.peak_total_device = gib * kGiB;
+    ev[static_cast<size_t>(i)].result.tokens_per_s_per_gpu = tps;
+    ev[static_cast<size_t>(i)].result.fits = true;
+    ev[static_cast<size_t>(i)].fits_with_margin = true;
+  };
+  set(0, 70, 10000);   // fastest
+  set(1, 60, 9950);    // 0.5% slower (inside the 1% window), 10 GiB less: recommended
+  set(2, 50, 9800);    // 2% slower: outside the window
+  set(3, 40, 10800);   // offload, 8% faster than the best plan without: not enough
+  set(4, 30, 5000);
+  RankPolicy pol;
+  pol.cpu_offload = {false, false, false, true, false};
+  Ranking r = rank_candidates(ev, pol);
+  EXPECT_EQ(r.recommended, 1);
+  EXPECT_EQ(r.order.front(), 1);
+  EXPECT_EQ(r.fastest, 3);
+  EXPECT_EQ(r.fastest_without_offload, 0);
+  // Offload 12% faster than the best without: allowed, and alone in its window.
+  ev[3].result.tokens_per_s_per_gpu = 11200;
+  r = rank_candidates(ev, pol);
+  EXPECT_EQ(r.recommended, 3);
+  // Nothing without offload fits: offload it is.
+  for (int i : {0, 1, 2, 4}) ev[static_cast<size_t>(i)].fits_with_margin = false;
+  ev[3].result.tokens_per_s_per_gpu = 10800;
+  r = rank_candidates(ev, pol);
+  EXPECT_EQ(r.recommended, 3);
+  // Without the policy's offload list the plain order applies: the fastest fitting plan.
+  r = rank_candidates(ev);
+  EXPECT_EQ(r.recommended, 3);
+}

@@ -64,7 +64,7 @@ TEST(Enumerate, EveryValidMeshAppearsForBothVersions) {
   EXPECT_TRUE(families.count("FULL_SHARD across nodes"));
   EXPECT_TRUE(families.count("HYBRID_SHARD"));
   EXPECT_TRUE(families.count("FULL_SHARD (hpZ) across nodes"));  // FSDP2 rAF=8 on a 16-GPU shard group
-  EXPECT_TRUE(families.count("NO_SHARD + CPU offload"));
+  EXPECT_TRUE(families.count("DDP (NO_SHARD) + CPU offload"));   // NO_SHARD named for what it is: DDP
 }
 
 TEST(Enumerate, FixAndExclude) {

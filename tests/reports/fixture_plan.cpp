@@ -66,7 +66,7 @@ struct Step {
   std::vector<MemEvent> mem;
   void alloc(TimeNs t, const std::string& c, Bytes b) { mem.push_back({t, static_cast<int>(mem.size()), c, b}); }
   TimeNs issue(const std::string& name, int unit) {
-    trace.push_back({name, "cpu", "cpu", unit, cpu, kCpuIssueNs, 0});
+    trace.push_back({name, "cpu", "cpu_issue", unit, cpu, kCpuIssueNs, 0});   // as the simulator names an issue
     cpu += kCpuIssueNs;
     return cpu;
   }
@@ -128,7 +128,7 @@ sim::SimResult fixture_result(int vi, const FixtureOptions& o, bool with_trace) 
   for (int m = 0; m < ga; ++m) {
     std::vector<TimeNs> fwd_end(U, 0), bwd_end(U, 0);
     for (int i = 0; i < U; ++i) {
-      TimeNs issued = st.issue("forward unit " + std::to_string(i) + " (hooks + launch)", i);
+      TimeNs issued = st.issue("forward unit " + std::to_string(i), i);   // hooks + launch, named for the op
       TimeNs ready = issued;
       if (shard) {
         TimeNs limit = i >= 2 ? fwd_end[i - 2] : 0;   // at most two all-gathers in flight
@@ -140,11 +140,12 @@ sim::SimResult fixture_result(int vi, const FixtureOptions& o, bool with_trace) 
       st.alloc(fwd_end[i] - f_ns, "activations", act);
       if (reshard && i != U - 1) st.alloc(fwd_end[i], "unsharded_params", -ag_bytes);
     }
-    TimeNs issued = st.issue("loss (launch)", -1);
+    TimeNs issued = st.issue("loss", -1);
     TimeNs loss_end = st.compute("loss", "forward", -1, issued, 0, loss_ns);
     st.alloc(loss_end - loss_ns, "logits", logits);
     for (int i = U - 1; i >= 0; --i) {
-      TimeNs is = st.issue("backward unit " + std::to_string(i) + " (hooks + launch)", i);
+      if (v.ac_full) st.issue("recompute unit " + std::to_string(i), i);
+      TimeNs is = st.issue("backward unit " + std::to_string(i), i);
       TimeNs ready = is;
       if (reshard && i != U - 1) {
         TimeNs limit = i + 2 < U ? bwd_end[i + 2] : 0;
@@ -176,7 +177,7 @@ sim::SimResult fixture_result(int vi, const FixtureOptions& o, bool with_trace) 
       }
     }
   }
-  TimeNs issued = st.issue("optimizer step (launch)", -1);
+  TimeNs issued = st.issue("optimizer step", -1);
   const TimeNs opt_ns = static_cast<TimeNs>(static_cast<double>(16 * kParams / shard_n) / kOptimizerBw * 1e9);
   TimeNs grads_ready = std::max(st.rs, st.ar);
   TimeNs step_end = st.compute("optimizer step", "optimizer", -1, issued, grads_ready, opt_ns);

@@ -17,6 +17,8 @@
 #include "reports/charts.h"
 #include "reports/html_report.h"
 #include "reports/plan_doc.h"
+#include "models/zoo.h"
+#include "planner/planner.h"
 
 using namespace fsdpsim;
 using namespace fsdpsim::reports;
@@ -43,6 +45,13 @@ const char* kProbe = R"JS(<script>
   r.measured_rects=q('#measured-timeline rect.span').length;
   r.exposed_rects=q('#stream-timeline rect.exposed').length;
   r.memory_series=q('#memory-timeline polyline.series').length;
+  var ms=document.querySelector('#memory-timeline g.memory-series');
+  if(ms){r.mem_t_end_ns=parseFloat(ms.getAttribute('data-t-end-ns'));r.mem_last_sample_ns=parseFloat(ms.getAttribute('data-last-sample-ns'));}
+  var al=document.querySelector('#memory-timeline polyline.allocated');
+  if(al&&al.points.numberOfItems>2){var P=al.points,n=P.numberOfItems,x0=P.getItem(0).x,xe=P.getItem(n-1).x;
+    r.mem_last_point_frac=(P.getItem(n-2).x-x0)/(xe-x0);}
+  var eb=0;q('#stream-timeline rect.exposed').forEach(function(e){eb+=parseFloat(e.getAttribute('data-busy-ns'));});
+  r.exposed_busy_ns=eb;
   r.copy_buttons=q('button.copy').length;
   var ns='http:'+'//www.w3.org/2000/svg';
   r.svg_namespace_ok=Array.prototype.every.call(q('svg.chart *'),function(e){return e.namespaceURI===ns;});
@@ -239,4 +248,39 @@ TEST_F(Browser, InjectedErrorsAreCaught) {
   bool console_seen = false;
   for (const auto& p : c.problems) console_seen = console_seen || p.find("Uncaught TypeError") != std::string::npos;
   EXPECT_TRUE(console_seen) << joined(c.problems);
+}
+
+// A real plan, simulated: the memory chart spans the whole step (the CPU issues this communication-
+// bound step far ahead of the GPU, so on the CPU's clock the samples would end early) and the
+// exposed-communication lane adds up to the simulator's exposed_comm_ns within 1%.
+TEST_F(Browser, SimulatedPlanMemorySpansTheStepAndExposedLaneMatchesTheSimulator) {
+  for (const char* version : {"2", "1"}) {
+    SCOPED_TRACE(std::string("fsdp_version ") + version);
+    planner::PlanRequest req;
+    req.model = models::load_model("llama-1b");
+    req.cluster = calibrate::load_cluster("2x8xH100-SXM-ETH-10G");
+    req.hw = calibrate::HardwareProfile::for_cluster(req.cluster);
+    req.profile_name = "builtin";
+    req.space.batch = planner::resolve_batch_target(2048, 0, 32, req.cluster.world());
+    for (const char* f : {"mesh=[1,16]", "activation_checkpointing=none", "cpu_offload=false", "micro_batch=1", "grad_sync=true"})
+      req.space.fixed.push_back(planner::parse_constraint(f, "--fix"));
+    req.space.fixed.push_back(planner::parse_constraint(std::string("fsdp_version=") + version, "--fix"));
+    planner::PlanOutcome out = planner::run_planner(req);
+    ASSERT_GE(out.ranking.recommended, 0);
+    const sim::SimResult& r = out.recommended_detail;
+    ASSERT_FALSE(r.trace.empty());
+    ASSERT_GT(r.exposed_comm_ns, 0);
+    HtmlOptions opt;
+    opt.detail = &r;
+    PageCheck c = load_and_probe(render_html(planner::plan_document(req, out), opt), std::string("report_sim_v") + version);
+    ASSERT_TRUE(c.problems.empty()) << joined(c.problems);
+    const json& p = c.probe;
+    const double step_ns = static_cast<double>(r.step_time_ns);
+    // The chart's axis ends with the step, and its last sample is drawn near the end, not at the CPU's
+    // last issue (on the CPU's clock it would be at r.memory_timeline.back().t_ns).
+    EXPECT_NEAR(p["mem_t_end_ns"].get<double>(), step_ns, 1e-3 * step_ns);
+    EXPECT_GT(p["mem_last_sample_ns"].get<double>(), 0.9 * step_ns) << "CPU clock: " << r.memory_timeline.back().t_ns;
+    EXPECT_GT(p["mem_last_point_frac"].get<double>(), 0.9);
+    EXPECT_NEAR(p["exposed_busy_ns"].get<double>(), static_cast<double>(r.exposed_comm_ns), 0.01 * static_cast<double>(r.exposed_comm_ns));
+  }
 }

@@ -74,19 +74,38 @@ TEST(Decimate, UnsortedInputAndUnknownTracks) {
   EXPECT_EQ(r[2].track, "cpu");
 }
 
-TEST(Exposed, CollectiveTimeNotCoveredByCompute) {
-  std::vector<TraceSpan> t = {sp("compute", 0, 10), sp("compute", 20, 10),      // compute [0,10) [20,30)
-                              sp("all_gather", 5, 20),                          // [5,25): exposed [10,20)
-                              sp("reduce_scatter", 28, 12),                     // [28,40): exposed [30,40)
-                              sp("all_reduce", 35, 10),                         // [35,45): union -> [30,45)
-                              sp("cpu", 50, 100)};                              // not a collective
+// The simulator's definition (sim/executor.cpp): the compute stream idle before an op that was issued
+// and whose predecessor finished, while a collective runs; collectives found by kind.
+TEST(Exposed, CollectiveTimeTheComputeStreamWaitsFor) {
+  std::vector<TraceSpan> t = {sp("compute", 0, 10, "a", "forward"), sp("compute", 20, 10, "b", "backward"),  // [0,10) [20,30)
+                              sp("all_gather", 5, 20, "ag", "all_gather"),          // [5,25): b waits [10,20)
+                              sp("reduce_scatter", 28, 12, "rs", "reduce_scatter"), // [28,40)
+                              sp("all_reduce", 35, 10, "ar", "all_reduce"),         // [35,45): comm union [28,45)
+                              sp("cpu", 50, 100, "x", "cpu_issue")};                // issues nothing on the GPU
   auto e = exposed_comm_intervals(t);
+  // Communication after the last compute op keeps no compute op waiting: not exposed.
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0], (std::pair<TimeNs, TimeNs>{10, 20}));
+  // An optimizer step on the compute stream at 45 waits for the tail: [30,45) is exposed too.
+  t.push_back(sp("compute", 45, 5, "opt", "optimizer_step"));
+  e = exposed_comm_intervals(t);
   ASSERT_EQ(e.size(), 2u);
   EXPECT_EQ(e[0], (std::pair<TimeNs, TimeNs>{10, 20}));
   EXPECT_EQ(e[1], (std::pair<TimeNs, TimeNs>{30, 45}));
 }
 
+TEST(Exposed, ComputeIdleBeforeTheCpuIssuedIsNotCommunication) {
+  // b is issued at 15 (its cpu_issue span ends there): the stream idles [10,15) on the CPU, [15,20) on
+  // the all-gather.
+  std::vector<TraceSpan> t = {sp("default", 0, 10, "a", "forward"), sp("default", 20, 10, "b", "forward"),
+                              sp("cpu", 12, 3, "b", "cpu_issue"), sp("unshard", 5, 20, "AG u1", "all_gather")};
+  auto e = exposed_comm_intervals(t);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0], (std::pair<TimeNs, TimeNs>{15, 20}));
+}
+
 TEST(Exposed, FullyHiddenCommunication) {
-  std::vector<TraceSpan> t = {sp("compute", 0, 100), sp("all_gather", 10, 20), sp("reduce_scatter", 60, 40)};
+  std::vector<TraceSpan> t = {sp("compute", 0, 100), sp("all_gather", 10, 20, "ag", "all_gather"),
+                              sp("reduce_scatter", 60, 40, "rs", "reduce_scatter")};
   EXPECT_TRUE(exposed_comm_intervals(t).empty());
 }

@@ -76,7 +76,7 @@ TEST(Schema, BrokenDocumentsFail) {
       {"wrong_version", [](json& d) { d["schema_version"] = "fsdpsim.plan/2"; }},
       {"unknown_top_level_key", [](json& d) { d["candiates"] = json::array(); }},
       {"trace_in_candidate", [](json& d) { d["candidates"][0]["result"]["trace"] = json::array(); }},
-      {"detail_without_trace", [](json& d) { d["recommended_detail"].erase("trace"); }},
+      {"summary_row_short", [](json& d) { d["other_candidates"] = {{"columns", json::array()}, {"rows", {{1, "c0001"}}}}; }},
       {"span_missing_track", [](json& d) { d["recommended_detail"]["trace"][0].erase("track"); }},
       {"bad_export_format", [](json& d) { d["exports"]["fsdp2"]["format"] = "python3"; }},
       {"recommended_negative", [](json& d) { d["recommended"] = -1; }},

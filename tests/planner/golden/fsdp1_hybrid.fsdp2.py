@@ -26,7 +26,7 @@ for i, block in enumerate(blocks):  # forward_prefetch: the next block, issued e
     block.set_modules_to_forward_prefetch(list(blocks[i + 1:i + 2]))
 
 # training step: 8 micro-batch(es) of 1 sequence(s) x 4096 tokens per GPU
-optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)  # your optimizer and learning rate
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)  # your learning rate
 for micro_batches in loader:  # lists of GRAD_ACCUM micro-batches
     for k, batch in enumerate(micro_batches):
         # reduce-scatter after every micro-batch (the default; less memory than no_sync)

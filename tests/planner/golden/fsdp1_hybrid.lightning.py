@@ -18,6 +18,16 @@ strategy = FSDPStrategy(
     use_orig_params=True,
     state_dict_type="sharded",
 )
+
+
+class LitModel(L.LightningModule):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model  # your llama3-70b module
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=3e-4)  # your learning rate
+
 trainer = L.Trainer(
     accelerator="cuda",
     num_nodes=2,
@@ -28,3 +38,4 @@ trainer = L.Trainer(
 )
 # DataLoader(batch_size=1): the micro-batch per GPU, sequences of 4096 tokens
 # not expressible here: activation_checkpointing=every_2: activation_checkpointing_policy={LlamaDecoderLayer} checkpoints every block; emitted as full checkpointing (less memory, slower than planned)
+# not expressible here: grad_sync=true (reduce every micro-batch): the Trainer accumulates inside FSDP's no_sync(); reducing every micro-batch needs a Fabric loop without no_backward_sync

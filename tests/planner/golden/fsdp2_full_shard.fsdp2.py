@@ -21,7 +21,7 @@ for i, block in enumerate(blocks):
 fully_shard(model, **fsdp_kwargs)  # root (embedding, final norm, LM head): kept unsharded after forward
 
 # training step: 4 micro-batch(es) of 2 sequence(s) x 8192 tokens per GPU
-optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)  # your optimizer and learning rate
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)  # your learning rate
 for micro_batches in loader:  # lists of GRAD_ACCUM micro-batches
     for k, batch in enumerate(micro_batches):
         model.set_requires_gradient_sync(k == GRAD_ACCUM - 1)  # no_sync until the last micro-batch

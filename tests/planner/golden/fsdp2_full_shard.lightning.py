@@ -22,6 +22,9 @@ class LitModel(L.LightningModule):
             fully_shard(block, reshard_after_forward=True, **fsdp_kwargs)
         fully_shard(self.model, **fsdp_kwargs)  # root (embedding, final norm, LM head): kept unsharded after forward
 
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=3e-4)  # your learning rate
+
 
 strategy = ModelParallelStrategy(data_parallel_size=8, tensor_parallel_size=1)
 trainer = L.Trainer(
@@ -32,4 +35,4 @@ trainer = L.Trainer(
     accumulate_grad_batches=4,
 )
 # DataLoader(batch_size=2): the micro-batch per GPU, sequences of 8192 tokens
-# not expressible here: grad_sync=false (no_sync while accumulating): not a Trainer argument; call self.model.set_requires_gradient_sync(is_last) in a manual-optimization loop
+# not expressible here: grad_sync=false (no_sync while accumulating): the Trainer reduces every micro-batch under ModelParallelStrategy; call self.model.set_requires_gradient_sync(is_last) in a manual-optimization loop

@@ -12,8 +12,8 @@ SEQ_LEN = 2048
 
 model = build_model()  # your mistral-7b module (e.g. on the meta device)
 mesh = init_device_mesh("cuda", (2, 16), mesh_dim_names=("dp_replicate", "dp_shard"))  # (replicate, shard): HSDP
-# float8 all-gathers (torchao): convert Linear layers before sharding
-convert_to_float8_training(model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=True))
+# float8 training (torchao Float8Linear), converted before sharding; the LM head stays bf16
+convert_to_float8_training(model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=True), module_filter_fn=lambda mod, fqn: not fqn.endswith("lm_head"))
 mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 fsdp_kwargs = dict(mesh=mesh, mp_policy=mp_policy, offload_policy=CPUOffloadPolicy())
 blocks = model.model.layers  # the MistralDecoderLayer modules
@@ -27,7 +27,7 @@ for i, block in enumerate(blocks):
     block.set_modules_to_backward_prefetch(list(reversed(blocks[max(0, i - 2):i])))
 
 # training step: 1 micro-batch(es) of 4 sequence(s) x 2048 tokens per GPU
-optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)  # your optimizer and learning rate
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)  # your learning rate
 for micro_batches in loader:  # lists of GRAD_ACCUM micro-batches
     for k, batch in enumerate(micro_batches):
         loss = model(**batch).loss / GRAD_ACCUM

@@ -14,8 +14,8 @@ class LitModel(L.LightningModule):
 
     def configure_model(self):
         dp_mesh = self.device_mesh["data_parallel"]
-        # float8 all-gathers (torchao): convert Linear layers before sharding
-        convert_to_float8_training(self.model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=True))
+        # float8 training (torchao Float8Linear), converted before sharding; the LM head stays bf16
+        convert_to_float8_training(self.model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=True), module_filter_fn=lambda mod, fqn: not fqn.endswith("lm_head"))
         mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         fsdp_kwargs = dict(mesh=dp_mesh, mp_policy=mp_policy, offload_policy=CPUOffloadPolicy())
         blocks = self.model.model.layers  # the MistralDecoderLayer modules
@@ -27,6 +27,9 @@ class LitModel(L.LightningModule):
         for i, block in enumerate(blocks):
             block.set_modules_to_forward_prefetch(list(blocks[i + 1:i + 3]))
             block.set_modules_to_backward_prefetch(list(reversed(blocks[max(0, i - 2):i])))
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=3e-4)  # your learning rate
 
 
 strategy = ModelParallelStrategy(data_parallel_size=32, tensor_parallel_size=1)

@@ -1,0 +1,30 @@
+// Internal to diagnose: each fix in the user's framework's own spelling (ecosystem.md §2), so a
+// Lightning user is told about FSDPStrategy arguments and Trainer precision strings, an accelerate
+// user about `fsdp_config:` keys, a torchtitan user about TOML keys, and nobody about another
+// framework's flags. `plan` configs get plan JSON keys.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "models/model_spec.h"
+#include "planner/user_config.h"
+
+namespace fsdpsim::planner::fix_words {
+
+// Wrap each transformer block in its own FSDP unit.
+std::string wrap_blocks(const UserConfig& cfg, const models::ModelSpec& model);
+// fp32 compute -> bf16 compute with fp32 master weights (Lightning "bf16-mixed").
+std::string bf16_compute(const UserConfig& cfg);
+// fp32 master weights -> pure bf16 (Lightning "bf16-true").
+std::string pure_bf16(const UserConfig& cfg);
+// Activation checkpointing in `mode` ("full", "selective_op", "every_2"): what the framework can say.
+std::string activation_checkpointing(const UserConfig& cfg, const models::ModelSpec& model, const std::string& mode);
+// The checkpointing modes the framework can express, most memory-saving last.
+std::vector<std::string> checkpointing_modes(const UserConfig& cfg);
+std::string hybrid_shard(const UserConfig& cfg, bool fsdp1, int replicate, int shard);
+std::string no_shard(const UserConfig& cfg, int world);
+std::string full_shard(const UserConfig& cfg);
+std::string no_cpu_offload(const UserConfig& cfg);
+std::string fsdp_checkpointing_instead_of_hf(const UserConfig& cfg, const models::ModelSpec& model);
+
+}  // namespace fsdpsim::planner::fix_words
