@@ -200,7 +200,12 @@ void CachingAllocator::add_class(Pool& p, std::size_t at, Bytes size) {
   }
   p.sizes.insert(p.sizes.begin() + static_cast<std::ptrdiff_t>(at), size);
   p.lists.insert(p.lists.begin() + static_cast<std::ptrdiff_t>(at), std::vector<FreeEntry>{});
-  recompute_nonempty(p);
+  // The classes from `at` on moved up one index; the new one is empty (a bit moved past 63 is dropped:
+  // `nonempty` tracks the first 64 classes only).
+  if (at < 64) {
+    const std::uint64_t low = p.nonempty & ((std::uint64_t{1} << at) - 1);
+    p.nonempty = low | ((p.nonempty & ~low) << 1);
+  }
   p.hints.fill(Pool::Hint{});   // class indices moved: every hint is stale
 }
 
