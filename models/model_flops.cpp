@@ -12,6 +12,8 @@
 //     executed half instead).
 //   * Backward: two matmuls per forward matmul (input grad and weight grad) => 2x forward, so
 //     fwd+bwd = 3x forward. Activation-checkpointing recompute is NOT included (that would be HFU).
+#include <algorithm>
+
 #include "models/model_spec.h"
 
 namespace fsdpsim::models {
@@ -25,6 +27,12 @@ FlopsPerToken flops_per_token(const ModelSpec& m, std::int64_t seq_len) {
   f.forward = f.matmul_forward + f.attention_forward;
   f.forward_backward = 3.0 * f.forward;
   return f;
+}
+
+double trained_flops_per_token(const ModelSpec& m, std::int64_t seq_len, double trainable_fraction) {
+  const FlopsPerToken f = flops_per_token(m, seq_len);
+  if (trainable_fraction >= 1.0) return f.forward_backward;
+  return f.forward_backward - (1.0 - std::max(0.0, trainable_fraction)) * f.matmul_forward;
 }
 
 }  // namespace fsdpsim::models

@@ -673,8 +673,8 @@ void fill_facts(const Context& c, StepProgram& p) {
   p.gpus_per_node = c.topo.gpus_per_node;
   p.micro_batches = c.micro_batches;
   p.tokens_per_rank = plan.micro_batch * plan.seq_len * plan.grad_accum;
-  auto fpt = models::flops_per_token(*c.model, plan.seq_len);
-  p.model_flops_per_rank = fpt.forward_backward * static_cast<double>(p.tokens_per_rank);
+  p.model_flops_per_rank = models::trained_flops_per_token(*c.model, plan.seq_len, plan.trainable_fraction) *
+                           static_cast<double>(p.tokens_per_rank);
   for (const auto& n : c.notes) p.notes.push_back(n);
 }
 

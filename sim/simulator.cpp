@@ -390,8 +390,9 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
   r.tokens_per_s_per_gpu = step_s > 0 ? tokens / step_s : 0.0;
 
   // ---- FLOPs and MFU ----
-  // (the lowering's fill_facts: 6N+attention FLOPs per token of the whole model times the tokens)
-  r.model_flops_per_step_per_gpu = models::flops_per_token(m, rp.seq_len).forward_backward * tokens;
+  // (as the lowering's fill_facts: 6N+attention FLOPs per token of the whole model times the tokens; with
+  // frozen weights, trainable_fraction < 1, without the weight-gradient matmuls that do not run)
+  r.model_flops_per_step_per_gpu = models::trained_flops_per_token(m, rp.seq_len, rp.trainable_fraction) * tokens;
   r.hardware_flops_per_step_per_gpu = hw_flops;
   // The compute dtype is param_dtype: an fp8 all-gather (fp8_all_gather) only changes what is
   // communicated, the matmuls still run at param_dtype in this model.

@@ -20,6 +20,17 @@ TEST(Flops, Llama3_8bBySeq8192ByHand) {
   EXPECT_DOUBLE_EQ(f.forward_backward, 57'912'852'480.0);
 }
 
+TEST(Flops, FrozenWeightsSkipTheirWeightGradientMatmuls) {
+  // llama3-8b at 8192 (above): matmul forward 15,009,316,864, attention 4,294,967,296 per token.
+  // All frozen: forward + input gradients of the matmuls (2 x 15,009,316,864) + attention fwd+bwd
+  // (3 x 4,294,967,296) = 30,018,633,728 + 12,884,901,888 = 42,903,535,616.
+  const ModelSpec m = load_model("llama3-8b");
+  EXPECT_DOUBLE_EQ(trained_flops_per_token(m, 8192, 0.0), 42'903'535'616.0);
+  // A quarter trained: + 0.25 x 15,009,316,864 = 3,752,329,216 -> 46,655,864,832; all trained: 6N + attention.
+  EXPECT_DOUBLE_EQ(trained_flops_per_token(m, 8192, 0.25), 46'655'864'832.0);
+  EXPECT_DOUBLE_EQ(trained_flops_per_token(m, 8192, 1.0), 57'912'852'480.0);
+}
+
 TEST(Flops, MixtralCountsActiveExpertsOnly) {
   // 32 * (attention 41,943,040 + router 8*4096 + 2 experts * 3*4096*14336) + head 32000*4096
   // = 32 * 394,297,344 + 131,072,000 = 12,748,587,008 matmul weights; seq 4096:
