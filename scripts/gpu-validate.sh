@@ -217,16 +217,18 @@ run_on_device() {
   return $status
 }
 
-# gpu-validate.sh torch-memory [--budget-s S] [--only CASE,...] [--smoke|--no-smoke]: the issue-19 matrix.
+# gpu-validate.sh torch-memory [--budget-s S] [--only CASE,...] [--jobs N] [--smoke|--no-smoke]: the issue-19 matrix
+# (--jobs: N case processes share the GPU, packed by predicted memory; see scripts/torch_memory/runner.py).
 torch_memory() {
-  local budget=560 only="" smoke=auto
+  local budget=560 only="" smoke=auto jobs=1
   while (($#)); do
     case $1 in
       --budget-s) budget=${2:?--budget-s needs seconds}; shift 2 ;;
       --only) only=${2:?--only needs case names}; shift 2 ;;
       --smoke) smoke=yes; shift ;;
       --no-smoke) smoke=no; shift ;;
-      *) die "torch-memory: unknown argument $1 (--budget-s S, --only CASE,..., --smoke, --no-smoke)" ;;
+      --jobs) jobs=${2:?--jobs needs a count}; shift 2 ;;
+      *) die "torch-memory: unknown argument $1 (--budget-s S, --only CASE,..., --jobs N, --smoke, --no-smoke)" ;;
     esac
   done
   python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null \
@@ -247,7 +249,7 @@ torch_memory() {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || true
     python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
   } | tee "$stage/logs/device.txt"
-  local args=(run-matrix --out "$fixtures" --log-dir "$stage/logs" --budget-s "$budget" --git-sha "$sha")
+  local args=(run-matrix --out "$fixtures" --log-dir "$stage/logs" --budget-s "$budget" --git-sha "$sha" --jobs "$jobs")
   [[ -n $only ]] && args+=(--only "$only")
   [[ $smoke == no ]] && args+=(--no-smoke)
   local status=0

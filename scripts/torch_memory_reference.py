@@ -69,7 +69,8 @@ def cmd_run_smoke(a):
 def cmd_run_matrix(a):
     only = [s for s in a.only.split(",") if s] if a.only else None
     log_dir = a.log_dir or tempfile.mkdtemp(prefix="torch-memory-")
-    summary = runner.run_matrix(a.matrix, a.out, log_dir, a.budget_s, a.git_sha, only=only, smoke=not a.no_smoke)
+    summary = runner.run_matrix(a.matrix, a.out, log_dir, a.budget_s, a.git_sha, only=only, smoke=not a.no_smoke,
+                                 jobs=a.jobs, gpu_gib=a.gpu_gib)
     print(f"torch_memory_reference: logs and torch_memory_summary.json in {log_dir}")
     return 0 if summary["complete"] else 1
 
@@ -104,6 +105,62 @@ def cmd_check_matrix(a):
               "lowering lands them.")
         return EXIT_SKIP
     print(f"simulate accepts all {len(entries)} plans")
+    return 0
+
+
+def cmd_profile_ops(a):
+    """Per-op timing (issue 20): each case alone in a fresh process, its memory run (no trace) then profiled
+    steps; writes OUT/<case>.ops.json. Stops starting cases after --budget-s."""
+    import time
+    names = [s for s in a.cases.split(",") if s]
+    entries = [_find_case(a.matrix, n, a.models_dir) for n in names]
+    os.makedirs(a.out, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="profile-ops-")
+    start, failed = time.monotonic(), []
+    for case, info, p, steps in entries:
+        left = a.budget_s - (time.monotonic() - start)
+        if left < 20:
+            print(f"profile-ops: {case['name']}: not started (budget)", flush=True)
+            failed.append(case["name"])
+            continue
+        env = dict(runner._case_env(p.alloc_conf), FSDPSIM_TM_PROFILE_OPS=os.path.join(a.out, case["name"] + ".ops.json"))
+        cmd = [sys.executable, os.path.abspath(__file__), "run-case", "--matrix", a.matrix, "--case", case["name"],
+               "--out", scratch, "--git-sha", a.git_sha, "--steps", "1", "--no-trace"]
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=left)
+            ok, tail = proc.returncode == 0, (proc.stdout + proc.stderr).strip().splitlines()[-15:]
+        except subprocess.TimeoutExpired:
+            ok, tail = False, ["timeout"]
+        print(f"profile-ops: {case['name']}: {'ok' if ok else 'FAILED'} in {time.monotonic() - t0:.1f} s", flush=True)
+        if not ok:
+            failed.append(case["name"])
+            print("    " + "\n    ".join(tail), flush=True)
+    return 1 if failed else 0
+
+
+def cmd_hints(a):
+    entries, _ = matrices.load_matrix(a.matrix, a.models_dir)
+    reserved = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "sim.json")
+        for case, info, p in entries:
+            cluster = matrices.cluster_name(case["world"], "H100-SXM")
+            proc = subprocess.run([a.fsdpsim, "simulate", "--model", case["model"], "--cluster", cluster, "--plan",
+                                   json.dumps(plans.explicit_plan(case["plan"])), "--json", out],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(f"hints: {case['name']}: simulate exit {proc.returncode}; it will run alone", file=sys.stderr)
+                continue
+            peak = load_json(out, "simulate output")["result"]["peak_memory_bytes"]
+            reserved[case["name"]] = round(peak["reserved"] / 2**30, 2)
+    version = subprocess.run([a.fsdpsim, "--version"], capture_output=True, text=True).stdout.strip()
+    doc = {"what": "predicted reserved peak (GiB) of each matrix case, used only to pack cases onto one GPU "
+                   "(run-matrix --jobs); written by `torch_memory_reference.py hints`",
+           "fsdpsim": version, "reserved_gib": reserved}
+    from torch_memory.common import write_json_atomic
+    write_json_atomic(runner.HINTS_PATH, doc)
+    print(f"wrote {len(reserved)} hints into {os.path.relpath(runner.HINTS_PATH)}")
     return 0
 
 
@@ -160,7 +217,19 @@ def parser():
     p.add_argument("--git-sha", default="unknown")
     p.add_argument("--only", help="comma-separated case names")
     p.add_argument("--no-smoke", action="store_true")
+    p.add_argument("--jobs", type=int, default=1, help="case processes sharing the GPU, packed by their predicted "
+                   "memory (scripts/torch_memory/schedule_hints.json); default 1")
+    p.add_argument("--gpu-gib", type=float, help="the GPU's memory for --jobs (default: nvidia-smi's)")
     p.set_defaults(fn=cmd_run_matrix)
+    p = common(sub.add_parser("profile-ops", help="per-op GPU time of cases (torch.profiler), one at a time"))
+    p.add_argument("--cases", required=True, help="comma-separated case names")
+    p.add_argument("--out", required=True, help="folder for <case>.ops.json")
+    p.add_argument("--budget-s", type=float, default=240.0)
+    p.add_argument("--git-sha", default="unknown")
+    p.set_defaults(fn=cmd_profile_ops)
+    p = common(sub.add_parser("hints", help="write schedule_hints.json from `fsdpsim simulate` (for --jobs)"))
+    p.add_argument("--fsdpsim", default="build/fsdpsim")
+    p.set_defaults(fn=cmd_hints)
     p = common(sub.add_parser("check-matrix", help="validate the matrix (no PyTorch)"))
     p.add_argument("--simulate", metavar="FSDPSIM", help="also run `FSDPSIM simulate` on every plan")
     p.set_defaults(fn=cmd_check_matrix)

@@ -192,7 +192,10 @@ def _block_raf(p, info, index, n_layers):
 def shard_fsdp2(model, p, info):
     """torchtitan's order: checkpoint_wrapper on each block (FSDP(AC(block))), compile per block,
     fully_shard each block, then the root; materialize the shards (to_empty) and initialize them."""
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+    try:
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+    except ImportError:     # PyTorch 2.4 / 2.5 kept FSDP2 under _composable
+        from torch.distributed._composable.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
     mesh = device_mesh(p)
     _, param_dtype, reduce_dtype = _mixed_precision_dtypes(p)
     kwargs = {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)}

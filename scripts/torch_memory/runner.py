@@ -5,6 +5,7 @@ time left, and stops the case at the budget's end). This process never initializ
 would take device memory from the cases.
 """
 import datetime
+import json
 import os
 import re
 import subprocess
@@ -24,6 +25,13 @@ TAIL_LINES = 25
 # A fault common to every case (a PyTorch API the harness misreads) fails each case in seconds; after this
 # many errors in a row the runner stops rather than spend the device lease on the rest.
 MAX_ERRORS_IN_A_ROW = 3
+# Several cases on one GPU (--jobs): each is given its predicted reserved peak (schedule_hints.json, from
+# `fsdpsim simulate`) x HINT_MARGIN + CONTEXT_GIB.
+HINTS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schedule_hints.json")
+HINT_MARGIN = 1.3
+CONTEXT_GIB = 2.0
+DEFAULT_GPU_GIB = 79.0
+POLL_S = 0.2
 
 
 def _tail(text, n=TAIL_LINES):
@@ -64,9 +72,42 @@ def run_smoke(log_dir, git_sha, timeout=SMOKE_TIMEOUT_S):
     return {"rc": rc, "seconds": seconds, "passed": int(passed.group(1)) if passed else 0}
 
 
-def run_matrix(matrix_path, fixtures_dir, log_dir, budget_s, git_sha, only=None, smoke=True):
+def _gpu_memory_gib():
+    """The device's memory from nvidia-smi (this process never initializes CUDA); None if unknown."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30).stdout.split()
+        return float(out[0]) / 1024.0 if out else None
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+
+
+def load_hints(path=HINTS_PATH):
+    """{case: predicted reserved GiB} for packing cases onto one GPU (a scheduling hint only: the fixtures
+    never depend on it; a case without a hint runs alone)."""
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    return {k: float(v) for k, v in data.get("reserved_gib", {}).items()}
+
+
+def case_need_gib(hint):
+    """Device memory one case's process is given room for next to others: its predicted reserved peak
+    plus a margin for a misprediction, and its CUDA context and cuBLAS workspace."""
+    return None if hint is None else hint * HINT_MARGIN + CONTEXT_GIB
+
+
+def run_matrix(matrix_path, fixtures_dir, log_dir, budget_s, git_sha, only=None, smoke=True, jobs=1,
+               gpu_gib=None, hints=None):
+    """jobs == 1: one case at a time in matrix order. jobs > 1: up to `jobs` case processes share the GPU
+    while their predicted memory (hints) fits it; a case without a hint, or predicted larger than the GPU,
+    runs alone; a case that runs out of memory next to others is measured again alone (an OOM next to other
+    processes is not the case's own)."""
     if budget_s <= 0:
         raise InputError("--budget-s", str(budget_s), "a positive number of seconds")
+    if jobs < 1:
+        raise InputError("--jobs", str(jobs), "at least 1")
     entries, steps = matrices.load_matrix(matrix_path)
     names = {case["name"] for case, _, _ in entries}
     for name in only or ():
@@ -75,13 +116,17 @@ def run_matrix(matrix_path, fixtures_dir, log_dir, budget_s, git_sha, only=None,
     os.makedirs(log_dir, exist_ok=True)
     start = time.monotonic()
     summary = {"matrix": os.path.relpath(matrix_path), "started": datetime.datetime.now(datetime.timezone.utc)
-               .strftime("%Y-%m-%dT%H:%M:%SZ"), "budget_s": budget_s, "git_sha": git_sha, "cases": []}
+               .strftime("%Y-%m-%dT%H:%M:%SZ"), "budget_s": budget_s, "git_sha": git_sha, "jobs": jobs, "cases": []}
     stopped = None
     if smoke:
         summary["smoke"] = run_smoke(log_dir, git_sha, timeout=min(SMOKE_TIMEOUT_S, budget_s))
         if summary["smoke"]["passed"] == 0:
             stopped = "not started (no smoke case passed: see smoke.log)"
-    errors_in_a_row = 0
+    hints = load_hints() if hints is None and jobs > 1 else (hints or {})
+    if jobs > 1:
+        gpu_gib = gpu_gib or _gpu_memory_gib() or DEFAULT_GPU_GIB
+        summary["gpu_gib"] = round(gpu_gib, 1)
+    queue = []
     for case, info, p in entries:
         name = case["name"]
         if only and name not in only:
@@ -99,27 +144,95 @@ def run_matrix(matrix_path, fixtures_dir, log_dir, budget_s, git_sha, only=None,
                     continue
             except InputError as e:
                 record["previous_fixture"] = f"unreadable, measured again: {e}"
-        est = estimate.estimate_case_seconds(info, p, case["world"], steps)["total_s"]
-        record["estimate_s"] = est
+        record["estimate_s"] = estimate.estimate_case_seconds(info, p, case["world"], steps)["total_s"]
+        need = case_need_gib(hints.get(name)) if jobs > 1 else None
+        alone = jobs == 1 or need is None or need > gpu_gib
+        queue.append({"record": record, "case": case, "plan": p, "path": path, "need": need, "alone": alone})
+    if jobs > 1:   # cases that run alone first, then the largest first (they pack best)
+        queue.sort(key=lambda q: (not q["alone"], -(q["need"] or 0)))
+    running, errors_in_a_row = [], 0
+
+    def used():
+        return sum(r["need"] or 0 for r in running)
+
+    def can_start(q):
+        if not running:
+            return True
+        if q["alone"] or any(r["alone"] for r in running) or len(running) >= jobs:
+            return False
+        return used() + q["need"] <= gpu_gib
+
+    def launch(q):
+        rec, name = q["record"], q["case"]["name"]
         left = budget_s - (time.monotonic() - start)
-        if est * SAFETY > left:
-            record["status"] = "not started (budget)"
-            continue
         cmd = [sys.executable, SCRIPT, "run-case", "--matrix", matrix_path, "--case", name, "--out", fixtures_dir,
                "--git-sha", git_sha, "--steps", str(steps)]
-        timeout = max(10.0, min(est * CASE_TIMEOUT_FACTOR + CASE_TIMEOUT_EXTRA_S, left))
-        rc, out, seconds = _run(cmd, _case_env(p.alloc_conf), timeout, os.path.join(log_dir, f"{name}.log"))
-        record.update(rc=rc, seconds=seconds)
-        if rc == 0 and os.path.exists(path):
-            record["status"] = fixtures.read_fixture(path)["outcome"]
+        q["timeout"] = max(10.0, min(rec["estimate_s"] * CASE_TIMEOUT_FACTOR + CASE_TIMEOUT_EXTRA_S, left))
+        q["log"] = open(os.path.join(log_dir, f"{name}.log"), "w", encoding="utf-8")
+        q["log"].write("+ " + " ".join(cmd) + "\n")
+        q["log"].flush()
+        q["t0"] = time.monotonic()
+        q["beside"] = [r["case"]["name"] for r in running]
+        q["proc"] = subprocess.Popen(cmd, env=_case_env(q["plan"].alloc_conf), stdout=q["log"], stderr=subprocess.STDOUT)
+        running.append(q)
+
+    def finish(q, rc):
+        nonlocal errors_in_a_row, stopped
+        q["log"].close()
+        rec, name = q["record"], q["case"]["name"]
+        seconds = round(time.monotonic() - q["t0"], 1)
+        rec.update(rc=rc, seconds=seconds)
+        if q["beside"]:
+            rec["ran_beside"] = q["beside"]
+        with open(os.path.join(log_dir, f"{name}.log"), encoding="utf-8", errors="replace") as f:
+            out = f.read()
+        if rc == 0 and os.path.exists(q["path"]):
+            rec["status"] = fixtures.read_fixture(q["path"])["outcome"]
             errors_in_a_row = 0
+            if rec["status"] == "oom" and q["beside"] and not q.get("retried"):
+                rec["status"] = "oom beside other cases: measured again alone"
+                q.update(alone=True, retried=True)
+                queue.insert(0, q)
         else:
-            record["status"] = "error"
-            record["tail"] = _tail(out)
+            rec["status"] = "error"
+            rec["tail"] = _tail(out)
             errors_in_a_row += 1
-            if errors_in_a_row >= MAX_ERRORS_IN_A_ROW:
+            if errors_in_a_row >= MAX_ERRORS_IN_A_ROW and not stopped:
                 stopped = f"not started ({MAX_ERRORS_IN_A_ROW} errors in a row before it)"
-        print(f"torch-memory: {name}: {record['status']} in {seconds} s (estimate {est} s)", flush=True)
+        print(f"torch-memory: {name}: {rec['status']} in {seconds} s (estimate {rec['estimate_s']} s)", flush=True)
+
+    while queue or running:
+        for q in list(running):
+            rc = q["proc"].poll()
+            if rc is None and time.monotonic() - q["t0"] > q["timeout"]:
+                q["proc"].kill()
+                q["proc"].wait()
+                rc = "timeout"
+            if rc is not None:
+                running.remove(q)
+                finish(q, rc)
+        while queue:
+            q = queue[0]
+            if stopped:
+                q["record"]["status"] = stopped
+                queue.pop(0)
+                continue
+            left = budget_s - (time.monotonic() - start)
+            if q["record"]["estimate_s"] * SAFETY > left:
+                q["record"]["status"] = "not started (budget)"
+                queue.pop(0)
+                continue
+            if not can_start(q):
+                # jobs > 1: a later, smaller case may fit beside the running ones
+                later = next((r for r in queue[1:] if can_start(r) and
+                              r["record"]["estimate_s"] * SAFETY <= left), None) if jobs > 1 and running else None
+                if later is None:
+                    break
+                q = later
+            queue.remove(q)
+            launch(q)
+        if running:
+            time.sleep(POLL_S)
     summary["seconds"] = round(time.monotonic() - start, 1)
     pending = [r["name"] for r in summary["cases"] if r.get("status", "").startswith("not started")]
     summary["complete"] = not pending and all(r.get("status") in ("ok", "oom", "done earlier") for r in summary["cases"])

@@ -178,7 +178,14 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
                 torch.cuda.memory._record_memory_history(enabled=None)
         fixture = _assemble(torch, case, info, p, steps, context, profile, gpus_per_node, recorder, step_info,
                             trainable, total, oom, notes, snapshot, baseline, model)
-        return fixtures.write_fixture(fixture, out_dir)
+        path = fixtures.write_fixture(fixture, out_dir)
+        ops_path = os.environ.get("FSDPSIM_TM_PROFILE_OPS")
+        if ops_path and oom is None:
+            from . import op_profile
+            op_profile.profile_steps(torch, lambda s: _train_step(torch, model, optimizer, p, tokens, labels, loss_fn,
+                                                                  recorder, s),
+                                     steps + 1, ops_path, context, run_case_record_of(fixture))
+        return path
     finally:
         model = optimizer = None
         gc.collect()
@@ -186,6 +193,10 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
         import torch.distributed as dist
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def run_case_record_of(fixture):
+    return {k: fixture["case"][k] for k in ("name", "model", "cluster", "world", "plan") if k in fixture["case"]}
 
 
 def _optimizer(torch, model, p, notes):

@@ -50,10 +50,31 @@ class Runner(unittest.TestCase):
         patcher.start()
         self.addCleanup(patcher.stop)
 
-    def run_matrix(self, budget_s=600, only=("l1b-fsdp2-w8-tt", "l1b-fsdp1-w8-hf"), smoke=False, logs="logs"):
+    def run_matrix(self, budget_s=600, only=("l1b-fsdp2-w8-tt", "l1b-fsdp1-w8-hf"), smoke=False, logs="logs", **kw):
         log_dir = os.path.join(self.tmp.name, logs)
         return runner.run_matrix(runner.matrices.MATRIX_PATH, self.fixtures_dir, log_dir, budget_s, "abc",
-                                 only=list(only), smoke=smoke), log_dir
+                                 only=list(only), smoke=smoke, **kw), log_dir
+
+    def test_jobs_pack_cases_by_predicted_memory(self):
+        only = ["l1b-fsdp2-w8-tt", "l1b-fsdp1-w8-hf", "l1b-fsdp1-shard-grad-op-w8-hf"]
+        # 10 + 10 GiB fit a 30 GiB GPU beside each other (x1.3 + 2 each); the case without a hint runs alone.
+        hints = {"l1b-fsdp2-w8-tt": 10.0, "l1b-fsdp1-w8-hf": 10.0}
+        summary, _ = self.run_matrix(only=only, jobs=3, gpu_gib=35.0, hints=hints)
+        status = {r["name"]: r["status"] for r in summary["cases"]}
+        self.assertEqual(status, {"l1b-fsdp2-w8-tt": "ok", "l1b-fsdp1-w8-hf": "error",
+                                  "l1b-fsdp1-shard-grad-op-w8-hf": "error"})
+        beside = {r["name"]: r.get("ran_beside", []) for r in summary["cases"]}
+        self.assertEqual(beside["l1b-fsdp1-shard-grad-op-w8-hf"], [])      # no hint: alone, first
+        self.assertEqual(sorted(beside["l1b-fsdp2-w8-tt"] + beside["l1b-fsdp1-w8-hf"]), ["l1b-fsdp2-w8-tt"])
+        self.assertEqual(summary["jobs"], 3)
+        # 2 x 15 GiB (x1.3 + 2 = 21.5 each) do not fit 35 GiB together: one after the other.
+        summary, _ = self.run_matrix(only=only[1:], jobs=3, gpu_gib=35.0, logs="logs2",
+                                     hints={n: 15.0 for n in only})
+        self.assertTrue(all(not r.get("ran_beside") for r in summary["cases"]))
+
+    def test_bad_jobs(self):
+        with self.assertRaises(runner.InputError):
+            self.run_matrix(jobs=0)
 
     def test_runs_records_errors_and_resumes(self):
         summary, log_dir = self.run_matrix(smoke=True)
