@@ -125,7 +125,7 @@ def cmd_profile_ops(a):
             continue
         env = dict(runner._case_env(p.alloc_conf), FSDPSIM_TM_PROFILE_OPS=os.path.join(a.out, case["name"] + ".ops.json"))
         cmd = [sys.executable, os.path.abspath(__file__), "run-case", "--matrix", a.matrix, "--case", case["name"],
-               "--out", scratch, "--git-sha", a.git_sha, "--steps", "1", "--no-trace"]
+               "--out", scratch, "--git-sha", a.git_sha, "--steps", "2", "--no-trace"]
         t0 = time.monotonic()
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=left)
