@@ -135,11 +135,14 @@ def _sac_context():
     return create_selective_checkpoint_contexts(policy)
 
 
-def checkpoint_wrapper_fn(mode):
-    """Non-reentrant checkpoint_wrapper as torchtitan applies it (FullAC / SelectiveAC: preserve RNG
-    state, default determinism check, no early stop)."""
+def checkpoint_wrapper_fn(mode, early_stop=True):
+    """Non-reentrant checkpoint_wrapper (preserve RNG state, default determinism check). torchtitan passes
+    early_stop=ac_config.early_stop, False by default (torchtitan/distributed/activation_checkpoint.py):
+    its recompute reruns the whole block; torch.utils.checkpoint's own default (HF, litgpt) stops once the
+    last saved tensor is recomputed. Fixtures measured before this argument (harness 378723c and older)
+    ran torchtitan cases with early_stop=True (tests/fixtures/torch_ops/known_differences.json)."""
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointImpl, checkpoint_wrapper
-    kwargs = {"checkpoint_impl": CheckpointImpl.NO_REENTRANT, "preserve_rng_state": True}
+    kwargs = {"checkpoint_impl": CheckpointImpl.NO_REENTRANT, "preserve_rng_state": True, "early_stop": early_stop}
     if mode == "selective_op":
         kwargs["context_fn"] = _sac_context
     return functools.partial(checkpoint_wrapper, **kwargs)
@@ -207,7 +210,7 @@ def shard_fsdp2(model, p, info):
     if p.checkpointing.outside_fsdp:
         model.outside_checkpoint = ckpt
     elif ckpt:
-        wrap = checkpoint_wrapper_fn(p.checkpointing.mode)
+        wrap = checkpoint_wrapper_fn(p.checkpointing.mode, early_stop=p.implementation != "torchtitan")
         for i in sorted(ckpt):
             blocks[i] = wrap(blocks[i])
     if p.compile:
@@ -276,7 +279,7 @@ def shard_fsdp1(model, p, info):
     fsdp = FSDP(model, **kwargs)
     if ckpt and not p.checkpointing.outside_fsdp:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
-        apply_activation_checkpointing(fsdp, checkpoint_wrapper_fn=checkpoint_wrapper_fn(p.checkpointing.mode),
+        apply_activation_checkpointing(fsdp, checkpoint_wrapper_fn=checkpoint_wrapper_fn(p.checkpointing.mode, early_stop=p.implementation != "torchtitan"),
                                        check_fn=lambda m: isinstance(m, block_cls) and m.layer_id in ckpt)
     return fsdp, []
 
