@@ -118,6 +118,23 @@ int cmd_validate(const Argv& argv) {
             << "\n"
             << "  exposed comm    predicted " << to_seconds(predicted.exposed_comm_ns) << " s, measured "
             << to_seconds(run.measured.exposed_comm_ns) << " s\n";
+  // Which comparison proves what (issue 19): the runtime places its buffers with the simulator's own
+  // caching-allocator model, so the allocated / reserved rows check that the program and its placement
+  // agree; PyTorch's memory is checked by tests/fixtures/torch_memory. The driver's figures below are
+  // what the device really used.
+  std::cout << "  memory rows above: the runtime places the program's buffers with fsdpsim's allocator model, so they "
+               "check the program's consistency, not PyTorch's allocator (that is test_torch_memory_fixtures)\n";
+  const nlohmann::json device_memory = run.worker.value("device_memory", nlohmann::json());
+  if (device_memory.is_object()) {
+    const auto b = [&](const char* k) { return device_memory.value(k, Bytes{0}); };
+    const Bytes outside = b("outside_region_bytes"), untracked = b("untracked_bytes");
+    std::cout << "  device (driver) used " << to_gib(b("used_peak_bytes")) << " of " << to_gib(b("device_total_bytes"))
+              << " GiB at most (cudaMemGetInfo): the allocator's fixed region " << to_gib(b("allocator_region_bytes"))
+              << " GiB + " << to_gib(outside) << " GiB outside it (CUDA context, cuBLAS, NCCL, "
+              << to_gib(untracked) << " GiB untracked scratch); predicted outside the allocator: context "
+              << to_gib(predicted.context_bytes) << " GiB, error "
+              << pct(rel(static_cast<double>(predicted.context_bytes + untracked), static_cast<double>(outside))) << "\n";
+  }
   if (a.has("json")) {
     nlohmann::json j;
     j["context"] = context_block_with_profile(a.has("profile") ? a.get("profile") : hw.name());
@@ -127,6 +144,11 @@ int cmd_validate(const Argv& argv) {
     if (cuda) j["run"]["device"] = run.worker.value("device", std::string("?"));
     j["losses"] = run.worker["losses"];
     j["untracked_runtime_bytes"] = run.worker["untracked_bytes"];
+    if (device_memory.is_object()) {
+      j["device_memory"] = device_memory;
+      j["device_memory"]["predicted_context_bytes"] = predicted.context_bytes;
+      j["device_memory"]["predicted_total_device_bytes"] = predicted.peak_total_device;
+    }
     j["comparison"] = cmp;
     write_file_atomic(a.get("json"), j.dump(2) + "\n", "--json");
   }

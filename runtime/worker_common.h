@@ -71,6 +71,7 @@ void run_worker_steps(const Args& a, Runner& runner, Comm& comm, int steps, nloh
     j["losses"] = losses;
     j["step_times_s"] = times;
     j["untracked_bytes"] = runner.untracked_bytes();
+    if constexpr (requires(const Runner& r) { r.device_memory(); }) j["device_memory"] = runner.device_memory();
     j["measured"] = sim::sim_result_to_json(last, true);
     write_file_atomic(a.require("out"), j.dump(1), "--out");
     if (a.has("dump")) {

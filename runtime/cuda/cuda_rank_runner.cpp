@@ -56,6 +56,12 @@ void check_cuda_runtime_supports(const models::ModelSpec& m, const sim::Plan& pl
 }
 
 CudaRankRunner::CudaRankRunner(const RunConfig& cfg, DeviceCommunicator& comm) : cfg_(cfg), comm_(comm) {
+  {
+    size_t free0 = 0, total0 = 0;
+    FSDPSIM_CU_CHECK(cudaMemGetInfo(&free0, &total0));
+    device_total_ = static_cast<Bytes>(total0);
+    used_at_start_ = used_peak_ = static_cast<Bytes>(total0 - free0);
+  }
   check_cuda_runtime_supports(cfg.model, cfg.plan);
   cfg_.optimizer.adamw = cfg.plan.optimizer == sim::Optimizer::AdamW;
   rp_ = build_rank_program(cfg.model, cfg.plan, comm.world(), cfg.gpus_per_node, comm.group_size(sim::CommGroup::Shard),
@@ -97,6 +103,7 @@ CudaRankRunner::CudaRankRunner(const RunConfig& cfg, DeviceCommunicator& comm) :
   const Bytes region = std::min<Bytes>(cfg.address_space, static_cast<Bytes>(free_b) - headroom);
   if (region <= 0) throw std::runtime_error("CUDA runtime: no device memory left for the allocator (" + error_where() + ")");
   mem_ = std::make_unique<CudaDeviceMemory>(rp_.program, region);
+  region_ = region;
   for (const auto& b : rp_.program.buffers)
     if (b.persistent) mem_->alloc(b.id, 0);
 
@@ -124,6 +131,7 @@ CudaRankRunner::CudaRankRunner(const RunConfig& cfg, DeviceCommunicator& comm) :
     }
     FSDPSIM_CU_CHECK(cudaMemset(state_ptr_[u], 0, static_cast<size_t>(need)));
   }
+  sample_device_use();
   notes_.push_back("measured on the CUDA backend (bf16 compute, fp32 accumulation and masters, cuBLAS, NCCL); " +
                    std::to_string(untracked_bytes()) +
                    " B of device scratch (residual stream, checkpointed blocks' transient forward, backward "
@@ -411,8 +419,27 @@ StepOutcome CudaRankRunner::step() {
   for (int mb = 0; mb < rp_.micro_batches; ++mb) local += compute_->loss_sum(mb);
   out.loss = global_mean_loss(rp_, comm_.sum_world(local), W);
   complete_measured(rp_, W, notes_, out.measured);
+  sample_device_use();
   ++steps_done_;
   return out;
+}
+
+void CudaRankRunner::sample_device_use() {
+  FSDPSIM_CU_CHECK(cudaDeviceSynchronize());   // lazily created workspaces exist once their kernels ran
+  size_t free_b = 0, total_b = 0;
+  FSDPSIM_CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  used_peak_ = std::max<Bytes>(used_peak_, static_cast<Bytes>(total_b - free_b));
+}
+
+nlohmann::json CudaRankRunner::device_memory() const {
+  return {{"source", "cudaMemGetInfo (total - free) on this rank's device, sampled at the runner's start, after setup "
+                     "and after each step"},
+          {"device_total_bytes", device_total_},
+          {"used_at_start_bytes", used_at_start_},
+          {"allocator_region_bytes", region_},
+          {"used_peak_bytes", used_peak_},
+          {"outside_region_bytes", used_peak_ - region_},
+          {"untracked_bytes", untracked_bytes()}};
 }
 
 std::vector<std::pair<std::string, std::vector<float>>> CudaRankRunner::gather_params() { return gather(rp_.shard_buf); }

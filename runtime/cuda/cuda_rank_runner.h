@@ -11,6 +11,7 @@
 // Each buffer's element type follows from its category and the op that fills it (classify_buffers);
 // each OpKind gets its FSDP meaning in enqueue(), as rank_runner.cpp gives it on the CPU.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
 #include <utility>
@@ -48,6 +49,11 @@ class CudaRankRunner : public CudaOpRunner {
   std::vector<std::pair<std::string, std::vector<float>>> gather_grads();
   Bytes untracked_bytes() const { return compute_->untracked_bytes() + side_state_bytes_; }
   std::vector<std::string> notes() const { return notes_; }
+  // What the driver says the device uses (cudaMemGetInfo: total - free), issue 19: at the runner's start
+  // (CUDA context, NCCL communicators, cuBLAS handle), the placed allocator's fixed region, and the most
+  // after setup and after each step, so that the bytes outside the region (context, cuBLAS workspaces,
+  // NCCL buffers, untracked scratch) can be set beside the prediction's context bytes.
+  nlohmann::json device_memory() const;
 
   void enqueue(const sim::Op& op, cudaStream_t stream) override;
 
@@ -73,6 +79,8 @@ class CudaRankRunner : public CudaOpRunner {
   std::vector<float*> state_ptr_;
   std::vector<void*> side_state_;
   Bytes side_state_bytes_ = 0;
+  Bytes device_total_ = 0, used_at_start_ = 0, region_ = 0, used_peak_ = 0;
+  void sample_device_use();
   std::vector<Elem> elem_;                           // per buffer
   std::vector<std::vector<int>> act_buf_, recomp_buf_;
   std::vector<std::string> notes_;

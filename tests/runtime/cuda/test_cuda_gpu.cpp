@@ -393,6 +393,13 @@ TEST_F(CudaGpu, EmulatedWorldPeakMemoryMatchesThePrediction) {
   const sim::SimResult predicted = sim::simulate(model, hw, cfg.plan);
   EXPECT_EQ(out.measured.peak_allocated, predicted.peak_allocated);
   EXPECT_EQ(out.measured.peak_reserved, predicted.peak_reserved);
+  // The driver's view (issue 19): the fixed allocator region plus something outside it (the context at
+  // least), never more than the device has.
+  const nlohmann::json dm = runner.device_memory();
+  const Bytes used = dm.at("used_peak_bytes"), region = dm.at("allocator_region_bytes");
+  EXPECT_GE(used, region + dm.at("used_at_start_bytes").get<Bytes>());
+  EXPECT_GT(dm.at("outside_region_bytes").get<Bytes>(), 0);
+  EXPECT_LE(used, dm.at("device_total_bytes").get<Bytes>());
 }
 
 }  // namespace
