@@ -418,6 +418,9 @@ int run(int argc, char** argv, int thread_level) {
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  fsdpsim::set_check_rank(world_rank);   // every failed call names its rank
   fsdpsim::run_context().argv.assign(argv, argv + argc);   // the command line goes into the context block
   fsdpsim::install_interrupt_handler();
   int rc = 0;
@@ -429,7 +432,7 @@ int main(int argc, char** argv) {
     if (rank == 0) std::cerr << "fsdpsim-calibrate-cpu: error: " << e.what() << "\n";
     rc = fsdpsim::kExitBadInput;   // every rank parses the same arguments and fails the same way
   } catch (const std::exception& e) {
-    std::cerr << "fsdpsim-calibrate-cpu: " << fsdpsim::calibrate::cpu::mpi_where() << ": " << e.what() << "\n";
+    std::cerr << "fsdpsim-calibrate-cpu: " << fsdpsim::check_where() << ": " << e.what() << "\n";
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   MPI_Finalize();

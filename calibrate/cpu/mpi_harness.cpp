@@ -10,17 +10,6 @@
 
 namespace fsdpsim::calibrate::cpu {
 
-std::string mpi_where() {
-  char host[MPI_MAX_PROCESSOR_NAME] = {0};
-  int len = 0, rank = -1, init = 0;
-  MPI_Initialized(&init);
-  if (init) {
-    MPI_Get_processor_name(host, &len);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  }
-  return std::string(host) + ":rank " + std::to_string(rank);
-}
-
 namespace {
 
 struct Timed {

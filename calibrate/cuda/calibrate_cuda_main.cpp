@@ -85,7 +85,7 @@ int run(int argc, char** argv, bool mpi) {
   int ndev = 0;
   cudaError_t e = cudaGetDeviceCount(&ndev);
   if (e != cudaSuccess || ndev == 0) {
-    std::cerr << "fsdpsim-calibrate-cuda: no CUDA device available on " << where() << " ("
+    std::cerr << "fsdpsim-calibrate-cuda: no CUDA device available on " << ::fsdpsim::check_where() << " ("
               << (e != cudaSuccess ? std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e) : std::string("0 devices"))
               << "). Run it on a machine with NVIDIA GPUs and a driver, or use `fsdpsim calibrate --backend cpu`.\n";
     return 1;
@@ -327,6 +327,9 @@ int main(int argc, char** argv) {
   // local GPU and MPI is never initialised (a one-GPU machine needs no mpirun or MPI daemons).
   const bool mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE");
   if (mpi) MPI_Init(&argc, &argv);
+  int world_rank = 0;
+  if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  fsdpsim::set_check_rank(world_rank);   // every failed call names its rank
   fsdpsim::run_context().argv.assign(argv, argv + argc);
   fsdpsim::install_interrupt_handler();
   int rc = 0;

@@ -8,20 +8,6 @@
 
 namespace fsdpsim::calibrate::cuda {
 
-std::string where() {
-  char host[MPI_MAX_PROCESSOR_NAME] = {0};
-  int len = 0, rank = -1, init = 0;
-  MPI_Initialized(&init);
-  if (init) {
-    MPI_Get_processor_name(host, &len);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  } else {
-    gethostname(host, sizeof(host) - 1);   // a single process without MPI
-    rank = 0;
-  }
-  return std::string(host) + ":rank " + std::to_string(rank);
-}
-
 double max_over(double mine, MPI_Comm comm) {
   if (comm == MPI_COMM_NULL) return mine;
   double out = 0;

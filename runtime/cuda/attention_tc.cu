@@ -21,9 +21,9 @@ struct StreamLaunch {
   template <class... KArgs, class... Args>
   void operator()(void (*kernel)(KArgs...), long blocks, int threads, std::size_t smem, Args... args) const {
     if (blocks < 1 || blocks > INT_MAX)
-      cuda_fail(what, __FILE__, __LINE__, "grid of " + std::to_string(blocks) + " blocks (shape too large)");
+      ::fsdpsim::check_failed(what, __FILE__, __LINE__, "grid of " + std::to_string(blocks) + " blocks (shape too large)");
     if (smem > 48 * 1024)
-      FSDPSIM_CU_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      FSDPSIM_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     kernel<<<static_cast<unsigned>(blocks), threads, smem, s>>>(args...);
     FSDPSIM_LAUNCH_CHECK();
   }
@@ -33,9 +33,9 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 
 void require(int HD, std::initializer_list<const void*> tensors, const char* what) {
   if (!attention_tc_supports_head_dim(HD))
-    cuda_fail(what, __FILE__, __LINE__, "head_dim " + std::to_string(HD) + " has no tensor-core kernel (64, 128)");
+    ::fsdpsim::check_failed(what, __FILE__, __LINE__, "head_dim " + std::to_string(HD) + " has no tensor-core kernel (64, 128)");
   for (const void* p : tensors)
-    if (!aligned16(p)) cuda_fail(what, __FILE__, __LINE__, "a tensor is not 16-byte aligned");
+    if (!aligned16(p)) ::fsdpsim::check_failed(what, __FILE__, __LINE__, "a tensor is not 16-byte aligned");
 }
 
 }  // namespace

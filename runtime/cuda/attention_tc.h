@@ -29,7 +29,7 @@ bool attention_tc_requested();
 bool attention_tc_selected(int HD, std::initializer_list<const void*> tensors);
 
 // As attention_forward / attention_backward (kernels.h); HD must be supported and the tensors
-// 16-byte aligned (cuda_fail otherwise). No memory is allocated; launches are checked.
+// 16-byte aligned (check_failed otherwise). No memory is allocated; launches are checked.
 void attention_forward_tc(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, int B, int T, int NH,
                           int NKV, int HD, cudaStream_t s);
 void attention_backward_tc(bf16* dq, bf16* dk, bf16* dv, float* D, const bf16* dout, const bf16* q, const bf16* k,

@@ -7,7 +7,7 @@ namespace fsdpsim::runtime::cuda {
 namespace {
 char* device_region(Bytes bytes) {
   void* p = nullptr;
-  FSDPSIM_CU_CHECK(cudaMalloc(&p, static_cast<size_t>(bytes)));
+  FSDPSIM_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(bytes)));
   return static_cast<char*>(p);
 }
 }  // namespace

@@ -58,7 +58,7 @@ void check_cuda_runtime_supports(const models::ModelSpec& m, const sim::Plan& pl
 CudaRankRunner::CudaRankRunner(const RunConfig& cfg, DeviceCommunicator& comm) : cfg_(cfg), comm_(comm) {
   {
     size_t free0 = 0, total0 = 0;
-    FSDPSIM_CU_CHECK(cudaMemGetInfo(&free0, &total0));
+    FSDPSIM_CUDA_CHECK(cudaMemGetInfo(&free0, &total0));
     device_total_ = static_cast<Bytes>(total0);
     used_at_start_ = used_peak_ = static_cast<Bytes>(total0 - free0);
   }
@@ -90,7 +90,7 @@ CudaRankRunner::CudaRankRunner(const RunConfig& cfg, DeviceCommunicator& comm) :
   // cfg.address_space. Measured on an H100: 512 MiB was not enough for llama-1b/llama3-8b shapes.
   // FSDPSIM_CUDA_HEADROOM_MIB overrides the default max(4 GiB, 10% of the device).
   size_t free_b = 0, total_b = 0;
-  FSDPSIM_CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  FSDPSIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   Bytes headroom = std::max<Bytes>(4 * kGiB, static_cast<Bytes>(total_b) / 10);
   if (const char* h = std::getenv("FSDPSIM_CUDA_HEADROOM_MIB")) {
     char* end = nullptr;
@@ -101,7 +101,7 @@ CudaRankRunner::CudaRankRunner(const RunConfig& cfg, DeviceCommunicator& comm) :
   }
   for (const UnitLayout& l : rp_.layouts) headroom = std::max<Bytes>(headroom, l.unsharded * 4 + 512 * kMiB);
   const Bytes region = std::min<Bytes>(cfg.address_space, static_cast<Bytes>(free_b) - headroom);
-  if (region <= 0) throw std::runtime_error("CUDA runtime: no device memory left for the allocator (" + error_where() + ")");
+  if (region <= 0) throw std::runtime_error("CUDA runtime: no device memory left for the allocator (" + ::fsdpsim::check_where() + ")");
   mem_ = std::make_unique<CudaDeviceMemory>(rp_.program, region);
   region_ = region;
   for (const auto& b : rp_.program.buffers)
@@ -114,14 +114,14 @@ CudaRankRunner::CudaRankRunner(const RunConfig& cfg, DeviceCommunicator& comm) :
     if (l.tensors.empty()) continue;
     std::vector<float> host(l.shard);
     init_shard(l, gr, cfg.seed, host.data());
-    FSDPSIM_CU_CHECK(cudaMemcpy(ptr(rp_.shard_buf[u]), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    FSDPSIM_CUDA_CHECK(cudaMemcpy(ptr(rp_.shard_buf[u]), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
     const Bytes need = l.shard * cfg_.optimizer.states() * 4;
     const Bytes have = rp_.program.buffers[rp_.optim_buf[u]].bytes;
     if (have >= need) {
       state_ptr_[u] = reinterpret_cast<float*>(ptr(rp_.optim_buf[u]));
     } else {
       void* p = nullptr;
-      FSDPSIM_CU_CHECK(cudaMalloc(&p, static_cast<size_t>(need)));
+      FSDPSIM_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(need)));
       side_state_.push_back(p);
       side_state_bytes_ += need;
       state_ptr_[u] = static_cast<float*>(p);
@@ -129,7 +129,7 @@ CudaRankRunner::CudaRankRunner(const RunConfig& cfg, DeviceCommunicator& comm) :
                        " B) is smaller than the padded shard needs (" + std::to_string(need) +
                        " B); kept in a separate cudaMalloc outside the allocator");
     }
-    FSDPSIM_CU_CHECK(cudaMemset(state_ptr_[u], 0, static_cast<size_t>(need)));
+    FSDPSIM_CUDA_CHECK(cudaMemset(state_ptr_[u], 0, static_cast<size_t>(need)));
   }
   sample_device_use();
   notes_.push_back("measured on the CUDA backend (bf16 compute, fp32 accumulation and masters, cuBLAS, NCCL); " +
@@ -216,7 +216,7 @@ std::vector<bf16*> CudaRankRunner::segment_grads(int seg, const sim::Op& op, cud
     bf16* base = reinterpret_cast<bf16*>(ptr(b));
     // A grad buffer this op allocates is a fresh .grad: autograd writes it; our kernels accumulate.
     if (std::find(op.allocs.begin(), op.allocs.end(), b) != op.allocs.end())
-      FSDPSIM_CU_CHECK(cudaMemsetAsync(base, 0, static_cast<size_t>(l.grad) * 2, s));
+      FSDPSIM_CUDA_CHECK(cudaMemsetAsync(base, 0, static_cast<size_t>(l.grad) * 2, s));
     std::vector<bf16*> out;
     for (int i : rp_.seg_tensors[seg]) out.push_back(base + l.grad_offset[i]);
     return out;
@@ -300,7 +300,7 @@ void CudaRankRunner::enqueue(const sim::Op& op, cudaStream_t s) {
             const std::int64_t lo = std::min(n, r * chunk), hi = std::min(n, (r + 1) * chunk);
             convert(dst, elem_[out], ptr(in) + (l.grad_offset[i] + lo) * si, elem_[in], hi - lo, s);
             if (chunk > hi - lo)
-              FSDPSIM_CU_CHECK(cudaMemsetAsync(dst + (hi - lo) * so, 0, static_cast<size_t>((chunk - (hi - lo)) * so), s));
+              FSDPSIM_CUDA_CHECK(cudaMemsetAsync(dst + (hi - lo) * so, 0, static_cast<size_t>((chunk - (hi - lo)) * so), s));
           }
         }
       } else {
@@ -325,7 +325,7 @@ void CudaRankRunner::enqueue(const sim::Op& op, cudaStream_t s) {
       for (size_t i = 0; i < l.tensors.size(); ++i) {
         const std::int64_t chunk = l.chunk_rows[i] * l.rest[i];
         // One strided copy per tensor: N chunks of `chunk` elements, source pitch = the shard.
-        FSDPSIM_CU_CHECK(cudaMemcpy2DAsync(ptr(out) + l.unsharded_offset[i] * es, chunk * es,
+        FSDPSIM_CUDA_CHECK(cudaMemcpy2DAsync(ptr(out) + l.unsharded_offset[i] * es, chunk * es,
                                            ptr(in) + l.shard_offset[i] * es, l.shard * es, chunk * es, l.N,
                                            cudaMemcpyDeviceToDevice, s));
       }
@@ -359,8 +359,8 @@ void CudaRankRunner::enqueue(const sim::Op& op, cudaStream_t s) {
       const int in = op.inputs.at(0), out = op.outputs.at(0);
       const long es = esize(elem_[out]);
       if (elem_[in] != elem_[out]) throw std::runtime_error(internal("pad changes the dtype in " + op.name));
-      FSDPSIM_CU_CHECK(cudaMemcpyAsync(ptr(out), ptr(in), numel(in) * es, cudaMemcpyDeviceToDevice, s));
-      FSDPSIM_CU_CHECK(cudaMemsetAsync(ptr(out) + numel(in) * es, 0, static_cast<size_t>((numel(out) - numel(in)) * es), s));
+      FSDPSIM_CUDA_CHECK(cudaMemcpyAsync(ptr(out), ptr(in), numel(in) * es, cudaMemcpyDeviceToDevice, s));
+      FSDPSIM_CUDA_CHECK(cudaMemsetAsync(ptr(out) + numel(in) * es, 0, static_cast<size_t>((numel(out) - numel(in)) * es), s));
       break;
     }
     case OpKind::Cast: {
@@ -368,7 +368,7 @@ void CudaRankRunner::enqueue(const sim::Op& op, cudaStream_t s) {
       if (u >= 0 && out == rp_.grad_shard_buf.at(u)) {
         // into .grad (fp32): the cast that creates it assigns, a later one accumulates
         if (std::find(op.allocs.begin(), op.allocs.end(), out) != op.allocs.end())
-          FSDPSIM_CU_CHECK(cudaMemsetAsync(ptr(out), 0, static_cast<size_t>(rp_.layouts[u].grad_shard) * 4, s));
+          FSDPSIM_CUDA_CHECK(cudaMemsetAsync(ptr(out), 0, static_cast<size_t>(rp_.layouts[u].grad_shard) * 4, s));
         accumulate_grad(u, in, s);
       } else if (op.inputs.size() >= 2 && op.inputs[1] == out) {
         // FSDP2 no_sync accumulation into unsharded_accumulated_grad (reduce_dtype).
@@ -425,9 +425,9 @@ StepOutcome CudaRankRunner::step() {
 }
 
 void CudaRankRunner::sample_device_use() {
-  FSDPSIM_CU_CHECK(cudaDeviceSynchronize());   // lazily created workspaces exist once their kernels ran
+  FSDPSIM_CUDA_CHECK(cudaDeviceSynchronize());   // lazily created workspaces exist once their kernels ran
   size_t free_b = 0, total_b = 0;
-  FSDPSIM_CU_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  FSDPSIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   used_peak_ = std::max<Bytes>(used_peak_, static_cast<Bytes>(total_b - free_b));
 }
 
@@ -448,17 +448,17 @@ std::vector<std::pair<std::string, std::vector<float>>> CudaRankRunner::gather_p
 std::vector<std::pair<std::string, std::vector<float>>> CudaRankRunner::gather_grads() { return gather(rp_.grad_shard_buf); }
 
 std::vector<std::pair<std::string, std::vector<float>>> CudaRankRunner::gather(const std::vector<int>& bufs) {
-  FSDPSIM_CU_CHECK(cudaDeviceSynchronize());
+  FSDPSIM_CUDA_CHECK(cudaDeviceSynchronize());
   std::map<std::string, std::vector<float>> by_name;
   for (size_t u = 0; u < rp_.layouts.size(); ++u) {
     const UnitLayout& l = rp_.layouts[u];
     if (l.tensors.empty()) continue;
     float* dev = nullptr;
-    FSDPSIM_CU_CHECK(cudaMalloc(&dev, static_cast<size_t>(l.unsharded) * 4));
+    FSDPSIM_CUDA_CHECK(cudaMalloc(&dev, static_cast<size_t>(l.unsharded) * 4));
     std::vector<float> all(l.unsharded);
     try {
       comm_.all_gather(reinterpret_cast<const float*>(ptr(bufs[u])), dev, l.shard, sim::CommGroup::Shard);
-      FSDPSIM_CU_CHECK(cudaMemcpy(all.data(), dev, all.size() * 4, cudaMemcpyDeviceToHost));
+      FSDPSIM_CUDA_CHECK(cudaMemcpy(all.data(), dev, all.size() * 4, cudaMemcpyDeviceToHost));
     } catch (...) {
       cudaFree(dev);
       throw;

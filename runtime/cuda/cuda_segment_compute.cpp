@@ -63,7 +63,7 @@ template <class T>
 T* CudaSegmentCompute::scratch(long n) {
   void* p = nullptr;
   const size_t bytes = static_cast<size_t>(std::max<long>(n, 1)) * sizeof(T);
-  FSDPSIM_CU_CHECK(cudaMalloc(&p, bytes));
+  FSDPSIM_CUDA_CHECK(cudaMalloc(&p, bytes));
   owned_.push_back(p);
   untracked_ += static_cast<Bytes>(bytes);
   return static_cast<T*>(p);
@@ -103,7 +103,7 @@ CudaSegmentCompute::CudaSegmentCompute(const Dims& d, float dloss_scale, std::ve
       cs.push_back(static_cast<float>(std::sin(a)));
     }
   rope_ = scratch<float>(static_cast<long>(cs.size()));
-  FSDPSIM_CU_CHECK(cudaMemcpy(rope_, cs.data(), cs.size() * sizeof(float), cudaMemcpyHostToDevice));
+  FSDPSIM_CUDA_CHECK(cudaMemcpy(rope_, cs.data(), cs.size() * sizeof(float), cudaMemcpyHostToDevice));
 }
 
 CudaSegmentCompute::~CudaSegmentCompute() {
@@ -137,7 +137,7 @@ void CudaSegmentCompute::set_batch(int mb, const std::vector<std::int32_t>& inpu
   }
   b.n_uniq = static_cast<int>(uniq.size());
   auto up = [](std::int32_t* dst, const std::vector<std::int32_t>& v) {
-    FSDPSIM_CU_CHECK(cudaMemcpy(dst, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
+    FSDPSIM_CUDA_CHECK(cudaMemcpy(dst, v.data(), v.size() * 4, cudaMemcpyHostToDevice));
   };
   up(b.inputs, inputs);
   up(b.targets, targets);
@@ -148,7 +148,7 @@ void CudaSegmentCompute::set_batch(int mb, const std::vector<std::int32_t>& inpu
 
 double CudaSegmentCompute::loss_sum(int mb) const {
   std::vector<float> l(d_.tokens());
-  FSDPSIM_CU_CHECK(cudaMemcpy(l.data(), batches_.at(mb).loss, l.size() * 4, cudaMemcpyDeviceToHost));
+  FSDPSIM_CUDA_CHECK(cudaMemcpy(l.data(), batches_.at(mb).loss, l.size() * 4, cudaMemcpyDeviceToHost));
   double s = 0;
   for (float v : l) s += v;   // token order, in double (as cross_entropy_forward)
   return s;
@@ -177,7 +177,7 @@ void CudaSegmentCompute::block_forward(const std::vector<bf16*>& t, const bf16* 
   const BlockTensorIndex x = block_tensor_index(d_);
   const int N = static_cast<int>(d_.tokens());
   const long NC = static_cast<long>(N) * d_.C;
-  if (a.x != x_in) FSDPSIM_CU_CHECK(cudaMemcpyAsync(a.x, x_in, NC * 2, cudaMemcpyDeviceToDevice, s_));
+  if (a.x != x_in) FSDPSIM_CUDA_CHECK(cudaMemcpyAsync(a.x, x_in, NC * 2, cudaMemcpyDeviceToDevice, s_));
   rmsnorm_forward(a.ln1, a.rstd1, a.x, at(t, x.ln1), N, d_.C, s_);
   gemm_.linear_forward(a.q, a.ln1, at(t, x.wq), at(t, x.bq), N, d_.C, d_.q_dim());
   gemm_.linear_forward(a.k, a.ln1, at(t, x.wk), at(t, x.bk), N, d_.C, d_.kv_dim());
@@ -202,24 +202,24 @@ void CudaSegmentCompute::block_backward(const std::vector<bf16*>& t, const std::
   const BlockTensorIndex x = block_tensor_index(d_);
   const int N = static_cast<int>(d_.tokens());
   const long NC = static_cast<long>(N) * d_.C, NF = static_cast<long>(N) * d_.F;
-  FSDPSIM_CU_CHECK(cudaMemcpyAsync(dxmid_, dx, NC * 2, cudaMemcpyDeviceToDevice, s_));
-  FSDPSIM_CU_CHECK(cudaMemsetAsync(dh_, 0, NF * 2, s_));
+  FSDPSIM_CUDA_CHECK(cudaMemcpyAsync(dxmid_, dx, NC * 2, cudaMemcpyDeviceToDevice, s_));
+  FSDPSIM_CUDA_CHECK(cudaMemsetAsync(dh_, 0, NF * 2, s_));
   gemm_.linear_backward(dh_, at(g, x.wdown), at(g, x.bdown), dx, a.h, at(t, x.wdown), N, d_.F, d_.C);
   swiglu_backward(dgate_, dup_, dh_, a.gate, a.act, a.up, NF, s_);
-  FSDPSIM_CU_CHECK(cudaMemsetAsync(dln_, 0, NC * 2, s_));
+  FSDPSIM_CUDA_CHECK(cudaMemsetAsync(dln_, 0, NC * 2, s_));
   gemm_.linear_backward(dln_, at(g, x.wgate), at(g, x.bgate), dgate_, a.ln2, at(t, x.wgate), N, d_.C, d_.F);
   gemm_.linear_backward(dln_, at(g, x.wup), at(g, x.bup), dup_, a.ln2, at(t, x.wup), N, d_.C, d_.F);
   rmsnorm_backward(dxmid_, at(g, x.ln2), dln_, a.xmid, at(t, x.ln2), a.rstd2, N, d_.C, s_);
-  FSDPSIM_CU_CHECK(cudaMemsetAsync(datt_, 0, static_cast<long>(N) * d_.q_dim() * 2, s_));
+  FSDPSIM_CUDA_CHECK(cudaMemsetAsync(datt_, 0, static_cast<long>(N) * d_.q_dim() * 2, s_));
   gemm_.linear_backward(datt_, at(g, x.wo), at(g, x.bo), dxmid_, a.att, at(t, x.wo), N, d_.q_dim(), d_.C);
   attention_backward(dq_, dk_, dv_, attn_D_, datt_, a.q, a.k, a.v, a.att, a.lse, d_.B, d_.T, d_.NH, d_.NKV, d_.HD, s_);
   rotary(dq_, rope_, d_.B, d_.T, d_.NH, d_.HD, true, s_);
   rotary(dk_, rope_, d_.B, d_.T, d_.NKV, d_.HD, true, s_);
-  FSDPSIM_CU_CHECK(cudaMemsetAsync(dln_, 0, NC * 2, s_));
+  FSDPSIM_CUDA_CHECK(cudaMemsetAsync(dln_, 0, NC * 2, s_));
   gemm_.linear_backward(dln_, at(g, x.wq), at(g, x.bq), dq_, a.ln1, at(t, x.wq), N, d_.C, d_.q_dim());
   gemm_.linear_backward(dln_, at(g, x.wk), at(g, x.bk), dk_, a.ln1, at(t, x.wk), N, d_.C, d_.kv_dim());
   gemm_.linear_backward(dln_, at(g, x.wv), at(g, x.bv), dv_, a.ln1, at(t, x.wv), N, d_.C, d_.kv_dim());
-  FSDPSIM_CU_CHECK(cudaMemcpyAsync(dx, dxmid_, NC * 2, cudaMemcpyDeviceToDevice, s_));
+  FSDPSIM_CUDA_CHECK(cudaMemcpyAsync(dx, dxmid_, NC * 2, cudaMemcpyDeviceToDevice, s_));
   rmsnorm_backward(dx, at(g, x.ln1), dln_, a.x, at(t, x.ln1), a.rstd1, N, d_.C, s_);
 }
 
@@ -234,7 +234,7 @@ void CudaSegmentCompute::forward(int seg, int mb, const std::vector<bf16*>& p, c
   if (seg == d_.L + 1) {   // final norm, LM head, fused cross-entropy
     bf16* logits = reinterpret_cast<bf16*>(act);
     float* lse = reinterpret_cast<float*>(act + cuda_logits_lse_offset(d_));
-    FSDPSIM_CU_CHECK(cudaMemcpyAsync(head_x_, x_, NC * 2, cudaMemcpyDeviceToDevice, s_));
+    FSDPSIM_CUDA_CHECK(cudaMemcpyAsync(head_x_, x_, NC * 2, cudaMemcpyDeviceToDevice, s_));
     rmsnorm_forward(head_ln_, head_rstd_, head_x_, p.at(0), N, d_.C, s_);
     gemm_.linear_forward(logits, head_ln_, p.at(1), nullptr, N, d_.C, d_.V);
     cross_entropy_forward(lse, b.loss, logits, b.targets, N, d_.V, s_);
@@ -245,12 +245,12 @@ void CudaSegmentCompute::forward(int seg, int mb, const std::vector<bf16*>& p, c
   if (ckpt_[layer]) {   // torch.utils.checkpoint: intermediates are transient, only the input is kept
     a = bind(nullptr, transient_ + x_bytes(d_), layer);
     a.x = reinterpret_cast<bf16*>(transient_);
-    FSDPSIM_CU_CHECK(cudaMemcpyAsync(act, x_, NC * 2, cudaMemcpyDeviceToDevice, s_));
+    FSDPSIM_CUDA_CHECK(cudaMemcpyAsync(act, x_, NC * 2, cudaMemcpyDeviceToDevice, s_));
   } else {
     a = bind(act, nullptr, layer);
   }
   block_forward(p, x_, a, dx_);   // dx_ is free during the forward: the block output lands there
-  FSDPSIM_CU_CHECK(cudaMemcpyAsync(x_, dx_, NC * 2, cudaMemcpyDeviceToDevice, s_));
+  FSDPSIM_CUDA_CHECK(cudaMemcpyAsync(x_, dx_, NC * 2, cudaMemcpyDeviceToDevice, s_));
 }
 
 void CudaSegmentCompute::recompute(int seg, int mb, const std::vector<bf16*>& p, char* act, char* recomp) {
@@ -273,9 +273,9 @@ void CudaSegmentCompute::backward(int seg, int mb, const std::vector<bf16*>& p, 
     bf16* logits = reinterpret_cast<bf16*>(act);
     const float* lse = reinterpret_cast<const float*>(act + cuda_logits_lse_offset(d_));
     cross_entropy_backward(logits, lse, b.targets, N, d_.V, dloss_scale_, s_);
-    FSDPSIM_CU_CHECK(cudaMemsetAsync(dln_, 0, NC * 2, s_));
+    FSDPSIM_CUDA_CHECK(cudaMemsetAsync(dln_, 0, NC * 2, s_));
     gemm_.linear_backward(dln_, g.at(1), nullptr, logits, head_ln_, p.at(1), N, d_.C, d_.V);
-    FSDPSIM_CU_CHECK(cudaMemsetAsync(dx_, 0, NC * 2, s_));
+    FSDPSIM_CUDA_CHECK(cudaMemsetAsync(dx_, 0, NC * 2, s_));
     rmsnorm_backward(dx_, g.at(0), dln_, head_x_, p.at(0), head_rstd_, N, d_.C, s_);
     return;
   }

@@ -17,7 +17,7 @@ using Clock = std::chrono::steady_clock;
 
 TimeNs elapsed_ns(cudaEvent_t from, cudaEvent_t to) {
   float ms = 0;
-  FSDPSIM_CU_CHECK(cudaEventElapsedTime(&ms, from, to));
+  FSDPSIM_CUDA_CHECK(cudaEventElapsedTime(&ms, from, to));
   return static_cast<TimeNs>(static_cast<double>(ms) * 1e6);
 }
 
@@ -25,13 +25,13 @@ TimeNs elapsed_ns(cudaEvent_t from, cudaEvent_t to) {
 
 CudaStreamExecutor::CudaStreamExecutor(const sim::StepProgram& program) : p_(program) {
   streams_.resize(p_.streams.size());
-  for (auto& s : streams_) FSDPSIM_CU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (auto& s : group_streams_) FSDPSIM_CU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (auto& s : streams_) FSDPSIM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (auto& s : group_streams_) FSDPSIM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   start_.resize(p_.ops.size());
   end_.resize(p_.ops.size());
-  for (auto& e : start_) FSDPSIM_CU_CHECK(cudaEventCreate(&e));
-  for (auto& e : end_) FSDPSIM_CU_CHECK(cudaEventCreate(&e));
-  FSDPSIM_CU_CHECK(cudaEventCreate(&t0_));
+  for (auto& e : start_) FSDPSIM_CUDA_CHECK(cudaEventCreate(&e));
+  for (auto& e : end_) FSDPSIM_CUDA_CHECK(cudaEventCreate(&e));
+  FSDPSIM_CUDA_CHECK(cudaEventCreate(&t0_));
 }
 
 CudaStreamExecutor::~CudaStreamExecutor() {
@@ -48,15 +48,15 @@ sim::SimResult CudaStreamExecutor::execute_step(CudaDeviceMemory& mem, CudaOpRun
   std::vector<TimeNs> issue(n, 0);
   std::vector<sim::TraceSpan> trace;
   TimeNs cpu_blocked = 0;
-  FSDPSIM_CU_CHECK(cudaDeviceSynchronize());   // the previous step (and set-up copies) are done
-  FSDPSIM_CU_CHECK(cudaEventRecord(t0_, streams_[0]));
+  FSDPSIM_CUDA_CHECK(cudaDeviceSynchronize());   // the previous step (and set-up copies) are done
+  FSDPSIM_CUDA_CHECK(cudaEventRecord(t0_, streams_[0]));
   const Clock::time_point h0 = Clock::now();
   auto now = [&] { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - h0).count(); };
   auto complete = [&](std::int64_t op) {
     if (op < 0 || op >= n || !issued[op]) return false;
     const cudaError_t e = cudaEventQuery(end_[op]);
     if (e == cudaErrorNotReady) return false;
-    FSDPSIM_CU_CHECK(e);
+    FSDPSIM_CUDA_CHECK(e);
     return true;
   };
 
@@ -65,7 +65,7 @@ sim::SimResult CudaStreamExecutor::execute_step(CudaDeviceMemory& mem, CudaOpRun
     const TimeNs t_issue = now();
     if (!op.cpu_waits.empty()) {
       const TimeNs b0 = now();
-      for (int w : op.cpu_waits) FSDPSIM_CU_CHECK(cudaEventSynchronize(end_.at(w)));
+      for (int w : op.cpu_waits) FSDPSIM_CUDA_CHECK(cudaEventSynchronize(end_.at(w)));
       const TimeNs b1 = now();
       if (b1 > b0) {
         cpu_blocked += b1 - b0;
@@ -75,15 +75,15 @@ sim::SimResult CudaStreamExecutor::execute_step(CudaDeviceMemory& mem, CudaOpRun
     mem.process_events(complete);
     for (int b : op.allocs) mem.alloc(b, now());
     cudaStream_t ps = streams_.at(op.stream);
-    for (int w : op.waits) FSDPSIM_CU_CHECK(cudaStreamWaitEvent(ps, end_.at(w), 0));
+    for (int w : op.waits) FSDPSIM_CUDA_CHECK(cudaStreamWaitEvent(ps, end_.at(w), 0));
     cudaStream_t s = ps;
     if (is_collective(op.kind)) {
       // Hand over to the group's NCCL stream: it starts after the program stream reaches this op.
       s = group_streams_.at(static_cast<int>(op.group));
-      FSDPSIM_CU_CHECK(cudaEventRecord(start_[i], ps));
-      FSDPSIM_CU_CHECK(cudaStreamWaitEvent(s, start_[i], 0));
+      FSDPSIM_CUDA_CHECK(cudaEventRecord(start_[i], ps));
+      FSDPSIM_CUDA_CHECK(cudaStreamWaitEvent(s, start_[i], 0));
     }
-    FSDPSIM_CU_CHECK(cudaEventRecord(start_[i], s));
+    FSDPSIM_CUDA_CHECK(cudaEventRecord(start_[i], s));
     try {
       runner.enqueue(op, s);
     } catch (const std::exception& e) {   // name the op: the message alone rarely says where
@@ -91,8 +91,8 @@ sim::SimResult CudaStreamExecutor::execute_step(CudaDeviceMemory& mem, CudaOpRun
                                ", unit " + std::to_string(op.unit) + ", micro-batch " + std::to_string(op.micro_batch) +
                                "): " + e.what());
     }
-    FSDPSIM_CU_CHECK(cudaEventRecord(end_[i], s));
-    if (s != ps) FSDPSIM_CU_CHECK(cudaStreamWaitEvent(ps, end_[i], 0));
+    FSDPSIM_CUDA_CHECK(cudaEventRecord(end_[i], s));
+    if (s != ps) FSDPSIM_CUDA_CHECK(cudaStreamWaitEvent(ps, end_[i], 0));
     issued[i] = 1;
     issue[i] = now();
     for (const auto& f : op.frees) {
@@ -101,7 +101,7 @@ sim::SimResult CudaStreamExecutor::execute_step(CudaDeviceMemory& mem, CudaOpRun
     }
     trace.push_back({op.name, "cpu", "cpu_issue", op.unit, t_issue, now() - t_issue, 0});
   }
-  FSDPSIM_CU_CHECK(cudaDeviceSynchronize());
+  FSDPSIM_CUDA_CHECK(cudaDeviceSynchronize());
   mem.process_events(complete);
 
   std::vector<TimeNs> st(n), en(n);

@@ -15,7 +15,7 @@ EmulatedCommunicator::EmulatedCommunicator(int world, int shard_size) : world_(w
   if (world_ < 1 || shard_ < 1 || world_ % shard_ != 0)
     throw std::runtime_error("EmulatedCommunicator: shard size " + std::to_string(shard_) + " does not divide world " +
                              std::to_string(world_));
-  FSDPSIM_CU_CHECK(cudaStreamCreateWithFlags(&sync_stream_, cudaStreamNonBlocking));
+  FSDPSIM_CUDA_CHECK(cudaStreamCreateWithFlags(&sync_stream_, cudaStreamNonBlocking));
 }
 
 EmulatedCommunicator::~EmulatedCommunicator() {
@@ -36,13 +36,13 @@ void EmulatedCommunicator::all_gather(const void* in, void* out, long count, Ele
   const long b = count * bytes_of(t);
   char* o = static_cast<char*>(out);
   for (int r = 0; r < group_size(g); ++r)
-    if (o + r * b != in) FSDPSIM_CU_CHECK(cudaMemcpyAsync(o + r * b, in, static_cast<size_t>(b), cudaMemcpyDeviceToDevice, s));
+    if (o + r * b != in) FSDPSIM_CUDA_CHECK(cudaMemcpyAsync(o + r * b, in, static_cast<size_t>(b), cudaMemcpyDeviceToDevice, s));
 }
 
 void EmulatedCommunicator::reduce_scatter(const void* in, void* out, long count, Elem t, sim::CommGroup g, ReduceOp op,
                                           cudaStream_t s) {
   // Group rank 0's chunk is the first.
-  if (in != out) FSDPSIM_CU_CHECK(cudaMemcpyAsync(out, in, static_cast<size_t>(count * bytes_of(t)), cudaMemcpyDeviceToDevice, s));
+  if (in != out) FSDPSIM_CUDA_CHECK(cudaMemcpyAsync(out, in, static_cast<size_t>(count * bytes_of(t)), cudaMemcpyDeviceToDevice, s));
   if (op == ReduceOp::Sum && group_size(g) > 1) scale(out, t, static_cast<float>(group_size(g)), count, s);
 }
 
@@ -52,17 +52,17 @@ void EmulatedCommunicator::all_reduce(void* inout, long count, Elem t, sim::Comm
 
 void EmulatedCommunicator::all_gather(const float* in, float* out, std::int64_t count, sim::CommGroup g) {
   all_gather(in, out, count, Elem::F32, g, sync_stream_);
-  FSDPSIM_CU_CHECK(cudaStreamSynchronize(sync_stream_));
+  FSDPSIM_CUDA_CHECK(cudaStreamSynchronize(sync_stream_));
 }
 
 void EmulatedCommunicator::reduce_scatter(const float* in, float* out, std::int64_t count, sim::CommGroup g, ReduceOp op) {
   reduce_scatter(in, out, count, Elem::F32, g, op, sync_stream_);
-  FSDPSIM_CU_CHECK(cudaStreamSynchronize(sync_stream_));
+  FSDPSIM_CUDA_CHECK(cudaStreamSynchronize(sync_stream_));
 }
 
 void EmulatedCommunicator::all_reduce(float* inout, std::int64_t count, sim::CommGroup g, ReduceOp op) {
   all_reduce(inout, count, Elem::F32, g, op, sync_stream_);
-  FSDPSIM_CU_CHECK(cudaStreamSynchronize(sync_stream_));
+  FSDPSIM_CUDA_CHECK(cudaStreamSynchronize(sync_stream_));
 }
 
 }  // namespace fsdpsim::runtime::cuda

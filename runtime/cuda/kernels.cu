@@ -335,7 +335,7 @@ void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, cons
     case 32: return attn_fwd_launch<32>(out, lse, q, k, v, B, T, NH, NKV, s);
     case 64: return attn_fwd_launch<64>(out, lse, q, k, v, B, T, NH, NKV, s);
     case 128: return attn_fwd_launch<128>(out, lse, q, k, v, B, T, NH, NKV, s);
-    default: cuda_fail("attention_forward", __FILE__, __LINE__, "head_dim " + std::to_string(HD) + " not compiled");
+    default: ::fsdpsim::check_failed("attention_forward", __FILE__, __LINE__, "head_dim " + std::to_string(HD) + " not compiled");
   }
 }
 
@@ -352,7 +352,7 @@ void attention_backward(bf16* dq, bf16* dk, bf16* dv, float* D, const bf16* dout
     case 32: return attn_bwd_launch<32>(dq, dk, dv, D, dout, q, k, v, lse, B, T, NH, NKV, s);
     case 64: return attn_bwd_launch<64>(dq, dk, dv, D, dout, q, k, v, lse, B, T, NH, NKV, s);
     case 128: return attn_bwd_launch<128>(dq, dk, dv, D, dout, q, k, v, lse, B, T, NH, NKV, s);
-    default: cuda_fail("attention_backward", __FILE__, __LINE__, "head_dim " + std::to_string(HD) + " not compiled");
+    default: ::fsdpsim::check_failed("attention_backward", __FILE__, __LINE__, "head_dim " + std::to_string(HD) + " not compiled");
   }
 }
 
@@ -399,7 +399,7 @@ void add_bf16(bf16* y, const bf16* x, long n, cudaStream_t s) {
 void convert(void* dst, Elem dt, const void* src, Elem st, long n, cudaStream_t s) {
   if (n <= 0) return;
   if (dt == st) {
-    FSDPSIM_CU_CHECK(cudaMemcpyAsync(dst, src, n * (dt == Elem::F32 ? 4 : 2), cudaMemcpyDeviceToDevice, s));
+    FSDPSIM_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * (dt == Elem::F32 ? 4 : 2), cudaMemcpyDeviceToDevice, s));
     return;
   }
   if (dt == Elem::BF16) f32_to_bf16_k<<<blocks_for(n), kThreads, 0, s>>>(static_cast<bf16*>(dst), static_cast<const float*>(src), n);

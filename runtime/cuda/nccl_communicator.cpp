@@ -6,18 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "common/check_mpi.h"
 #include "runtime/cuda/cuda_check.h"
-
-#define FSDPSIM_MPI_CHECK(call)                                                                      \
-  do {                                                                                               \
-    const int fsdpsim_mr_ = (call);                                                                  \
-    if (fsdpsim_mr_ != MPI_SUCCESS) {                                                                \
-      char fsdpsim_msg_[MPI_MAX_ERROR_STRING];                                                       \
-      int fsdpsim_len_ = 0;                                                                          \
-      MPI_Error_string(fsdpsim_mr_, fsdpsim_msg_, &fsdpsim_len_);                                    \
-      ::fsdpsim::runtime::cuda::cuda_fail(#call, __FILE__, __LINE__, std::string(fsdpsim_msg_, fsdpsim_len_)); \
-    }                                                                                                \
-  } while (0)
 
 namespace fsdpsim::runtime::cuda {
 
@@ -61,7 +51,7 @@ NcclCommunicator::NcclCommunicator(int shard_size, bool use_mpi) : mpi_(use_mpi)
     MPI_Comm_free(&shard);
     MPI_Comm_free(&replicate);
   }   // without MPI every group has one member: collectives are local copies, no NCCL communicator
-  FSDPSIM_CU_CHECK(cudaStreamCreateWithFlags(&sync_stream_, cudaStreamNonBlocking));
+  FSDPSIM_CUDA_CHECK(cudaStreamCreateWithFlags(&sync_stream_, cudaStreamNonBlocking));
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -99,7 +89,7 @@ int NcclCommunicator::group_size(sim::CommGroup g) const {
 
 void NcclCommunicator::all_gather(const void* in, void* out, long count, Elem t, sim::CommGroup g, cudaStream_t s) {
   if (!mpi_) {
-    if (in != out) FSDPSIM_CU_CHECK(cudaMemcpyAsync(out, in, static_cast<size_t>(count * elem_bytes(t)), cudaMemcpyDeviceToDevice, s));
+    if (in != out) FSDPSIM_CUDA_CHECK(cudaMemcpyAsync(out, in, static_cast<size_t>(count * elem_bytes(t)), cudaMemcpyDeviceToDevice, s));
     return;
   }
   FSDPSIM_NCCL_CHECK(ncclAllGather(in, out, static_cast<size_t>(count), nccl_type(t), comm(g), s));
@@ -108,7 +98,7 @@ void NcclCommunicator::all_gather(const void* in, void* out, long count, Elem t,
 void NcclCommunicator::reduce_scatter(const void* in, void* out, long count, Elem t, sim::CommGroup g, ReduceOp op,
                                       cudaStream_t s) {
   if (!mpi_) {   // the sum (or average) over one member
-    if (in != out) FSDPSIM_CU_CHECK(cudaMemcpyAsync(out, in, static_cast<size_t>(count * elem_bytes(t)), cudaMemcpyDeviceToDevice, s));
+    if (in != out) FSDPSIM_CUDA_CHECK(cudaMemcpyAsync(out, in, static_cast<size_t>(count * elem_bytes(t)), cudaMemcpyDeviceToDevice, s));
     return;
   }
   FSDPSIM_NCCL_CHECK(ncclReduceScatter(in, out, static_cast<size_t>(count), nccl_type(t), nccl_op(op), comm(g), s));
@@ -121,17 +111,17 @@ void NcclCommunicator::all_reduce(void* inout, long count, Elem t, sim::CommGrou
 
 void NcclCommunicator::all_gather(const float* in, float* out, std::int64_t count, sim::CommGroup g) {
   all_gather(in, out, count, Elem::F32, g, sync_stream_);
-  FSDPSIM_CU_CHECK(cudaStreamSynchronize(sync_stream_));
+  FSDPSIM_CUDA_CHECK(cudaStreamSynchronize(sync_stream_));
 }
 
 void NcclCommunicator::reduce_scatter(const float* in, float* out, std::int64_t count, sim::CommGroup g, ReduceOp op) {
   reduce_scatter(in, out, count, Elem::F32, g, op, sync_stream_);
-  FSDPSIM_CU_CHECK(cudaStreamSynchronize(sync_stream_));
+  FSDPSIM_CUDA_CHECK(cudaStreamSynchronize(sync_stream_));
 }
 
 void NcclCommunicator::all_reduce(float* inout, std::int64_t count, sim::CommGroup g, ReduceOp op) {
   all_reduce(inout, count, Elem::F32, g, op, sync_stream_);
-  FSDPSIM_CU_CHECK(cudaStreamSynchronize(sync_stream_));
+  FSDPSIM_CUDA_CHECK(cudaStreamSynchronize(sync_stream_));
 }
 
 void NcclCommunicator::barrier() {

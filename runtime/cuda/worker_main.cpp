@@ -109,8 +109,8 @@ int run(const Args& a, const runtime::RunConfig& cfg, bool mpi, int emulate_worl
   nlohmann::json fields;
   cudaDeviceProp prop;
   int dev = 0;
-  FSDPSIM_CU_CHECK(cudaGetDevice(&dev));
-  FSDPSIM_CU_CHECK(cudaGetDeviceProperties(&prop, dev));
+  FSDPSIM_CUDA_CHECK(cudaGetDevice(&dev));
+  FSDPSIM_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
   fields["backend"] = "cuda+nccl";
   fields["device"] = prop.name;
   if (comm.emulated()) fields["emulated_world"] = comm.world();
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
       MPI_Comm_size(MPI_COMM_WORLD, &world);
       MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     }
-    runtime::cuda::set_error_rank(rank);
+    ::fsdpsim::set_check_rank(rank);
     const int emulate = static_cast<int>(a.get_int("emulate-world", 0, 1, 1 << 20));
     if (emulate > 0 && mpi)
       throw InputError("--emulate-world", std::to_string(emulate), "only without mpirun (one process emulates rank 0)");
@@ -149,15 +149,15 @@ int main(int argc, char** argv) {
     a.require("out");   // checked before the device is touched
     const std::string why = runtime::cuda::no_device_reason();
     if (!why.empty()) {
-      std::cerr << kProg << ": no CUDA device/driver usable on " << runtime::cuda::error_where() << " (" << why
+      std::cerr << kProg << ": no CUDA device/driver usable on " << ::fsdpsim::check_where() << " (" << why
                 << "). Run it on a machine with an NVIDIA GPU and its driver, or use --backend cpu.\n";
       finalize_mpi();
       return 1;
     }
     int ndev = 0;
-    FSDPSIM_CU_CHECK(cudaGetDeviceCount(&ndev));
+    FSDPSIM_CUDA_CHECK(cudaGetDeviceCount(&ndev));
     const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    FSDPSIM_CU_CHECK(cudaSetDevice((lr ? std::atoi(lr) : 0) % ndev));
+    FSDPSIM_CUDA_CHECK(cudaSetDevice((lr ? std::atoi(lr) : 0) % ndev));
     const int rc = run(a, cfg, mpi, emulate);
     finalize_mpi();
     return rc;

@@ -13,24 +13,13 @@
 #include <thread>
 #include <vector>
 
+#include "common/check_mpi.h"
 #include "common/errors.h"
 #include "runtime/mpi/mpi_lsan.h"
 
 namespace fsdpsim::runtime {
 
 namespace {
-// MPI_CHECK: every MPI call, with file:line and the rank in the message.
-void mpi_check(int rc, const char* call, const char* file, int line) {
-  if (rc == MPI_SUCCESS) return;
-  char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  int rank = -1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": rank " + std::to_string(rank) + ": " +
-                           call + " failed: " + std::string(msg, len));
-}
-#define MPI_CHECK(call) mpi_check((call), #call, __FILE__, __LINE__)
 
 int to_int(std::int64_t n) {
   if (n < 0 || n > INT_MAX) throw std::runtime_error("MPI count out of int range: " + std::to_string(n));
@@ -75,15 +64,16 @@ std::string rank_label(int rank, int world) {
 
 MpiCommunicator::MpiCommunicator(int shard_size, double collective_timeout_s)
     : shard_(shard_size), timeout_s_(collective_timeout_s) {
-  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
-  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
+  FSDPSIM_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  set_check_rank(rank_);   // every later check names this rank
+  FSDPSIM_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
   if (shard_ < 1 || world_ % shard_ != 0)
     throw std::runtime_error("MpiCommunicator: shard size " + std::to_string(shard_) + " does not divide world " +
                              std::to_string(world_));
   if (!(timeout_s_ > 0)) throw std::runtime_error("MpiCommunicator: collective timeout must be > 0");
   ScopedLeakCheckOff lsan_off;   // OpenMPI's per-communicator state (mpi_lsan.h)
-  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, rank_ / shard_, rank_, &shard_comm_));
-  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, rank_ % shard_, rank_, &replicate_comm_));
+  FSDPSIM_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, rank_ / shard_, rank_, &shard_comm_));
+  FSDPSIM_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, rank_ % shard_, rank_, &replicate_comm_));
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -146,7 +136,7 @@ void MpiCommunicator::wait(MPI_Request& req, const char* what, sim::CommGroup g,
   const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
   for (int polls = 0;; ++polls) {
     int done = 0;
-    MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    FSDPSIM_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
     if (done) return;
     if (failed_.load()) {
       throw CollectiveTimeout(rank_label(rank_, world_) + ": " + what + " #" + std::to_string(seq) + " on " +
@@ -170,9 +160,9 @@ void MpiCommunicator::all_gather(const float* in, float* out, std::int64_t count
   const int n = to_int(count);
   const long seq = next_seq(g);
   if (in == out + static_cast<std::int64_t>(group_rank(g)) * count)
-    MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, n, MPI_FLOAT, comm(g), &req));
+    FSDPSIM_MPI_CHECK(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, n, MPI_FLOAT, comm(g), &req));
   else
-    MPI_CHECK(MPI_Iallgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm(g), &req));
+    FSDPSIM_MPI_CHECK(MPI_Iallgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm(g), &req));
   wait(req, "all_gather", g, seq);
 }
 
@@ -181,7 +171,7 @@ void MpiCommunicator::reduce_scatter(const float* in, float* out, std::int64_t c
   std::vector<float> recv(static_cast<size_t>(members) * count);
   MPI_Request req;
   const long seq = next_seq(g);
-  MPI_CHECK(MPI_Ialltoall(in, to_int(count), MPI_FLOAT, recv.data(), to_int(count), MPI_FLOAT, comm(g), &req));
+  FSDPSIM_MPI_CHECK(MPI_Ialltoall(in, to_int(count), MPI_FLOAT, recv.data(), to_int(count), MPI_FLOAT, comm(g), &req));
   wait(req, "reduce_scatter", g, seq);
   // recv[r*count + i] is member r's contribution to my chunk: sum in member order.
   for (std::int64_t i = 0; i < count; ++i) {
@@ -204,20 +194,20 @@ void MpiCommunicator::all_reduce(float* inout, std::int64_t count, sim::CommGrou
 
 int MpiCommunicator::group_rank(sim::CommGroup g) const {
   int r = 0;
-  MPI_CHECK(MPI_Comm_rank(comm(g), &r));
+  FSDPSIM_MPI_CHECK(MPI_Comm_rank(comm(g), &r));
   return r;
 }
 
 int MpiCommunicator::group_size(sim::CommGroup g) const {
   int n = 0;
-  MPI_CHECK(MPI_Comm_size(comm(g), &n));
+  FSDPSIM_MPI_CHECK(MPI_Comm_size(comm(g), &n));
   return n;
 }
 
 void MpiCommunicator::barrier() {
   MPI_Request req;
   const long seq = next_seq(sim::CommGroup::World);
-  MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+  FSDPSIM_MPI_CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &req));
   wait(req, "barrier", sim::CommGroup::World, seq);
 }
 
@@ -225,7 +215,7 @@ double MpiCommunicator::sum_world(double v) {
   std::vector<double> all(world_);
   MPI_Request req;
   const long seq = next_seq(sim::CommGroup::World);
-  MPI_CHECK(MPI_Iallgather(&v, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD, &req));
+  FSDPSIM_MPI_CHECK(MPI_Iallgather(&v, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD, &req));
   wait(req, "sum_world (all_gather)", sim::CommGroup::World, seq);
   double s = 0;
   for (double x : all) s += x;   // rank order: the same sum on every rank
@@ -236,7 +226,7 @@ double MpiCommunicator::max_world(double v) {
   double m = 0;
   MPI_Request req;
   const long seq = next_seq(sim::CommGroup::World);
-  MPI_CHECK(MPI_Iallreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &req));
+  FSDPSIM_MPI_CHECK(MPI_Iallreduce(&v, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, &req));
   wait(req, "max_world (all_reduce)", sim::CommGroup::World, seq);
   return m;
 }

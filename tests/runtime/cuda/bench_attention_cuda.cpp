@@ -35,13 +35,13 @@ template <class T>
 struct Buf {
   T* p = nullptr;
   long n = 0;
-  explicit Buf(long count) : n(count) { FSDPSIM_CU_CHECK(cudaMalloc(&p, static_cast<size_t>(n) * sizeof(T))); }
+  explicit Buf(long count) : n(count) { FSDPSIM_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(n) * sizeof(T))); }
   ~Buf() { cudaFree(p); }
   Buf(const Buf&) = delete;
   Buf& operator=(const Buf&) = delete;
   std::vector<T> get() const {
     std::vector<T> h(n);
-    FSDPSIM_CU_CHECK(cudaMemcpy(h.data(), p, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
+    FSDPSIM_CUDA_CHECK(cudaMemcpy(h.data(), p, h.size() * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
   }
 };
@@ -50,7 +50,7 @@ void fill_random(Buf<bf16>& b, std::mt19937& g, float lo, float hi) {
   std::uniform_real_distribution<float> u(lo, hi);
   std::vector<bf16> h(b.n);
   for (auto& x : h) x = f2bf(u(g));
-  FSDPSIM_CU_CHECK(cudaMemcpy(b.p, h.data(), h.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+  FSDPSIM_CUDA_CHECK(cudaMemcpy(b.p, h.data(), h.size() * sizeof(bf16), cudaMemcpyHostToDevice));
 }
 
 // Median milliseconds of 10 calls of f after 3 warm-ups, each call timed alone with events on s.
@@ -58,20 +58,20 @@ template <class F>
 double median_ms(F&& f, cudaStream_t s) {
   for (int i = 0; i < 3; ++i) f();
   cudaEvent_t a, b;
-  FSDPSIM_CU_CHECK(cudaEventCreate(&a));
-  FSDPSIM_CU_CHECK(cudaEventCreate(&b));
+  FSDPSIM_CUDA_CHECK(cudaEventCreate(&a));
+  FSDPSIM_CUDA_CHECK(cudaEventCreate(&b));
   std::vector<float> ms;
   for (int i = 0; i < 10; ++i) {
-    FSDPSIM_CU_CHECK(cudaEventRecord(a, s));
+    FSDPSIM_CUDA_CHECK(cudaEventRecord(a, s));
     f();
-    FSDPSIM_CU_CHECK(cudaEventRecord(b, s));
-    FSDPSIM_CU_CHECK(cudaEventSynchronize(b));
+    FSDPSIM_CUDA_CHECK(cudaEventRecord(b, s));
+    FSDPSIM_CUDA_CHECK(cudaEventSynchronize(b));
     float t = 0;
-    FSDPSIM_CU_CHECK(cudaEventElapsedTime(&t, a, b));
+    FSDPSIM_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
     ms.push_back(t);
   }
-  FSDPSIM_CU_CHECK(cudaEventDestroy(a));
-  FSDPSIM_CU_CHECK(cudaEventDestroy(b));
+  FSDPSIM_CUDA_CHECK(cudaEventDestroy(a));
+  FSDPSIM_CUDA_CHECK(cudaEventDestroy(b));
   std::sort(ms.begin(), ms.end());
   return 0.5 * (ms[4] + ms[5]);
 }
@@ -113,7 +113,7 @@ void bench(const Shape& sh, cudaStream_t s) {
     setenv("FSDPSIM_CUDA_ATTENTION", path, 1);
     const double f_ms = median_ms(fwd, s);   // the last call leaves out/lse for the backward
     const double b_ms = median_ms(bwd, s);
-    FSDPSIM_CU_CHECK(cudaStreamSynchronize(s));
+    FSDPSIM_CUDA_CHECK(cudaStreamSynchronize(s));
     std::printf("B=%d T=%d NH=%d NKV=%d HD=%d  %-6s  forward %9.3f ms %7.1f TFLOP/s   backward %9.3f ms %7.1f TFLOP/s",
                 sh.B, sh.T, sh.NH, sh.NKV, sh.HD, path, f_ms, fwd_flop / f_ms * 1e-9, b_ms, bwd_flop / b_ms * 1e-9);
     if (path[0] == 's') {
@@ -144,14 +144,14 @@ int main() {
   }
   try {
     cudaDeviceProp prop{};
-    FSDPSIM_CU_CHECK(cudaGetDeviceProperties(&prop, 0));
+    FSDPSIM_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("device: %s (sm_%d%d), CUDA events, median of 10 after 3 warm-ups\n", prop.name, prop.major,
                 prop.minor);
     cudaStream_t s;
-    FSDPSIM_CU_CHECK(cudaStreamCreate(&s));
+    FSDPSIM_CUDA_CHECK(cudaStreamCreate(&s));
     for (const Shape& sh : {Shape{1, 2048, 32, 8, 128}, Shape{1, 4096, 32, 8, 128}, Shape{1, 2048, 32, 8, 64}})
       bench(sh, s);
-    FSDPSIM_CU_CHECK(cudaStreamDestroy(s));
+    FSDPSIM_CUDA_CHECK(cudaStreamDestroy(s));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_attention_cuda: %s\n", e.what());
     return 1;

@@ -55,15 +55,15 @@ template <class T>
 struct Dev {
   T* p = nullptr;
   long n = 0;
-  explicit Dev(long count) : n(count) { FSDPSIM_CU_CHECK(cudaMalloc(&p, std::max<long>(1, n) * sizeof(T))); }
+  explicit Dev(long count) : n(count) { FSDPSIM_CUDA_CHECK(cudaMalloc(&p, std::max<long>(1, n) * sizeof(T))); }
   explicit Dev(const std::vector<T>& h) : Dev(static_cast<long>(h.size())) {
-    FSDPSIM_CU_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+    FSDPSIM_CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
   }
   ~Dev() { cudaFree(p); }
   std::vector<T> get() const {
     std::vector<T> h(n);
-    FSDPSIM_CU_CHECK(cudaDeviceSynchronize());
-    FSDPSIM_CU_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    FSDPSIM_CUDA_CHECK(cudaDeviceSynchronize());
+    FSDPSIM_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
   }
 };
@@ -142,7 +142,7 @@ TEST_F(CudaGpu, AttentionMatchesReference) {
 
 template <class T>
 void poison(Dev<T>& d) {   // 0xFF bytes: NaN as bf16 and as fp32
-  FSDPSIM_CU_CHECK(cudaMemset(d.p, 0xFF, static_cast<size_t>(d.n) * sizeof(T)));
+  FSDPSIM_CUDA_CHECK(cudaMemset(d.p, 0xFF, static_cast<size_t>(d.n) * sizeof(T)));
 }
 
 struct AttentionOutputs {
