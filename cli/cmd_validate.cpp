@@ -57,18 +57,6 @@ int cmd_validate(const Argv& argv) {
   // runtime/cuda) and keep one activation buffer per block: implementation "runtime" in the simulator's terms
   // (runtime/runtime_plan.h). Validation compares like with like, so the prediction uses it whatever the plan
   // says (a note says so when the plan named another).
-  std::string implementation_note;
-  {
-    const std::size_t first = o.plan.find_first_not_of(" \t\r\n");
-    nlohmann::json pj = first != std::string::npos && o.plan[first] == '{' ? parse_json_text(o.plan, "--plan")
-                                                                            : read_json_file(o.plan, "--plan");
-    // A value of the wrong type is left for load_plan to reject with its field name.
-    const auto it = pj.is_object() ? pj.find("implementation") : pj.end();
-    if (it != pj.end() && it->is_string() && *it != "runtime")
-      implementation_note = "  note: the plan's implementation \"" + it->get<std::string>() +
-                            "\" is replaced by \"runtime\": the bundled runtime runs one kernel per norm, rotary and "
-                            "SwiGLU (the fused recipe's kernels) and saves one activation buffer per block\n";
-  }
   // The prediction, for the cluster the runtime runs on: N CPU ranks on this host.
   const models::ModelSpec model = models::load_model(o.model, "--model");
   const int W = o.world();   // ranks of the program (the emulated world with --emulate-world)
@@ -89,6 +77,12 @@ int cmd_validate(const Argv& argv) {
     if (a.has("profile")) o.pad_profile = a.get("profile");
   }
   const sim::Plan plan = sim::resolve_plan(sim::load_plan(o.plan, "--plan"), W, gpn);
+  const std::string implementation_note =
+      plan.implementation == models::ModelImpl::Runtime
+          ? std::string()
+          : "  note: the plan's implementation \"" + models::model_impl_name(plan.implementation) +
+                "\" is replaced by \"runtime\": the bundled runtime runs one kernel per norm, rotary and SwiGLU (the "
+                "fused recipe's kernels) and saves one activation buffer per block\n";
   // The runtime runs its own kernels: the prediction is of the same program (implementation "runtime").
   const sim::SimResult predicted = sim::simulate(model, hw, runtime::runtime_plan(plan));
   check_host_memory(o, model);
