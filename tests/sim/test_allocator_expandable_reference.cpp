@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "allocator_reference_harness.h"
 #include "sim/caching_allocator.h"
 
 namespace fsdpsim::sim {
@@ -253,80 +254,13 @@ class ExpandableReference {
   AllocatorStats stats_;
 };
 
-void expect_same_stats(const AllocatorStats& a, const AllocatorStats& r, int step) {
-  EXPECT_EQ(a.allocated, r.allocated) << "step " << step;
-  EXPECT_EQ(a.requested, r.requested) << "step " << step;
-  EXPECT_EQ(a.reserved, r.reserved) << "step " << step;
-  EXPECT_EQ(a.pending, r.pending) << "step " << step;
-  EXPECT_EQ(a.peak_allocated, r.peak_allocated) << "step " << step;
-  EXPECT_EQ(a.peak_reserved, r.peak_reserved) << "step " << step;
-  EXPECT_EQ(a.num_allocs, r.num_allocs) << "step " << step;
-  EXPECT_EQ(a.num_device_alloc, r.num_device_alloc) << "step " << step;
-  EXPECT_EQ(a.num_device_free, r.num_device_free) << "step " << step;
-  EXPECT_EQ(a.num_alloc_retries, r.num_alloc_retries) << "step " << step;
-  EXPECT_EQ(a.num_ooms, r.num_ooms) << "step " << step;
-}
-
 AllocatorStats run_sequence(Bytes capacity, std::uint32_t seed, int steps, int streams) {
   AllocatorConfig cfg;
   cfg.capacity = capacity;
   cfg.expandable_segments = true;
   CachingAllocator fast(cfg);
   ExpandableReference ref(capacity);
-  std::mt19937 rng(seed);
-  const std::vector<Bytes> common = {300,        4096,          700 * 1024,    kMiB,         kMiB + 512,
-                                     3 * kMiB,   9 * kMiB + 77, 10 * kMiB,     24 * kMiB,    64 * kMiB + 512,
-                                     130 * kMiB, 262 * kMiB + 1};
-  struct Live {
-    int fast, ref;
-  };
-  std::vector<Live> live;
-  std::int64_t event = 0, completed = -1;
-  for (int step = 0; step < steps; ++step) {
-    const int what = static_cast<int>(rng() % 100);
-    if (what < 50 || live.empty()) {
-      Bytes bytes;
-      const int kind = static_cast<int>(rng() % 10);
-      if (kind < 6) bytes = common[rng() % common.size()];
-      else if (kind < 8) bytes = static_cast<Bytes>(rng() % (2 * kMiB));
-      else bytes = static_cast<Bytes>(rng() % (300 * kMiB));
-      const int stream = static_cast<int>(rng() % streams);
-      const int f = fast.alloc(bytes, stream);
-      const int r = ref.alloc(bytes, stream);
-      EXPECT_EQ(f < 0, r < 0) << "step " << step;
-      if ((f < 0) != (r < 0)) return fast.stats();
-      if (f >= 0) {
-        EXPECT_EQ(fast.block_size(f), ref.size_of(r)) << "step " << step << " bytes " << bytes;
-        EXPECT_EQ(fast.block_address(f), ref.addr_of(r)) << "step " << step << " bytes " << bytes;
-        live.push_back({f, r});
-      }
-    } else if (what < 80) {
-      const std::size_t i =
-          rng() % 3 == 0 ? rng() % live.size() : live.size() - 1 - rng() % std::min<std::size_t>(live.size(), 3);
-      const Live l = live[i];
-      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
-      if (rng() % 4 == 0) {
-        fast.free_after(l.fast, event);
-        ref.free_after(l.ref, event);
-        ++event;
-      } else {
-        fast.free(l.fast);
-        ref.free(l.ref);
-      }
-    } else if (what < 95) {
-      completed = std::min(event - 1, completed + 1 + static_cast<std::int64_t>(rng() % 3));
-      const std::int64_t upto = completed;
-      EXPECT_EQ(fast.process_events([upto](std::int64_t ev) { return ev <= upto; }), ref.process_events(upto))
-          << "step " << step;
-    } else {
-      EXPECT_EQ(fast.empty_cache(), ref.empty_cache()) << "step " << step;
-    }
-    expect_same_stats(fast.stats(), ref.stats(), step);
-    EXPECT_EQ(fast.num_segments(), ref.num_segments()) << "step " << step;
-    for (int s = 0; s < streams; ++s) EXPECT_EQ(fast.cached_free_bytes(s), ref.cached_free_bytes(s)) << "step " << step;
-    if (::testing::Test::HasFailure()) return fast.stats();
-  }
-  return fast.stats();
+  return testing::run_reference_sequence(fast, ref, seed, steps, streams, /*drain_events=*/false);
 }
 
 TEST(AllocatorExpandableReference, UnlimitedMatchesTheReference) {
