@@ -95,9 +95,12 @@ class FlatParamLowering final : public LoweringWalk {
       }
       held[seg.unit] += view_held_[s];
     }
+    whole_views_.assign(U, 0);
+    for (int u = 0; u < U; ++u)
+      if (held[u] != c_.graph->units[u].params && c_.sizes[u].grad > 0) whole_views_[u] = c_.graph->units[u].params;
     for (int s = 0; s < S; ++s) {
       const int u = c_.segments[s].unit;
-      if (held[u] != c_.graph->units[u].params || c_.sizes[u].grad <= 0) view_held_[s] = view_transient_[s] = 0;
+      if (whole_views_[u] > 0 || c_.sizes[u].grad <= 0) view_held_[s] = view_transient_[s] = 0;
     }
   }
 
@@ -300,7 +303,12 @@ class FlatParamLowering final : public LoweringWalk {
   }
 
   // The unit's flat grad (param_dtype) is built after its last backward compute (build_flat_grad).
-  void autograd_grad(int) override {}
+  // A unit whose parts do not account for its parameters: all its views' gradients at its first backward compute.
+  void autograd_grad(int v) override {
+    if (whole_views_[v] <= 0 || !state_[v].views.empty()) return;
+    state_[v].views.push_back(
+        b_.buffer("param_grads", v, whole_views_[v] * c_.bp, MemCategory::UnshardedGrads, compute_));
+  }
   int unsharded_grad(int) const override { return -1; }
 
   void post_backward(int u) override {
@@ -484,6 +492,7 @@ class FlatParamLowering final : public LoweringWalk {
   int pre_unshard_ = 1, unshard_ = 2, post_backward_ = 3, all_reduce_ = 0;
   std::vector<UnitState> state_;
   std::vector<std::int64_t> view_held_, view_transient_;   // per segment (plan_view_grads)
+  std::vector<std::int64_t> whole_views_;                   // per unit (plan_view_grads)
   std::deque<int> free_events_;        // P4 _FreeEventQueue: compute-stream ops whose completion frees a unit
   int offload_grad_ = -1;
 };
