@@ -112,7 +112,10 @@ class FlatParamLowering final : public LoweringWalk {
       b_.write(o, g);
       state_[u].views.push_back(g);
     }
-    transient(o, "param_grad_tmp", u, view_transient_[s] * c_.bp, MemCategory::UnshardedGrads);
+    if (view_transient_[s] > 0) {
+      transient(o, "param_grad_tmp", u, view_transient_[s] * c_.bp, MemCategory::UnshardedGrads);
+      b_.write(o, o.allocs.back());
+    }
   }
 
   // The stream autograd runs unit u's split backward and AccumulateGrad on, and so the post-backward hook
@@ -309,7 +312,7 @@ class FlatParamLowering final : public LoweringWalk {
     state_[v].views.push_back(
         b_.buffer("param_grads", v, whole_views_[v] * c_.bp, MemCategory::UnshardedGrads, compute_));
   }
-  int unsharded_grad(int) const override { return -1; }
+  int unsharded_grad(int u) const override { return whole_views_[u] > 0 && !state_[u].views.empty() ? state_[u].views.front() : -1; }
 
   void post_backward(int u) override {
     build_flat_grad(u);
