@@ -286,6 +286,7 @@ class Builder {
     prog_.ops[num_ops_ - 1].frees.push_back({buf, reuse_after_op});
   }
   int last_on(int stream) const { return last_on_stream_[stream]; }
+  int buffer_pool(int buf) const { return prog_.buffers[buf].pool_stream; }
   int last_op() const { return num_ops_ - 1; }
   int num_buffers() const { return num_buffers_; }
   Op& at(int id) { return prog_.ops[id]; }

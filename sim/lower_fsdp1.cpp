@@ -29,6 +29,7 @@ struct UnitState {
   int full = -1;            // _full_param_padded (sharded) or _mp_shard (NO_SHARD + mixed precision)
   int ready_op = -1;        // the op that produced `full` (compute waits on it)
   int grad = -1;            // unsharded flat grad (param_dtype), kept across no_sync micro-batches
+  std::vector<int> views;   // the original parameters' gradients autograd holds until it builds the flat one
 };
 
 class FlatParamLowering final : public LoweringWalk {
@@ -52,9 +53,108 @@ class FlatParamLowering final : public LoweringWalk {
   }
 
   // ---- persistent sharded state (M2, M11, M13) ----
-  void begin() override { state_.assign(c_.sizes.size(), {}); }
-  const char* shard_name() const override { return "flat_shard"; }
+  void begin() override {
+    state_.assign(c_.sizes.size(), {});
+    plan_view_grads();
+  }
 
+  // ---- the flat gradient ----
+  // FSDP1 computes with the original parameters as Tensor views of the unsharded flat parameter
+  // (_flat_param.py FlatParamHandle._use_unsharded_views(as_params=False): `split.view(shape)` of
+  // torch.split(flat_param) in _get_unflat_views_aligned/_unaligned, use_orig_params or not). Autograd
+  // therefore computes each view's gradient as a tensor of its own, in the backward op that uses the
+  // view, and holds it in the split's backward node until the last one arrives; then
+  // split_with_sizes_backward (torch/csrc/autograd/FunctionsManual.cpp) cats them into a new flat gradient,
+  // which AccumulateGrad steals as flat_param.grad (or adds in place into the .grad that no_sync kept),
+  // and only then does FSDP's post-backward hook run. A view used twice (a tied embedding and LM head)
+  // gets its second gradient added in place into the first (InputBuffer::accumulate): a transient.
+  // Per segment: the view gradients its backward produces and holds (numel), and the transient ones.
+  // A unit whose parts do not account for all its parameters gets none (its flat grad alone, at the cat).
+  void plan_view_grads() {
+    const int S = static_cast<int>(c_.segments.size());
+    const int U = static_cast<int>(c_.sizes.size());
+    view_held_.assign(S, 0);
+    view_transient_.assign(S, 0);
+    const models::ParamCounts pc = models::count_params(*c_.model);
+    const bool tied = c_.model->tied_embeddings;
+    const std::int64_t tied_weight = tied ? pc.embedding - pc.positions : 0;
+    std::vector<std::int64_t> held(U, 0);
+    for (int s = 0; s < S; ++s) {
+      const Segment& seg = c_.segments[s];
+      switch (seg.part) {
+        case models::ModulePart::Embedding:
+          if (tied && c_.segments.back().unit == seg.unit) {
+            view_held_[s] = pc.positions;
+            view_transient_[s] = tied_weight;   // added into the head's gradient of the same weight
+          } else {
+            view_held_[s] = pc.embedding;
+          }
+          break;
+        case models::ModulePart::Block: view_held_[s] = pc.per_block; break;
+        case models::ModulePart::FinalNormAndHead: view_held_[s] = pc.final_norm + (tied ? tied_weight : pc.lm_head); break;
+      }
+      held[seg.unit] += view_held_[s];
+    }
+    whole_views_.assign(U, 0);
+    for (int u = 0; u < U; ++u)
+      if (held[u] != c_.graph->units[u].params && c_.sizes[u].grad > 0) whole_views_[u] = c_.graph->units[u].params;
+    for (int s = 0; s < S; ++s) {
+      const int u = c_.segments[s].unit;
+      if (whole_views_[u] > 0 || c_.sizes[u].grad <= 0) view_held_[s] = view_transient_[s] = 0;
+    }
+  }
+
+  void segment_grads(int s, Op& o) override {
+    const int u = c_.segments[s].unit;
+    if (view_held_[s] > 0) {
+      const int g = b_.buffer("param_grads", u, view_held_[s] * c_.bp, MemCategory::UnshardedGrads, compute_);
+      o.allocs.push_back(g);
+      b_.write(o, g);
+      state_[u].views.push_back(g);
+    }
+    if (view_transient_[s] > 0) {
+      transient(o, "param_grad_tmp", u, view_transient_[s] * c_.bp, MemCategory::UnshardedGrads);
+      b_.write(o, o.allocs.back());
+    }
+  }
+
+  // The stream autograd runs unit u's split backward and AccumulateGrad on, and so the post-backward hook
+  // (engine.cpp evaluate_function guards onto Node::stream(), the stream current when the node's forward
+  // ran; hooks registered on the AccumulateGrad node run under that guard): _unshard creates the views on
+  // the unshard stream (`with stream(unshard_stream): handle.unshard()`, _runtime_utils.py), so it is the
+  // unshard stream for every unit with a gradient (NO_SHARD too: its unshard() still switches to the views
+  // there). A unit without one (frozen) reshards from the compute stream.
+  int hook_stream(int u) const { return c_.sizes[u].grad > 0 ? unshard_ : compute_; }
+
+  // split_with_sizes_backward + AccumulateGrad, before the post-backward hook, on the unshard stream (after
+  // the compute stream, the engine's producer-consumer sync): the flat gradient is an unshard-pool block.
+  void build_flat_grad(int u) {
+    UnitState& st = state_[u];
+    const Bytes bytes = c_.sizes[u].grad * c_.bp;
+    if (bytes <= 0) return;
+    b_.defer_wait_stream(unshard_, compute_);
+    Op& o = b_.op(OpKind::CopyOut, unshard_, u, mb_, "grad cat");
+    for (int v : st.views) {
+      b_.read(o, v);
+      o.frees.push_back({v, -1});
+    }
+    st.views.clear();
+    o.copy_bytes = 2 * bytes;
+    if (st.grad < 0) {
+      st.grad = b_.buffer("grad", u, bytes, MemCategory::UnshardedGrads, unshard_);
+      o.allocs.push_back(st.grad);
+    } else {
+      // no_sync kept .grad: AccumulateGrad adds the new flat gradient into it in place.
+      const int t = b_.buffer("grad_new", u, bytes, MemCategory::UnshardedGrads, unshard_);
+      o.allocs.push_back(t);
+      o.frees.push_back({t, -1});
+      b_.read(o, st.grad);
+      o.copy_bytes += 3 * bytes;
+    }
+    b_.write(o, st.grad);
+  }
+
+  const char* shard_name() const override { return "flat_shard"; }
 
   // ---- unshard / reshard (F1.2, F1.3, F1.8) ----
   void unshard(int u) {
@@ -113,21 +213,29 @@ class FlatParamLowering final : public LoweringWalk {
   }
 
   // `free`: FSDP1's free_unsharded_flat_param. NO_SHARD's post_reshard frees its _mp_shard regardless (F1.8).
-  void reshard(int u, bool free) {
+  // `current`: the stream current when the hook runs: the compute stream in forward; in backward the
+  // stream autograd runs the flat parameter's AccumulateGrad (and so its post-backward hook) on.
+  void reshard(int u, bool free, int current) {
     UnitState& st = state_[u];
     if (!st.unsharded) return;
+    // F1.3, M10: _free_unsharded_flat_param / _free_low_precision_sharded_param call
+    // record_stream(current stream) and free: a block allocated on the current stream is back in its pool
+    // at once, any other once the current stream passes this point.
+    const int last = b_.last_on(current);
+    auto release = [&](int buf) {
+      if (buf >= 0) b_.free_now(buf, b_.buffer_pool(buf) == current ? -1 : last);
+    };
     if (!c_.sharded) {
-      if (st.full >= 0) b_.free_now(st.full, b_.last_on(compute_));
+      release(st.full);
       st.full = -1;
       st.unsharded = false;
       return;
     }
     if (!free) return;
-    // F1.3: record_stream(current stream) then resize to 0: reusable once the compute stream passes here.
-    int last = b_.last_on(compute_);
-    if (st.full >= 0) b_.free_now(st.full, last);
+    release(st.full);
     st.full = -1;
     st.unsharded = false;
+    // _reshard: the rate limiter's free event is recorded on the current stream.
     if (plan_.limit_all_gathers && c_.sizes[u].params > 0 && last >= 0) free_events_.push_back(last);
   }
 
@@ -165,7 +273,7 @@ class FlatParamLowering final : public LoweringWalk {
   }
   void post_forward(int u) override {
     b_.defer_hook();
-    reshard(u, frees_after_forward(u));
+    reshard(u, frees_after_forward(u), compute_);
   }
 
   int unsharded_params(int u) const override { return state_[u].full; }
@@ -187,7 +295,7 @@ class FlatParamLowering final : public LoweringWalk {
   }
   void post_recompute(int u) override {
     b_.defer_hook();
-    reshard(u, frees_after_forward(u));
+    reshard(u, frees_after_forward(u), compute_);
   }
 
   void pre_backward(int u) override {
@@ -197,32 +305,50 @@ class FlatParamLowering final : public LoweringWalk {
     if (plan_.backward_prefetch == BackwardPrefetch::BACKWARD_PRE) prefetch_backward(u);   // P1
   }
 
-  // The unit's flat grad (param_dtype), kept across no_sync micro-batches.
+  // The unit's flat grad (param_dtype) is built after its last backward compute (build_flat_grad).
+  // A unit whose parts do not account for its parameters: all its views' gradients at its first backward compute.
   void autograd_grad(int v) override {
-    if (state_[v].grad < 0 && c_.sizes[v].grad > 0)
-      state_[v].grad = b_.buffer("grad", v, c_.sizes[v].grad * c_.bp, MemCategory::UnshardedGrads, compute_);
+    if (whole_views_[v] <= 0 || !state_[v].views.empty()) return;
+    state_[v].views.push_back(
+        b_.buffer("param_grads", v, whole_views_[v] * c_.bp, MemCategory::UnshardedGrads, compute_));
   }
-  int unsharded_grad(int u) const override { return state_[u].grad; }
+  int unsharded_grad(int u) const override { return whole_views_[u] > 0 && !state_[u].views.empty() ? state_[u].views.front() : -1; }
 
   void post_backward(int u) override {
+    build_flat_grad(u);
     b_.defer_hook();
     // F1.10 (1): sharded strategies free when syncing grads, or always for FULL_SHARD/HYBRID_SHARD;
     // inside no_sync SHARD_GRAD_OP keeps the params (M12).
     bool free = sync_ || c_.strategy == ShardingStrategy::FULL_SHARD || c_.strategy == ShardingStrategy::HYBRID_SHARD;
-    reshard(u, free);
+    reshard(u, free, hook_stream(u));
     if (plan_.backward_prefetch == BackwardPrefetch::BACKWARD_POST) prefetch_backward(u);   // P2
     if (!sync_) return;   // (2) no_sync: the unsharded grad stays in .grad (M12)
     reduce(u);
+  }
+
+  // A tensor of the reduction freed when the CPU drops it. The caching allocator
+  // (c10/cuda/CUDACachingAllocator.cpp, free -> insert_events) records an event only on the streams
+  // record_stream added to the block's stream_uses: a block freed on the stream it was allocated on is
+  // back in its pool at once (stream order makes the reuse safe), one with a use on another stream only
+  // once that stream passes the event recorded now (M10).
+  void release_on(int buf, int use_stream) {
+    const int pool = b_.buffer_pool(buf);
+    b_.free_now(buf, pool == use_stream ? -1 : b_.last_on(use_stream));
   }
 
   void reduce(int u) {
     UnitState& st = state_[u];
     const UnitSizes& s = c_.sizes[u];
     if (st.grad < 0) return;
-    b_.defer_wait_stream(post_backward_, compute_);   // (3) post_backward waits on the compute stream
+    b_.defer_wait_stream(post_backward_, hook_stream(u));   // (3) post_backward waits on the current stream
+    // _post_backward_hook: everything below runs under `with stream(post_backward)`. The autograd-computed
+    // grad (compute pool) is record_stream'ed to post_backward at the hook's end (4), the reduction's own
+    // tensors (the reduce-dtype copy, the padded copy, the reduce-scatter output) are post_backward
+    // allocations the CPU drops when _reduce_grad returns: reusable by the next unit's reduction at once.
+    const int autograd_grad = st.grad;
     int src = st.grad;
     Bytes src_numel = s.grad;
-    auto release = [&](int buf, int after) { b_.at(after).frees.push_back({buf, after}); };
+    std::vector<int> drop;   // post_backward tensors dropped when _reduce_grad returns
     if (c_.reduce_cast) {
       Op& o = b_.op(OpKind::Cast, post_backward_, u, mb_, "grad cast");
       int g = b_.buffer("grad_rd", u, src_numel * c_.br, MemCategory::CommBuffers, post_backward_);
@@ -230,8 +356,8 @@ class FlatParamLowering final : public LoweringWalk {
       b_.read(o, src);
       b_.write(o, g);
       o.copy_bytes = src_numel * (c_.bp + c_.br);
-      release(src, o.id);   // (4) record_stream(unsharded grad, post_backward)
       src = g;
+      drop.push_back(g);
     }
     const int world = c_.W;
     const int pre = predivide_factor(world);
@@ -247,8 +373,12 @@ class FlatParamLowering final : public LoweringWalk {
       ar.group_size = c_.world_group.size;
       ar.nodes_spanned = c_.world_group.nodes;
       divide(u, post_backward_, src, src_numel * c_.br, post);
-      if (!accumulate(u, post_backward_, src, src_numel)) release(src, b_.last_on(post_backward_));
+      // _cast_grad_to_param_dtype makes no copy for an fp32 flat param: the reduced grad stays as .grad.
+      const bool kept = accumulate(u, post_backward_, src, src_numel);
       finish_offload(u, post_backward_, src_numel);
+      for (int d : drop)
+        if (!kept || d != src) release_on(d, post_backward_);
+      if (!kept || autograd_grad != src) release_on(autograd_grad, post_backward_);
       st.grad = -1;
       return;
     }
@@ -259,8 +389,8 @@ class FlatParamLowering final : public LoweringWalk {
       b_.read(o, src);
       b_.write(o, g);
       o.copy_bytes = (src_numel + s.rs_input) * c_.br;
-      release(src, o.id);
       src = g;
+      drop.push_back(g);
     }
     divide(u, post_backward_, src, s.rs_input * c_.br, pre);
     Op& rs = b_.op(OpKind::ReduceScatter, post_backward_, u, mb_, "RS");
@@ -273,7 +403,6 @@ class FlatParamLowering final : public LoweringWalk {
     rs.group = CommGroup::Shard;
     rs.group_size = c_.shard_group.size;
     rs.nodes_spanned = c_.shard_group.nodes;
-    rs.frees.push_back({src, rs.id});
     int stream = post_backward_;
     if (c_.hybrid) {
       // F1.10: the all-reduce stream waits on post_backward; all_reduce over the replicate (inter-node) group.
@@ -288,8 +417,13 @@ class FlatParamLowering final : public LoweringWalk {
       stream = all_reduce_;
     }
     divide(u, stream, out, s.grad_shard * c_.br, post);
-    if (!accumulate(u, stream, out, s.grad_shard)) release(out, b_.last_on(stream));
+    const bool kept = accumulate(u, stream, out, s.grad_shard);
     finish_offload(u, stream, s.grad_shard);
+    // _reduce_grad returns: its locals go. The reduce-scatter output, unless it became the sharded grad,
+    // was record_stream'ed to the all-reduce stream with HSDP.
+    for (int d : drop) release_on(d, post_backward_);
+    if (!kept) release_on(out, stream);
+    release_on(autograd_grad, post_backward_);   // (4) record_stream(autograd_computed_grad, post_backward)
     st.grad = -1;
   }
 
@@ -345,7 +479,10 @@ class FlatParamLowering final : public LoweringWalk {
   }
 
   // F1.13: the compute stream waits on post_backward (and all_reduce); with CPU offload the CPU syncs.
+  // The engine first makes the caller's (compute) stream wait on the leaf streams (the AccumulateGrad
+  // nodes' unshard stream: GraphTask::exec_post_processing).
   void final_callback() override {
+    b_.defer_wait_stream(compute_, unshard_);
     b_.defer_wait_stream(compute_, post_backward_);
     if (c_.hybrid) b_.defer_wait_stream(compute_, all_reduce_);
     if (plan_.cpu_offload.params && sync_) {
@@ -357,6 +494,8 @@ class FlatParamLowering final : public LoweringWalk {
 
   int pre_unshard_ = 1, unshard_ = 2, post_backward_ = 3, all_reduce_ = 0;
   std::vector<UnitState> state_;
+  std::vector<std::int64_t> view_held_, view_transient_;   // per segment (plan_view_grads)
+  std::vector<std::int64_t> whole_views_;                   // per unit (plan_view_grads)
   std::deque<int> free_events_;        // P4 _FreeEventQueue: compute-stream ops whose completion frees a unit
   int offload_grad_ = -1;
 };

@@ -242,6 +242,7 @@ void LoweringWalk::backward_segment(int s) {
   Op& o = b_.at(b_.last_op());
   for (int buf = first_new; buf < last_new; ++buf) o.allocs.push_back(buf);
   if (const int grad = unsharded_grad(u); grad >= 0) b_.write(o, grad);
+  segment_grads(s, o);
 }
 
 void LoweringWalk::backward() {

@@ -57,6 +57,9 @@ class LoweringWalk {
   virtual int unsharded_params(int u) const = 0;  // the parameters unit u's compute reads (-1: none)
   virtual void post_backward(int u) = 0;
   virtual void final_callback() = 0;
+  // After segment s's backward compute op `o` is built: gradients autograd produces in it beyond the
+  // unit's unsharded gradient (FSDP1: the original parameters' gradients, before the flat one).
+  virtual void segment_grads(int /*s*/, Op& /*o*/) {}
 
   // ---- the walk ----
   struct BufferRange {   // buffers with consecutive ids [first, first + n)

@@ -69,6 +69,7 @@ RankRunner::RankRunner(const RunConfig& cfg, Communicator& comm) : cfg_(cfg), co
     if (b.persistent) mem_->alloc(b.id, 0);
   const int gr = comm.group_rank(sim::CommGroup::Shard);
   state_ptr_.assign(U, nullptr);
+  grad_scratch_.assign(U, {});
   side_state_.assign(U, {});
   for (int u = 0; u < U; ++u) {
     if (rp_.layouts[u].tensors.empty()) continue;
@@ -125,8 +126,24 @@ std::vector<float*> RankRunner::segment_grads(int seg, const sim::Op& op) {
   const int u = rp_.seg_unit[seg];
   for (int b : op.outputs) {
     if (rp_.program.buffers[b].category != sim::MemCategory::UnshardedGrads || rp_.program.buffers[b].unit != u) continue;
-    check_buffer(b, rp_.layouts[u].grad, "unsharded grads");
-    float* base = mem_->ptr(b);
+    float* base = nullptr;
+    if (!rp_.fsdp2) {
+      // FSDP1: the original parameters' gradients (views' grads) the program keeps apart until the
+      // split-backward cat (a CopyOut) builds the flat grad; the kernels accumulate them in a host-side
+      // flat scratch of the unit (outside the allocator), which that CopyOut moves into the flat grad.
+      auto& scratch = grad_scratch_[u];
+      if (scratch.empty()) scratch.assign(static_cast<size_t>(rp_.layouts[u].grad), 0.0f);
+      base = scratch.data();
+    } else {
+      check_buffer(b, rp_.layouts[u].grad, "unsharded grads");
+      base = mem_->ptr(b);
+    }
+    auto all_views = unsharded_grad_ptrs(rp_.layouts[u], base);
+    if (base != mem_->ptr(b)) {
+      std::vector<float*> out;
+      for (int i : rp_.seg_tensors[seg]) out.push_back(all_views[i]);
+      return out;
+    }
     // A grad buffer this op allocates is a fresh .grad: autograd writes it; our kernels accumulate.
     if (std::find(op.allocs.begin(), op.allocs.end(), b) != op.allocs.end())
       std::memset(base, 0, sizeof(float) * rp_.layouts[u].grad);
@@ -204,6 +221,17 @@ void RankRunner::run(const sim::Op& op) {
       break;
     }
     case OpKind::CopyOut:
+      if (!rp_.fsdp2 && cat(op.outputs.at(0)) == sim::MemCategory::UnshardedGrads) {
+        // FSDP1 split-backward cat + AccumulateGrad: a fresh .grad takes the views' grads, a kept one adds them.
+        check_buffer(op.outputs[0], rp_.layouts[u].grad, "unsharded grads");
+        auto& scratch = grad_scratch_[u];
+        if (scratch.empty()) scratch.assign(static_cast<size_t>(rp_.layouts[u].grad), 0.0f);
+        float* g = ptr(op.outputs[0]);
+        const bool fresh = std::find(op.allocs.begin(), op.allocs.end(), op.outputs[0]) != op.allocs.end();
+        for (std::int64_t i = 0; i < rp_.layouts[u].grad; ++i) g[i] = (fresh ? 0.0f : g[i]) + scratch[i];
+        std::fill(scratch.begin(), scratch.end(), 0.0f);
+        break;
+      }
       fsdp2_copy_out(rp_.layouts[u], ptr(op.inputs.at(0)), ptr(op.outputs.at(0)));
       break;
     case OpKind::Forward:

@@ -74,6 +74,7 @@ class RankRunner : public OpRunner {
   std::unique_ptr<SegmentCompute> compute_;
   int steps_done_ = 0;
   std::vector<float*> state_ptr_;                   // per unit optimizer states (in its optim_buf when it fits)
+  std::vector<std::vector<float>> grad_scratch_;    // per unit: FSDP1 views' grads until the cat (flat layout)
   std::vector<std::vector<float>> side_state_;      // per unit, when the program's buffer is too small
   std::vector<std::vector<int>> act_buf_, recomp_buf_;   // [micro-batch][segment] -> buffer id
   std::vector<std::vector<float>> last_grads_;      // per unit: the sharded gradient the last step stepped on

@@ -163,7 +163,11 @@ TEST(Scenario, S4ThreeTimesTheMemoryInLightning) {
   ASSERT_TRUE(wrap && prec && ac) << text;
   for (const json* f : {wrap, prec, ac}) {
     EXPECT_EQ((*f)["severity"], "problem") << (*f)["id"];
-    EXPECT_GT((*f)["memory_saved_bytes"].get<double>(), 1024.0 * 1024 * 1024) << (*f)["id"];   // each costs over 1 GiB
+    // Each costs over 1 GiB, but checkpointing alone saves less here: with nothing wrapped, FSDP1's one flat
+    // parameter gets its flat gradient from split_with_sizes_backward's cat at the end of the backward,
+    // beside every parameter's own gradient (sim/lower_fsdp1.cpp), a peak activations no longer add to.
+    const double at_least = f == ac ? 256.0 * 1024 * 1024 : 1024.0 * 1024 * 1024;
+    EXPECT_GT((*f)["memory_saved_bytes"].get<double>(), at_least) << (*f)["id"];
     EXPECT_NE((*f)["message"].get<std::string>().find("it costs"), std::string::npos) << (*f)["message"];
   }
   EXPECT_EQ((*wrap)["fix"], "FSDPStrategy(auto_wrap_policy={LlamaDecoderLayer})");

@@ -148,7 +148,7 @@ TEST(LoweringFsdp1, FullShardSequenceAndPadding) {
   // Pre-divide f = 2, post-divide 2 for N = 4 (F1.12); reduce fp32 == master: no accumulate cast.
   EXPECT_EQ(sequence(p, 1), (std::vector<std::string>{"cast@pre_unshard", "all_gather@unshard", "forward@default",
                                                        "cast@pre_unshard", "all_gather@unshard", "backward@default",
-                                                       "cast@post_backward", "divide@post_backward",
+                                                       "copy_out@unshard", "cast@post_backward", "divide@post_backward",
                                                        "reduce_scatter@post_backward", "divide@post_backward"}));
   auto ag = ops_of(p, OpKind::AllGather, 1);
   EXPECT_EQ(ag[0]->comm_bytes, 36 * 2);
@@ -178,8 +178,81 @@ TEST(LoweringFsdp1, FullShardSequenceAndPadding) {
   auto bwd = ops_of(q, OpKind::Backward, 1);
   const auto grads = allocs_of(q, *bwd[0], MemCategory::UnshardedGrads);
   ASSERT_EQ(grads.size(), 1u);
-  EXPECT_EQ(q.buffers[grads[0]].bytes, 33 * 2);                      // the unpadded flat grad in bf16
+  EXPECT_EQ(q.buffers[grads[0]].bytes, 33 * 2);                      // the views' grads in bf16 (33 params)
   expect_well_formed(q, "fsdp1 no orig");
+}
+
+// Hand-counted bytes of FSDP1's gradient path (kRoot 68 params = embedding [8,4] + norm [4] + head [8,4],
+// kBlock 27; bf16 compute, fp32 reduce, N = 4, use_orig_params: block flat 28 -> 36 elements).
+TEST(LoweringFsdp1, FlatGradIsTheSplitBackwardCatOnTheUnshardStream) {
+  const Shapes blk = {{3}, {6, 4}, {6}};   // 33 params, flat 36 with use_orig_params padding
+  auto g = block_graph(kRoot, {blk, blk});
+  StepProgram p = lower_hand(g, R"({"fsdp_version": 1})", 4, 4);
+  // The block's backward op produces its views' gradients (33 x 2 B) on the compute stream's pool ...
+  auto bwd = ops_of(p, OpKind::Backward, 1);
+  const auto views = allocs_of(p, *bwd[0], MemCategory::UnshardedGrads);
+  ASSERT_EQ(views.size(), 1u);
+  EXPECT_EQ(p.buffers[views[0]].bytes, 33 * 2);
+  EXPECT_EQ(p.buffers[views[0]].pool_stream, 0);
+  // ... then split_with_sizes_backward cats them into the flat grad (36 x 2 B) on the unshard stream:
+  // an unshard-pool block; the views' gradients go back to the compute pool at once.
+  auto cat = ops_of(p, OpKind::CopyOut, 1);
+  ASSERT_EQ(cat.size(), 1u);
+  EXPECT_EQ(cat[0]->stream, 2);
+  ASSERT_EQ(cat[0]->allocs.size(), 1u);
+  const Buffer& flat = p.buffers[cat[0]->allocs[0]];
+  EXPECT_EQ(flat.bytes, 36 * 2);
+  EXPECT_EQ(flat.pool_stream, 2);
+  EXPECT_EQ(cat[0]->copy_bytes, 2 * 36 * 2);
+  ASSERT_EQ(cat[0]->frees.size(), 2u);   // the views' grads, then (the hook) the backward reshard
+  EXPECT_EQ(cat[0]->frees[0].buffer, views[0]);
+  EXPECT_EQ(cat[0]->frees[0].reuse_after_op, -1);
+  // The post-backward hook runs on the unshard stream: the backward reshard frees _full_param_padded
+  // (an unshard-pool block) with no event; the flat grad (unshard pool) is record_stream'ed to
+  // post_backward and reusable once post_backward's last op of the unit completes; the fp32 copy
+  // (36 x 4 B, post_backward pool, dropped on post_backward) is back in its pool at once.
+  auto ag = ops_of(p, OpKind::AllGather, 1);
+  const int full_bwd = ag[1]->allocs[0];
+  const int grad_rd = ops_of(p, OpKind::Cast, 1).back()->allocs[0];
+  EXPECT_EQ(p.buffers[grad_rd].bytes, 36 * 4);
+  EXPECT_EQ(p.buffers[grad_rd].pool_stream, 3);
+  const int last_pb = ops_of(p, OpKind::Divide, 1).back()->id;
+  int checked = 0;
+  for (const auto& o : p.ops)
+    for (const auto& f : o.frees) {
+      if (f.buffer == full_bwd || f.buffer == grad_rd) {
+        EXPECT_EQ(f.reuse_after_op, -1);
+        ++checked;
+      }
+      if (f.buffer == flat.id) {
+        EXPECT_EQ(f.reuse_after_op, last_pb);
+        ++checked;
+      }
+    }
+  EXPECT_EQ(checked, 3);
+  // The post_backward stream waits on the unshard stream (the hook's current stream).
+  const Op* first_pb = ops_of(p, OpKind::Cast, 1).back();
+  EXPECT_TRUE(waits_on(*first_pb, cat[0]->id));
+  // The root (tied embedding): the head's backward holds the tied weight's gradient and the final norm's
+  // (8x4 + 4 = 36 x 2 B); the embedding's backward adds its own (32 x 2 B) in place: a transient.
+  models::ModelSpec tied = tiny_spec(2);
+  tied.vocab_size = 8;
+  tied.hidden = 4;
+  tied.tied_embeddings = true;
+  auto tg = block_graph({{8, 4}, {4}}, {blk, blk});
+  StepProgram t = lower(tied, tg, resolved(R"({"fsdp_version": 1})", 4, 4), Topology{4, 4});
+  auto rbwd = ops_of(t, OpKind::Backward, 0);
+  ASSERT_GE(rbwd.size(), 2u);   // (the loss's ops,) the head, then the embedding
+  rbwd = {rbwd[rbwd.size() - 2], rbwd.back()};
+  const auto head_grads = allocs_of(t, *rbwd[0], MemCategory::UnshardedGrads);
+  ASSERT_EQ(head_grads.size(), 1u);
+  EXPECT_EQ(t.buffers[head_grads[0]].bytes, 36 * 2);
+  const auto emb_grads = allocs_of(t, *rbwd[1], MemCategory::UnshardedGrads);
+  ASSERT_EQ(emb_grads.size(), 1u);
+  EXPECT_EQ(t.buffers[emb_grads[0]].bytes, 32 * 2);
+  EXPECT_TRUE(frees(*rbwd[1], emb_grads[0]));
+  expect_well_formed(p, "fsdp1 cat");
+  expect_well_formed(t, "fsdp1 tied");
 }
 
 TEST(LoweringZero, PersistentStateIs16BytesPerParamOverN) {
@@ -257,8 +330,11 @@ TEST(LoweringFsdp1, RateLimiterWaitsOnTheFreeEventTwoReshardsBack) {
         EXPECT_TRUE(o.cpu_waits.empty()) << o.name;
       }
     }
+    // (forward: record_stream on the compute stream; backward: the post-backward hook runs on the unshard
+    // stream, where the block is freed at once and the event recorded after the flat grad's cat)
     for (const auto& f : o.frees)
-      if (p.buffers[f.buffer].category == MemCategory::UnshardedParams && f.reuse_after_op == o.id && o.stream == 0)
+      if (p.buffers[f.buffer].category == MemCategory::UnshardedParams &&
+          (o.stream == 0 ? f.reuse_after_op == o.id : o.stream == 2 && f.reuse_after_op == -1 && o.kind == OpKind::CopyOut))
         events.push_back(o.id);
   }
   StepProgram q = lower_hand(g, R"({"fsdp_version": 1, "limit_all_gathers": false})", 4, 4, 4);
@@ -381,11 +457,15 @@ TEST(LoweringAccumulation, NoSyncKeepsUnshardedGradsUntilTheLastMicroBatch) {
   EXPECT_EQ(p.micro_batches, 2);
   for (auto* rs : ops_of(p, OpKind::ReduceScatter)) EXPECT_EQ(rs->micro_batch, 1);
   EXPECT_EQ(ops_of(p, OpKind::ReduceScatter).size(), 3u);
-  auto bwd = ops_of(p, OpKind::Backward, 1);
-  ASSERT_EQ(bwd.size(), 2u);
-  ASSERT_EQ(allocs_of(p, *bwd[0], MemCategory::UnshardedGrads).size(), 1u);
-  int grad = allocs_of(p, *bwd[0], MemCategory::UnshardedGrads)[0];
-  EXPECT_TRUE(allocs_of(p, *bwd[1], MemCategory::UnshardedGrads).empty());   // accumulates into the same .grad
+  auto cats = ops_of(p, OpKind::CopyOut, 1);
+  ASSERT_EQ(cats.size(), 2u);
+  ASSERT_EQ(cats[0]->allocs.size(), 1u);
+  int grad = cats[0]->allocs[0];
+  EXPECT_EQ(p.buffers[grad].bytes, 28 * 2);   // 27 params, 28 with use_orig padding, bf16
+  // micro-batch 1: AccumulateGrad adds the new flat grad (a transient) into the same .grad in place
+  ASSERT_EQ(cats[1]->allocs.size(), 1u);
+  EXPECT_TRUE(frees(*cats[1], cats[1]->allocs[0]));
+  EXPECT_EQ(cats[1]->outputs, std::vector<int>{grad});
   // No sharded gradient exists before the last micro-batch's reduction (zero_grad set them to None).
   for (const auto& b : p.buffers)
     if (b.category == MemCategory::ShardedGrads) EXPECT_FALSE(b.persistent) << b.name;
