@@ -142,6 +142,8 @@ CudaRankRunner::CudaRankRunner(const RunConfig& cfg, DeviceCommunicator& comm) :
 
 CudaRankRunner::~CudaRankRunner() {
   for (void* p : side_state_) cudaFree(p);
+  for (bf16* p : grad_scratch_) cudaFree(p);
+  if (scratch_zeroed_) cudaEventDestroy(scratch_zeroed_);
 }
 
 // Element type of every buffer: sharded state in the master dtype (fp32); unsharded params in
@@ -205,11 +207,29 @@ std::vector<bf16*> CudaRankRunner::segment_params(int seg, const sim::Op& op) {
   return out;
 }
 
+bf16* CudaRankRunner::grad_scratch(int unit) {
+  if (grad_scratch_.empty()) grad_scratch_.assign(rp_.layouts.size(), nullptr);
+  bf16*& p = grad_scratch_.at(static_cast<size_t>(unit));
+  if (!p) {
+    const size_t bytes = static_cast<size_t>(rp_.layouts[unit].grad) * 2;
+    FSDPSIM_CUDA_CHECK(cudaMalloc(&p, bytes));
+    FSDPSIM_CUDA_CHECK(cudaMemset(p, 0, bytes));
+    side_state_bytes_ += static_cast<Bytes>(bytes);
+  }
+  return p;
+}
+
 std::vector<bf16*> CudaRankRunner::segment_grads(int seg, const sim::Op& op, cudaStream_t s) {
   const int u = rp_.seg_unit[seg];
   const UnitLayout& l = rp_.layouts[u];
   for (int b : op.outputs) {
     if (rp_.program.buffers[b].category != sim::MemCategory::UnshardedGrads || rp_.program.buffers[b].unit != u) continue;
+    if (!l.fsdp2) {   // FSDP1: the views' grads go to the unit's scratch until the split-backward cat
+      bf16* base = grad_scratch(u);
+      std::vector<bf16*> out;
+      for (int i : rp_.seg_tensors[seg]) out.push_back(base + l.grad_offset[i]);
+      return out;
+    }
     if (elem_[b] != Elem::BF16 || numel(b) != l.grad)
       throw std::runtime_error(internal("unsharded grads \"" + rp_.program.buffers[b].name + "\" are not bf16[" +
                                         std::to_string(l.grad) + "]"));
@@ -319,6 +339,23 @@ void CudaRankRunner::enqueue(const sim::Op& op, cudaStream_t s) {
     }
     case OpKind::CopyOut: {   // FSDP2 split_with_sizes_copy: all-gather output [N][shard] -> per-parameter storage
       const UnitLayout& l = rp_.layouts.at(u);
+      if (!l.fsdp2 && cat(op.outputs.at(0)) == sim::MemCategory::UnshardedGrads) {
+        // FSDP1 split-backward cat + AccumulateGrad: a fresh .grad takes the views' grads, a kept one adds them.
+        const int out = op.outputs[0];
+        if (elem_[out] != Elem::BF16 || numel(out) != l.grad)
+          throw std::runtime_error(internal("the flat grad of " + op.name + " is not bf16[" + std::to_string(l.grad) + "]"));
+        bf16* scratch = grad_scratch(u);
+        const bool fresh = std::find(op.allocs.begin(), op.allocs.end(), out) != op.allocs.end();
+        if (fresh)
+          FSDPSIM_CUDA_CHECK(cudaMemcpyAsync(ptr(out), scratch, static_cast<size_t>(l.grad) * 2, cudaMemcpyDeviceToDevice, s));
+        else
+          add_bf16(reinterpret_cast<bf16*>(ptr(out)), scratch, l.grad, s);
+        FSDPSIM_CUDA_CHECK(cudaMemsetAsync(scratch, 0, static_cast<size_t>(l.grad) * 2, s));
+        if (!scratch_zeroed_) FSDPSIM_CUDA_CHECK(cudaEventCreateWithFlags(&scratch_zeroed_, cudaEventDisableTiming));
+        FSDPSIM_CUDA_CHECK(cudaEventRecord(scratch_zeroed_, s));
+        FSDPSIM_CUDA_CHECK(cudaStreamWaitEvent(gemm_->stream(), scratch_zeroed_, 0));
+        break;
+      }
       const int in = op.inputs.at(0), out = op.outputs.at(0);
       const long es = esize(elem_[out]);
       if (elem_[in] != elem_[out] || numel(out) != l.unsharded) throw std::runtime_error(internal("copy-out of " + op.name));

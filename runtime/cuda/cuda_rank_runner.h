@@ -79,6 +79,13 @@ class CudaRankRunner : public CudaOpRunner {
   std::vector<float*> state_ptr_;
   std::vector<void*> side_state_;
   Bytes side_state_bytes_ = 0;
+  // FSDP1: the original parameters' gradients (views' grads) until the split-backward cat (a CopyOut)
+  // builds the flat grad: the kernels accumulate them in a per-unit device scratch outside the allocator
+  // (as the CPU runner does on the host); the cat moves it into the flat grad and zeroes it. The zeroing's
+  // event makes the compute stream wait before the next backward writes the scratch again.
+  std::vector<bf16*> grad_scratch_;
+  cudaEvent_t scratch_zeroed_ = nullptr;
+  bf16* grad_scratch(int unit);
   Bytes device_total_ = 0, used_at_start_ = 0, region_ = 0, used_peak_ = 0;
   void sample_device_use();
   std::vector<Elem> elem_;                           // per buffer
