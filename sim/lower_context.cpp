@@ -482,6 +482,16 @@ LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan) {
       l.saved = tv * le;
       l.nll_grad = l.lsm_grad = tv * le;
       l.logits_grad = l.upcast > 0 ? tv * e : 0;
+      l.chunk_rows = std::min<std::int64_t>(
+          t, models::loss_chunk_rows(m, {plan.implementation, plan.compile, plan.float8}));
+      if (l.chunk_rows > 0) {
+        // chunked (litgpt): the nll/log_softmax gradients are one chunk's (transient), the gradient the
+        // head reads is split_with_sizes_backward's cat of all chunks' (in the log-probabilities' dtype)
+        l.rows = t;
+        l.row_bytes = m.vocab_size * le;
+        l.nll_grad = l.lsm_grad = l.chunk_bytes(0);
+        l.logits_grad = tv * le;
+      }
       break;
     }
     case models::LossImpl::Fused:

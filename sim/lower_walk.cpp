@@ -10,8 +10,10 @@ StepProgram LoweringWalk::run() {
   // vector must never reallocate during lowering: reserve an upper bound (a unit issues at most
   // ~25 ops per micro-batch: offload H2D + cast + copy-in + AG + copy-out twice, recompute, an extra
   // AG for checkpoint-outside-FSDP, backward, RS copy-in, RS, AR, post-reduce, D2H); Builder::op checks it.
-  p_.ops.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 8 + U * 32) + 64);
-  p_.buffers.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 3 + U * 8) + U * 3);
+  // A chunked loss adds one op per chunk and three buffers per chunk (LossMemory::chunks).
+  const std::size_t chunks = static_cast<std::size_t>(c_.loss.chunks());
+  p_.ops.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 8 + U * 32 + chunks) + 64);
+  p_.buffers.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 3 + U * 8 + chunks * 3) + U * 3);
   add_streams();
   begin();
   add_persistent();
@@ -166,7 +168,13 @@ void LoweringWalk::loss_forward() {
     o.allocs.push_back(up);
     o.frees.push_back({up, -1});   // _log_softmax saves its result, not its input
   }
-  if (l.saved > 0) {
+  if (l.chunks() > 0) {
+    // litgpt/utils.py chunked_cross_entropy: cross_entropy per 128-row view of the logits, each saving
+    // its log_softmax output (the per-row losses and their cat are a few bytes per row, not counted)
+    loss_chunks_ = BufferRange{b_.num_buffers(), l.chunks()};
+    for (int i = 0; i < l.chunks(); ++i)
+      o.allocs.push_back(b_.buffer("log_probs", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_));
+  } else if (l.saved > 0) {
     loss_saved_ = b_.buffer("log_probs", o.unit, l.saved, MemCategory::Logits, compute_);
     o.allocs.push_back(loss_saved_);
   }
@@ -184,7 +192,28 @@ void LoweringWalk::loss_backward() {
     if (loss_saved_ >= 0) o.frees.push_back({loss_saved_, -1});
     loss_saved_ = -1;
   };
-  if (l.impl == models::LossImpl::Torch) {
+  if (l.chunks() > 0) {
+    // One chunk at a time, last chunk first (the engine runs the ready node with the highest sequence
+    // number): nll_loss_backward's zero-filled gradient, _log_softmax_backward_data's, then the nll
+    // gradient and the chunk's saved output are released; the chunks' gradients wait in the split's
+    // input buffer until split_with_sizes_backward concatenates them (torch/csrc/autograd/FunctionsManual.cpp).
+    const int n = l.chunks();
+    const int grads = b_.num_buffers();
+    for (int i = n - 1; i >= 0; --i) {
+      Op& o = loss_op(OpKind::Backward, "ce bwd");
+      const int g1 = b_.buffer("nll_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
+      const int g2 = b_.buffer("lsm_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
+      o.allocs.push_back(g1);
+      o.allocs.push_back(g2);
+      o.frees.push_back({g1, -1});
+      o.frees.push_back({loss_chunks_.first + i, -1});
+    }
+    loss_chunks_ = BufferRange{};
+    Op& cat = loss_op(OpKind::Backward, "split bwd");
+    head_grad_ = b_.buffer("logits_grad", cat.unit, l.logits_grad, MemCategory::Logits, compute_);
+    cat.allocs.push_back(head_grad_);
+    for (int i = 0; i < n; ++i) cat.frees.push_back({grads + 2 * i + 1, -1});
+  } else if (l.impl == models::LossImpl::Torch) {
     Op& nll = loss_op(OpKind::Backward, "nll bwd");
     const int g1 = b_.buffer("nll_grad", nll.unit, l.nll_grad, MemCategory::Logits, compute_);
     nll.allocs.push_back(g1);

@@ -87,6 +87,7 @@ class LoweringWalk {
   // unit's reduction, freed by zero_grad at the step's end; -1 until then).
   std::vector<int> param_shard_, grad_shard_, optim_;   // per unit (-1: none)
   int loss_saved_ = -1;                 // the loss's saved tensor (log-probabilities / logsumexp)
+  BufferRange loss_chunks_;             // a chunked loss's saved log-probabilities, one buffer per chunk
   int head_grad_ = -1;                  // the gradient the head's backward reads (from the loss's backward)
 
  private:
