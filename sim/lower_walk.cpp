@@ -117,6 +117,7 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
   if (const int params = unsharded_params(seg.unit); params >= 0) b_.read(o, params);
   const bool block = seg.part == models::ModulePart::Block;
   const bool head = seg.part == models::ModulePart::FinalNormAndHead;
+  if (block || head) cublas_workspace(o, kind != OpKind::Forward);   // their GEMMs (the embedding has none)
   const Context::BlockActivations* a = block ? &c_.block_acts[c_.layer_mode[seg.layer]] : nullptr;
   if (kind == OpKind::Forward) {
     // What autograd saves, tensor by tensor in forward order, then the forward's own temporaries.
@@ -145,6 +146,21 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
     free_range(o, act_[s]);
     free_range(o, recompute_[s]);
   }
+}
+
+// cuBLAS workspaces (aten/src/ATen/cuda/CublasHandlePool.cpp, getCurrentCUDABlasHandle): cuBLAS handles
+// are per thread (a thread-local pool window) and each (handle, stream) pair gets a workspace
+// (getChosenWorkspaceSize: 32 MiB on Hopper and Blackwell) from the caching allocator at its first GEMM,
+// kept in cublas_handle_stream_to_workspace for the life of the process (cuBLASLt shares it). The
+// forward's GEMMs run on the Python thread; the backward's, and a checkpoint's recompute, on the autograd
+// engine's device thread: two workspaces on the compute stream, created in the first step, live after it.
+// The bundled runtime is not PyTorch: none.
+void LoweringWalk::cublas_workspace(Op& o, bool autograd_thread) {
+  int& ws = cublas_ws_[autograd_thread ? 1 : 0];
+  if (ws >= 0 || c_.topo.cublas_workspace <= 0 || plan_.implementation == models::ModelImpl::Runtime) return;
+  ws = b_.buffer("cublas_ws", -1, c_.topo.cublas_workspace, MemCategory::Activations, compute_, true);
+  b_.first_step_lazy(ws);
+  o.allocs.push_back(ws);
 }
 
 // An op of the loss that only allocates and frees: its kernels are in the head's lists (models/kernels.cpp
