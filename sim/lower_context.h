@@ -94,6 +94,7 @@ struct LossMemory {
   Bytes upcast = 0;              // Torch: the fp32 copy (0 without upcast or for fp32 logits)
   Bytes saved = 0;               // Torch: log_softmax output; Fused: the logsumexp (T*4); FusedLinear: 0
   Bytes forward_transient = 0;   // FusedLinear: one chunk of fp32 logits
+  Bytes weight_grad = 0;         // FusedLinear: the head weight's gradient, computed in the forward (V*C*e)
   Bytes nll_grad = 0, lsm_grad = 0;   // Torch: the two loss-backward gradients (the saved output's size)
   Bytes logits_grad = 0;         // the gradient the head's backward reads (Torch with upcast: e; Fused: e)
   bool inside_model = false;     // computed in the model's forward (HF with labels): before the root's post-forward

@@ -129,8 +129,12 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
       transient(o, "fwd_tmp", seg.unit, c_.final_norm.forward_extra, MemCategory::Activations);
       logits_ = b_.buffer("logits", seg.unit, c_.loss.logits, MemCategory::Logits, compute_);
       o.allocs.push_back(logits_);
-      // fused linear cross-entropy: one fp32 chunk of logits at a time
+      // fused linear cross-entropy: one fp32 chunk of logits at a time, and the head weight's gradient
       transient(o, "loss_tmp", seg.unit, c_.loss.forward_transient, MemCategory::Logits);
+      if (c_.loss.weight_grad > 0) {
+        loss_weight_grad_ = b_.buffer("flce_wgrad", seg.unit, c_.loss.weight_grad, MemCategory::Logits, compute_);
+        o.allocs.push_back(loss_weight_grad_);
+      }
     }
   } else if (kind == OpKind::Recompute) {
     recompute_[s] = alloc_tensors(o, seg.unit, a->recompute);
@@ -204,6 +208,11 @@ void LoweringWalk::loss_forward() {
 void LoweringWalk::loss_backward() {
   const LossMemory& l = c_.loss;
   if (l.in_head_op) return;
+  if (loss_weight_grad_ >= 0) {   // handed to AccumulateGrad: the head's backward allocates the unit's gradient
+    Op& o = loss_op(OpKind::Backward, "flce bwd");
+    o.frees.push_back({loss_weight_grad_, -1});
+    loss_weight_grad_ = -1;
+  }
   const auto release_saved = [&](Op& o) {
     if (loss_saved_ >= 0) o.frees.push_back({loss_saved_, -1});
     loss_saved_ = -1;

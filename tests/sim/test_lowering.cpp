@@ -529,6 +529,37 @@ TEST(LoweringWorkspace, TwoCublasWorkspacesForwardThreadAndAutogradThread) {
   for (const Buffer& b : rt.buffers) EXPECT_EQ(b.name.find("cublas_ws"), std::string::npos);
 }
 
+// Liger's fused linear cross-entropy computes the head weight's gradient in its forward and saves it
+// (liger_kernel/ops/fused_linear_cross_entropy.py): by hand, V = 64, C = 16, bf16: one 64 x 16 x 2 =
+// 2048-byte buffer allocated by the head's forward and freed by a loss op before the head's backward
+// (AccumulateGrad takes it as the .grad, the unit's gradient is allocated there); none when frozen.
+TEST(LoweringLoss, FusedLinearKeepsTheHeadWeightGradientFromItsForward) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  StepProgram p = lower_hand(g, R"({"cross_entropy": "fused_linear"})", 8, 8);
+  expect_well_formed(p, "fused_linear");
+  int found = 0;
+  for (const Buffer& b : p.buffers) {
+    if (b.name.find("flce_wgrad") == std::string::npos) continue;
+    ++found;
+    EXPECT_EQ(b.bytes, 64 * 16 * 2);
+    int alloc = -1, freed = -1, head_bwd = -1;
+    for (const Op& o : p.ops) {
+      if (std::find(o.allocs.begin(), o.allocs.end(), b.id) != o.allocs.end()) alloc = o.id;
+      for (const auto& f : o.frees)
+        if (f.buffer == b.id) freed = o.id;
+      if (o.kind == OpKind::Backward && o.unit == 0 && head_bwd < 0 && !o.kernel_list().empty()) head_bwd = o.id;
+    }
+    ASSERT_GE(alloc, 0);
+    EXPECT_EQ(p.ops[alloc].kind, OpKind::Forward);
+    EXPECT_EQ(p.ops[alloc].unit, 0);
+    EXPECT_GT(freed, alloc);
+    EXPECT_LT(freed, head_bwd);
+  }
+  EXPECT_EQ(found, 1);
+  StepProgram frozen = lower_hand(g, R"({"cross_entropy": "fused_linear", "trainable_fraction": 0.5})", 8, 8);
+  for (const Buffer& b : frozen.buffers) EXPECT_EQ(b.name.find("flce_wgrad"), std::string::npos);
+}
+
 TEST(LoweringFacts, StepFactsAndNotes) {
   auto g = block_graph(kRoot, {kBlock, kBlock});
   StepProgram p = lower_hand(g, R"({"micro_batch": 2, "seq_len": 64, "grad_accum": 3})", 16, 8);
