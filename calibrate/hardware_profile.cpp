@@ -73,6 +73,7 @@ struct HardwareProfile::Impl {
   nlohmann::json context = nlohmann::json::object();
   nlohmann::json gpu_doc, intra_doc, inter_doc, measured_doc;
   Bytes capacity = 0, context_bytes = 0;
+  Bytes cublas_workspace = 0;     // one cuBLAS workspace (per handle and stream), from the caching allocator
   ComputeParams cp;
   TimeNs launch_ns = 0, hook_ns = 0;
   double overlap = 1.0;
@@ -144,6 +145,7 @@ void HardwareProfile::Impl::load_gpu(const nlohmann::json& j, const std::string&
   if (host_is_device) cap_gib /= std::max(cluster.gpus_per_node, 1);
   capacity = static_cast<Bytes>(cap_gib * static_cast<double>(kGiB));
   context_bytes = static_cast<Bytes>(sourced_number(mem, "cuda_context_gib", 0, 1e4) * static_cast<double>(kGiB));
+  cublas_workspace = static_cast<Bytes>(sourced_number(mem, "cublas_workspace_mib", 0, 1e6, 0.0) * static_cast<double>(kMiB));
   JsonReader host = r.get_object("host");
   pcie_bw = sourced_number(host, "pcie_bytes_per_s", 1e6, 1e15) * sourced_number(host, "pcie_efficiency", 1e-3, 1.0);
   // The CPU optimizer step: the node's host memory bandwidth, shared by the node's ranks, which all step
@@ -354,6 +356,7 @@ nlohmann::json HardwareProfile::context() const { return impl_->context; }
 // ---- memory ----
 Bytes HardwareProfile::memory_capacity() const { return impl_->capacity; }
 Bytes HardwareProfile::cuda_context_bytes() const { return impl_->context_bytes; }
+Bytes HardwareProfile::cublas_workspace_bytes() const { return impl_->cublas_workspace; }
 
 // ---- compute ----
 double HardwareProfile::peak_flops(Dtype dtype) const {

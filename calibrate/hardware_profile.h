@@ -57,6 +57,9 @@ class HardwareProfile {
   // ---- memory ----
   Bytes memory_capacity() const;       // per GPU (the cluster override applies)
   Bytes cuda_context_bytes() const;    // CUDA context + NCCL buffers outside the caching allocator
+  // One cuBLAS workspace (memory.cublas_workspace_mib, 0 when the profile has none): PyTorch allocates
+  // one per (cuBLAS handle, stream) from the caching allocator at that pair's first GEMM and keeps it.
+  Bytes cublas_workspace_bytes() const;
 
   // ---- compute (single kernel, alone on the GPU) ----
   double peak_flops(Dtype dtype) const;   // dense peak FLOP/s for MFU (H100 SXM bf16 = 989e12)

@@ -132,6 +132,8 @@ BlockMemory final_norm_memory(const ModelSpec& m, std::int64_t micro_batch, std:
 
 bool loss_upcasts_logits(const ModelSpec& /*m*/, const ImplOptions& o) { return o.impl != ModelImpl::LitGPT; }
 
+std::int64_t loss_chunk_rows(const ModelSpec& /*m*/, const ImplOptions& o) { return o.impl == ModelImpl::LitGPT ? 128 : 0; }
+
 ModelImpl parse_model_impl(const std::string& s, const std::string& field) {
   for (ModelImpl i : {ModelImpl::TorchTitan, ModelImpl::HF, ModelImpl::LitGPT, ModelImpl::Fused})
     if (s == model_impl_name(i)) return i;

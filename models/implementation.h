@@ -66,6 +66,13 @@ BlockMemory final_norm_memory(const ModelSpec& m, std::int64_t micro_batch, std:
 // (utils.py chunked_cross_entropy) passes the logits as they are.
 bool loss_upcasts_logits(const ModelSpec& m, const ImplOptions& o);
 
+// Rows per chunk of the recipe's cross-entropy over the logits [T, V] (0: one call over all rows).
+// litgpt's chunked_cross_entropy (litgpt/utils.py; chunk_size=128, what its pretrain/finetune scripts
+// pass) splits the logits into 128-row views and calls cross_entropy(reduction="none") on each: each
+// chunk saves its own log_softmax output, and the backward runs one chunk at a time before
+// split_with_sizes_backward (torch/csrc/autograd/FunctionsManual.cpp) concatenates the chunks' gradients.
+std::int64_t loss_chunk_rows(const ModelSpec& m, const ImplOptions& o);
+
 // "torchtitan" | "hf" | "litgpt" | "fused" (InputError naming `field` otherwise).
 ModelImpl parse_model_impl(const std::string& s, const std::string& field);
 

@@ -482,6 +482,16 @@ LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan) {
       l.saved = tv * le;
       l.nll_grad = l.lsm_grad = tv * le;
       l.logits_grad = l.upcast > 0 ? tv * e : 0;
+      l.chunk_rows = std::min<std::int64_t>(
+          t, models::loss_chunk_rows(m, {plan.implementation, plan.compile, plan.float8}));
+      if (l.chunk_rows > 0) {
+        // chunked (litgpt): the nll/log_softmax gradients are one chunk's (transient), the gradient the
+        // head reads is split_with_sizes_backward's cat of all chunks' (in the log-probabilities' dtype)
+        l.rows = t;
+        l.row_bytes = m.vocab_size * le;
+        l.nll_grad = l.lsm_grad = l.chunk_bytes(0);
+        l.logits_grad = tv * le;
+      }
       break;
     }
     case models::LossImpl::Fused:
@@ -494,6 +504,13 @@ LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan) {
       l.forward_transient =
           models::logits_peak_bytes(m, plan.micro_batch, plan.seq_len, plan.param_dtype, plan.cross_entropy) - l.logits;
       l.free_logits = false;   // what it keeps is the head input's gradient, not logits the loop holds
+      // ...and the head weight's gradient: Liger's LigerFusedLinearCrossEntropyFunction.forward
+      // (liger_kernel/ops/fused_linear_cross_entropy.py) accumulates grad_weight = zeros_like(weight)
+      // chunk by chunk and saves it for backward when the weight requires grad (V x C in the weight's
+      // dtype; none when it is frozen). Its backward returns it, and AccumulateGrad takes it as the weight's
+      // .grad without a copy (the engine has released the saved tensor by then): the walk frees it just
+      // before the head's backward allocates the unit's gradient.
+      if (plan.trainable_fraction >= 1.0) l.weight_grad = m.vocab_size * m.hidden * e;
       break;
     }
   }

@@ -3,6 +3,7 @@
 // lowering, activation sizes, process-group shapes, and a small builder that appends ops in CPU
 // issue order (see sim/step_program.h for the program semantics).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -93,11 +94,20 @@ struct LossMemory {
   Bytes upcast = 0;              // Torch: the fp32 copy (0 without upcast or for fp32 logits)
   Bytes saved = 0;               // Torch: log_softmax output; Fused: the logsumexp (T*4); FusedLinear: 0
   Bytes forward_transient = 0;   // FusedLinear: one chunk of fp32 logits
+  Bytes weight_grad = 0;         // FusedLinear: the head weight's gradient, computed in the forward (V*C*e)
   Bytes nll_grad = 0, lsm_grad = 0;   // Torch: the two loss-backward gradients (the saved output's size)
   Bytes logits_grad = 0;         // the gradient the head's backward reads (Torch with upcast: e; Fused: e)
   bool inside_model = false;     // computed in the model's forward (HF with labels): before the root's post-forward
   bool free_logits = false;      // the training loop frees the logits before backward (torchtitan `del pred`)
   bool in_head_op = false;       // the bundled runtime: logits and loss live inside the head's op (one buffer)
+  // Torch loss over row chunks (litgpt's chunked_cross_entropy, models::loss_chunk_rows): the saved
+  // log-probabilities and both loss-backward gradients come one chunk at a time (row_bytes per row, the
+  // totals above are the sums), then the chunks' gradients are concatenated into logits_grad.
+  std::int64_t rows = 0;         // T = micro_batch * seq_len
+  std::int64_t chunk_rows = 0;   // rows per chunk (0: not chunked)
+  Bytes row_bytes = 0;           // one row of log-probabilities / gradient: V * (4 with upcast, else e)
+  int chunks() const { return chunk_rows > 0 ? static_cast<int>((rows + chunk_rows - 1) / chunk_rows) : 0; }
+  Bytes chunk_bytes(int i) const { return std::min<std::int64_t>(chunk_rows, rows - i * chunk_rows) * row_bytes; }
 };
 LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan);
 

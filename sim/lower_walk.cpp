@@ -10,8 +10,10 @@ StepProgram LoweringWalk::run() {
   // vector must never reallocate during lowering: reserve an upper bound (a unit issues at most
   // ~25 ops per micro-batch: offload H2D + cast + copy-in + AG + copy-out twice, recompute, an extra
   // AG for checkpoint-outside-FSDP, backward, RS copy-in, RS, AR, post-reduce, D2H); Builder::op checks it.
-  p_.ops.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 8 + U * 32) + 64);
-  p_.buffers.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 3 + U * 8) + U * 3);
+  // A chunked loss adds one op per chunk and three buffers per chunk (LossMemory::chunks).
+  const std::size_t chunks = static_cast<std::size_t>(c_.loss.chunks());
+  p_.ops.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 8 + U * 32 + chunks) + 64);
+  p_.buffers.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 3 + U * 8 + chunks * 3) + U * 3);
   add_streams();
   begin();
   add_persistent();
@@ -115,6 +117,7 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
   if (const int params = unsharded_params(seg.unit); params >= 0) b_.read(o, params);
   const bool block = seg.part == models::ModulePart::Block;
   const bool head = seg.part == models::ModulePart::FinalNormAndHead;
+  if (block || head) cublas_workspace(o, kind != OpKind::Forward);   // their GEMMs (the embedding has none)
   const Context::BlockActivations* a = block ? &c_.block_acts[c_.layer_mode[seg.layer]] : nullptr;
   if (kind == OpKind::Forward) {
     // What autograd saves, tensor by tensor in forward order, then the forward's own temporaries.
@@ -126,8 +129,12 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
       transient(o, "fwd_tmp", seg.unit, c_.final_norm.forward_extra, MemCategory::Activations);
       logits_ = b_.buffer("logits", seg.unit, c_.loss.logits, MemCategory::Logits, compute_);
       o.allocs.push_back(logits_);
-      // fused linear cross-entropy: one fp32 chunk of logits at a time
+      // fused linear cross-entropy: one fp32 chunk of logits at a time, and the head weight's gradient
       transient(o, "loss_tmp", seg.unit, c_.loss.forward_transient, MemCategory::Logits);
+      if (c_.loss.weight_grad > 0) {
+        loss_weight_grad_ = b_.buffer("flce_wgrad", seg.unit, c_.loss.weight_grad, MemCategory::Logits, compute_);
+        o.allocs.push_back(loss_weight_grad_);
+      }
     }
   } else if (kind == OpKind::Recompute) {
     recompute_[s] = alloc_tensors(o, seg.unit, a->recompute);
@@ -143,6 +150,21 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
     free_range(o, act_[s]);
     free_range(o, recompute_[s]);
   }
+}
+
+// cuBLAS workspaces (aten/src/ATen/cuda/CublasHandlePool.cpp, getCurrentCUDABlasHandle): cuBLAS handles
+// are per thread (a thread-local pool window) and each (handle, stream) pair gets a workspace
+// (getChosenWorkspaceSize: 32 MiB on Hopper and Blackwell) from the caching allocator at its first GEMM,
+// kept in cublas_handle_stream_to_workspace for the life of the process (cuBLASLt shares it). The
+// forward's GEMMs run on the Python thread; the backward's, and a checkpoint's recompute, on the autograd
+// engine's device thread: two workspaces on the compute stream, created in the first step, live after it.
+// The bundled runtime is not PyTorch: none.
+void LoweringWalk::cublas_workspace(Op& o, bool autograd_thread) {
+  int& ws = cublas_ws_[autograd_thread ? 1 : 0];
+  if (ws >= 0 || c_.topo.cublas_workspace <= 0 || plan_.implementation == models::ModelImpl::Runtime) return;
+  ws = b_.buffer("cublas_ws", -1, c_.topo.cublas_workspace, MemCategory::Activations, compute_, true);
+  b_.first_step_lazy(ws);
+  o.allocs.push_back(ws);
 }
 
 // An op of the loss that only allocates and frees: its kernels are in the head's lists (models/kernels.cpp
@@ -166,7 +188,13 @@ void LoweringWalk::loss_forward() {
     o.allocs.push_back(up);
     o.frees.push_back({up, -1});   // _log_softmax saves its result, not its input
   }
-  if (l.saved > 0) {
+  if (l.chunks() > 0) {
+    // litgpt/utils.py chunked_cross_entropy: cross_entropy per 128-row view of the logits, each saving
+    // its log_softmax output (the per-row losses and their cat are a few bytes per row, not counted)
+    loss_chunks_ = BufferRange{b_.num_buffers(), l.chunks()};
+    for (int i = 0; i < l.chunks(); ++i)
+      o.allocs.push_back(b_.buffer("log_probs", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_));
+  } else if (l.saved > 0) {
     loss_saved_ = b_.buffer("log_probs", o.unit, l.saved, MemCategory::Logits, compute_);
     o.allocs.push_back(loss_saved_);
   }
@@ -180,11 +208,37 @@ void LoweringWalk::loss_forward() {
 void LoweringWalk::loss_backward() {
   const LossMemory& l = c_.loss;
   if (l.in_head_op) return;
+  if (loss_weight_grad_ >= 0) {   // handed to AccumulateGrad: the head's backward allocates the unit's gradient
+    Op& o = loss_op(OpKind::Backward, "flce bwd");
+    o.frees.push_back({loss_weight_grad_, -1});
+    loss_weight_grad_ = -1;
+  }
   const auto release_saved = [&](Op& o) {
     if (loss_saved_ >= 0) o.frees.push_back({loss_saved_, -1});
     loss_saved_ = -1;
   };
-  if (l.impl == models::LossImpl::Torch) {
+  if (l.chunks() > 0) {
+    // One chunk at a time, last chunk first (the engine runs the ready node with the highest sequence
+    // number): nll_loss_backward's zero-filled gradient, _log_softmax_backward_data's, then the nll
+    // gradient and the chunk's saved output are released; the chunks' gradients wait in the split's
+    // input buffer until split_with_sizes_backward concatenates them (torch/csrc/autograd/FunctionsManual.cpp).
+    const int n = l.chunks();
+    const int grads = b_.num_buffers();
+    for (int i = n - 1; i >= 0; --i) {
+      Op& o = loss_op(OpKind::Backward, "ce bwd");
+      const int g1 = b_.buffer("nll_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
+      const int g2 = b_.buffer("lsm_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
+      o.allocs.push_back(g1);
+      o.allocs.push_back(g2);
+      o.frees.push_back({g1, -1});
+      o.frees.push_back({loss_chunks_.first + i, -1});
+    }
+    loss_chunks_ = BufferRange{};
+    Op& cat = loss_op(OpKind::Backward, "split bwd");
+    head_grad_ = b_.buffer("logits_grad", cat.unit, l.logits_grad, MemCategory::Logits, compute_);
+    cat.allocs.push_back(head_grad_);
+    for (int i = 0; i < n; ++i) cat.frees.push_back({grads + 2 * i + 1, -1});
+  } else if (l.impl == models::LossImpl::Torch) {
     Op& nll = loss_op(OpKind::Backward, "nll bwd");
     const int g1 = b_.buffer("nll_grad", nll.unit, l.nll_grad, MemCategory::Logits, compute_);
     nll.allocs.push_back(g1);

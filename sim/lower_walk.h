@@ -90,10 +90,14 @@ class LoweringWalk {
   // unit's reduction, freed by zero_grad at the step's end; -1 until then).
   std::vector<int> param_shard_, grad_shard_, optim_;   // per unit (-1: none)
   int loss_saved_ = -1;                 // the loss's saved tensor (log-probabilities / logsumexp)
+  BufferRange loss_chunks_;             // a chunked loss's saved log-probabilities, one buffer per chunk
+  int loss_weight_grad_ = -1;           // a fused linear cross-entropy's head-weight gradient, from its forward
+  int cublas_ws_[2] = {-1, -1};         // the cuBLAS workspaces of the forward thread and the autograd thread
   int head_grad_ = -1;                  // the gradient the head's backward reads (from the loss's backward)
 
  private:
   void add_persistent();
+  void cublas_workspace(Op& o, bool autograd_thread);
   void walk_pre_backward(int u);
   void backward_segment(int s);
 };

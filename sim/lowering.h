@@ -11,6 +11,8 @@ namespace fsdpsim::sim {
 struct Topology {
   int world = 1;
   int gpus_per_node = 1;
+  // One cuBLAS workspace (HardwareProfile::cublas_workspace_bytes; 0: none, as on the CPU runtime).
+  Bytes cublas_workspace = 0;
 };
 
 // `plan` must have gone through resolve_plan(). Deterministic: same input, same program.

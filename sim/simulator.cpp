@@ -315,7 +315,7 @@ bool stretched_program(const models::ModelSpec& model, const calibrate::Hardware
   const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(m, rp.auto_wrap_policy);
   ProfileCostModel cost(hw);
   Stretched& st = stretched_storage();
-  const bool ok = build_stretched(m, *graph, rp, Topology{cluster.world(), cluster.gpus_per_node}, cost, st);
+  const bool ok = build_stretched(m, *graph, rp, Topology{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes()}, cost, st);
   if (why) *why = g_stats.refused;
   if (!ok) return false;
   program = st.program;
@@ -333,7 +333,7 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
   // MPT-style models size their position table by the training sequence length (models/model_spec.h).
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
   const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(m, rp.auto_wrap_policy);
-  const Topology topo{cluster.world(), cluster.gpus_per_node};
+  const Topology topo{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes()};
 
   const Bytes capacity = hw.memory_capacity();
   const Bytes context = hw.cuda_context_bytes();

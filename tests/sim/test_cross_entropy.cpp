@@ -75,5 +75,27 @@ TEST(CrossEntropy, ChangesTheLogitsMemoryOnly) {
   }
 }
 
+// litgpt's chunked_cross_entropy (models::loss_chunk_rows: 128-row chunks, no upcast) on llama-1b with
+// full checkpointing at seq 8192, where the step's peak is in the loss's backward. By hand, T = 8192,
+// V = 128256, bf16 (2 bytes): the loop holds the logits (2 TV); the 64 chunks' log-probabilities (2 TV
+// in all) are swapped chunk by chunk for their gradients (each chunk's nll_loss_backward gradient is
+// freed before the next chunk's), and split_with_sizes_backward's cat (2 TV) joins them: 6 bytes per
+// logit. One cross_entropy over all rows would hold logits + log-probs + nll grad + log_softmax grad
+// (8 bytes per logit). A sequence that is not a multiple of 128 (8000 = 62 x 128 + 64) counts the same.
+TEST(CrossEntropy, LitgptChunkedLossByHand) {
+  const auto model = models::load_model("llama-1b");
+  const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster("8xH100-SXM"));
+  SimOptions o;
+  o.record_trace = false;
+  o.record_memory_timeline = false;
+  for (std::int64_t seq : {8192, 8000}) {
+    Plan p = resolve_plan(parse_plan({{"seq_len", seq}, {"implementation", "litgpt"}, {"activation_checkpointing", "full"}}), 8, 8);
+    SimResult r = simulate(model, hw, p, o);
+    ASSERT_TRUE(r.breakdown_at_peak.count("logits")) << seq;
+    EXPECT_EQ(r.breakdown_at_peak.at("logits"), 6 * seq * Bytes{128256}) << seq;
+    EXPECT_EQ(r.peak_allocated_at.kind, "backward") << seq;   // the cat, a loss backward op
+  }
+}
+
 }  // namespace
 }  // namespace fsdpsim::sim

@@ -573,6 +573,73 @@ TEST(LoweringFrozen, UseOrigParamsKeepsFullGradsFsdp2OnlyTrainable) {
   EXPECT_FALSE(f2.notes.empty());
 }
 
+// cuBLAS workspaces (aten/src/ATen/cuda/CublasHandlePool.cpp): one per (handle, stream), handles per
+// thread: the forward's GEMMs (Python thread) and the backward's (autograd engine thread) each create one
+// on the compute stream at their first GEMM, kept for the process. By hand, a 2-block model with full
+// checkpointing and a 32 MiB workspace, one FSDP version each: exactly two persistent, first-step-lazy
+// buffers of 32 MiB (64 MiB after the first step), the first allocated by block 0's forward (the
+// embedding runs no GEMM), the second by the head's backward (its GEMMs run before any block's recompute);
+// none with a 0-byte workspace (the CPU runtime) or for the bundled runtime, which is not PyTorch.
+TEST(LoweringWorkspace, TwoCublasWorkspacesForwardThreadAndAutogradThread) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  const Bytes ws = 32 * kMiB;
+  for (const char* plan : {R"({"activation_checkpointing": "full"})", R"({"fsdp_version": 1, "activation_checkpointing": "full"})"}) {
+    StepProgram p = lower(tiny_spec(2), g, resolved(plan, 8, 8), Topology{8, 8, ws});
+    expect_well_formed(p, plan);
+    std::vector<const Op*> by;
+    for (const Buffer& b : p.buffers) {
+      if (b.name.find("cublas_ws") == std::string::npos) continue;
+      EXPECT_EQ(b.bytes, ws);
+      EXPECT_TRUE(b.persistent && b.first_step_lazy);
+      for (const Op& o : p.ops)
+        if (std::find(o.allocs.begin(), o.allocs.end(), b.id) != o.allocs.end()) by.push_back(&o);
+    }
+    ASSERT_EQ(by.size(), 2u) << plan;
+    EXPECT_EQ(by[0]->kind, OpKind::Forward) << plan;
+    EXPECT_EQ(by[0]->unit, 1) << plan;   // block 0 (the root holds the embedding, which runs no GEMM)
+    EXPECT_EQ(by[1]->kind, OpKind::Backward) << plan;
+    EXPECT_EQ(by[1]->unit, 0) << plan;   // the head's backward
+    EXPECT_EQ(by[0]->stream, by[1]->stream);   // the compute stream
+    for (const Buffer& b : p.buffers)
+      if (b.name.find("cublas_ws") != std::string::npos) EXPECT_EQ(b.pool_stream, by[0]->stream);
+    const StepProgram none = lower(tiny_spec(2), g, resolved(plan, 8, 8), Topology{8, 8, 0});
+    EXPECT_EQ(none.buffers.size() + 2, p.buffers.size()) << plan;
+  }
+  StepProgram rt = lower(tiny_spec(2), g, resolved(R"({"implementation": "runtime"})", 8, 8), Topology{8, 8, ws});
+  for (const Buffer& b : rt.buffers) EXPECT_EQ(b.name.find("cublas_ws"), std::string::npos);
+}
+
+// Liger's fused linear cross-entropy computes the head weight's gradient in its forward and saves it
+// (liger_kernel/ops/fused_linear_cross_entropy.py): by hand, V = 64, C = 16, bf16: one 64 x 16 x 2 =
+// 2048-byte buffer allocated by the head's forward and freed by a loss op before the head's backward
+// (AccumulateGrad takes it as the .grad, the unit's gradient is allocated there); none when frozen.
+TEST(LoweringLoss, FusedLinearKeepsTheHeadWeightGradientFromItsForward) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  StepProgram p = lower_hand(g, R"({"cross_entropy": "fused_linear"})", 8, 8);
+  expect_well_formed(p, "fused_linear");
+  int found = 0;
+  for (const Buffer& b : p.buffers) {
+    if (b.name.find("flce_wgrad") == std::string::npos) continue;
+    ++found;
+    EXPECT_EQ(b.bytes, 64 * 16 * 2);
+    int alloc = -1, freed = -1, head_bwd = -1;
+    for (const Op& o : p.ops) {
+      if (std::find(o.allocs.begin(), o.allocs.end(), b.id) != o.allocs.end()) alloc = o.id;
+      for (const auto& f : o.frees)
+        if (f.buffer == b.id) freed = o.id;
+      if (o.kind == OpKind::Backward && o.unit == 0 && head_bwd < 0 && !o.kernel_list().empty()) head_bwd = o.id;
+    }
+    ASSERT_GE(alloc, 0);
+    EXPECT_EQ(p.ops[alloc].kind, OpKind::Forward);
+    EXPECT_EQ(p.ops[alloc].unit, 0);
+    EXPECT_GT(freed, alloc);
+    EXPECT_LT(freed, head_bwd);
+  }
+  EXPECT_EQ(found, 1);
+  StepProgram frozen = lower_hand(g, R"({"cross_entropy": "fused_linear", "trainable_fraction": 0.5})", 8, 8);
+  for (const Buffer& b : frozen.buffers) EXPECT_EQ(b.name.find("flce_wgrad"), std::string::npos);
+}
+
 TEST(LoweringFacts, StepFactsAndNotes) {
   auto g = block_graph(kRoot, {kBlock, kBlock});
   StepProgram p = lower_hand(g, R"({"micro_batch": 2, "seq_len": 64, "grad_accum": 3})", 16, 8);
