@@ -7,22 +7,13 @@
 
 #include "common/check.h"
 
-#define FSDPSIM_CUDA_CHECK(call)                                                              \
+// One status check: `call` returns a Type; anything but `ok` fails with message(status).
+#define FSDPSIM_CHECK_STATUS_(Type, ok, call, message)                                       \
   do {                                                                                        \
-    const cudaError_t fsdpsim_err_ = (call);                                                  \
-    if (fsdpsim_err_ != cudaSuccess)                                                          \
-      ::fsdpsim::check_failed(#call, __FILE__, __LINE__, cudaGetErrorString(fsdpsim_err_));   \
+    const Type fsdpsim_status_ = (call);                                                      \
+    if (fsdpsim_status_ != (ok)) ::fsdpsim::check_failed(#call, __FILE__, __LINE__, message(fsdpsim_status_)); \
   } while (0)
-#define FSDPSIM_CUBLAS_CHECK(call)                                                            \
-  do {                                                                                        \
-    const cublasStatus_t fsdpsim_st_ = (call);                                                \
-    if (fsdpsim_st_ != CUBLAS_STATUS_SUCCESS)                                                 \
-      ::fsdpsim::check_failed(#call, __FILE__, __LINE__, cublasGetStatusString(fsdpsim_st_)); \
-  } while (0)
-#define FSDPSIM_NCCL_CHECK(call)                                                              \
-  do {                                                                                        \
-    const ncclResult_t fsdpsim_nr_ = (call);                                                  \
-    if (fsdpsim_nr_ != ncclSuccess)                                                           \
-      ::fsdpsim::check_failed(#call, __FILE__, __LINE__, ncclGetErrorString(fsdpsim_nr_));    \
-  } while (0)
+#define FSDPSIM_CUDA_CHECK(call) FSDPSIM_CHECK_STATUS_(cudaError_t, cudaSuccess, call, cudaGetErrorString)
+#define FSDPSIM_CUBLAS_CHECK(call) FSDPSIM_CHECK_STATUS_(cublasStatus_t, CUBLAS_STATUS_SUCCESS, call, cublasGetStatusString)
+#define FSDPSIM_NCCL_CHECK(call) FSDPSIM_CHECK_STATUS_(ncclResult_t, ncclSuccess, call, ncclGetErrorString)
 #define FSDPSIM_LAUNCH_CHECK() FSDPSIM_CUDA_CHECK(cudaGetLastError())

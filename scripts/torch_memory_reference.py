@@ -75,6 +75,13 @@ def cmd_run_matrix(a):
     return 0 if summary["complete"] else 1
 
 
+def _simulate(fsdpsim, case, json_out=None):
+    """`fsdpsim simulate` of one matrix case on the H100 cluster of its world."""
+    cmd = [fsdpsim, "simulate", "--model", case["model"], "--cluster", matrices.cluster_name(case["world"], "H100-SXM"),
+           "--plan", json.dumps(plans.explicit_plan(case["plan"]))]
+    return subprocess.run(cmd + (["--json", json_out] if json_out else []), capture_output=True, text=True)
+
+
 def cmd_check_matrix(a):
     entries, steps = matrices.load_matrix(a.matrix, a.models_dir)
     print(f"{os.path.relpath(a.matrix)}: {len(entries)} cases, {steps} steps each, every plan valid")
@@ -82,10 +89,7 @@ def cmd_check_matrix(a):
         return 0
     rejected, failures = [], []
     for case, info, p in entries:
-        cluster = matrices.cluster_name(case["world"], "H100-SXM")
-        plan_json = json.dumps(plans.explicit_plan(case["plan"]))
-        proc = subprocess.run([a.simulate, "simulate", "--model", case["model"], "--cluster", cluster, "--plan", plan_json],
-                              capture_output=True, text=True)
+        proc = _simulate(a.simulate, case)
         if proc.returncode == 0:
             continue
         message = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
@@ -145,10 +149,7 @@ def cmd_hints(a):
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "sim.json")
         for case, info, p in entries:
-            cluster = matrices.cluster_name(case["world"], "H100-SXM")
-            proc = subprocess.run([a.fsdpsim, "simulate", "--model", case["model"], "--cluster", cluster, "--plan",
-                                   json.dumps(plans.explicit_plan(case["plan"])), "--json", out],
-                                  capture_output=True, text=True)
+            proc = _simulate(a.fsdpsim, case, out)
             if proc.returncode != 0:
                 print(f"hints: {case['name']}: simulate exit {proc.returncode}; it will run alone", file=sys.stderr)
                 continue
