@@ -22,7 +22,7 @@
 //    the run records every op's completion time (ops the fast-forward skips complete after every issue:
 //    they keep "never", which no issue time reaches) and replays the steady step after the run.
 //
-// Speed (issue #3): the engine is reused per thread (its arrays, event list and memory tracker keep
+// Speed (issue #3): the engine is reused per Workspace (its arrays, event list and memory tracker keep
 // their capacity between runs); its hot per-op facts live in one record per op (OpRec) and one flat
 // array of lists, built in ONE pass over the program that also runs validate_program's per-op checks
 // (the per-stream, per-group and dependents lists are in op order, so they are linked lists appended
@@ -82,7 +82,6 @@
 #include "sim/memory_tracker.h"
 #include "sim/peak_location.h"
 #include "sim/program_check.h"
-#include "sim/thread_storage.h"
 
 namespace fsdpsim::sim {
 
@@ -1116,10 +1115,10 @@ void check_costs(const CompiledProgram& cp, const OpCosts& costs) {
                                 std::to_string(n) + " ops");
 }
 
-// One engine per thread, reused (see the note at the top).
+// One engine per workspace, reused (see the note at the top).
 SimResult run_engine(CompiledProgram& cp, const OpCosts& costs, const ExecOptions& opts, const StepProgram* source) {
   check_costs(cp, costs);
-  return with_thread_storage<Engine>([&](Engine& engine) {
+  return with_storage<Engine>(opts.workspace, [&](Engine& engine) {
     return engine.run(cp, costs.gpu_ns.data(), costs.cpu_ns.data(), costs.overlap_slowdown, opts, source);
   });
 }
@@ -1131,7 +1130,7 @@ SimResult execute_compiled(CompiledProgram& cp, const OpCosts& costs, const Exec
 
 SimResult execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts) {
   // The compiled form lives only for this call.
-  return with_thread_storage<CompiledProgram>([&](CompiledProgram& cp) {
+  return with_storage<CompiledProgram>(opts.workspace, [&](CompiledProgram& cp) {
     compile_program(program, cp);   // (checks every op, as validate_program does)
     return run_engine(cp, costs, opts, &program);
   });
@@ -1139,7 +1138,7 @@ SimResult execute(const StepProgram& program, const OpCosts& costs, const ExecOp
 
 SimResult execute(const StepProgram& program, const CostModel& cost, const ExecOptions& opts) {
   // The costs live only for this call.
-  return with_thread_storage<OpCosts>([&](OpCosts& costs) {
+  return with_storage<OpCosts>(opts.workspace, [&](OpCosts& costs) {
     fill_op_costs(program, cost, costs);
     return execute(program, costs, opts);
   });

@@ -1,6 +1,7 @@
 // The discrete-event executor: runs a StepProgram against a cost model and replays the caching
 // allocator. Deterministic: events ordered by (time, sequence).
 #pragma once
+#include "sim/workspace.h"
 #include <utility>
 #include <vector>
 
@@ -47,6 +48,8 @@ struct ExecOptions {
   bool fast_forward = true;
   // If set, receives what the fast-forward did (tests check that it acted).
   ExecStats* stats = nullptr;
+  // Storage reused from one call to the next (sim/workspace.h); null: this call allocates its own.
+  Workspace* workspace = nullptr;
 };
 
 // Every op's durations, computed once from a cost model (the executor's hot path never calls the

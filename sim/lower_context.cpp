@@ -54,15 +54,16 @@ bool unit_has_part(const models::FsdpUnit& u, models::ModulePart p) {
 
 // The kernel lists of the three parts, forward and backward, and the block's recompute under each
 // checkpointing mode. A planner lowers thousands of plans of one model with a few (micro_batch, seq_len)
-// shapes, so each thread keeps the lists of its most recent shapes, keyed by every input of the
+// shapes, so the caller's OpRecycler keeps the lists of its most recent shapes, keyed by every input of the
 // models:: kernel functions (the ModelSpec compared field by field): a hit returns exactly the lists
 // those functions would build. Sharing the same immutable lists across calls also lets a recycled
 // compute op keep its Op::shared_kernels unchanged.
 using KernelList = std::shared_ptr<const std::vector<models::KernelDesc>>;
-void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) {
-  const Dtype act = plan.param_dtype;   // activations in the compute dtype (M9)
-  const bool wgrad = plan.trainable_fraction >= 1.0;
-  const models::KernelOptions opt = kernel_options(plan);
+}  // namespace (reopened below)
+
+// kernel_lists' entries, kept in the caller's OpRecycler: a planner lowers thousands of plans of one
+// model at a handful of shapes, and building the kernel lists is a large part of a lowering.
+struct KernelListCache {
   struct Entry {
     models::ModelSpec model;
     std::int64_t micro_batch, seq_len;
@@ -71,8 +72,22 @@ void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) 
     models::KernelOptions opt;
     KernelList fwd[3], bwd[3], rec[3];
   };
+  std::vector<Entry> entries;   // most recent first
+};
+
+OpRecycler::OpRecycler() = default;
+OpRecycler::~OpRecycler() = default;
+
+namespace {
+void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) {
+  const Dtype act = plan.param_dtype;   // activations in the compute dtype (M9)
+  const bool wgrad = plan.trainable_fraction >= 1.0;
+  const models::KernelOptions opt = kernel_options(plan);
+  using Entry = KernelListCache::Entry;
   constexpr std::size_t kEntries = 8;
-  thread_local std::vector<Entry> cache;
+  KernelListCache fresh;   // (no recycler: nothing is kept)
+  if (c.recycler && !c.recycler->kernels) c.recycler->kernels = std::make_unique<KernelListCache>();
+  std::vector<Entry>& cache = c.recycler ? c.recycler->kernels->entries : fresh.entries;
   const Entry* hit = nullptr;
   for (std::size_t i = 0; i < cache.size() && !hit; ++i) {
     const Entry& e = cache[i];
@@ -387,7 +402,7 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.backward_pos.assign(U, 0);
   for (int i = 0; i < U; ++i) c.backward_pos[c.backward_order[i]] = i;
 
-  // ---- kernels, once per part (and per thread for the same model and shape: see kernel_lists) ----
+  // ---- kernels, once per part (and per OpRecycler for the same model and shape: see kernel_lists) ----
   kernel_lists(c, model, plan);
   const Dtype act = plan.param_dtype;   // activations in the compute dtype (M9)
 

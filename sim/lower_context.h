@@ -111,15 +111,26 @@ struct LossMemory {
 };
 LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan);
 
-// Storage recycled from one lowering to the next (sim::simulate keeps one per thread). A lowered
-// llama3-70b step has ~2,300 ops, each with up to seven small vectors, and ~2,000 buffers: building
-// them from scratch (allocating, zeroing, formatting, then freeing) was most of the lowering. The
-// Builder instead overwrites a spent program's ops and buffers in place: every field of a reused op
-// is assigned (vectors cleared, keeping their capacity), so a recycled program is identical to a
-// fresh one. Not thread-safe: one per thread.
+// Storage recycled from one lowering to the next, owned by the caller (a sim::Simulator keeps one).
+// A lowered llama3-70b step has ~2,300 ops, each with up to seven small vectors, and ~2,000 buffers:
+// building them from scratch (allocating, zeroing, formatting, then freeing) was most of the lowering.
+// The Builder instead overwrites a spent program's ops and buffers in place: every field of a reused op
+// is assigned (vectors cleared, keeping their capacity), so a recycled program is identical to a fresh
+// one. It also keeps the Context's vectors (rebuilt for every plan: only their capacity carries over) and
+// the kernel lists of the most recent (model, shape) pairs (see kernel_lists). Not thread-safe: one
+// thread uses it at a time.
+struct Context;
+struct KernelListCache;
 struct OpRecycler {
+  OpRecycler();
+  ~OpRecycler();
+  OpRecycler(const OpRecycler&) = delete;
+  OpRecycler& operator=(const OpRecycler&) = delete;
   std::vector<Op> ops;           // a spent program's ops (all constructed), reused in place
   std::vector<Buffer> buffers;   // its buffers, likewise
+  std::unique_ptr<Context> spare;              // a Context's storage between lowerings
+  bool spare_in_use = false;                   // (a nested lowering gets a fresh Context)
+  std::unique_ptr<KernelListCache> kernels;    // kernel_lists' recent entries
 };
 // Hands a finished program's storage to `r` (the program is left empty).
 void recycle(StepProgram& p, OpRecycler& r);

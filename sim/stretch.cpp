@@ -45,7 +45,7 @@
 #include <cstring>
 #include <string>
 
-#include "sim/thread_storage.h"
+#include "sim/workspace.h"
 
 namespace fsdpsim::sim {
 namespace {
@@ -1325,8 +1325,8 @@ bool Stretcher::run(const StretchSource& s, const StretchShape& sh, CompiledProg
 }  // namespace
 
 bool stretch_program(const StretchSource& src, const StretchShape& shape, CompiledProgram& out, OpCosts& out_costs,
-                     StretchInfo* info, std::string* why) {
-  return with_thread_storage<Stretcher>(
+                     StretchInfo* info, std::string* why, Workspace* ws) {
+  return with_storage<Stretcher>(ws, 
       [&](Stretcher& st) { return st.run(src, shape, out, out_costs, info, why); });
 }
 
