@@ -54,18 +54,21 @@ HostMemory host_memory(const models::WrapGraph& graph, const Plan& rp, int gpus_
   const Bytes bm = dtype_bytes(rp.master_weights_dtype);
   const int states = rp.optimizer == Optimizer::AdamW ? 2 : 1;   // exp_avg + exp_avg_sq; SGD momentum
   const bool fsdp1 = rp.fsdp_version == FsdpVersion::FSDP1;
-  for (const auto& u : graph.units) {
+  const std::vector<double> fractions = lowering::unit_trainable_fractions(graph, rp);
+  for (std::size_t i = 0; i < graph.units.size(); ++i) {
+    const models::FsdpUnit& u = graph.units[i];
     if (u.params == 0) continue;
+    const double f = fractions[i];
     const lowering::UnitSizes s =
-        fsdp1 ? lowering::fsdp1_unit_sizes(u, N, rp.master_weights_dtype, rp.use_orig_params, rp.trainable_fraction)
-              : lowering::fsdp2_unit_sizes(u, N, rp.trainable_fraction);
+        fsdp1 ? lowering::fsdp1_unit_sizes(u, N, rp.master_weights_dtype, rp.use_orig_params, f)
+              : lowering::fsdp2_unit_sizes(u, N, f);
     h.pageable_per_rank += s.optim * states * bm;
     if (!rp.cpu_offload.params) {
       h.pageable_per_rank += (s.optim + s.shard) * bm;   // the grads copied down and the params to step
     } else if (fsdp1) {
       h.pinned_per_rank += 2 * pinned_block(s.shard * bm);   // _local_shard and _cpu_grad
     } else {
-      h.pinned_per_rank += fsdp2_pinned(u, N, bm, rp.trainable_fraction);
+      h.pinned_per_rank += fsdp2_pinned(u, N, bm, f);
     }
   }
   return h;

@@ -197,7 +197,12 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
   if (use_orig_params && total % N != 0) total += N - total % N;
   s.shard = ceil_div(total, N);
   s.unsharded = s.shard * N;
-  if (use_orig_params || f >= 1.0) {
+  if (f <= 0.0) {
+    // A unit with every parameter frozen (plan.frozen_units): its FlatParameter does not require grad
+    // (requires_grad is the OR over its tensors, FlatParamHandle._validate_tensors_to_flatten), so autograd
+    // gives it no flat grad and FSDP registers no post-backward hook for it.
+    s.grad = 0;
+  } else if (use_orig_params || f >= 1.0) {
     // M13: with use_orig_params the flat grad is full size even when some params are frozen.
     s.grad = total;
   } else {
@@ -237,6 +242,51 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, double f) {
   s.rs_input = s.grad_shard * N;
   s.optim = s.grad_shard;
   return s;
+}
+
+std::vector<double> unit_trainable_fractions(const models::WrapGraph& graph, const Plan& plan) {
+  const int U = static_cast<int>(graph.units.size());
+  std::vector<double> f(U, plan.trainable_fraction);
+  if (plan.frozen_units.empty()) return f;
+  std::int64_t n_layers = 0;   // for "last_block": the model's layers as the graph's units hold them
+  for (const auto& u : graph.units)
+    for (int l : u.layers) n_layers = std::max<std::int64_t>(n_layers, l + 1);
+  std::vector<char> frozen(U, 0);
+  for (const std::string& name : plan.frozen_units) {
+    const int u = unit_by_name(graph, name, n_layers);
+    if (u < 0) {
+      std::string names;
+      for (int v = 0, shown = 0; v < U && shown < 4; ++v)
+        if (!graph.units[v].name.empty()) names += (shown++ ? ", " : "") + graph.units[v].name;
+      throw InputError("plan.frozen_units", "\"" + name + "\"",
+                       "no FSDP unit of that name under this wrap policy; names are as `fsdpsim model-info` lists "
+                       "the units (e.g. " + names + "), or \"root\", or \"last_block\"");
+    }
+    frozen[u] = 1;
+  }
+  std::int64_t total = 0, open = 0;
+  for (int u = 0; u < U; ++u) {
+    total += graph.units[u].params;
+    if (!frozen[u]) open += graph.units[u].params;
+  }
+  if (open <= 0)
+    throw InputError("plan.frozen_units", std::to_string(plan.frozen_units.size()) + " units",
+                     "at least one unit with parameters must train");
+  // The same trainable count, f * total, on the units that train.
+  const double spread = std::min(1.0, plan.trainable_fraction * static_cast<double>(total) / static_cast<double>(open));
+  for (int u = 0; u < U; ++u) f[u] = frozen[u] ? 0.0 : spread;
+  return f;
+}
+
+std::vector<UnitSizes> plan_unit_sizes(const models::WrapGraph& graph, const Plan& plan, int N) {
+  const std::vector<double> f = unit_trainable_fractions(graph, plan);
+  std::vector<UnitSizes> sizes;
+  sizes.reserve(graph.units.size());
+  for (std::size_t i = 0; i < graph.units.size(); ++i)
+    sizes.push_back(plan.fsdp_version == FsdpVersion::FSDP1
+                        ? fsdp1_unit_sizes(graph.units[i], N, plan.master_weights_dtype, plan.use_orig_params, f[i])
+                        : fsdp2_unit_sizes(graph.units[i], N, f[i]));
+  return sizes;
 }
 
 namespace {
@@ -309,13 +359,10 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.optimizer_states = plan.optimizer == Optimizer::AdamW ? 2 : 1;   // AdamW exp_avg + exp_avg_sq; SGD momentum
 
   const int U = static_cast<int>(graph.units.size());
-  c.sizes.clear();
-  c.sizes.reserve(U);
-  for (const auto& u : graph.units)
-    c.sizes.push_back(plan.fsdp_version == FsdpVersion::FSDP1
-                          ? fsdp1_unit_sizes(u, c.N, plan.master_weights_dtype, plan.use_orig_params,
-                                             plan.trainable_fraction)
-                          : fsdp2_unit_sizes(u, c.N, plan.trainable_fraction));
+  c.sizes = plan_unit_sizes(graph, plan, c.N);
+  if (!plan.frozen_units.empty())
+    c.notes.push_back("frozen_units: no gradient, reduction or optimizer state for those units; the trainable "
+                      "fraction is spread over the other units");
 
   // ---- reshard_after_forward per unit: the plan's, None for the root, then plan.module_overrides ----
   c.reshard_after_forward.assign(U, plan.reshard_after_forward);

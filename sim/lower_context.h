@@ -40,6 +40,11 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int shard_size, Dtype flat
                            double trainable_fraction);
 // FSDP2 per-parameter dim-0 padding (M6): each tensor's local chunk is ceil(dim0/N) rows.
 UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int shard_size, double trainable_fraction);
+// The trainable fraction of each unit: 0 for plan.frozen_units (InputError for a name that is no unit),
+// else the plan's trainable_fraction spread over the other units (min(1, f * P / P_not_frozen)).
+std::vector<double> unit_trainable_fractions(const models::WrapGraph& graph, const Plan& plan);
+// Every unit's sizes under the plan (FSDP1 or FSDP2 layout, frozen units with no gradient).
+std::vector<UnitSizes> plan_unit_sizes(const models::WrapGraph& graph, const Plan& plan, int shard_size);
 
 // One piece of forward compute in execution order: the embedding, each block, the final norm + head.
 struct Segment {

@@ -41,6 +41,8 @@
 // |                          | (torchtitan `del pred`)                                     | else false         |
 // | optimizer_impl           | "foreach" (torch.optim's default) or "fused"                | "foreach"          |
 // | module_overrides         | {"<unit name>" or "last_block": {"reshard_after_forward": b}}| {}                 |
+// | frozen_units             | ["<unit name>", "root", ...]: units with no trainable param | []                 |
+// |                          | (no grad, no optimizer state); needs trainable_fraction < 1 |                    |
 //
 // Mesh defaults (resolve_plan): FSDP1 FULL_SHARD/SHARD_GRAD_OP -> (1, world); NO_SHARD -> (world, 1);
 // HYBRID_SHARD/_HYBRID_SHARD_ZERO2 -> (world / gpus_per_node, gpus_per_node) (F1.15). FSDP2 -> (1, world),
@@ -66,7 +68,7 @@ const std::vector<std::string> kPlanKeys = {
     "reduce_dtype", "master_weights_dtype", "micro_batch", "seq_len", "grad_accum", "grad_sync",
     "cpu_offload", "fp8_all_gather", "trainable_fraction", "optimizer", "auto_wrap_policy", "use_orig_params",
     "cross_entropy", "implementation", "compile", "float8", "alloc_conf", "free_logits_before_backward",
-    "optimizer_impl", "module_overrides"};
+    "optimizer_impl", "module_overrides", "frozen_units"};
 
 const std::vector<std::string> kStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
                                               "_HYBRID_SHARD_ZERO2"};
@@ -388,6 +390,17 @@ Plan parse_plan(const Json& j) {
     p.optimizer_impl = r.get_enum("optimizer_impl", {"foreach", "fused"}) == "fused" ? OptimizerImpl::Fused
                                                                                        : OptimizerImpl::Foreach;
   if (r.has("module_overrides")) p.module_overrides = parse_module_overrides(r.raw("module_overrides"));
+  if (r.has("frozen_units")) {
+    const Json& v = r.raw("frozen_units");
+    const char* expected = "expected an array of FSDP unit names (as `fsdpsim model-info` lists them, or \"root\", "
+                           "\"last_block\")";
+    if (!v.is_array()) throw InputError("plan.frozen_units", json_value_for_message(v), expected);
+    for (const auto& e : v) {
+      if (!e.is_string() || e.get<std::string>().empty())
+        throw InputError("plan.frozen_units", json_value_for_message(e), expected);
+      p.frozen_units.push_back(e.get<std::string>());
+    }
+  }
   return p;
 }
 
@@ -486,6 +499,7 @@ Json plan_to_json(const Plan& p) {
     }
     j["module_overrides"] = o;
   }
+  if (!p.frozen_units.empty()) j["frozen_units"] = p.frozen_units;
   return j;
 }
 
@@ -606,6 +620,9 @@ Plan resolve_plan(const Plan& in, int gpus, int gpus_per_node) {
                      "torchao float8 training needs param_dtype bf16 (the high-precision dtype of Float8Linear)");
   if (!p.free_logits_before_backward)
     p.free_logits_before_backward = p.implementation == models::ModelImpl::TorchTitan;
+  if (!p.frozen_units.empty() && p.trainable_fraction >= 1.0)
+    throw InputError("plan.frozen_units", "[\"" + p.frozen_units.front() + "\", ...]",
+                     "frozen units need trainable_fraction < 1 (the fraction of the whole model that trains)");
   for (const auto& m : p.module_overrides)
     if (m.reshard_after_forward != -2 && fsdp1)
       throw InputError("plan.module_overrides." + m.module + ".reshard_after_forward",

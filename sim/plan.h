@@ -91,6 +91,11 @@ struct Plan {
   std::optional<bool> free_logits_before_backward;
   OptimizerImpl optimizer_impl = OptimizerImpl::Foreach;
   std::vector<ModuleOverride> module_overrides;
+  // FSDP units whose parameters are all frozen (LoRA leaves embedding and head untouched): no gradient
+  // and no optimizer state. FSDP1's FlatParameter requires grad only if one of its parameters does (the
+  // OR in FlatParamHandle._validate_tensors_to_flatten), so such a unit has no flat grad even with
+  // use_orig_params. trainable_fraction (< 1) stays the whole model's: it is spread over the other units.
+  std::vector<std::string> frozen_units;
 };
 
 // Parses a plan object (all keys optional; unknown keys rejected). Field names in errors are "plan.<key>".

@@ -573,6 +573,49 @@ TEST(LoweringFrozen, UseOrigParamsKeepsFullGradsFsdp2OnlyTrainable) {
   EXPECT_FALSE(f2.notes.empty());
 }
 
+// plan.frozen_units: a unit whose parameters are all frozen has no gradient. FSDP1's FlatParameter
+// requires grad only if one of its tensors does (the OR in FlatParamHandle._validate_tensors_to_flatten),
+// so even with use_orig_params (M13: full-size flat grads for the units that train) the frozen units get
+// no flat grad, no reduce-scatter and no optimizer state; FSDP2 likewise (per-parameter, D5). By hand,
+// 8 ranks, fp32 reduce/master (the defaults): embedding u1 (64x16 = 1024) and head u4 (64x16 + 16 = 1040)
+// frozen, blocks u2, u3 (16x16 + 16 = 272 each, divisible by 8, no alignment padding) train. The plan's
+// trainable fraction 272/2608 of the whole model is spread over the blocks' 544 parameters: 0.5 each.
+//   FSDP1: sharded grads = 2 blocks x 272/8 x 4 B = 272 B (full flat, M13); optimizer = 2 x ceil(136/8)
+//          x 2 states x 4 B = 272 B.
+//   FSDP2: sharded grads = 2 x llround(34 x 0.5) x 4 B = 136 B (each block's shard: ceil(16/8) x 16 + 2 = 34).
+TEST(LoweringFrozen, FrozenUnitsHaveNoGradientNoReductionNoOptimizerState) {
+  const Shapes blk = {{16, 16}, {16}};
+  auto g = all_wrapped_graph({{64, 16}}, {blk, blk}, {{64, 16}, {16}});
+  ASSERT_EQ(g.total_params, 2608);
+  const std::string f = std::to_string(272.0 / 2608.0);
+  const std::string frozen = R"(, "frozen_units": ["u1", "u4"]})";
+  StepProgram f1 = lower_hand(g, R"({"fsdp_version": 1, "trainable_fraction": )" + f + frozen, 8, 8);
+  EXPECT_EQ(category_bytes(f1, MemCategory::ShardedGrads), 272);
+  EXPECT_EQ(persistent_bytes(f1, MemCategory::OptimizerState), 272);
+  StepProgram f2 = lower_hand(g, R"({"trainable_fraction": )" + f + frozen, 8, 8);
+  EXPECT_EQ(category_bytes(f2, MemCategory::ShardedGrads), 136);
+  for (const StepProgram* p : {&f1, &f2}) {
+    for (int u : {1, 4}) {
+      EXPECT_TRUE(ops_of(*p, OpKind::ReduceScatter, u).empty()) << u;
+      for (const Buffer& b : p->buffers) {
+        if (b.unit != u) continue;
+        EXPECT_TRUE(b.category != MemCategory::UnshardedGrads && b.category != MemCategory::ShardedGrads &&
+                    b.category != MemCategory::OptimizerState)
+            << b.name;
+      }
+    }
+    for (int u : {2, 3}) EXPECT_EQ(ops_of(*p, OpKind::ReduceScatter, u).size(), 1u) << u;
+    expect_well_formed(*p, "frozen_units");
+  }
+  // Without frozen_units the same fraction trains in every unit: FSDP1 then keeps every unit's full flat grad.
+  StepProgram all = lower_hand(g, R"({"fsdp_version": 1, "trainable_fraction": )" + f + "}", 8, 8);
+  EXPECT_EQ(category_bytes(all, MemCategory::ShardedGrads), 2608 / 8 * 4);
+  // A name that is no unit of the graph, or a frozen unit with nothing else trainable: input errors.
+  EXPECT_THROW(lower_hand(g, R"({"trainable_fraction": 0.5, "frozen_units": ["lm_head"]})", 8, 8), InputError);
+  EXPECT_THROW(lower_hand(g, R"({"trainable_fraction": 0.5, "frozen_units": ["u1", "u2", "u3", "u4"]})", 8, 8),
+               InputError);
+}
+
 // cuBLAS workspaces (aten/src/ATen/cuda/CublasHandlePool.cpp): one per (handle, stream), handles per
 // thread: the forward's GEMMs (Python thread) and the backward's (autograd engine thread) each create one
 // on the compute stream at their first GEMM, kept for the process. By hand, a 2-block model with full

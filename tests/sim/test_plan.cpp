@@ -338,6 +338,18 @@ TEST(PlanParse, ImplementationAndRuntimeKeys) {
   EXPECT_EQ(error_field(R"({"module_overrides": []})"), "plan.module_overrides");
   EXPECT_EQ(resolve_error_field(R"({"fsdp_version": 1, "module_overrides": {"last_block": {"reshard_after_forward": false}}})", 8, 8),
             "plan.module_overrides.last_block.reshard_after_forward");
+  // frozen_units: names kept as given (resolved against the wrap graph when lowering); they need the
+  // whole model's trainable fraction below 1.
+  EXPECT_TRUE(d.frozen_units.empty());
+  const Plan fz = parse(R"({"trainable_fraction": 0.01, "frozen_units": ["root", "model.embed_tokens"]})");
+  ASSERT_EQ(fz.frozen_units.size(), 2u);
+  EXPECT_EQ(fz.frozen_units[1], "model.embed_tokens");
+  EXPECT_EQ(plan_to_json(fz)["frozen_units"], nlohmann::json::array({"root", "model.embed_tokens"}));
+  EXPECT_EQ(parse(plan_to_json(fz).dump()).frozen_units, fz.frozen_units);
+  EXPECT_EQ(error_field(R"({"frozen_units": "root"})"), "plan.frozen_units");
+  EXPECT_EQ(error_field(R"({"frozen_units": [""]})"), "plan.frozen_units");
+  EXPECT_EQ(error_field(R"({"frozen_units": [3]})"), "plan.frozen_units");
+  EXPECT_EQ(resolve_error_field(R"({"frozen_units": ["root"]})", 8, 8), "plan.frozen_units");
   // torchao: the float8 all-gather is a Float8Linear option with tensorwise scaling only.
   EXPECT_EQ(resolve_error_field(R"({"fp8_all_gather": true, "float8": "rowwise"})", 8, 8), "plan.fp8_all_gather");
   EXPECT_EQ(resolve_plan(parse(R"({"fp8_all_gather": true})"), 8, 8).float8, models::Float8Recipe::Tensorwise);
