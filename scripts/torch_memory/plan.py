@@ -13,9 +13,9 @@ import re
 from .common import InputError, show
 
 # Issue 19's keys (implementation recipes, compile, float8, the allocator, the loop, the optimizer, per-module
-# settings), the last seven of README.md's table.
+# settings, frozen units), the last eight of README.md's table.
 NEW_KEYS = ("implementation", "compile", "float8", "alloc_conf", "free_logits_before_backward",
-            "optimizer_impl", "module_overrides")
+            "optimizer_impl", "module_overrides", "frozen_units")
 README_KEYS = (
     "fsdp_version", "mesh", "sharding_strategy", "reshard_after_forward", "backward_prefetch",
     "forward_prefetch", "limit_all_gathers", "prefetch_depth", "activation_checkpointing", "param_dtype",
@@ -89,6 +89,7 @@ class ResolvedPlan:
     free_logits_before_backward: bool = False
     optimizer_impl: str = "foreach"          # PyTorch's own choice on CUDA when neither foreach nor fused is set
     module_overrides: dict = dataclasses.field(default_factory=dict)   # unit name -> {"reshard_after_forward": v}
+    frozen_units: list = dataclasses.field(default_factory=list)       # units with no trainable parameter
 
 
 def _get(plan, key, kind, default, lo=None, hi=None):
@@ -338,6 +339,15 @@ def parse_plan(plan):
     p.optimizer_impl = _get(plan, "optimizer_impl", OPTIMIZER_IMPLS, "foreach")
     if "module_overrides" in plan:
         p.module_overrides = _overrides(plan["module_overrides"], p.fsdp_version)
+    if "frozen_units" in plan:
+        v = plan["frozen_units"]
+        expected = 'expected an array of FSDP unit names (as `fsdpsim model-info` lists them, or "root", "last_block")'
+        if not isinstance(v, list):
+            raise InputError("plan.frozen_units", show(v), expected)
+        for e in v:
+            if not isinstance(e, str) or not e:
+                raise InputError("plan.frozen_units", show(e), expected)
+        p.frozen_units = list(v)
     return p
 
 
@@ -409,6 +419,14 @@ def resolve_plan(plan, world, gpus_per_node, units=None):
                 raise InputError(f"plan.module_overrides.{unit}", show(unit),
                                  "not a unit of this model; units: " + ", ".join(sorted(names)))
             _check_int_raf(raf, p.mesh_shard, f"plan.module_overrides.{unit}.reshard_after_forward")
+    if p.frozen_units and p.trainable_fraction >= 1.0:
+        raise InputError("plan.frozen_units", show(p.frozen_units),
+                         "frozen units need trainable_fraction < 1 (the fraction of the whole model that trains)")
+    if units is not None:
+        names = {u["name"] for u in units} | {"root", "last_block"}
+        for unit in p.frozen_units:
+            if unit not in names:
+                raise InputError("plan.frozen_units", show(unit), "not a unit of this model; units: " + ", ".join(sorted(names)))
     return p
 
 

@@ -134,6 +134,8 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
         try:
             model = recipes.build_model(info, p, parallel.DTYPES[p.master_weights_dtype], recorder.start)
             trainable, total = parallel.freeze_to_fraction(model, p.trainable_fraction)
+            if p.frozen_units:
+                trainable = parallel.freeze_units(model, info, p.frozen_units)
             if total != info["params_total"]:
                 raise RuntimeError(f"the {p.implementation} recipe built {total} parameters, fsdpsim counts "
                                    f"{info['params_total']} for {info['model']['name']}")

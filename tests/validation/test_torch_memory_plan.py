@@ -73,6 +73,15 @@ class PlanKeys(FieldAssertions):
                          "plan.module_overrides")
         self.assertField({"module_overrides": {"root": {"reshard": False}}}, "plan.module_overrides.root")
 
+    def test_frozen_units(self):
+        units = [{"name": "root"}, {"name": "model.layers.0"}, {"name": "model.layers.1"}]
+        p = resolve({"trainable_fraction": 0.1, "frozen_units": ["root", "model.layers.0", "last_block"]}, units=units)
+        self.assertEqual(p.frozen_units, ["root", "model.layers.0", "last_block"])
+        self.assertField({"trainable_fraction": 0.1, "frozen_units": "root"}, "plan.frozen_units")
+        self.assertField({"trainable_fraction": 0.1, "frozen_units": ["root", 3]}, "plan.frozen_units")
+        self.assertField({"trainable_fraction": 0.1, "frozen_units": ["model.layers.9"]}, "plan.frozen_units", units=units)
+        self.assertField({"frozen_units": ["root"]}, "plan.frozen_units")   # (trainable_fraction 1: nothing to freeze)
+
 
 class Resolve(FieldAssertions):
     """Mesh defaults and strategies as sim/plan.cpp resolve_plan / effective_strategy derive them."""
