@@ -194,13 +194,6 @@ std::string reshard_text(int r) {
   return std::to_string(r);
 }
 
-ShardingStrategy strategy_of(const Plan& p) {
-  if (p.fsdp_version == FsdpVersion::FSDP1) return p.sharding_strategy;
-  if (p.mesh_shard == 1) return ShardingStrategy::NO_SHARD;
-  bool reshard = p.reshard_after_forward != 0;
-  if (p.mesh_replicate > 1) return reshard ? ShardingStrategy::HYBRID_SHARD : ShardingStrategy::_HYBRID_SHARD_ZERO2;
-  return reshard ? ShardingStrategy::FULL_SHARD : ShardingStrategy::SHARD_GRAD_OP;
-}
 
 // ---- precision presets ------------------------------------------------------------------------
 
@@ -317,7 +310,7 @@ std::string canonical_value(const Plan& p, const std::string& key) {
   bool v1 = p.fsdp_version == FsdpVersion::FSDP1;
   if (key == "fsdp_version") return v1 ? "1" : "2";
   if (key == "mesh") return "[" + std::to_string(p.mesh_replicate) + "," + std::to_string(p.mesh_shard) + "]";
-  if (key == "sharding_strategy") return strategy_text(strategy_of(p));
+  if (key == "sharding_strategy") return strategy_text(effective_strategy(p));
   if (key == "reshard_after_forward") {
     if (!v1) return reshard_text(p.reshard_after_forward);
     auto s = p.sharding_strategy;
@@ -358,7 +351,7 @@ std::vector<std::pair<int, int>> valid_meshes(int nodes, int gpus_per_node) {
 
 std::string family_of(const Plan& p, int gpus_per_node) {
   // NO_SHARD is how FSDP spells DDP: the family is named for what users know it as.
-  std::string f = strategy_of(p) == ShardingStrategy::NO_SHARD ? "DDP (NO_SHARD)" : strategy_text(strategy_of(p));
+  std::string f = effective_strategy(p) == ShardingStrategy::NO_SHARD ? "DDP (NO_SHARD)" : strategy_text(effective_strategy(p));
   if (p.fsdp_version == FsdpVersion::FSDP2 && p.reshard_after_forward > 1) f += " (hpZ)";
   if (p.mesh_shard > gpus_per_node) f += " across nodes";
   if (p.cpu_offload.params) f += " + CPU offload";
@@ -368,7 +361,7 @@ std::string family_of(const Plan& p, int gpus_per_node) {
 std::string label_of(const Plan& p) {
   bool v1 = p.fsdp_version == FsdpVersion::FSDP1;
   std::ostringstream os;
-  os << (v1 ? "FSDP1 " : "FSDP2 ") << strategy_text(strategy_of(p)) << " mesh(" << p.mesh_replicate << ","
+  os << (v1 ? "FSDP1 " : "FSDP2 ") << strategy_text(effective_strategy(p)) << " mesh(" << p.mesh_replicate << ","
      << p.mesh_shard << ")";
   if (!v1 && p.mesh_shard > 1) os << " rAF=" << reshard_text(p.reshard_after_forward);
   if (!v1 && p.prefetch_depth != 1) os << " prefetch=" << p.prefetch_depth;
@@ -515,7 +508,7 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
           if (k > 1 && k < s && s % k == 0 && std::find(rafs.begin(), rafs.end(), k) == rafs.end()) rafs.push_back(k);
         for (int raf : rafs) {
           p.reshard_after_forward = raf;
-          p.sharding_strategy = strategy_of(p);
+          p.sharding_strategy = effective_strategy(p);
           for (int d : (s > 1 ? depths : std::vector<int>{depths.front()})) {
             p.prefetch_depth = d;
             emit_rest(p);
