@@ -162,6 +162,15 @@ Expressed express_plan(const std::string& fw, const sim::Plan& in, const calibra
                      p.module_overrides[0].reshard_after_forward == 0;
     if (!p.module_overrides.empty() && !last_only) t.no_overrides("torchtitan overrides only the last block (reshard \"default\")");
   }
+  // torchtune's chunked loss needs its model code: CEWithChunkedOutputLoss takes the list of logits chunks that
+  // TransformerDecoder.chunked_output returns (torchtune/modules/transformer.py); none of these front-ends runs
+  // torchtune's TransformerDecoder (there is no torchtune export), so they compute the loss in one piece.
+  if (p.cross_entropy == models::LossImpl::Chunked) {
+    p.cross_entropy = models::LossImpl::Torch;
+    p.cross_entropy_chunks = models::kDefaultLossChunks;
+    t.note("cross_entropy chunked -> torch: torchtune's CEWithChunkedOutputLoss needs torchtune's TransformerDecoder "
+           "(chunked_output); this front-end computes the cross-entropy over the whole logits");
+  }
   // FSDP1 with CPU offload accumulates only inside no_sync (PyTorch FSDP docs; semantics M11).
   if (p.fsdp_version == sim::FsdpVersion::FSDP1 && p.cpu_offload.params)
     t.grad_sync(false, "FSDP1 with CPU offload must accumulate inside no_sync (outside it the gradients are wrong)");

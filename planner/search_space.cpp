@@ -570,7 +570,8 @@ void apply_base_constraint(Plan& p, const Constraint& c) {
     if (l == "torch") p.cross_entropy = models::LossImpl::Torch;
     else if (l == "fused") p.cross_entropy = models::LossImpl::Fused;
     else if (l == "fused_linear") p.cross_entropy = models::LossImpl::FusedLinear;
-    else throw InputError(field, v, "torch, fused or fused_linear");
+    else if (l == "chunked") p.cross_entropy = models::LossImpl::Chunked;   // torchtune's 8 output chunks
+    else throw InputError(field, v, "torch, fused, fused_linear or chunked");
   } else if (c.key == "implementation") {
     std::string l = lower(v);
     if (l == "torchtitan") p.implementation = models::ModelImpl::TorchTitan;

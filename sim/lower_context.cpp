@@ -502,6 +502,21 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   }
   c.final_norm = models::final_norm_memory(model, plan.micro_batch, plan.seq_len, act, impl);
   c.loss = loss_memory(model, plan);
+  if (c.loss.chunked_output) {
+    // The head's weight trains (not LoRA's frozen output projection, nor a frozen unit): every chunk after the
+    // first adds a new V x C gradient into the .grad (LossMemory::head_weight_grad).
+    const int head = c.segments.back().unit;
+    if (plan.trainable_fraction >= 1.0 && c.sizes[head].grad > 0) c.loss.head_weight_grad = model.vocab_size * model.hidden * c.bp;
+    if (plan.compile)
+      c.notes.push_back("cross_entropy chunked with compile: torchtune's compile_loss compiles compute_cross_entropy "
+                        "(one chunk's upcast + cross_entropy); what inductor saves for it (it may keep the bf16 chunk "
+                        "and per-row statistics instead of the fp32 copy and log-softmax) is not modelled: the loss is "
+                        "modelled as eager (approximate)");
+    if (c.segments.back().unit != 0 && plan.fsdp_version == FsdpVersion::FSDP2)
+      c.notes.push_back("cross_entropy chunked: the head, its own FSDP2 unit here, is called once per chunk in "
+                        "torchtune's chunked_output (an unshard, and in backward a reduce-scatter, per call); modelled "
+                        "as one call (one unshard, one reduction, the chunks' weight gradients accumulated)");
+  }
   c.notes.push_back("activations as the implementation recipe's code saves them (models/implementation.cpp), "
                     "tensor by tensor, with each block's forward and backward transients, the logits and the "
                     "loss's tensors in forward and backward");
@@ -573,6 +588,40 @@ LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan) {
       // .grad without a copy (the engine has released the saved tensor by then): the walk frees it just
       // before the head's backward allocates the unit's gradient.
       if (plan.trainable_fraction >= 1.0) l.weight_grad = m.vocab_size * m.hidden * e;
+      break;
+    }
+    case models::LossImpl::Chunked: {
+      // torchtune 30b8519e: the recipes (recipes/full_finetune_distributed.py, lora_finetune_distributed.py,
+      // setup: `self._model.set_num_output_chunks(self._loss_fn.num_output_chunks)` for CEWithChunkedOutputLoss)
+      // call `logits = self._model(**batch)`, `loss = self._loss_fn(logits, labels)`: the loss runs on the model's
+      // output (a list of chunks), outside its forward, whatever the block code.
+      //  - TransformerDecoder.chunked_output (torchtune/modules/transformer.py): [self.output(chunk) for chunk in
+      //    last_hidden_state.chunk(num_output_chunks, dim=1)]: one logits tensor per sequence chunk, compute dtype.
+      //  - CEWithChunkedOutputLoss.forward (torchtune/modules/loss/ce_chunked_output_loss.py): reshapes each chunk
+      //    (a view) and calls compute_cross_entropy on each in order: F.cross_entropy(logits.float(), labels,
+      //    reduction="sum"). Per chunk (tools/autograd/derivatives.yaml): _to_copy saves no tensor (its backward is
+      //    _to_copy_backward(grad, self.options())), so the fp32 copy dies when cross_entropy returns; _log_softmax
+      //    saves its fp32 result (backward: _log_softmax_backward_data(grad, result, dim, ...)); nll_loss_forward
+      //    saves self (that result), target and total_weight. No node saves the bf16 chunks (the head's matmul
+      //    saves its input and the weight), so the recipes' `del logits` frees them before backward.
+      //  - backward (LoweringWalk::loss_backward): chunk by chunk, last first; each leaves its compute-dtype gradient
+      //    waiting for the head's backward.
+      // Eager only: torchtune's compile_loss (torchtune/training/_compile.py) compiles compute_cross_entropy alone;
+      // what inductor then saves per chunk is not modelled (Context notes).
+      const std::int64_t n = std::max(1, plan.cross_entropy_chunks);
+      const std::int64_t seq_chunk = (plan.seq_len + n - 1) / n;   // torch.chunk: ceil(size / chunks) per chunk
+      l.inside_model = false;
+      l.chunked_output = true;
+      l.rows = t;
+      l.chunk_rows = plan.micro_batch * seq_chunk;
+      l.row_bytes = m.vocab_size * 4;   // fp32 log-probabilities, nll_loss_backward's and _log_softmax_backward_data's gradients
+      l.logits_row = m.vocab_size * e;
+      l.upcast_row = e != 4 ? m.vocab_size * 4 : 0;
+      l.head_in_grad_row = m.hidden * e;
+      l.logits = tv * e;
+      l.saved = tv * 4;
+      l.nll_grad = l.lsm_grad = l.chunk_bytes(0);
+      l.logits_grad = tv * e;
       break;
     }
   }

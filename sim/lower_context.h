@@ -93,6 +93,8 @@ struct StepTotals {
 // (flash-attn's, llm-foundry's default) saves the logits and a per-token logsumexp and writes the logits'
 // gradient in its backward; a fused linear cross-entropy (Liger) never materializes the logits: it keeps
 // the head input's gradient (T x C, e) from the forward and one fp32 chunk of logits while it runs.
+// torchtune's chunked loss (Chunked, chunked_output below) runs the same chain per sequence chunk, on logits
+// the head produced chunk by chunk.
 struct LossMemory {
   models::LossImpl impl = models::LossImpl::Torch;
   Bytes logits = 0;              // held from the head's forward (Torch, Fused: T*V*e; FusedLinear: T*C*e + T*4)
@@ -112,7 +114,21 @@ struct LossMemory {
   std::int64_t chunk_rows = 0;   // rows per chunk (0: not chunked)
   Bytes row_bytes = 0;           // one row of log-probabilities / gradient: V * (4 with upcast, else e)
   int chunks() const { return chunk_rows > 0 ? static_cast<int>((rows + chunk_rows - 1) / chunk_rows) : 0; }
-  Bytes chunk_bytes(int i) const { return std::min<std::int64_t>(chunk_rows, rows - i * chunk_rows) * row_bytes; }
+  std::int64_t rows_of(int i) const { return std::min<std::int64_t>(chunk_rows, rows - i * chunk_rows); }
+  Bytes chunk_bytes(int i) const { return rows_of(i) * row_bytes; }
+  // torchtune's chunked output (LossImpl::Chunked; torchtune 30b8519e): TransformerDecoder.chunked_output
+  // projects each of the chunks of h.chunk(num_output_chunks, dim=1) apart, so the logits are chunks()
+  // tensors of rows_of(i) rows (micro_batch x ceil(seq_len / chunks) each, the last one shorter), and
+  // CEWithChunkedOutputLoss.compute_cross_entropy runs F.cross_entropy(logits.float(), ...) on each in
+  // turn. Per row (bytes): the head's output chunk, the .float() copy, the head input's gradient.
+  bool chunked_output = false;
+  Bytes logits_row = 0;          // V * e
+  Bytes upcast_row = 0;          // V * 4 (0 for fp32 logits: .float() returns the tensor itself, no node)
+  Bytes head_in_grad_row = 0;    // C * e: the chunk's grad_input from the head's matmul backward
+  // When the head weight trains: the first chunk's weight gradient becomes the unit's .grad (AccumulateGrad
+  // steals it); every later chunk's matmul backward returns a new V x C gradient (e) that AccumulateGrad adds
+  // in place (torch/csrc/autograd/functions/accumulate_grad.h, `variable_grad += new_grad`), then frees.
+  Bytes head_weight_grad = 0;
 };
 LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan);
 

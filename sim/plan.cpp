@@ -30,7 +30,10 @@
 // |                          | {"modules": ["layers.*", ...]}                              |                    |
 // | use_orig_params          | true/false (FSDP1 only: alignment padding, M1; M13)         | true               |
 // | cross_entropy            | "torch" (F.cross_entropy), "fused" (flash-attn's fused CE), | "torch"            |
-// |                          | "fused_linear" (Liger's fused linear CE: no full logits)    |                    |
+// |                          | "fused_linear" (Liger's fused linear CE: no full logits),   |                    |
+// |                          | "chunked" (torchtune's CEWithChunkedOutputLoss + chunked    |                    |
+// |                          | output projection)                                          |                    |
+// | cross_entropy_chunks     | 1..65536: num_output_chunks of "chunked" (only with it)     | 8 (torchtune's)    |
 // | implementation           | "torchtitan", "hf", "litgpt", "fused", "runtime" (fsdpsim's | "hf"               |
 // |                          | own runtime): whose block code runs (what autograd saves)   |                    |
 // | compile                  | true/false: torch.compile (inductor) of each block          | false              |
@@ -67,7 +70,7 @@ const std::vector<std::string> kPlanKeys = {
     "forward_prefetch", "limit_all_gathers", "prefetch_depth", "activation_checkpointing", "param_dtype",
     "reduce_dtype", "master_weights_dtype", "micro_batch", "seq_len", "grad_accum", "grad_sync",
     "cpu_offload", "fp8_all_gather", "trainable_fraction", "optimizer", "auto_wrap_policy", "use_orig_params",
-    "cross_entropy", "implementation", "compile", "float8", "alloc_conf", "free_logits_before_backward",
+    "cross_entropy", "cross_entropy_chunks", "implementation", "compile", "float8", "alloc_conf", "free_logits_before_backward",
     "optimizer_impl", "module_overrides", "frozen_units"};
 
 const std::vector<std::string> kStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
@@ -365,9 +368,17 @@ Plan parse_plan(const Json& j) {
   if (r.has("auto_wrap_policy")) p.auto_wrap_policy = parse_wrap(r.raw("auto_wrap_policy"));
   p.use_orig_params = r.get_bool("use_orig_params", true);
   if (r.has("cross_entropy")) {
-    const std::string ce = r.get_enum("cross_entropy", {"torch", "fused", "fused_linear"});
-    p.cross_entropy = ce == "fused" ? models::LossImpl::Fused
-                      : ce == "fused_linear" ? models::LossImpl::FusedLinear : models::LossImpl::Torch;
+    const std::string ce = r.get_enum("cross_entropy", {"torch", "fused", "fused_linear", "chunked"});
+    p.cross_entropy = ce == "fused"          ? models::LossImpl::Fused
+                      : ce == "fused_linear" ? models::LossImpl::FusedLinear
+                      : ce == "chunked"      ? models::LossImpl::Chunked
+                                             : models::LossImpl::Torch;
+  }
+  if (r.has("cross_entropy_chunks")) {
+    p.cross_entropy_chunks = static_cast<int>(r.get_int("cross_entropy_chunks", 1, 65536, models::kDefaultLossChunks));
+    if (p.cross_entropy != models::LossImpl::Chunked)
+      throw InputError("plan.cross_entropy_chunks", std::to_string(p.cross_entropy_chunks),
+                       "only with cross_entropy \"chunked\" (torchtune's num_output_chunks)");
   }
   if (r.has("implementation")) {
     const std::string impl = r.get_enum("implementation", {"torchtitan", "hf", "litgpt", "fused", "runtime"});
@@ -477,6 +488,7 @@ Json plan_to_json(const Plan& p) {
   j["trainable_fraction"] = p.trainable_fraction;
   j["optimizer"] = p.optimizer == Optimizer::AdamW ? "adamw" : "sgd";
   j["cross_entropy"] = models::loss_impl_name(p.cross_entropy);
+  if (p.cross_entropy == models::LossImpl::Chunked) j["cross_entropy_chunks"] = p.cross_entropy_chunks;
   switch (p.auto_wrap_policy.kind) {
     case models::WrapPolicy::Kind::TransformerBlock: j["auto_wrap_policy"] = "transformer_block"; break;
     case models::WrapPolicy::Kind::None: j["auto_wrap_policy"] = "none"; break;

@@ -82,6 +82,7 @@ struct Plan {
   models::WrapPolicy auto_wrap_policy;  // default: per transformer block
   bool use_orig_params = true;       // FSDP1 only (16-byte alignment padding; frozen params -> full grads)
   models::LossImpl cross_entropy = models::LossImpl::Torch;   // how the loss is computed (logits memory)
+  int cross_entropy_chunks = models::kDefaultLossChunks;      // cross_entropy "chunked": num_output_chunks
   models::ModelImpl implementation = models::ModelImpl::HF;   // whose block code runs (saved tensors)
   bool compile = false;                                        // torch.compile (inductor) on each block
   models::Float8Recipe float8 = models::Float8Recipe::None;   // torchao Float8Linear compute

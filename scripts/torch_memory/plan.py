@@ -21,7 +21,7 @@ README_KEYS = (
     "forward_prefetch", "limit_all_gathers", "prefetch_depth", "activation_checkpointing", "param_dtype",
     "reduce_dtype", "master_weights_dtype", "micro_batch", "seq_len", "grad_accum", "grad_sync",
     "cpu_offload", "fp8_all_gather", "trainable_fraction", "optimizer", "auto_wrap_policy", "use_orig_params",
-    "cross_entropy") + NEW_KEYS
+    "cross_entropy", "cross_entropy_chunks") + NEW_KEYS
 PLAN_KEYS = README_KEYS
 
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
@@ -31,7 +31,8 @@ CANONICAL_DTYPE = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "floa
 IMPLEMENTATIONS = ("torchtitan", "hf", "litgpt", "fused")
 FLOAT8 = ("none", "tensorwise", "rowwise")
 OPTIMIZER_IMPLS = ("foreach", "fused")
-CROSS_ENTROPY = ("torch", "fused", "fused_linear")
+CROSS_ENTROPY = ("torch", "fused", "fused_linear", "chunked")
+DEFAULT_LOSS_CHUNKS = 8     # models/model_spec.h kDefaultLossChunks (torchtune's num_output_chunks)
 # PYTORCH_CUDA_ALLOC_CONF options (PyTorch docs/source/notes/cuda.rst "Optimizing memory usage with
 # PYTORCH_CUDA_ALLOC_CONF"; c10/cuda/CUDAAllocatorConfig.cpp parses them).
 ALLOC_CONF_KEYS = ("backend", "expandable_segments", "max_split_size_mb", "max_non_split_rounding_mb",
@@ -82,6 +83,7 @@ class ResolvedPlan:
     auto_wrap_policy: object = "transformer_block"
     use_orig_params: bool = True
     cross_entropy: str = "torch"
+    cross_entropy_chunks: int = DEFAULT_LOSS_CHUNKS   # "chunked": torchtune's num_output_chunks
     implementation: str = "torchtitan"
     compile: bool = False
     float8: str = "none"
@@ -329,6 +331,11 @@ def parse_plan(plan):
         p.auto_wrap_policy = _wrap(plan["auto_wrap_policy"])
     p.use_orig_params = _get(plan, "use_orig_params", bool, True)
     p.cross_entropy = _get(plan, "cross_entropy", CROSS_ENTROPY, "torch")
+    if "cross_entropy_chunks" in plan:
+        p.cross_entropy_chunks = _get(plan, "cross_entropy_chunks", int, DEFAULT_LOSS_CHUNKS, 1, 65536)
+        if p.cross_entropy != "chunked":
+            raise InputError("plan.cross_entropy_chunks", show(plan["cross_entropy_chunks"]),
+                             'only with cross_entropy "chunked" (torchtune\'s num_output_chunks)')
     p.implementation = _get(plan, "implementation", IMPLEMENTATIONS, "torchtitan")
     p.compile = _get(plan, "compile", bool, False)
     p.float8 = _get(plan, "float8", FLOAT8, "none")

@@ -69,7 +69,8 @@ const char* kLitgptAssumes =
     "figure = max_memory_allocated/1e9 over the whole run -> max(first, steady) peak allocated";
 
 // torchtune (2024-09 table: FSDP2, compile; 2024-05: FSDP1), pure bf16, AC per layer, Hugging Face-like
-// modules (implementation "hf"). Its "peak memory" column: which statistic (training.get_memory_stats logs
+// modules (implementation "hf"). The 2024-09 configs' loss is CEWithChunkedOutputLoss (cross_entropy "chunked",
+// 8 chunks); the 2024-05 recipe (0217d44c) computes CrossEntropyLoss on the whole logits (cross_entropy torch). Its "peak memory" column: which statistic (training.get_memory_stats logs
 // peak_memory_active / alloc / reserved, reset every logged step) is not stated; compared with peak
 // allocated, the reserved prediction printed beside it. LoRA (both tables): lora_attn_modules q_proj, k_proj,
 // v_proj, rank 16, no MLP / output LoRA (recipes/configs/llama2/70B_lora.yaml at 0217d44c,
@@ -80,26 +81,31 @@ const Mapping kRows[] = {
      R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
          "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
          "cpu_offload":true,"optimizer_impl":"fused","free_logits_before_backward":true,
+         "cross_entropy":"chunked","cross_entropy_chunks":8,
          "auto_wrap_policy":{"modules":["layers.*","embed_tokens","lm_head"]}})",
      Kind::Allocated, "FSDP2 full-FT cpu_offload AC mb2 s2048 bf16",
      "Llama 3.1 70B as llama3-70b; A100 80GB (record: assumed); packed 2048 (README note); llama3_1/70B_full.yaml "
      "(30b8519): fsdp_cpu_offload (params, grads, optimizer on CPU; fused AdamW on CPU), custom_sharded_layers "
      "tok_embeddings and output -> their own FSDP units (layers.*, embed_tokens, lm_head); full_finetune_distributed.py "
-     "`del logits` before backward; NOT expressed: CEWithChunkedOutputLoss (8 output chunks, each upcast in the "
-     "compiled loss) -> modelled as one torch cross-entropy over the whole fp32-upcast logits (over-counts the logits); "
+     "`del logits` before backward; loss CEWithChunkedOutputLoss (num_output_chunks 8, set_num_output_chunks -> "
+     "TransformerDecoder.chunked_output) -> cross_entropy chunked, 8 chunks; approximate: compile_loss compiles "
+     "compute_cross_entropy, modelled as eager (fp32 copy and log-softmax per chunk), and the output unit, called "
+     "once per chunk by chunked_output (an FSDP2 unshard and reduce-scatter per call), modelled as called once; "
      "figure read as peak allocated in GiB",
      nullptr},
     {"gt0449", "llama3-70b", "8xA100-80GB",
      R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
          "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
          "optimizer_impl":"fused","free_logits_before_backward":true,"frozen_units":["root"],
+         "cross_entropy":"chunked","cross_entropy_chunks":8,
          "trainable_fraction":0.0006})",   // trainable_fraction: replaced by lora_params / total
      Kind::Allocated, "FSDP2 LoRA AC mb2 s2048 bf16",
      "Llama 3.1 70B as llama3-70b; A100 80GB (assumed); packed 2048 (README note); llama3_1/70B_lora.yaml (30b8519): "
      "LoRA r16 on q,k,v, fused AdamW; layers.* sharded, root (embedding, norm, output) frozen and kept unsharded "
-     "after forward (FSDP2 root); lora_finetune_distributed.py `del logits` before backward; NOT expressed: "
-     "CEWithChunkedOutputLoss (8 chunks, compiled loss) -> one torch cross-entropy over fp32-upcast logits "
-     "(over-counts the logits); figure read as peak allocated in GiB",
+     "after forward (FSDP2 root); lora_finetune_distributed.py `del logits` before backward; loss "
+     "CEWithChunkedOutputLoss (8 chunks) -> cross_entropy chunked, 8 chunks (the frozen output: no weight "
+     "gradient); approximate: the compiled compute_cross_entropy modelled as eager; figure read as peak allocated "
+     "in GiB",
      nullptr, 44564480},
     {"gt0450", "", "", "", Kind::Allocated, "", "", "QLoRA (4-bit NF4 base weights) is not modelled"},
     {"gt0451", "", "", "", Kind::Allocated, "", "", "RTX 4090 24GB: no built-in GPU profile / cluster"},

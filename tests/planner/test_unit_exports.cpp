@@ -268,4 +268,14 @@ TEST(Exports, ExpressiblePlanPerFramework) {
   // The raw FSDP2 export expresses an FSDP2 plan without selective AC as is.
   e = express_plan("fsdp2", f[0].in.plan, cluster(1, 8));
   EXPECT_TRUE(e.changes.empty());
+  // torchtune's chunked loss needs torchtune's TransformerDecoder: no front-end here runs it (no torchtune export).
+  sim::Plan chunked = f[0].in.plan;
+  chunked.cross_entropy = models::LossImpl::Chunked;
+  for (const std::string& fw : export_frameworks()) {
+    e = express_plan(fw, chunked, cluster(1, 8));
+    EXPECT_EQ(e.plan.cross_entropy, models::LossImpl::Torch) << fw;
+    bool said = false;
+    for (const auto& c : e.changes) said = said || c.find("cross_entropy chunked -> torch") != std::string::npos;
+    EXPECT_TRUE(said) << fw;
+  }
 }

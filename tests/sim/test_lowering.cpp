@@ -683,6 +683,125 @@ TEST(LoweringLoss, FusedLinearKeepsTheHeadWeightGradientFromItsForward) {
   for (const Buffer& b : frozen.buffers) EXPECT_EQ(b.name.find("flce_wgrad"), std::string::npos);
 }
 
+// The Logits bytes alive at each op, in issue order (allocations count before the op's frees: the op's peak),
+// with the op's name and kind.
+struct LiveAt {
+  std::string name;
+  OpKind kind;
+  Bytes peak, after;
+};
+std::vector<LiveAt> logits_live(const StepProgram& p) {
+  std::vector<LiveAt> r;
+  Bytes live = 0;
+  for (const Op& o : p.ops) {
+    live += alloc_bytes(p, o, MemCategory::Logits);
+    const Bytes peak = live;
+    for (const FreeSpec& f : frees_of(p, o, MemCategory::Logits)) live -= p.buffers[f.buffer].bytes;
+    r.push_back({o.name, o.kind, peak, live});
+  }
+  return r;
+}
+
+// torchtune's chunked output and CEWithChunkedOutputLoss (cross_entropy "chunked", LossMemory::chunked_output),
+// counted by hand on the 2-block hand model: V = 64, C = 16, bf16, micro_batch 2 x seq_len 16 = 32 tokens
+// (T x V = 2048 logits), 8 chunks of 2 positions = 4 rows each. Per chunk: the bf16 logits 4 x 64 x 2 = 512 B;
+// the fp32 copy, the saved log-probabilities and both loss-backward gradients 4 x 64 x 4 = 1024 B each; the
+// chunk input's gradient 4 x 16 x 2 = 128 B; the head weight's gradient 64 x 16 x 2 = 2048 B. Logits bytes:
+//   head forward          the 8 logits chunks: 4096
+//   loss forward, chunk i + copy + log-probs, the copy freed: at chunk 7 4096 + 7 x 1024 + 2 x 1024 = 13312;
+//                         `del logits` leaves the 8 log-probs: 8192
+//   loss backward         chunk 7 first: + nll grad + log_softmax grad = 10240 (5 bytes per logit), then - nll
+//                         grad - its log-probs, + its bf16 gradient - the fp32 one = 7680; chunk 6 peaks at
+//                         7680 + 2048 = 9728, each next chunk 512 lower (one more bf16 gradient, one fewer
+//                         log-probs): 10240, 9728, ..., 6656; at the end the 8 bf16 gradients: 4096
+//   head backward         chunk 7 first, each frees its 512: 0; chunks 6..0 each add the weight gradient
+//                         (2048, freed at once) to the unit's .grad; the split's cat frees the 8 input gradients.
+// F.cross_entropy over the whole fp32 logits (cross_entropy "torch") holds 12 bytes per logit at the start of
+// its backward (log-probs + nll grad + log_softmax grad): 24576.
+TEST(LoweringLoss, ChunkedOutputLossByHand) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  const std::string base = R"({"micro_batch": 2, "seq_len": 16, "free_logits_before_backward": true, )";
+  StepProgram p = lower_hand(g, base + R"("cross_entropy": "chunked"})", 8, 8);
+  expect_well_formed(p, "chunked");
+  const std::vector<LiveAt> live = logits_live(p);
+  Bytes fwd_peak = 0, fwd_end = 0, end_of_loss_bwd = -1;
+  std::vector<Bytes> ce_bwd;
+  int head_chunks = 0, splits = 0;
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    const LiveAt& l = live[i];
+    const Op& o = p.ops[i];
+    if (o.micro_batch != 0) continue;
+    if (l.kind == OpKind::Forward) {
+      fwd_peak = std::max(fwd_peak, l.peak);
+      fwd_end = l.after;
+    }
+    if (l.name.find("ce bwd") != std::string::npos) ce_bwd.push_back(l.peak);
+    if (l.name.find("upcast bwd") != std::string::npos) end_of_loss_bwd = l.after;
+    if (l.name.find("head bwd") != std::string::npos) {
+      ++head_chunks;
+      EXPECT_EQ(alloc_bytes(p, o, MemCategory::Activations), 128);   // the chunk input's gradient
+      EXPECT_EQ(alloc_bytes(p, o, MemCategory::UnshardedGrads), head_chunks == 1 ? 0 : 2048) << head_chunks;
+      EXPECT_EQ(l.peak - l.after, 512);                              // its bf16 logits gradient dies
+    }
+    if (l.name.find("split bwd") != std::string::npos) {
+      ++splits;
+      Bytes freed = 0;
+      for (const FreeSpec& f : frees_of(p, o, MemCategory::Activations))
+        if (p.buffers[f.buffer].name.find("in_grad") != std::string::npos) freed += p.buffers[f.buffer].bytes;
+      EXPECT_EQ(freed, 8 * 128);
+      EXPECT_EQ(l.after, 0);
+    }
+  }
+  EXPECT_EQ(fwd_peak, 13312);
+  EXPECT_EQ(fwd_end, 8192);
+  EXPECT_EQ(ce_bwd, (std::vector<Bytes>{10240, 9728, 9216, 8704, 8192, 7680, 7168, 6656}));
+  EXPECT_EQ(end_of_loss_bwd, 4096);
+  EXPECT_EQ(head_chunks, 8);
+  EXPECT_EQ(splits, 1);
+
+  // The loop keeps the logits (no `del logits`): 4096 more until the head's backward op frees them.
+  StepProgram kept = lower_hand(g, R"({"micro_batch": 2, "seq_len": 16, "cross_entropy": "chunked"})", 8, 8);
+  expect_well_formed(kept, "chunked, logits kept");
+  Bytes kept_bwd = 0;
+  for (const LiveAt& l : logits_live(kept))
+    if (l.name.find("ce bwd") != std::string::npos) kept_bwd = std::max(kept_bwd, l.peak);
+  EXPECT_EQ(kept_bwd, 10240 + 4096);
+
+  // A frozen head (LoRA: the root frozen) adds no weight gradient.
+  const auto wgrad_tmps = [](const StepProgram& q) {
+    int n = 0;
+    for (const Buffer& b : q.buffers) n += b.name.find("wgrad_tmp") != std::string::npos;
+    return n;
+  };
+  EXPECT_EQ(wgrad_tmps(p), 7);
+  StepProgram lora = lower_hand(
+      g, base + R"("cross_entropy": "chunked", "trainable_fraction": 0.5, "frozen_units": ["root"]})", 8, 8);
+  expect_well_formed(lora, "chunked, frozen head");
+  EXPECT_EQ(wgrad_tmps(lora), 0);
+
+  // seq_len 13: torch.chunk(8) gives ceil(13 / 8) = 2 positions per chunk, 7 chunks (the last of 1 position:
+  // 2 rows). Forward peak: 6 x 512 + 256 + 6 x 1024 (log-probs 0..5) + 2 x 512 (chunk 6's copy and log-probs)
+  // = 3328 + 6144 + 1024 = 10496.
+  StepProgram odd = lower_hand(g, R"({"micro_batch": 2, "seq_len": 13, "free_logits_before_backward": true, )"
+                                  R"("cross_entropy": "chunked"})", 8, 8);
+  expect_well_formed(odd, "chunked, seq 13");
+  Bytes odd_peak = 0;
+  int odd_chunks = 0;
+  for (const LiveAt& l : logits_live(odd)) {
+    if (l.kind == OpKind::Forward) odd_peak = std::max(odd_peak, l.peak);
+    if (l.name.find("ce chunk") != std::string::npos) ++odd_chunks;
+  }
+  EXPECT_EQ(odd_peak, 10496);
+  EXPECT_EQ(odd_chunks, 7);
+
+  // The same step with F.cross_entropy over the whole logits.
+  StepProgram torch = lower_hand(g, base + R"("cross_entropy": "torch"})", 8, 8);
+  Bytes torch_bwd = 0;
+  for (const LiveAt& l : logits_live(torch))
+    if (l.kind == OpKind::Backward) torch_bwd = std::max(torch_bwd, l.peak);
+  EXPECT_EQ(torch_bwd, 24576);
+}
+
 TEST(LoweringFacts, StepFactsAndNotes) {
   auto g = block_graph(kRoot, {kBlock, kBlock});
   StepProgram p = lower_hand(g, R"({"micro_batch": 2, "seq_len": 64, "grad_accum": 3})", 16, 8);

@@ -50,6 +50,13 @@ class PlanKeys(FieldAssertions):
         self.assertField({"cpu_offload": {"params": True, "optimizer": False}}, "plan.cpu_offload.optimizer")
         self.assertField({"trainable_fraction": 0}, "plan.trainable_fraction")
         self.assertField({"mesh": [2, 2, 2]}, "plan.mesh")
+        self.assertField({"cross_entropy_chunks": 8}, "plan.cross_entropy_chunks")   # only with "chunked"
+        self.assertField({"cross_entropy": "chunked", "cross_entropy_chunks": 0}, "plan.cross_entropy_chunks")
+
+    def test_chunked_loss_parses(self):
+        p = plans.parse_plan({"cross_entropy": "chunked", "cross_entropy_chunks": 4})
+        self.assertEqual((p.cross_entropy, p.cross_entropy_chunks), ("chunked", 4))
+        self.assertEqual(plans.parse_plan({"cross_entropy": "chunked"}).cross_entropy_chunks, 8)
 
     def test_alloc_conf(self):
         self.assertEqual(plans.parse_alloc_conf("expandable_segments:True, max_split_size_mb:512"),
