@@ -187,6 +187,21 @@ void LoweringWalk::cublas_workspace(Op& o, bool autograd_thread) {
 
 // An op of the loss that only allocates and frees: its kernels are in the head's lists (models/kernels.cpp
 // cross_entropy, cross_entropy_bwd), so it takes no GPU or CPU time of its own.
+
+// One chunk's cross-entropy backward (torch/csrc/autograd: nll_loss_backward's zero-filled gradient, then
+// _log_softmax_backward_data's; the nll gradient and the chunk's saved log-probabilities are released).
+// Returns the log-softmax gradient's buffer.
+int LoweringWalk::chunk_ce_backward(const LossMemory& l, int i, int saved) {
+  Op& o = loss_op(OpKind::Backward, "ce bwd");
+  const int g1 = b_.buffer("nll_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
+  const int g2 = b_.buffer("lsm_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
+  o.allocs.push_back(g1);
+  o.allocs.push_back(g2);
+  o.frees.push_back({g1, -1});
+  o.frees.push_back({saved, -1});
+  return g2;
+}
+
 Op& LoweringWalk::loss_op(OpKind kind, const char* what) {
   static const std::shared_ptr<const std::vector<models::KernelDesc>> kNoKernels =
       std::make_shared<const std::vector<models::KernelDesc>>();
@@ -270,13 +285,7 @@ void LoweringWalk::loss_backward() {
     std::vector<int>& grads = head_chunk_grads_;
     grads.assign(static_cast<std::size_t>(l.chunks()), -1);
     for (int i = l.chunks() - 1; i >= 0; --i) {
-      Op& o = loss_op(OpKind::Backward, "ce bwd");
-      const int g1 = b_.buffer("nll_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
-      const int g2 = b_.buffer("lsm_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
-      o.allocs.push_back(g1);
-      o.allocs.push_back(g2);
-      o.frees.push_back({g1, -1});
-      o.frees.push_back({loss_chunk_ids_[static_cast<std::size_t>(i)], -1});
+      const int g2 = chunk_ce_backward(l, i, loss_chunk_ids_[static_cast<std::size_t>(i)]);
       grads[static_cast<std::size_t>(i)] = g2;
       if (l.upcast_row > 0) {   // fp32 logits: no .float() node, the fp32 gradient itself flows on
         Op& down = loss_op(OpKind::Backward, "upcast bwd");
@@ -296,15 +305,7 @@ void LoweringWalk::loss_backward() {
     // input buffer until split_with_sizes_backward concatenates them (torch/csrc/autograd/FunctionsManual.cpp).
     const int n = l.chunks();
     const int grads = b_.num_buffers();
-    for (int i = n - 1; i >= 0; --i) {
-      Op& o = loss_op(OpKind::Backward, "ce bwd");
-      const int g1 = b_.buffer("nll_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
-      const int g2 = b_.buffer("lsm_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
-      o.allocs.push_back(g1);
-      o.allocs.push_back(g2);
-      o.frees.push_back({g1, -1});
-      o.frees.push_back({loss_chunks_.first + i, -1});
-    }
+    for (int i = n - 1; i >= 0; --i) chunk_ce_backward(l, i, loss_chunks_.first + i);
     loss_chunks_ = BufferRange{};
     Op& cat = loss_op(OpKind::Backward, "split bwd");
     head_grad_ = b_.buffer("logits_grad", cat.unit, l.logits_grad, MemCategory::Logits, compute_);

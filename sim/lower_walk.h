@@ -73,6 +73,7 @@ class LoweringWalk {
   void emit_compute(int s, OpKind kind);
   bool checkpointed(int s) const;
   Op& loss_op(OpKind kind, const char* what);
+  int chunk_ce_backward(const LossMemory& l, int i, int saved);   // one chunk's CE backward ops
   void loss_forward();
   void loss_backward();
   void head_chunks_backward(int s);
