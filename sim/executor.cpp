@@ -69,8 +69,8 @@
 // apart ("memory apart": no allocation or free waits on the GPU) and there is no trace, issuing an op
 // only sets its issue time and state and fills its launch queue, so the snapshots also hold the CPU:
 // its op (moved by p too), its block (on the op p further, for as long, and whether on a full queue),
-// an issue in progress, the launch queues' contents, and the issue times of the compute stream's issued,
-// unstarted ops (start() reads them). The checks add what the CPU read between a and b: the ops it
+// an issue in progress and the launch queues' contents (and, as always, the issue time of a waiting
+// compute-stream head, which start() reads). The checks add what the CPU read between a and b: the ops it
 // issued, from a's CPU op to b's (same kind, stream — a moving one —, issue cost, launches, CPU waits
 // shifted or equivalent), and, if it waits for room at b, the queue's ops up to the one it waits for;
 // the ops' launches are compared where the GPU's are (the queue walks read those). The jump marks the
@@ -203,8 +203,11 @@ class Engine {
     std::vector<int> slow;                // running_slowable_, in order
     std::vector<double> slow_rem;         // their remaining_
     std::vector<TimeNs> slow_seg;         // their seg_start_ - t
-    // The CPU (see "The CPU still issuing" at the top): cpu_op_ (n_: done), its block, the launch queues,
-    // and the compute stream's issued, unstarted ops as (id - cpu_op, issue time - t).
+    // The issue time - t of the compute stream's head when it is issued and waits (0 otherwise): start()
+    // reads it. (Any later op of the stream was issued before its predecessor ends: its issue time is
+    // never read.)
+    TimeNs head0_issue = 0;
+    // The CPU (see "The CPU still issuing" at the top): cpu_op_ (n_: done), its block, the launch queues.
     int cpu_op = 0;
     int blocked_on = -1;                  // cpu_blocked_on_ (-1: not blocked)
     bool blocked_queue = false;
@@ -212,13 +215,14 @@ class Engine {
     TimeNs blocked_total = 0;
     TimeNs cpu_start = 0;                 // an issue in progress (IssueDone pending): its start - t
     std::vector<std::int64_t> queued;
-    std::vector<std::pair<int, TimeNs>> issued0;
   };
   struct FfLite {
     TimeNs t;
     int head0;
     TimeNs head0_ns, prev_end;   // the compute op's duration; end of the previous one - t
     int comm_active, events, slow;
+    int cpu_lead;                // cpu_op_ - the compute head (-1: the CPU is done)
+    std::int64_t queued0;        // the compute stream's launch queue (0: the CPU is done)
   };
   static constexpr int kFfSnaps = 5;
   void ff_boundary(TimeNs now);
@@ -709,13 +713,16 @@ void Engine::ff_boundary(TimeNs now) {
   // earlier boundary's, so candidates that never repeat pay a few stores (a jump then comes one period
   // later than with full snapshots everywhere).
   if (stream_head_[0] >= n_) return;   // the compute stream is done (a start seen during a CPU event)
+  const bool cpu_done = cpu_op_ == n_;
   const FfLite l{now, stream_head_[0], gpu_ns_[stream_head_[0]], compute_prev_end_ - now, comm_active_,
-                 static_cast<int>(q_.size()), static_cast<int>(running_slowable_.size())};
+                 static_cast<int>(q_.size()), static_cast<int>(running_slowable_.size()),
+                 cpu_done ? -1 : cpu_op_ - stream_head_[0], cpu_done ? 0 : queued_[0]};
   bool repeats = false;
   for (int k = 0; k < ff_lite_count_ && !repeats; ++k) {
     const FfLite& a = ff_lite_[k];
     repeats = l.head0 > a.head0 && l.t > a.t && l.head0_ns == a.head0_ns && l.prev_end == a.prev_end &&
-              l.comm_active == a.comm_active && l.events == a.events && l.slow == a.slow;
+              l.comm_active == a.comm_active && l.events == a.events && l.slow == a.slow &&
+              l.cpu_lead == a.cpu_lead && l.queued0 == a.queued0;
   }
   ff_lite_[ff_lite_next_] = l;
   ff_lite_next_ = (ff_lite_next_ + 1) % kFfSnaps;
@@ -753,6 +760,7 @@ bool Engine::ff_take(FfSnap& s, TimeNs now) {
   s.comm_start = comm_active_ > 0 ? comm_start_ - now : 0;
   s.factor = factor_;
   s.head0_ns = gpu_ns_[stream_head_[0]];
+  s.head0_issue = rec_[stream_head_[0]].state == kIssued ? issue_t_[stream_head_[0]] - now : 0;
   s.n_comm = comm_intervals_.size();
   s.n_gaps = compute_gaps_.size();
   for (int g = 0; g < kNumGroups; ++g) s.group_head[g] = group_head_[g];
@@ -778,14 +786,11 @@ bool Engine::ff_take(FfSnap& s, TimeNs now) {
   s.blocked_queue = cpu_blocked_ && cpu_blocked_queue_;
   s.blocked_since = cpu_blocked_ ? cpu_blocked_since_ - now : 0;
   s.blocked_total = cpu_blocked_total_;
-  s.queued.clear();
-  s.issued0.clear();
   if (cpu_op_ == n_) {
     if (!only_completions) return false;
+    s.queued.clear();
   } else {
     s.queued.assign(queued_.begin(), queued_.end());
-    for (int h = stream_head_[0]; h < cpu_op_; h = rec_[h].next_in_stream)
-      if (rec_[h].state == kIssued) s.issued0.emplace_back(h - cpu_op_, issue_t_[h] - now);
   }
   std::sort(s.events.begin(), s.events.end(),
             [](const FfEvent& x, const FfEvent& y) { return x.dt != y.dt ? x.dt < y.dt : x.seq < y.seq; });
@@ -826,7 +831,7 @@ bool Engine::ff_same_shape(const FfSnap& a, const FfSnap& b, int p) {
     }
   }
   if (a.comm_active != b.comm_active || a.factor != b.factor || a.compute_prev_end != b.compute_prev_end ||
-      a.comm_start != b.comm_start)
+      a.comm_start != b.comm_start || a.head0_issue != b.head0_issue)
     return false;
   if (a.events.size() != b.events.size() || a.slow.size() != b.slow.size()) return false;
   for (std::size_t k = 0; k < a.events.size(); ++k)
@@ -835,10 +840,10 @@ bool Engine::ff_same_shape(const FfSnap& a, const FfSnap& b, int p) {
   if ((a.cpu_op == n_) != (b.cpu_op == n_)) return false;
   if (b.cpu_op < n_) {
     // The CPU moved by p too, blocked on the op p on or not blocked, in the same way for as long; the same
-    // launch queues, and the compute stream's unstarted ops issued as long before.
+    // launch queues.
     if (b.cpu_op - a.cpu_op != p || (a.blocked_on < 0) != (b.blocked_on < 0) ||
         (b.blocked_on >= 0 && b.blocked_on != a.blocked_on + p) || a.blocked_queue != b.blocked_queue ||
-        a.blocked_since != b.blocked_since || a.cpu_start != b.cpu_start || a.queued != b.queued || a.issued0 != b.issued0)
+        a.blocked_since != b.blocked_since || a.cpu_start != b.cpu_start || a.queued != b.queued)
       return false;
   }
   for (std::size_t k = 0; k < a.slow.size(); ++k)

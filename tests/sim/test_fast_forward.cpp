@@ -198,7 +198,7 @@ RandomProgram random_program(std::uint32_t seed, bool perturb = true) {
   out.costs.overlap_slowdown = pick(0, 2) == 0 ? 1.0 : 1.0 + 0.25 * pick(1, 4);
   // Launch queues (drawn after the rest, so the programs above stay those of earlier seeds): the default
   // depth (never reached here), unbounded, or a few kernels, which the CPU, cheaper than the GPU, fills;
-  // compute ops launch 1-3 kernels; perturbed, one op launches one more.
+  // compute ops launch 1-3 kernels; perturbed, one op launches one more, or issues slower.
   const int depth = pick(0, 3);
   out.costs.launch_queue_depth = depth == 0 ? calibrate::kDefaultLaunchQueueDepth : depth == 1 ? 0 : pick(1, 8);
   const int l_fwd = pick(1, 3), l_bwd = pick(1, 3);
@@ -214,6 +214,7 @@ RandomProgram random_program(std::uint32_t seed, bool perturb = true) {
     for (int k = 0; k < n; ++k)
       if (b.p.ops[k].kind == OpKind::AllGather) out.costs.cpu_ns[k] = slow;
   }
+  if (perturb && pick(0, 3) == 0) out.costs.cpu_ns[pick(0, n - 1)] += pick(1, 40);   // one slower issue
   out.p = std::move(b.p);
   return out;
 }
