@@ -72,7 +72,7 @@ struct SimResult {
   TimeNs compute_ns = 0;           // busy time of the compute stream
   TimeNs comm_ns = 0;              // busy time of all collective streams (union)
   TimeNs exposed_comm_ns = 0;      // time the compute stream sits idle waiting on a collective
-  TimeNs cpu_blocked_ns = 0;       // CPU time blocked (rate limiter, syncs)
+  TimeNs cpu_blocked_ns = 0;       // CPU time blocked (rate limiter, syncs; simulator: a full launch queue too)
   std::int64_t alloc_retries = 0;  // caching-allocator cudaMalloc retries (cache released at capacity)
   double tokens_per_step = 0;      // global tokens per optimizer step
   double tokens_per_s_per_gpu = 0;
