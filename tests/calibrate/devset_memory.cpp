@@ -1,7 +1,7 @@
 // Peak-memory prediction error of fsdpsim on the MEMORY records of ../shared/data/published-dev-set-2.jsonl
 // (in-tree copy: tests/calibrate/data/published_dev_set_2.jsonl, the records carrying a memory figure).
-// Each compared record is simulated with the plan its source implies (plans built as in
-// devset_published2.cpp) and its figure compared like with like: torch.cuda.max_memory_allocated with
+// Each compared record is simulated with the plan its source implies (the rows of
+// devset_published2_rows.cpp, shared with the time report devset_published2.cpp) and its figure compared like with like: torch.cuda.max_memory_allocated with
 // fsdpsim's peak allocated, reserved with peak reserved, nvidia-smi with peak_total_device. A figure
 // that is a maximum over the whole run is compared with the larger of the first-step and steady-step
 // peaks. A report, not a gate: no constant of the simulator is tuned here and no correction applied.
@@ -19,142 +19,14 @@
 #include "calibrate/hardware_profile.h"
 #include "models/zoo.h"
 #include "sim/simulator.h"
+#include "tests/calibrate/devset_published2_rows.h"
 
 using namespace fsdpsim;
 
 namespace {
 
-enum class Kind { Allocated, Reserved, NvidiaSmi };
-const char* kind_name(Kind k) {
-  return k == Kind::Allocated ? "allocated" : k == Kind::Reserved ? "reserved" : "nvidia-smi";
-}
-
-struct Mapping {
-  const char* id;
-  const char* model;     // zoo name ("" = skipped)
-  const char* cluster;   // built-in cluster name
-  const char* plan;      // plan JSON
-  Kind kind;             // what the record's figure measures
-  const char* summary;   // short plan summary for the row
-  const char* assumes;   // every assumption beyond the record
-  const char* skip;      // non-null: skipped, with this reason
-  std::int64_t lora_params = 0;   // > 0: trainable_fraction = lora_params / the zoo model's total parameters
-};
-
-// litgpt finetune/lora.py at lit-gpt 8641822 (the commit resource-tables.md names), Lightning pinned at
-// 71aed751 by its requirements.txt, PyTorch 2.1.0:
-//  - FSDPStrategy(auto_wrap_policy={Block}, activation_checkpointing_policy={Block}, state_dict_type="full",
-//    limit_all_gathers=True, cpu_offload=False): FSDP1 FULL_SHARD, use_orig_params=True (Fabric's default on
-//    torch >= 2.0), full AC per Block, precision bf16-true (params, reduce and master weights bf16), AdamW;
-//  - batch_size 128, gradient_accumulation_iters = batch_size // micro_batch_size, every micro-batch but the
-//    last of an optimizer step under fabric.no_backward_sync(model) -> FullyShardedDataParallel.no_sync():
-//    grad_accum = 128 / micro_batch, grad_sync false (the unsharded flat grads are kept across the
-//    micro-batches, M12; with use_orig_params a Block's flat grad is full size although only its LoRA
-//    tensors train, M13);
-//  - lora_head False and mark_only_lora_as_trainable: the root unit (wte, ln_f, lm_head) has no trainable
-//    tensor, so its FlatParameter does not require grad: frozen_units ["root"];
-//  - LoRA trainable parameters 4,194,304 (Llama-2-7B), 6,553,600 (Llama-2-13B): trainable_fraction =
-//    count / total parameters (from the zoo's exact count).
-// Figure: torch.cuda.max_memory_allocated()/1e9 printed after train(), a maximum over the whole run.
-#define LITGPT_PLAN(MB, SEQ, GA)                                                                                 \
-  R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","activation_checkpointing":"full","implementation":"litgpt",)" \
-  R"("param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16","optimizer":"adamw","micro_batch":)" #MB \
-  R"(,"seq_len":)" #SEQ R"(,"grad_accum":)" #GA R"(,"grad_sync":false,"frozen_units":["root"]})"
-const char* kLitgptAssumes =
-    "litgpt finetune/lora.py (8641822): FSDP1 FULL_SHARD use_orig_params, full AC per Block, bf16-true, AdamW; "
-    "grad_accum = 128 / micro_batch under fabric.no_backward_sync -> FSDP no_sync (unsharded flat grads of every "
-    "Block kept until the last micro-batch); root (wte, ln_f, lm_head) frozen (lora_head False); seq_len = longest "
-    "alpaca sample for the Llama-2 tokenizer (1304) for every micro-batch (only the first micro-batch is forced to "
-    "it: later ones are random alpaca batches, shorter: activations over-predicted, more with larger micro-batches); "
-    "figure = max_memory_allocated/1e9 over the whole run -> max(first, steady) peak allocated";
-
-// torchtune (2024-09 table: FSDP2, compile; 2024-05: FSDP1), pure bf16, AC per layer, Hugging Face-like
-// modules (implementation "hf"). The 2024-09 configs' loss is CEWithChunkedOutputLoss (cross_entropy "chunked",
-// 8 chunks); the 2024-05 recipe (0217d44c) computes CrossEntropyLoss on the whole logits (cross_entropy torch). Its "peak memory" column: which statistic (training.get_memory_stats logs
-// peak_memory_active / alloc / reserved, reset every logged step) is not stated; compared with peak
-// allocated, the reserved prediction printed beside it. LoRA (both tables): lora_attn_modules q_proj, k_proj,
-// v_proj, rank 16, no MLP / output LoRA (recipes/configs/llama2/70B_lora.yaml at 0217d44c,
-// llama3_1/70B_lora.yaml at 30b8519e): 80 x (16 x (8192 + 8192) + 2 x 16 x (8192 + 1024)) = 44,564,480
-// trainable parameters (lora_params below; trainable_fraction = count / the zoo's total).
-const Mapping kRows[] = {
-    {"gt0448", "llama3-70b", "8xA100-80GB",
-     R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
-         "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
-         "cpu_offload":true,"optimizer_impl":"fused","free_logits_before_backward":true,
-         "cross_entropy":"chunked","cross_entropy_chunks":8,
-         "auto_wrap_policy":{"modules":["layers.*","embed_tokens","lm_head"]}})",
-     Kind::Allocated, "FSDP2 full-FT cpu_offload AC mb2 s2048 bf16",
-     "Llama 3.1 70B as llama3-70b; A100 80GB (record: assumed); packed 2048 (README note); llama3_1/70B_full.yaml "
-     "(30b8519): fsdp_cpu_offload (params, grads, optimizer on CPU; fused AdamW on CPU), custom_sharded_layers "
-     "tok_embeddings and output -> their own FSDP units (layers.*, embed_tokens, lm_head); full_finetune_distributed.py "
-     "`del logits` before backward; loss CEWithChunkedOutputLoss (num_output_chunks 8, set_num_output_chunks -> "
-     "TransformerDecoder.chunked_output) -> cross_entropy chunked, 8 chunks; approximate: compile_loss compiles "
-     "compute_cross_entropy, modelled as eager (fp32 copy and log-softmax per chunk), and the output unit, called "
-     "once per chunk by chunked_output (an FSDP2 unshard and reduce-scatter per call), modelled as called once; "
-     "figure read as peak allocated in GiB",
-     nullptr},
-    {"gt0449", "llama3-70b", "8xA100-80GB",
-     R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
-         "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
-         "optimizer_impl":"fused","free_logits_before_backward":true,"frozen_units":["root"],
-         "cross_entropy":"chunked","cross_entropy_chunks":8,
-         "trainable_fraction":0.0006})",   // trainable_fraction: replaced by lora_params / total
-     Kind::Allocated, "FSDP2 LoRA AC mb2 s2048 bf16",
-     "Llama 3.1 70B as llama3-70b; A100 80GB (assumed); packed 2048 (README note); llama3_1/70B_lora.yaml (30b8519): "
-     "LoRA r16 on q,k,v, fused AdamW; layers.* sharded, root (embedding, norm, output) frozen and kept unsharded "
-     "after forward (FSDP2 root); lora_finetune_distributed.py `del logits` before backward; loss "
-     "CEWithChunkedOutputLoss (8 chunks) -> cross_entropy chunked, 8 chunks (the frozen output: no weight "
-     "gradient); approximate: the compiled compute_cross_entropy modelled as eager; figure read as peak allocated "
-     "in GiB",
-     nullptr, 44564480},
-    {"gt0450", "", "", "", Kind::Allocated, "", "", "QLoRA (4-bit NF4 base weights) is not modelled"},
-    {"gt0451", "", "", "", Kind::Allocated, "", "", "RTX 4090 24GB: no built-in GPU profile / cluster"},
-    {"gt0452", "", "", "", Kind::Allocated, "", "", "RTX 4090 24GB: no built-in GPU profile / cluster"},
-    {"gt0453", "llama2-70b", "8xA100-80GB",
-     R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","micro_batch":4,"seq_len":512,"activation_checkpointing":"full",
-         "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
-         "use_orig_params":false,"frozen_units":["root"],"trainable_fraction":0.0006})",   // replaced by lora_params / total
-     Kind::Allocated, "FSDP1 LoRA AC mb4 s512 bf16",
-     "A100 80GB (assumed); lora_finetune_distributed.py (0217d44c): FSDP1 FULL_SHARD with FSDP's default "
-     "use_orig_params=False, lora_fsdp_wrap_policy wraps every LoRA A/B linear in its own unit -> the frozen flat "
-     "params get no gradient (use_orig_params false: gradients of the trainable fraction only; root frozen); "
-     "llama2/70B_lora.yaml: LoRA r16 on q,k,v; batch_size 4 per the README row; seq_len 512 = alpaca_dataset's "
-     "default max_seq_len (torchtune/datasets/_alpaca.py, not overridden by the config; unpacked, padded to the "
-     "batch's longest, so at most 512; the README's 'Seq Length = 4096' is not reachable with alpaca); figure read "
-     "as peak allocated in GB (get_memory_stats divides by 1e9 at this commit)",
-     nullptr, 44564480},
-    {"gt0454", "", "", "", Kind::Allocated, "", "", "PagedAdamW (bitsandbytes) optimizer is not modelled"},
-    {"gt0483", "", "", "", Kind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
-    {"gt0484", "", "", "", Kind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
-    {"gt0485", "", "", "", Kind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
-    {"gt0486", "", "", "", Kind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
-    {"gt0487", "", "", "", Kind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
-    {"gt0488", "", "", "", Kind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
-    {"gt0489", "", "", "", Kind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
-    {"gt0490", "", "", "", Kind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
-    {"gt0491", "", "", "", Kind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
-    {"gt0492", "", "", "", Kind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
-    {"gt0507", "", "", "", Kind::Allocated, "", "", "phi-1.5 is not in the model zoo"},
-    {"gt0508", "", "", "", Kind::Allocated, "", "", "phi-1.5 is not in the model zoo"},
-    {"gt0509", "", "", "", Kind::Allocated, "", "", "phi-1.5 is not in the model zoo"},
-    {"gt0510", "", "", "", Kind::Allocated, "", "", "StableLM Alpha 3B is not in the model zoo"},
-    {"gt0511", "", "", "", Kind::Allocated, "", "", "StableLM Alpha 3B is not in the model zoo"},
-    {"gt0512", "", "", "", Kind::Allocated, "", "", "StableLM Alpha 3B is not in the model zoo"},
-    {"gt0513", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(1, 1304, 128), Kind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
-     kLitgptAssumes, nullptr},
-    {"gt0514", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(2, 1304, 64), Kind::Allocated, "FSDP1 LoRA AC mb2 s1304 bf16-true",
-     kLitgptAssumes, nullptr},
-    {"gt0515", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(4, 1304, 32), Kind::Allocated, "FSDP1 LoRA AC mb4 s1304 bf16-true",
-     kLitgptAssumes, nullptr},
-    {"gt0516", "llama2-13b", "2xA100-40GB", LITGPT_PLAN(1, 1304, 128), Kind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
-     kLitgptAssumes, nullptr},
-    {"gt0517", "llama2-13b", "4xA100-40GB", LITGPT_PLAN(1, 1304, 128), Kind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
-     kLitgptAssumes, nullptr},
-    {"gt0518", "", "", "", Kind::Allocated, "", "",
-     "only a ratio ('3x more memory' than plain FSDP), no absolute per-GPU figure"},
-};
-
-const std::map<std::string, std::int64_t> kLitgptLora = {{"llama2-7b", 4194304}, {"llama2-13b", 6553600}};
+using devset::MemoryKind;
+using devset::Row;
 
 // The memory figure of a record: value in bytes (or OOM), and the unit's assumption.
 struct Figure {
@@ -230,8 +102,6 @@ int main(int argc, char** argv) {
     std::cerr << "calibrate_devset_memory: no records in " << path << "\n";
     return 2;
   }
-  std::map<std::string, const Mapping*> by_id;
-  for (const auto& r : kRows) by_id[r.id] = &r;
 
   std::printf("fsdpsim peak-memory prediction vs published memory records (%s)\n", path.c_str());
   std::printf("Assumptions common to all rows:\n"
@@ -257,15 +127,15 @@ int main(int argc, char** argv) {
     const std::string id = j["id"].get<std::string>();
     const std::string source = j["source"].get<std::string>();
     const Figure fig = memory_figure(j["metrics"]);
-    auto it = by_id.find(id);
-    if (it == by_id.end()) {
+    const Row* row = devset::find_row(id);
+    if (!row) {
       skipped.push_back({id, fig.present ? "memory record with no mapping in devset_memory.cpp"
                                          : "no per-GPU memory figure in bytes"});
       continue;
     }
-    const Mapping& r = *it->second;
-    if (r.skip) {
-      skipped.push_back({id, r.skip});
+    const Row& r = *row;
+    if (r.memory_skip) {
+      skipped.push_back({id, r.memory_skip});
       continue;
     }
     if (!fig.present) {
@@ -276,20 +146,9 @@ int main(int argc, char** argv) {
       calibrate::Cluster c = calibrate::load_cluster(r.cluster);
       auto hw = calibrate::HardwareProfile::for_cluster(c);
       const models::ModelSpec model = models::load_model(r.model);
-      nlohmann::json pj = nlohmann::json::parse(r.plan);
       std::string extra;
-      std::int64_t lora_params = r.lora_params;
-      auto lora = kLitgptLora.find(r.model);
-      if (std::string(r.plan).find("\"litgpt\"") != std::string::npos && lora != kLitgptLora.end())
-        lora_params = lora->second;
-      if (lora_params > 0) {
-        const double total = static_cast<double>(models::count_params(model).total);
-        pj["trainable_fraction"] = static_cast<double>(lora_params) / total;
-        char b[160];
-        std::snprintf(b, sizeof b, "; LoRA %lld trainable of %.0f -> trainable_fraction %.6f",
-                      static_cast<long long>(lora_params), total, static_cast<double>(lora_params) / total);
-        extra = b;
-      }
+      const nlohmann::json pj = devset::row_plan(r, model, /*for_time=*/false, &extra);
+      if (!extra.empty()) extra = "; " + extra;
       sim::Plan plan = sim::resolve_plan(sim::load_plan(pj.dump()), c.world(), c.gpus_per_node);
       sim::SimOptions opts;
       opts.record_trace = false;
@@ -297,8 +156,8 @@ int main(int argc, char** argv) {
       const auto res = sim::simulate(model, hw, plan, opts);
       const double alloc = static_cast<double>(std::max(res.peak_allocated, res.first_step_peak_allocated));
       const double rsv = static_cast<double>(std::max(res.peak_reserved, res.first_step_peak_reserved));
-      const double predicted = r.kind == Kind::Allocated ? alloc
-                               : r.kind == Kind::Reserved ? rsv
+      const double predicted = r.kind == MemoryKind::Allocated ? alloc
+                               : r.kind == MemoryKind::Reserved ? rsv
                                                           : rsv + static_cast<double>(res.context_bytes);
       Stat& s = per_source[source];
       const bool ran = !fig.oom;
@@ -306,14 +165,14 @@ int main(int argc, char** argv) {
       if (res.fits == ran) s.verdict_ok++;
       if (fig.oom) {
         std::printf("%-7s %-11s %-12s %-44s %-9s %9s %9.2f %9.2f %8s %-5s %-4s\n", id.c_str(), r.model, r.cluster,
-                    r.summary, kind_name(r.kind), "OOM", predicted / 1e9, rsv / 1e9, "-", res.fits ? "yes" : "NO",
+                    r.summary, devset::memory_kind_name(r.kind), "OOM", predicted / 1e9, rsv / 1e9, "-", res.fits ? "yes" : "NO",
                     "no");
       } else {
         const double err = 100.0 * (predicted - fig.bytes) / fig.bytes;
         s.n++;
         s.abs_sum += std::fabs(err);
         std::printf("%-7s %-11s %-12s %-44s %-9s %9.2f %9.2f %9.2f %+8.1f %-5s %-4s\n", id.c_str(), r.model, r.cluster,
-                    r.summary, kind_name(r.kind), fig.bytes / 1e9, predicted / 1e9, rsv / 1e9, err,
+                    r.summary, devset::memory_kind_name(r.kind), fig.bytes / 1e9, predicted / 1e9, rsv / 1e9, err,
                     res.fits ? "yes" : "NO", "yes");
       }
       assumptions.push_back({id, std::string(r.assumes) + "; metric " + fig.key + " in " + fig.unit + extra});

@@ -1,0 +1,178 @@
+// The rows of published-dev-set-2.jsonl as their sources imply them (devset_published2_rows.h).
+#include "tests/calibrate/devset_published2_rows.h"
+
+#include <cstdio>
+
+#include "models/model_spec.h"
+
+namespace fsdpsim::devset {
+namespace {
+
+// litgpt finetune/lora.py at lit-gpt 8641822 (the commit resource-tables.md names), Lightning pinned at
+// 71aed751 by its requirements.txt, PyTorch 2.1.0:
+//  - FSDPStrategy(auto_wrap_policy={Block}, activation_checkpointing_policy={Block}, state_dict_type="full",
+//    limit_all_gathers=True, cpu_offload=False): FSDP1 FULL_SHARD, use_orig_params=True (Fabric's default on
+//    torch >= 2.0), full AC per Block, precision bf16-true (params, reduce and master weights bf16), AdamW;
+//  - batch_size 128, gradient_accumulation_iters = batch_size // micro_batch_size, every micro-batch but the
+//    last of an optimizer step under fabric.no_backward_sync(model) -> FullyShardedDataParallel.no_sync():
+//    grad_accum = 128 / micro_batch, grad_sync false (the unsharded flat grads are kept across the
+//    micro-batches, M12; with use_orig_params a Block's flat grad is full size although only its LoRA
+//    tensors train, M13);
+//  - lora_head False and mark_only_lora_as_trainable: the root unit (wte, ln_f, lm_head) has no trainable
+//    tensor, so its FlatParameter does not require grad: frozen_units ["root"];
+//  - LoRA trainable parameters 4,194,304 (Llama-2-7B), 6,553,600 (Llama-2-13B): trainable_fraction =
+//    count / total parameters (from the zoo's exact count).
+// Figure: torch.cuda.max_memory_allocated()/1e9 printed after train(), a maximum over the whole run.
+#define LITGPT_PLAN(MB, SEQ, GA)                                                                                 \
+  R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","activation_checkpointing":"full","implementation":"litgpt",)" \
+  R"("param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16","optimizer":"adamw","micro_batch":)" #MB \
+  R"(,"seq_len":)" #SEQ R"(,"grad_accum":)" #GA R"(,"grad_sync":false,"frozen_units":["root"]})"
+const char* kLitgptAssumes =
+    "litgpt finetune/lora.py (8641822): FSDP1 FULL_SHARD use_orig_params, full AC per Block, bf16-true, AdamW; "
+    "grad_accum = 128 / micro_batch under fabric.no_backward_sync -> FSDP no_sync (unsharded flat grads of every "
+    "Block kept until the last micro-batch); root (wte, ln_f, lm_head) frozen (lora_head False); seq_len = longest "
+    "alpaca sample for the Llama-2 tokenizer (1304) for every micro-batch (only the first micro-batch is forced to "
+    "it: later ones are random alpaca batches, shorter: activations over-predicted, more with larger micro-batches); "
+    "figure = max_memory_allocated/1e9 over the whole run -> max(first, steady) peak allocated";
+
+// Time (litgpt's "time for 1k iterations"): finetune/lora.py's loop counts one iteration per micro-batch
+// (iter_num over get_batch of micro_batch_size samples; the optimizer steps every 128 / micro_batch of them),
+// so the simulated figure is the step time over grad_accum. Only the first micro-batch is forced to the longest
+// sample (get_batch's longest_seq_ix); the others are random alpaca samples padded to the longest in the
+// micro-batch, whose lengths the record does not give: the time rows run at an assumed 512.
+const char* kLitgptTimePatch = R"({"seq_len":512})";
+const char* kLitgptTimeAssumes =
+    "time per micro-batch iteration = step time / grad_accum (an optimizer step every 128 / micro_batch iterations); "
+    "padded sample length assumed 512 (alpaca's lengths are not in the record: uncertain, the largest assumption)";
+
+// torchtune (2024-09 table: FSDP2, compile; 2024-05: FSDP1), pure bf16, AC per layer, Hugging Face-like
+// modules (implementation "hf"). The 2024-09 configs' loss is CEWithChunkedOutputLoss (cross_entropy "chunked",
+// 8 chunks); the 2024-05 recipe (0217d44c) computes CrossEntropyLoss on the whole logits (cross_entropy torch). Its "peak memory" column: which statistic (training.get_memory_stats logs
+// peak_memory_active / alloc / reserved, reset every logged step) is not stated; compared with peak
+// allocated, the reserved prediction printed beside it. LoRA (both tables): lora_attn_modules q_proj, k_proj,
+// v_proj, rank 16, no MLP / output LoRA (recipes/configs/llama2/70B_lora.yaml at 0217d44c,
+// llama3_1/70B_lora.yaml at 30b8519e): 80 x (16 x (8192 + 8192) + 2 x 16 x (8192 + 1024)) = 44,564,480
+// trainable parameters (lora_params below; trainable_fraction = count / the zoo's total).
+const std::vector<Row> kRows = {
+    {"gt0448", "llama3-70b", "8xA100-80GB",
+     R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
+         "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
+         "cpu_offload":true,"optimizer_impl":"fused","free_logits_before_backward":true,
+         "cross_entropy":"chunked","cross_entropy_chunks":8,
+         "auto_wrap_policy":{"modules":["layers.*","embed_tokens","lm_head"]}})",
+     MemoryKind::Allocated, "FSDP2 full-FT cpu_offload AC mb2 s2048 bf16",
+     "Llama 3.1 70B as llama3-70b; A100 80GB (record: assumed); packed 2048 (README note); llama3_1/70B_full.yaml "
+     "(30b8519): fsdp_cpu_offload (params, grads, optimizer on CPU; fused AdamW on CPU), custom_sharded_layers "
+     "tok_embeddings and output -> their own FSDP units (layers.*, embed_tokens, lm_head); full_finetune_distributed.py "
+     "`del logits` before backward; loss CEWithChunkedOutputLoss (num_output_chunks 8, set_num_output_chunks -> "
+     "TransformerDecoder.chunked_output) -> cross_entropy chunked, 8 chunks; approximate: compile_loss compiles "
+     "compute_cross_entropy, modelled as eager (fp32 copy and log-softmax per chunk), and the output unit, called "
+     "once per chunk by chunked_output (an FSDP2 unshard and reduce-scatter per call), modelled as called once; "
+     "figure read as peak allocated in GiB",
+     nullptr, 0, TimeMetric::TokensPerSecond},
+    {"gt0449", "llama3-70b", "8xA100-80GB",
+     R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
+         "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
+         "optimizer_impl":"fused","free_logits_before_backward":true,"frozen_units":["root"],
+         "cross_entropy":"chunked","cross_entropy_chunks":8,
+         "trainable_fraction":0.0006})",   // trainable_fraction: replaced by lora_params / total
+     MemoryKind::Allocated, "FSDP2 LoRA AC mb2 s2048 bf16",
+     "Llama 3.1 70B as llama3-70b; A100 80GB (assumed); packed 2048 (README note); llama3_1/70B_lora.yaml (30b8519): "
+     "LoRA r16 on q,k,v, fused AdamW; layers.* sharded, root (embedding, norm, output) frozen and kept unsharded "
+     "after forward (FSDP2 root); lora_finetune_distributed.py `del logits` before backward; loss "
+     "CEWithChunkedOutputLoss (8 chunks) -> cross_entropy chunked, 8 chunks (the frozen output: no weight "
+     "gradient); approximate: the compiled compute_cross_entropy modelled as eager; figure read as peak allocated "
+     "in GiB",
+     nullptr, 44564480, TimeMetric::TokensPerSecond},
+    {"gt0450", "", "", "", MemoryKind::Allocated, "", "", "QLoRA (4-bit NF4 base weights) is not modelled"},
+    {"gt0451", "", "", "", MemoryKind::Allocated, "", "", "RTX 4090 24GB: no built-in GPU profile / cluster"},
+    {"gt0452", "", "", "", MemoryKind::Allocated, "", "", "RTX 4090 24GB: no built-in GPU profile / cluster"},
+    {"gt0453", "llama2-70b", "8xA100-80GB",
+     R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","micro_batch":4,"seq_len":512,"activation_checkpointing":"full",
+         "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
+         "use_orig_params":false,"frozen_units":["root"],"trainable_fraction":0.0006})",   // replaced by lora_params / total
+     MemoryKind::Allocated, "FSDP1 LoRA AC mb4 s512 bf16",
+     "A100 80GB (assumed); lora_finetune_distributed.py (0217d44c): FSDP1 FULL_SHARD with FSDP's default "
+     "use_orig_params=False, lora_fsdp_wrap_policy wraps every LoRA A/B linear in its own unit -> the frozen flat "
+     "params get no gradient (use_orig_params false: gradients of the trainable fraction only; root frozen); "
+     "llama2/70B_lora.yaml: LoRA r16 on q,k,v; batch_size 4 per the README row; seq_len 512 = alpaca_dataset's "
+     "default max_seq_len (torchtune/datasets/_alpaca.py, not overridden by the config; unpacked, padded to the "
+     "batch's longest, so at most 512; the README's 'Seq Length = 4096' is not reachable with alpaca); figure read "
+     "as peak allocated in GB (get_memory_stats divides by 1e9 at this commit)",
+     nullptr, 44564480, TimeMetric::TokensPerSecond},
+    {"gt0454", "llama2-70b", "8xA100-80GB",
+     R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","micro_batch":4,"seq_len":4096,"activation_checkpointing":"full",
+         "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16"})",
+     MemoryKind::Allocated, "FSDP1 full-FT AC mb4 s4096 bf16",
+     "A100 80GB (assumed); torchtune 0217d44c has no 70B full-finetune config: the README row's batch 4 x seq 4096 "
+     "taken as stated (an upper bound if the dataset is alpaca at its default max_seq_len 512, as for gt0453)",
+     "PagedAdamW (bitsandbytes) optimizer is not modelled", 0, TimeMetric::TokensPerSecond, "{}",
+     "bitsandbytes PagedAdamW timed as AdamW (paging not modelled)"},
+    {"gt0483", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
+    {"gt0484", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
+    {"gt0485", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
+    {"gt0486", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
+    {"gt0487", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
+    {"gt0488", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
+    {"gt0489", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
+    {"gt0490", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
+    {"gt0491", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
+    {"gt0492", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
+    {"gt0507", "", "", "", MemoryKind::Allocated, "", "", "phi-1.5 is not in the model zoo"},
+    {"gt0508", "", "", "", MemoryKind::Allocated, "", "", "phi-1.5 is not in the model zoo"},
+    {"gt0509", "", "", "", MemoryKind::Allocated, "", "", "phi-1.5 is not in the model zoo"},
+    {"gt0510", "", "", "", MemoryKind::Allocated, "", "", "StableLM Alpha 3B is not in the model zoo"},
+    {"gt0511", "", "", "", MemoryKind::Allocated, "", "", "StableLM Alpha 3B is not in the model zoo"},
+    {"gt0512", "", "", "", MemoryKind::Allocated, "", "", "StableLM Alpha 3B is not in the model zoo"},
+    {"gt0513", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(1, 1304, 128), MemoryKind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
+     kLitgptAssumes, nullptr, 4194304, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
+     kLitgptTimeAssumes},
+    {"gt0514", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(2, 1304, 64), MemoryKind::Allocated, "FSDP1 LoRA AC mb2 s1304 bf16-true",
+     kLitgptAssumes, nullptr, 4194304, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
+     kLitgptTimeAssumes},
+    {"gt0515", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(4, 1304, 32), MemoryKind::Allocated, "FSDP1 LoRA AC mb4 s1304 bf16-true",
+     kLitgptAssumes, nullptr, 4194304, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
+     kLitgptTimeAssumes},
+    {"gt0516", "llama2-13b", "2xA100-40GB", LITGPT_PLAN(1, 1304, 128), MemoryKind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
+     kLitgptAssumes, nullptr, 6553600, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
+     kLitgptTimeAssumes},
+    {"gt0517", "llama2-13b", "4xA100-40GB", LITGPT_PLAN(1, 1304, 128), MemoryKind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
+     kLitgptAssumes, nullptr, 6553600, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
+     kLitgptTimeAssumes},
+    {"gt0518", "", "", "", MemoryKind::Allocated, "", "",
+     "only a ratio ('3x more memory' than plain FSDP), no absolute per-GPU figure"},
+};
+
+
+}  // namespace
+
+const char* memory_kind_name(MemoryKind k) {
+  return k == MemoryKind::Allocated ? "allocated" : k == MemoryKind::Reserved ? "reserved" : "nvidia-smi";
+}
+
+const std::vector<Row>& rows() { return kRows; }
+
+const Row* find_row(const std::string& id) {
+  for (const Row& r : kRows)
+    if (id == r.id) return &r;
+  return nullptr;
+}
+
+nlohmann::json row_plan(const Row& r, const models::ModelSpec& model, bool for_time, std::string* note) {
+  nlohmann::json pj = nlohmann::json::parse(r.plan);
+  if (for_time) pj.merge_patch(nlohmann::json::parse(r.time_patch));
+  if (note) note->clear();
+  if (r.lora_params > 0) {
+    const double total = static_cast<double>(models::count_params(model).total);
+    pj["trainable_fraction"] = static_cast<double>(r.lora_params) / total;
+    if (note) {
+      char b[160];
+      std::snprintf(b, sizeof b, "LoRA %lld trainable of %.0f -> trainable_fraction %.6f",
+                    static_cast<long long>(r.lora_params), total, static_cast<double>(r.lora_params) / total);
+      *note = b;
+    }
+  }
+  return pj;
+}
+
+}  // namespace fsdpsim::devset
