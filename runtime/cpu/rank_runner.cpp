@@ -7,6 +7,7 @@
 
 #include "common/errors.h"
 #include "runtime/cpu/stream_executor.h"
+#include "runtime/plan_support.h"
 #include "runtime/train/reference_trainer.h"
 #include "runtime/train/synthetic_data.h"
 #include "sim/executor.h"
@@ -21,24 +22,7 @@ std::string internal(const std::string& what) { return "CPU runtime and lowering
 }  // namespace
 
 void check_runtime_supports(const models::ModelSpec& m, const sim::Plan& plan) {
-  const std::string fp32 = "fp32 (the CPU runtime computes, communicates and keeps master weights in fp32)";
-  if (plan.param_dtype != Dtype::FP32) throw InputError("plan.param_dtype", std::string(dtype_name(plan.param_dtype)), fp32);
-  if (plan.reduce_dtype != Dtype::FP32) throw InputError("plan.reduce_dtype", std::string(dtype_name(plan.reduce_dtype)), fp32);
-  if (plan.master_weights_dtype != Dtype::FP32)
-    throw InputError("plan.master_weights_dtype", std::string(dtype_name(plan.master_weights_dtype)), fp32);
-  if (plan.cpu_offload.params || plan.cpu_offload.optimizer)
-    throw InputError("plan.cpu_offload", "true", "false: the CPU runtime has no separate device memory to offload from");
-  if (plan.fp8_all_gather) throw InputError("plan.fp8_all_gather", "true", "false on the CPU runtime (fp32 only)");
-  if (plan.trainable_fraction < 1.0)
-    throw InputError("plan.trainable_fraction", std::to_string(plan.trainable_fraction), "1 on the CPU runtime (all parameters train)");
-  if (plan.reshard_after_forward > 1)
-    throw InputError("plan.reshard_after_forward", std::to_string(plan.reshard_after_forward),
-                     "true or false on the CPU runtime (an int reshards to a sub-group not implemented here)");
-  if (plan.activation_checkpointing.mode == sim::ActivationCheckpointing::Mode::SelectiveOp)
-    throw InputError("plan.activation_checkpointing", "selective_op", "none, full or every_k on the CPU runtime");
-  if (plan.cross_entropy != models::LossImpl::Torch)
-    throw InputError("plan.cross_entropy", "\"" + models::loss_impl_name(plan.cross_entropy) + "\"",
-                     "\"torch\" on the CPU runtime (it keeps the logits and an fp32 log-softmax, as F.cross_entropy does)");
+  check_plan_supported(plan, RuntimeBackend::Cpu);
   runtime_dims(m, plan.micro_batch, plan.seq_len);
 }
 

@@ -9,6 +9,7 @@
 #include "common/errors.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/spin.h"
+#include "runtime/plan_support.h"
 #include "runtime/train/reference_trainer.h"
 #include "runtime/train/synthetic_data.h"
 #include "sim/executor.h"
@@ -27,27 +28,7 @@ Elem elem_of(Dtype d) { return d == Dtype::FP32 ? Elem::F32 : Elem::BF16; }
 }  // namespace
 
 void check_cuda_runtime_supports(const models::ModelSpec& m, const sim::Plan& plan) {
-  if (plan.param_dtype != Dtype::BF16)
-    throw InputError("plan.param_dtype", std::string(dtype_name(plan.param_dtype)),
-                     "bf16 (the CUDA runtime computes in bf16 with fp32 accumulation)");
-  if (plan.reduce_dtype != Dtype::FP32 && plan.reduce_dtype != Dtype::BF16)
-    throw InputError("plan.reduce_dtype", std::string(dtype_name(plan.reduce_dtype)), "fp32 or bf16 on the CUDA runtime");
-  if (plan.master_weights_dtype != Dtype::FP32)
-    throw InputError("plan.master_weights_dtype", std::string(dtype_name(plan.master_weights_dtype)),
-                     "fp32 on the CUDA runtime");
-  if (plan.cpu_offload.params || plan.cpu_offload.optimizer)
-    throw InputError("plan.cpu_offload", "true", "false: CPU offload is not implemented in the CUDA runtime");
-  if (plan.fp8_all_gather) throw InputError("plan.fp8_all_gather", "true", "false on the CUDA runtime");
-  if (plan.trainable_fraction < 1.0)
-    throw InputError("plan.trainable_fraction", std::to_string(plan.trainable_fraction), "1 on the CUDA runtime");
-  if (plan.reshard_after_forward > 1)
-    throw InputError("plan.reshard_after_forward", std::to_string(plan.reshard_after_forward),
-                     "true or false on the CUDA runtime (an int reshards to a sub-group not implemented here)");
-  if (plan.activation_checkpointing.mode == sim::ActivationCheckpointing::Mode::SelectiveOp)
-    throw InputError("plan.activation_checkpointing", "selective_op", "none, full or every_k on the CUDA runtime");
-  if (plan.cross_entropy != models::LossImpl::Torch)
-    throw InputError("plan.cross_entropy", "\"" + models::loss_impl_name(plan.cross_entropy) + "\"",
-                     "\"torch\" on the CUDA runtime (its loss buffer holds the bf16 logits and an fp32 log-softmax)");
+  check_plan_supported(plan, RuntimeBackend::Cuda);
   const Dims d = runtime_dims(m, plan.micro_batch, plan.seq_len);
   if (d.C % 2 != 0)   // the fp32 statistics follow the bf16 block input in the activation buffer
     throw InputError("model.hidden", std::to_string(d.C), "an even number on the CUDA runtime");

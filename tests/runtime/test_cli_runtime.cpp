@@ -8,7 +8,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/json_reader.h"
 
@@ -50,6 +53,27 @@ TEST(CliRuntime, BadInputExitsTwo) {
   EXPECT_EQ(run("validate --backend cuda --model " + tiny() + " --plan '{\"seq_len\": 16}' --pad-collectives"), 2);
   EXPECT_EQ(run("run --help"), 0);
   EXPECT_EQ(run("validate --help"), 0);
+}
+
+std::string log() {
+  std::ifstream in(dir() + "/test_runtime_cli.log");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Plan keys the runtime's eager kernels do not execute are refused with the key, not measured as
+// something else (runtime/plan_support.cpp): before, `compile: true` ran eager and compared with a
+// compiled prediction.
+TEST(CliRuntime, KeysTheRuntimeDoesNotExecuteExitTwoNamingTheKey) {
+  const std::string base = R"("param_dtype": "fp32", "reduce_dtype": "fp32", "seq_len": 16, "micro_batch": 2)";
+  for (const auto& [extra, key] : std::vector<std::pair<std::string, std::string>>{
+           {R"("compile": true)", "plan.compile"},
+           {R"("cross_entropy": "chunked")", "plan.cross_entropy"},
+           {R"("activation_checkpointing": "selective_op")", "plan.activation_checkpointing"},
+           {R"("trainable_fraction": 0.5)", "plan.trainable_fraction"}}) {
+    SCOPED_TRACE(extra);
+    EXPECT_EQ(run("run --model " + tiny() + " --plan '{" + base + ", " + extra + "}' --steps 1"), 2);
+    EXPECT_NE(log().find(key), std::string::npos) << log();
+  }
 }
 
 TEST(CliRuntime, ValidateTwoRanksMemoryWithinTwoPercent) {
