@@ -116,33 +116,51 @@ double memcpy_bandwidth(std::int64_t bytes, int reps, MPI_Comm comm) {
   return 2.0 * static_cast<double>(bytes) / t;
 }
 
-double overlap_slowdown(std::int64_t n, int reps, MPI_Comm comm, bool thread_multiple) {
+namespace {
+// Seconds per call of `op`, the mean over back-to-back calls for at least `min_s` (not the fastest
+// call: a slowdown by threads that share the core shows only in the mean, as the fastest call is one
+// the other thread happened to leave alone).
+double mean_time(Operands& op, double min_s) {
+  int calls = 0;
+  const double t0 = MPI_Wtime();
+  double t = t0;
+  while (t - t0 < min_s || calls < 3) {
+    op.run();
+    ++calls;
+    t = MPI_Wtime();
+  }
+  return (t - t0) / calls;
+}
+}  // namespace
+
+double overlap_slowdown(std::int64_t n, double min_s, MPI_Comm comm, bool thread_multiple,
+                        const std::function<void()>& one_collective) {
   if (!thread_multiple) return 0;
   Operands op(n, n, n);
   op.run();
   FSDPSIM_MPI_CHECK(MPI_Barrier(comm));
-  double alone = max_over_ranks(time_loop(op, reps), comm);
-  // A second communicator so the background all-gathers never mix with the barriers above.
+  const double alone = max_over_ranks(mean_time(op, min_s), comm);
+  // A second communicator so the background thread's stop votes never mix with the barriers above.
   MPI_Comm bg;
   FSDPSIM_MPI_CHECK(MPI_Comm_dup(comm, &bg));
-  int size = 1;
-  MPI_Comm_size(bg, &size);
-  std::vector<float> buf(static_cast<size_t>(4 << 20) * static_cast<size_t>(size), 0.0f);
   std::atomic<int> stop{0};
+  std::atomic<int> started{0};
   // The comm thread stops after the round in which every rank has seen stop (a collective decision).
   std::thread comm_thread([&] {
     for (;;) {
-      MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf.data(), 4 << 20, MPI_FLOAT, bg);
+      one_collective();
+      started.store(1);
       int mine = stop.load(), all = 0;
       MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, bg);
       if (all) break;
     }
   });
-  double busy = time_loop(op, reps);
+  while (!started.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  const double busy = mean_time(op, min_s);
   stop = 1;
   comm_thread.join();
   FSDPSIM_MPI_CHECK(MPI_Comm_free(&bg));
-  double with = max_over_ranks(busy, comm);
+  const double with = max_over_ranks(busy, comm);
   return std::max(1.0, with / alone);
 }
 

@@ -30,9 +30,11 @@ GemmTiming time_sgemm(std::int64_t m, std::int64_t n, std::int64_t k, int reps, 
                       bool trans_b = false, float beta = 0.0f, const ComputeTiming& ct = {});
 // Bytes moved per second by memcpy of `bytes` (read + write counted), slowest rank.
 double memcpy_bandwidth(std::int64_t bytes, int reps, MPI_Comm comm);
-// Wall time of the GEMM while another thread loops MPI_Allgather, divided by its time alone
-// (>= 1). Returns 0 when the MPI library cannot run collectives from a second thread.
-double overlap_slowdown(std::int64_t n, int reps, MPI_Comm comm, bool thread_multiple);
+// Mean time of an n^3 sgemm (over at least min_s seconds of calls) while another thread of every rank
+// loops `one_collective` (the runtime's own collectives, as its stream threads run them), divided by its
+// mean time alone (>= 1). Returns 0 when the MPI library cannot run collectives from a second thread.
+double overlap_slowdown(std::int64_t n, double min_s, MPI_Comm comm, bool thread_multiple,
+                        const std::function<void()>& one_collective);
 
 // While alive, a thread of this rank runs n^3 sgemms back to back, as the CPU runtime's compute stream
 // does while its collectives run on other threads: a sweep taken meanwhile measures collectives the way
