@@ -139,10 +139,10 @@ class BlockWriter {
     const Bytes h = m_.hidden;
     const int x = t_.input("x", T_ * h * e_);
     const int n1 = norm(x, "attn_norm");
-    const int attn = attention(n1);
+    const int attn = dropout(attention(n1), "attn.resid_drop");
     const int hres = t_.add1({OpKind::Pointwise, {in(x, GradRule::Alias), in(attn, GradRule::Alias)}, {out("h", T_ * h * e_)}});
     const int n2 = norm(hres, "mlp_norm");
-    const int ffn = m_.is_moe() ? moe(n2) : mlp(n2, T_, "mlp");
+    const int ffn = dropout(m_.is_moe() ? moe(n2) : mlp(n2, T_, "mlp"), "mlp.resid_drop");
     const int y = t_.add1({OpKind::Pointwise, {in(hres, GradRule::Alias), in(ffn, GradRule::Alias)}, {out("out", T_ * h * e_)}});
     t_.output(y);
     return std::move(t_);
@@ -164,6 +164,14 @@ class BlockWriter {
   int pointwise(std::initializer_list<TapeIn> ins, const char* name, Bytes bytes, bool saved_out = false) {
     TapeOp op{OpKind::Pointwise, ins, {out(name, bytes, saved_out)}};
     return t_.add1(op);
+  }
+  // nn.Dropout on a residual branch (ModelSpec::resid_dropout > 0, training mode): native_dropout returns
+  // the output and a bool mask; its backward (native_dropout_backward: grad * mask * scale, a new tensor)
+  // needs only the mask (tools/autograd/derivatives.yaml native_dropout: result1), 1 byte per element.
+  int dropout(int x, const char* name) {
+    if (m_.resid_dropout <= 0.0) return x;
+    const Bytes n = T_ * m_.hidden;
+    return t_.add({OpKind::Pointwise, {in(x)}, {out(name, n * e_), out(nm(name, "mask"), n, true, false)}})[0];
   }
   // x.to(dtype): a new tensor unless the dtype is already that one (then .to returns x itself).
   int cast(int x, Bytes numel, Bytes from, Bytes to, const char* name) {

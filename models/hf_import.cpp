@@ -144,6 +144,14 @@ void import_llama_family(const Cfg& c, const std::string& type, ModelSpec& m) {
   if (type == "qwen3") m.qk_norm = QkNorm::PerHead;
   if (type == "olmo2") m.qk_norm = QkNorm::Full;
   if (type == "llama") m.mlp_bias = c.opt_bool("mlp_bias", false);
+  // Dropout: every config of this family has attention_dropout (inside SDPA); phi3 also drops each residual
+  // branch and the embeddings (modeling_phi3.py resid_attn_dropout / resid_mlp_dropout with resid_pdrop,
+  // embed_dropout with embd_pdrop; Phi3Config defaults 0.0).
+  m.attn_dropout = c.opt_double("attention_dropout", 0.0);
+  if (type == "phi3") {
+    m.resid_dropout = c.opt_double("resid_pdrop", 0.0);
+    m.embd_dropout = c.opt_double("embd_pdrop", 0.0);
+  }
   if (type == "mixtral") {
     m.n_experts = c.req_int({"num_local_experts", "num_experts"}, type);
     m.experts_top_k = c.req_int({"num_experts_per_tok"}, type);
@@ -170,6 +178,11 @@ void import_gpt2(const Cfg& c, ModelSpec& m) {
   m.mlp = MlpKind::Plain;
   m.positions = PositionKind::Learned;
   m.conv1d_weights = true;
+  // GPT2Config's defaults (0.1 each): GPT2Model.drop after wte + wpe, GPT2Attention.resid_dropout after
+  // c_proj, GPT2MLP.dropout after its c_proj; attn_pdrop inside SDPA.
+  m.resid_dropout = c.opt_double("resid_pdrop", 0.1);
+  m.embd_dropout = c.opt_double("embd_pdrop", 0.1);
+  m.attn_dropout = c.opt_double("attn_pdrop", 0.1);
 }
 
 // llm-foundry MPT (MPTConfig; also transformers' mpt model_type, which shares the keys).
@@ -191,7 +204,11 @@ void import_mpt(const Cfg& c, const Json& j, ModelSpec& m) {
     const std::string at = a.opt_string({"attn_type"}, "multihead_attention");
     if (at == "multiquery_attention") m.n_kv_heads = 1;
     else if (at == "grouped_query_attention") m.n_kv_heads = a.req_int({"kv_n_heads"}, "mpt with grouped_query_attention");
+    m.attn_dropout = a.opt_double("attn_pdrop", 0.0);
   }
+  // llm-foundry MPTConfig (defaults 0.0): MPTBlock.resid_attn_dropout / resid_ffn_dropout, MPTModel.emb_drop.
+  m.resid_dropout = c.opt_double("resid_pdrop", 0.0);
+  m.embd_dropout = c.opt_double("emb_pdrop", 0.0);
   const double ratio = c.opt_double("expansion_ratio", 4.0);
   const double ffn = ratio * static_cast<double>(m.hidden);
   if (ffn != std::floor(ffn) || ffn < 1)

@@ -220,19 +220,34 @@ void attention_part(Ctx& c, bool wgrad) {
   }
 }
 
+// nn.Dropout in training on a [T, h] tensor (ModelSpec::resid_dropout / embd_dropout): native_dropout
+// reads x and writes the output and a 1-byte mask; native_dropout_backward reads the gradient and the
+// mask and writes the input's gradient. Under torch.compile inductor generates the random numbers inside
+// the neighbouring fused kernel: no kernel of its own (the mask's write is not counted: approximate).
+void dropout(Ctx& c, const std::string& name, double p) {
+  if (p <= 0.0 || c.opt.compile) return;
+  const Bytes n = c.T * c.m.hidden;
+  c.elementwise(name + (c.backward ? "_bwd" : ""), n * (2 * c.e + 1), MemoryClass::Residual);
+}
+
 void block(Ctx& c, bool wgrad) {
   const std::int64_t qkv_uses = fused_qkv(c.m) ? 1 : 3;
+  const double p = c.m.resid_dropout;
   if (!c.backward) {
     norm(c, "input_norm", wgrad);
     attention_part(c, wgrad);
+    dropout(c, "attn.resid_drop", p);
     norm(c, "post_attention_norm", wgrad, 1, /*residual=*/true);
     if (c.m.is_moe()) moe(c, wgrad);
     else mlp(c, "", c.T, 1, wgrad);
+    dropout(c, "mlp.resid_drop", p);
     residual_add(c, "residual_add");
   } else {
+    dropout(c, "mlp.resid_drop", p);
     if (c.m.is_moe()) moe(c, wgrad);
     else mlp(c, "", c.T, 1, wgrad);
     norm(c, "post_attention_norm", wgrad, mlp_input_uses(c.m), /*residual=*/true);
+    dropout(c, "attn.resid_drop", p);
     attention_part(c, wgrad);
     norm(c, "input_norm", wgrad, qkv_uses, /*residual=*/true);
   }
@@ -249,9 +264,11 @@ void embedding(Ctx& c, bool wgrad) {
       c.elementwise("add_positions", 3 * act, MemoryClass::Residual);
     }
     if (m.model_type == "gemma") c.elementwise("embed_scale", 2 * act, MemoryClass::Copy);  // x * sqrt(hidden)
+    dropout(c, "embd_drop", m.embd_dropout);
     return;
   }
   if (!wgrad) return;  // token ids have no gradient: nothing to do without weight grads
+  dropout(c, "embd_drop", m.embd_dropout);
   // dense embedding backward: zero the [V, h] grad, then index_add T rows of the incoming grad
   const Bytes table = m.vocab_size * m.hidden * c.e;
   c.elementwise("embed_tokens_bwd", table + ids + act + act, MemoryClass::Embedding, KernelKind::Embedding);

@@ -44,6 +44,9 @@ nlohmann::json model_to_json(const ModelSpec& m) {
   j["experts_top_k"] = m.experts_top_k;
   j["block_norms"] = m.block_norms;
   j["qk_norm"] = m.qk_norm == QkNorm::PerHead ? "per_head" : m.qk_norm == QkNorm::Full ? "full" : "none";
+  j["resid_dropout"] = m.resid_dropout;
+  j["embd_dropout"] = m.embd_dropout;
+  j["attn_dropout"] = m.attn_dropout;
   return j;
 }
 

@@ -49,6 +49,15 @@ struct ModelSpec {
   // normalizes after each (4); olmo2 only after each (2).
   std::int64_t block_norms = 2;
   QkNorm qk_norm = QkNorm::None;
+  // Dropout probabilities, kept on in training (the model's train() mode). resid_dropout: nn.Dropout on each
+  // residual branch (after the attention's output projection and after the MLP: GPT-2's resid_pdrop, MPT's
+  // resid_pdrop); embd_dropout: after the embeddings (GPT-2's embd_pdrop, MPT's emb_pdrop). Each such dropout
+  // saves a 1-byte mask per element for its backward (native_dropout). attn_dropout runs inside SDPA (its
+  // flash / cuDNN / efficient kernels regenerate the mask from the philox seed: no tensor is saved): kept for
+  // the record, it changes no byte.
+  double resid_dropout = 0.0;
+  double embd_dropout = 0.0;
+  double attn_dropout = 0.0;
 
   bool is_moe() const { return n_experts > 0; }
   // Field-by-field (defaulted, so new fields are compared too): sim::simulate keys its per-thread

@@ -5,6 +5,7 @@
 // Fields are named the way the user's file spells them (SOURCE:n_embd for gpt2, SOURCE:d_model for mpt).
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "common/errors.h"
 #include "models/zoo.h"
@@ -56,6 +57,17 @@ void validate_model(const ModelSpec& m, const std::string& source) {
   if (m.n_experts != 0 || m.experts_top_k != 0) {
     check_range(source, k.experts, m.n_experts, 1, kMaxExperts);
     check_range(source, k.top_k, m.experts_top_k, 1, m.n_experts);
+  }
+  // Dropout probabilities: [0, 1) (p = 1 zeroes the branch: nn.Dropout allows it, no training config uses it).
+  const bool gpt2 = m.model_type == "gpt2", mpt = m.model_type == "mpt";
+  for (const auto& [key, p] : {std::pair<const char*, double>{"resid_pdrop", m.resid_dropout},
+                               {gpt2 ? "embd_pdrop" : mpt ? "emb_pdrop" : "embd_pdrop", m.embd_dropout},
+                               {gpt2 ? "attn_pdrop" : mpt ? "attn_config.attn_pdrop" : "attention_dropout", m.attn_dropout}}) {
+    if (!(p >= 0.0 && p < 1.0)) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", p);
+      throw InputError(source + ":" + key, buf, "a dropout probability in [0, 1)");
+    }
   }
   // Total parameters, in floating point first: the exact int64 count could overflow for absurd input.
   const double h = static_cast<double>(m.hidden), f = static_cast<double>(m.ffn_hidden);

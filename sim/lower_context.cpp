@@ -501,6 +501,12 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
     for (const auto& t : a.recompute) c.act_recompute[l] += t.bytes;
   }
   c.final_norm = models::final_norm_memory(model, plan.micro_batch, plan.seq_len, act, impl);
+  // The embedding dropout's mask lives from the forward's start to the embedding's backward. A frozen
+  // embedding (trainable_fraction < 1: LoRA freezes it) gives an output that does not require grad, so
+  // native_dropout records no graph and saves nothing; the bundled runtime has no dropout.
+  c.embedding_saved.clear();
+  if (model.embd_dropout > 0.0 && plan.trainable_fraction >= 1.0 && plan.implementation != models::ModelImpl::Runtime)
+    c.embedding_saved.push_back({"embd_mask", plan.micro_batch * plan.seq_len * model.hidden});
   c.loss = loss_memory(model, plan);
   if (c.loss.chunked_output) {
     // The head's weight trains (not LoRA's frozen output projection, nor a frozen unit): every chunk after the

@@ -211,6 +211,9 @@ struct Context {
   };
   BlockActivations block_acts[3];
   models::BlockMemory final_norm;   // the final norm's saved tensors and transients
+  // What the embedding segment saves for its backward: the embedding dropout's 1-byte mask (GPT-2's
+  // GPT2Model.drop after wte + wpe) when the model has embd_dropout and the embedding trains; else empty.
+  std::vector<models::SavedTensor> embedding_saved;
   std::vector<std::int8_t> layer_mode;   // per layer: its models::CheckpointMode
   // The block's recompute under each checkpointing mode (index = static_cast<int>(models::CheckpointMode);
   // None: empty). A Recompute op of layer l runs rec_kernels[layer_checkpoint_mode(ac, l)].

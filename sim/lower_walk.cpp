@@ -124,6 +124,8 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
   const Context::BlockActivations* a = block ? &c_.block_acts[c_.layer_mode[seg.layer]] : nullptr;
   if (kind == OpKind::Forward) {
     // What autograd saves, tensor by tensor in forward order, then the forward's own temporaries.
+    if (seg.part == models::ModulePart::Embedding && !c_.embedding_saved.empty())
+      act_[s] = alloc_tensors(o, seg.unit, c_.embedding_saved);
     if (block) {
       act_[s] = alloc_tensors(o, seg.unit, a->saved);
       transient(o, "fwd_tmp", seg.unit, a->forward_extra, MemCategory::Activations);

@@ -2,6 +2,7 @@
 // (ecosystem.md Appendix A) plus the keys real files carry and the importer must ignore.
 #include <gtest/gtest.h>
 
+#include "common/errors.h"
 #include "common/json_reader.h"
 #include "fixture.h"
 #include "models/wrap_graph.h"
@@ -75,6 +76,39 @@ TEST(HfImport, Gpt2AliasesAndNullInner) {
   const Json alias = {{"model_type", "gpt2"}, {"hidden_size", 768}, {"num_hidden_layers", 12},
                       {"num_attention_heads", 12}, {"vocab_size", 50257}};
   EXPECT_EQ(count_params(import_hf_config(alias, "a")).total, 124'439'808);
+}
+
+// Dropout as each config spells it, with its class's default when absent: GPT2Config 0.1 each, MPTConfig
+// and the llama family 0.0; out of [0, 1) is an input error naming the key.
+TEST(HfImport, DropoutKeysAndDefaults) {
+  const Json gpt2 = {{"model_type", "gpt2"}, {"n_embd", 768}, {"n_layer", 12}, {"n_head", 12}, {"vocab_size", 50257}};
+  const ModelSpec d = import_hf_config(gpt2, "g");
+  EXPECT_DOUBLE_EQ(d.resid_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(d.embd_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(d.attn_dropout, 0.1);
+  Json off = gpt2;
+  off["resid_pdrop"] = 0.0;
+  off["embd_pdrop"] = 0.05;
+  const ModelSpec o = import_hf_config(off, "g");
+  EXPECT_DOUBLE_EQ(o.resid_dropout, 0.0);
+  EXPECT_DOUBLE_EQ(o.embd_dropout, 0.05);
+  Json bad = gpt2;
+  bad["resid_pdrop"] = 1.5;
+  try {
+    import_hf_config(bad, "g");
+    ADD_FAILURE() << "resid_pdrop 1.5 accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "g:resid_pdrop");
+  }
+  const ModelSpec mpt = load_model(fixture("mpt_125m.json"));
+  EXPECT_DOUBLE_EQ(mpt.resid_dropout, 0.0);
+  Json mj = read_json_file(fixture("mpt_125m.json"), "f");
+  mj["resid_pdrop"] = 0.1;
+  mj["emb_pdrop"] = 0.1;
+  EXPECT_DOUBLE_EQ(import_hf_config(mj, "x").resid_dropout, 0.1);
+  EXPECT_DOUBLE_EQ(import_hf_config(mj, "x").embd_dropout, 0.1);
+  const ModelSpec llama = load_model("llama3-8b");
+  EXPECT_DOUBLE_EQ(llama.resid_dropout + llama.embd_dropout + llama.attn_dropout, 0.0);
 }
 
 TEST(HfImport, MixtralAndNumExpertsAlias) {

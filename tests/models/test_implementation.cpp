@@ -212,6 +212,24 @@ TEST(Implementation, HfGpt2KeepsTheWholeQkvAndGeluNewChain) {
   EXPECT_EQ(bm.saved_bytes(), 608 + 5 * 256);
 }
 
+// GPT-2's resid_pdrop (GPT2Attention.resid_dropout after c_proj, GPT2MLP.dropout after its c_proj):
+// native_dropout saves a bool mask of its [T, h] input, 1 byte per element: T*h = 32 bytes each, in
+// forward order after the branch output it masks. With p = 0 nothing changes.
+TEST(Implementation, ResidualDropoutSavesOneByteMaskPerBranch) {
+  ModelSpec m = tiny_gpt2();
+  const BlockMemory plain = block(m, CheckpointMode::None, ModelImpl::HF);
+  m.resid_dropout = 0.1;
+  const BlockMemory dropped = block(m, CheckpointMode::None, ModelImpl::HF);
+  EXPECT_EQ(dropped.saved_bytes(), plain.saved_bytes() + 2 * 32);
+  Entries masks;
+  for (const auto& [name, bytes] : entries(dropped))
+    if (name.find("mask") != std::string::npos) masks.push_back({name, bytes});
+  EXPECT_EQ(masks, (Entries{{"attn.resid_drop.mask", 32}, {"mlp.resid_drop.mask", 32}}));
+  // Under full checkpointing the block keeps only its input: the masks are recomputed with the branch.
+  EXPECT_EQ(block(m, CheckpointMode::Full, ModelImpl::HF).saved_bytes(),
+            block(tiny_gpt2(), CheckpointMode::Full, ModelImpl::HF).saved_bytes());
+}
+
 TEST(Implementation, FullIsTheBlockInputOnly) {
   for (ModelImpl impl : {ModelImpl::TorchTitan, ModelImpl::HF, ModelImpl::LitGPT, ModelImpl::Fused}) {
     const BlockMemory bm = block(tiny_llama(), CheckpointMode::Full, impl);

@@ -652,6 +652,36 @@ TEST(LoweringWorkspace, TwoCublasWorkspacesForwardThreadAndAutogradThread) {
   for (const Buffer& b : rt.buffers) EXPECT_EQ(b.name.find("cublas_ws"), std::string::npos);
 }
 
+// GPT-2's embedding dropout (GPT2Model.drop after wte + wpe): its 1-byte mask, T x h bytes, is allocated
+// by the embedding's forward (the step's first compute op) and freed by the embedding's backward (the
+// step's last); with a frozen embedding (trainable_fraction < 1) autograd records nothing and saves no mask.
+TEST(LoweringDropout, EmbeddingMaskLivesFromTheFirstForwardToTheLastBackward) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  models::ModelSpec m = tiny_spec(2);
+  m.embd_dropout = 0.1;
+  for (const char* plan : {R"({"micro_batch": 2, "seq_len": 64})", R"({"fsdp_version": 1, "micro_batch": 2, "seq_len": 64})"}) {
+    const StepProgram p = lower(m, g, resolved(plan, 8, 8), Topology{8, 8, 0});
+    expect_well_formed(p, plan);
+    int mask = -1;
+    for (const Buffer& b : p.buffers)
+      if (b.name.find("embd_mask") != std::string::npos) mask = b.id;
+    ASSERT_GE(mask, 0) << plan;
+    EXPECT_EQ(p.buffers[mask].bytes, 2 * 64 * m.hidden) << plan;
+    const Op *first_fwd = nullptr, *last_bwd = nullptr, *alloc = nullptr, *freer = nullptr;
+    for (const Op& o : p.ops) {
+      if (o.kind == OpKind::Forward && !first_fwd) first_fwd = &o;
+      if (o.kind == OpKind::Backward) last_bwd = &o;
+      if (std::find(o.allocs.begin(), o.allocs.end(), mask) != o.allocs.end()) alloc = &o;
+      for (const auto& f : o.frees)
+        if (f.buffer == mask) freer = &o;
+    }
+    EXPECT_EQ(alloc, first_fwd) << plan;
+    EXPECT_EQ(freer, last_bwd) << plan;
+  }
+  const StepProgram frozen = lower(m, g, resolved(R"({"trainable_fraction": 0.5})", 8, 8), Topology{8, 8, 0});
+  for (const Buffer& b : frozen.buffers) EXPECT_EQ(b.name.find("embd_mask"), std::string::npos);
+}
+
 // Liger's fused linear cross-entropy computes the head weight's gradient in its forward and saves it
 // (liger_kernel/ops/fused_linear_cross_entropy.py): by hand, V = 64, C = 16, bf16: one 64 x 16 x 2 =
 // 2048-byte buffer allocated by the head's forward and freed by a loss op before the head's backward

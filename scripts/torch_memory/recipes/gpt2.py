@@ -1,6 +1,7 @@
 """GPT-2 (fsdpsim model_type gpt2) as transformers' modeling_gpt2.py builds it: LayerNorm, learned
 positions, Conv1D projections (weight [in, out], addmm) with a fused c_attn, gelu_new, tied LM head and
-GPT2Config's dropout (resid/embd/attn 0.1, which training keeps on: nn.Dropout saves a bool mask).
+the spec's dropout (fsdpsim resid_dropout / embd_dropout / attn_dropout: GPT2Config's resid_pdrop,
+embd_pdrop, attn_pdrop, 0.1 each by default), which training keeps on (nn.Dropout saves a bool mask).
 The fused recipe uses PyTorch's native tanh GELU and, with cross_entropy fused_linear, Liger's fused
 linear cross-entropy (ops.py). Module names are HF's (transformer.h.N = fsdpsim's unit names)."""
 import math
@@ -12,7 +13,12 @@ from torch.utils.checkpoint import checkpoint
 
 from . import losses, ops
 
-DROPOUT = 0.1            # GPT2Config resid_pdrop = embd_pdrop = attn_pdrop = 0.1
+
+def dropout_of(spec, key):
+    """The spec's dropout probability (fsdpsim's ModelSpec field); specs written before the field: 0.1,
+    GPT2Config's default, which these recipes ran with."""
+    return float(spec.get(key, 0.1))
+
 LAYER_NORM_EPS = 1e-5    # GPT2Config layer_norm_epsilon
 
 
@@ -42,13 +48,14 @@ class GPT2Attention(nn.Module):
         self.head_dim, self.split_size = spec["head_dim"], d
         self.c_attn = Conv1D(3 * d, d, dtype)
         self.c_proj = Conv1D(d, d, dtype)
-        self.resid_dropout = nn.Dropout(DROPOUT)
+        self.resid_dropout = nn.Dropout(dropout_of(spec, "resid_dropout"))
+        self.attn_dropout = dropout_of(spec, "attn_dropout")
 
     def forward(self, x):
         q, k, v = self.c_attn(x).split(self.split_size, dim=2)          # views of the fused qkv output
         shape = (*q.shape[:-1], -1, self.head_dim)
         q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))     # B H S hd
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=DROPOUT if self.training else 0.0,
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=self.attn_dropout if self.training else 0.0,
                                              scale=self.head_dim ** -0.5, is_causal=True)
         out = out.transpose(1, 2).contiguous()                            # sdpa_attention_forward
         out = out.reshape(*out.shape[:-2], -1).contiguous()
@@ -61,7 +68,7 @@ class GPT2MLP(nn.Module):
         self.c_fc = Conv1D(spec["ffn_hidden"], spec["hidden"], dtype)
         self.c_proj = Conv1D(spec["hidden"], spec["ffn_hidden"], dtype)
         self.act = gelu_new if recipe == "hf" else (lambda t: F.gelu(t, approximate="tanh"))
-        self.dropout = nn.Dropout(DROPOUT)
+        self.dropout = nn.Dropout(dropout_of(spec, "resid_dropout"))
 
     def forward(self, x):
         return self.dropout(self.c_proj(self.act(self.c_fc(x))))
@@ -88,7 +95,7 @@ class GPT2Model(nn.Module):
         d = spec["hidden"]
         self.wte = nn.Embedding(spec["vocab_size"], d, device="meta", dtype=dtype)
         self.wpe = nn.Embedding(spec["max_positions"], d, device="meta", dtype=dtype)
-        self.drop = nn.Dropout(DROPOUT)
+        self.drop = nn.Dropout(dropout_of(spec, "embd_dropout"))
         self.h = nn.ModuleList(GPT2Block(spec, recipe, dtype, i) for i in range(spec["n_layers"]))
         self.ln_f = nn.LayerNorm(d, eps=LAYER_NORM_EPS, device="meta", dtype=dtype)
 
