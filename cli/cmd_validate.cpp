@@ -3,6 +3,7 @@
 // allocated, peak reserved and step time, plus per-stream, per-kind and per-op errors.
 #include <cmath>
 #include <iostream>
+#include <thread>
 
 #include "calibrate/hardware_profile.h"
 #include "cli/commands.h"
@@ -116,6 +117,16 @@ int cmd_validate(const Argv& argv) {
   // caching-allocator model, so the allocated / reserved rows check that the program and its placement
   // agree; PyTorch's memory is checked by tests/fixtures/torch_memory. The driver's figures below are
   // what the device really used.
+  // More CPU ranks than cores: the calibration times one rank at a time and scales by ranks per core (every
+  // rank computing at once), and the simulator replays one rank for all; measured ranks drift apart and take
+  // turns on the cores (one computes while another waits in a collective), which that symmetric model cannot
+  // show. Said with the figures, not hidden.
+  const unsigned cores = std::thread::hardware_concurrency();
+  const bool oversubscribed = !cuda && cores > 0 && static_cast<unsigned>(o.ranks) > cores;
+  if (oversubscribed)
+    std::cout << "  note: " << o.ranks << " ranks on " << cores
+              << " cores: the prediction assumes every rank computes at once (ranks per core x one rank's kernel "
+                 "time); measured ranks take turns on the cores, so compute busy and step time are approximate here\n";
   std::cout << "  memory rows above: the runtime places the program's buffers with fsdpsim's allocator model, so they "
                "check the program's consistency, not PyTorch's allocator (that is test_torch_memory_fixtures)\n";
   const nlohmann::json device_memory = run.worker.value("device_memory", nlohmann::json());
@@ -134,7 +145,8 @@ int cmd_validate(const Argv& argv) {
     j["context"] = context_block_with_profile(a.has("profile") ? a.get("profile") : hw.name());
     j["run"] = {{"model", o.model}, {"plan", sim::plan_to_json(plan)}, {"ranks", o.ranks}, {"steps", o.steps},
                 {"backend", cuda ? "cuda+nccl" : "cpu+mpi"}, {"cluster", cluster_name},
-                {"emulated_world", o.emulate_world}, {"collectives_padded", !o.pad_cluster.empty()}, {"measured_step", "the median (by time) of the run's steps after the first; its time is the slowest rank's"}};
+                {"emulated_world", o.emulate_world}, {"collectives_padded", !o.pad_cluster.empty()}, {"measured_step", "the median (by time) of the run's steps after the first; its time is the slowest rank's"},
+                {"host_cores", cores}, {"oversubscribed", oversubscribed}};
     if (cuda) j["run"]["device"] = run.worker.value("device", std::string("?"));
     j["losses"] = run.worker["losses"];
     j["untracked_runtime_bytes"] = run.worker["untracked_bytes"];
