@@ -52,48 +52,58 @@ bool unit_has_part(const models::FsdpUnit& u, models::ModulePart p) {
   return std::find(u.parts.begin(), u.parts.end(), p) != u.parts.end();
 }
 
-// The kernel lists of the three parts, forward and backward, and the block's recompute under each
-// checkpointing mode. A planner lowers thousands of plans of one model with a few (micro_batch, seq_len)
-// shapes, so each thread keeps the lists of its most recent shapes, keyed by every input of the
-// models:: kernel functions (the ModelSpec compared field by field): a hit returns exactly the lists
-// those functions would build. Sharing the same immutable lists across calls also lets a recycled
-// compute op keep its Op::shared_kernels unchanged.
+// The kernel lists of the three parts, forward and backward (the blocks' backward per distinct GradFlow),
+// and the block's recompute under each checkpointing mode. A planner lowers thousands of plans of one model
+// with a few (micro_batch, seq_len) shapes, so each thread keeps the lists of its most recent shapes, keyed
+// by every input of the models:: kernel functions (the ModelSpec compared field by field): a hit returns
+// exactly the lists those functions would build. Sharing the same immutable lists across calls also lets a
+// recycled compute op keep its Op::shared_kernels unchanged.
 using KernelList = std::shared_ptr<const std::vector<models::KernelDesc>>;
 void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) {
   const Dtype act = plan.param_dtype;   // activations in the compute dtype (M9)
-  const bool wgrad = plan.trainable_fraction >= 1.0;
   const models::KernelOptions opt = kernel_options(plan);
   struct Entry {
     models::ModelSpec model;
     std::int64_t micro_batch, seq_len;
     Dtype act;
-    bool wgrad;
     models::KernelOptions opt;
+    models::GradFlow embedding, final_part;
+    std::vector<models::GradFlow> blocks;
     KernelList fwd[3], bwd[3], rec[3];
+    std::vector<KernelList> block_bwd;
   };
   constexpr std::size_t kEntries = 8;
   thread_local std::vector<Entry> cache;
   const Entry* hit = nullptr;
   for (std::size_t i = 0; i < cache.size() && !hit; ++i) {
     const Entry& e = cache[i];
-    if (e.micro_batch == plan.micro_batch && e.seq_len == plan.seq_len && e.act == act && e.wgrad == wgrad &&
-        e.opt == opt && e.model == model) {
+    if (e.micro_batch == plan.micro_batch && e.seq_len == plan.seq_len && e.act == act && e.opt == opt &&
+        e.embedding == c.flows.embedding && e.final_part == c.flows.final_part && e.blocks == c.block_flows &&
+        e.model == model) {
       std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
                   cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);   // most recent first
       hit = &cache.front();
     }
   }
   if (!hit) {
-    Entry e{model, plan.micro_batch, plan.seq_len, act, wgrad, opt, {}, {}, {}};
+    Entry e{model, plan.micro_batch, plan.seq_len, act, opt, c.flows.embedding, c.flows.final_part, c.block_flows,
+            {}, {}, {}, {}};
+    const models::GradFlow part_flow[3] = {c.flows.embedding, models::GradFlow{}, c.flows.final_part};
     for (int p = 0; p < 3; ++p) {
       auto part = static_cast<models::ModulePart>(p);
       e.fwd[p] = std::make_shared<const std::vector<models::KernelDesc>>(
           models::forward_kernels(model, part, plan.micro_batch, plan.seq_len, act, opt));
       e.bwd[p] = std::make_shared<const std::vector<models::KernelDesc>>(
-          models::backward_kernels(model, part, plan.micro_batch, plan.seq_len, act, wgrad, opt));
+          models::backward_kernels(model, part, plan.micro_batch, plan.seq_len, act, part_flow[p], opt));
       e.rec[p] = std::make_shared<const std::vector<models::KernelDesc>>(models::recompute_kernels(
           model, models::ModulePart::Block, plan.micro_batch, plan.seq_len, act, static_cast<models::CheckpointMode>(p), opt));
     }
+    for (const models::GradFlow& f : c.block_flows)
+      e.block_bwd.push_back(f == models::GradFlow{} ? e.bwd[static_cast<int>(models::ModulePart::Block)]
+                                                    : std::make_shared<const std::vector<models::KernelDesc>>(
+                                                          models::backward_kernels(model, models::ModulePart::Block,
+                                                                                   plan.micro_batch, plan.seq_len, act,
+                                                                                   f, opt)));
     if (cache.size() == kEntries) cache.pop_back();
     cache.insert(cache.begin(), std::move(e));
     hit = &cache.front();
@@ -103,9 +113,12 @@ void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) 
     c.bwd_kernels[p] = hit->bwd[p];
     c.rec_kernels[p] = hit->rec[p];
   }
-  if (!wgrad)
-    c.notes.push_back("trainable_fraction < 1: backward kernels omit weight-gradient GEMMs (frozen weights, D5); "
-                      "the trainable fraction is applied uniformly to every unit");
+  c.block_bwd = hit->block_bwd;
+  if (!c.trainable.all)
+    c.notes.push_back("trainable_fraction < 1: whole weight matrices of the blocks train (models/trainable.h: LoRA's "
+                      "usual targets first, evenly spaced blocks), everything else is frozen; frozen weights get no "
+                      "weight-gradient GEMM and their linears save no input, and nothing before the first trainable "
+                      "weight is saved (FSDP1: every weight of a unit with a trainable one trains, M13)");
   if (plan.compile)
     c.notes.push_back("compile: inductor's fusion of each block's norms, rotary, activation and residual adds is "
                       "modelled from its fusion rules (one kernel per chain of pointwise/reduction ops between "
@@ -167,44 +180,71 @@ int unit_by_name(const models::WrapGraph& graph, const std::string& name, std::i
   return -1;
 }
 
-UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, bool use_orig_params, double f) {
+UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, bool use_orig_params,
+                           const models::TrainableSet& ts) {
   UnitSizes s;
   s.params = u.params;
-  s.trainable = scaled(u.params, f);
   // M1: `_get_aligned_numel` = 16 // itemsize; padding goes before a tensor that would start unaligned.
   const std::int64_t align = use_orig_params ? 16 / dtype_bytes(flat_dtype) : 1;
   std::int64_t total = 0;
-  for_each_tensor(u, [&](std::int64_t numel, std::int64_t) {
+  struct Span {
+    std::int64_t offset, numel;
+  };
+  std::vector<Span> trained;   // the trainable tensors' places in the flat parameter
+  std::int64_t trainable = 0;
+  const auto add = [&](std::int64_t numel, bool trains) {
     if (align > 1 && total % align != 0) total += align - total % align;
+    if (trains) {
+      trained.push_back({total, numel});
+      trainable += numel;
+    }
     total += numel;
-  });
+  };
+  const bool listed = !u.tensors.empty();
+  if (!listed) {
+    if (u.params > 0) add(u.params, true);
+  } else {
+    for (const auto& t : u.tensors) add(t.numel(), models::tensor_trains(ts, t.name));
+  }
   // use_orig_params: the flat param itself is padded to a multiple of N; otherwise `_get_shard` pads shards.
   if (use_orig_params && total % N != 0) total += N - total % N;
   s.shard = ceil_div(total, N);
   s.unsharded = s.shard * N;
-  if (use_orig_params || f >= 1.0) {
-    // M13: with use_orig_params the flat grad is full size even when some params are frozen.
-    s.grad = total;
+  if (!listed && !ts.all) {
+    // a unit known by its count alone: the plan's fraction of it trains; with use_orig_params the flat grad
+    // is full size (M13)
+    s.trainable = scaled(u.params, ts.fraction);
+    s.grad = use_orig_params ? total : scaled(total, ts.fraction);
+    s.optim = ceil_div(s.trainable, N);
+  } else if (trainable == u.params || !use_orig_params) {
+    // every tensor trains, or (no use_orig_params) the unit trains whole or not at all
+    s.trainable = trainable > 0 ? u.params : 0;
+    s.grad = trainable > 0 ? total : 0;
+    s.optim = ceil_div(s.trainable, N);
   } else {
-    s.grad = scaled(total, f);
+    // use_orig_params with frozen tensors: the flat gradient is whole when any tensor trains (M13); the
+    // optimizer steps the trainable tensors' parts of this rank's shard [0, shard) (rank 0's)
+    s.trainable = trainable;
+    s.grad = trainable > 0 ? total : 0;
+    for (const Span& t : trained) s.optim += std::max<std::int64_t>(0, std::min(t.offset + t.numel, s.shard) - t.offset);
   }
   s.needs_pad = s.grad % N != 0;
   s.grad_shard = ceil_div(s.grad, N);
   s.rs_input = s.grad_shard * N;
-  s.optim = ceil_div(s.trainable, N);
   return s;
 }
 
-UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, double f) {
+UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::TrainableSet& ts) {
   UnitSizes s;
   s.params = u.params;
-  s.trainable = scaled(u.params, f);
   // M6: torch.chunk along dim 0; every rank stores chunks[0]'s size (ceil(d0/N) rows), zero-padded.
   // Per tensor ceil(dim0/N) * (numel / dim0), with numel / dim0 computed as the product of the other
   // dims (equal: numel is dim0 times that product) without the division or a second pass over the shape.
   std::int64_t shard = 0;
   if (u.tensors.empty()) {
     if (u.params > 0) shard = ceil_div(u.params, N);   // one flat tensor: dim0 = numel
+    s.trainable = ts.all ? u.params : scaled(u.params, ts.fraction);
+    s.grad_shard = ts.all ? shard : scaled(shard, ts.fraction);
   } else {
     for (const auto& t : u.tensors) {
       const std::size_t dims = t.shape.size();
@@ -212,16 +252,68 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, double f) {
       if (dim0 <= 0) continue;                                  // no rows: nothing to shard
       std::int64_t rest = 1;
       for (std::size_t i = 1; i < dims; ++i) rest *= t.shape[i];
-      shard += ceil_div(dim0, N) * rest;
+      const std::int64_t chunk = ceil_div(dim0, N) * rest;
+      shard += chunk;
+      if (!models::tensor_trains(ts, t.name)) continue;   // D5: a frozen parameter has no .grad
+      s.trainable += dim0 * rest;
+      s.grad_shard += chunk;
     }
   }
   s.shard = shard;
   s.unsharded = shard * N;
   s.grad = s.trainable;                       // D5: only trainable params have .grad
-  s.grad_shard = scaled(shard, f);
   s.rs_input = s.grad_shard * N;
   s.optim = s.grad_shard;
   return s;
+}
+
+GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, const Plan& plan,
+                     const models::TrainableSet& ts) {
+  using models::Weight;
+  using models::weight_bit;
+  GradFlows f;
+  const int L = static_cast<int>(m.n_layers);
+  f.layers.assign(static_cast<std::size_t>(std::max(L, 0)), models::GradFlow{});
+  if (ts.all) return f;   // full training: every part's default flow
+  std::vector<models::WeightMask> eff(f.layers.size(), 0);
+  models::WeightMask outside = 0;   // Embedding, FinalNorm, LmHead
+  if (plan.fsdp_version == FsdpVersion::FSDP2) {
+    for (int l = 0; l < L; ++l) eff[static_cast<std::size_t>(l)] = ts.layer(l);
+  } else {
+    for (const auto& u : g.units) {
+      bool trains = u.tensors.empty() && u.params > 0;
+      for (const auto& t : u.tensors) trains = trains || models::tensor_trains(ts, t.name);
+      if (!trains) continue;
+      if (u.tensors.empty()) {   // a unit known by its count: its parts train whole
+        for (int l : u.layers)
+          if (l >= 0 && l < L) eff[static_cast<std::size_t>(l)] = models::kAllWeights;
+        if (unit_has_part(u, models::ModulePart::Embedding)) outside |= weight_bit(Weight::Embedding);
+        if (unit_has_part(u, models::ModulePart::FinalNormAndHead))
+          outside |= weight_bit(Weight::FinalNorm) | weight_bit(Weight::LmHead);
+        continue;
+      }
+      for (const auto& t : u.tensors) {
+        const models::TensorWeight tw = models::tensor_weight(t.name);
+        if (tw.layer >= 0 && tw.layer < L) eff[static_cast<std::size_t>(tw.layer)] |= tw.weights;
+        else if (tw.layer < 0) outside |= tw.weights;
+      }
+    }
+    // a tied LM head is the embedding's weight
+    if (m.tied_embeddings && (outside & weight_bit(Weight::Embedding))) outside |= weight_bit(Weight::LmHead);
+  }
+  const auto& ac = plan.activation_checkpointing;
+  bool rg = (outside & weight_bit(Weight::Embedding)) != 0 ||
+            (ac.outside_fsdp && ac.mode != ActivationCheckpointing::Mode::None);
+  f.embedding = {outside & weight_bit(Weight::Embedding), false};
+  for (int l = 0; l < L; ++l) {
+    const auto i = static_cast<std::size_t>(l);
+    f.layers[i] = {eff[i], rg};
+    rg = rg || eff[i] != 0;
+  }
+  f.final_part = {outside & (weight_bit(Weight::FinalNorm) | weight_bit(Weight::LmHead)), rg};
+  f.matmul_trained = models::trained_matmul_fraction(m, plan.implementation, eff,
+                                                     (outside & weight_bit(Weight::LmHead)) != 0);
+  return f;
 }
 
 namespace {
@@ -296,11 +388,21 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   const int U = static_cast<int>(graph.units.size());
   c.sizes.clear();
   c.sizes.reserve(U);
+  c.trainable = models::trainable_set(model, plan.implementation, plan.trainable_fraction);
   for (const auto& u : graph.units)
     c.sizes.push_back(plan.fsdp_version == FsdpVersion::FSDP1
-                          ? fsdp1_unit_sizes(u, c.N, plan.master_weights_dtype, plan.use_orig_params,
-                                             plan.trainable_fraction)
-                          : fsdp2_unit_sizes(u, c.N, plan.trainable_fraction));
+                          ? fsdp1_unit_sizes(u, c.N, plan.master_weights_dtype, plan.use_orig_params, c.trainable)
+                          : fsdp2_unit_sizes(u, c.N, c.trainable));
+  c.flows = grad_flows(model, graph, plan, c.trainable);
+  c.block_flows.clear();
+  c.layer_flow.assign(c.flows.layers.size(), 0);
+  for (std::size_t l = 0; l < c.flows.layers.size(); ++l) {
+    const models::GradFlow& f = c.flows.layers[l];
+    auto it = std::find(c.block_flows.begin(), c.block_flows.end(), f);
+    if (it == c.block_flows.end()) it = c.block_flows.insert(c.block_flows.end(), f);
+    c.layer_flow[l] = static_cast<std::int16_t>(it - c.block_flows.begin());
+  }
+  if (c.block_flows.empty()) c.block_flows.push_back(models::GradFlow{});
 
   // ---- reshard_after_forward per unit: the plan's, None for the root, then plan.module_overrides ----
   c.reshard_after_forward.assign(U, plan.reshard_after_forward);
@@ -394,13 +496,15 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   // ---- activations (saved per block under its checkpointing mode, models/implementation.h) ----
   const auto& ac = plan.activation_checkpointing;
   const models::ImplOptions impl{plan.implementation, plan.compile, plan.float8};
-  bool known[3] = {false, false, false};
-  const auto block_acts = [&](models::CheckpointMode mode) -> const Context::BlockActivations& {
-    const int m = static_cast<int>(mode);
+  c.block_acts.resize(c.block_flows.size() * 3);
+  std::vector<char> known(c.block_acts.size(), 0);
+  const auto block_acts = [&](int flow, models::CheckpointMode mode) -> const Context::BlockActivations& {
+    const std::size_t m = static_cast<std::size_t>(flow) * 3 + static_cast<std::size_t>(mode);
     Context::BlockActivations& a = c.block_acts[m];
     if (known[m]) return a;
-    known[m] = true;
-    const models::BlockMemory mem = models::block_memory(model, plan.micro_batch, plan.seq_len, act, mode, impl);
+    known[m] = 1;
+    const models::GradFlow& g = c.block_flows[static_cast<std::size_t>(flow)];
+    const models::BlockMemory mem = models::block_memory(model, plan.micro_batch, plan.seq_len, act, mode, impl, g);
     a.saved = mem.saved;
     a.forward_extra = mem.forward_extra;
     a.recompute.clear();
@@ -408,13 +512,13 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
     if (plan.implementation == models::ModelImpl::Runtime && mode != models::CheckpointMode::None) {
       // one buffer: what the uncheckpointed block saves beyond what this mode keeps (the block input)
       const Bytes none = models::block_memory(model, plan.micro_batch, plan.seq_len, act, models::CheckpointMode::None,
-                                              impl).saved_bytes();
+                                              impl, g).saved_bytes();
       recomputed = std::max<Bytes>(0, none - mem.saved_bytes());
       a.recompute.push_back({"recomp", recomputed});
     } else if (mode != models::CheckpointMode::None) {
       // what the recompute re-creates: the uncheckpointed block's saved tensors this mode did not keep
       const models::BlockMemory none = models::block_memory(model, plan.micro_batch, plan.seq_len, act,
-                                                            models::CheckpointMode::None, impl);
+                                                            models::CheckpointMode::None, impl, g);
       for (const models::SavedTensor& t : none.saved) {
         bool kept = false;
         for (const models::SavedTensor& k : mem.saved) kept = kept || std::strcmp(k.name, t.name) == 0;
@@ -433,13 +537,13 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.act_recompute.assign(L, 0);
   for (int l = 0; l < L; ++l) {
     const auto mode = layer_checkpoint_mode(ac, l);
-    const Context::BlockActivations& a = block_acts(mode);
+    const Context::BlockActivations& a = block_acts(c.layer_flow[l], mode);
     c.layer_mode[l] = static_cast<std::int8_t>(mode);
     for (const auto& t : a.saved) c.act_saved[l] += t.bytes;
     for (const auto& t : a.recompute) c.act_recompute[l] += t.bytes;
   }
-  c.final_norm = models::final_norm_memory(model, plan.micro_batch, plan.seq_len, act, impl);
-  c.loss = loss_memory(model, plan);
+  c.final_norm = models::final_norm_memory(model, plan.micro_batch, plan.seq_len, act, impl, c.flows.final_part);
+  c.loss = loss_memory(model, plan, c.flows.final_part.trains_weight(models::Weight::LmHead));
   c.notes.push_back("activations as the implementation recipe's code saves them (models/implementation.cpp), "
                     "tensor by tensor, with each block's forward and backward transients, the logits and the "
                     "loss's tensors in forward and backward");
@@ -453,7 +557,7 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.post_forward_group = {k, nodes_of(0, 1, k, gpn)};
 }
 
-LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan) {
+LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan, bool head_trains) {
   LossMemory l;
   l.impl = plan.cross_entropy;
   const Bytes e = dtype_bytes(plan.param_dtype);   // activations in the compute dtype (M9)
@@ -510,7 +614,7 @@ LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan) {
       // dtype; none when it is frozen). Its backward returns it, and AccumulateGrad takes it as the weight's
       // .grad without a copy (the engine has released the saved tensor by then): the walk frees it just
       // before the head's backward allocates the unit's gradient.
-      if (plan.trainable_fraction >= 1.0) l.weight_grad = m.vocab_size * m.hidden * e;
+      if (head_trains) l.weight_grad = m.vocab_size * m.hidden * e;
       break;
     }
   }
@@ -690,7 +794,7 @@ void fill_facts(const Context& c, StepProgram& p) {
   p.gpus_per_node = c.topo.gpus_per_node;
   p.micro_batches = c.micro_batches;
   p.tokens_per_rank = plan.micro_batch * plan.seq_len * plan.grad_accum;
-  p.model_flops_per_rank = models::trained_flops_per_token(*c.model, plan.seq_len, plan.trainable_fraction) *
+  p.model_flops_per_rank = models::trained_flops_per_token(*c.model, plan.seq_len, c.flows.matmul_trained) *
                            static_cast<double>(p.tokens_per_rank);
   for (const auto& n : c.notes) p.notes.push_back(n);
 }

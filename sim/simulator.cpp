@@ -257,6 +257,10 @@ bool build_stretched(const models::ModelSpec& m, const models::WrapGraph& graph,
   };
   const int k = layer_period(graph, rp);
   if (k == 0) return g_stats.refused = "no regular block period", micro_batches_only();
+  // Frozen weights (models/trainable.h): which blocks train follows the number of layers (evenly spaced
+  // blocks), so a shorter model's blocks are not the full one's.
+  if (rp.trainable_fraction < 1.0)
+    return g_stats.refused = "frozen weights differ from block to block", micro_batches_only();
   // A unit named in module_overrides may not exist in a shorter model (its aliases do).
   for (const ModuleOverride& o : rp.module_overrides)
     if (o.module != "root" && o.module != "last_block")
@@ -379,7 +383,8 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
   const Bytes worst_reserved = std::max(r.peak_reserved, r.first_step_peak_reserved);
   r.fits = static_cast<double>(worst_reserved + context) <= usable;
   r.breakdown_at_peak[mem_category_name(MemCategory::CudaContext)] = context;
-  apply_host_memory(host_memory(*graph, rp, cluster.gpus_per_node), hw, rp, r);   // CPU offload's host RAM
+  const models::TrainableSet trainable = models::trainable_set(m, rp.implementation, rp.trainable_fraction);
+  apply_host_memory(host_memory(*graph, rp, cluster.gpus_per_node, trainable), hw, rp, r);   // CPU offload's host RAM
 
   // ---- throughput ----
   const int world = rp.mesh_replicate * rp.mesh_shard;
@@ -391,8 +396,11 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
 
   // ---- FLOPs and MFU ----
   // (as the lowering's fill_facts: 6N+attention FLOPs per token of the whole model times the tokens; with
-  // frozen weights, trainable_fraction < 1, without the weight-gradient matmuls that do not run)
-  r.model_flops_per_step_per_gpu = models::trained_flops_per_token(m, rp.seq_len, rp.trainable_fraction) * tokens;
+  // frozen weights, trainable_fraction < 1, without the weight-gradient matmuls that do not run: those of the
+  // matrices autograd sees frozen, lowering::grad_flows)
+  r.model_flops_per_step_per_gpu =
+      models::trained_flops_per_token(m, rp.seq_len, lowering::grad_flows(m, *graph, rp, trainable).matmul_trained) *
+      tokens;
   r.hardware_flops_per_step_per_gpu = hw_flops;
   // The compute dtype is param_dtype: an fp8 all-gather (fp8_all_gather) only changes what is
   // communicated, the matmuls still run at param_dtype in this model.
