@@ -24,7 +24,7 @@
 // | grad_sync                | true: reduce every micro-batch; false: no_sync until last   | false              |
 // | cpu_offload              | true/false (= params) or {"params": bool, "optimizer": bool}| false              |
 // | fp8_all_gather           | true/false (FSDP2 + torchao float8, param_dtype bf16, D4)   | false              |
-// | trainable_fraction       | (0, 1]: fraction of parameters that train (LoRA, D5)        | 1                  |
+// | trainable_fraction       | (0, 1]: that share trains as whole block matrices (D5, M13) | 1                  |
 // | optimizer                | "adamw" (2 states) or "sgd" (momentum, 1 state)             | "adamw"            |
 // | auto_wrap_policy         | "transformer_block", "none", {"min_num_params": N},         | "transformer_block"|
 // |                          | {"modules": ["layers.*", ...]}                              |                    |
