@@ -2,10 +2,11 @@
 // tools/autograd/derivatives.yaml (PyTorch): mul saves the operands whose partner requires grad (a
 // RoPE cos/sin table or the position cache does not), pow saves self, rsqrt/tanh save their result,
 // silu/gelu save self, _to_copy / cat / clone / add / views save nothing, mean saves sizes only,
-// mm/addmm save their input (and the weight: FSDP's accounting), _fused_rms_norm saves input + rstd,
-// native_layer_norm saves input + mean + rstd (fp32 for bf16 inputs: acc_type), flash SDPA saves
-// q, k, v, out, logsumexp (fp32 [b, heads, s]) plus a CPU philox seed/offset, flex attention saves
-// q, k, v, out, logsumexp. Views keep their base (split / transpose of a fused QKV output).
+// mm/addmm save their input only for the weight's gradient (and the weight: FSDP's accounting; frozen
+// weights, models/trainable.h), _fused_rms_norm saves input + rstd, native_layer_norm saves input +
+// mean + rstd (fp32 for bf16 inputs: acc_type), flash SDPA saves q, k, v, out, logsumexp (fp32
+// [b, heads, s]) plus a CPU philox seed/offset, flex attention saves q, k, v, out, logsumexp. Views
+// keep their base (split / transpose of a fused QKV output).
 //
 // Sources, read 2026-08/11 (the snapshots fetched for issue 19):
 //  * torchtitan (pytorch/torchtitan b5bcd76): models/llama3/model.py Llama3TransformerBlock.forward;
@@ -255,7 +256,7 @@ class BlockWriter {
   // input and the weight are cast to fp8 before the mm (amax, then the scaled cast); the autograd
   // function still saves the high-precision input, and its backward recasts grad_output (twice: one
   // per gemm), the weight and the input.
-  // `w`: the linear's weight: a frozen one saves no input (mm / addmm save `self` / `mat1` only for the
+  // `wt`: the linear's weight: a frozen one saves no input (mm / addmm save `self` / `mat1` only for the
   // weight's gradient); torchao's Float8Linear is an autograd.Function that saves its input either way.
   int linear(int x, Bytes tokens, Bytes in_f, Bytes out_f, bool bias, const char* name, Weight wt,
              OpKind kind = OpKind::Matmul) {

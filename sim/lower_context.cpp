@@ -393,6 +393,10 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
     c.sizes.push_back(plan.fsdp_version == FsdpVersion::FSDP1
                           ? fsdp1_unit_sizes(u, c.N, plan.master_weights_dtype, plan.use_orig_params, c.trainable)
                           : fsdp2_unit_sizes(u, c.N, c.trainable));
+  if (!c.trainable.all && plan.fsdp_version == FsdpVersion::FSDP1 && !plan.use_orig_params)
+    c.notes.push_back("trainable_fraction < 1 with FSDP1 and use_orig_params false: a FlatParameter has one "
+                      "requires_grad (PyTorch refuses mixed units, M13), so a unit with a trainable matrix is taken "
+                      "to train whole (its gradients and optimizer state), the others to be frozen");
   c.flows = grad_flows(model, graph, plan, c.trainable);
   c.block_flows.clear();
   c.layer_flow.assign(c.flows.layers.size(), 0);
