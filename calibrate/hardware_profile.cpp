@@ -77,6 +77,7 @@ struct HardwareProfile::Impl {
   ComputeParams cp;
   TimeNs launch_ns = 0, hook_ns = 0;
   double overlap = 1.0;
+  int launch_queue_depth = kDefaultLaunchQueueDepth;   // (0: unbounded)
   double pcie_bw = 1e10;
   double cpu_mem_bw = 1e10;       // bytes/s one rank's CPU optimizer step gets (all ranks of the node at once)
   Bytes host_capacity = 0;        // host RAM of one node (0: unknown)
@@ -137,6 +138,7 @@ void HardwareProfile::Impl::load_gpu(const nlohmann::json& j, const std::string&
   launch_ns = static_cast<TimeNs>(sourced_number(ov, "kernel_launch_ns", 0, 1e9));
   hook_ns = static_cast<TimeNs>(sourced_number(ov, "framework_hook_ns", 0, 1e10));
   overlap = sourced_number(ov, "comm_overlap_slowdown", 1.0, 10.0);
+  launch_queue_depth = static_cast<int>(sourced_number(ov, "launch_queue_depth", 0, 1e8, kDefaultLaunchQueueDepth));
   JsonReader mem = r.get_object("memory");
   double cap_gib = sourced_number(mem, "capacity_gib", 1e-3, 1e7);
   // CPU ranks of one node share the host memory (issue: memory capacity = host memory share).
@@ -393,6 +395,7 @@ TimeNs HardwareProfile::memory_bound_time(Bytes bytes_moved, MemoryClass cls) co
 TimeNs HardwareProfile::kernel_launch_ns() const { return impl_->launch_ns; }
 TimeNs HardwareProfile::framework_hook_ns() const { return impl_->hook_ns; }
 double HardwareProfile::comm_overlap_slowdown() const { return impl_->overlap; }
+int HardwareProfile::launch_queue_depth() const { return impl_->launch_queue_depth; }
 
 // ---- host <-> device ----
 TimeNs HardwareProfile::host_copy_time(Bytes bytes) const {

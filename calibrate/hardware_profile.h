@@ -11,6 +11,7 @@
 
 #include "common/dtype.h"
 #include "common/memory_class.h"
+#include "calibrate/launch_queue.h"
 #include "common/units.h"
 
 namespace fsdpsim::calibrate {
@@ -72,6 +73,9 @@ class HardwareProfile {
   TimeNs kernel_launch_ns() const;     // CPU cost to launch one kernel
   TimeNs framework_hook_ns() const;    // CPU cost of one framework hook (module pre/post hook in Python)
   double comm_overlap_slowdown() const; // compute time multiplier while a collective runs (>= 1)
+  // Kernels one stream's launch queue holds before a launch blocks the CPU (overheads.launch_queue_depth,
+  // default kDefaultLaunchQueueDepth, an assumption: calibrate/launch_queue.h); 0 = unbounded.
+  int launch_queue_depth() const;
 
   // ---- host <-> device (offload) ----
   TimeNs host_copy_time(Bytes bytes) const;      // pinned H2D or D2H over this GPU's own PCIe link

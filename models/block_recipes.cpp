@@ -263,7 +263,8 @@ class BlockWriter {
     const bool f8 = o_.float8 != Float8Recipe::None && kind == OpKind::Matmul && r_.float8_block_linears;
     if (!f8) {
       const OpKind k = kind == OpKind::Matmul && bias ? OpKind::MatmulBias : kind;  // aten.addmm
-      return t_.add1(with_weight({k, {linear_in(x)}, {out(name, tokens * out_f * e_)}}, wt));
+      return lora(x, t_.add1(with_weight({k, {linear_in(x)}, {out(name, tokens * out_f * e_)}}, wt)), tokens,
+                  out_f, name, wt);
     }
     const bool rowwise = o_.float8 == Float8Recipe::Rowwise;
     const bool eager = !o_.compile;
@@ -295,9 +296,60 @@ class BlockWriter {
     mm.bwd_workspace = (2 * go + xi + w) * kFp8 + (eager ? std::max({go, xi, w}) * kEagerCastBytesPerElem : 0);
     mm.weight = use(wt);
     const int y = t_.add1(mm);
-    if (!bias) return y;
-    return pointwise({in(y, GradRule::Alias)}, name, tokens * out_f * e_);  // Float8Linear: output + bias
+    if (!bias) return lora(x, y, tokens, out_f, name, wt);
+    return lora(x, pointwise({in(y, GradRule::Alias)}, name, tokens * out_f * e_), tokens, out_f, name, wt);  // + bias
   }
+
+  // LoRA beside the linear that produced `y` from `x` (models/trainable.h LoraShape): pretrained + B(A(drop(x)))
+  // * scaling. litgpt lit_gpt/lora.py LoRALinear.forward / LoRAQKVLinear.forward (8641822), torchtune
+  // torchtune/modules/peft/lora.py LoRALinear.forward (0217d44c), PEFT lora/layer.py Linear.forward:
+  //  * nn.Dropout(p > 0) in training is aten.native_dropout: a new tensor and a bool mask, the mask saved
+  //    for its backward (derivatives.yaml native_dropout: native_dropout_backward(grad, result1, scale));
+  //    p = 0 returns x itself (Dropout.cpp _dropout_impl);
+  //  * A's linear saves its input (drop(x), or x itself) for A's gradient, B's saves A's r-wide output
+  //    (litgpt's fused qkv: a grouped conv1d of A's output, which it saves for B's gradient);
+  //  * litgpt's LoRAQKVLinear with only some of q, k, v enabled zero-pads B's output to the fused width
+  //    (zero_pad: new_zeros + index_copy, a new full-width tensor); the product by the scaling (a Python
+  //    float: mul.Scalar saves nothing) is a new tensor, and so is the sum with the pretrained output.
+  // Adapters stay in the high precision under float8 (not modelled: a Float8Linear conversion of PEFT's or
+  // torchtune's adapter linears).
+  int lora(int x, int y, Bytes tokens, Bytes out_f, const char* name, Weight wt) {
+    if (!o_.lora.on()) return y;
+    const bool head = wt == Weight::LmHead;
+    const AdapterMatrix* a = nullptr;
+    const AdapterMatrix* b = nullptr;
+    for (const AdapterMatrix& m : adapters(head)) {
+      const bool mine = m.base == wt || (wt == Weight::Up && m.base == Weight::Fc) || (wt == Weight::Fc && m.base == Weight::Up);
+      if (!mine) continue;
+      if (m.is_a && !a) a = &m;
+      else if (!m.is_a && !b) b = &m;
+    }
+    if (!a || !b) return y;
+    const std::string base(name);
+    const Bytes in_f = a->cols;
+    int xd = x;
+    if (o_.lora.dropout)
+      xd = t_.add({OpKind::Pointwise, {in(x)},
+                   {out(intern(base + ".lora_dropout"), tokens * in_f * e_),
+                    out(intern(base + ".lora_mask"), tokens * in_f, true, false)}})[0];
+    const int ya = t_.add1(with_weight({OpKind::Matmul, {linear_in(xd)}, {out(intern(base + ".lora_a"), tokens * a->rows * e_)}},
+                                       Weight::Adapter));
+    int yb = t_.add1(with_weight({OpKind::Matmul, {linear_in(ya)}, {out(intern(base + ".lora_b"), tokens * b->rows * e_)}},
+                                 Weight::Adapter));
+    if (b->rows < out_f) yb = pointwise({in(yb)}, intern(base + ".lora_pad"), tokens * out_f * e_);
+    const int scaled = pointwise({in(yb)}, intern(base + ".lora_scaled"), tokens * out_f * e_);
+    return pointwise({in(y, GradRule::Alias), in(scaled, GradRule::Alias)}, intern(base + ".lora_sum"), tokens * out_f * e_);
+  }
+  const std::vector<AdapterMatrix>& adapters(bool head) {
+    if (!adapters_built_) {
+      block_adapters_ = lora_adapters(m_, o_.impl, o_.lora, false);
+      head_adapters_ = lora_adapters(m_, o_.impl, o_.lora, true);
+      adapters_built_ = true;
+    }
+    return head ? head_adapters_ : block_adapters_;
+  }
+  bool adapters_built_ = false;
+  std::vector<AdapterMatrix> block_adapters_, head_adapters_;
 
   // ---- attention ------------------------------------------------------------------------------
   int attention(int xn) {

@@ -37,6 +37,8 @@ struct KernelBuilder {
   GradFlow flow;
 
   bool trains(Weight w) const { return flow.trains_weight(w); }
+  // LoRA adapters beside the base weight w that train (their gradient flows back through the linear's output)
+  bool adapted(Weight w) const { return opt.lora.adapts(w) && flow.trains_weight(Weight::Adapter); }
 
   bool eager() const { return !opt.compile; }
   Bytes act() const { return T * m.hidden * e; }   // one [T, h] activation
@@ -55,6 +57,11 @@ struct KernelBuilder {
   void linear(const std::string& name, std::int64_t in, std::int64_t outf, bool wgrad, std::int64_t tokens = -1,
               std::int64_t count = 1, bool bias = false, bool float8_allowed = true, std::int64_t sac_saved = -1,
               bool dgrad = true);
+  // LoRA adapters beside the linear(s) of base weight `base` (models/trainable.h lora_adapters; nothing
+  // when none): forward dropout (p > 0), A and B GEMMs, litgpt's zero-pad, the scaling and the sum with the
+  // base output; backward their gradients: A's and B's weight gradients when the adapters train, B's input
+  // gradient, A's (and the dropout's, and the sum into the linear input's gradient) when `in_rg`.
+  void adapter(const std::string& name, Weight base, std::int64_t outf, bool in_rg);
   // The float8 amax / scale / cast kernels of one linear (kernels_float8.cpp): forward casts of the
   // input and the weight, or backward casts of the output grad (twice), the weight and the input.
   void float8_casts(const std::string& name, std::int64_t tokens, std::int64_t in, std::int64_t outf,

@@ -98,6 +98,42 @@ void KernelBuilder::linear(const std::string& name, std::int64_t in, std::int64_
   if (wgrad) gemm(name + "_wgrad", outf, in, t, count, dtype, fp8);
 }
 
+void KernelBuilder::adapter(const std::string& name, Weight base, std::int64_t outf, bool in_rg) {
+  if (!opt.lora.on()) return;
+  const AdapterMatrix* a = nullptr;
+  const AdapterMatrix* bm = nullptr;
+  const std::vector<AdapterMatrix> all = lora_adapters(m, opt.implementation, opt.lora, base == Weight::LmHead);
+  for (const AdapterMatrix& x : all) {
+    const bool mine = x.base == base || (base == Weight::Up && x.base == Weight::Fc);
+    if (!mine) continue;
+    if (x.is_a && !a) a = &x;
+    else if (!x.is_a && !bm) bm = &x;
+  }
+  if (!a || !bm) return;
+  const std::int64_t r = a->rows, in = a->cols, width = bm->rows;
+  const bool pad = width < outf;   // litgpt's zero_pad of the enabled q/k/v parts to the fused width
+  if (!backward) {
+    if (opt.lora.dropout) elementwise(name + ".lora_dropout", T * in * (2 * e + 1), MemoryClass::Copy);  // x -> out, mask
+    gemm(name + ".lora_a", T, r, in, 1, dtype);
+    gemm(name + ".lora_b", T, width, r, 1, dtype);
+    if (pad) elementwise(name + ".lora_pad", T * (width + outf) * e, MemoryClass::Copy);
+    elementwise(name + ".lora_scale", 2 * T * outf * e, MemoryClass::Copy);
+    elementwise(name + ".lora_add", 3 * T * outf * e, MemoryClass::Residual);
+    return;
+  }
+  const bool wgrad = trains(Weight::Adapter);
+  if (!wgrad && !in_rg) return;
+  elementwise(name + ".lora_scale_bwd", 2 * T * outf * e, MemoryClass::Copy);
+  if (pad) elementwise(name + ".lora_pad_bwd", T * (width + outf) * e, MemoryClass::Copy);   // index_select
+  gemm(name + ".lora_b_dgrad", T, r, width, 1, dtype);
+  if (wgrad) gemm(name + ".lora_b_wgrad", width, r, T, 1, dtype);
+  if (wgrad) gemm(name + ".lora_a_wgrad", r, in, T, 1, dtype);
+  if (!in_rg) return;
+  gemm(name + ".lora_a_dgrad", T, in, r, 1, dtype);
+  if (opt.lora.dropout) elementwise(name + ".lora_dropout_bwd", T * in * (2 * e + 1), MemoryClass::Copy);
+  elementwise(name + ".lora_grad_add", 3 * T * in * e, MemoryClass::Residual);   // into the input's gradient
+}
+
 namespace {
 
 using Ctx = KernelBuilder;
@@ -136,15 +172,19 @@ void mlp(Ctx& c, const std::string& prefix, std::int64_t tokens, std::int64_t co
       const std::int64_t base = c.mm_count;
       auto saved = [&](std::int64_t j) { return sac_saved_copies(base, 2, j, count, m.mlp_bias); };
       c.linear(prefix + fc, h, f, true, tokens, count, m.mlp_bias, true, saved(0));
+      if (!moe) c.adapter(prefix + fc, Weight::Fc, f, true);
       activation(c, prefix, tokens, count);
       mark_early_stop(c);
       c.linear(prefix + fc2, f, h, true, tokens, count, m.mlp_bias, true, saved(1));
+      if (!moe) c.adapter(prefix + fc2, Weight::Down, h, true);
       if (!m.mlp_bias) c.mm_count = static_cast<int>(base + 2 * count);
     } else {
-      const bool act_rg = in_rg || trains(Weight::Fc);
+      const bool act_rg = in_rg || trains(Weight::Fc) || c.adapted(Weight::Fc);
       c.linear(prefix + fc2, f, h, trains(Weight::Down), tokens, count, m.mlp_bias, true, -1, act_rg);
+      if (!moe) c.adapter(prefix + fc2, Weight::Down, h, act_rg);
       if (act_rg) activation(c, prefix, tokens, count);
       c.linear(prefix + fc, h, f, trains(Weight::Fc), tokens, count, m.mlp_bias, true, -1, in_rg);
+      if (!moe) c.adapter(prefix + fc, Weight::Fc, f, in_rg);
     }
     return;
   }
@@ -153,17 +193,24 @@ void mlp(Ctx& c, const std::string& prefix, std::int64_t tokens, std::int64_t co
     const std::int64_t base = c.mm_count;
     auto saved = [&](std::int64_t j) { return sac_saved_copies(base, 3, j, count, m.mlp_bias); };
     c.linear(prefix + gate, h, f, true, tokens, count, m.mlp_bias, true, saved(0));
+    if (!moe) c.adapter(prefix + gate, Weight::Gate, f, true);
     c.linear(prefix + up, h, f, true, tokens, count, m.mlp_bias, true, saved(1));
+    if (!moe) c.adapter(prefix + up, Weight::Up, f, true);
     activation(c, prefix, tokens, count);
     mark_early_stop(c);
     c.linear(prefix + down, f, h, true, tokens, count, m.mlp_bias, true, saved(2));
+    if (!moe) c.adapter(prefix + down, Weight::Down, h, true);
     if (!m.mlp_bias) c.mm_count = static_cast<int>(base + 3 * count);
   } else {
-    const bool prod_rg = in_rg || trains(Weight::Gate) || trains(Weight::Up);
+    const bool prod_rg = in_rg || trains(Weight::Gate) || trains(Weight::Up) || c.adapted(Weight::Gate) ||
+                         c.adapted(Weight::Up);
     c.linear(prefix + down, f, h, trains(Weight::Down), tokens, count, m.mlp_bias, true, -1, prod_rg);
+    if (!moe) c.adapter(prefix + down, Weight::Down, h, prod_rg);
     if (prod_rg) activation(c, prefix, tokens, count);
     c.linear(prefix + up, h, f, trains(Weight::Up), tokens, count, m.mlp_bias, true, -1, in_rg);
+    if (!moe) c.adapter(prefix + up, Weight::Up, f, in_rg);
     c.linear(prefix + gate, h, f, trains(Weight::Gate), tokens, count, m.mlp_bias, true, -1, in_rg);
+    if (!moe) c.adapter(prefix + gate, Weight::Gate, f, in_rg);
   }
 }
 
@@ -204,6 +251,10 @@ bool fused_qkv(const ModelSpec& m) { return gpt2_naming(m) || mpt_naming(m); }
 bool q_trains(const Ctx& c) { return c.trains(Weight::Q) || c.trains(Weight::QKV); }
 bool k_trains(const Ctx& c) { return c.trains(Weight::K) || c.trains(Weight::QKV); }
 bool v_trains(const Ctx& c) { return c.trains(Weight::V) || c.trains(Weight::QKV); }
+// LoRA adapters on any of q, k, v that train: the projections' outputs then require grad
+bool qkv_adapted(const Ctx& c) {
+  return c.adapted(Weight::Q) || c.adapted(Weight::K) || c.adapted(Weight::V) || c.adapted(Weight::QKV);
+}
 
 // Backward: `in_rg` = the attention's input (the norm's output) requires grad.
 void attention_part(Ctx& c, bool in_rg) {
@@ -211,6 +262,14 @@ void attention_part(Ctx& c, bool in_rg) {
   const std::int64_t h = m.hidden, a = m.n_heads, g = m.n_kv_heads, d = m.head_dim;
   const std::string qkv = gpt2_naming(m) ? "c_attn" : "Wqkv";
   const std::string o = gpt2_naming(m) ? "c_proj" : (mpt_naming(m) ? "out_proj" : "o_proj");
+  // LoRA: a fused-qkv adapter (litgpt's LoRAQKVLinear; GPT-2's / MPT's fused matrix) is laid out once
+  // for the three projections (adapter() finds nothing for the bases a recipe does not adapt)
+  const auto qkv_adapters = [&](bool rg) {
+    c.adapter("qkv", Weight::QKV, (a + 2 * g) * d, rg);
+    c.adapter("q_proj", Weight::Q, a * d, rg);
+    c.adapter("k_proj", Weight::K, g * d, rg);
+    c.adapter("v_proj", Weight::V, g * d, rg);
+  };
   if (!c.backward) {
     if (fused_qkv(m)) c.linear(qkv, h, (a + 2 * g) * d, true, -1, 1, m.qkv_bias);
     else {
@@ -218,12 +277,15 @@ void attention_part(Ctx& c, bool in_rg) {
       c.linear("k_proj", h, g * d, true, -1, 1, m.qkv_bias);
       c.linear("v_proj", h, g * d, true, -1, 1, m.qkv_bias);
     }
+    qkv_adapters(true);
     if (m.positions == PositionKind::Rotary) rotary(c);
     c.attention();
     c.linear(o, a * d, h, true, -1, 1, m.out_bias);
+    c.adapter(o, Weight::Out, h, true);
   } else {
-    const bool attn_rg = in_rg || q_trains(c) || k_trains(c) || v_trains(c);
+    const bool attn_rg = in_rg || q_trains(c) || k_trains(c) || v_trains(c) || qkv_adapted(c);
     c.linear(o, a * d, h, c.trains(Weight::Out), -1, 1, m.out_bias, true, -1, attn_rg);
+    c.adapter(o, Weight::Out, h, attn_rg);
     if (attn_rg) {
       c.attention();
       if (m.positions == PositionKind::Rotary) rotary(c);
@@ -234,6 +296,7 @@ void attention_part(Ctx& c, bool in_rg) {
       c.linear("k_proj", h, g * d, k_trains(c), -1, 1, m.qkv_bias, true, -1, in_rg);
       c.linear("q_proj", h, a * d, q_trains(c), -1, 1, m.qkv_bias, true, -1, in_rg);
     }
+    qkv_adapters(in_rg);
   }
 }
 
@@ -253,12 +316,13 @@ void block(Ctx& c) {
   }
   const bool x_rg = c.flow.input_requires_grad;
   const bool n1_rg = x_rg || c.trains(Weight::AttnNorm);
-  const bool attn_rg = n1_rg || q_trains(c) || k_trains(c) || v_trains(c);
-  const bool h_rg = x_rg || attn_rg || c.trains(Weight::Out);
+  const bool attn_rg = n1_rg || q_trains(c) || k_trains(c) || v_trains(c) || qkv_adapted(c);
+  const bool h_rg = x_rg || attn_rg || c.trains(Weight::Out) || c.adapted(Weight::Out);
   const bool n2_rg = h_rg || c.trains(Weight::MlpNorm);
   constexpr WeightMask kMlp = weight_bit(Weight::Gate) | weight_bit(Weight::Up) | weight_bit(Weight::Fc) |
                               weight_bit(Weight::Down) | weight_bit(Weight::Router) | weight_bit(Weight::Experts);
-  const bool y_rg = n2_rg || (c.flow.trains & kMlp) != 0;
+  const bool y_rg = n2_rg || (c.flow.trains & kMlp) != 0 || c.adapted(Weight::Gate) || c.adapted(Weight::Up) ||
+                    c.adapted(Weight::Fc) || c.adapted(Weight::Down);
   if (!y_rg) return;
   if (c.m.is_moe()) moe(c, n2_rg);
   else mlp(c, "", c.T, 1, n2_rg);
@@ -301,14 +365,16 @@ void final_norm_and_head(Ctx& c) {
   if (!c.backward) {
     norm(eager, "final_norm", true);
     c.linear("lm_head", m.hidden, m.vocab_size, true, -1, 1, false, false);
+    c.adapter("lm_head", Weight::LmHead, m.vocab_size, true);
     c.elementwise("cross_entropy", tv * (c.e + 4 + 4) + c.T * 8, MemoryClass::CrossEntropy, KernelKind::CrossEntropy);
   } else {
     const bool x_rg = c.flow.input_requires_grad;
     const bool head_in_rg = x_rg || c.trains(Weight::FinalNorm);
-    if (!head_in_rg && !c.trains(Weight::LmHead)) return;   // the logits do not require grad
+    if (!head_in_rg && !c.trains(Weight::LmHead) && !c.adapted(Weight::LmHead)) return;   // the logits do not require grad
     c.elementwise("cross_entropy_bwd", tv * (4 + 4 + 4 + c.e) + c.T * 8, MemoryClass::CrossEntropy,
                   KernelKind::CrossEntropy);
     c.linear("lm_head", m.hidden, m.vocab_size, c.trains(Weight::LmHead), -1, 1, false, false, -1, head_in_rg);
+    c.adapter("lm_head", Weight::LmHead, m.vocab_size, head_in_rg);
     if (x_rg) norm(eager, "final_norm", c.trains(Weight::FinalNorm));
   }
 }

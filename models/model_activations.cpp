@@ -185,13 +185,14 @@ Bytes logits_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t se
   switch (loss) {
     case LossImpl::Fused: return tv * dtype_bytes(dtype) + t * 4;
     case LossImpl::FusedLinear: return t * m.hidden * dtype_bytes(dtype) + t * 4;
-    case LossImpl::Torch: break;
+    case LossImpl::Torch: case LossImpl::Chunked: break;   // Chunked: the same bytes, in chunks
   }
   return tv * dtype_bytes(dtype) + tv * 4;
 }
 
 // While cross_entropy runs, the upcast copy (.float()) is alive too; fp32 logits need no copy.
-Bytes logits_peak_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype, LossImpl loss) {
+Bytes logits_peak_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype, LossImpl loss,
+                        int chunks) {
   const Bytes t = micro_batch * seq_len;
   const Bytes tv = t * m.vocab_size;
   const Bytes held = logits_bytes(m, micro_batch, seq_len, dtype, loss);
@@ -203,6 +204,12 @@ Bytes logits_peak_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64
       const std::int64_t chunk_tokens = (t + chunks - 1) / chunks;
       return held + chunk_tokens * m.vocab_size * 4;
     }
+    case LossImpl::Chunked: {
+      // torch.chunk(chunks, dim=1) on the sequence: ceil(seq_len / chunks) positions per chunk
+      const std::int64_t n = std::max(1, chunks);
+      const std::int64_t chunk_tokens = micro_batch * ((seq_len + n - 1) / n);
+      return held + (dtype == Dtype::FP32 ? 0 : chunk_tokens * m.vocab_size * 4);
+    }
     case LossImpl::Torch: break;
   }
   return held + (dtype == Dtype::FP32 ? 0 : tv * 4);
@@ -212,6 +219,7 @@ std::string loss_impl_name(LossImpl l) {
   switch (l) {
     case LossImpl::Fused: return "fused";
     case LossImpl::FusedLinear: return "fused_linear";
+    case LossImpl::Chunked: return "chunked";
     case LossImpl::Torch: break;
   }
   return "torch";

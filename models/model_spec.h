@@ -113,23 +113,30 @@ Bytes block_backward_grad_bytes(const ModelSpec& m, std::int64_t micro_batch, st
 //  * Fused: a fused cross-entropy kernel on the materialized logits that saves only the logits and a
 //    per-token logsumexp (flash-attn's CrossEntropyLoss, llm-foundry's default `fused_crossentropy`);
 //  * FusedLinear: the LM head and the loss fused and chunked over tokens, so the full logits never
-//    exist (Liger-Kernel's LigerFusedLinearCrossEntropyLoss).
-enum class LossImpl { Torch, Fused, FusedLinear };
-std::string loss_impl_name(LossImpl l);   // "torch", "fused", "fused_linear"
+//    exist (Liger-Kernel's LigerFusedLinearCrossEntropyLoss);
+//  * Chunked: torchtune's CEWithChunkedOutputLoss on TransformerDecoder.chunked_output (torchtune at
+//    30b8519e): the head projects each of `chunks` sequence chunks apart (bf16 logits chunks) and the loss
+//    upcasts and runs F.cross_entropy one chunk at a time (sim/lower_context.h LossMemory, lower_walk.cpp).
+enum class LossImpl { Torch, Fused, FusedLinear, Chunked };
+std::string loss_impl_name(LossImpl l);   // "torch", "fused", "fused_linear", "chunked"
+// torchtune's CEWithChunkedOutputLoss default num_output_chunks (torchtune/modules/loss/ce_chunked_output_loss.py).
+constexpr int kDefaultLossChunks = 8;
 
 // The logits and the loss, held from the LM head's forward until the loss's backward (T = b*s tokens):
 //  * Torch: T*V*bytes(dtype) for the logits the training loop holds, plus T*V*4 for the fp32
 //    log-softmax output cross-entropy saves for its backward;
 //  * Fused: T*V*bytes(dtype) for the logits plus T*4 for the logsumexp;
-//  * FusedLinear: T*C*bytes(dtype) for the input gradient computed during the forward plus T*4.
+//  * FusedLinear: T*C*bytes(dtype) for the input gradient computed during the forward plus T*4;
+//  * Chunked: as Torch, in chunks: the bf16 logits chunks and every chunk's saved fp32 log-softmax.
 Bytes logits_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype,
                    LossImpl loss = LossImpl::Torch);
 // The peak during the loss: logits_bytes plus the transient of computing it:
 //  * Torch: the fp32 upcast copy (T*V*4; none when dtype is already fp32);
 //  * Fused: the logits' gradient (T*V*bytes(dtype)) written by the backward;
-//  * FusedLinear: one chunk's fp32 logits, chunk = ceil(T / ceil(V / C)) tokens (Liger's chunking).
+//  * FusedLinear: one chunk's fp32 logits, chunk = ceil(T / ceil(V / C)) tokens (Liger's chunking);
+//  * Chunked: one chunk's fp32 upcast copy (micro_batch x ceil(seq_len / chunks) rows; none for fp32).
 Bytes logits_peak_bytes(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype dtype,
-                        LossImpl loss = LossImpl::Torch);
+                        LossImpl loss = LossImpl::Torch, int chunks = kDefaultLossChunks);
 std::string checkpoint_mode_name(CheckpointMode mode);  // "none", "full", "selective_op"
 
 // Which code implements the model (issue 19 item 3): the same architecture saves different tensors for

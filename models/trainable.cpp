@@ -83,6 +83,67 @@ TrainableSet trainable_set(const ModelSpec& m, ModelImpl impl, double fraction) 
   return s;
 }
 
+std::vector<AdapterMatrix> lora_adapters(const ModelSpec& m, ModelImpl impl, const LoraShape& l, bool head) {
+  std::vector<AdapterMatrix> v;
+  if (!l.on()) return v;
+  const std::int64_t r = l.rank;
+  const auto pair = [&](Weight base, std::int64_t in, std::int64_t out) {
+    v.push_back({base, r, in, true});
+    v.push_back({base, out, r, false});
+  };
+  if (head) {
+    if (l.adapts(Weight::LmHead)) pair(Weight::LmHead, m.hidden, m.vocab_size);
+    return v;
+  }
+  const std::int64_t h = m.hidden, a = m.n_heads, g = m.n_kv_heads, d = m.head_dim, f = m.ffn_hidden;
+  const std::vector<BlockMatrix> mats = block_matrices(m, impl);
+  const bool fused = std::any_of(mats.begin(), mats.end(), [](const BlockMatrix& b) { return b.weight == Weight::QKV; });
+  const bool q = l.adapts(Weight::Q), k = l.adapts(Weight::K), vv = l.adapts(Weight::V);
+  if (fused && (q || k || vv)) {
+    if (impl == ModelImpl::LitGPT) {
+      // LoRAQKVLinear: lora_A (r * sum(enable_lora), in), lora_B (sum(qkv_shapes), r), qkv_shapes the
+      // enabled parts' widths (q: n_head * head_size, k and v: n_query_groups * head_size)
+      const std::int64_t n = (q ? 1 : 0) + (k ? 1 : 0) + (vv ? 1 : 0);
+      const std::int64_t width = (q ? a * d : 0) + (k ? g * d : 0) + (vv ? g * d : 0);
+      v.push_back({Weight::QKV, r * n, h, true});
+      v.push_back({Weight::QKV, width, r, false});
+    } else {
+      pair(Weight::QKV, h, (a + 2 * g) * d);
+    }
+  } else {
+    if (q) pair(Weight::Q, h, a * d);
+    if (k) pair(Weight::K, h, g * d);
+    if (vv) pair(Weight::V, h, g * d);
+  }
+  if (l.adapts(Weight::Out)) pair(Weight::Out, a * d, h);
+  if (m.mlp == MlpKind::Plain) {
+    if (l.adapts(Weight::Fc) || l.adapts(Weight::Up)) pair(Weight::Fc, h, f);
+  } else {
+    if (l.adapts(Weight::Gate)) pair(Weight::Gate, h, f);
+    if (l.adapts(Weight::Up)) pair(Weight::Up, h, f);
+  }
+  if (l.adapts(Weight::Down)) pair(Weight::Down, f, h);
+  return v;
+}
+
+TrainableSet lora_trainable_set(const ModelSpec& m, ModelImpl impl, const LoraShape& l) {
+  TrainableSet s;
+  s.all = false;
+  s.lora = l;
+  s.block_adapters = lora_adapters(m, impl, l, false);
+  s.head_adapters = lora_adapters(m, impl, l, true);
+  const std::int64_t L = std::max<std::int64_t>(m.n_layers, 0);
+  s.layers.assign(static_cast<std::size_t>(L), weight_bit(Weight::Adapter));
+  if (!s.head_adapters.empty()) s.outside = weight_bit(Weight::Adapter);
+  std::int64_t block = 0, head = 0;
+  for (const AdapterMatrix& a : s.block_adapters) block += a.numel();
+  for (const AdapterMatrix& a : s.head_adapters) head += a.numel();
+  s.trainable = L * block + head;
+  s.total = count_params(m).total + s.trainable;
+  s.fraction = s.total > 0 ? static_cast<double>(s.trainable) / static_cast<double>(s.total) : 0.0;
+  return s;
+}
+
 // Names as models/module_tree.cpp builds them: "<base>.<layers>.<N>.<module path>.<param>" with the
 // blocks under model.layers (llama family), transformer.h (gpt2) or transformer.blocks (mpt).
 TensorWeight tensor_weight(const std::string& name) {
@@ -95,6 +156,10 @@ TensorWeight tensor_weight(const std::string& name) {
     if (dot == std::string::npos) break;
     t.layer = std::atoi(name.substr(prefix.size(), dot - prefix.size()).c_str());
     const std::string rest = name.substr(dot + 1);
+    if (contains(rest, "lora_")) {
+      t.weights = weight_bit(Weight::Adapter);
+      return t;
+    }
     if (ends_with(rest, ".bias")) return t;   // a linear's or a norm's bias: never trained by the rule
     if (contains(rest, "norm") || contains(rest, "ln_")) {
       const bool mlp_side = contains(rest, "post_attention") || contains(rest, "ln_2") || contains(rest, "norm_2") ||
@@ -128,7 +193,8 @@ TensorWeight tensor_weight(const std::string& name) {
     return t;
   }
   // Outside the blocks: the embeddings (and learned positions), the final norm, the LM head.
-  if (contains(name, "lm_head")) t.weights = weight_bit(Weight::LmHead);
+  if (contains(name, "lora_")) t.weights = weight_bit(Weight::Adapter);
+  else if (contains(name, "lm_head")) t.weights = weight_bit(Weight::LmHead);
   else if (contains(name, "embed") || contains(name, "wte") || contains(name, "wpe")) t.weights = weight_bit(Weight::Embedding);
   else t.weights = weight_bit(Weight::FinalNorm);
   return t;
@@ -137,7 +203,8 @@ TensorWeight tensor_weight(const std::string& name) {
 bool tensor_trains(const TrainableSet& s, const std::string& name) {
   if (s.all) return true;
   const TensorWeight t = tensor_weight(name);
-  if (t.layer < 0 || t.layer >= static_cast<int>(s.layers.size())) return false;   // outside the blocks: frozen
+  if (t.layer < 0) return (s.outside & t.weights) != 0;   // outside the blocks: frozen but for LoRA's head
+  if (t.layer >= static_cast<int>(s.layers.size())) return false;
   return (s.layers[static_cast<std::size_t>(t.layer)] & t.weights) != 0;
 }
 

@@ -2,6 +2,8 @@
 // allocate or run; anything uncertain is left out, so the bounds stay below the simulation.
 #include "planner/bounds.h"
 
+#include "sim/lower_context.h"
+
 #include <algorithm>
 
 namespace fsdpsim::planner {
@@ -62,7 +64,8 @@ MemoryBound Bounds::memory(const sim::Plan& p) const {
   const Bytes grad_b = std::min(master, dtype_bytes(p.reduce_dtype));
   if (!p.cpu_offload.params) {
     const std::int64_t per_rank = total / shard;
-    const std::int64_t trainable = ts.all ? per_rank : ts.trainable / shard;
+    // (frozen_units take their blocks' matrices or adapters out of the set: no lower bound on what is left)
+    const std::int64_t trainable = ts.all ? per_rank : p.frozen_units.empty() ? ts.trainable / shard : 0;
     m.sharded_params = per_rank * master;
     m.sharded_grads = trainable * grad_b;
     const int states = p.optimizer == sim::Optimizer::AdamW ? 2 : 1;
@@ -111,6 +114,13 @@ TimeNs Bounds::micro_batch_compute(std::int64_t mb, std::int64_t seq, Dtype dtyp
 
 const models::TrainableSet& Bounds::trainable(const sim::Plan& p) const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (p.lora.on()) {
+    const auto key = std::make_pair(static_cast<int>(p.implementation), sim::plan_to_json(p)["lora"].dump());
+    auto it = lora_.find(key);
+    if (it == lora_.end())
+      it = lora_.emplace(key, models::lora_trainable_set(model_, p.implementation, sim::lowering::lora_shape(model_, p))).first;
+    return it->second;
+  }
   const auto key = std::make_pair(static_cast<int>(p.implementation), p.trainable_fraction);
   auto it = trainable_.find(key);
   if (it == trainable_.end())
@@ -120,7 +130,7 @@ const models::TrainableSet& Bounds::trainable(const sim::Plan& p) const {
 
 TimeNs Bounds::step_time(const sim::Plan& p) const {
   const models::TrainableSet& ts = trainable(p);
-  const bool wgrad = ts.all;
+  const bool wgrad = ts.all;   // (LoRA: the adapters' small weight gradients are left out of the bound)
   // Frozen weights: the blocks after the first one with a trainable weight surely have a backward (their
   // input requires grad); the first one's starts at that weight, earlier ones may have none.
   const std::int64_t first = ts.all ? 0 : ts.first_trained_layer() + 1;

@@ -66,7 +66,8 @@ class Bounds {
   // only unless `wgrad`), and of the embedding with `wgrad`.
   TimeNs micro_batch_compute(std::int64_t mb, std::int64_t seq, Dtype dtype, bool wgrad,
                              std::int64_t first_backward_block) const;
-  // The plan's trainable set (models::trainable_set), per (implementation, fraction).
+  // The plan's trainable set (models::trainable_set, or models::lora_trainable_set with plan.lora), per
+  // (implementation, fraction) or (implementation, lora).
   const models::TrainableSet& trainable(const sim::Plan& p) const;
 
   const models::ModelSpec& model_;
@@ -76,6 +77,7 @@ class Bounds {
   mutable std::mutex mu_;
   mutable std::map<std::tuple<std::int64_t, std::int64_t, int, std::string, bool>, TimeNs> cache_;
   mutable std::map<std::pair<int, double>, models::TrainableSet> trainable_;
+  mutable std::map<std::pair<int, std::string>, models::TrainableSet> lora_;   // with plan.lora, per its text
 };
 
 }  // namespace fsdpsim::planner

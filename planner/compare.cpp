@@ -23,6 +23,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& key_groups(
       {"precision", {"param_dtype", "reduce_dtype", "master_weights_dtype", "fp8_all_gather", "float8"}},
       {"micro-batch split", {"micro_batch", "grad_accum"}},
       {"prefetch", {"backward_prefetch", "forward_prefetch", "limit_all_gathers", "prefetch_depth"}},
+      {"cross_entropy", {"cross_entropy", "cross_entropy_chunks"}},   // the chunk count only with "chunked"
   };
   return g;
 }

@@ -99,7 +99,7 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
   d.fits_with_margin = memory_verdict(d.result, margin).fits;
   const sim::SimResult& base = d.result;
   const sim::Plan& bp = d.plan;
-  const auto strategy = strategy_of(bp);
+  const auto strategy = sim::effective_strategy(bp);
   const bool v1 = bp.fsdp_version == sim::FsdpVersion::FSDP1;
   std::vector<std::function<void(sim::Plan&)>> problem_fixes;
 

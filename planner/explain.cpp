@@ -239,7 +239,7 @@ Explanations explain(const ExplainInput& in) {
                  (d >= 0 ? num(100 * d, "%.1f") + "% below" : num(-100 * d, "%.1f") + "% above") + " the recommendation: " +
                  main_difference(r, e, cr, in.cands[static_cast<size_t>(i)]);
       if (exposed_fraction(e) > exposed_fraction(r) + 0.05)
-        v.reason += " over " + fabric_of(in.cands[static_cast<size_t>(i)], in.cluster) + " - " + strategy_text(strategy_of(cr.plan)) +
+        v.reason += " over " + fabric_of(in.cands[static_cast<size_t>(i)], in.cluster) + " - " + strategy_text(sim::effective_strategy(cr.plan)) +
                     " mesh (" + std::to_string(cr.plan.mesh_replicate) + ", " + std::to_string(cr.plan.mesh_shard) + ") hides it";
       if (d < 0) v.reason += " (the recommendation needs less memory or avoids CPU offload: see why it was chosen)";
     } else if (f.smallest_sim >= 0) {

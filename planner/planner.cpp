@@ -3,6 +3,7 @@
 #include "planner/planner.h"
 
 #include <cstdio>
+#include <memory>
 #include <sstream>
 
 #include "common/errors.h"
@@ -81,7 +82,9 @@ EvalFn fast_simulate(const models::ModelSpec& model, const calibrate::HardwarePr
   sim::SimOptions o;
   o.record_trace = false;
   o.record_memory_timeline = false;
-  return [&model, &hw, o](const sim::Plan& p) { return sim::simulate(model, hw, p, o); };
+  // One Simulator per concurrent call, reused by later calls (the search's threads come and go per wave).
+  auto pool = std::make_shared<sim::SimulatorPool>();
+  return [&model, &hw, o, pool](const sim::Plan& p) { return pool->simulate(model, hw, p, o); };
 }
 
 PlanOutcome run_planner(const PlanRequest& req, const EvalFn* eval) {
@@ -119,10 +122,11 @@ PlanOutcome run_planner(const PlanRequest& req, const EvalFn* eval) {
     SimulateWithTrace vary_sim;
     if (!eval) {
       out.recommended_detail = sim::simulate(req.model, req.hw, rp, sim::SimOptions{});
-      vary_sim = [&](const sim::Plan& p, bool trace) {
+      auto pool = std::make_shared<sim::SimulatorPool>();
+      vary_sim = [&, pool](const sim::Plan& p, bool trace) {
         sim::SimOptions o = fast;
         o.record_trace = trace;
-        return sim::simulate(req.model, req.hw, p, o);
+        return pool->simulate(req.model, req.hw, p, o);
       };
     } else {
       out.recommended_detail = out.search.evals[static_cast<size_t>(out.ranking.recommended)].result;

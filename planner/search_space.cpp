@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/json_reader.h"
 #include "planner/config_text.h"
 
 namespace fsdpsim::planner {
@@ -194,13 +195,6 @@ std::string reshard_text(int r) {
   return std::to_string(r);
 }
 
-ShardingStrategy strategy_of(const Plan& p) {
-  if (p.fsdp_version == FsdpVersion::FSDP1) return p.sharding_strategy;
-  if (p.mesh_shard == 1) return ShardingStrategy::NO_SHARD;
-  bool reshard = p.reshard_after_forward != 0;
-  if (p.mesh_replicate > 1) return reshard ? ShardingStrategy::HYBRID_SHARD : ShardingStrategy::_HYBRID_SHARD_ZERO2;
-  return reshard ? ShardingStrategy::FULL_SHARD : ShardingStrategy::SHARD_GRAD_OP;
-}
 
 // ---- precision presets ------------------------------------------------------------------------
 
@@ -289,7 +283,7 @@ const std::vector<std::string>& searched_keys() {
 const std::vector<std::string>& base_keys() {
   static const std::vector<std::string> k = {"optimizer",     "trainable_fraction", "auto_wrap_policy", "use_orig_params",
                                              "cross_entropy", "implementation",     "compile",          "optimizer_impl",
-                                             "alloc_conf"};
+                                             "alloc_conf",    "lora"};
   return k;
 }
 
@@ -317,7 +311,7 @@ std::string canonical_value(const Plan& p, const std::string& key) {
   bool v1 = p.fsdp_version == FsdpVersion::FSDP1;
   if (key == "fsdp_version") return v1 ? "1" : "2";
   if (key == "mesh") return "[" + std::to_string(p.mesh_replicate) + "," + std::to_string(p.mesh_shard) + "]";
-  if (key == "sharding_strategy") return strategy_text(strategy_of(p));
+  if (key == "sharding_strategy") return strategy_text(effective_strategy(p));
   if (key == "reshard_after_forward") {
     if (!v1) return reshard_text(p.reshard_after_forward);
     auto s = p.sharding_strategy;
@@ -358,7 +352,7 @@ std::vector<std::pair<int, int>> valid_meshes(int nodes, int gpus_per_node) {
 
 std::string family_of(const Plan& p, int gpus_per_node) {
   // NO_SHARD is how FSDP spells DDP: the family is named for what users know it as.
-  std::string f = strategy_of(p) == ShardingStrategy::NO_SHARD ? "DDP (NO_SHARD)" : strategy_text(strategy_of(p));
+  std::string f = effective_strategy(p) == ShardingStrategy::NO_SHARD ? "DDP (NO_SHARD)" : strategy_text(effective_strategy(p));
   if (p.fsdp_version == FsdpVersion::FSDP2 && p.reshard_after_forward > 1) f += " (hpZ)";
   if (p.mesh_shard > gpus_per_node) f += " across nodes";
   if (p.cpu_offload.params) f += " + CPU offload";
@@ -368,7 +362,7 @@ std::string family_of(const Plan& p, int gpus_per_node) {
 std::string label_of(const Plan& p) {
   bool v1 = p.fsdp_version == FsdpVersion::FSDP1;
   std::ostringstream os;
-  os << (v1 ? "FSDP1 " : "FSDP2 ") << strategy_text(strategy_of(p)) << " mesh(" << p.mesh_replicate << ","
+  os << (v1 ? "FSDP1 " : "FSDP2 ") << strategy_text(effective_strategy(p)) << " mesh(" << p.mesh_replicate << ","
      << p.mesh_shard << ")";
   if (!v1 && p.mesh_shard > 1) os << " rAF=" << reshard_text(p.reshard_after_forward);
   if (!v1 && p.prefetch_depth != 1) os << " prefetch=" << p.prefetch_depth;
@@ -515,7 +509,7 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
           if (k > 1 && k < s && s % k == 0 && std::find(rafs.begin(), rafs.end(), k) == rafs.end()) rafs.push_back(k);
         for (int raf : rafs) {
           p.reshard_after_forward = raf;
-          p.sharding_strategy = strategy_of(p);
+          p.sharding_strategy = effective_strategy(p);
           for (int d : (s > 1 ? depths : std::vector<int>{depths.front()})) {
             p.prefetch_depth = d;
             emit_rest(p);
@@ -570,6 +564,38 @@ void apply_base_constraint(Plan& p, const Constraint& c) {
     double f = std::strtod(v.c_str(), &end);
     if (v.empty() || *end != '\0' || !(f > 0.0 && f <= 1.0)) throw InputError(field, v, "a fraction in (0, 1]");
     p.trainable_fraction = f;
+  } else if (c.key == "lora") {
+    // "<rank>:<target>,<target>...[:<dropout>]" (e.g. 16:q,k,v or 8:q,v:0.05), or the plan's JSON object
+    const std::string what = "<rank>:<targets>[:<dropout>], e.g. 16:q,v or 8:q,v:0.05, or the plan's {\"rank\": ...}";
+    nlohmann::json j;
+    if (!v.empty() && v[0] == '{') {
+      j = parse_json_text(v, field);
+    } else {
+      const auto c1 = v.find(':');
+      if (c1 == std::string::npos) throw InputError(field, v, what);
+      const auto c2 = v.find(':', c1 + 1);
+      long long rank = 0;
+      if (!parse_long(v.substr(0, c1), rank)) throw InputError(field, v, what);
+      j["rank"] = rank;
+      j["targets"] = nlohmann::json::array();
+      const std::string targets = v.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1);
+      std::size_t pos = 0;
+      while (pos <= targets.size()) {
+        const std::size_t end = std::min(targets.find(',', pos), targets.size());
+        j["targets"].push_back(trim(targets.substr(pos, end - pos)));
+        pos = end + 1;
+      }
+      if (c2 != std::string::npos) {
+        char* e = nullptr;
+        const std::string d = v.substr(c2 + 1);
+        const double dropout = std::strtod(d.c_str(), &e);
+        if (d.empty() || *e != '\0') throw InputError(field, v, what);
+        j["dropout"] = dropout;
+      }
+    }
+    p.lora = sim::parse_lora(j, field);
+    if (p.trainable_fraction < 1.0)
+      throw InputError(field, v, "give either lora (the adapters train, nothing else) or trainable_fraction < 1, not both");
   } else if (c.key == "use_orig_params") {
     p.use_orig_params = canonical_bool(field, v) == "true";
   } else if (c.key == "cross_entropy") {
@@ -577,7 +603,8 @@ void apply_base_constraint(Plan& p, const Constraint& c) {
     if (l == "torch") p.cross_entropy = models::LossImpl::Torch;
     else if (l == "fused") p.cross_entropy = models::LossImpl::Fused;
     else if (l == "fused_linear") p.cross_entropy = models::LossImpl::FusedLinear;
-    else throw InputError(field, v, "torch, fused or fused_linear");
+    else if (l == "chunked") p.cross_entropy = models::LossImpl::Chunked;   // torchtune's 8 output chunks
+    else throw InputError(field, v, "torch, fused, fused_linear or chunked");
   } else if (c.key == "implementation") {
     std::string l = lower(v);
     if (l == "torchtitan") p.implementation = models::ModelImpl::TorchTitan;

@@ -109,8 +109,6 @@ std::string strategy_text(sim::ShardingStrategy s);
 std::string prefetch_text(sim::BackwardPrefetch b);
 std::string checkpointing_text(const sim::ActivationCheckpointing& ac);
 std::string reshard_text(int reshard_after_forward);  // "true" / "false" / "8"
-// FSDP2's strategy from reshard_after_forward and the mesh (semantics F2.12); FSDP1's own.
-sim::ShardingStrategy strategy_of(const sim::Plan& p);
 std::string precision_name(const sim::Plan& p);        // preset name or "param=..,reduce=..,master=.."
 std::string family_of(const sim::Plan& p, int gpus_per_node);
 std::string label_of(const sim::Plan& p);

@@ -43,7 +43,7 @@ std::vector<Change> changes_of(const sim::Plan& p, const calibrate::Cluster& cl)
   std::vector<Change> out;
   const int world = cl.world(), gpn = cl.gpus_per_node;
   const bool v1 = p.fsdp_version == sim::FsdpVersion::FSDP1;
-  const ShardingStrategy st = strategy_of(p);
+  const ShardingStrategy st = sim::effective_strategy(p);
   const bool zero2 = st == ShardingStrategy::SHARD_GRAD_OP || st == ShardingStrategy::_HYBRID_SHARD_ZERO2;
   auto add = [&](const std::string& knob, const std::string& text, const std::function<void(sim::Plan&)>& f, bool trace = false) {
     sim::Plan q = p;

@@ -93,7 +93,7 @@ class CachingAllocator {
  public:
   explicit CachingAllocator(AllocatorConfig config = {});
   // Back to the state of CachingAllocator(config), keeping the storage (the simulator reuses one
-  // allocator per thread): no block, segment, pending free or statistic survives.
+  // allocator per Simulator): no block, segment, pending free or statistic survives.
   void reset(AllocatorConfig config);
 
   // Allocates `bytes` for `stream`'s pool; returns a block id (>= 0), or -1 for a 0-byte request

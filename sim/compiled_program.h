@@ -65,6 +65,9 @@ struct OpRec {
   int cpu_waits = 0, allocs = 0, frees = 0, end = 0;
   int next_in_stream = 0;          // the next GPU op of its stream (the number of ops: none)
   int next_in_group = 0;           // collectives: the next collective of its NCCL queue (likewise)
+  // Kernels the op puts on its stream's launch queue (Op::kernel_launches; 0 for a CpuOptimizerStep):
+  // sim/executor.cpp "Launch queue".
+  int launches = 0;
 };
 
 // A buffer as the caching-allocator model sees it.
@@ -82,7 +85,7 @@ inline CompiledBuffer compiled_buffer(const Buffer& b) {
 
 // A run of identical periods (filled by the stretch, sim/stretch.h): ops [begin, begin + period * count)
 // are `count` periods of `period` ops, each op repeating the op `period` ids before it: the same
-// record (stream, flags, NCCL group) and costs, lists of the same lengths whose entries name the same
+// record (stream, flags, NCCL group, launches) and costs, lists of the same lengths whose entries name the same
 // roles one period later (the op or buffer so many periods on, or the same op or buffer outside the
 // run), buffers of the same bytes, pool and category. Runs are sorted by `begin` and may nest (a run of
 // micro-batches holding runs of blocks). The engine may use them to skip repeated periods; it checks

@@ -7,6 +7,18 @@
 //    time the CPU performs the allocs, enqueues the op, performs the frees, and starts on op i+1.
 //    The CPU sees every GPU completion at a time <= its own time (an issue event that coincides with
 //    other events is re-queued behind them), so "completed by the current CPU time" is exact.
+//  * Launch queue: a stream's launch queue holds `launch_queue_depth` kernels (OpCosts; the hardware
+//    profile's overheads.launch_queue_depth, default 1024, an assumption: calibrate/launch_queue.h). An
+//    op puts its OpRec::launches kernels on its stream's queue when it is enqueued and takes them off
+//    when it completes. If issuing op i on stream s would take s past the depth, the CPU first blocks
+//    (as on a cpu_wait, counted in cpu_blocked_ns) until enough of the oldest incomplete ops of s have
+//    completed; an op with more kernels than the depth waits for an empty queue. Approximations (op
+//    granularity): a real launch blocks kernel by kernel, part-way through an op's launches, when one
+//    kernel of the stream completes; here the CPU waits before the op's issue begins, for whole ops, and
+//    an op's kernels stay queued until its last one completes. Event records and stream waits take no
+//    place in the queue. Without this bound the CPU of a program with nothing else to stop it (FSDP1
+//    without the rate limiter) ran arbitrarily far ahead of the GPU, and every record_stream'ed block
+//    stayed pending (issue 19).
 //  * GPU: an op starts when it is issued, its stream has finished the previous op, every op in
 //    `waits` has completed, and — for a collective — it is the oldest unstarted collective of its
 //    process group and no collective of that group is running (one NCCL queue per group, F1.4).
@@ -22,7 +34,7 @@
 //    the run records every op's completion time (ops the fast-forward skips complete after every issue:
 //    they keep "never", which no issue time reaches) and replays the steady step after the run.
 //
-// Speed (issue #3): the engine is reused per thread (its arrays, event list and memory tracker keep
+// Speed (issue #3): the engine is reused per Workspace (its arrays, event list and memory tracker keep
 // their capacity between runs); its hot per-op facts live in one record per op (OpRec) and one flat
 // array of lists, built in ONE pass over the program that also runs validate_program's per-op checks
 // (the per-stream, per-group and dependents lists are in op order, so they are linked lists appended
@@ -33,7 +45,8 @@
 //
 // Fast-forward (ExecOptions::fast_forward; issue #3). A transformer's blocks repeat, so once the CPU
 // has issued every op (after that, allocations, frees, issue times and the CPU are never touched
-// again) the run is a pure timing problem over repeated blocks. After each event during which an op
+// again) the run is a pure timing problem over repeated blocks (and, with memory apart, before that
+// too: "The CPU still issuing" below). After each event during which an op
 // started on the compute stream the engine snapshots its state relative to that moment: every stream's
 // and NCCL queue's head and its state, running ops' start times, the pending completions in (time,
 // sequence) order, the running SM kernels with their remaining work, the collectives in flight, the
@@ -49,8 +62,22 @@
 // the engine computes from them is relative (now + duration, remaining work as alone-ns), so a shifted
 // state evolves to exactly the shifted result: the fast-forward changes no figure (tests/sim/
 // test_fast_forward.cpp compares whole results with it on and off). Runs with a trace simulate every
-// op (the trace has a span per op); a run whose CPU blocks until late (FSDP1's rate limiter) has
-// nothing to skip.
+// op (the trace has a span per op).
+//
+// The CPU still issuing. With the launch queue bounded, the CPU of a long program is usually still
+// issuing, a queue's length ahead of the GPU, until near the end of the step. When memory is replayed
+// apart ("memory apart": no allocation or free waits on the GPU) and there is no trace, issuing an op
+// only sets its issue time and state and fills its launch queue, so the snapshots also hold the CPU:
+// its op (moved by p too), its block (on the op p further, for as long, and whether on a full queue),
+// an issue in progress and the launch queues' contents (and, as always, the issue time of a waiting
+// compute-stream head, which start() reads). The checks add what the CPU read between a and b: the ops it
+// issued, from a's CPU op to b's (same kind, stream — a moving one —, issue cost, launches, CPU waits
+// shifted or equivalent), and, if it waits for room at b, the queue's ops up to the one it waits for;
+// the ops' launches are compared where the GPU's are (the queue walks read those). The jump marks the
+// skipped periods' ops issued, each a period after the op p before it, and moves the CPU's op, block and
+// blocked time. Where memory is replayed with the issues (record_stream frees: FSDP1; a timeline) the
+// CPU's allocations depend on the GPU's progress, and the fast-forward waits until the CPU is done: a
+// run whose CPU blocks until late (FSDP1's rate limiter, or its launch queues) has little to skip.
 //
 // Definitions of the outputs:
 //  * step_time_ns: the latest completion of any op (GPU or CPU), from t = 0 when the CPU starts.
@@ -66,7 +93,8 @@
 //    offload the tail reduction and grad D2H are waited on here (F1.13, F2.11), as the GPU optimizer
 //    step waits on them without offload; (3) from the later of the compute stream's and the CPU's last
 //    op to the step's end, if other work runs past both.
-//  * cpu_blocked_ns: total time the CPU spends blocked on cpu_waits (rate limiter, syncs).
+//  * cpu_blocked_ns: total time the CPU spends blocked on cpu_waits (rate limiter, syncs) and on a full
+//    launch queue.
 //  * comm_bytes_by_kind: bytes each rank sends, nccl-tests N1: AG/RS (n−1)/n·S, AR 2(n−1)/n·S.
 #include "sim/executor.h"
 
@@ -82,7 +110,6 @@
 #include "sim/memory_tracker.h"
 #include "sim/peak_location.h"
 #include "sim/program_check.h"
-#include "sim/thread_storage.h"
 
 namespace fsdpsim::sim {
 
@@ -119,7 +146,7 @@ class Engine {
   // `source`, the StepProgram cp was compiled from, names ops and buffers in traces and error messages;
   // a run with a trace needs it.
   SimResult run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* cpu_ns, double overlap_slowdown,
-                const ExecOptions& o, const StepProgram* source);
+                int launch_queue_depth, const ExecOptions& o, const StepProgram* source);
 
  private:
   // ---- setup ----
@@ -127,6 +154,7 @@ class Engine {
   // ---- CPU ----
   void cpu_begin(TimeNs now);
   [[gnu::always_inline]] inline void issue_done(int i, TimeNs now);   // (inline: once per op)
+  int queue_wait(int i) const;
   // ---- GPU ----
   void wake_dependents(int h, TimeNs now) {
     for (int k = dep_[h].next; k >= 0; k = dep_[k].next) try_start(dep_[k].stream, now);
@@ -158,6 +186,7 @@ class Engine {
     TimeNs dt;            // time - snapshot time
     std::uint64_t seq;
     int op;
+    EvType type;
   };
   struct FfSnap {
     TimeNs t = 0;
@@ -174,12 +203,26 @@ class Engine {
     std::vector<int> slow;                // running_slowable_, in order
     std::vector<double> slow_rem;         // their remaining_
     std::vector<TimeNs> slow_seg;         // their seg_start_ - t
+    // The issue time - t of the compute stream's head when it is issued and waits (0 otherwise): start()
+    // reads it. (Any later op of the stream was issued before its predecessor ends: its issue time is
+    // never read.)
+    TimeNs head0_issue = 0;
+    // The CPU (see "The CPU still issuing" at the top): cpu_op_ (n_: done), its block, the launch queues.
+    int cpu_op = 0;
+    int blocked_on = -1;                  // cpu_blocked_on_ (-1: not blocked)
+    bool blocked_queue = false;
+    TimeNs blocked_since = 0;             // - t
+    TimeNs blocked_total = 0;
+    TimeNs cpu_start = 0;                 // an issue in progress (IssueDone pending): its start - t
+    std::vector<std::int64_t> queued;
   };
   struct FfLite {
     TimeNs t;
     int head0;
     TimeNs head0_ns, prev_end;   // the compute op's duration; end of the previous one - t
     int comm_active, events, slow;
+    int cpu_lead;                // cpu_op_ - the compute head (-1: the CPU is done)
+    std::int64_t queued0;        // the compute stream's launch queue (0: the CPU is done)
   };
   static constexpr int kFfSnaps = 5;
   void ff_boundary(TimeNs now);
@@ -187,11 +230,14 @@ class Engine {
   bool ff_same_shape(const FfSnap& a, const FfSnap& b, int p);
   int ff_max_jump(const FfSnap& a, const FfSnap& b, int p);
   bool ff_equivalent(int i, int i2, int d, bool last, const FfSnap& a, bool strict = false) const;
+  bool ff_same_wait(int w, int w2, int d, const FfSnap& a, bool strict) const;
+  bool ff_cpu_equivalent(int x, int x2, int d, const FfSnap& a, bool strict) const;
+  bool ff_cpu_periods(const FfSnap& a, const FfSnap& b, int d, bool strict) const;
   int ff_run_jump(const FfSnap& a, const FfSnap& b, int p, int m);
   void ff_jump(const FfSnap& a, const FfSnap& b, int p, int m);
   int list_start(int i) const { return i == 0 ? 0 : rec_[i - 1].end; }
-  bool done_at(int x, const FfSnap& a) const {   // x had completed at snapshot a (the CPU was done then)
-    return (rec_[x].flags & kCpuOp) || x < a.heads[rec_[x].stream];
+  bool done_at(int x, const FfSnap& a) const {   // x had completed at snapshot a
+    return (rec_[x].flags & kCpuOp) ? x < a.cpu_op : x < a.heads[rec_[x].stream];
   }
   // ---- results ----
   void fill_results(SimResult& r);
@@ -234,6 +280,10 @@ class Engine {
   // per NCCL queue (process group): its head (the running collective, else the oldest unstarted one)
   int group_head_[kNumGroups] = {0, 0, 0, 0};
   std::int64_t comm_sent_[3] = {0, 0, 0};   // all_gather, reduce_scatter, all_reduce (N1)
+  // Launch queues (see "Launch queue" at the top): per stream, the kernels of its enqueued, incomplete
+  // ops. Read only while the CPU issues (the fast-forward, which runs after that, leaves it stale).
+  std::vector<std::int64_t> queued_;
+  std::int64_t queue_depth_ = 0;    // kernels a queue holds (unbounded: more than any program has)
 
   std::vector<int> running_slowable_;
   int comm_active_ = 0;
@@ -244,6 +294,7 @@ class Engine {
   // CPU
   int cpu_op_ = 0;
   bool cpu_blocked_ = false;
+  bool cpu_blocked_queue_ = false;  // (for the trace) the CPU waits for room in a launch queue
   int cpu_blocked_on_ = -1;
   TimeNs cpu_blocked_since_ = 0;
   TimeNs cpu_blocked_total_ = 0;
@@ -314,7 +365,7 @@ void Engine::link() {
 }
 
 SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* cpu_ns, double overlap_slowdown,
-                      const ExecOptions& o, const StepProgram* source) {
+                      int launch_queue_depth, const ExecOptions& o, const StepProgram* source) {
   p_ = source;
   o_ = &o;
   trace_on_ = o.record_trace;
@@ -327,6 +378,8 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
   num_lists_ = static_cast<int>(cp.lists.size());
   stream_head_.resize(cp.num_streams);
   link();
+  queued_.assign(static_cast<std::size_t>(cp.num_streams), 0);
+  queue_depth_ = launch_queue_depth > 0 ? launch_queue_depth : std::numeric_limits<std::int64_t>::max() / 4;
   for (int k = 0; k < 3; ++k) comm_sent_[k] = cp.comm_sent[k];
   runs_ = &cp.runs;
   gpu_ns_ = gpu_ns;
@@ -345,6 +398,7 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
   n_done_ = 0;
   cpu_op_ = 0;
   cpu_blocked_ = false;
+  cpu_blocked_queue_ = false;
   cpu_blocked_on_ = -1;
   cpu_blocked_since_ = 0;
   cpu_blocked_total_ = 0;
@@ -406,7 +460,7 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
         complete(ev.op, now);
         if (started0_) {
           started0_ = false;
-          if (ff_on_ && cpu_op_ == n_) ff_boundary(now);
+          if (ff_on_ && (cpu_op_ == n_ || fast_issue_)) ff_boundary(now);
         }
         break;
       case EvType::IssueDone:
@@ -443,20 +497,24 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
 // events: the CPU usually runs ahead of the GPU).
 void Engine::cpu_begin(TimeNs now) {
   while (cpu_op_ < n_) {
-    if (fast_issue_) {
+    if (fast_issue_ && !cpu_blocked_) {   // (a blocked CPU resumes through the general path, which ends the block)
       // With memory replayed apart and no trace, issuing an op that waits on nothing on the CPU, is a
-      // GPU op and is not its stream's head (so try_start would find nothing new: no event happens
-      // in between) only records its issue time and state: a tight loop while the issues end before
-      // the next event, exactly what the general path below does for them one by one.
+      // GPU op, is not its stream's head (so try_start would find nothing new: no event happens in
+      // between) and fits in its stream's launch queue only records its issue time, state and queued
+      // kernels: a tight loop while the issues end before the next event, exactly what the general path
+      // below does for them one by one.
       const TimeNs limit = q_.empty() ? std::numeric_limits<TimeNs>::max() : q_.next_time();
       int i = cpu_op_;
       for (; i < n_; ++i) {
         OpRec& r = rec_[i];
         if (r.cpu_waits != r.allocs || (r.flags & kCpuOp) || stream_head_[r.stream] == i) break;
+        std::int64_t& queued = queued_[r.stream];
+        if (queued + r.launches > queue_depth_) break;
         const TimeNs done = now + cpu_ns_[i];
         if (done >= limit) break;
         issue_t_[i] = done;
         r.state = kIssued;
+        queued += r.launches;
         now = done;
       }
       cpu_op_ = i;
@@ -472,12 +530,15 @@ void Engine::cpu_begin(TimeNs now) {
     };
     int w = first_incomplete(r.cpu_waits, r.allocs);
     if (w < 0 && (r.flags & kCpuOp)) w = first_incomplete(r.wait_pos, r.cpu_waits);   // (never advanced)
+    // (both conditions only become true as ops complete, so the order of the two tests changes nothing)
+    const bool queue_full = w < 0 && !(r.flags & kCpuOp) && (w = queue_wait(i)) >= 0;
     if (w >= 0) {
       if (!cpu_blocked_) {
         cpu_blocked_ = true;
         cpu_blocked_since_ = now;
       }
       cpu_blocked_on_ = w;
+      cpu_blocked_queue_ = queue_full;
       return;
     }
     if (cpu_blocked_) {
@@ -492,8 +553,8 @@ void Engine::cpu_begin(TimeNs now) {
       }
       if (trace_on_ && now > cpu_blocked_since_) {
         const Op& op = p_->ops[i];
-        trace_.push_back(TraceSpan{"blocked before " + op.name, "cpu", "cpu_blocked", op.unit,
-                                   cpu_blocked_since_, now - cpu_blocked_since_, 0});
+        trace_.push_back(TraceSpan{(cpu_blocked_queue_ ? "launch queue full before " : "blocked before ") + op.name,
+                                   "cpu", "cpu_blocked", op.unit, cpu_blocked_since_, now - cpu_blocked_since_, 0});
       }
     }
     cpu_start_t_[i] = now;
@@ -504,6 +565,20 @@ void Engine::cpu_begin(TimeNs now) {
     }
     issue_done(i, done);
     now = done;
+  }
+}
+
+// The op whose completion makes room for GPU op i in its stream's launch queue, or -1 if there is room
+// now (or the queue is empty: an op with more kernels than the depth waits only for an empty queue). The
+// stream's incomplete ops are the enqueued ones from its head up to i, and they complete in order, so
+// that is the first op at which the kernels queued up to it, taken off, leave room.
+int Engine::queue_wait(int i) const {
+  const OpRec& r = rec_[i];
+  std::int64_t queued = queued_[r.stream];
+  if (queued + r.launches <= queue_depth_ || queued == 0) return -1;
+  for (int h = stream_head_[r.stream];; h = rec_[h].next_in_stream) {
+    queued -= rec_[h].launches;
+    if (queued + r.launches <= queue_depth_ || queued == 0) return h;
   }
 }
 
@@ -529,6 +604,7 @@ void Engine::issue_done(int i, TimeNs now) {
     wake_dependents(i, now);
   } else {
     r.state = kIssued;
+    queued_[r.stream] += r.launches;
     if (trace_on_ && cpu_ns_[i] > 0)
       add_span(p_->ops[i], "cpu", "cpu_issue", cpu_start_t_[i], now - cpu_start_t_[i], 0);
     try_start(r.stream, now);
@@ -594,6 +670,7 @@ void Engine::complete(int h, TimeNs now) {
   mem_.op_completed(h);
   if (mem_inline_) complete_t_[h] = now;
   stream_head_[s] = r.next_in_stream;
+  queued_[s] -= r.launches;
   if (s == 0) {
     compute_prev_end_ = now;
     compute_busy_ += now - start_t_[h];
@@ -636,13 +713,16 @@ void Engine::ff_boundary(TimeNs now) {
   // earlier boundary's, so candidates that never repeat pay a few stores (a jump then comes one period
   // later than with full snapshots everywhere).
   if (stream_head_[0] >= n_) return;   // the compute stream is done (a start seen during a CPU event)
+  const bool cpu_done = cpu_op_ == n_;
   const FfLite l{now, stream_head_[0], gpu_ns_[stream_head_[0]], compute_prev_end_ - now, comm_active_,
-                 static_cast<int>(q_.size()), static_cast<int>(running_slowable_.size())};
+                 static_cast<int>(q_.size()), static_cast<int>(running_slowable_.size()),
+                 cpu_done ? -1 : cpu_op_ - stream_head_[0], cpu_done ? 0 : queued_[0]};
   bool repeats = false;
   for (int k = 0; k < ff_lite_count_ && !repeats; ++k) {
     const FfLite& a = ff_lite_[k];
     repeats = l.head0 > a.head0 && l.t > a.t && l.head0_ns == a.head0_ns && l.prev_end == a.prev_end &&
-              l.comm_active == a.comm_active && l.events == a.events && l.slow == a.slow;
+              l.comm_active == a.comm_active && l.events == a.events && l.slow == a.slow &&
+              l.cpu_lead == a.cpu_lead && l.queued0 == a.queued0;
   }
   ff_lite_[ff_lite_next_] = l;
   ff_lite_next_ = (ff_lite_next_ + 1) % kFfSnaps;
@@ -680,6 +760,7 @@ bool Engine::ff_take(FfSnap& s, TimeNs now) {
   s.comm_start = comm_active_ > 0 ? comm_start_ - now : 0;
   s.factor = factor_;
   s.head0_ns = gpu_ns_[stream_head_[0]];
+  s.head0_issue = rec_[stream_head_[0]].state == kIssued ? issue_t_[stream_head_[0]] - now : 0;
   s.n_comm = comm_intervals_.size();
   s.n_gaps = compute_gaps_.size();
   for (int g = 0; g < kNumGroups; ++g) s.group_head[g] = group_head_[g];
@@ -693,11 +774,24 @@ bool Engine::ff_take(FfSnap& s, TimeNs now) {
   }
   bool only_completions = true;
   s.events.clear();
+  s.cpu_start = 0;
   q_.for_each([&](const EventQueue<Ev>::Event& e) {
     if (e.payload.type != EvType::OpComplete) only_completions = false;
-    s.events.push_back(FfEvent{e.time - now, e.seq, e.payload.op});
+    if (e.payload.type == EvType::IssueDone) s.cpu_start = cpu_start_t_[e.payload.op] - now;
+    s.events.push_back(FfEvent{e.time - now, e.seq, e.payload.op, e.payload.type});
   });
-  if (!only_completions) return false;
+  // The CPU: nothing more once it is done; else its state (see "The CPU still issuing" at the top).
+  s.cpu_op = cpu_op_;
+  s.blocked_on = cpu_blocked_ ? cpu_blocked_on_ : -1;
+  s.blocked_queue = cpu_blocked_ && cpu_blocked_queue_;
+  s.blocked_since = cpu_blocked_ ? cpu_blocked_since_ - now : 0;
+  s.blocked_total = cpu_blocked_total_;
+  if (cpu_op_ == n_) {
+    if (!only_completions) return false;
+    s.queued.clear();
+  } else {
+    s.queued.assign(queued_.begin(), queued_.end());
+  }
   std::sort(s.events.begin(), s.events.end(),
             [](const FfEvent& x, const FfEvent& y) { return x.dt != y.dt ? x.dt < y.dt : x.seq < y.seq; });
   s.slow.assign(running_slowable_.begin(), running_slowable_.end());
@@ -737,11 +831,21 @@ bool Engine::ff_same_shape(const FfSnap& a, const FfSnap& b, int p) {
     }
   }
   if (a.comm_active != b.comm_active || a.factor != b.factor || a.compute_prev_end != b.compute_prev_end ||
-      a.comm_start != b.comm_start)
+      a.comm_start != b.comm_start || a.head0_issue != b.head0_issue)
     return false;
   if (a.events.size() != b.events.size() || a.slow.size() != b.slow.size()) return false;
   for (std::size_t k = 0; k < a.events.size(); ++k)
-    if (a.events[k].dt != b.events[k].dt || b.events[k].op != a.events[k].op + p) return false;
+    if (a.events[k].dt != b.events[k].dt || b.events[k].op != a.events[k].op + p || a.events[k].type != b.events[k].type)
+      return false;
+  if ((a.cpu_op == n_) != (b.cpu_op == n_)) return false;
+  if (b.cpu_op < n_) {
+    // The CPU moved by p too, blocked on the op p on or not blocked, in the same way for as long; the same
+    // launch queues.
+    if (b.cpu_op - a.cpu_op != p || (a.blocked_on < 0) != (b.blocked_on < 0) ||
+        (b.blocked_on >= 0 && b.blocked_on != a.blocked_on + p) || a.blocked_queue != b.blocked_queue ||
+        a.blocked_since != b.blocked_since || a.cpu_start != b.cpu_start || a.queued != b.queued)
+      return false;
+  }
   for (std::size_t k = 0; k < a.slow.size(); ++k)
     if (b.slow[k] != a.slow[k] + p || a.slow_rem[k] != b.slow_rem[k] || a.slow_seg[k] != b.slow_seg[k]) return false;
   return true;
@@ -761,6 +865,8 @@ int Engine::ff_max_jump(const FfSnap& a, const FfSnap& b, int p) {
     const int x = b.heads[s];
     if (ff_moving_[s] || x >= n_) continue;
     const OpRec& r = rec_[x];
+    // (not issued yet: the CPU's checks below keep it so, every op the CPU issues being on a moving stream)
+    if (r.state == kNotIssued && b.cpu_op < n_) continue;
     if (r.state != kIssued) return 0;
     int w = -1;
     for (int k = list_start(x); k < r.cpu_waits; ++k) {
@@ -773,6 +879,7 @@ int Engine::ff_max_jump(const FfSnap& a, const FfSnap& b, int p) {
       // Blocked until w completes: w must stay at or past its stream's head (a still stream never gets there).
       const OpRec& rw = rec_[w];
       if (!(rw.flags & kCpuOp) && ff_moving_[rw.stream]) cap(static_cast<long long>(w) - b.heads[rw.stream]);
+      else if (rw.flags & kCpuOp) cap(static_cast<long long>(w) - b.cpu_op);   // the CPU must not reach w
     } else if ((r.flags & kCollective) && group_moves(r.group)) {
       cap(static_cast<long long>(x) - 1 - b.group_head[r.group]);   // the queue must not reach x
     } else {
@@ -793,6 +900,7 @@ int Engine::ff_max_jump(const FfSnap& a, const FfSnap& b, int p) {
   int j = 1;
   for (; j <= m; ++j) {
     const int d = j * p;
+    if (b.cpu_op < n_ && !ff_cpu_periods(a, b, d, false)) return j - 1;
     for (int s = 0; s < ns; ++s) {
       if (!ff_moving_[s]) continue;
       for (int i = a.heads[s];; i = rec_[i].next_in_stream) {
@@ -824,6 +932,11 @@ int Engine::ff_run_jump(const FfSnap& a, const FfSnap& b, int p, int m) {
     hi = std::max(hi, b.heads[s]);
   }
   if (hi < 0) return 0;
+  const bool cpu = b.cpu_op < n_;
+  if (cpu) {   // (the CPU's ops, and those its queue waits read, lie between a's CPU op and b's)
+    lo = std::min(lo, a.cpu_op);
+    hi = std::max(hi, b.cpu_op);
+  }
   for (const PeriodicRun& r : *runs_) {
     if (hi < r.begin || hi >= r.begin + r.period * r.count || p % r.period != 0) continue;
     if (lo >= r.begin) {
@@ -842,10 +955,12 @@ int Engine::ff_run_jump(const FfSnap& a, const FfSnap& b, int p, int m) {
     const OpRec& r = rec_[x];
     if (r.next_in_stream < n_) reach = std::max(reach, r.next_in_stream - x);
     if ((r.flags & kCollective) && r.next_in_group < n_) reach = std::max(reach, r.next_in_group - x);
-    for (int k = list_start(x); k < r.cpu_waits; ++k) reach = std::max(reach, x - lists_[k]);   // waiters' distance
+    for (int k = list_start(x), e = cpu ? r.allocs : r.cpu_waits; k < e; ++k)
+      reach = std::max(reach, x - lists_[k]);   // waiters' distance (and the CPU's)
   }
   m = std::min<long long>(m, (static_cast<long long>(run_end) - 1 - reach - hi) / p);
   if (m < 1) return 0;
+  if (cpu && !ff_cpu_periods(a, b, p, /*strict=*/true)) return 0;
   for (int s = 0; s < ns; ++s) {
     if (!ff_moving_[s]) continue;
     for (int i = a.heads[s];; i = rec_[i].next_in_stream) {
@@ -865,23 +980,14 @@ int Engine::ff_run_jump(const FfSnap& a, const FfSnap& b, int p, int m) {
 bool Engine::ff_equivalent(int i, int i2, int d, bool last, const FfSnap& a, bool strict) const {
   const OpRec& x = rec_[i];
   const OpRec& y = rec_[i2];
-  if (y.stream != x.stream || y.flags != x.flags || gpu_ns_[i2] != gpu_ns_[i]) return false;
+  if (y.stream != x.stream || y.flags != x.flags || gpu_ns_[i2] != gpu_ns_[i] || y.launches != x.launches) return false;
   if ((x.flags & kCollective) && y.group != x.group) return false;
   const int sx = list_start(i), sy = list_start(i2);
   const int nw = x.cpu_waits - sx;
   if (y.cpu_waits - sy != nw) return false;
   const int* lists = lists_;
-  for (int k = 0; k < nw; ++k) {
-    const int w = lists[sx + k], w2 = lists[sy + k];
-    const OpRec& rw = rec_[w];
-    const OpRec& rw2 = rec_[w2];
-    const bool cpu = rw.flags & kCpuOp, cpu2 = rw2.flags & kCpuOp;
-    if (w2 == w + d && !cpu && !cpu2 && rw2.stream == rw.stream && ff_moving_[rw.stream]) continue;
-    if (strict && w2 != w) return false;   // (see ff_run_jump: only a fixed wait may be done, or still)
-    if (done_at(w, a) && done_at(w2, a)) continue;
-    if (!cpu && !cpu2 && !ff_moving_[rw.stream] && !ff_moving_[rw2.stream] && is_done(w) == is_done(w2)) continue;
-    return false;
-  }
+  for (int k = 0; k < nw; ++k)
+    if (!ff_same_wait(lists[sx + k], lists[sy + k], d, a, strict)) return false;
   if (last) return true;
   if (y.next_in_stream != x.next_in_stream + d) return false;
   if (x.flags & kCollective) {
@@ -894,6 +1000,63 @@ bool Engine::ff_equivalent(int i, int i2, int d, bool last, const FfSnap& a, boo
   return k < 0 && k2 < 0;
 }
 
+// A wait on w of an op and on w2 of the op d ids on behave alike: w2 is w shifted on a moving stream, or
+// both were done at snapshot a, or both lie on still streams in the same state. `strict` (ff_run_jump):
+// only a fixed wait may be done, or still.
+bool Engine::ff_same_wait(int w, int w2, int d, const FfSnap& a, bool strict) const {
+  const OpRec& rw = rec_[w];
+  const OpRec& rw2 = rec_[w2];
+  const bool cpu = rw.flags & kCpuOp, cpu2 = rw2.flags & kCpuOp;
+  if (w2 == w + d && !cpu && !cpu2 && rw2.stream == rw.stream && ff_moving_[rw.stream]) return true;
+  if (strict && w2 != w) return false;
+  if (done_at(w, a) && done_at(w2, a)) return true;
+  return !cpu && !cpu2 && !ff_moving_[rw.stream] && !ff_moving_[rw2.stream] && is_done(w) == is_done(w2);
+}
+
+// Op x2 = x + d looks to the issuing CPU as op x does: the same kind, stream (a moving one: the CPU issues
+// nothing to a still stream), issue cost, launches and (a CPU op) duration and dependents' streams; its
+// CPU waits (a CPU op's GPU waits too) alike (ff_same_wait).
+bool Engine::ff_cpu_equivalent(int x, int x2, int d, const FfSnap& a, bool strict) const {
+  const OpRec& r = rec_[x];
+  const OpRec& r2 = rec_[x2];
+  if (r2.flags != r.flags || r2.stream != r.stream || r2.launches != r.launches || cpu_ns_[x2] != cpu_ns_[x]) return false;
+  const bool cpu_op = r.flags & kCpuOp;
+  if (cpu_op ? gpu_ns_[x2] != gpu_ns_[x] : !ff_moving_[r.stream]) return false;
+  const int lo = cpu_op ? list_start(x) : r.cpu_waits, lo2 = cpu_op ? list_start(x2) : r2.cpu_waits;
+  const int nw = r.allocs - lo;
+  if (r2.allocs - lo2 != nw || r.cpu_waits - list_start(x) != r2.cpu_waits - list_start(x2)) return false;
+  for (int k = 0; k < nw; ++k)
+    if (!ff_same_wait(lists_[lo + k], lists_[lo2 + k], d, a, strict)) return false;
+  if (cpu_op) {   // (its completion, at the end of its issue, wakes its dependents' streams)
+    int k = dep_[x].next, k2 = dep_[x2].next;
+    for (; k >= 0 && k2 >= 0; k = dep_[k].next, k2 = dep_[k2].next)
+      if (dep_[k].stream != dep_[k2].stream) return false;
+    if (k >= 0 || k2 >= 0) return false;
+  }
+  return true;
+}
+
+// What the CPU read between snapshots a and b repeats d ids on: the ops it issued, from a's CPU op to b's
+// (the last one it began, or is blocked before), and, when it waits for room in a launch queue at b, the
+// queue's ops from the stream's head to the one it waits for (their launches and stream order: the ops
+// queue_wait walks). The walks before b read ops between the stream's heads at a and b, which
+// ff_equivalent checks (launches included).
+bool Engine::ff_cpu_periods(const FfSnap& a, const FfSnap& b, int d, bool strict) const {
+  for (int x = a.cpu_op; x <= b.cpu_op; ++x)
+    if (x + d >= n_ || !ff_cpu_equivalent(x, x + d, d, a, strict)) return false;
+  if (b.blocked_queue) {
+    const int s = rec_[b.blocked_on].stream;
+    for (int i = b.heads[s];; i = rec_[i].next_in_stream) {
+      const int i2 = i + d;
+      if (i2 >= n_ || rec_[i2].stream != s || rec_[i2].launches != rec_[i].launches ||
+          rec_[i2].next_in_stream != rec_[i].next_in_stream + d)
+        return false;
+      if (i == b.blocked_on) break;
+    }
+  }
+  return true;
+}
+
 // Moves the engine from state b to b shifted by m periods: the ops the moving streams complete in
 // between are marked done, the heads, running ops and pending completions move by m·p ids and
 // m·(b.t − a.t) ns, and the accumulated figures grow by m times what one period added.
@@ -902,6 +1065,30 @@ void Engine::ff_jump(const FfSnap& a, const FfSnap& b, int p, int m) {
   const TimeNs period = b.t - a.t, dt = m * period;
   const int ns = static_cast<int>(b.heads.size());
   int skipped = 0;
+  if (b.cpu_op < n_) {
+    // The CPU's issues of the skipped periods (before the streams' ops they reach are marked done): each
+    // op issued a period after the op p ids before it; a CPU op done as it is issued. The launch queues
+    // hold what they held at b.
+    for (int x = b.cpu_op, e = b.cpu_op + dp; x < e; ++x) {
+      issue_t_[x] = issue_t_[x - p] + period;
+      if (rec_[x].flags & kCpuOp) {
+        rec_[x].state = kDone;
+        ++skipped;
+      } else {
+        rec_[x].state = kIssued;
+      }
+    }
+    cpu_op_ += dp;
+    ++stats_.jumps_while_issuing;
+    if (cpu_blocked_) {
+      cpu_blocked_on_ += dp;
+      cpu_blocked_since_ += dt;
+    }
+    cpu_blocked_total_ += m * (b.blocked_total - a.blocked_total);
+    q_.for_each([&](const EventQueue<Ev>::Event& e) {   // (an issue in progress: its start, shifted)
+      if (e.payload.type == EvType::IssueDone) cpu_start_t_[e.payload.op + dp] = cpu_start_t_[e.payload.op] + dt;
+    });
+  }
   for (int s = 0; s < ns; ++s) {
     if (!ff_moving_[s]) continue;
     const int h = b.heads[s], target = h + dp;
@@ -1014,6 +1201,9 @@ void fill_op_costs(const StepProgram& program, const CostModel& cost, OpCosts& c
   c.overlap_slowdown = cost.overlap_slowdown();
   if (!std::isfinite(c.overlap_slowdown) || c.overlap_slowdown < 1.0 || c.overlap_slowdown > 100.0)
     throw InputError("cost_model.overlap_slowdown", std::to_string(c.overlap_slowdown), "a factor in [1, 100]");
+  c.launch_queue_depth = cost.launch_queue_depth();
+  if (c.launch_queue_depth < 0)
+    throw InputError("cost_model.launch_queue_depth", std::to_string(c.launch_queue_depth), ">= 0 kernels (0 = unbounded)");
 }
 
 OpCosts compute_op_costs(const StepProgram& program, const CostModel& cost) {
@@ -1089,6 +1279,7 @@ void compile_program(const StepProgram& p, CompiledProgram& cp) {
     }
     r.stream = s;
     r.flags = f;
+    r.launches = f & kCpuOp ? 0 : op.kernel_launches;
     r.group = static_cast<std::uint8_t>(f & kCollective ? static_cast<int>(op.group) : 0);
     if (f & kCollective) {
       // Bytes each rank sends (N1): ring all-gather / reduce-scatter (n−1)/n·S, all-reduce 2(n−1)/n·S.
@@ -1114,13 +1305,16 @@ void check_costs(const CompiledProgram& cp, const OpCosts& costs) {
   if (static_cast<int>(costs.gpu_ns.size()) != n || static_cast<int>(costs.cpu_ns.size()) != n)
     throw std::invalid_argument("execute: OpCosts sized " + std::to_string(costs.gpu_ns.size()) + " for " +
                                 std::to_string(n) + " ops");
+  if (costs.launch_queue_depth < 0)
+    throw InputError("launch_queue_depth", std::to_string(costs.launch_queue_depth), ">= 0 kernels (0 = unbounded)");
 }
 
-// One engine per thread, reused (see the note at the top).
+// One engine per workspace, reused (see the note at the top).
 SimResult run_engine(CompiledProgram& cp, const OpCosts& costs, const ExecOptions& opts, const StepProgram* source) {
   check_costs(cp, costs);
-  return with_thread_storage<Engine>([&](Engine& engine) {
-    return engine.run(cp, costs.gpu_ns.data(), costs.cpu_ns.data(), costs.overlap_slowdown, opts, source);
+  return with_storage<Engine>(opts.workspace, [&](Engine& engine) {
+    return engine.run(cp, costs.gpu_ns.data(), costs.cpu_ns.data(), costs.overlap_slowdown, costs.launch_queue_depth,
+                      opts, source);
   });
 }
 }  // namespace
@@ -1131,7 +1325,7 @@ SimResult execute_compiled(CompiledProgram& cp, const OpCosts& costs, const Exec
 
 SimResult execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts) {
   // The compiled form lives only for this call.
-  return with_thread_storage<CompiledProgram>([&](CompiledProgram& cp) {
+  return with_storage<CompiledProgram>(opts.workspace, [&](CompiledProgram& cp) {
     compile_program(program, cp);   // (checks every op, as validate_program does)
     return run_engine(cp, costs, opts, &program);
   });
@@ -1139,7 +1333,7 @@ SimResult execute(const StepProgram& program, const OpCosts& costs, const ExecOp
 
 SimResult execute(const StepProgram& program, const CostModel& cost, const ExecOptions& opts) {
   // The costs live only for this call.
-  return with_thread_storage<OpCosts>([&](OpCosts& costs) {
+  return with_storage<OpCosts>(opts.workspace, [&](OpCosts& costs) {
     fill_op_costs(program, cost, costs);
     return execute(program, costs, opts);
   });

@@ -1,9 +1,11 @@
 // The discrete-event executor: runs a StepProgram against a cost model and replays the caching
 // allocator. Deterministic: events ordered by (time, sequence).
 #pragma once
+#include "sim/workspace.h"
 #include <utility>
 #include <vector>
 
+#include "calibrate/launch_queue.h"
 #include "common/units.h"
 #include "sim/compiled_program.h"
 #include "sim/step_program.h"
@@ -19,12 +21,16 @@ class CostModel {
   virtual TimeNs op_time(const Op& op) const = 0;         // GPU duration of the op, alone
   virtual TimeNs cpu_issue_time(const Op& op) const = 0;  // CPU time to issue it (hooks + launches)
   virtual double overlap_slowdown() const = 0;            // compute multiplier while a collective runs
+  // Kernels one stream's launch queue holds before the CPU blocks on a launch (sim/executor.cpp "Launch
+  // queue"); 0 = unbounded. The default is an assumption (calibrate/launch_queue.h).
+  virtual int launch_queue_depth() const { return calibrate::kDefaultLaunchQueueDepth; }
 };
 
 // What the fast-forward (ExecOptions::fast_forward) did in one execute().
 struct ExecStats {
   int jumps = 0;                 // times the engine skipped ahead
   int ops_fast_forwarded = 0;    // ops whose start and completion were not simulated one by one
+  int jumps_while_issuing = 0;   // jumps made while the CPU was still issuing (sim/executor.cpp)
   int memory_jumps = 0;          // times the memory replay skipped repeated periods (sim/memory_fold.cpp)
   int memory_periods_skipped = 0;
 };
@@ -47,6 +53,8 @@ struct ExecOptions {
   bool fast_forward = true;
   // If set, receives what the fast-forward did (tests check that it acted).
   ExecStats* stats = nullptr;
+  // Storage reused from one call to the next (sim/workspace.h); null: this call allocates its own.
+  Workspace* workspace = nullptr;
 };
 
 // Every op's durations, computed once from a cost model (the executor's hot path never calls the
@@ -56,8 +64,10 @@ struct OpCosts {
   std::vector<TimeNs> gpu_ns;
   std::vector<TimeNs> cpu_ns;
   double overlap_slowdown = 1.0;
+  int launch_queue_depth = calibrate::kDefaultLaunchQueueDepth;   // (CostModel::launch_queue_depth; 0 = unbounded)
 };
-// InputError if the cost model returns a negative time or a slowdown < 1 (or not finite).
+// InputError if the cost model returns a negative time, a slowdown < 1 (or not finite) or a negative
+// launch queue depth.
 OpCosts compute_op_costs(const StepProgram& program, const CostModel& cost);
 // The same into `costs`, keeping its vectors' storage.
 void fill_op_costs(const StepProgram& program, const CostModel& cost, OpCosts& costs);

@@ -26,12 +26,13 @@ std::string gib(Bytes b) {
 
 // FSDP2: the pinned padded chunk of every parameter and the pinned gradient of every trainable one
 // (models/trainable.h; a unit known by its count alone: the trainable fraction of its chunk's block).
-Bytes fsdp2_pinned(const models::FsdpUnit& u, int N, Bytes bm, const models::TrainableSet& ts) {
+Bytes fsdp2_pinned(const models::FsdpUnit& u, int N, Bytes bm, const models::TrainableSet& ts, double unit_fraction) {
   Bytes params = 0, grads = 0;
+  const bool frozen = unit_fraction <= 0.0;   // plan.frozen_units
   if (u.tensors.empty()) {
     if (u.params > 0) {
       params = pinned_block(ceil_div(u.params, N) * bm);   // one flat tensor: dim0 = numel
-      grads = ts.all ? params : static_cast<Bytes>(static_cast<double>(params) * ts.fraction);
+      grads = frozen ? 0 : ts.all ? params : static_cast<Bytes>(static_cast<double>(params) * unit_fraction);
     }
   } else {
     for (const auto& t : u.tensors) {
@@ -41,7 +42,7 @@ Bytes fsdp2_pinned(const models::FsdpUnit& u, int N, Bytes bm, const models::Tra
       for (std::size_t i = 1; i < t.shape.size(); ++i) rest *= t.shape[i];
       const Bytes block = pinned_block(ceil_div(dim0, N) * rest * bm);   // M6: every rank holds chunks[0]'s size
       params += block;
-      if (models::tensor_trains(ts, t.name)) grads += block;              // gradients have the chunks' sizes
+      if (!frozen && models::tensor_trains(ts, t.name)) grads += block;              // gradients have the chunks' sizes
     }
   }
   return params + grads;
@@ -58,18 +59,21 @@ HostMemory host_memory(const models::WrapGraph& graph, const Plan& rp, int gpus_
   const Bytes bm = dtype_bytes(rp.master_weights_dtype);
   const int states = rp.optimizer == Optimizer::AdamW ? 2 : 1;   // exp_avg + exp_avg_sq; SGD momentum
   const bool fsdp1 = rp.fsdp_version == FsdpVersion::FSDP1;
-  for (const auto& u : graph.units) {
+  const std::vector<double> fractions = lowering::unit_trainable_fractions(graph, rp);
+  for (std::size_t i = 0; i < graph.units.size(); ++i) {
+    const models::FsdpUnit& u = graph.units[i];
     if (u.params == 0) continue;
+    const double f = fractions[i];
     const lowering::UnitSizes s =
-        fsdp1 ? lowering::fsdp1_unit_sizes(u, N, rp.master_weights_dtype, rp.use_orig_params, ts)
-              : lowering::fsdp2_unit_sizes(u, N, ts);
+        fsdp1 ? lowering::fsdp1_unit_sizes(u, N, rp.master_weights_dtype, rp.use_orig_params, ts, f)
+              : lowering::fsdp2_unit_sizes(u, N, ts, f);
     h.pageable_per_rank += s.optim * states * bm;
     if (!rp.cpu_offload.params) {
       h.pageable_per_rank += (s.optim + s.shard) * bm;   // the grads copied down and the params to step
     } else if (fsdp1) {
       h.pinned_per_rank += 2 * pinned_block(s.shard * bm);   // _local_shard and _cpu_grad
     } else {
-      h.pinned_per_rank += fsdp2_pinned(u, N, bm, ts);
+      h.pinned_per_rank += fsdp2_pinned(u, N, bm, ts, f);
     }
   }
   return h;

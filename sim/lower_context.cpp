@@ -48,20 +48,26 @@ int nodes_of(int start, int stride, int count, int gpn) {
   return nodes;
 }
 
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 bool unit_has_part(const models::FsdpUnit& u, models::ModulePart p) {
   return std::find(u.parts.begin(), u.parts.end(), p) != u.parts.end();
 }
 
 // The kernel lists of the three parts, forward and backward (the blocks' backward per distinct GradFlow),
 // and the block's recompute under each checkpointing mode. A planner lowers thousands of plans of one model
-// with a few (micro_batch, seq_len) shapes, so each thread keeps the lists of its most recent shapes, keyed
-// by every input of the models:: kernel functions (the ModelSpec compared field by field): a hit returns
-// exactly the lists those functions would build. Sharing the same immutable lists across calls also lets a
-// recycled compute op keep its Op::shared_kernels unchanged.
+// with a few (micro_batch, seq_len) shapes, so the caller's OpRecycler keeps the lists of its most recent
+// shapes, keyed by every input of the models:: kernel functions (the ModelSpec compared field by field): a
+// hit returns exactly the lists those functions would build. Sharing the same immutable lists across calls
+// also lets a recycled compute op keep its Op::shared_kernels unchanged.
 using KernelList = std::shared_ptr<const std::vector<models::KernelDesc>>;
-void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) {
-  const Dtype act = plan.param_dtype;   // activations in the compute dtype (M9)
-  const models::KernelOptions opt = kernel_options(plan);
+}  // namespace (reopened below)
+
+// kernel_lists' entries, kept in the caller's OpRecycler: a planner lowers thousands of plans of one
+// model at a handful of shapes, and building the kernel lists is a large part of a lowering.
+struct KernelListCache {
   struct Entry {
     models::ModelSpec model;
     std::int64_t micro_batch, seq_len;
@@ -72,8 +78,22 @@ void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) 
     KernelList fwd[3], bwd[3], rec[3];
     std::vector<KernelList> block_bwd;
   };
+  std::vector<Entry> entries;   // most recent first
+};
+
+OpRecycler::OpRecycler() = default;
+OpRecycler::~OpRecycler() = default;
+
+namespace {
+void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) {
+  const Dtype act = plan.param_dtype;   // activations in the compute dtype (M9)
+  models::KernelOptions opt = kernel_options(plan);
+  opt.lora = c.trainable.lora;
+  using Entry = KernelListCache::Entry;
   constexpr std::size_t kEntries = 8;
-  thread_local std::vector<Entry> cache;
+  KernelListCache fresh;   // (no recycler: nothing is kept)
+  if (c.recycler && !c.recycler->kernels) c.recycler->kernels = std::make_unique<KernelListCache>();
+  std::vector<Entry>& cache = c.recycler ? c.recycler->kernels->entries : fresh.entries;
   const Entry* hit = nullptr;
   for (std::size_t i = 0; i < cache.size() && !hit; ++i) {
     const Entry& e = cache[i];
@@ -180,8 +200,30 @@ int unit_by_name(const models::WrapGraph& graph, const std::string& name, std::i
   return -1;
 }
 
+namespace {
+// Whether the trainable-set rule can place a unit's tensors (module-tree names, models/module_tree.cpp); a
+// unit listed with other names (a hand-built graph) is taken like one known by its count alone.
+bool placeable(const models::FsdpUnit& u) {
+  for (const auto& t : u.tensors)
+    if (t.name.rfind("model.", 0) == 0 || t.name.rfind("transformer.", 0) == 0 || t.name.rfind("lm_head", 0) == 0)
+      return true;
+  return false;
+}
+
+// LoRA adapters a unit holds (TrainableSet::block_adapters for each block it computes, head_adapters when
+// it computes the head): fn(numel, dim0) per adapter matrix.
+template <typename Fn>
+void for_each_adapter(const models::FsdpUnit& u, const models::TrainableSet& ts, Fn fn) {
+  if (!ts.lora.on()) return;
+  for (std::size_t i = 0; i < u.layers.size(); ++i)
+    for (const models::AdapterMatrix& a : ts.block_adapters) fn(a.numel(), a.rows);
+  if (unit_has_part(u, models::ModulePart::FinalNormAndHead))
+    for (const models::AdapterMatrix& a : ts.head_adapters) fn(a.numel(), a.rows);
+}
+}  // namespace
+
 UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, bool use_orig_params,
-                           const models::TrainableSet& ts) {
+                           const models::TrainableSet& ts, double unit_fraction) {
   UnitSizes s;
   s.params = u.params;
   // M1: `_get_aligned_numel` = 16 // itemsize; padding goes before a tensor that would start unaligned.
@@ -200,25 +242,66 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
     }
     total += numel;
   };
-  const bool listed = !u.tensors.empty();
+  const bool listed = !u.tensors.empty() && placeable(u);
+  const bool frozen = unit_fraction <= 0.0;   // plan.frozen_units
+  // LoRA adapters: with use_orig_params they are tensors of the unit's FlatParameter (litgpt's Block holds
+  // its LoRALinear's lora_A, lora_B beside the frozen weights), placed before the first adapted weight of
+  // each block (LoRALinear registers lora_A, lora_B as its own parameters, named before its child
+  // `linear`'s weight: nn.Module.named_parameters walks a module's own parameters, then its children);
+  // without use_orig_params FSDP1 refuses a FlatParameter of mixed requires_grad (_flat_param.py
+  // FlatParamHandle._validate_tensors_to_flatten), so the adapters are flattened apart (torchtune's
+  // lora_fsdp_wrap_policy wraps each LoRA A / B linear in its own FSDP unit): modelled as one more
+  // FlatParameter of this unit holding its adapters (one all-gather and one reduce-scatter with the unit's).
+  const bool adapters_inline = ts.lora.on() && use_orig_params;
+  std::int64_t adapters = 0;
+  for_each_adapter(u, ts, [&](std::int64_t numel, std::int64_t) { adapters += numel; });
+  std::vector<char> placed;
   if (!listed) {
-    if (u.params > 0) add(u.params, true);
+    for_each_tensor(u, [&](std::int64_t numel, std::int64_t) { add(numel, !frozen && !ts.lora.on()); });
+    if (adapters_inline && adapters > 0) add(adapters, !frozen);
   } else {
-    for (const auto& t : u.tensors) add(t.numel(), models::tensor_trains(ts, t.name));
+    placed.assign(static_cast<std::size_t>(std::max<int>(static_cast<int>(ts.layers.size()), 0)) + 1, 0);
+    for (const auto& t : u.tensors) {
+      if (adapters_inline) {
+        const models::TensorWeight tw = models::tensor_weight(t.name);
+        const bool in_block = tw.layer >= 0 && tw.layer < static_cast<int>(ts.layers.size());
+        const std::size_t slot = in_block ? static_cast<std::size_t>(tw.layer) : placed.size() - 1;
+        const bool adapted = in_block ? (tw.weights & ts.lora.targets) != 0 && !ends_with(t.name, ".bias")
+                                      : ts.lora.adapts(models::Weight::LmHead) && (tw.weights & models::weight_bit(models::Weight::LmHead));
+        if (adapted && !placed[slot]) {
+          placed[slot] = 1;
+          for (const models::AdapterMatrix& a : in_block ? ts.block_adapters : ts.head_adapters) add(a.numel(), !frozen);
+        }
+      }
+      add(t.numel(), !frozen && models::tensor_trains(ts, t.name));
+    }
   }
   // use_orig_params: the flat param itself is padded to a multiple of N; otherwise `_get_shard` pads shards.
   if (use_orig_params && total % N != 0) total += N - total % N;
   s.shard = ceil_div(total, N);
+  if (ts.lora.on() && !use_orig_params && adapters > 0) s.shard += ceil_div(adapters, N);   // the adapters' own
   s.unsharded = s.shard * N;
-  if (!listed && !ts.all) {
-    // a unit known by its count alone: the plan's fraction of it trains; with use_orig_params the flat grad
-    // is full size (M13)
-    s.trainable = scaled(u.params, ts.fraction);
-    s.grad = use_orig_params ? total : scaled(total, ts.fraction);
+  if (adapters_inline) s.params += adapters;
+  if (frozen) {
+    // A unit with every parameter frozen (plan.frozen_units): its FlatParameter does not require grad
+    // (requires_grad is the OR over its tensors, FlatParamHandle._validate_tensors_to_flatten), so autograd
+    // gives it no flat grad and FSDP registers no post-backward hook for it.
+    s.trainable = s.grad = s.optim = 0;
+  } else if (ts.lora.on() && !use_orig_params) {
+    // the base FlatParameter is frozen (no grad); the adapters' FlatParameter trains whole
+    s.params += adapters;
+    s.trainable = adapters;
+    s.grad = adapters;
+    s.optim = ceil_div(adapters, N);
+  } else if (!listed && !ts.all && !ts.lora.on()) {
+    // a unit known by its count alone: its fraction (the plan's, spread over the units not frozen) trains;
+    // with use_orig_params the flat grad is full size (M13)
+    s.trainable = scaled(u.params, unit_fraction);
+    s.grad = use_orig_params ? total : scaled(total, unit_fraction);
     s.optim = ceil_div(s.trainable, N);
-  } else if (trainable == u.params || !use_orig_params) {
+  } else if (trainable == s.params || !use_orig_params) {
     // every tensor trains, or (no use_orig_params) the unit trains whole or not at all
-    s.trainable = trainable > 0 ? u.params : 0;
+    s.trainable = trainable > 0 ? s.params : 0;
     s.grad = trainable > 0 ? total : 0;
     s.optim = ceil_div(s.trainable, N);
   } else {
@@ -234,17 +317,22 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
   return s;
 }
 
-UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::TrainableSet& ts) {
+UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::TrainableSet& ts, double unit_fraction) {
+  const bool frozen = unit_fraction <= 0.0;   // plan.frozen_units
   UnitSizes s;
   s.params = u.params;
   // M6: torch.chunk along dim 0; every rank stores chunks[0]'s size (ceil(d0/N) rows), zero-padded.
   // Per tensor ceil(dim0/N) * (numel / dim0), with numel / dim0 computed as the product of the other
   // dims (equal: numel is dim0 times that product) without the division or a second pass over the shape.
   std::int64_t shard = 0;
-  if (u.tensors.empty()) {
-    if (u.params > 0) shard = ceil_div(u.params, N);   // one flat tensor: dim0 = numel
-    s.trainable = ts.all ? u.params : scaled(u.params, ts.fraction);
-    s.grad_shard = ts.all ? shard : scaled(shard, ts.fraction);
+  if (u.tensors.empty() || !placeable(u)) {
+    // known by its count (or unplaceable names): its fraction trains
+    for_each_tensor(u, [&](std::int64_t numel, std::int64_t dim0) {
+      if (dim0 > 0) shard += ceil_div(dim0, N) * (numel / dim0);
+    });
+    const bool base_trains = !frozen && !ts.lora.on();
+    s.trainable = !base_trains ? 0 : ts.all ? u.params : scaled(u.params, unit_fraction);
+    s.grad_shard = !base_trains ? 0 : ts.all ? shard : scaled(shard, unit_fraction);
   } else {
     for (const auto& t : u.tensors) {
       const std::size_t dims = t.shape.size();
@@ -254,11 +342,20 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::Train
       for (std::size_t i = 1; i < dims; ++i) rest *= t.shape[i];
       const std::int64_t chunk = ceil_div(dim0, N) * rest;
       shard += chunk;
-      if (!models::tensor_trains(ts, t.name)) continue;   // D5: a frozen parameter has no .grad
+      if (frozen || !models::tensor_trains(ts, t.name)) continue;   // D5: a frozen parameter has no .grad
       s.trainable += dim0 * rest;
       s.grad_shard += chunk;
     }
   }
+  // LoRA adapters: parameters of the unit like any other (per-parameter sharding), the only ones that train
+  for_each_adapter(u, ts, [&](std::int64_t numel, std::int64_t dim0) {
+    const std::int64_t chunk = ceil_div(dim0, N) * (numel / dim0);
+    shard += chunk;
+    s.params += numel;
+    if (frozen) return;
+    s.trainable += numel;
+    s.grad_shard += chunk;
+  });
   s.shard = shard;
   s.unsharded = shard * N;
   s.grad = s.trainable;                       // D5: only trainable params have .grad
@@ -277,14 +374,33 @@ GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, con
   if (ts.all) return f;   // full training: every part's default flow
   std::vector<models::WeightMask> eff(f.layers.size(), 0);
   models::WeightMask outside = 0;   // Embedding, FinalNorm, LmHead
-  if (plan.fsdp_version == FsdpVersion::FSDP2) {
+  if (plan.fsdp_version == FsdpVersion::FSDP2 || (ts.lora.on() && !plan.use_orig_params)) {
+    // FSDP2: per parameter. FSDP1 LoRA without use_orig_params: the adapters are FlatParameters of their
+    // own (fsdp1_unit_sizes), the base weights' FlatParameter does not require grad.
     for (int l = 0; l < L; ++l) eff[static_cast<std::size_t>(l)] = ts.layer(l);
+    outside = ts.outside;
   } else {
-    for (const auto& u : g.units) {
-      bool trains = u.tensors.empty() && u.params > 0;
-      for (const auto& t : u.tensors) trains = trains || models::tensor_trains(ts, t.name);
+    const std::vector<double> unit_f = unit_trainable_fractions(g, plan);
+    for (std::size_t ui = 0; ui < g.units.size(); ++ui) {
+      const models::FsdpUnit& u = g.units[ui];
+      if (unit_f[ui] <= 0.0) continue;   // plan.frozen_units
+      const bool by_count = u.tensors.empty() || !placeable(u);
+      bool trains = by_count && u.params > 0 && !ts.lora.on();
+      if (!by_count)
+        for (const auto& t : u.tensors) trains = trains || models::tensor_trains(ts, t.name);
+      // LoRA with use_orig_params: the unit's adapters are views of its FlatParameter, which then requires
+      // grad, and so does every view of it (the base weights included: M13)
+      for (int l : u.layers)
+        if (l >= 0 && l < L && (ts.layer(l) & weight_bit(Weight::Adapter))) {
+          trains = true;
+          eff[static_cast<std::size_t>(l)] |= weight_bit(Weight::Adapter);
+        }
+      if (unit_has_part(u, models::ModulePart::FinalNormAndHead) && (ts.outside & weight_bit(Weight::Adapter))) {
+        trains = true;
+        outside |= weight_bit(Weight::Adapter);
+      }
       if (!trains) continue;
-      if (u.tensors.empty()) {   // a unit known by its count: its parts train whole
+      if (by_count) {   // a unit known by its count: its parts train whole
         for (int l : u.layers)
           if (l >= 0 && l < L) eff[static_cast<std::size_t>(l)] = models::kAllWeights;
         if (unit_has_part(u, models::ModulePart::Embedding)) outside |= weight_bit(Weight::Embedding);
@@ -314,6 +430,102 @@ GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, con
   f.matmul_trained = models::trained_matmul_fraction(m, plan.implementation, eff,
                                                      (outside & weight_bit(Weight::LmHead)) != 0);
   return f;
+}
+
+std::vector<double> unit_trainable_fractions(const models::WrapGraph& graph, const Plan& plan) {
+  const int U = static_cast<int>(graph.units.size());
+  std::vector<double> f(U, plan.trainable_fraction);
+  if (plan.frozen_units.empty()) return f;
+  std::int64_t n_layers = 0;   // for "last_block": the model's layers as the graph's units hold them
+  for (const auto& u : graph.units)
+    for (int l : u.layers) n_layers = std::max<std::int64_t>(n_layers, l + 1);
+  std::vector<char> frozen(U, 0);
+  for (const std::string& name : plan.frozen_units) {
+    const int u = unit_by_name(graph, name, n_layers);
+    if (u < 0) {
+      std::string names;
+      for (int v = 0, shown = 0; v < U && shown < 4; ++v)
+        if (!graph.units[v].name.empty()) names += (shown++ ? ", " : "") + graph.units[v].name;
+      throw InputError("plan.frozen_units", "\"" + name + "\"",
+                       "no FSDP unit of that name under this wrap policy; names are as `fsdpsim model-info` lists "
+                       "the units (e.g. " + names + "), or \"root\", or \"last_block\"");
+    }
+    frozen[u] = 1;
+  }
+  std::int64_t total = 0, open = 0;
+  for (int u = 0; u < U; ++u) {
+    total += graph.units[u].params;
+    if (!frozen[u]) open += graph.units[u].params;
+  }
+  if (open <= 0)
+    throw InputError("plan.frozen_units", std::to_string(plan.frozen_units.size()) + " units",
+                     "at least one unit with parameters must train");
+  // The same trainable count, f * total, on the units that train.
+  const double spread = std::min(1.0, plan.trainable_fraction * static_cast<double>(total) / static_cast<double>(open));
+  for (int u = 0; u < U; ++u) f[u] = frozen[u] ? 0.0 : spread;
+  return f;
+}
+
+std::vector<UnitSizes> plan_unit_sizes(const models::WrapGraph& graph, const Plan& plan, int N,
+                                       const models::TrainableSet& ts) {
+  const std::vector<double> f = unit_trainable_fractions(graph, plan);
+  std::vector<UnitSizes> sizes;
+  sizes.reserve(graph.units.size());
+  for (std::size_t i = 0; i < graph.units.size(); ++i)
+    sizes.push_back(plan.fsdp_version == FsdpVersion::FSDP1
+                        ? fsdp1_unit_sizes(graph.units[i], N, plan.master_weights_dtype, plan.use_orig_params, ts, f[i])
+                        : fsdp2_unit_sizes(graph.units[i], N, ts, f[i]));
+  return sizes;
+}
+
+models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan) {
+  using models::Weight;
+  using models::weight_bit;
+  models::LoraShape l;
+  if (!plan.lora.on()) return l;
+  l.rank = plan.lora.rank;
+  l.dropout = plan.lora.dropout > 0.0;
+  const bool plain = m.mlp == models::MlpKind::Plain;
+  for (const std::string& t : plan.lora.targets) {
+    if (m.is_moe() && (t == "gate" || t == "up" || t == "down"))
+      throw InputError("plan.lora.targets", "\"" + t + "\"",
+                       "LoRA on a mixture-of-experts MLP is not modelled (adapt q, k, v, o or head)");
+    if (t == "gate" && plain)
+      throw InputError("plan.lora.targets", "\"gate\"",
+                       "this model's MLP has no gate projection (a plain MLP: use up and down)");
+    l.targets |= t == "q"      ? weight_bit(Weight::Q)
+                 : t == "k"    ? weight_bit(Weight::K)
+                 : t == "v"    ? weight_bit(Weight::V)
+                 : t == "o"    ? weight_bit(Weight::Out)
+                 : t == "gate" ? weight_bit(Weight::Gate)
+                 : t == "up"   ? weight_bit(Weight::Up) | weight_bit(Weight::Fc)
+                 : t == "down" ? weight_bit(Weight::Down)
+                               : weight_bit(Weight::LmHead);
+  }
+  // the rank of a low-rank update is at most the smaller side of the matrix it adapts
+  std::int64_t smallest = std::min(m.hidden, m.head_dim * std::min(m.n_heads, m.n_kv_heads));
+  if (l.adapts(Weight::Gate) || l.adapts(Weight::Up) || l.adapts(Weight::Down)) smallest = std::min(smallest, m.ffn_hidden);
+  if (l.rank > smallest)
+    throw InputError("plan.lora.rank", std::to_string(l.rank),
+                     "above the smallest dimension of an adapted matrix (" + std::to_string(smallest) +
+                         "): a low-rank update needs rank <= min(in, out)");
+  return l;
+}
+
+models::TrainableSet plan_trainable_set(const models::ModelSpec& m, const models::WrapGraph& graph, const Plan& plan) {
+  models::TrainableSet ts = plan.lora.on() ? models::lora_trainable_set(m, plan.implementation, lora_shape(m, plan))
+                                           : models::trainable_set(m, plan.implementation, plan.trainable_fraction);
+  if (plan.frozen_units.empty() || ts.all) return ts;
+  // The harness freezes the named units after freeze_to_fraction (scripts/torch_memory/parallel.py
+  // freeze_units): their blocks' matrices stop training.
+  const std::vector<double> f = unit_trainable_fractions(graph, plan);
+  for (std::size_t u = 0; u < graph.units.size(); ++u) {
+    if (f[u] > 0.0) continue;
+    for (int l : graph.units[u].layers)
+      if (l >= 0 && l < static_cast<int>(ts.layers.size())) ts.layers[static_cast<std::size_t>(l)] = 0;
+    if (unit_has_part(graph.units[u], models::ModulePart::FinalNormAndHead)) ts.outside = 0;
+  }
+  return ts;
 }
 
 namespace {
@@ -386,14 +598,29 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.optimizer_states = plan.optimizer == Optimizer::AdamW ? 2 : 1;   // AdamW exp_avg + exp_avg_sq; SGD momentum
 
   const int U = static_cast<int>(graph.units.size());
-  c.sizes.clear();
-  c.sizes.reserve(U);
-  c.trainable = models::trainable_set(model, plan.implementation, plan.trainable_fraction);
-  for (const auto& u : graph.units)
-    c.sizes.push_back(plan.fsdp_version == FsdpVersion::FSDP1
-                          ? fsdp1_unit_sizes(u, c.N, plan.master_weights_dtype, plan.use_orig_params, c.trainable)
-                          : fsdp2_unit_sizes(u, c.N, c.trainable));
-  if (!c.trainable.all && plan.fsdp_version == FsdpVersion::FSDP1 && !plan.use_orig_params)
+  c.trainable = plan_trainable_set(model, graph, plan);
+  c.sizes = plan_unit_sizes(graph, plan, c.N, c.trainable);
+  if (!plan.frozen_units.empty())
+    c.notes.push_back("frozen_units: no gradient, reduction or optimizer state for those units (their matrices "
+                      "stop training after the trainable_fraction rule has picked them; a unit known by its count "
+                      "alone takes the fraction spread over the other units)");
+  if (c.trainable.lora.on()) {
+    c.notes.push_back("lora: low-rank adapters beside the targeted linears of every block, base weights frozen; "
+                      "model FLOPs count the adapters at 6 per parameter and token, and the weight gradients of the "
+                      "base matrices that autograd sees trainable; the adapters run in the compute dtype even under "
+                      "float8, and the LM head's adapter path saves nothing in the activation model (approximate)");
+    if (plan.fsdp_version == FsdpVersion::FSDP1 && plan.use_orig_params)
+      c.notes.push_back("lora with FSDP1 use_orig_params: each block's FlatParameter holds its adapters beside the frozen "
+                        "weights, so it requires grad, every view of it does: the whole unsharded flat gradient, the "
+                        "frozen matrices' weight gradients and saved inputs as in full training (M13)");
+    if (plan.fsdp_version == FsdpVersion::FSDP1 && !plan.use_orig_params)
+      c.notes.push_back("lora with FSDP1 without use_orig_params: the adapters cannot share a FlatParameter with frozen "
+                        "weights (PyTorch refuses mixed requires_grad), so they are wrapped apart (torchtune's "
+                        "lora_fsdp_wrap_policy wraps each adapter linear); modelled as one adapter FlatParameter per "
+                        "unit, gathered and reduced with the unit's (the real wrapping issues one small collective "
+                        "per adapter linear)");
+  }
+  if (!c.trainable.all && !c.trainable.lora.on() && plan.fsdp_version == FsdpVersion::FSDP1 && !plan.use_orig_params)
     c.notes.push_back("trainable_fraction < 1 with FSDP1 and use_orig_params false: a FlatParameter has one "
                       "requires_grad (PyTorch refuses mixed units, M13), so a unit with a trainable matrix is taken "
                       "to train whole (its gradients and optimizer state), the others to be frozen");
@@ -407,7 +634,6 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
     c.layer_flow[l] = static_cast<std::int16_t>(it - c.block_flows.begin());
   }
   if (c.block_flows.empty()) c.block_flows.push_back(models::GradFlow{});
-
   // ---- reshard_after_forward per unit: the plan's, None for the root, then plan.module_overrides ----
   c.reshard_after_forward.assign(U, plan.reshard_after_forward);
   c.reshard_after_forward[0] = kRootNone;
@@ -493,13 +719,13 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.backward_pos.assign(U, 0);
   for (int i = 0; i < U; ++i) c.backward_pos[c.backward_order[i]] = i;
 
-  // ---- kernels, once per part (and per thread for the same model and shape: see kernel_lists) ----
+  // ---- kernels, once per part (and per OpRecycler for the same model and shape: see kernel_lists) ----
   kernel_lists(c, model, plan);
   const Dtype act = plan.param_dtype;   // activations in the compute dtype (M9)
 
   // ---- activations (saved per block under its checkpointing mode, models/implementation.h) ----
   const auto& ac = plan.activation_checkpointing;
-  const models::ImplOptions impl{plan.implementation, plan.compile, plan.float8};
+  const models::ImplOptions impl{plan.implementation, plan.compile, plan.float8, c.trainable.lora};
   c.block_acts.resize(c.block_flows.size() * 3);
   std::vector<char> known(c.block_acts.size(), 0);
   const auto block_acts = [&](int flow, models::CheckpointMode mode) -> const Context::BlockActivations& {
@@ -548,6 +774,22 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   }
   c.final_norm = models::final_norm_memory(model, plan.micro_batch, plan.seq_len, act, impl, c.flows.final_part);
   c.loss = loss_memory(model, plan, c.flows.final_part.trains_weight(models::Weight::LmHead));
+  if (c.loss.chunked_output) {
+    // The head's weight trains (not LoRA's frozen output projection, nor a frozen unit): every chunk after the
+    // first adds a new V x C gradient into the .grad (LossMemory::head_weight_grad).
+    const int head = c.segments.back().unit;
+    if (c.flows.final_part.trains_weight(models::Weight::LmHead) && c.sizes[head].grad > 0)
+      c.loss.head_weight_grad = model.vocab_size * model.hidden * c.bp;
+    if (plan.compile)
+      c.notes.push_back("cross_entropy chunked with compile: torchtune's compile_loss compiles compute_cross_entropy "
+                        "(one chunk's upcast + cross_entropy); what inductor saves for it (it may keep the bf16 chunk "
+                        "and per-row statistics instead of the fp32 copy and log-softmax) is not modelled: the loss is "
+                        "modelled as eager (approximate)");
+    if (c.segments.back().unit != 0 && plan.fsdp_version == FsdpVersion::FSDP2)
+      c.notes.push_back("cross_entropy chunked: the head, its own FSDP2 unit here, is called once per chunk in "
+                        "torchtune's chunked_output (an unshard, and in backward a reduce-scatter, per call); modelled "
+                        "as one call (one unshard, one reduction, the chunks' weight gradients accumulated)");
+  }
   c.notes.push_back("activations as the implementation recipe's code saves them (models/implementation.cpp), "
                     "tensor by tensor, with each block's forward and backward transients, the logits and the "
                     "loss's tensors in forward and backward");
@@ -619,6 +861,40 @@ LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan, bool head_t
       // .grad without a copy (the engine has released the saved tensor by then): the walk frees it just
       // before the head's backward allocates the unit's gradient.
       if (head_trains) l.weight_grad = m.vocab_size * m.hidden * e;
+      break;
+    }
+    case models::LossImpl::Chunked: {
+      // torchtune 30b8519e: the recipes (recipes/full_finetune_distributed.py, lora_finetune_distributed.py,
+      // setup: `self._model.set_num_output_chunks(self._loss_fn.num_output_chunks)` for CEWithChunkedOutputLoss)
+      // call `logits = self._model(**batch)`, `loss = self._loss_fn(logits, labels)`: the loss runs on the model's
+      // output (a list of chunks), outside its forward, whatever the block code.
+      //  - TransformerDecoder.chunked_output (torchtune/modules/transformer.py): [self.output(chunk) for chunk in
+      //    last_hidden_state.chunk(num_output_chunks, dim=1)]: one logits tensor per sequence chunk, compute dtype.
+      //  - CEWithChunkedOutputLoss.forward (torchtune/modules/loss/ce_chunked_output_loss.py): reshapes each chunk
+      //    (a view) and calls compute_cross_entropy on each in order: F.cross_entropy(logits.float(), labels,
+      //    reduction="sum"). Per chunk (tools/autograd/derivatives.yaml): _to_copy saves no tensor (its backward is
+      //    _to_copy_backward(grad, self.options())), so the fp32 copy dies when cross_entropy returns; _log_softmax
+      //    saves its fp32 result (backward: _log_softmax_backward_data(grad, result, dim, ...)); nll_loss_forward
+      //    saves self (that result), target and total_weight. No node saves the bf16 chunks (the head's matmul
+      //    saves its input and the weight), so the recipes' `del logits` frees them before backward.
+      //  - backward (LoweringWalk::loss_backward): chunk by chunk, last first; each leaves its compute-dtype gradient
+      //    waiting for the head's backward.
+      // Eager only: torchtune's compile_loss (torchtune/training/_compile.py) compiles compute_cross_entropy alone;
+      // what inductor then saves per chunk is not modelled (Context notes).
+      const std::int64_t n = std::max(1, plan.cross_entropy_chunks);
+      const std::int64_t seq_chunk = (plan.seq_len + n - 1) / n;   // torch.chunk: ceil(size / chunks) per chunk
+      l.inside_model = false;
+      l.chunked_output = true;
+      l.rows = t;
+      l.chunk_rows = plan.micro_batch * seq_chunk;
+      l.row_bytes = m.vocab_size * 4;   // fp32 log-probabilities, nll_loss_backward's and _log_softmax_backward_data's gradients
+      l.logits_row = m.vocab_size * e;
+      l.upcast_row = e != 4 ? m.vocab_size * 4 : 0;
+      l.head_in_grad_row = m.hidden * e;
+      l.logits = tv * e;
+      l.saved = tv * 4;
+      l.nll_grad = l.lsm_grad = l.chunk_bytes(0);
+      l.logits_grad = tv * e;
       break;
     }
   }
@@ -798,7 +1074,8 @@ void fill_facts(const Context& c, StepProgram& p) {
   p.gpus_per_node = c.topo.gpus_per_node;
   p.micro_batches = c.micro_batches;
   p.tokens_per_rank = plan.micro_batch * plan.seq_len * plan.grad_accum;
-  p.model_flops_per_rank = models::trained_flops_per_token(*c.model, plan.seq_len, c.flows.matmul_trained) *
+  p.model_flops_per_rank = (models::trained_flops_per_token(*c.model, plan.seq_len, c.flows.matmul_trained) +
+                            (c.trainable.lora.on() ? 6.0 * static_cast<double>(c.trainable.trainable) : 0.0)) *
                            static_cast<double>(p.tokens_per_rank);
   for (const auto& n : c.notes) p.notes.push_back(n);
 }

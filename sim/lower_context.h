@@ -45,10 +45,14 @@ struct UnitSizes {
 // (FSDP1 then needs one requires_grad per unit: a unit with a trainable tensor is taken to train whole).
 // A unit described only by its count (no tensor list) takes trainable_fraction of it.
 UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int shard_size, Dtype flat_dtype, bool use_orig_params,
-                           const models::TrainableSet& ts);
+                           const models::TrainableSet& ts, double unit_fraction = 1.0);
 // FSDP2 per-parameter dim-0 padding (M6): each tensor's local chunk is ceil(dim0/N) rows; only trainable
 // tensors get gradients, reduce-scatter inputs and optimizer state (D5).
-UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int shard_size, const models::TrainableSet& ts);
+UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int shard_size, const models::TrainableSet& ts,
+                           double unit_fraction = 1.0);
+// `unit_fraction` (both): the unit's entry of unit_trainable_fractions: 0 for a unit of plan.frozen_units
+// (nothing of it trains: no gradient, reduction or optimizer state); a unit known by its count alone trains
+// that fraction of itself.
 
 // What autograd sees in each part of the step under the plan's trainable set (models/trainable.h):
 //  * FSDP2: each parameter's own requires_grad (the unsharded parameter is nn.Parameter(...,
@@ -69,6 +73,18 @@ struct GradFlows {
 };
 GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, const Plan& plan,
                      const models::TrainableSet& ts);
+// The trainable fraction of each unit: 0 for plan.frozen_units (InputError for a name that is no unit),
+// else the plan's trainable_fraction spread over the other units (min(1, f * P / P_not_frozen)).
+std::vector<double> unit_trainable_fractions(const models::WrapGraph& graph, const Plan& plan);
+// The plan's LoRA adapters as models:: sees them (rank 0 without `lora`); InputError for a target the model
+// has not (gate on a plain MLP, the MLP of a mixture of experts) or a rank above an adapted matrix's side.
+models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan);
+// The plan's trainable set (models::trainable_set, or models::lora_trainable_set with `lora`), with the blocks of plan.frozen_units' units frozen
+// (the harness freezes them after freeze_to_fraction).
+models::TrainableSet plan_trainable_set(const models::ModelSpec& m, const models::WrapGraph& graph, const Plan& plan);
+// Every unit's sizes under the plan and its trainable set (FSDP1 or FSDP2 layout, frozen units with no gradient).
+std::vector<UnitSizes> plan_unit_sizes(const models::WrapGraph& graph, const Plan& plan, int shard_size,
+                                       const models::TrainableSet& ts);
 
 // One piece of forward compute in execution order: the embedding, each block, the final norm + head.
 struct Segment {
@@ -117,6 +133,8 @@ struct StepTotals {
 // (flash-attn's, llm-foundry's default) saves the logits and a per-token logsumexp and writes the logits'
 // gradient in its backward; a fused linear cross-entropy (Liger) never materializes the logits: it keeps
 // the head input's gradient (T x C, e) from the forward and one fp32 chunk of logits while it runs.
+// torchtune's chunked loss (Chunked, chunked_output below) runs the same chain per sequence chunk, on logits
+// the head produced chunk by chunk.
 struct LossMemory {
   models::LossImpl impl = models::LossImpl::Torch;
   Bytes logits = 0;              // held from the head's forward (Torch, Fused: T*V*e; FusedLinear: T*C*e + T*4)
@@ -136,20 +154,45 @@ struct LossMemory {
   std::int64_t chunk_rows = 0;   // rows per chunk (0: not chunked)
   Bytes row_bytes = 0;           // one row of log-probabilities / gradient: V * (4 with upcast, else e)
   int chunks() const { return chunk_rows > 0 ? static_cast<int>((rows + chunk_rows - 1) / chunk_rows) : 0; }
-  Bytes chunk_bytes(int i) const { return std::min<std::int64_t>(chunk_rows, rows - i * chunk_rows) * row_bytes; }
+  std::int64_t rows_of(int i) const { return std::min<std::int64_t>(chunk_rows, rows - i * chunk_rows); }
+  Bytes chunk_bytes(int i) const { return rows_of(i) * row_bytes; }
+  // torchtune's chunked output (LossImpl::Chunked; torchtune 30b8519e): TransformerDecoder.chunked_output
+  // projects each of the chunks of h.chunk(num_output_chunks, dim=1) apart, so the logits are chunks()
+  // tensors of rows_of(i) rows (micro_batch x ceil(seq_len / chunks) each, the last one shorter), and
+  // CEWithChunkedOutputLoss.compute_cross_entropy runs F.cross_entropy(logits.float(), ...) on each in
+  // turn. Per row (bytes): the head's output chunk, the .float() copy, the head input's gradient.
+  bool chunked_output = false;
+  Bytes logits_row = 0;          // V * e
+  Bytes upcast_row = 0;          // V * 4 (0 for fp32 logits: .float() returns the tensor itself, no node)
+  Bytes head_in_grad_row = 0;    // C * e: the chunk's grad_input from the head's matmul backward
+  // When the head weight trains: the first chunk's weight gradient becomes the unit's .grad (AccumulateGrad
+  // steals it); every later chunk's matmul backward returns a new V x C gradient (e) that AccumulateGrad adds
+  // in place (torch/csrc/autograd/functions/accumulate_grad.h, `variable_grad += new_grad`), then frees.
+  Bytes head_weight_grad = 0;
 };
 // `head_trains`: the LM head's weight requires grad (a fused linear cross-entropy then computes its gradient).
 LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan, bool head_trains = true);
 
-// Storage recycled from one lowering to the next (sim::simulate keeps one per thread). A lowered
-// llama3-70b step has ~2,300 ops, each with up to seven small vectors, and ~2,000 buffers: building
-// them from scratch (allocating, zeroing, formatting, then freeing) was most of the lowering. The
-// Builder instead overwrites a spent program's ops and buffers in place: every field of a reused op
-// is assigned (vectors cleared, keeping their capacity), so a recycled program is identical to a
-// fresh one. Not thread-safe: one per thread.
+// Storage recycled from one lowering to the next, owned by the caller (a sim::Simulator keeps one).
+// A lowered llama3-70b step has ~2,300 ops, each with up to seven small vectors, and ~2,000 buffers:
+// building them from scratch (allocating, zeroing, formatting, then freeing) was most of the lowering.
+// The Builder instead overwrites a spent program's ops and buffers in place: every field of a reused op
+// is assigned (vectors cleared, keeping their capacity), so a recycled program is identical to a fresh
+// one. It also keeps the Context's vectors (rebuilt for every plan: only their capacity carries over) and
+// the kernel lists of the most recent (model, shape) pairs (see kernel_lists). Not thread-safe: one
+// thread uses it at a time.
+struct Context;
+struct KernelListCache;
 struct OpRecycler {
+  OpRecycler();
+  ~OpRecycler();
+  OpRecycler(const OpRecycler&) = delete;
+  OpRecycler& operator=(const OpRecycler&) = delete;
   std::vector<Op> ops;           // a spent program's ops (all constructed), reused in place
   std::vector<Buffer> buffers;   // its buffers, likewise
+  std::unique_ptr<Context> spare;              // a Context's storage between lowerings
+  bool spare_in_use = false;                   // (a nested lowering gets a fresh Context)
+  std::unique_ptr<KernelListCache> kernels;    // kernel_lists' recent entries
 };
 // Hands a finished program's storage to `r` (the program is left empty).
 void recycle(StepProgram& p, OpRecycler& r);

@@ -10,10 +10,13 @@ StepProgram LoweringWalk::run() {
   // vector must never reallocate during lowering: reserve an upper bound (a unit issues at most
   // ~25 ops per micro-batch: offload H2D + cast + copy-in + AG + copy-out twice, recompute, an extra
   // AG for checkpoint-outside-FSDP, backward, RS copy-in, RS, AR, post-reduce, D2H); Builder::op checks it.
-  // A chunked loss adds one op per chunk and three buffers per chunk (LossMemory::chunks).
-  const std::size_t chunks = static_cast<std::size_t>(c_.loss.chunks());
+  // A chunked loss adds one op per chunk and three buffers per chunk (LossMemory::chunks); torchtune's chunked
+  // output four ops (loss forward, two loss backward, the head's backward) and eight buffers per chunk, and the
+  // split's op with one buffer.
+  const std::size_t chunks = static_cast<std::size_t>(c_.loss.chunks()) * (c_.loss.chunked_output ? 4 : 1) + 1;
+  const std::size_t chunk_buffers = static_cast<std::size_t>(c_.loss.chunks()) * (c_.loss.chunked_output ? 8 : 3) + 1;
   p_.ops.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 8 + U * 32 + chunks) + 64);
-  p_.buffers.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 3 + U * 8 + chunks * 3) + U * 3);
+  p_.buffers.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 3 + U * 8 + chunk_buffers) + U * 3);
   add_streams();
   begin();
   add_persistent();
@@ -128,8 +131,16 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
     } else if (head) {
       act_[s] = alloc_tensors(o, seg.unit, c_.final_norm.saved);
       transient(o, "fwd_tmp", seg.unit, c_.final_norm.forward_extra, MemCategory::Activations);
-      logits_ = b_.buffer("logits", seg.unit, c_.loss.logits, MemCategory::Logits, compute_);
-      o.allocs.push_back(logits_);
+      if (c_.loss.chunked_output) {
+        // torchtune's TransformerDecoder.chunked_output: one head matmul, one logits tensor, per chunk
+        logits_chunks_ = BufferRange{b_.num_buffers(), c_.loss.chunks()};
+        for (int i = 0; i < c_.loss.chunks(); ++i)
+          o.allocs.push_back(b_.buffer("logits", seg.unit, c_.loss.rows_of(i) * c_.loss.logits_row, MemCategory::Logits,
+                                       compute_));
+      } else {
+        logits_ = b_.buffer("logits", seg.unit, c_.loss.logits, MemCategory::Logits, compute_);
+        o.allocs.push_back(logits_);
+      }
       // fused linear cross-entropy: one fp32 chunk of logits at a time, and the head weight's gradient
       transient(o, "loss_tmp", seg.unit, c_.loss.forward_transient, MemCategory::Logits);
       if (c_.loss.weight_grad > 0) {
@@ -142,6 +153,13 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
   } else {
     // The backward's gradients and temporaries on top of what is saved (models::BlockMemory::backward_extra).
     if (block) transient(o, "bwd_tmp", seg.unit, a->backward_extra, MemCategory::Activations);
+    if (head && c_.loss.chunked_output) {
+      // torchtune's chunked output: the chunks' backward, the split's cat and the final norm's backward come
+      // after this op (head_chunks_backward), which holds the head's GEMMs; logits the loop kept die here.
+      free_range(o, logits_chunks_);
+      free_range(o, recompute_[s]);
+      return;
+    }
     if (head) {
       transient(o, "bwd_tmp", seg.unit, c_.final_norm.backward_extra, MemCategory::Activations);
       if (head_grad_ >= 0) o.frees.push_back({head_grad_, -1});   // the logits' gradient from the loss
@@ -170,6 +188,21 @@ void LoweringWalk::cublas_workspace(Op& o, bool autograd_thread) {
 
 // An op of the loss that only allocates and frees: its kernels are in the head's lists (models/kernels.cpp
 // cross_entropy, cross_entropy_bwd), so it takes no GPU or CPU time of its own.
+
+// One chunk's cross-entropy backward (torch/csrc/autograd: nll_loss_backward's zero-filled gradient, then
+// _log_softmax_backward_data's; the nll gradient and the chunk's saved log-probabilities are released).
+// Returns the log-softmax gradient's buffer.
+int LoweringWalk::chunk_ce_backward(const LossMemory& l, int i, int saved) {
+  Op& o = loss_op(OpKind::Backward, "ce bwd");
+  const int g1 = b_.buffer("nll_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
+  const int g2 = b_.buffer("lsm_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
+  o.allocs.push_back(g1);
+  o.allocs.push_back(g2);
+  o.frees.push_back({g1, -1});
+  o.frees.push_back({saved, -1});
+  return g2;
+}
+
 Op& LoweringWalk::loss_op(OpKind kind, const char* what) {
   static const std::shared_ptr<const std::vector<models::KernelDesc>> kNoKernels =
       std::make_shared<const std::vector<models::KernelDesc>>();
@@ -183,6 +216,27 @@ Op& LoweringWalk::loss_op(OpKind kind, const char* what) {
 void LoweringWalk::loss_forward() {
   const LossMemory& l = c_.loss;
   if (l.impl == models::LossImpl::FusedLinear || l.in_head_op) return;   // all in the head's op
+  if (l.chunked_output) {
+    // CEWithChunkedOutputLoss.forward (torchtune/modules/loss/ce_chunked_output_loss.py): compute_cross_entropy
+    // on each chunk in order: the .float() copy (freed when F.cross_entropy returns) and _log_softmax's fp32
+    // result, saved for backward (LossMemory::chunked_output). The labels, the per-chunk sums and the count of
+    // elements are a few bytes per token, not counted.
+    loss_chunk_ids_.clear();
+    for (int i = 0; i < l.chunks(); ++i) {
+      Op& o = loss_op(OpKind::Forward, "ce chunk");
+      if (l.upcast_row > 0) {
+        const int up = b_.buffer("logits_fp32", o.unit, l.rows_of(i) * l.upcast_row, MemCategory::Logits, compute_);
+        o.allocs.push_back(up);
+        o.frees.push_back({up, -1});
+      }
+      const int lp = b_.buffer("log_probs", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
+      o.allocs.push_back(lp);
+      loss_chunk_ids_.push_back(lp);
+      // the recipes' `del logits` (full_finetune_distributed.py: "free logits otherwise it peaks backward memory")
+      if (i == l.chunks() - 1 && l.free_logits) free_range(o, logits_chunks_);
+    }
+    return;
+  }
   Op& o = loss_op(OpKind::Forward, "loss");
   if (l.upcast > 0) {
     const int up = b_.buffer("logits_fp32", o.unit, l.upcast, MemCategory::Logits, compute_);
@@ -218,6 +272,33 @@ void LoweringWalk::loss_backward() {
     if (loss_saved_ >= 0) o.frees.push_back({loss_saved_, -1});
     loss_saved_ = -1;
   };
+  if (l.chunked_output) {
+    // CEWithChunkedOutputLoss's backward: `total_loss += chunk_loss` chains the chunks, so the autograd engine
+    // (torch/csrc/autograd/engine.h ReadyQueue::CompareNodeTaskTime: the ready node with the highest
+    // sequence_nr first) runs chunk n-1's NllLossBackward, LogSoftmaxBackward and ToCopyBackward, then the
+    // previous AddBackward and chunk n-2's, ... : every chunk's loss backward before any reshape/ head-matmul
+    // node of the forward's chunked_output (created earlier, lower sequence numbers). Per chunk:
+    //   nll_loss_backward: grad_input = zeros_like(self), fp32; _log_softmax_backward_data: a new fp32 gradient;
+    //   then the engine drops the node's input (the nll gradient) and release_variables() its saved result
+    //   (engine.cpp evaluate_function); _to_copy_backward: grad.to(compute dtype), then the fp32 gradient dies.
+    // The compute-dtype gradient waits in the input buffer of the chunk's reshape (ViewBackward) node until the
+    // head's backward (head_chunks_backward).
+    std::vector<int>& grads = head_chunk_grads_;
+    grads.assign(static_cast<std::size_t>(l.chunks()), -1);
+    for (int i = l.chunks() - 1; i >= 0; --i) {
+      const int g2 = chunk_ce_backward(l, i, loss_chunk_ids_[static_cast<std::size_t>(i)]);
+      grads[static_cast<std::size_t>(i)] = g2;
+      if (l.upcast_row > 0) {   // fp32 logits: no .float() node, the fp32 gradient itself flows on
+        Op& down = loss_op(OpKind::Backward, "upcast bwd");
+        const int g = b_.buffer("logits_grad", down.unit, l.rows_of(i) * l.logits_row, MemCategory::Logits, compute_);
+        down.allocs.push_back(g);
+        down.frees.push_back({g2, -1});
+        grads[static_cast<std::size_t>(i)] = g;
+      }
+    }
+    loss_chunk_ids_.clear();
+    return;
+  }
   if (l.chunks() > 0) {
     // One chunk at a time, last chunk first (the engine runs the ready node with the highest sequence
     // number): nll_loss_backward's zero-filled gradient, _log_softmax_backward_data's, then the nll
@@ -225,15 +306,7 @@ void LoweringWalk::loss_backward() {
     // input buffer until split_with_sizes_backward concatenates them (torch/csrc/autograd/FunctionsManual.cpp).
     const int n = l.chunks();
     const int grads = b_.num_buffers();
-    for (int i = n - 1; i >= 0; --i) {
-      Op& o = loss_op(OpKind::Backward, "ce bwd");
-      const int g1 = b_.buffer("nll_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
-      const int g2 = b_.buffer("lsm_grad", o.unit, l.chunk_bytes(i), MemCategory::Logits, compute_);
-      o.allocs.push_back(g1);
-      o.allocs.push_back(g2);
-      o.frees.push_back({g1, -1});
-      o.frees.push_back({loss_chunks_.first + i, -1});
-    }
+    for (int i = n - 1; i >= 0; --i) chunk_ce_backward(l, i, loss_chunks_.first + i);
     loss_chunks_ = BufferRange{};
     Op& cat = loss_op(OpKind::Backward, "split bwd");
     head_grad_ = b_.buffer("logits_grad", cat.unit, l.logits_grad, MemCategory::Logits, compute_);
@@ -261,6 +334,41 @@ void LoweringWalk::loss_backward() {
     ce.allocs.push_back(head_grad_);
     release_saved(ce);
   }
+}
+
+// torchtune's chunked output, the head's backward (LossMemory::chunked_output), after the head's backward op
+// (which holds the head's and the final norm's GEMMs and kernels and allocates the unit's gradient). After the
+// loss's backward the engine runs the loss's reshape nodes (ViewBackward: views, no memory), then each chunk's
+// head matmul backward from the last chunk (highest sequence_nr, engine.h CompareNodeTaskTime): MmBackward
+// returns the chunk input's gradient (rows x C, compute dtype; held in the input buffer of the chunk()'s
+// SplitBackward node) and, when the weight trains, a V x C weight gradient: the first one becomes the .grad
+// (the unit's gradient), each later one is added in place and freed (AccumulateGrad, accumulate_grad.h).
+// The chunk's logits gradient dies once its matmul backward has run. SplitBackward then cats the inputs'
+// gradients (split_backward, torch/csrc/autograd/FunctionsManual.cpp; the head input's gradient of the final
+// norm's backward, in its backward_extra with the norm's own temporaries) and the final norm's backward runs.
+// Approximations: the head's GEMM kernels run in the op before (memory-only ops take no time); with micro_batch
+// > 1 and a trained head, matmul folds each non-contiguous chunk of h with a copy (aten matmul should_fold,
+// saved by mm: the same bytes as the saved norm output, in pieces) that is not told apart from the norm output.
+void LoweringWalk::head_chunks_backward(int s) {
+  const LossMemory& l = c_.loss;
+  const int u = c_.segments[s].unit;
+  const int n = l.chunks();
+  head_in_grads_.clear();
+  for (int i = n - 1; i >= 0; --i) {
+    Op& o = loss_op(OpKind::Backward, "head bwd");
+    const int gi = b_.buffer("in_grad", u, l.rows_of(i) * l.head_in_grad_row, MemCategory::Activations, compute_);
+    o.allocs.push_back(gi);
+    head_in_grads_.push_back(gi);
+    if (i != n - 1) transient(o, "wgrad_tmp", u, l.head_weight_grad, MemCategory::UnshardedGrads);
+    const int g = head_chunk_grads_[static_cast<std::size_t>(i)];
+    if (g >= 0) o.frees.push_back({g, -1});
+  }
+  head_chunk_grads_.clear();
+  Op& cat = loss_op(OpKind::Backward, "split bwd");
+  transient(cat, "bwd_tmp", u, c_.final_norm.backward_extra, MemCategory::Activations);
+  for (int gi : head_in_grads_) cat.frees.push_back({gi, -1});
+  head_in_grads_.clear();
+  free_range(cat, act_[s]);
 }
 
 bool LoweringWalk::checkpointed(int s) const {
@@ -298,6 +406,7 @@ void LoweringWalk::backward_segment(int s) {
   for (int buf = first_new; buf < last_new; ++buf) o.allocs.push_back(buf);
   if (const int grad = unsharded_grad(u); grad >= 0) b_.write(o, grad);
   segment_grads(s, o);
+  if (c_.loss.chunked_output && c_.segments[s].part == models::ModulePart::FinalNormAndHead) head_chunks_backward(s);
 }
 
 void LoweringWalk::backward() {

@@ -73,8 +73,10 @@ class LoweringWalk {
   void emit_compute(int s, OpKind kind);
   bool checkpointed(int s) const;
   Op& loss_op(OpKind kind, const char* what);
+  int chunk_ce_backward(const LossMemory& l, int i, int saved);   // one chunk's CE backward ops
   void loss_forward();
   void loss_backward();
+  void head_chunks_backward(int s);
 
   const Context& c_;
   const Plan& plan_;
@@ -94,6 +96,10 @@ class LoweringWalk {
   int loss_weight_grad_ = -1;           // a fused linear cross-entropy's head-weight gradient, from its forward
   int cublas_ws_[2] = {-1, -1};         // the cuBLAS workspaces of the forward thread and the autograd thread
   int head_grad_ = -1;                  // the gradient the head's backward reads (from the loss's backward)
+  // torchtune's chunked output (LossMemory::chunked_output): the head's logits chunks, each chunk's saved
+  // log-probabilities, each chunk's logits gradient from the loss's backward, the chunks' input gradients.
+  BufferRange logits_chunks_;
+  std::vector<int> loss_chunk_ids_, head_chunk_grads_, head_in_grads_;
 
  private:
   void add_persistent();

@@ -2,6 +2,7 @@
 // or FSDP2 lowering (sim/lower_fsdp1.cpp, sim/lower_fsdp2.cpp; shared parts in sim/lower_context.*).
 #include "sim/lowering.h"
 
+#include <memory>
 #include <string>
 
 #include "common/errors.h"
@@ -13,29 +14,31 @@ namespace lowering {
 
 namespace {
 // `lower` on a Context made for these inputs. The Context's ~20 vectors (per unit, per segment) are
-// rebuilt for every plan: each thread keeps their storage from one lowering to the next instead of
-// allocating and freeing them every time. make_context clears or assigns every vector, so only
-// capacity carries over. (A nested lowering on the same thread, which nothing does today, would
-// simply allocate its own.)
+// rebuilt for every plan: a caller's OpRecycler keeps their storage from one lowering to the next
+// instead of allocating and freeing them every time. make_context clears or assigns every vector, so
+// only capacity carries over. (A nested lowering with the same recycler gets a fresh Context.)
 template <typename Lower>
 StepProgram with_context(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
-                         const Topology& topo, Lower lower) {
+                         const Topology& topo, OpRecycler* recycler, Lower lower) {
   if (topo.world < 1) throw InputError("cluster.gpus", std::to_string(topo.world), "expected at least 1 GPU");
   if (topo.gpus_per_node < 1)
     throw InputError("cluster.gpus_per_node", std::to_string(topo.gpus_per_node), "expected at least 1");
   if (model.n_layers < 0) throw InputError("model.n_layers", std::to_string(model.n_layers), "expected >= 0");
-  thread_local Context spare;
-  thread_local bool in_use = false;
   Context c;
-  const bool reuse = !in_use;
-  if (reuse) swap_storage(c, spare), in_use = true;
+  const bool reuse = recycler && !recycler->spare_in_use;
+  if (reuse) {
+    if (!recycler->spare) recycler->spare = std::make_unique<Context>();
+    swap_storage(c, *recycler->spare);
+    recycler->spare_in_use = true;
+  }
   struct GiveBack {
     Context& c;
-    bool reuse;
+    OpRecycler* r;
     ~GiveBack() {
-      if (reuse) swap_storage(c, spare), in_use = false;
+      if (r) swap_storage(c, *r->spare), r->spare_in_use = false;
     }
-  } give_back{c, reuse};
+  } give_back{c, reuse ? recycler : nullptr};
+  c.recycler = recycler;
   make_context(c, model, graph, plan, topo);
   return lower(c);
 }
@@ -47,8 +50,7 @@ StepProgram dispatch(const Context& c) {
 
 StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
                        const Topology& topo, OpRecycler* recycler, bool full) {
-  return with_context(model, graph, plan, topo, [&](Context& c) {
-    c.recycler = recycler;
+  return with_context(model, graph, plan, topo, recycler, [&](Context& c) {
     c.full = full;
     return dispatch(c);
   });
@@ -57,7 +59,7 @@ StepProgram lower_with(const models::ModelSpec& model, const models::WrapGraph& 
 StepProgram lower_for_stretch(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& plan,
                               const Topology& topo, OpRecycler* recycler, std::vector<SiteGroup>& sites, int first,
                               int period, int copies, int micro_batches) {
-  return with_context(model, graph, plan, topo, [&](Context& c) {
+  return with_context(model, graph, plan, topo, recycler, [&](Context& c) {
     // (only the loop runs fewer micro-batches: the step's facts, e.g. tokens_per_rank, stay the plan's)
     if (micro_batches > 0) c.micro_batches = micro_batches;
     StepTotals totals = step_totals(c);
@@ -68,7 +70,6 @@ StepProgram lower_for_stretch(const models::ModelSpec& model, const models::Wrap
       totals.shard += static_cast<std::int64_t>(copies) * c.sizes[u].shard;
       if (c.sizes[u].optim > 0) totals.groups += copies;
     }
-    c.recycler = recycler;
     c.full = false;
     c.sites = &sites;
     c.step_totals = &totals;

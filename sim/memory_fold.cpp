@@ -51,6 +51,8 @@ class MemoryFold {
   void run();
 
  private:
+  friend struct FoldScratch;
+  FoldScratch& storage() const;
   static constexpr int kNotLive = MemoryTracker::kNotLive;
   static constexpr int kNever = INT_MAX;
   enum Kind : std::uint8_t { kCyclic, kGrowth, kConsumed, kPile };
@@ -149,20 +151,23 @@ class MemoryFold {
   std::vector<CachingAllocator::BlockInfo> tmp_;
 };
 
-namespace {
-// Storage kept per thread between replays (a replay allocates nothing once it has grown).
-struct FoldStorage {
+// Storage kept by the tracker between replays (a replay allocates nothing once it has grown).
+struct FoldScratch {
   std::vector<int> free_op, alloc_op;                        // per buffer: the op freeing / allocating it
   std::vector<int> buffer_of_block;                          // allocator block -> the buffer in it
   std::vector<int> seg_stamp;                                // segment slot -> the record that last touched it
   std::vector<int> seg_touch;                                // segment slot -> its touch in that record
   std::vector<int> pile_blocks;
+  MemoryFold::Rec recs[3];                                   // fold_run's consecutive memory periods
 };
-FoldStorage& storage() {
-  thread_local FoldStorage s;
-  return s;
+
+FoldScratch& MemoryTracker::fold_scratch() {
+  if (!fold_scratch_) fold_scratch_.reset(new FoldScratch);
+  return *fold_scratch_;
 }
-}  // namespace
+void MemoryTracker::FoldScratchDeleter::operator()(FoldScratch* s) const { delete s; }
+
+FoldScratch& MemoryFold::storage() const { return t_.fold_scratch(); }
 
 void MemoryTracker::replay(const CompiledProgram& program, bool fold, bool verify) {
   fold_stats_ = FoldStats{};
@@ -172,7 +177,7 @@ void MemoryTracker::replay(const CompiledProgram& program, bool fold, bool verif
 }
 
 void MemoryFold::alloc(int buffer, int op) {
-  FoldStorage& st = storage();
+  FoldScratch& st = storage();
   if (t_.block_of_[buffer] != kNotLive) [[unlikely]] {
     if (t_.steady_ && t_.bufs_[buffer].first_step_lazy) return;   // (MemoryTracker::alloc)
     t_.throw_already_live(buffer, op);
@@ -225,7 +230,7 @@ void MemoryFold::free(int buffer, int op) {
 
 // Where every buffer is allocated and freed (op, list index): roles are named by them.
 void MemoryFold::precompute() {
-  FoldStorage& st = storage();
+  FoldScratch& st = storage();
   const int nb = static_cast<int>(p_.buffers.size());
   st.free_op.assign(nb, kNever);
   st.alloc_op.assign(nb, -1);
@@ -260,7 +265,7 @@ void MemoryFold::run() {
     return;
   }
   precompute();
-  FoldStorage& st = storage();
+  FoldScratch& st = storage();
   // The persistent buffers' blocks (allocated before the replay) are named too: a segment a period
   // touches may hold one (a persistent buffer's cached remainder reused).
   for (int b = 0; b < static_cast<int>(p_.buffers.size()); ++b) {
@@ -294,7 +299,7 @@ void MemoryFold::begin_record(Rec& r, int start, int end) {
 }
 
 void MemoryFold::touch(int seg, int buffer, int op, bool is_alloc, int block) {
-  FoldStorage& st = storage();
+  FoldScratch& st = storage();
   if (static_cast<std::size_t>(seg) >= st.seg_stamp.size()) {
     st.seg_stamp.resize(2 * seg + 64, -100);
     st.seg_touch.resize(st.seg_stamp.size(), 0);
@@ -348,13 +353,13 @@ void MemoryFold::touch(int seg, int buffer, int op, bool is_alloc, int block) {
 }
 
 int MemoryFold::stamp_of(int seg) const {
-  const FoldStorage& st = storage();
+  const FoldScratch& st = storage();
   return static_cast<std::size_t>(seg) < st.seg_stamp.size() ? st.seg_stamp[static_cast<std::size_t>(seg)] : -100;
 }
 
 template <class Role>
 void MemoryFold::capture_with(int seg, std::vector<Entry>& out, Role role) {
-  const FoldStorage& st = storage();
+  const FoldScratch& st = storage();
   out.clear();
   tmp_.clear();
   a_.segment_blocks(seg, tmp_);
@@ -369,7 +374,7 @@ void MemoryFold::capture_with(int seg, std::vector<Entry>& out, Role role) {
 
 // seg's blocks in address order; an allocated block's buffer by its role relative to op `boundary`.
 void MemoryFold::capture(int seg, int boundary, std::vector<Entry>& out) {
-  const FoldStorage& st = storage();
+  const FoldScratch& st = storage();
   capture_with(seg, out, [&](Entry& e, int buf) {
     if (st.free_op[buf] < run_end_) {
       e.role = 1;
@@ -385,7 +390,7 @@ void MemoryFold::capture(int seg, int boundary, std::vector<Entry>& out) {
 // A growth segment's blocks: an allocated block's buffer by where it was allocated (relative to the
 // period's first op); it must outlive the run (checked when skipping).
 void MemoryFold::capture_growth(int seg, int period_start, std::vector<Entry>& out) {
-  const FoldStorage& st = storage();
+  const FoldScratch& st = storage();
   capture_with(seg, out, [&](Entry& e, int buf) {
     e.role = 3;
     // (a buffer allocated before this period, persistent ones included, is not this period's growth)
@@ -404,7 +409,7 @@ void MemoryFold::end_record(Rec& r) {
   // untouched segment (buffers rotating among more segments than the memory period spans) would be
   // left behind by a skip. Such buffers were allocated at most `life_` periods ago.
   {
-    const FoldStorage& st = storage();
+    const FoldScratch& st = storage();
     for (int i = std::max(run_begin_, r.end - (life_ + 1) * period_); i < r.end && r.foldable; ++i) {
       const OpRec& op = ops_[i];
       for (int k = op.allocs; k < op.frees; ++k) {
@@ -489,7 +494,7 @@ bool MemoryFold::match(const Rec& a0, const Rec& a, const Rec& b) const {
 
 // Skips up to `room` memory periods of q periods after b (which repeated a); returns how many it skipped.
 int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
-  FoldStorage& st = storage();
+  FoldScratch& st = storage();
   const int span = q * period_;             // ops per memory period
   const int x = b.end;                      // the boundary after b
   const AllocatorStats& sb = b.stats;
@@ -660,8 +665,7 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
   t_.fold_stats_.periods_skipped += m * q;
   if (verify_) {
     // The state a call-by-call replay reaches at the same op must be the same, to the last block.
-    // (The reference replay writes the per-thread block -> buffer map: this replay's is put back after.)
-    const std::vector<int> saved_map = st.buffer_of_block;
+    // (The reference tracker has its own storage: this replay's block -> buffer map is left alone.)
     MemoryTracker ref;
     ref.start(p_, a_.config(), false);
     ref.allocate_persistent();
@@ -671,7 +675,6 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
       ref.begin_steady_step();
     }
     f.replay_ops(0, x_end);
-    st.buffer_of_block = saved_map;
     if (ref.canonical_state() != t_.canonical_state())
       throw std::logic_error("memory fold: skipping " + std::to_string(m) + " memory periods of " + std::to_string(q) +
                              " at op " + std::to_string(x) + " (run " + std::to_string(run_begin_) + ".." +
@@ -684,7 +687,7 @@ void MemoryFold::fold_run(const PeriodicRun& run) {
   period_ = run.period;
   run_begin_ = run.begin;
   run_end_ = run.begin + run.period * run.count;
-  const FoldStorage& st = storage();
+  const FoldScratch& st = storage();
   life_ = 0;
   for (int i = run.begin; i < run.begin + run.period; ++i)
     for (int k = ops_[i].allocs; k < ops_[i].frees; ++k) {
@@ -709,7 +712,7 @@ void MemoryFold::fold_run(const PeriodicRun& run) {
   // buffer lives (buffers rotating among that many segments), each given a few memory periods to match.
   // Recording costs more than replaying, so a run too short to repay it, or one that shows a pattern no
   // q matches, is replayed call by call.
-  thread_local Rec recs[3];
+  Rec* recs = storage().recs;
   int x = run.begin;
   hopeless_ = false;
   if (run.count < 16) {

@@ -2,8 +2,8 @@
 // model. It maps buffer ids to allocator blocks, keeps the requested bytes per MemCategory, the
 // breakdown at the allocated peak (with allocator_slack = reserved − requested at that moment) and the
 // memory timeline. Errors in the program's alloc/free sequence are InputError naming the op.
-// One tracker can serve many runs (start() resets it, keeping its storage): the simulator keeps one
-// per thread, so a run allocates nothing once the storage has grown to the program's size.
+// One tracker can serve many runs (start() resets it, keeping its storage): a Simulator keeps one (in
+// its engine), so a run allocates nothing once the storage has grown to the program's size.
 //
 // Two steps (note "first and steady step"): a run replays the program's first step, then, after
 // begin_steady_step(), the same program again as a steady-state step on the same allocator: the
@@ -16,6 +16,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@
 #include "sim/step_program.h"
 
 namespace fsdpsim::sim {
+
+struct FoldScratch;   // the memory fold's storage, kept between replays (sim/memory_fold.cpp)
 
 class MemoryTracker {
  public:
@@ -160,6 +163,11 @@ class MemoryTracker {
   [[noreturn]] void throw_not_live(int buffer, int op) const;
 
   friend class MemoryFold;
+  FoldScratch& fold_scratch();   // created on first use
+  struct FoldScratchDeleter {
+    void operator()(FoldScratch* s) const;
+  };
+  std::unique_ptr<FoldScratch, FoldScratchDeleter> fold_scratch_;
   void start_run(int num_buffers, int num_ops, const AllocatorConfig& config, bool record_timeline);
   // ---- the mirrored steady step (sim/memory_steady.cpp) ----
   void mirror_start();

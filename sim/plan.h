@@ -39,6 +39,22 @@ struct ModuleOverride {
   bool operator==(const ModuleOverride&) const = default;
 };
 
+// LoRA adapters (plan key `lora`, issue 19): rank-`rank` pairs A, B beside the targeted linears of every
+// block (and the LM head), base weights frozen, adapters trained (models/trainable.h LoraShape). Targets are
+// canonical names, in this order: q, k, v, o, gate, up, down, head ("mlp" in the plan = gate, up, down; a
+// plain MLP's first linear is "up").
+struct LoraPlan {
+  std::int64_t rank = 0;              // 0: no `lora` key
+  std::vector<std::string> targets;
+  double dropout = 0.0;               // lora_dropout
+  bool on() const { return rank > 0; }
+  bool operator==(const LoraPlan&) const = default;
+};
+// The canonical target names.
+const std::vector<std::string>& lora_target_names();
+// Parses a `lora` object (InputError naming `field` + ".rank" / ".targets" / ".dropout").
+LoraPlan parse_lora(const nlohmann::json& v, const std::string& field);
+
 struct ActivationCheckpointing {
   enum class Mode { None, Full, EveryK, SelectiveOp } mode = Mode::None;
   int every_k = 1;               // EveryK: blocks with index % k == 0 are fully checkpointed
@@ -82,6 +98,7 @@ struct Plan {
   models::WrapPolicy auto_wrap_policy;  // default: per transformer block
   bool use_orig_params = true;       // FSDP1 only (16-byte alignment padding; frozen params -> full grads)
   models::LossImpl cross_entropy = models::LossImpl::Torch;   // how the loss is computed (logits memory)
+  int cross_entropy_chunks = models::kDefaultLossChunks;      // cross_entropy "chunked": num_output_chunks
   models::ModelImpl implementation = models::ModelImpl::HF;   // whose block code runs (saved tensors)
   bool compile = false;                                        // torch.compile (inductor) on each block
   models::Float8Recipe float8 = models::Float8Recipe::None;   // torchao Float8Linear compute
@@ -91,6 +108,12 @@ struct Plan {
   std::optional<bool> free_logits_before_backward;
   OptimizerImpl optimizer_impl = OptimizerImpl::Foreach;
   std::vector<ModuleOverride> module_overrides;
+  // FSDP units whose parameters are all frozen (LoRA leaves embedding and head untouched): no gradient
+  // and no optimizer state. FSDP1's FlatParameter requires grad only if one of its parameters does (the
+  // OR in FlatParamHandle._validate_tensors_to_flatten), so such a unit has no flat grad even with
+  // use_orig_params. trainable_fraction (< 1) stays the whole model's: it is spread over the other units.
+  std::vector<std::string> frozen_units;
+  LoraPlan lora;
 };
 
 // Parses a plan object (all keys optional; unknown keys rejected). Field names in errors are "plan.<key>".

@@ -6,6 +6,7 @@
 //   H2D / D2H        host_copy_time(copy_bytes)
 //   CpuOptimizerStep cpu_optimizer_time(params)
 //   CPU issue        cpu_hooks × framework_hook_ns + kernel_launches × kernel_launch_ns
+//   launch queue     launch_queue_depth kernels per stream (sim/executor.cpp "Launch queue")
 // Kernel and collective times are memoized by their arguments (a program repeats the same shapes in
 // every block), so an instance is cheap to query but NOT thread-safe: use one per thread.
 #pragma once
@@ -28,6 +29,7 @@ class ProfileCostModel : public CostModel {
   TimeNs op_time(const Op& op) const override;
   TimeNs cpu_issue_time(const Op& op) const override;
   double overlap_slowdown() const override { return slowdown_; }
+  int launch_queue_depth() const override { return hw_.launch_queue_depth(); }
 
   // Collective queries that fell outside the profile's measured/sourced range (extrapolated), as
   // readable lines ("all_gather 1.2 GiB over 1024 ranks on 128 nodes"), each distinct query once.

@@ -47,6 +47,15 @@ struct PeakLocation {
   std::string phase = "start";   // "forward", "backward", "optimizer", or "start" (op -1)
 };
 
+// What one simulate() call did (tests and benchmarks check that the stretch acted); not an output.
+struct SimulateStats {
+  bool stretched = false;            // the program was stretched from a shorter model's
+  int source_layers = 0;             // that model's layers
+  int source_micro_batches = 0;      // and micro-batches
+  int sources = 0;                   // shorter models lowered and tried (refused ones included)
+  std::string refused;               // why the stretch was not used ("" when it was, or was not tried)
+};
+
 struct SimResult {
   // Peak memory per GPU (allocated = live tensors, reserved = caching-allocator segments), plus the
   // CUDA/NCCL context which neither includes (it is added to `total_device`).
@@ -63,7 +72,7 @@ struct SimResult {
   TimeNs compute_ns = 0;           // busy time of the compute stream
   TimeNs comm_ns = 0;              // busy time of all collective streams (union)
   TimeNs exposed_comm_ns = 0;      // time the compute stream sits idle waiting on a collective
-  TimeNs cpu_blocked_ns = 0;       // CPU time blocked (rate limiter, syncs)
+  TimeNs cpu_blocked_ns = 0;       // CPU time blocked (rate limiter, syncs; simulator: a full launch queue too)
   std::int64_t alloc_retries = 0;  // caching-allocator cudaMalloc retries (cache released at capacity)
   double tokens_per_step = 0;      // global tokens per optimizer step
   double tokens_per_s_per_gpu = 0;
@@ -86,6 +95,8 @@ struct SimResult {
   PeakLocation first_step_peak_allocated_at, first_step_peak_reserved_at;    // first step
   // The memory timeline covers the first step, then the steady step from this time on (0: one step).
   TimeNs steady_step_start_ns = 0;
+  // How simulate() obtained these figures (not written to any output).
+  SimulateStats simulate_stats;
 };
 
 nlohmann::json sim_result_to_json(const SimResult& r, bool include_trace = false);

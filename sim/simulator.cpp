@@ -22,6 +22,7 @@
 #include "sim/peak_location.h"
 #include "sim/profile_cost_model.h"
 #include "sim/stretch.h"
+#include "sim/workspace.h"
 
 namespace fsdpsim::sim {
 
@@ -30,19 +31,23 @@ namespace {
 bool is_compute(OpKind k) { return k == OpKind::Forward || k == OpKind::Backward || k == OpKind::Recompute; }
 
 // build_wrap_graph builds the whole module tree with its names (~20% of a simulate() for llama3-70b),
-// yet a planner simulates thousands of plans of one model with a handful of wrap policies. Each thread
+// yet a planner simulates thousands of plans of one model with a handful of wrap policies. A Simulator
 // keeps its most recent graphs, keyed by the full ModelSpec (after with_seq_len) and WrapPolicy
-// compared field by field, so a hit is exactly the graph build_wrap_graph would return. Thread-local:
-// no locking, and simulate() stays free of shared mutable state.
-std::shared_ptr<const models::WrapGraph> wrap_graph_for(const models::ModelSpec& m, const models::WrapPolicy& policy) {
+// compared field by field, so a hit is exactly the graph build_wrap_graph would return.
+struct WrapGraphCache {
   struct Entry {
     models::ModelSpec model;
     models::WrapPolicy policy;
     std::shared_ptr<const models::WrapGraph> graph;
   };
+  std::vector<Entry> entries;   // most recent first
+};
+
+std::shared_ptr<const models::WrapGraph> wrap_graph_for(WrapGraphCache& c, const models::ModelSpec& m,
+                                                        const models::WrapPolicy& policy) {
   // a search alternates between a few wrap policies, each with the stretch's shorter model (sim/stretch.h)
   constexpr std::size_t kEntries = 8;
-  thread_local std::vector<Entry> cache;
+  auto& cache = c.entries;
   for (std::size_t i = 0; i < cache.size(); ++i) {
     if (cache[i].policy == policy && cache[i].model == m) {
       std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
@@ -52,7 +57,7 @@ std::shared_ptr<const models::WrapGraph> wrap_graph_for(const models::ModelSpec&
   }
   auto g = std::make_shared<const models::WrapGraph>(models::build_wrap_graph(m, policy));
   if (cache.size() == kEntries) cache.pop_back();
-  cache.insert(cache.begin(), Entry{m, policy, g});
+  cache.insert(cache.begin(), WrapGraphCache::Entry{m, policy, g});
   return g;
 }
 
@@ -130,10 +135,8 @@ bool units_line_up(const models::WrapGraph& full, const models::WrapGraph& small
   return true;
 }
 
-thread_local SimulateStats g_stats;
-
 // The stretched program (sim/stretch.h) of `m` (its whole wrap graph `graph`) under the resolved plan,
-// into the per-thread storage below. Returns false (g_stats.refused says why) when the plan or the
+// into the Simulator's storage below. Returns false (stats.refused says why) when the plan or the
 // program does not allow it; the caller then lowers the whole model.
 struct Stretched {
   lowering::OpRecycler recycler;
@@ -171,8 +174,8 @@ void map_ops(const models::WrapGraph& g, const StretchShape& shape, Stretched& s
 // `shape` into st.program / st.costs.
 bool stretch_source(const models::ModelSpec& model, const models::WrapGraph& graph, const Plan& rp,
                     const Topology& topo, const CostModel& cost, const StretchShape& shape, int micro_batches,
-                    Stretched& st) {
-  ++g_stats.sources;
+                    Stretched& st, SimulateStats& stats, Workspace& ws) {
+  ++stats.sources;
   lowering::recycle(st.a, st.recycler);
   st.a = lowering::lower_for_stretch(model, graph, rp, topo, &st.recycler, st.sites, shape.first, shape.period,
                                      shape.copies, micro_batches);
@@ -180,7 +183,7 @@ bool stretch_source(const models::ModelSpec& model, const models::WrapGraph& gra
   const StretchSource src{&st.a, &st.sites, &st.source_costs};
   st.info.micro_batches_refused = false;
   st.info.reach = -1;
-  return stretch_program(src, shape, st.program, st.costs, &st.info, &g_stats.refused);
+  return stretch_program(src, shape, st.program, st.costs, &st.info, &stats.refused, &ws);
 }
 
 // Hardware FLOPs of the stretched program: its ops' in its order (StretchInfo::spans), each the
@@ -215,7 +218,8 @@ double stretched_flops(Stretched& st) {
 }
 
 bool build_stretched(const models::ModelSpec& m, const models::WrapGraph& graph, const Plan& rp, const Topology& topo,
-                     const CostModel& cost, Stretched& st) {
+                     const CostModel& cost, Stretched& st, WrapGraphCache& graphs, SimulateStats& stats,
+                     Workspace& ws) {
   const int L = static_cast<int>(m.n_layers);
   // Micro-batches (sim/stretch.h): the source has the template P, the micro-batches before it that P's
   // references reach (checked against it), and what differs around them: the first micro-batch, and
@@ -240,31 +244,32 @@ bool build_stretched(const models::ModelSpec& m, const models::WrapGraph& graph,
   };
   const auto stretched = [&](int layers) {
     st.hw_flops = stretched_flops(st);
-    g_stats.stretched = true;
-    g_stats.refused.clear();
-    g_stats.source_layers = layers;
-    g_stats.source_micro_batches = mbs ? source_mbs() : static_cast<int>(rp.grad_accum);
+    stats.stretched = true;
+    stats.refused.clear();
+    stats.source_layers = layers;
+    stats.source_micro_batches = mbs ? source_mbs() : static_cast<int>(rp.grad_accum);
     return true;
   };
   // Micro-batches alone, with every layer, where the layers cannot be stretched.
   const auto micro_batches_only = [&]() {
-    const std::string why = g_stats.refused;
+    const std::string why = stats.refused;
     for (; mbs; next_mbs())
-      if (stretch_source(m, graph, rp, topo, cost, mb_shape(StretchShape{1, 0, 0}), source_mbs(), st))
+      if (stretch_source(m, graph, rp, topo, cost, mb_shape(StretchShape{1, 0, 0}), source_mbs(), st, stats, ws))
         return map_ops(graph, StretchShape{1, 0, 0}, st), stretched(L);
-    if (!g_stats.refused.empty() && g_stats.refused != why) g_stats.refused = why + "; " + g_stats.refused;
+    if (!stats.refused.empty() && stats.refused != why) stats.refused = why + "; " + stats.refused;
     return false;
   };
   const int k = layer_period(graph, rp);
-  if (k == 0) return g_stats.refused = "no regular block period", micro_batches_only();
+  if (k == 0) return stats.refused = "no regular block period", micro_batches_only();
   // Frozen weights (models/trainable.h): which blocks train follows the number of layers (evenly spaced
   // blocks), so a shorter model's blocks are not the full one's.
   if (rp.trainable_fraction < 1.0)
-    return g_stats.refused = "frozen weights differ from block to block", micro_batches_only();
+    return stats.refused = "frozen weights differ from block to block", micro_batches_only();
+  if (rp.lora.on()) return stats.refused = "LoRA adapters (not in the stretched lowering)", micro_batches_only();
   // A unit named in module_overrides may not exist in a shorter model (its aliases do).
   for (const ModuleOverride& o : rp.module_overrides)
     if (o.module != "root" && o.module != "last_block")
-      return g_stats.refused = "module_overrides names a unit", micro_batches_only();
+      return stats.refused = "module_overrides names a unit", micro_batches_only();
   // The source: the template period, with the blocks that references reach (prefetching reaches
   // prefetch_depth + 1 blocks back) checked periodic on both sides (sim/stretch.h), and `margin` blocks
   // at each end left unchecked, as the blocks next to the ends differ: nothing to prefetch, the root's
@@ -279,17 +284,18 @@ bool build_stretched(const models::ModelSpec& m, const models::WrapGraph& graph,
     const int first = k * ((reach + margin + k - 1) / k);   // the checked blocks start `margin` in
     const int want = first + 2 * k + reach + margin;
     if (L < want + k) {
-      if (margin == first_margin) g_stats.refused = "too few layers";
+      if (margin == first_margin) stats.refused = "too few layers";
       return micro_batches_only();
     }
     const int Ls = want + (L - want) % k;
     const int copies = (L - Ls) / k;
     models::ModelSpec ms = m;
     ms.n_layers = Ls;
-    const std::shared_ptr<const models::WrapGraph> small = wrap_graph_for(ms, rp.auto_wrap_policy);
+    const std::shared_ptr<const models::WrapGraph> small = wrap_graph_for(graphs, ms, rp.auto_wrap_policy);
     if (!units_line_up(graph, *small, first, k, copies))
-      return g_stats.refused = "units do not repeat", micro_batches_only();
-    if (stretch_source(ms, *small, rp, topo, cost, mb_shape(StretchShape{k, first, copies}), mbs ? source_mbs() : 0, st))
+      return stats.refused = "units do not repeat", micro_batches_only();
+    if (stretch_source(ms, *small, rp, topo, cost, mb_shape(StretchShape{k, first, copies}), mbs ? source_mbs() : 0, st,
+                       stats, ws))
       return map_ops(*small, StretchShape{k, first, copies}, st), stretched(Ls);
     if (mbs && st.info.micro_batches_refused) {
       if (!next_mbs()) mbs = false;   // (then the same source with every micro-batch)
@@ -301,42 +307,82 @@ bool build_stretched(const models::ModelSpec& m, const models::WrapGraph& graph,
   }
 }
 
-Stretched& stretched_storage() {
-  thread_local Stretched st;
-  return st;
-}
-
 }  // namespace
 
-const SimulateStats& last_simulate_stats() { return g_stats; }
+struct Simulator::Scratch {
+  WrapGraphCache graphs;
+  Stretched stretched;
+  lowering::OpRecycler recycler;   // the whole lowering's (see OpRecycler: storage reused across calls)
+  Workspace ws;                    // the engine's, the stretch's and the compiled program's
+};
 
-bool stretched_program(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
-                       CompiledProgram& program, OpCosts& costs, std::string* why) {
-  g_stats = SimulateStats{};
+Simulator::Simulator() : s_(std::make_unique<Scratch>()) {}
+Simulator::~Simulator() = default;
+Simulator::Simulator(Simulator&&) noexcept = default;
+Simulator& Simulator::operator=(Simulator&&) noexcept = default;
+
+bool Simulator::stretched_program(const models::ModelSpec& model, const calibrate::HardwareProfile& hw,
+                                  const Plan& plan, CompiledProgram& program, OpCosts& costs, std::string* why,
+                                  SimulateStats* stats_out) {
+  SimulateStats stats;
   const calibrate::Cluster& cluster = hw.cluster();
   const Plan rp = resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
-  const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(m, rp.auto_wrap_policy);
+  const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(s_->graphs, m, rp.auto_wrap_policy);
   ProfileCostModel cost(hw);
-  Stretched& st = stretched_storage();
-  const bool ok = build_stretched(m, *graph, rp, Topology{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes()}, cost, st);
-  if (why) *why = g_stats.refused;
+  Stretched& st = s_->stretched;
+  const bool ok = build_stretched(m, *graph, rp, Topology{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes()},
+                                  cost, st, s_->graphs, stats, s_->ws);
+  if (why) *why = stats.refused;
+  if (stats_out) *stats_out = stats;
   if (!ok) return false;
   program = st.program;
   costs = st.costs;
   return true;
 }
 
+bool stretched_program(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
+                       CompiledProgram& program, OpCosts& costs, std::string* why, SimulateStats* stats) {
+  return Simulator().stretched_program(model, hw, plan, program, costs, why, stats);
+}
+
 SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
                    const SimOptions& opts) {
+  return Simulator().simulate(model, hw, plan, opts);
+}
+
+SimResult SimulatorPool::simulate(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
+                                  const SimOptions& opts) {
+  std::unique_ptr<Simulator> s;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    if (!idle_.empty()) {
+      s = std::move(idle_.back());
+      idle_.pop_back();
+    }
+  }
+  if (!s) s = std::make_unique<Simulator>();
+  struct GiveBack {
+    SimulatorPool& pool;
+    std::unique_ptr<Simulator>& s;
+    ~GiveBack() {
+      std::lock_guard<std::mutex> lock(pool.m_);
+      pool.idle_.push_back(std::move(s));
+    }
+  } give_back{*this, s};
+  return s->simulate(model, hw, plan, opts);
+}
+
+SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
+                              const SimOptions& opts) {
   if (!(opts.memory_margin >= 0.0 && opts.memory_margin < 1.0))
     throw InputError("memory_margin", fmt("%g", opts.memory_margin), "a fraction in [0, 1)");
-  g_stats = SimulateStats{};
+  SimulateStats stats;
   const calibrate::Cluster& cluster = hw.cluster();
   const Plan rp = resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
   // MPT-style models size their position table by the training sequence length (models/model_spec.h).
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
-  const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(m, rp.auto_wrap_policy);
+  const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(s_->graphs, m, rp.auto_wrap_policy);
   const Topology topo{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes()};
 
   const Bytes capacity = hw.memory_capacity();
@@ -349,12 +395,14 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
   eo.memory_capacity = capacity > context ? capacity - context : 0;
   eo.expandable_segments = rp.alloc_conf.expandable_segments;   // PYTORCH_CUDA_ALLOC_CONF
   eo.max_split_size = rp.alloc_conf.max_split_size;
+  eo.workspace = &s_->ws;
 
   SimResult r;
   double hw_flops = 0;
   std::int64_t tokens_per_rank = 0;
-  Stretched& st = stretched_storage();
-  const bool stretched = opts.stretch && !opts.record_trace && build_stretched(m, *graph, rp, topo, cost, st);
+  Stretched& st = s_->stretched;
+  const bool stretched =
+      opts.stretch && !opts.record_trace && build_stretched(m, *graph, rp, topo, cost, st, s_->graphs, stats, s_->ws);
   if (stretched) {
     r = execute_compiled(st.program, st.costs, eo);
     describe_peaks(st.ops, {&r.peak_allocated_at, &r.peak_reserved_at, &r.first_step_peak_allocated_at,
@@ -362,7 +410,7 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
     hw_flops = st.hw_flops;
     tokens_per_rank = st.a.tokens_per_rank;
   } else {
-    thread_local lowering::OpRecycler recycler;   // see OpRecycler: storage reused across calls
+    lowering::OpRecycler& recycler = s_->recycler;
     // Without a trace the program is built for the simulator alone: no names (they label trace spans only; a
     // recycled op's old name is cleared) and no op inputs/outputs (only the runtimes read them).
     StepProgram prog = lowering::lower_with(m, *graph, rp, topo, &recycler, /*full=*/opts.record_trace);
@@ -373,6 +421,7 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
     tokens_per_rank = prog.tokens_per_rank;
     lowering::recycle(prog, recycler);   // prog is not used past this point
   }
+  r.simulate_stats = std::move(stats);
 
   // ---- memory ----
   r.capacity = capacity;
@@ -383,7 +432,7 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
   const Bytes worst_reserved = std::max(r.peak_reserved, r.first_step_peak_reserved);
   r.fits = static_cast<double>(worst_reserved + context) <= usable;
   r.breakdown_at_peak[mem_category_name(MemCategory::CudaContext)] = context;
-  const models::TrainableSet trainable = models::trainable_set(m, rp.implementation, rp.trainable_fraction);
+  const models::TrainableSet trainable = lowering::plan_trainable_set(m, *graph, rp);
   apply_host_memory(host_memory(*graph, rp, cluster.gpus_per_node, trainable), hw, rp, r);   // CPU offload's host RAM
 
   // ---- throughput ----
@@ -398,8 +447,12 @@ SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProf
   // (as the lowering's fill_facts: 6N+attention FLOPs per token of the whole model times the tokens; with
   // frozen weights, trainable_fraction < 1, without the weight-gradient matmuls that do not run: those of the
   // matrices autograd sees frozen, lowering::grad_flows)
+  // LoRA adapters: each adapter weight costs 2 FLOPs per token forward, 2 for its input gradient and 2 for
+  // its weight gradient (6 per parameter, as the model's own weights; approximate: the first block's
+  // adapters compute no input gradient, litgpt's zero-pad and the scaling are not counted)
   r.model_flops_per_step_per_gpu =
-      models::trained_flops_per_token(m, rp.seq_len, lowering::grad_flows(m, *graph, rp, trainable).matmul_trained) *
+      (models::trained_flops_per_token(m, rp.seq_len, lowering::grad_flows(m, *graph, rp, trainable).matmul_trained) +
+       (trainable.lora.on() ? 6.0 * static_cast<double>(trainable.trainable) : 0.0)) *
       tokens;
   r.hardware_flops_per_step_per_gpu = hw_flops;
   // The compute dtype is param_dtype: an fp8 all-gather (fp8_all_gather) only changes what is

@@ -1,6 +1,9 @@
 // The simulator's front door: (model, hardware profile of a cluster, plan) -> SimResult.
 #pragma once
+#include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "calibrate/hardware_profile.h"
 #include "models/model_spec.h"
@@ -20,22 +23,53 @@ struct SimOptions {
   bool stretch = true;
 };
 
-// What the last simulate() call on this thread did (tests and benchmarks check that the stretch acted).
-struct SimulateStats {
-  bool stretched = false;            // the program was stretched from a shorter model's
-  int source_layers = 0;             // that model's layers
-  int source_micro_batches = 0;      // and micro-batches
-  int sources = 0;                   // shorter models lowered and tried (refused ones included)
-  std::string refused;               // why the stretch was not used ("" when it was, or was not tried)
+// The simulator with its working storage: the wrap graphs and kernel lists of recent (model, plan
+// shape) pairs, the lowering's recycled ops, the stretch's and the engine's arrays (sim/workspace.h).
+// Reusing one across calls makes every call after the first allocate little; results are identical
+// to a fresh Simulator's. Not thread-safe: give each thread its own (the planner does).
+class Simulator {
+ public:
+  Simulator();
+  ~Simulator();
+  Simulator(Simulator&&) noexcept;
+  Simulator& operator=(Simulator&&) noexcept;
+  Simulator(const Simulator&) = delete;
+  Simulator& operator=(const Simulator&) = delete;
+
+  // Throws InputError if the plan is invalid for the cluster. r.simulate_stats says how it ran.
+  SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
+                     const SimOptions& opts = {});
+  // The compiled program and op costs simulate() runs when it stretches (sim/stretch.h), for tests that
+  // compare them with the whole lowering's; false (with the reason) when simulate() would lower every block.
+  // *stats (if given) says how it was stretched, as SimResult::simulate_stats would.
+  bool stretched_program(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
+                         CompiledProgram& program, OpCosts& costs, std::string* why = nullptr,
+                         SimulateStats* stats = nullptr);
+
+ private:
+  struct Scratch;
+  std::unique_ptr<Scratch> s_;
 };
-const SimulateStats& last_simulate_stats();
 
-// The compiled program and op costs simulate() runs when it stretches (sim/stretch.h), for tests that
-// compare them with the whole lowering's; false (with the reason) when simulate() would lower every block.
+// Simulators shared by the threads of a search: simulate() borrows an idle one (or makes one) for the
+// call, so each thread's calls reuse storage without any per-thread state. Thread-safe.
+class SimulatorPool {
+ public:
+  SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
+                     const SimOptions& opts = {});
+
+ private:
+  std::mutex m_;
+  std::vector<std::unique_ptr<Simulator>> idle_;
+};
+
+// Simulator::stretched_program on a fresh Simulator.
 bool stretched_program(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
-                       CompiledProgram& program, OpCosts& costs, std::string* why = nullptr);
+                       CompiledProgram& program, OpCosts& costs, std::string* why = nullptr,
+                       SimulateStats* stats = nullptr);
 
-// Throws InputError if the plan is invalid for the cluster. Thread-safe (no shared mutable state).
+// Simulator::simulate on a fresh Simulator: for one-off calls (a caller simulating many plans keeps a
+// Simulator). Throws InputError if the plan is invalid for the cluster. Thread-safe (no shared mutable state).
 SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
                    const SimOptions& opts = {});
 

@@ -5,7 +5,9 @@
 // Execution semantics (shared by both executors, see note "program semantics" in README):
 //  * ops are listed in CPU issue order; the CPU issues them one after the other;
 //  * before issuing op i the CPU blocks until every op in `cpu_waits` has completed on the GPU
-//    (event.synchronize(): the FSDP1 rate limiter, offload syncs);
+//    (event.synchronize(): the FSDP1 rate limiter, offload syncs); in the simulator also until op i's
+//    `kernel_launches` fit in its stream's launch queue (a CUDA stream holds about 1000 pending kernels:
+//    sim/executor.cpp "Launch queue"; the CPU runtime's stream queues are unbounded);
 //  * at issue the CPU performs `allocs` (caching allocator, pool = the buffer's pool_stream; a
 //    first_step_lazy buffer only in the first step), then
 //    enqueues the op on `stream`; after enqueueing it performs `frees`;
@@ -105,7 +107,7 @@ struct Op {
   Bytes copy_bytes = 0;        // memory-bound ops: bytes read + written; H2D/D2H: bytes copied
   std::int64_t params = 0;     // CpuOptimizerStep: parameters updated
   int cpu_hooks = 0;           // framework hooks the CPU runs before issuing this op
-  int kernel_launches = 1;     // kernels the CPU launches for this op
+  int kernel_launches = 1;     // kernels the CPU launches for this op (its issue cost; its launch-queue slots)
 };
 
 struct StepProgram {

@@ -45,7 +45,7 @@
 #include <cstring>
 #include <string>
 
-#include "sim/thread_storage.h"
+#include "sim/workspace.h"
 
 namespace fsdpsim::sim {
 namespace {
@@ -372,6 +372,7 @@ bool Stretcher::read_source() {
     OpRec r;
     r.stream = op.stream;
     r.flags = f;
+    r.launches = f & kCpuOp ? 0 : op.kernel_launches;
     r.group = static_cast<std::uint8_t>(f & kCollective ? static_cast<int>(op.group) : 0);
     r.wait_pos = pos;
     // (each entry with the group it names and its image: its id plus what is inserted before that group)
@@ -443,7 +444,8 @@ bool Stretcher::congruent(int ga, int gb) {
     const OpRec& p = srec_[i];
     const OpRec& q = srec_[j];
     const int ps = p.wait_pos, qs = q.wait_pos;
-    if (p.stream != q.stream || p.flags != q.flags || p.group != q.group || gpu[i] != gpu[j] || cpu[i] != cpu[j] ||
+    if (p.stream != q.stream || p.flags != q.flags || p.group != q.group || p.launches != q.launches ||
+        gpu[i] != gpu[j] || cpu[i] != cpu[j] ||
         p.cpu_waits - ps != q.cpu_waits - qs || p.allocs - ps != q.allocs - qs || p.frees - ps != q.frees - qs ||
         p.end - ps != q.end - qs) {
       mismatch_ = where(i) + " and " + where(j);
@@ -677,7 +679,8 @@ int Stretcher::compare_micro_batches(int a) {
       const OpRec& p = srec_[i];
       const OpRec& q = srec_[j];
       const int ps = p.wait_pos, qs = q.wait_pos;
-      if (p.stream != q.stream || p.flags != q.flags || p.group != q.group || gpu[i] != gpu[j] || cpu[i] != cpu[j] ||
+      if (p.stream != q.stream || p.flags != q.flags || p.group != q.group || p.launches != q.launches ||
+          gpu[i] != gpu[j] || cpu[i] != cpu[j] ||
           p.cpu_waits - ps != q.cpu_waits - qs || p.allocs - ps != q.allocs - qs || p.frees - ps != q.frees - qs ||
           p.end - ps != q.end - qs)
         return fail_mb(where(i) + " and " + where(j) + " differ"), -1;
@@ -1290,6 +1293,7 @@ bool Stretcher::run(const StretchSource& s, const StretchShape& sh, CompiledProg
   costs.gpu_ns.resize(n_new_ops_);
   costs.cpu_ns.resize(n_new_ops_);
   costs.overlap_slowdown = src_->costs->overlap_slowdown;
+  costs.launch_queue_depth = src_->costs->launch_queue_depth;
   emit_own(out, costs);
   if (layers_ && !emit_copies(out, costs)) return done(false);
   if (mbs_) emit_micro_batches(out, costs);
@@ -1325,8 +1329,8 @@ bool Stretcher::run(const StretchSource& s, const StretchShape& sh, CompiledProg
 }  // namespace
 
 bool stretch_program(const StretchSource& src, const StretchShape& shape, CompiledProgram& out, OpCosts& out_costs,
-                     StretchInfo* info, std::string* why) {
-  return with_thread_storage<Stretcher>(
+                     StretchInfo* info, std::string* why, Workspace* ws) {
+  return with_storage<Stretcher>(ws, 
       [&](Stretcher& st) { return st.run(src, shape, out, out_costs, info, why); });
 }
 

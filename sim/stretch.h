@@ -80,8 +80,8 @@ struct StretchInfo {
 
 // Fills `out` and `out_costs` (storage reused) with the stretched program; false (with the reason in
 // *why) if the source is not periodic around the templates or has a reference the stretch cannot map.
-// Its working storage is kept per thread.
+// Its working storage is kept in `ws` (sim/workspace.h; null: this call allocates its own).
 bool stretch_program(const StretchSource& src, const StretchShape& shape, CompiledProgram& out, OpCosts& out_costs,
-                     StretchInfo* info = nullptr, std::string* why = nullptr);
+                     StretchInfo* info = nullptr, std::string* why = nullptr, Workspace* ws = nullptr);
 
 }  // namespace fsdpsim::sim

@@ -373,6 +373,8 @@ int run(int argc, char** argv, int thread_level) {
   gpu["overheads"] = {
       {"kernel_launch_ns", sourced(std::round(tiny.time_ns), "measured: fastest time of a 1x1x1 cblas_sgemm call (a C++ call, no Python); " + where)},
       {"framework_hook_ns", sourced(0, "the CPU runtime is C++: no Python FSDP hooks")},
+      {"launch_queue_depth", sourced(0, "the CPU runtime's stream threads take ops from unbounded queues "
+                                        "(runtime/cpu/stream_executor.cpp): 0, no launch-queue bound")},
       {"comm_overlap_slowdown",
        slow > 0 ? sourced(slow, "measured: 256^3 sgemm while another thread loops MPI_Allgather (4 MiB per rank) vs alone; " + where)
                 : sourced(1.0, "not measured: the MPI library does not provide MPI_THREAD_MULTIPLE")}};

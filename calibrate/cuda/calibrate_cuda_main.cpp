@@ -18,6 +18,7 @@
 #include "calibrate/cuda/cublas_gemm.h"
 #include "calibrate/cuda/kernels.h"
 #include "calibrate/cuda/nccl_harness.h"
+#include "calibrate/launch_queue.h"
 #include "calibrate/sourced_value.h"
 #include "calibrate/sweep.h"
 #include "common/args.h"
@@ -282,6 +283,9 @@ int run(int argc, char** argv, bool mpi) {
       {"kernel_launch_ns", sourced(std::round(launch_ns) + 4000, "measured bare cudaLaunchKernel CPU cost (" + std::to_string(std::lround(launch_ns)) +
                                                                    " ns) + 4 us eager PyTorch dispatch per op (assumption, issue text 4-10 us); " + where_txt)},
       {"framework_hook_ns", match.empty() ? sourced(50000, "assumption: one FSDP Python hook (fsdp-semantics.md D6)") : base["overheads"]["framework_hook_ns"]},
+      {"launch_queue_depth", match.empty() || !base["overheads"].contains("launch_queue_depth")
+                                 ? sourced(calibrate::kDefaultLaunchQueueDepth, "assumption, not measured here: calibrate/launch_queue.h")
+                                 : base["overheads"]["launch_queue_depth"]},
       {"comm_overlap_slowdown", slowdown > 0 ? m(slowdown, "8192^3 bf16 GEMM while 256 MiB all-gathers run vs alone")
                                 : (match.empty() ? sourced(1.14, "assumption: N5 SM-share estimate (one GPU: nothing to overlap with)") : base["overheads"]["comm_overlap_slowdown"])}};
   gpu["memory"] = {{"capacity_gib", m(static_cast<double>(total_b) / static_cast<double>(kGiB) - context_gib,

@@ -84,6 +84,19 @@ def freeze_to_fraction(model, fraction):
     return trainable, total
 
 
+def freeze_units(model, info, frozen_units):
+    """plan.frozen_units: every parameter of the named block units stops training ("last_block" is the
+    last block). freeze_to_fraction trains block matrices only, so "root" and any unit outside the blocks
+    are frozen already. Returns the trainable parameter count after it."""
+    blocks = list(blocks_of(model))
+    names = specs.block_unit_names(info)
+    for layer, block in enumerate(blocks):
+        if names.get(layer) in frozen_units or (layer == len(blocks) - 1 and "last_block" in frozen_units):
+            for p in block.parameters():
+                p.requires_grad_(False)
+    return sum(p.numel() for _, p in unique_params(model) if p.requires_grad)
+
+
 def _evenly_spaced(n, k):
     return sorted({(i * n) // k for i in range(k)})
 

@@ -22,6 +22,7 @@
 #include "sim/lowering.h"
 #include "sim/plan.h"
 #include "sim/profile_cost_model.h"
+#include "sim/lower_context.h"
 #include "sim/simulator.h"
 
 namespace {
@@ -84,10 +85,19 @@ void BM_WrapGraph(benchmark::State& state) {
   state.SetLabel(case_name(static_cast<int>(state.range(0))));
 }
 
+// The lowering as simulate() runs it: with a recycler (ops, buffers, the context's vectors and the
+// kernel lists reused from the previous call).
 void BM_Lower(benchmark::State& state) {
   Case c = make_case(static_cast<int>(state.range(0)));
   const models::WrapGraph g = graph_of(c);
-  for (auto _ : state) benchmark::DoNotOptimize(lower_case(c, g));
+  const auto& cl = c.hw.cluster();
+  const sim::Plan rp = sim::resolve_plan(c.plan, cl.world(), cl.gpus_per_node);
+  sim::lowering::OpRecycler recycler;
+  for (auto _ : state) {
+    sim::StepProgram p = sim::lowering::lower_with(c.model, g, rp, sim::Topology{cl.world(), cl.gpus_per_node}, &recycler);
+    benchmark::DoNotOptimize(p.ops.data());
+    sim::lowering::recycle(p, recycler);
+  }
   state.SetItemsProcessed(state.iterations());
   state.SetLabel(case_name(static_cast<int>(state.range(0))));
 }
@@ -99,6 +109,8 @@ void BM_Execute(benchmark::State& state) {
   sim::OpCosts costs = sim::compute_op_costs(prog, cost);
   sim::ExecOptions o = fast_options();
   o.memory_capacity = c.hw.memory_capacity() - c.hw.cuda_context_bytes();
+  sim::Workspace ws;   // the engine reused from one run to the next, as a Simulator does
+  o.workspace = &ws;
   for (auto _ : state) benchmark::DoNotOptimize(sim::execute(prog, costs, o));
   state.SetItemsProcessed(state.iterations());
   state.counters["ops"] = static_cast<double>(prog.ops.size());
@@ -111,6 +123,8 @@ void BM_CostExecute(benchmark::State& state) {
   sim::StepProgram prog = lower_case(c, graph_of(c));
   sim::ExecOptions o = fast_options();
   o.memory_capacity = c.hw.memory_capacity() - c.hw.cuda_context_bytes();
+  sim::Workspace ws;
+  o.workspace = &ws;
   for (auto _ : state) {
     sim::ProfileCostModel cost(c.hw);
     benchmark::DoNotOptimize(sim::execute(prog, cost, o));
@@ -124,7 +138,8 @@ void BM_Simulate(benchmark::State& state) {
   sim::SimOptions o;
   o.record_trace = false;
   o.record_memory_timeline = false;
-  for (auto _ : state) benchmark::DoNotOptimize(sim::simulate(c.model, c.hw, c.plan, o));
+  sim::Simulator simulator;   // as a planner thread keeps one
+  for (auto _ : state) benchmark::DoNotOptimize(simulator.simulate(c.model, c.hw, c.plan, o));
   state.SetItemsProcessed(state.iterations());
   state.SetLabel(case_name(static_cast<int>(state.range(0))));
 }
@@ -149,11 +164,12 @@ int run_steps(const char* arg) {
   sim::SimOptions o;
   o.record_trace = false;
   o.record_memory_timeline = false;
-  for (int i = 0; i < 2; ++i) benchmark::DoNotOptimize(sim::simulate(c.model, c.hw, c.plan, o));
+  sim::Simulator simulator;
+  for (int i = 0; i < 2; ++i) benchmark::DoNotOptimize(simulator.simulate(c.model, c.hw, c.plan, o));
 #ifdef FSDPSIM_HAVE_CALLGRIND_H
   CALLGRIND_TOGGLE_COLLECT;
 #endif
-  for (int i = 0; i < n; ++i) benchmark::DoNotOptimize(sim::simulate(c.model, c.hw, c.plan, o));
+  for (int i = 0; i < n; ++i) benchmark::DoNotOptimize(simulator.simulate(c.model, c.hw, c.plan, o));
 #ifdef FSDPSIM_HAVE_CALLGRIND_H
   CALLGRIND_TOGGLE_COLLECT;
 #endif

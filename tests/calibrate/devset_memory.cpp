@@ -38,54 +38,91 @@ struct Mapping {
   const char* summary;   // short plan summary for the row
   const char* assumes;   // every assumption beyond the record
   const char* skip;      // non-null: skipped, with this reason
+  std::int64_t lora_params = 0;   // > 0: trainable_fraction = lora_params / the zoo model's total parameters
 };
 
-// litgpt finetune/lora.py (Fabric FSDPStrategy): FSDP1 FULL_SHARD, activation checkpointing of every
-// Block, precision bf16-true (params, reduce and master weights bf16), AdamW; LoRA trainable parameters
-// 4,194,304 (Llama-2-7B), 6,553,600 (Llama-2-13B); trainable_fraction = count / total parameters (filled
-// in below from the zoo's exact count). Figure: torch.cuda.max_memory_allocated()/1e9 over the whole run.
-#define LITGPT_PLAN(MB, SEQ)                                                                                     \
+// litgpt finetune/lora.py at lit-gpt 8641822 (the commit resource-tables.md names), Lightning pinned at
+// 71aed751 by its requirements.txt, PyTorch 2.1.0:
+//  - FSDPStrategy(auto_wrap_policy={Block}, activation_checkpointing_policy={Block}, state_dict_type="full",
+//    limit_all_gathers=True, cpu_offload=False): FSDP1 FULL_SHARD, use_orig_params=True (Fabric's default on
+//    torch >= 2.0), full AC per Block, precision bf16-true (params, reduce and master weights bf16), AdamW;
+//  - batch_size 128, gradient_accumulation_iters = batch_size // micro_batch_size, every micro-batch but the
+//    last of an optimizer step under fabric.no_backward_sync(model) -> FullyShardedDataParallel.no_sync():
+//    grad_accum = 128 / micro_batch, grad_sync false (the unsharded flat grads are kept across the
+//    micro-batches, M12; with use_orig_params a Block's flat grad is full size although only its LoRA
+//    tensors train, M13);
+//  - lora_head False and mark_only_lora_as_trainable: the root unit (wte, ln_f, lm_head) has no trainable
+//    tensor, so its FlatParameter does not require grad: frozen_units ["root"];
+//  - LoRA trainable parameters 4,194,304 (Llama-2-7B), 6,553,600 (Llama-2-13B): trainable_fraction =
+//    count / total parameters (from the zoo's exact count).
+// Figure: torch.cuda.max_memory_allocated()/1e9 printed after train(), a maximum over the whole run.
+#define LITGPT_PLAN(MB, SEQ, GA)                                                                                 \
   R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","activation_checkpointing":"full","implementation":"litgpt",)" \
   R"("param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16","optimizer":"adamw","micro_batch":)" #MB \
-  R"(,"seq_len":)" #SEQ "}"
+  R"(,"seq_len":)" #SEQ R"(,"grad_accum":)" #GA R"(,"grad_sync":false,"frozen_units":["root"]})"
 const char* kLitgptAssumes =
-    "litgpt finetune/lora.py: FSDP1 FULL_SHARD, full AC per Block, bf16-true, AdamW; seq_len = longest alpaca sample "
-    "for the Llama-2 tokenizer (1304; the whole-run peak is reached on the longest padded batch); figure = "
-    "max_memory_allocated/1e9 over the whole run -> max(first, steady) peak allocated";
+    "litgpt finetune/lora.py (8641822): FSDP1 FULL_SHARD use_orig_params, full AC per Block, bf16-true, AdamW; "
+    "grad_accum = 128 / micro_batch under fabric.no_backward_sync -> FSDP no_sync (unsharded flat grads of every "
+    "Block kept until the last micro-batch); root (wte, ln_f, lm_head) frozen (lora_head False); seq_len = longest "
+    "alpaca sample for the Llama-2 tokenizer (1304) for every micro-batch (only the first micro-batch is forced to "
+    "it: later ones are random alpaca batches, shorter: activations over-predicted, more with larger micro-batches); "
+    "figure = max_memory_allocated/1e9 over the whole run -> max(first, steady) peak allocated";
 
 // torchtune (2024-09 table: FSDP2, compile; 2024-05: FSDP1), pure bf16, AC per layer, Hugging Face-like
-// modules (implementation "hf"), as devset_published2.cpp. Its "peak memory" column: which statistic
-// (active/allocated vs reserved) is uncertain in the record; compared with peak allocated (torchtune's
-// log_memory_stats prints peak_memory_active / alloc / reserved; the README column is read as
-// allocated), the reserved prediction printed beside it.
+// modules (implementation "hf"). The 2024-09 configs' loss is CEWithChunkedOutputLoss (cross_entropy "chunked",
+// 8 chunks); the 2024-05 recipe (0217d44c) computes CrossEntropyLoss on the whole logits (cross_entropy torch). Its "peak memory" column: which statistic (training.get_memory_stats logs
+// peak_memory_active / alloc / reserved, reset every logged step) is not stated; compared with peak
+// allocated, the reserved prediction printed beside it. LoRA (both tables): lora_attn_modules q_proj, k_proj,
+// v_proj, rank 16, no MLP / output LoRA (recipes/configs/llama2/70B_lora.yaml at 0217d44c,
+// llama3_1/70B_lora.yaml at 30b8519e): 80 x (16 x (8192 + 8192) + 2 x 16 x (8192 + 1024)) = 44,564,480
+// trainable parameters (lora_params below; trainable_fraction = count / the zoo's total).
 const Mapping kRows[] = {
     {"gt0448", "llama3-70b", "8xA100-80GB",
      R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
          "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
-         "cpu_offload":true,"optimizer_impl":"fused"})",
+         "cpu_offload":true,"optimizer_impl":"fused","free_logits_before_backward":true,
+         "cross_entropy":"chunked","cross_entropy_chunks":8,
+         "auto_wrap_policy":{"modules":["layers.*","embed_tokens","lm_head"]}})",
      Kind::Allocated, "FSDP2 full-FT cpu_offload AC mb2 s2048 bf16",
-     "Llama 3.1 70B as llama3-70b; A100 80GB (record: assumed); packed 2048; CPU offload of params, grads, optimizer "
-     "(fused AdamW on CPU); figure read as peak allocated in GiB",
+     "Llama 3.1 70B as llama3-70b; A100 80GB (record: assumed); packed 2048 (README note); llama3_1/70B_full.yaml "
+     "(30b8519): fsdp_cpu_offload (params, grads, optimizer on CPU; fused AdamW on CPU), custom_sharded_layers "
+     "tok_embeddings and output -> their own FSDP units (layers.*, embed_tokens, lm_head); full_finetune_distributed.py "
+     "`del logits` before backward; loss CEWithChunkedOutputLoss (num_output_chunks 8, set_num_output_chunks -> "
+     "TransformerDecoder.chunked_output) -> cross_entropy chunked, 8 chunks; approximate: compile_loss compiles "
+     "compute_cross_entropy, modelled as eager (fp32 copy and log-softmax per chunk), and the output unit, called "
+     "once per chunk by chunked_output (an FSDP2 unshard and reduce-scatter per call), modelled as called once; "
+     "figure read as peak allocated in GiB",
      nullptr},
     {"gt0449", "llama3-70b", "8xA100-80GB",
      R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
          "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
-         "trainable_fraction":0.0012})",
+         "optimizer_impl":"fused","free_logits_before_backward":true,"frozen_units":["root"],
+         "cross_entropy":"chunked","cross_entropy_chunks":8,
+         "trainable_fraction":0.0006})",   // trainable_fraction: replaced by lora_params / total
      Kind::Allocated, "FSDP2 LoRA AC mb2 s2048 bf16",
-     "Llama 3.1 70B as llama3-70b; A100 80GB (assumed); packed 2048; LoRA trainable_fraction 0.0012 (r=8 on q,v, as "
-     "devset_published2); figure read as peak allocated in GiB",
-     nullptr},
+     "Llama 3.1 70B as llama3-70b; A100 80GB (assumed); packed 2048 (README note); llama3_1/70B_lora.yaml (30b8519): "
+     "LoRA r16 on q,k,v, fused AdamW; layers.* sharded, root (embedding, norm, output) frozen and kept unsharded "
+     "after forward (FSDP2 root); lora_finetune_distributed.py `del logits` before backward; loss "
+     "CEWithChunkedOutputLoss (8 chunks) -> cross_entropy chunked, 8 chunks (the frozen output: no weight "
+     "gradient); approximate: the compiled compute_cross_entropy modelled as eager; figure read as peak allocated "
+     "in GiB",
+     nullptr, 44564480},
     {"gt0450", "", "", "", Kind::Allocated, "", "", "QLoRA (4-bit NF4 base weights) is not modelled"},
     {"gt0451", "", "", "", Kind::Allocated, "", "", "RTX 4090 24GB: no built-in GPU profile / cluster"},
     {"gt0452", "", "", "", Kind::Allocated, "", "", "RTX 4090 24GB: no built-in GPU profile / cluster"},
     {"gt0453", "llama2-70b", "8xA100-80GB",
-     R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","micro_batch":4,"seq_len":4096,"activation_checkpointing":"full",
+     R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","micro_batch":4,"seq_len":512,"activation_checkpointing":"full",
          "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
-         "trainable_fraction":0.0012})",
-     Kind::Allocated, "FSDP1 LoRA AC mb4 s4096 bf16",
-     "A100 80GB (assumed); seq_len = the record's max_seq_len 4096 although alpaca is unpacked (real batches are "
-     "shorter: activations are over-predicted); LoRA fraction 0.0012 as gt0449; figure read as peak allocated in GB",
-     nullptr},
+         "use_orig_params":false,"frozen_units":["root"],"trainable_fraction":0.0006})",   // replaced by lora_params / total
+     Kind::Allocated, "FSDP1 LoRA AC mb4 s512 bf16",
+     "A100 80GB (assumed); lora_finetune_distributed.py (0217d44c): FSDP1 FULL_SHARD with FSDP's default "
+     "use_orig_params=False, lora_fsdp_wrap_policy wraps every LoRA A/B linear in its own unit -> the frozen flat "
+     "params get no gradient (use_orig_params false: gradients of the trainable fraction only; root frozen); "
+     "llama2/70B_lora.yaml: LoRA r16 on q,k,v; batch_size 4 per the README row; seq_len 512 = alpaca_dataset's "
+     "default max_seq_len (torchtune/datasets/_alpaca.py, not overridden by the config; unpacked, padded to the "
+     "batch's longest, so at most 512; the README's 'Seq Length = 4096' is not reachable with alpaca); figure read "
+     "as peak allocated in GB (get_memory_stats divides by 1e9 at this commit)",
+     nullptr, 44564480},
     {"gt0454", "", "", "", Kind::Allocated, "", "", "PagedAdamW (bitsandbytes) optimizer is not modelled"},
     {"gt0483", "", "", "", Kind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
     {"gt0484", "", "", "", Kind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
@@ -103,15 +140,15 @@ const Mapping kRows[] = {
     {"gt0510", "", "", "", Kind::Allocated, "", "", "StableLM Alpha 3B is not in the model zoo"},
     {"gt0511", "", "", "", Kind::Allocated, "", "", "StableLM Alpha 3B is not in the model zoo"},
     {"gt0512", "", "", "", Kind::Allocated, "", "", "StableLM Alpha 3B is not in the model zoo"},
-    {"gt0513", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(1, 1304), Kind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
+    {"gt0513", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(1, 1304, 128), Kind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
      kLitgptAssumes, nullptr},
-    {"gt0514", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(2, 1304), Kind::Allocated, "FSDP1 LoRA AC mb2 s1304 bf16-true",
+    {"gt0514", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(2, 1304, 64), Kind::Allocated, "FSDP1 LoRA AC mb2 s1304 bf16-true",
      kLitgptAssumes, nullptr},
-    {"gt0515", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(4, 1304), Kind::Allocated, "FSDP1 LoRA AC mb4 s1304 bf16-true",
+    {"gt0515", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(4, 1304, 32), Kind::Allocated, "FSDP1 LoRA AC mb4 s1304 bf16-true",
      kLitgptAssumes, nullptr},
-    {"gt0516", "llama2-13b", "2xA100-40GB", LITGPT_PLAN(1, 1304), Kind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
+    {"gt0516", "llama2-13b", "2xA100-40GB", LITGPT_PLAN(1, 1304, 128), Kind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
      kLitgptAssumes, nullptr},
-    {"gt0517", "llama2-13b", "4xA100-40GB", LITGPT_PLAN(1, 1304), Kind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
+    {"gt0517", "llama2-13b", "4xA100-40GB", LITGPT_PLAN(1, 1304, 128), Kind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
      kLitgptAssumes, nullptr},
     {"gt0518", "", "", "", Kind::Allocated, "", "",
      "only a ratio ('3x more memory' than plain FSDP), no absolute per-GPU figure"},
@@ -241,13 +278,16 @@ int main(int argc, char** argv) {
       const models::ModelSpec model = models::load_model(r.model);
       nlohmann::json pj = nlohmann::json::parse(r.plan);
       std::string extra;
+      std::int64_t lora_params = r.lora_params;
       auto lora = kLitgptLora.find(r.model);
-      if (std::string(r.plan).find("\"litgpt\"") != std::string::npos && lora != kLitgptLora.end()) {
+      if (std::string(r.plan).find("\"litgpt\"") != std::string::npos && lora != kLitgptLora.end())
+        lora_params = lora->second;
+      if (lora_params > 0) {
         const double total = static_cast<double>(models::count_params(model).total);
-        pj["trainable_fraction"] = static_cast<double>(lora->second) / total;
+        pj["trainable_fraction"] = static_cast<double>(lora_params) / total;
         char b[160];
         std::snprintf(b, sizeof b, "; LoRA %lld trainable of %.0f -> trainable_fraction %.6f",
-                      static_cast<long long>(lora->second), total, static_cast<double>(lora->second) / total);
+                      static_cast<long long>(lora_params), total, static_cast<double>(lora_params) / total);
         extra = b;
       }
       sim::Plan plan = sim::resolve_plan(sim::load_plan(pj.dump()), c.world(), c.gpus_per_node);

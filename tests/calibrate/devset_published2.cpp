@@ -38,14 +38,16 @@ const Mapping kRows[] = {
     {"gt0448", "llama3-70b", "8xA100-80GB",
      R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
          "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
-         "cpu_offload":true,"optimizer_impl":"fused"})",
-     "Llama 3.1 70B as llama3-70b; packed sequences of 2048; CPU offload of params, grads and optimizer (fused AdamW on the CPU)"},
+         "cpu_offload":true,"optimizer_impl":"fused","cross_entropy":"chunked","cross_entropy_chunks":8})",
+     "Llama 3.1 70B as llama3-70b; packed sequences of 2048; CPU offload of params, grads and optimizer (fused AdamW on the CPU); "
+     "CEWithChunkedOutputLoss with 8 output chunks (cross_entropy chunked: memory only, the same kernels)"},
     {"gt0449", "llama3-70b", "8xA100-80GB",
      R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
          "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
-         "trainable_fraction":0.0012})",
+         "trainable_fraction":0.0012,"cross_entropy":"chunked","cross_entropy_chunks":8})",
      "LoRA rank 8 on q_proj and v_proj of 80 layers: 80 x 8 x (8192 + 8192 + 8192 + 1024) = 16.4M of 70.6B parameters, "
-     "trainable_fraction 0.0012 (torchtune's llama3_1/70B_lora default targets q, k, v, o: ~2x more, still < 0.3%)"},
+     "trainable_fraction 0.0012 (torchtune's llama3_1/70B_lora default targets q, k, v, o: ~2x more, still < 0.3%); "
+     "CEWithChunkedOutputLoss as gt0448"},
     {"gt0453", "llama2-70b", "8xA100-80GB",
      R"({"fsdp_version":1,"micro_batch":4,"seq_len":4096,"activation_checkpointing":"full","implementation":"hf",
          "param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16","trainable_fraction":0.0012})",

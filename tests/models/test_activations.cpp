@@ -98,6 +98,12 @@ TEST(Activations, LogitsBytesPerLossImplementation) {
   EXPECT_EQ(logits_bytes(m, 1, 4096, Dtype::BF16, LossImpl::Fused), tv * 2 + t * 4);
   EXPECT_EQ(logits_peak_bytes(m, 1, 4096, Dtype::BF16, LossImpl::Fused), tv * 2 + t * 4 + tv * 2);
   EXPECT_EQ(logits_bytes(m, 1, 4096, Dtype::BF16, LossImpl::FusedLinear), t * 4096 * 2 + t * 4);
+  // torchtune's chunked output: the same bytes as torch at the forward's end, one chunk's fp32 copy on top
+  // (8 chunks of 512 positions; 3 chunks of ceil(4096 / 3) = 1366 positions; fp32 logits: no copy)
+  EXPECT_EQ(logits_bytes(m, 1, 4096, Dtype::BF16, LossImpl::Chunked), tv * 6);
+  EXPECT_EQ(logits_peak_bytes(m, 1, 4096, Dtype::BF16, LossImpl::Chunked), tv * 6 + 512 * 128256 * 4);
+  EXPECT_EQ(logits_peak_bytes(m, 2, 4096, Dtype::BF16, LossImpl::Chunked, 3), 2 * tv * 6 + 2 * 1366 * 128256 * 4);
+  EXPECT_EQ(logits_peak_bytes(m, 1, 4096, Dtype::FP32, LossImpl::Chunked), tv * 8);
   // Liger's chunking: ceil(128256 / 4096) = 32 chunks of ceil(4096 / 32) = 128 tokens, fp32 logits.
   EXPECT_EQ(logits_peak_bytes(m, 1, 4096, Dtype::BF16, LossImpl::FusedLinear), t * 4096 * 2 + t * 4 + 128 * 128256 * 4);
   EXPECT_EQ(loss_impl_name(LossImpl::FusedLinear), "fused_linear");

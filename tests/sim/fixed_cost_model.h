@@ -6,6 +6,7 @@
 //                           a compute op with an empty shared kernel list (it runs no kernel)
 //   CPU issue time of op  = cpu_issue_ns + cpu_hooks * cpu_hook_ns + kernel_launches * cpu_launch_ns
 //   overlap slowdown      = slowdown (compute multiplier while any collective runs)
+//   launch queue depth    = launch_queue_depth (kernels per stream before a launch blocks the CPU)
 //
 // Usage:
 //   FixedCosts c;  c.forward_ns = 100;  c.all_gather_ns = 50;  c.cpu_issue_ns = 10;
@@ -46,6 +47,7 @@ struct FixedCosts {
   TimeNs cpu_hook_ns = 0;          // per Op::cpu_hooks
   TimeNs cpu_launch_ns = 0;        // per Op::kernel_launches
   double slowdown = 1.0;
+  int launch_queue_depth = calibrate::kDefaultLaunchQueueDepth;   // 0 = unbounded
   // Per-op overrides of the GPU time, indexed by op id (-1 or out of range = use the rules above).
   std::vector<TimeNs> by_op;
 };
@@ -82,6 +84,7 @@ class FixedCostModel : public CostModel {
     return c_.cpu_issue_ns + op.cpu_hooks * c_.cpu_hook_ns + op.kernel_launches * c_.cpu_launch_ns;
   }
   double overlap_slowdown() const override { return c_.slowdown; }
+  int launch_queue_depth() const override { return c_.launch_queue_depth; }
 
  private:
   static TimeNs per_byte(Bytes b, double ns_per_byte) {

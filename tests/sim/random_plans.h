@@ -86,7 +86,7 @@ inline std::string random_plan(std::mt19937& rng, int gpus, int gpus_per_node) {
   if (w == 1) j["auto_wrap_policy"] = {{"min_num_params", 100000000LL * pick(1, 8)}};
   if (w == 2) j["auto_wrap_policy"] = "none";
   if (w == 3) j["auto_wrap_policy"] = {{"modules", {"layers.*", "embed_tokens", "lm_head"}}};
-  if (pick(0, 3) == 0) j["cross_entropy"] = one({"fused", "fused_linear"});
+  if (pick(0, 3) == 0) j["cross_entropy"] = one({"fused", "fused_linear", "chunked"});
   const int conf = pick(0, 7);   // PYTORCH_CUDA_ALLOC_CONF
   if (conf == 1) j["alloc_conf"] = "expandable_segments:True";
   if (conf == 2) j["alloc_conf"] = "max_split_size_mb:" + std::to_string(64 * pick(1, 8));

@@ -17,12 +17,25 @@ namespace {
 TEST(CrossEntropy, ParsesEveryValueAndRoundTrips) {
   EXPECT_EQ(parse_plan(nlohmann::json::object()).cross_entropy, models::LossImpl::Torch);
   for (auto [text, impl] : {std::pair{"torch", models::LossImpl::Torch}, std::pair{"fused", models::LossImpl::Fused},
-                            std::pair{"fused_linear", models::LossImpl::FusedLinear}}) {
+                            std::pair{"fused_linear", models::LossImpl::FusedLinear},
+                            std::pair{"chunked", models::LossImpl::Chunked}}) {
     Plan p = parse_plan({{"cross_entropy", text}});
     EXPECT_EQ(p.cross_entropy, impl) << text;
     EXPECT_EQ(plan_to_json(p).at("cross_entropy"), text);
     EXPECT_EQ(parse_plan(plan_to_json(p)).cross_entropy, impl) << text;
+    // the chunk count is written only for the chunked loss (torchtune's default 8)
+    EXPECT_EQ(plan_to_json(p).contains("cross_entropy_chunks"), impl == models::LossImpl::Chunked) << text;
   }
+  Plan c = parse_plan({{"cross_entropy", "chunked"}, {"cross_entropy_chunks", 16}});
+  EXPECT_EQ(c.cross_entropy_chunks, 16);
+  EXPECT_EQ(parse_plan(plan_to_json(c)).cross_entropy_chunks, 16);
+  EXPECT_EQ(parse_plan({{"cross_entropy", "chunked"}}).cross_entropy_chunks, 8);
+}
+
+TEST(CrossEntropy, ChunkCountNeedsTheChunkedLoss) {
+  EXPECT_THROW(parse_plan({{"cross_entropy_chunks", 8}}), InputError);
+  EXPECT_THROW(parse_plan({{"cross_entropy", "torch"}, {"cross_entropy_chunks", 8}}), InputError);
+  EXPECT_THROW(parse_plan({{"cross_entropy", "chunked"}, {"cross_entropy_chunks", 0}}), InputError);
 }
 
 TEST(CrossEntropy, UnknownValueNamesTheField) {
@@ -95,6 +108,31 @@ TEST(CrossEntropy, LitgptChunkedLossByHand) {
     EXPECT_EQ(r.breakdown_at_peak.at("logits"), 6 * seq * Bytes{128256}) << seq;
     EXPECT_EQ(r.peak_allocated_at.kind, "backward") << seq;   // the cat, a loss backward op
   }
+}
+
+// torchtune's chunked output and CEWithChunkedOutputLoss (cross_entropy "chunked", 8 chunks) on llama-1b with
+// full checkpointing at seq 8192, the loop keeping the logits (no `del logits`): the step's peak is the first
+// chunk's loss backward (chunk 7: the engine runs the last chunk's nodes first). By hand, T = 8192, V = 128256,
+// per logit: the bf16 logits chunks (2) + every chunk's saved fp32 log-softmax (4) + chunk 7's nll_loss_backward
+// and _log_softmax_backward_data gradients (2 x 4 / 8 = 1): 7 bytes per logit, where one F.cross_entropy over the
+// whole upcast logits holds 2 + 4 + 4 + 4 = 14. The time does not change (the same kernels: models/kernels.cpp).
+TEST(CrossEntropy, TorchtuneChunkedLossByHand) {
+  const auto model = models::load_model("llama-1b");
+  const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster("8xH100-SXM"));
+  SimOptions o;
+  o.record_trace = false;
+  o.record_memory_timeline = false;
+  const Bytes tv = Bytes{8192} * 128256;
+  Plan torch = resolve_plan(parse_plan({{"seq_len", 8192}, {"activation_checkpointing", "full"}}), 8, 8);
+  Plan chunked = torch;
+  chunked.cross_entropy = models::LossImpl::Chunked;
+  const SimResult t = simulate(model, hw, torch, o);
+  const SimResult c = simulate(model, hw, chunked, o);
+  ASSERT_TRUE(c.breakdown_at_peak.count("logits"));
+  EXPECT_EQ(c.breakdown_at_peak.at("logits"), 7 * tv);
+  EXPECT_EQ(c.peak_allocated_at.kind, "backward");
+  EXPECT_EQ(t.breakdown_at_peak.at("logits"), 14 * tv);
+  EXPECT_EQ(c.step_time_ns, t.step_time_ns);
 }
 
 }  // namespace

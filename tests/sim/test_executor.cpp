@@ -114,6 +114,95 @@ TEST(Executor, CpuBlocksOnCpuWaits) {
   EXPECT_EQ(find_span(r, "AG", "all_gather")->start_ns, 120);
 }
 
+// A launch queue of 2 kernels (sim/executor.cpp "Launch queue"). Five forwards on the compute stream
+// (100 ns each, 1 kernel; f4 launches 3) and an all-gather on its own stream (50 ns) after f2; every issue
+// costs 10 ns; each forward allocates a 100 MiB buffer at issue and frees it with record_stream on itself.
+//   f0 issued [0,10), runs [10,110). f1 issued [10,20) (2 queued), runs [110,210).
+//   f2 at 20: 2 + 1 > 2, blocked until f0 completes at 110; issued [110,120), runs [210,310).
+//   AG at 120: its own stream's queue is empty: issued [120,130), runs [130,180).
+//   f3 at 130: f1, f2 queued: blocked until f1 completes at 210; issued [210,220), runs [310,410).
+//   f4 (3 kernels > 2) at 220 waits for an empty queue, f3's completion at 410: issued [410,420), runs
+//   [420,520).
+// Blocked 90 + 80 + 190 = 360 ns; step 520. Memory: f0 and f1 take a 100 MiB segment each; f2's alloc at 120
+// reuses f0's block (f0 done at 110), f3's at 220 f1's (done at 210), f4's at 420 either: 200 MiB reserved.
+// Unbounded, the CPU issues everything by 60 (f0..f4 at 10, 20, 30, 50, 60; AG at 40), before any forward
+// completes: five segments, 500 MiB, and the step ends at 510.
+StepProgram launch_queue_program(int reuse) {
+  PB b;
+  for (int k = 0; k < 5; ++k) {
+    const int x = b.buffer(100 * kMiB, MemCategory::Activations, PB::kCompute);
+    const int f = b.op(OpKind::Forward, PB::kCompute, {}, "f" + std::to_string(k));
+    b.last().allocs = {x};
+    b.last().frees = {FreeSpec{x, reuse == 0 ? f : -1}};
+    if (k == 4) b.last().kernel_launches = 3;
+    if (k == 2) b.op(OpKind::AllGather, PB::kAllGather, {}, "AG");
+  }
+  return b.p;
+}
+
+TEST(Executor, CpuBlocksOnAFullLaunchQueue) {
+  FixedCosts c;
+  c.cpu_issue_ns = 10;
+  c.forward_ns = 100;
+  c.all_gather_ns = 50;
+  c.launch_queue_depth = 2;
+  const SimResult r = execute(launch_queue_program(0), FixedCostModel(c));
+  EXPECT_EQ(r.step_time_ns, 520);
+  EXPECT_EQ(r.cpu_blocked_ns, 360);
+  EXPECT_EQ(r.compute_ns, 500);
+  EXPECT_EQ(r.comm_ns, 50);
+  EXPECT_EQ(r.exposed_comm_ns, 0);
+  const std::pair<const char*, TimeNs> issued[] = {{"f0", 0}, {"f1", 10}, {"f2", 110}, {"AG", 120}, {"f3", 210}, {"f4", 410}};
+  for (const auto& [name, t] : issued) {
+    const TraceSpan* s = find_span(r, name, "cpu");
+    ASSERT_NE(s, nullptr) << name;
+    EXPECT_EQ(s->start_ns, t) << name;
+    EXPECT_EQ(s->dur_ns, 10) << name;
+  }
+  const std::pair<const char*, TimeNs> ran[] = {{"f0", 10}, {"f1", 110}, {"f2", 210}, {"f3", 310}, {"f4", 420}};
+  for (const auto& [name, t] : ran) {
+    const TraceSpan* s = find_span(r, name, "default");
+    ASSERT_NE(s, nullptr) << name;
+    EXPECT_EQ(s->start_ns, t) << name;
+    EXPECT_EQ(s->dur_ns, 100) << name;
+  }
+  EXPECT_EQ(find_span(r, "AG", "all_gather")->start_ns, 130);
+  const std::pair<const char*, TimeNs> blocked[] = {{"f2", 20}, {"f3", 130}, {"f4", 220}};
+  for (const auto& [name, t] : blocked) {
+    const TraceSpan* s = find_span(r, std::string("launch queue full before ") + name, "cpu");
+    ASSERT_NE(s, nullptr) << name;
+    EXPECT_EQ(s->start_ns, t) << name;
+  }
+  EXPECT_EQ(find_span(r, "launch queue full before f4", "cpu")->dur_ns, 190);
+  EXPECT_EQ(r.peak_allocated, 100 * kMiB);
+  EXPECT_EQ(r.peak_reserved, 200 * kMiB);
+  EXPECT_EQ(r.first_step_peak_reserved, 200 * kMiB);
+
+  // Unbounded (depth 0): the CPU runs ahead and every record_stream'ed block is still pending.
+  c.launch_queue_depth = 0;
+  const SimResult u = execute(launch_queue_program(0), FixedCostModel(c));
+  EXPECT_EQ(u.step_time_ns, 510);
+  EXPECT_EQ(u.cpu_blocked_ns, 0);
+  EXPECT_EQ(find_span(u, "f4", "cpu")->start_ns, 50);
+  EXPECT_EQ(u.peak_reserved, 500 * kMiB);
+
+  // The same timing with memory replayed apart (no record_stream, no timeline: the CPU's tight loop),
+  // with and without the fast-forward; the blocks are reusable at once: one segment.
+  c.launch_queue_depth = 2;
+  for (const bool ff : {false, true}) {
+    ExecOptions o;
+    o.record_trace = false;
+    o.record_memory_timeline = false;
+    o.fast_forward = ff;
+    const SimResult a = execute(launch_queue_program(-1), FixedCostModel(c), o);
+    EXPECT_EQ(a.step_time_ns, 520);
+    EXPECT_EQ(a.cpu_blocked_ns, 360);
+    EXPECT_EQ(a.peak_reserved, 100 * kMiB);
+  }
+  c.launch_queue_depth = -1;
+  EXPECT_THROW(execute(launch_queue_program(0), FixedCostModel(c)), InputError);
+}
+
 TEST(Executor, SlowCpuIssueStarvesTheGpu) {
   PB b;
   for (int i = 0; i < 3; ++i) b.op(OpKind::Forward, PB::kCompute);

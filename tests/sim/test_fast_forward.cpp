@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,23 +31,31 @@ namespace {
 
 using namespace testing;
 
-// Runs `p` with the fast-forward off and on; expects the same result JSON; returns what it did.
+// Runs `p` with the fast-forward off and on; expects the same result JSON; returns what it did. With a
+// memory timeline memory is replayed with the CPU's issues, without one (as simulate() and the planner
+// run) apart where no free waits on the GPU: there the fast-forward also skips while the CPU still
+// issues (sim/executor.cpp "The CPU still issuing"). Both are compared; the stats are the latter's.
 ExecStats same_both_ways(const StepProgram& p, const OpCosts& costs, Bytes capacity, const std::string& what) {
-  ExecOptions off;
-  off.record_trace = false;
-  off.memory_capacity = capacity;
-  off.fast_forward = false;
-  ExecOptions on = off;
-  on.fast_forward = true;
-  ExecStats st_off, st_on;
-  off.stats = &st_off;
-  on.stats = &st_on;
-  const std::string a = sim_result_to_json(execute(p, costs, off)).dump();
-  const std::string b = sim_result_to_json(execute(p, costs, on)).dump();
-  EXPECT_EQ(a, b) << what;
-  EXPECT_EQ(st_off.jumps, 0) << what;
-  EXPECT_LE(st_on.ops_fast_forwarded, static_cast<int>(p.ops.size())) << what;
-  return st_on;
+  ExecStats last;
+  for (const bool timeline : {true, false}) {
+    ExecOptions off;
+    off.record_trace = false;
+    off.record_memory_timeline = timeline;
+    off.memory_capacity = capacity;
+    off.fast_forward = false;
+    ExecOptions on = off;
+    on.fast_forward = true;
+    ExecStats st_off, st_on;
+    off.stats = &st_off;
+    on.stats = &st_on;
+    const std::string a = sim_result_to_json(execute(p, costs, off)).dump();
+    const std::string b = sim_result_to_json(execute(p, costs, on)).dump();
+    EXPECT_EQ(a, b) << what << (timeline ? " (with a memory timeline)" : "");
+    EXPECT_EQ(st_off.jumps, 0) << what;
+    EXPECT_LE(st_on.ops_fast_forwarded, static_cast<int>(p.ops.size())) << what;
+    last = st_on;
+  }
+  return last;
 }
 
 TEST(FastForward, LoweredZooProgramsGiveIdenticalResults) {
@@ -184,20 +193,40 @@ RandomProgram random_program(std::uint32_t seed, bool perturb = true) {
   }
   if (what == 3 && at > 2) b.p.ops[at].cpu_waits.push_back(std::max(0, at - pick(1, 5)));
   RandomProgram out;
-  out.p = std::move(b.p);
   out.costs.gpu_ns = dur;
   out.costs.cpu_ns.assign(dur.size(), d_cpu);
   out.costs.overlap_slowdown = pick(0, 2) == 0 ? 1.0 : 1.0 + 0.25 * pick(1, 4);
+  // Launch queues (drawn after the rest, so the programs above stay those of earlier seeds): the default
+  // depth (never reached here), unbounded, or a few kernels, which the CPU, cheaper than the GPU, fills;
+  // compute ops launch 1-3 kernels; perturbed, one op launches one more, or issues slower.
+  const int depth = pick(0, 3);
+  out.costs.launch_queue_depth = depth == 0 ? calibrate::kDefaultLaunchQueueDepth : depth == 1 ? 0 : pick(1, 8);
+  const int l_fwd = pick(1, 3), l_bwd = pick(1, 3);
+  for (Op& op : b.p.ops) {
+    if (op.kind == OpKind::Forward) op.kernel_launches = l_fwd;
+    if (op.kind == OpKind::Backward) op.kernel_launches = l_bwd;
+  }
+  if (perturb && pick(0, 4) == 0) b.p.ops[pick(0, n - 1)].kernel_launches += 1;
+  // A third of the programs issue their all-gathers slowly (FSDP's hooks), so that the GPU also waits on
+  // the CPU, whose issue times then count (start() reads them), while the queues block it elsewhere.
+  if (pick(0, 2) == 0) {
+    const TimeNs slow = pick(2, 12) * 10;
+    for (int k = 0; k < n; ++k)
+      if (b.p.ops[k].kind == OpKind::AllGather) out.costs.cpu_ns[k] = slow;
+  }
+  if (perturb && pick(0, 3) == 0) out.costs.cpu_ns[pick(0, n - 1)] += pick(1, 40);   // one slower issue
+  out.p = std::move(b.p);
   return out;
 }
 
 TEST(FastForward, RandomBlockProgramsGiveIdenticalResults) {
-  int acted = 0, ops = 0, skipped = 0, broken = 0;
+  int acted = 0, ops = 0, skipped = 0, broken = 0, issuing = 0, queue_bound = 0;
   for (std::uint32_t seed = 1; seed <= 400; ++seed) {
     const RandomProgram rp = random_program(seed);
     validate_program(rp.p);
     const ExecStats st = same_both_ways(rp.p, rp.costs, 0, "seed " + std::to_string(seed));
     if (st.jumps > 0) ++acted;
+    if (st.jumps_while_issuing > 0) ++issuing;
     ops += static_cast<int>(rp.p.ops.size());
     skipped += st.ops_fast_forwarded;
     // Count the perturbations that changed the step, in programs that were still fast-forwarded: the
@@ -206,6 +235,10 @@ TEST(FastForward, RandomBlockProgramsGiveIdenticalResults) {
     ExecOptions off;
     off.record_trace = false;
     off.fast_forward = false;
+    // (the CPU blocked on a launch queue: more than on the rate limiter alone, if any)
+    OpCosts unbounded = rp.costs;
+    unbounded.launch_queue_depth = 0;
+    if (execute(rp.p, rp.costs, off).cpu_blocked_ns > execute(rp.p, unbounded, off).cpu_blocked_ns) ++queue_bound;
     if (st.jumps > 0 && plain.p.ops.size() == rp.p.ops.size() &&
         sim_result_to_json(execute(rp.p, rp.costs, off)).dump() != sim_result_to_json(execute(plain.p, plain.costs, off)).dump())
       ++broken;
@@ -213,6 +246,10 @@ TEST(FastForward, RandomBlockProgramsGiveIdenticalResults) {
   EXPECT_GE(acted, 100);
   EXPECT_GT(skipped, ops / 5);
   EXPECT_GE(broken, 40);
+  std::printf("random block programs: %d of 400 fast-forwarded, %d while the CPU still issued; %d with the CPU "
+              "blocked on a launch queue; %d perturbed and changed\n", acted, issuing, queue_bound, broken);
+  EXPECT_GE(queue_bound, 60);
+  EXPECT_GE(issuing, 30);
 
 }
 

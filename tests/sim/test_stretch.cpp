@@ -172,12 +172,12 @@ TEST(Stretch, ProgramEqualsTheWholeLowering) {
     CompiledProgram got, want;
     OpCosts got_costs, want_costs;
     std::string why;
-    if (!stretched_program(models::load_model(c.model), hw, plan, got, got_costs, &why)) {
+    SimulateStats st;
+    if (!stretched_program(models::load_model(c.model), hw, plan, got, got_costs, &why, &st)) {
       ADD_FAILURE() << "not stretched: " << why;
       continue;
     }
     ++stretched;
-    const SimulateStats& st = last_simulate_stats();
     if (std::getenv("STRETCH_WHY"))
       std::printf("stretched from %d layers, %d micro-batches: %s\n", st.source_layers, st.source_micro_batches,
                   describe(c).c_str());
@@ -230,14 +230,15 @@ TEST(Stretch, RandomProgramsEqualTheWholeLowering) {
     Plan plan;
     CompiledProgram got, want;
     OpCosts got_costs, want_costs;
+    SimulateStats st;
     try {
       plan = parse_plan(nlohmann::json::parse(text));
-      if (!stretched_program(models::load_model(model), hw, plan, got, got_costs)) continue;
+      if (!stretched_program(models::load_model(model), hw, plan, got, got_costs, nullptr, &st)) continue;
     } catch (const InputError&) {
       continue;
     }
     ++compared;
-    if (last_simulate_stats().source_micro_batches < plan.grad_accum) ++mb_stretched;
+    if (st.source_micro_batches < plan.grad_accum) ++mb_stretched;
     whole_program(Case{model, cluster, text}, want, want_costs);
     EXPECT_EQ(first_difference(got, got_costs, want, want_costs), "");
     EXPECT_EQ(runs_not_periodic(got, got_costs), "");
@@ -247,14 +248,19 @@ TEST(Stretch, RandomProgramsEqualTheWholeLowering) {
   std::printf("[ stretch ] %d random programs compared, %d with micro-batches stretched\n", compared, mb_stretched);
 }
 
+// One Simulator for every call, as the planner keeps one per thread: reused storage must not change a result.
 std::string result_or_error(const models::ModelSpec& m, const calibrate::HardwareProfile& hw, const Plan& plan,
-                            bool stretch) {
+                            bool stretch, SimulateStats* stats = nullptr) {
+  static Simulator sim;
   SimOptions o;
   o.record_trace = false;
   o.record_memory_timeline = false;
   o.stretch = stretch;
+  if (stats) *stats = SimulateStats{};
   try {
-    return sim_result_to_json(simulate(m, hw, plan, o)).dump();
+    SimResult r = sim.simulate(m, hw, plan, o);
+    if (stats) *stats = r.simulate_stats;
+    return sim_result_to_json(r).dump();
   } catch (const InputError& e) {
     return std::string("InputError: ") + e.what();
   }
@@ -278,13 +284,14 @@ TEST(Stretch, RandomPlansGiveIdenticalResults) {
       continue;
     }
     const std::string off = result_or_error(m, hw, plan, false);
-    const std::string on = result_or_error(m, hw, plan, true);
+    SimulateStats st;
+    const std::string on = result_or_error(m, hw, plan, true, &st);
     EXPECT_EQ(off, on);
     if (off.rfind("InputError", 0) != 0) ++valid;
-    sources += last_simulate_stats().sources;
-    if (last_simulate_stats().stretched) ++stretched;
+    sources += st.sources;
+    if (st.stretched) ++stretched;
     else if (std::getenv("STRETCH_WHY"))
-      std::printf("refused: %s | %s on %s %s\n", last_simulate_stats().refused.c_str(), model.c_str(), cluster.c_str(),
+      std::printf("refused: %s | %s on %s %s\n", st.refused.c_str(), model.c_str(), cluster.c_str(),
                   text.c_str());
   }
   EXPECT_GE(valid, kPlans / 2);

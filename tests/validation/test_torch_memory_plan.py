@@ -50,6 +50,13 @@ class PlanKeys(FieldAssertions):
         self.assertField({"cpu_offload": {"params": True, "optimizer": False}}, "plan.cpu_offload.optimizer")
         self.assertField({"trainable_fraction": 0}, "plan.trainable_fraction")
         self.assertField({"mesh": [2, 2, 2]}, "plan.mesh")
+        self.assertField({"cross_entropy_chunks": 8}, "plan.cross_entropy_chunks")   # only with "chunked"
+        self.assertField({"cross_entropy": "chunked", "cross_entropy_chunks": 0}, "plan.cross_entropy_chunks")
+
+    def test_chunked_loss_parses(self):
+        p = plans.parse_plan({"cross_entropy": "chunked", "cross_entropy_chunks": 4})
+        self.assertEqual((p.cross_entropy, p.cross_entropy_chunks), ("chunked", 4))
+        self.assertEqual(plans.parse_plan({"cross_entropy": "chunked"}).cross_entropy_chunks, 8)
 
     def test_alloc_conf(self):
         self.assertEqual(plans.parse_alloc_conf("expandable_segments:True, max_split_size_mb:512"),
@@ -72,6 +79,15 @@ class PlanKeys(FieldAssertions):
         self.assertField({"fsdp_version": 1, "module_overrides": {"root": {"reshard_after_forward": False}}},
                          "plan.module_overrides")
         self.assertField({"module_overrides": {"root": {"reshard": False}}}, "plan.module_overrides.root")
+
+    def test_frozen_units(self):
+        units = [{"name": "root"}, {"name": "model.layers.0"}, {"name": "model.layers.1"}]
+        p = resolve({"trainable_fraction": 0.1, "frozen_units": ["root", "model.layers.0", "last_block"]}, units=units)
+        self.assertEqual(p.frozen_units, ["root", "model.layers.0", "last_block"])
+        self.assertField({"trainable_fraction": 0.1, "frozen_units": "root"}, "plan.frozen_units")
+        self.assertField({"trainable_fraction": 0.1, "frozen_units": ["root", 3]}, "plan.frozen_units")
+        self.assertField({"trainable_fraction": 0.1, "frozen_units": ["model.layers.9"]}, "plan.frozen_units", units=units)
+        self.assertField({"frozen_units": ["root"]}, "plan.frozen_units")   # (trainable_fraction 1: nothing to freeze)
 
 
 class Resolve(FieldAssertions):
