@@ -134,7 +134,7 @@ void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) 
     c.rec_kernels[p] = hit->rec[p];
   }
   c.block_bwd = hit->block_bwd;
-  if (!c.trainable.all)
+  if (!c.trainable.all && !c.trainable.lora.on())
     c.notes.push_back("trainable_fraction < 1: whole weight matrices of the blocks train (models/trainable.h: LoRA's "
                       "usual targets first, evenly spaced blocks), everything else is frozen; frozen weights get no "
                       "weight-gradient GEMM and their linears save no input, and nothing before the first trainable "

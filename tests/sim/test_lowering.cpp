@@ -646,6 +646,126 @@ TEST(LoweringFrozen, SavedActivationsGradientsAndStateByHandFsdp1AndFsdp2) {
   }
 }
 
+// plan.frozen_units: a unit whose parameters are all frozen has no gradient. FSDP1's FlatParameter
+// requires grad only if one of its tensors does (the OR in FlatParamHandle._validate_tensors_to_flatten),
+// so even with use_orig_params (M13: full-size flat grads for the units that train) the frozen units get
+// no flat grad, no reduce-scatter and no optimizer state; FSDP2 likewise (per-parameter, D5). By hand,
+// 8 ranks, fp32 reduce/master (the defaults): embedding u1 (64x16 = 1024) and head u4 (64x16 + 16 = 1040)
+// frozen, blocks u2, u3 (16x16 + 16 = 272 each, divisible by 8, no alignment padding) train. The plan's
+// trainable fraction 272/2608 of the whole model is spread over the blocks' 544 parameters: 0.5 each.
+//   FSDP1: sharded grads = 2 blocks x 272/8 x 4 B = 272 B (full flat, M13); optimizer = 2 x ceil(136/8)
+//          x 2 states x 4 B = 272 B.
+//   FSDP2: sharded grads = 2 x llround(34 x 0.5) x 4 B = 136 B (each block's shard: ceil(16/8) x 16 + 2 = 34).
+TEST(LoweringFrozen, FrozenUnitsHaveNoGradientNoReductionNoOptimizerState) {
+  const Shapes blk = {{16, 16}, {16}};
+  auto g = all_wrapped_graph({{64, 16}}, {blk, blk}, {{64, 16}, {16}});
+  ASSERT_EQ(g.total_params, 2608);
+  const std::string f = std::to_string(272.0 / 2608.0);
+  const std::string frozen = R"(, "frozen_units": ["u1", "u4"]})";
+  StepProgram f1 = lower_hand(g, R"({"fsdp_version": 1, "trainable_fraction": )" + f + frozen, 8, 8);
+  EXPECT_EQ(category_bytes(f1, MemCategory::ShardedGrads), 272);
+  EXPECT_EQ(persistent_bytes(f1, MemCategory::OptimizerState), 272);
+  StepProgram f2 = lower_hand(g, R"({"trainable_fraction": )" + f + frozen, 8, 8);
+  EXPECT_EQ(category_bytes(f2, MemCategory::ShardedGrads), 136);
+  for (const StepProgram* p : {&f1, &f2}) {
+    for (int u : {1, 4}) {
+      EXPECT_TRUE(ops_of(*p, OpKind::ReduceScatter, u).empty()) << u;
+      for (const Buffer& b : p->buffers) {
+        if (b.unit != u) continue;
+        EXPECT_TRUE(b.category != MemCategory::UnshardedGrads && b.category != MemCategory::ShardedGrads &&
+                    b.category != MemCategory::OptimizerState)
+            << b.name;
+      }
+    }
+    for (int u : {2, 3}) EXPECT_EQ(ops_of(*p, OpKind::ReduceScatter, u).size(), 1u) << u;
+    expect_well_formed(*p, "frozen_units");
+  }
+  // Without frozen_units the same fraction trains in every unit: FSDP1 then keeps every unit's full flat grad.
+  StepProgram all = lower_hand(g, R"({"fsdp_version": 1, "trainable_fraction": )" + f + "}", 8, 8);
+  EXPECT_EQ(category_bytes(all, MemCategory::ShardedGrads), 2608 / 8 * 4);
+  // A name that is no unit of the graph, or a frozen unit with nothing else trainable: input errors.
+  EXPECT_THROW(lower_hand(g, R"({"trainable_fraction": 0.5, "frozen_units": ["lm_head"]})", 8, 8), InputError);
+  EXPECT_THROW(lower_hand(g, R"({"trainable_fraction": 0.5, "frozen_units": ["u1", "u2", "u3", "u4"]})", 8, 8),
+               InputError);
+}
+
+// plan.lora (issue 19), bytes by hand on the tiny model of the test above (2 blocks, hidden 8, 2 heads of 4, one
+// kv head, ffn 16; bf16 activations, fp32 flat parameters, gradients and optimizer state; T = 4 tokens, 2 ranks), rank-2 adapters on q and v, HF recipe (separate
+// q, k, v). Per block: q: A 2x8 (16), B 8x2 (16); v: A 2x8 (16), B 4x2 (8): 56 adapter parameters, 112 in all.
+//  * FSDP2 (per parameter, dim-0 chunks over 2 ranks): sharded grads = 2 blocks x (1x8 + 4x2 + 1x8 + 2x2 = 28)
+//    x 4 B = 224 B; AdamW 2 states = 448 B; one reduce-scatter per block, none for the frozen root; weight
+//    gradients for the four adapter matrices of each block alone.
+//  * FSDP1 use_orig_params: each block's FlatParameter holds 592 base + 56 adapter elements (every tensor a
+//    multiple of the 4-element alignment; 648 is even): it requires grad, so its whole flat gradient is kept
+//    (M13): 2 x 324 x 4 B = 2592 B; optimizer: the adapters sit before q_proj, at the start of rank 0's shard:
+//    2 x 56 x 2 states x 4 B = 896 B; every view requires grad: 7 base + 4 adapter weight gradients per block.
+//  * FSDP1 without use_orig_params: the adapters in a FlatParameter of their own, the base one frozen:
+//    sharded grads 2 x 28 x 4 B = 224 B, optimizer 448 B, 4 adapter weight gradients per block.
+//  * Saved tensors of block 1 (its input requires grad; the base weights frozen): the frozen block's (the
+//    test above: 896 B) plus what the adapters save: the attention norm's output for both A's (one tensor,
+//    4 x 8 x 2 = 64 B) and each A's 2-wide output for B (4 x 2 x 2 = 16 B, twice): 992 B (v's projection,
+//    saved by the attention, is now the sum base + adapter, of the same size). With dropout > 0, each A
+//    saves its own dropout output (64 B) and the dropout its bool mask (4 x 8 x 1 = 32 B) instead of the
+//    norm output: 992 - 64 + 2 x (64 + 32) = 1120 B.
+TEST(LoweringLora, AdapterBytesSavedTensorsAndGradientsByHand) {
+  models::ModelSpec m = tiny_spec(2);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  const std::string base = R"("implementation": "hf", "micro_batch": 1, "seq_len": 4, "frozen_units": ["root"], )";
+  const std::string lora = R"("lora": {"rank": 2, "targets": ["q", "v"]})";
+  const auto saved_sum = [](const StepProgram& p, int unit) {
+    Bytes s = 0;
+    for (const Op* o : ops_of(p, OpKind::Forward, unit))
+      for (int b : allocs_of(p, *o, MemCategory::Activations))
+        if (p.buffers[b].name.rfind("fwd_tmp", 0) != 0 && p.buffers[b].name.rfind("cublas_ws", 0) != 0)
+          s += p.buffers[b].bytes;
+    return s;
+  };
+  const auto wgrads = [](const StepProgram& p, int unit) {
+    std::vector<std::string> v;
+    for (const Op* o : ops_of(p, OpKind::Backward, unit))
+      for (const auto& k : o->kernel_list())
+        if (k.name.size() > 6 && k.name.compare(k.name.size() - 6, 6, "_wgrad") == 0) v.push_back(k.name);
+    return v;
+  };
+  const auto lower_plan = [&](const std::string& body) {
+    const Plan plan = resolved("{" + base + body + "}", 2, 2);
+    return lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
+  };
+  const std::vector<std::string> adapters = {"q_proj.lora_b_wgrad", "q_proj.lora_a_wgrad", "v_proj.lora_b_wgrad",
+                                             "v_proj.lora_a_wgrad"};
+
+  const StepProgram f2 = lower_plan(lora);
+  expect_well_formed(f2, "fsdp2 lora");
+  EXPECT_EQ(category_bytes(f2, MemCategory::ShardedGrads), 224);
+  EXPECT_EQ(persistent_bytes(f2, MemCategory::OptimizerState), 448);
+  EXPECT_EQ(ops_of(f2, OpKind::ReduceScatter).size(), 2u);
+  EXPECT_TRUE(ops_of(f2, OpKind::ReduceScatter, 0).empty());
+  EXPECT_EQ(wgrads(f2, 1), adapters);
+  EXPECT_EQ(wgrads(f2, 2), adapters);
+  EXPECT_TRUE(wgrads(f2, 0).empty());
+  EXPECT_EQ(saved_sum(f2, 2), 992);
+  const StepProgram f2d = lower_plan(R"("lora": {"rank": 2, "targets": ["q", "v"], "dropout": 0.1})");
+  EXPECT_EQ(saved_sum(f2d, 2), 1120);
+
+  const StepProgram f1 = lower_plan(R"("fsdp_version": 1, )" + lora);
+  expect_well_formed(f1, "fsdp1 lora");
+  EXPECT_EQ(category_bytes(f1, MemCategory::ShardedGrads), 2 * 324 * 4);
+  EXPECT_EQ(persistent_bytes(f1, MemCategory::OptimizerState), 2 * 56 * 2 * 4);
+  EXPECT_EQ(wgrads(f1, 1).size(), 11u);
+  EXPECT_EQ(wgrads(f1, 2).size(), 11u);
+  EXPECT_TRUE(wgrads(f1, 0).empty());
+
+  const StepProgram f1n = lower_plan(R"("fsdp_version": 1, "use_orig_params": false, )" + lora);
+  expect_well_formed(f1n, "fsdp1 lora no use_orig_params");
+  EXPECT_EQ(category_bytes(f1n, MemCategory::ShardedGrads), 2 * 28 * 4);
+  EXPECT_EQ(persistent_bytes(f1n, MemCategory::OptimizerState), 2 * 28 * 2 * 4);
+  EXPECT_EQ(wgrads(f1n, 1), adapters);
+
+  // A rank above an adapted matrix's smaller side (v: 4 x 8), a gate on this gated MLP is fine, "mlp" too.
+  EXPECT_THROW(lower_plan(R"("lora": {"rank": 5, "targets": ["v"]})"), InputError);
+  EXPECT_NO_THROW(lower_plan(R"("lora": {"rank": 2, "targets": ["mlp", "o", "k"]})"));
+}
+
 // cuBLAS workspaces (aten/src/ATen/cuda/CublasHandlePool.cpp): one per (handle, stream), handles per
 // thread: the forward's GEMMs (Python thread) and the backward's (autograd engine thread) each create one
 // on the compute stream at their first GEMM, kept for the process. By hand, a 2-block model with full
@@ -711,6 +831,125 @@ TEST(LoweringLoss, FusedLinearKeepsTheHeadWeightGradientFromItsForward) {
   EXPECT_EQ(found, 1);
   StepProgram frozen = lower_hand(g, R"({"cross_entropy": "fused_linear", "trainable_fraction": 0.5})", 8, 8);
   for (const Buffer& b : frozen.buffers) EXPECT_EQ(b.name.find("flce_wgrad"), std::string::npos);
+}
+
+// The Logits bytes alive at each op, in issue order (allocations count before the op's frees: the op's peak),
+// with the op's name and kind.
+struct LiveAt {
+  std::string name;
+  OpKind kind;
+  Bytes peak, after;
+};
+std::vector<LiveAt> logits_live(const StepProgram& p) {
+  std::vector<LiveAt> r;
+  Bytes live = 0;
+  for (const Op& o : p.ops) {
+    live += alloc_bytes(p, o, MemCategory::Logits);
+    const Bytes peak = live;
+    for (const FreeSpec& f : frees_of(p, o, MemCategory::Logits)) live -= p.buffers[f.buffer].bytes;
+    r.push_back({o.name, o.kind, peak, live});
+  }
+  return r;
+}
+
+// torchtune's chunked output and CEWithChunkedOutputLoss (cross_entropy "chunked", LossMemory::chunked_output),
+// counted by hand on the 2-block hand model: V = 64, C = 16, bf16, micro_batch 2 x seq_len 16 = 32 tokens
+// (T x V = 2048 logits), 8 chunks of 2 positions = 4 rows each. Per chunk: the bf16 logits 4 x 64 x 2 = 512 B;
+// the fp32 copy, the saved log-probabilities and both loss-backward gradients 4 x 64 x 4 = 1024 B each; the
+// chunk input's gradient 4 x 16 x 2 = 128 B; the head weight's gradient 64 x 16 x 2 = 2048 B. Logits bytes:
+//   head forward          the 8 logits chunks: 4096
+//   loss forward, chunk i + copy + log-probs, the copy freed: at chunk 7 4096 + 7 x 1024 + 2 x 1024 = 13312;
+//                         `del logits` leaves the 8 log-probs: 8192
+//   loss backward         chunk 7 first: + nll grad + log_softmax grad = 10240 (5 bytes per logit), then - nll
+//                         grad - its log-probs, + its bf16 gradient - the fp32 one = 7680; chunk 6 peaks at
+//                         7680 + 2048 = 9728, each next chunk 512 lower (one more bf16 gradient, one fewer
+//                         log-probs): 10240, 9728, ..., 6656; at the end the 8 bf16 gradients: 4096
+//   head backward         chunk 7 first, each frees its 512: 0; chunks 6..0 each add the weight gradient
+//                         (2048, freed at once) to the unit's .grad; the split's cat frees the 8 input gradients.
+// F.cross_entropy over the whole fp32 logits (cross_entropy "torch") holds 12 bytes per logit at the start of
+// its backward (log-probs + nll grad + log_softmax grad): 24576.
+TEST(LoweringLoss, ChunkedOutputLossByHand) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  const std::string base = R"({"micro_batch": 2, "seq_len": 16, "free_logits_before_backward": true, )";
+  StepProgram p = lower_hand(g, base + R"("cross_entropy": "chunked"})", 8, 8);
+  expect_well_formed(p, "chunked");
+  const std::vector<LiveAt> live = logits_live(p);
+  Bytes fwd_peak = 0, fwd_end = 0, end_of_loss_bwd = -1;
+  std::vector<Bytes> ce_bwd;
+  int head_chunks = 0, splits = 0;
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    const LiveAt& l = live[i];
+    const Op& o = p.ops[i];
+    if (o.micro_batch != 0) continue;
+    if (l.kind == OpKind::Forward) {
+      fwd_peak = std::max(fwd_peak, l.peak);
+      fwd_end = l.after;
+    }
+    if (l.name.find("ce bwd") != std::string::npos) ce_bwd.push_back(l.peak);
+    if (l.name.find("upcast bwd") != std::string::npos) end_of_loss_bwd = l.after;
+    if (l.name.find("head bwd") != std::string::npos) {
+      ++head_chunks;
+      EXPECT_EQ(alloc_bytes(p, o, MemCategory::Activations), 128);   // the chunk input's gradient
+      EXPECT_EQ(alloc_bytes(p, o, MemCategory::UnshardedGrads), head_chunks == 1 ? 0 : 2048) << head_chunks;
+      EXPECT_EQ(l.peak - l.after, 512);                              // its bf16 logits gradient dies
+    }
+    if (l.name.find("split bwd") != std::string::npos) {
+      ++splits;
+      Bytes freed = 0;
+      for (const FreeSpec& f : frees_of(p, o, MemCategory::Activations))
+        if (p.buffers[f.buffer].name.find("in_grad") != std::string::npos) freed += p.buffers[f.buffer].bytes;
+      EXPECT_EQ(freed, 8 * 128);
+      EXPECT_EQ(l.after, 0);
+    }
+  }
+  EXPECT_EQ(fwd_peak, 13312);
+  EXPECT_EQ(fwd_end, 8192);
+  EXPECT_EQ(ce_bwd, (std::vector<Bytes>{10240, 9728, 9216, 8704, 8192, 7680, 7168, 6656}));
+  EXPECT_EQ(end_of_loss_bwd, 4096);
+  EXPECT_EQ(head_chunks, 8);
+  EXPECT_EQ(splits, 1);
+
+  // The loop keeps the logits (no `del logits`): 4096 more until the head's backward op frees them.
+  StepProgram kept = lower_hand(g, R"({"micro_batch": 2, "seq_len": 16, "cross_entropy": "chunked"})", 8, 8);
+  expect_well_formed(kept, "chunked, logits kept");
+  Bytes kept_bwd = 0;
+  for (const LiveAt& l : logits_live(kept))
+    if (l.name.find("ce bwd") != std::string::npos) kept_bwd = std::max(kept_bwd, l.peak);
+  EXPECT_EQ(kept_bwd, 10240 + 4096);
+
+  // A frozen head (LoRA: the root frozen) adds no weight gradient.
+  const auto wgrad_tmps = [](const StepProgram& q) {
+    int n = 0;
+    for (const Buffer& b : q.buffers) n += b.name.find("wgrad_tmp") != std::string::npos;
+    return n;
+  };
+  EXPECT_EQ(wgrad_tmps(p), 7);
+  StepProgram lora = lower_hand(
+      g, base + R"("cross_entropy": "chunked", "trainable_fraction": 0.5, "frozen_units": ["root"]})", 8, 8);
+  expect_well_formed(lora, "chunked, frozen head");
+  EXPECT_EQ(wgrad_tmps(lora), 0);
+
+  // seq_len 13: torch.chunk(8) gives ceil(13 / 8) = 2 positions per chunk, 7 chunks (the last of 1 position:
+  // 2 rows). Forward peak: 6 x 512 + 256 + 6 x 1024 (log-probs 0..5) + 2 x 512 (chunk 6's copy and log-probs)
+  // = 3328 + 6144 + 1024 = 10496.
+  StepProgram odd = lower_hand(g, R"({"micro_batch": 2, "seq_len": 13, "free_logits_before_backward": true, )"
+                                  R"("cross_entropy": "chunked"})", 8, 8);
+  expect_well_formed(odd, "chunked, seq 13");
+  Bytes odd_peak = 0;
+  int odd_chunks = 0;
+  for (const LiveAt& l : logits_live(odd)) {
+    if (l.kind == OpKind::Forward) odd_peak = std::max(odd_peak, l.peak);
+    if (l.name.find("ce chunk") != std::string::npos) ++odd_chunks;
+  }
+  EXPECT_EQ(odd_peak, 10496);
+  EXPECT_EQ(odd_chunks, 7);
+
+  // The same step with F.cross_entropy over the whole logits.
+  StepProgram torch = lower_hand(g, base + R"("cross_entropy": "torch"})", 8, 8);
+  Bytes torch_bwd = 0;
+  for (const LiveAt& l : logits_live(torch))
+    if (l.kind == OpKind::Backward) torch_bwd = std::max(torch_bwd, l.peak);
+  EXPECT_EQ(torch_bwd, 24576);
 }
 
 TEST(LoweringFacts, StepFactsAndNotes) {

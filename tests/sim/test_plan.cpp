@@ -338,6 +338,18 @@ TEST(PlanParse, ImplementationAndRuntimeKeys) {
   EXPECT_EQ(error_field(R"({"module_overrides": []})"), "plan.module_overrides");
   EXPECT_EQ(resolve_error_field(R"({"fsdp_version": 1, "module_overrides": {"last_block": {"reshard_after_forward": false}}})", 8, 8),
             "plan.module_overrides.last_block.reshard_after_forward");
+  // frozen_units: names kept as given (resolved against the wrap graph when lowering); they need the
+  // whole model's trainable fraction below 1.
+  EXPECT_TRUE(d.frozen_units.empty());
+  const Plan fz = parse(R"({"trainable_fraction": 0.01, "frozen_units": ["root", "model.embed_tokens"]})");
+  ASSERT_EQ(fz.frozen_units.size(), 2u);
+  EXPECT_EQ(fz.frozen_units[1], "model.embed_tokens");
+  EXPECT_EQ(plan_to_json(fz)["frozen_units"], nlohmann::json::array({"root", "model.embed_tokens"}));
+  EXPECT_EQ(parse(plan_to_json(fz).dump()).frozen_units, fz.frozen_units);
+  EXPECT_EQ(error_field(R"({"frozen_units": "root"})"), "plan.frozen_units");
+  EXPECT_EQ(error_field(R"({"frozen_units": [""]})"), "plan.frozen_units");
+  EXPECT_EQ(error_field(R"({"frozen_units": [3]})"), "plan.frozen_units");
+  EXPECT_EQ(resolve_error_field(R"({"frozen_units": ["root"]})", 8, 8), "plan.frozen_units");
   // torchao: the float8 all-gather is a Float8Linear option with tensorwise scaling only.
   EXPECT_EQ(resolve_error_field(R"({"fp8_all_gather": true, "float8": "rowwise"})", 8, 8), "plan.fp8_all_gather");
   EXPECT_EQ(resolve_plan(parse(R"({"fp8_all_gather": true})"), 8, 8).float8, models::Float8Recipe::Tensorwise);
@@ -345,6 +357,44 @@ TEST(PlanParse, ImplementationAndRuntimeKeys) {
 
   nlohmann::json j = plan_to_json(resolve_plan(p, 8, 8));
   EXPECT_EQ(plan_to_json(resolve_plan(parse_plan(j), 8, 8)), j);
+}
+
+}  // namespace
+}  // namespace fsdpsim::sim
+
+namespace fsdpsim::sim {
+namespace {
+
+// plan.lora: read, canonical targets ("mlp" = gate, up, down, in the fixed order), written back; bad input
+// names the field (exit 2 through InputError).
+TEST(PlanParse, LoraKeyAndItsErrors) {
+  const Plan p = parse(R"({"lora": {"rank": 16, "targets": ["v", "mlp", "q"], "dropout": 0.05}})");
+  EXPECT_EQ(p.lora.rank, 16);
+  EXPECT_EQ(p.lora.targets, (std::vector<std::string>{"q", "v", "gate", "up", "down"}));
+  EXPECT_DOUBLE_EQ(p.lora.dropout, 0.05);
+  EXPECT_EQ(parse_plan(plan_to_json(p)).lora, p.lora);
+  EXPECT_FALSE(parse("{}").lora.on());
+  EXPECT_EQ(error_field(R"({"lora": 16})"), "plan.lora");
+  EXPECT_EQ(error_field(R"({"lora": {"targets": ["q"]}})"), "plan.lora.rank");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 0, "targets": ["q"]}})"), "plan.lora.rank");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 1000000, "targets": ["q"]}})"), "plan.lora.rank");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8}})"), "plan.lora.targets");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": []}})"), "plan.lora.targets");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q", "qkv_proj"]}})"), "plan.lora.targets");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q"], "dropout": 1.0}})"), "plan.lora.dropout");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q"], "alpha": 16}})"), "plan.lora.alpha");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q"]}, "trainable_fraction": 0.1})"),
+            "plan.trainable_fraction");
+  try {
+    parse(R"({"lora": {"rank": 8, "targets": ["q", "qkv_proj"]}})");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("qkv_proj"), std::string::npos) << e.what();
+  }
+  // frozen_units with lora needs no trainable_fraction; lora on the bundled runtime is refused
+  EXPECT_EQ(resolve_error_field(R"({"lora": {"rank": 8, "targets": ["q"]}, "frozen_units": ["root"]})", 8, 8), "");
+  EXPECT_EQ(resolve_error_field(R"({"lora": {"rank": 8, "targets": ["q"]}, "implementation": "runtime"})", 8, 8),
+            "plan.lora");
 }
 
 }  // namespace
