@@ -17,7 +17,7 @@ struct ImplOptions {
   ModelImpl impl = ModelImpl::HF;
   bool compile = false;                         // torch.compile (inductor) on each block
   Float8Recipe float8 = Float8Recipe::None;     // torchao Float8Linear on the block's nn.Linear layers
-  LoraShape lora;                               // LoRA adapters (models/trainable.h)
+  LoraShape lora{};                             // LoRA adapters (models/trainable.h)
 };
 
 struct SavedTensor {

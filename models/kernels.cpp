@@ -110,12 +110,15 @@ void KernelBuilder::adapter(const std::string& name, Weight base, std::int64_t o
     else if (!x.is_a && !bm) bm = &x;
   }
   if (!a || !bm) return;
-  const std::int64_t r = a->rows, in = a->cols, width = bm->rows;
+  // (litgpt's B is a grouped conv1d, and with grouped-query attention one conv1d per enabled part then a cat,
+  // LoRAQKVLinear.conv1d: modelled as one GEMM of the same FLOPs; the scaling and the sum as two eager kernels)
+  // r: A's rows (litgpt's fused A: rank x parts); rb: B's columns (the rank: each output sees its part's rank)
+  const std::int64_t r = a->rows, rb = bm->cols, in = a->cols, width = bm->rows;
   const bool pad = width < outf;   // litgpt's zero_pad of the enabled q/k/v parts to the fused width
   if (!backward) {
     if (opt.lora.dropout) elementwise(name + ".lora_dropout", T * in * (2 * e + 1), MemoryClass::Copy);  // x -> out, mask
     gemm(name + ".lora_a", T, r, in, 1, dtype);
-    gemm(name + ".lora_b", T, width, r, 1, dtype);
+    gemm(name + ".lora_b", T, width, rb, 1, dtype);
     if (pad) elementwise(name + ".lora_pad", T * (width + outf) * e, MemoryClass::Copy);
     elementwise(name + ".lora_scale", 2 * T * outf * e, MemoryClass::Copy);
     elementwise(name + ".lora_add", 3 * T * outf * e, MemoryClass::Residual);
@@ -125,8 +128,8 @@ void KernelBuilder::adapter(const std::string& name, Weight base, std::int64_t o
   if (!wgrad && !in_rg) return;
   elementwise(name + ".lora_scale_bwd", 2 * T * outf * e, MemoryClass::Copy);
   if (pad) elementwise(name + ".lora_pad_bwd", T * (width + outf) * e, MemoryClass::Copy);   // index_select
-  gemm(name + ".lora_b_dgrad", T, r, width, 1, dtype);
-  if (wgrad) gemm(name + ".lora_b_wgrad", width, r, T, 1, dtype);
+  gemm(name + ".lora_b_dgrad", T, rb, width, 1, dtype);
+  if (wgrad) gemm(name + ".lora_b_wgrad", width, rb, T, 1, dtype);
   if (wgrad) gemm(name + ".lora_a_wgrad", r, in, T, 1, dtype);
   if (!in_rg) return;
   gemm(name + ".lora_a_dgrad", T, in, r, 1, dtype);

@@ -50,7 +50,7 @@ struct KernelOptions {
   bool compile = false;
   Float8Recipe float8 = Float8Recipe::None;
   bool checkpoint_early_stop = true;
-  LoraShape lora;                        // LoRA adapters beside the targeted linears (models/trainable.h)
+  LoraShape lora{};                      // LoRA adapters beside the targeted linears (models/trainable.h)
   bool operator==(const KernelOptions&) const = default;
 };
 

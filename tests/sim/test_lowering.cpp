@@ -761,6 +761,18 @@ TEST(LoweringLora, AdapterBytesSavedTensorsAndGradientsByHand) {
   EXPECT_EQ(persistent_bytes(f1n, MemCategory::OptimizerState), 2 * 28 * 2 * 4);
   EXPECT_EQ(wgrads(f1n, 1), adapters);
 
+  // litgpt's LoRAQKVLinear (lit_gpt/lora.py at 8641822): one A of (2 x 2 parts, 8) = 32 and one B of (8 + 4, 2)
+  // = 24 on the fused qkv: FSDP2 chunks A 2 x 8 + B 6 x 2 = 28 per block, 224 B in all; one pair of adapter
+  // weight gradients per block; B's output (12 wide) is zero-padded to the fused width 16 (q 8, k 4, v 4).
+  const StepProgram lit = lower_plan(R"("implementation": "litgpt", )" + lora);
+  expect_well_formed(lit, "litgpt lora");
+  EXPECT_EQ(category_bytes(lit, MemCategory::ShardedGrads), 224);
+  EXPECT_EQ(wgrads(lit, 2), (std::vector<std::string>{"qkv.lora_b_wgrad", "qkv.lora_a_wgrad"}));
+  bool padded = false;
+  for (const Op* o : ops_of(lit, OpKind::Forward, 2))
+    for (const auto& k : o->kernel_list()) padded = padded || k.name == "qkv.lora_pad";
+  EXPECT_TRUE(padded);
+
   // A rank above an adapted matrix's smaller side (v: 4 x 8), a gate on this gated MLP is fine, "mlp" too.
   EXPECT_THROW(lower_plan(R"("lora": {"rank": 5, "targets": ["v"]})"), InputError);
   EXPECT_NO_THROW(lower_plan(R"("lora": {"rank": 2, "targets": ["mlp", "o", "k"]})"));
