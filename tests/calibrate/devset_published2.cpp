@@ -44,37 +44,44 @@ const Mapping kRows[] = {
     {"gt0449", "llama3-70b", "8xA100-80GB",
      R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
          "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
-         "trainable_fraction":0.0012,"cross_entropy":"chunked","cross_entropy_chunks":8})",
-     "LoRA rank 8 on q_proj and v_proj of 80 layers: 80 x 8 x (8192 + 8192 + 8192 + 1024) = 16.4M of 70.6B parameters, "
-     "trainable_fraction 0.0012 (torchtune's llama3_1/70B_lora default targets q, k, v, o: ~2x more, still < 0.3%); "
-     "CEWithChunkedOutputLoss as gt0448"},
+         "lora":{"rank":16,"targets":["q","k","v"],"dropout":0.0},"cross_entropy":"chunked","cross_entropy_chunks":8})",
+     "LoRA as torchtune 30b8519e's llama3_1/70B_lora.yaml: rank 16 on q_proj, k_proj, v_proj, lora_dropout 0 (plan key "
+     "lora: 80 x 16 x (8192 + 8192 + 2 x (8192 + 1024)) = 44.6M adapter parameters); CEWithChunkedOutputLoss as gt0448"},
     {"gt0453", "llama2-70b", "8xA100-80GB",
      R"({"fsdp_version":1,"micro_batch":4,"seq_len":4096,"activation_checkpointing":"full","implementation":"hf",
-         "param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16","trainable_fraction":0.0012})",
+         "param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
+         "use_orig_params":false,"lora":{"rank":16,"targets":["q","k","v"],"dropout":0.05}})",
      "alpaca unpacked, simulated at the stated max length 4096 (real samples are shorter: the prediction is a lower bound); "
-     "LoRA as gt0449"},
+     "LoRA as torchtune 0217d44c's llama2/70B_lora.yaml: rank 16 on q, k, v, lora_dropout 0.05 (lora_llama2_70b's default); "
+     "FSDP1 with FSDP's default use_orig_params=False, the adapter linears wrapped apart (lora_fsdp_wrap_policy), as in "
+     "calibrate_devset_memory"},
     {"gt0454", "llama2-70b", "8xA100-80GB",
      R"({"fsdp_version":1,"micro_batch":4,"seq_len":4096,"activation_checkpointing":"full","implementation":"hf",
          "param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16"})",
      "alpaca unpacked at the stated max length 4096 (lower bound); bitsandbytes PagedAdamW modelled as AdamW"},
-    // litgpt finetune_lora (Fabric FSDPStrategy, bf16-true, 2023-10): LoRA r=8 on q and v, no activation
-    // checkpointing; alpaca samples padded to the longest in the micro-batch.
+    // litgpt finetune_lora (Fabric FSDPStrategy, bf16-true, 2023-10): LoRA r=8 on q and v, dropout 0.05 (lit-gpt
+    // 8641822 finetune/lora.py defaults, plan key lora), no activation checkpointing; alpaca samples padded to the
+    // longest in the micro-batch.
     {"gt0513", "llama2-7b", "2xA100-40GB",
      R"({"fsdp_version":1,"micro_batch":1,"seq_len":512,"implementation":"litgpt","param_dtype":"bf16",
-         "reduce_dtype":"bf16","master_weights_dtype":"bf16","trainable_fraction":0.0006})",
+         "reduce_dtype":"bf16","master_weights_dtype":"bf16",
+         "lora":{"rank":8,"targets":["q","v"],"dropout":0.05}})",
      "one alpaca sample per iteration, assumed 512 tokens long (alpaca's samples are a few hundred tokens; the record "
      "gives only the 1044-1304 maximum); LoRA r=8 on q, v: 4.2M of 6.74B parameters"},
     {"gt0514", "llama2-7b", "2xA100-40GB",
      R"({"fsdp_version":1,"micro_batch":2,"seq_len":512,"implementation":"litgpt","param_dtype":"bf16",
-         "reduce_dtype":"bf16","master_weights_dtype":"bf16","trainable_fraction":0.0006})",
+         "reduce_dtype":"bf16","master_weights_dtype":"bf16",
+         "lora":{"rank":8,"targets":["q","v"],"dropout":0.05}})",
      "as gt0513, 2 samples padded to 512"},
     {"gt0515", "llama2-7b", "2xA100-40GB",
      R"({"fsdp_version":1,"micro_batch":4,"seq_len":512,"implementation":"litgpt","param_dtype":"bf16",
-         "reduce_dtype":"bf16","master_weights_dtype":"bf16","trainable_fraction":0.0006})",
+         "reduce_dtype":"bf16","master_weights_dtype":"bf16",
+         "lora":{"rank":8,"targets":["q","v"],"dropout":0.05}})",
      "as gt0513, 4 samples padded to 512"},
     {"gt0517", "llama2-13b", "4xA100-40GB",
      R"({"fsdp_version":1,"micro_batch":1,"seq_len":512,"implementation":"litgpt","param_dtype":"bf16",
-         "reduce_dtype":"bf16","master_weights_dtype":"bf16","trainable_fraction":0.0005})",
+         "reduce_dtype":"bf16","master_weights_dtype":"bf16",
+         "lora":{"rank":8,"targets":["q","v"],"dropout":0.05}})",
      "as gt0513 on 4 GPUs; LoRA r=8 on q, v: 6.6M of 13B parameters"},
 };
 
@@ -121,7 +128,7 @@ int main(int argc, char** argv) {
       // figure above what the peak allows is read as the job's total.
       measured = m["tokens_per_sec"].get<double>();
       const double flops_per_token = 2.0 * models::count_params(models::load_model(r.model)).matmul_active *
-                                     (plan.trainable_fraction < 1.0 ? 2.0 : 3.0);
+                                     (plan.trainable_fraction < 1.0 || plan.lora.on() ? 2.0 : 3.0);
       const bool total = measured * flops_per_token > hw.peak_flops(plan.param_dtype);
       metric = total ? "tokens/s (job total)" : "tokens/s/GPU";
       simulated = res.tokens_per_s_per_gpu * (total ? c.world() : 1);
