@@ -91,7 +91,7 @@ int cmd_plan(const Argv& argv) {
     const auto& bk = planner::base_keys();
     if (std::find(bk.begin(), bk.end(), c.key) != bk.end())
       throw InputError("--exclude", f, "base keys (optimizer, trainable_fraction, auto_wrap_policy, use_orig_params, "
-                                       "cross_entropy, implementation, compile, optimizer_impl, alloc_conf) are not searched; "
+                                       "cross_entropy, implementation, compile, optimizer_impl, alloc_conf, lora) are not searched; "
                                        "set them with --fix");
     req.space.excluded.push_back(c);
   }

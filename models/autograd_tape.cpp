@@ -39,9 +39,9 @@ std::size_t at(int i) { return static_cast<std::size_t>(i); }
 
 }  // namespace
 
-int AutogradTape::input(const char* name, Bytes bytes) {
+int AutogradTape::input(const char* name, Bytes bytes, bool requires_grad) {
   if (input_ >= 0) throw std::logic_error("AutogradTape: one input per tape");
-  tensors_.push_back({name, bytes, static_cast<int>(storages_.size()), -1, -1, true});
+  tensors_.push_back({name, bytes, static_cast<int>(storages_.size()), -1, -1, requires_grad});
   storages_.push_back({name, bytes, static_cast<int>(tensors_.size()) - 1, -1, -1});
   input_ = static_cast<int>(tensors_.size()) - 1;
   return input_;
@@ -49,16 +49,19 @@ int AutogradTape::input(const char* name, Bytes bytes) {
 
 std::vector<int> AutogradTape::add(const TapeOp& op) {
   const int idx = static_cast<int>(ops_.size());
-  bool grad_flows = false;
+  // The op records a graph node when an input or its weight requires grad (compute_requires_grad); its
+  // differentiable outputs then require grad.
+  bool records = op.weight == WeightUse::Trains;
   for (const TapeIn& i : op.in) {
     if (i.tensor < 0 || i.tensor >= static_cast<int>(tensors_.size()))
       throw std::logic_error("AutogradTape: an op reads an unknown tensor");
     const TapeTensor& t = tensors_[at(i.tensor)];
-    grad_flows = grad_flows || (t.requires_grad && i.grad != GradRule::None);
+    records = records || t.requires_grad;
     TapeStorage& s = storages_[at(t.storage)];
     s.last_use = std::max(s.last_use, idx);
   }
   ops_.push_back(op);
+  records_.push_back(records ? 1 : 0);
   first_out_.push_back(static_cast<int>(tensors_.size()));
   std::vector<int> ids;
   ids.reserve(op.out.size());
@@ -72,7 +75,7 @@ std::vector<int> AutogradTape::add(const TapeOp& op) {
       storage = static_cast<int>(storages_.size());
       storages_.push_back({o.name, o.bytes, tensor, idx, idx});
     }
-    tensors_.push_back({o.name, o.bytes, storage, idx, static_cast<int>(j), o.differentiable && grad_flows});
+    tensors_.push_back({o.name, o.bytes, storage, idx, static_cast<int>(j), o.differentiable && records});
     ids.push_back(tensor);
   }
   return ids;
@@ -88,6 +91,8 @@ void AutogradTape::output(int tensor) {
   storages_[at(tensors_[at(tensor)].storage)].last_use = kForever;
 }
 
+bool AutogradTape::has_graph() const { return output_ >= 0 && tensors_[at(output_)].requires_grad; }
+
 TapePolicy AutogradTape::eager_policy() const {
   const std::size_t n = storages_.size();
   TapePolicy p;
@@ -102,12 +107,32 @@ TapePolicy AutogradTape::eager_policy() const {
     p.needed[s] = 1;
     p.release_op[s] = std::min(p.release_op[s], op);  // backward runs in reverse: the earliest saver is last
   };
-  for (std::size_t i = 0; i < ops_.size(); ++i)
-    for (const TapeIn& in : ops_[i].in)
-      if (in.saved) save(in.tensor, static_cast<int>(i));
+  // What an op that records a graph saves (SaveIf): its weight's gradient needs the input of a linear, the
+  // other operands' gradients need a mul's operand; an op that records nothing saves nothing.
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    if (!records_[i]) continue;
+    const TapeOp& op = ops_[i];
+    for (std::size_t k = 0; k < op.in.size(); ++k) {
+      const TapeIn& in = op.in[k];
+      if (!in.saved) continue;
+      bool keep = true;
+      switch (in.when) {
+        case SaveIf::GradFn: break;
+        case SaveIf::WeightTrains: keep = op.weight == WeightUse::Trains; break;
+        case SaveIf::OtherInput: {
+          keep = op.weight == WeightUse::Trains;
+          for (std::size_t j = 0; j < op.in.size() && !keep; ++j)
+            keep = j != k && tensors_[at(op.in[j].tensor)].requires_grad;
+          break;
+        }
+      }
+      if (keep) save(in.tensor, static_cast<int>(i));
+    }
+  }
   for (std::size_t t = 0; t < tensors_.size(); ++t) {
     const TapeTensor& tt = tensors_[t];
-    if (tt.producer >= 0 && ops_[at(tt.producer)].out[at(tt.out_index)].saved) save(static_cast<int>(t), tt.producer);
+    if (tt.producer >= 0 && records_[at(tt.producer)] && ops_[at(tt.producer)].out[at(tt.out_index)].saved)
+      save(static_cast<int>(t), tt.producer);
   }
   p.kept = p.needed;
   return p;
@@ -116,8 +141,8 @@ TapePolicy AutogradTape::eager_policy() const {
 TapePolicy AutogradTape::full_checkpoint_policy(const TapePolicy& inner) const {
   TapePolicy p = inner;
   p.kept.assign(storages_.size(), 0);
-  p.kept[at(tensors_[at(input_)].storage)] = 1;
-  p.recompute = true;
+  p.recompute = has_graph();
+  if (p.recompute) p.kept[at(tensors_[at(input_)].storage)] = 1;
   return p;
 }
 
@@ -127,6 +152,7 @@ TapePolicy AutogradTape::full_checkpoint_policy(const TapePolicy& inner) const {
 // order; mm shapes of force_recompute_mm_shapes_by_fqns (the MoE router) are recomputed and not counted.
 TapePolicy AutogradTape::selective_op_policy(const TapePolicy& inner) const {
   TapePolicy p = full_checkpoint_policy(inner);
+  if (!p.recompute) return p;   // no graph: the SAC cache dies with the checkpoint's frame
   int mm_count = 0;
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     bool keep = false;
@@ -327,7 +353,8 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
   Bytes kept_bytes = 0;
   for (std::size_t s = 0; s < ns; ++s)
     if (p.kept[s]) kept_bytes += p.bytes[s];
-  const Bytes incoming = output_ >= 0 ? p.grad_bytes[at(output_)] : 0;
+  const bool graph = has_graph();   // no graph: no gradient reaches the block, no backward
+  const Bytes incoming = graph ? p.grad_bytes[at(output_)] : 0;
   Bytes peak = kept_bytes + incoming;
 
   // Recompute: the forward runs again with what the mode kept; what backward needs stays, the rest
@@ -359,7 +386,7 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
     if (p.needed[s] && p.release_op[s] >= 0 && p.release_op[s] < n_ops) releases[at(p.release_op[s])].push_back(static_cast<int>(s));
   GradPool g;
   std::vector<int> slot(tensors_.size(), -1);
-  if (output_ >= 0) slot[at(output_)] = g.make(incoming);
+  if (graph) slot[at(output_)] = g.make(incoming);
   peak = std::max(peak, live_saved + g.live);
   std::vector<int> to_unref;
   for (int i = n_ops - 1; i >= 0; --i) {

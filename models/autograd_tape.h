@@ -46,11 +46,28 @@ enum class GradRule : std::uint8_t {
   IntoSaved,  // written into the input's own saved storage (Liger's in-place backward kernels)
 };
 
+// When an op that records a graph (some input, or its weight, requires grad) keeps a saved input. PyTorch's
+// codegen saves a tensor that only one input's derivative formula reads only when that input's gradient
+// is wanted (tools/autograd/gen_variable_type.py `emit_save_inputs` / `guard_for`:
+// `if (grad_fn->should_compute_output(k))`); custom autograd.Functions (Liger's kernels, torchao's
+// float8 matmul) save whatever ctx.save_for_backward is given.
+enum class SaveIf : std::uint8_t {
+  GradFn,        // whenever the op records a graph (formulas of several inputs read it; custom Functions)
+  WeightTrains,  // only for the op's weight's gradient: mm's `self`, addmm's `mat1` (derivatives.yaml)
+  OtherInput,    // only for the other operands' gradients: mul's `self` (for `other`) and `other` (for `self`)
+};
+
 struct TapeIn {
   int tensor = -1;
   GradRule grad = GradRule::New;
-  bool saved = false;  // the op saves this input for backward
+  bool saved = false;  // the op saves this input for backward (when `when` says so)
+  SaveIf when = SaveIf::GradFn;
 };
+
+// The parameter an op reads (a linear's or a norm's weight; its bytes are FSDP's accounting, not the
+// tape's): none, frozen (requires_grad false) or trainable. A trainable weight makes the op record a
+// graph even when no input requires grad.
+enum class WeightUse : std::uint8_t { None, Frozen, Trains };
 
 struct TapeOut {
   const char* name = nullptr;  // static string, unique within the tape
@@ -66,6 +83,7 @@ struct TapeOp {
   std::vector<TapeOut> out;
   Bytes fwd_workspace = 0;  // transient during the forward op (float8 casts' fp32 intermediates)
   Bytes bwd_workspace = 0;  // transient during its backward (flash attention's fp32 dq accumulator)
+  WeightUse weight = WeightUse::None;
 };
 
 struct TapeTensor {
@@ -106,7 +124,10 @@ struct TapeCost {
 
 class AutogradTape {
  public:
-  int input(const char* name, Bytes bytes);  // the block input: requires grad, created outside
+  // The block input, created outside. It does not require grad before the step's first trainable weight
+  // (a frozen embedding's output, frozen blocks' outputs): then nothing the block does before its own first
+  // trainable weight records a graph (models/trainable.h).
+  int input(const char* name, Bytes bytes, bool requires_grad = true);
   std::vector<int> add(const TapeOp& op);    // returns the output tensor ids
   int add1(const TapeOp& op) { return add(op).front(); }
   void hold(int tensor);    // a Python variable keeps the tensor until the last op added so far
@@ -116,12 +137,19 @@ class AutogradTape {
   const std::vector<TapeTensor>& tensors() const { return tensors_; }
   const std::vector<TapeStorage>& storages() const { return storages_; }
   int first_output(int op) const { return first_out_[static_cast<std::size_t>(op)]; }
+  // Whether op `op` records a graph node (an input or its weight requires grad): only such an op saves.
+  bool records(int op) const { return records_[static_cast<std::size_t>(op)] != 0; }
+  // Whether the block output requires grad: the block has a backward at all.
+  bool has_graph() const;
   int input_tensor() const { return input_; }
   int output_tensor() const { return output_; }
 
   // Policies. eager: what autograd saves, released after the earliest saver's backward.
   TapePolicy eager_policy() const;
-  // torch.utils.checkpoint around the block: keeps the input only.
+  // torch.utils.checkpoint around the block: keeps the input only, and nothing when the block records no
+  // graph (torch/utils/checkpoint.py `_checkpoint_without_reentrant_generator`: the inputs are kept by
+  // `_NoopSaveInputs` on the frame that the packed saved tensors' hooks reference; a block that packs no
+  // saved tensor leaves nothing referencing the frame after its forward, and nothing to recompute).
   TapePolicy full_checkpoint_policy(const TapePolicy& inner) const;
   // torchtitan's op-level SAC (torchtitan/distributed/activation_checkpoint.py, SelectiveAC._wrap_block):
   // keeps the input and the outputs of the ops it saves.
@@ -135,6 +163,7 @@ class AutogradTape {
  private:
   std::vector<TapeOp> ops_;
   std::vector<int> first_out_;  // per op: its first output tensor (an op's outputs are consecutive)
+  std::vector<char> records_;   // per op: records a graph node (records())
   std::vector<TapeTensor> tensors_;
   std::vector<TapeStorage> storages_;
   int input_ = -1;

@@ -2,10 +2,11 @@
 // tools/autograd/derivatives.yaml (PyTorch): mul saves the operands whose partner requires grad (a
 // RoPE cos/sin table or the position cache does not), pow saves self, rsqrt/tanh save their result,
 // silu/gelu save self, _to_copy / cat / clone / add / views save nothing, mean saves sizes only,
-// mm/addmm save their input (and the weight: FSDP's accounting), _fused_rms_norm saves input + rstd,
-// native_layer_norm saves input + mean + rstd (fp32 for bf16 inputs: acc_type), flash SDPA saves
-// q, k, v, out, logsumexp (fp32 [b, heads, s]) plus a CPU philox seed/offset, flex attention saves
-// q, k, v, out, logsumexp. Views keep their base (split / transpose of a fused QKV output).
+// mm/addmm save their input only for the weight's gradient (and the weight: FSDP's accounting; frozen
+// weights, models/trainable.h), _fused_rms_norm saves input + rstd, native_layer_norm saves input +
+// mean + rstd (fp32 for bf16 inputs: acc_type), flash SDPA saves q, k, v, out, logsumexp (fp32
+// [b, heads, s]) plus a CPU philox seed/offset, flex attention saves q, k, v, out, logsumexp. Views
+// keep their base (split / transpose of a fused QKV output).
 //
 // Sources, read 2026-08/11 (the snapshots fetched for issue 19):
 //  * torchtitan (pytorch/torchtitan b5bcd76): models/llama3/model.py Llama3TransformerBlock.forward;
@@ -126,22 +127,26 @@ constexpr Bytes kComplex64 = 8;
 constexpr Bytes kEagerCastBytesPerElem = 2 * kFp32;
 
 TapeIn in(int t, GradRule g = GradRule::New, bool saved = false) { return {t, g, saved}; }
-TapeIn saved_in(int t, GradRule g = GradRule::New) { return {t, g, true}; }
+TapeIn saved_in(int t, GradRule g = GradRule::New, SaveIf when = SaveIf::GradFn) { return {t, g, true, when}; }
+// A linear's input: saved for its weight's gradient only (derivatives.yaml mm / addmm).
+TapeIn linear_in(int t) { return {t, GradRule::New, true, SaveIf::WeightTrains}; }
+// An operand of mul: saved for the other operands' gradients only (derivatives.yaml mul.Tensor).
+TapeIn mul_in(int t, GradRule g = GradRule::New) { return {t, g, true, SaveIf::OtherInput}; }
 TapeOut out(const char* name, Bytes bytes, bool saved = false, bool diff = true) { return {name, bytes, saved, diff, -1}; }
 TapeOut view(const char* name, Bytes bytes, int of) { return {name, bytes, false, true, of}; }
 
 class BlockWriter {
  public:
-  BlockWriter(const ModelSpec& m, std::int64_t tokens, Dtype act, const ImplOptions& o)
-      : m_(m), o_(o), r_(recipe_for(m, o.impl)), T_(tokens), e_(dtype_bytes(act)) {}
+  BlockWriter(const ModelSpec& m, std::int64_t tokens, Dtype act, const ImplOptions& o, const GradFlow& g)
+      : m_(m), o_(o), g_(g), r_(recipe_for(m, o.impl)), T_(tokens), e_(dtype_bytes(act)) {}
 
   AutogradTape block() {
     const Bytes h = m_.hidden;
-    const int x = t_.input("x", T_ * h * e_);
-    const int n1 = norm(x, "attn_norm");
+    const int x = t_.input("x", T_ * h * e_, g_.input_requires_grad);
+    const int n1 = norm(x, "attn_norm", Weight::AttnNorm);
     const int attn = dropout(attention(n1), "attn.resid_drop");
     const int hres = t_.add1({OpKind::Pointwise, {in(x, GradRule::Alias), in(attn, GradRule::Alias)}, {out("h", T_ * h * e_)}});
-    const int n2 = norm(hres, "mlp_norm");
+    const int n2 = norm(hres, "mlp_norm", Weight::MlpNorm);
     const int ffn = dropout(m_.is_moe() ? moe(n2) : mlp(n2, T_, "mlp"), "mlp.resid_drop");
     const int y = t_.add1({OpKind::Pointwise, {in(hres, GradRule::Alias), in(ffn, GradRule::Alias)}, {out("out", T_ * h * e_)}});
     t_.output(y);
@@ -149,16 +154,24 @@ class BlockWriter {
   }
 
   AutogradTape final_norm() {
-    const int x = t_.input("x", T_ * m_.hidden * e_);
-    const int n = norm(x, "final_norm");
-    // The LM head's linear saves its input; its output (the logits) is the loss model's (logits_bytes).
-    const int logits = t_.add1({OpKind::Matmul, {saved_in(n)}, {out("logits", 0)}});
+    const int x = t_.input("x", T_ * m_.hidden * e_, g_.input_requires_grad);
+    const int n = norm(x, "final_norm", Weight::FinalNorm);
+    // The LM head's linear saves its input (for its weight's gradient); its output (the logits) is the
+    // loss model's (logits_bytes).
+    TapeOp head{OpKind::Matmul, {linear_in(n)}, {out("logits", 0)}};
+    head.weight = use(Weight::LmHead);
+    const int logits = t_.add1(head);
     t_.output(logits);
     return std::move(t_);
   }
 
  private:
   const char* nm(const char* prefix, const char* leaf) { return intern(std::string(prefix) + "." + leaf); }
+  WeightUse use(Weight w) const { return g_.trains_weight(w) ? WeightUse::Trains : WeightUse::Frozen; }
+  TapeOp with_weight(TapeOp op, Weight w) const {
+    op.weight = use(w);
+    return op;
+  }
   const char* nm_(const char* prefix, const char* leaf) { return intern(std::string(prefix) + "_" + leaf); }
 
   int pointwise(std::initializer_list<TapeIn> ins, const char* name, Bytes bytes, bool saved_out = false) {
@@ -179,25 +192,28 @@ class BlockWriter {
   }
 
   // ---- norms ----------------------------------------------------------------------------------
-  int norm(int x, const char* p) {
+  // `w`: the norm's weight. The fused norms' formulas read their saved tensors for input and weight alike
+  // (derivatives.yaml _fused_rms_norm / native_layer_norm: one formula for `input, weight`; Liger's
+  // Functions save unconditionally): they save whenever the op records a graph.
+  int norm(int x, const char* p, Weight w) {
     const Bytes h = m_.hidden, n = T_ * h;
     switch (r_.norm) {
       case NormImpl::FusedRms:  // aten::_fused_rms_norm: saves input, rstd (fp32 [T, 1])
-        return t_.add({OpKind::Norm, {saved_in(x)}, {out(nm(p, "out"), n * e_), out(nm(p, "rstd"), T_ * kFp32, true, false)}})[0];
+        return t_.add(with_weight({OpKind::Norm, {saved_in(x)}, {out(nm(p, "out"), n * e_), out(nm(p, "rstd"), T_ * kFp32, true, false)}}, w))[0];
       case NormImpl::LayerNorm:  // aten::native_layer_norm: saves input, mean, rstd (fp32)
-        return t_.add({OpKind::Norm, {saved_in(x)},
-                       {out(nm(p, "out"), n * e_), out(nm(p, "mean"), T_ * kFp32, true, false),
-                        out(nm(p, "rstd"), T_ * kFp32, true, false)}})[0];
+        return t_.add(with_weight({OpKind::Norm, {saved_in(x)},
+                                   {out(nm(p, "out"), n * e_), out(nm(p, "mean"), T_ * kFp32, true, false),
+                                    out(nm(p, "rstd"), T_ * kFp32, true, false)}}, w))[0];
       case NormImpl::LigerRms:  // LigerRMSNormFunction: saves X, RSTD (fp32); in-place backward (dX = dY)
-        return t_.add({OpKind::Kernel, {saved_in(x, GradRule::Alias)},
-                       {out(nm(p, "out"), n * e_), out(nm(p, "rstd"), T_ * kFp32, true, false)}})[0];
+        return t_.add(with_weight({OpKind::Kernel, {saved_in(x, GradRule::Alias)},
+                                   {out(nm(p, "out"), n * e_), out(nm(p, "rstd"), T_ * kFp32, true, false)}}, w))[0];
       case NormImpl::LigerLayerNorm:  // LigerLayerNormFunction: saves X, Mean, RSTD in X.dtype
-        return t_.add({OpKind::Kernel, {saved_in(x)},
-                       {out(nm(p, "out"), n * e_), out(nm(p, "mean"), T_ * e_, true, false),
-                        out(nm(p, "rstd"), T_ * e_, true, false)}})[0];
+        return t_.add(with_weight({OpKind::Kernel, {saved_in(x)},
+                                   {out(nm(p, "out"), n * e_), out(nm(p, "mean"), T_ * e_, true, false),
+                                    out(nm(p, "rstd"), T_ * e_, true, false)}}, w))[0];
       case NormImpl::HfLlamaRms:
       case NormImpl::HfGemmaRms:
-      case NormImpl::LitgptRms: return python_rms(x, p);
+      case NormImpl::LitgptRms: return python_rms(x, p, w);
     }
     return x;
   }
@@ -206,30 +222,39 @@ class BlockWriter {
   //   HF Llama: weight * normed.to(bf16) (saves the bf16 normed tensor);
   //   HF Gemma: (normed * (1 + weight.float())).type_as(x) (saves the fp32 normed tensor and 1 + w);
   //   litgpt:   (normed * weight.float()).to(bf16) (saves the fp32 normed tensor and weight.float()).
-  int python_rms(int x, const char* p) {
+  //   A frozen weight (mul.Tensor saves each operand for the other's gradient only): the normed tensor is
+  //   not saved, and the weight-gradient product is not computed.
+  int python_rms(int x, const char* p, Weight wt) {
     const Bytes h = m_.hidden, n = T_ * h;
+    const bool trains = g_.trains_weight(wt);
     const int xf = cast(x, n, e_, kFp32, nm(p, "x_fp32"));
     // HF: pow(2) saves self; litgpt: x * x saves both operands (one storage) and back-propagates twice
-    const int sq = r_.norm == NormImpl::LitgptRms ? pointwise({saved_in(xf), saved_in(xf)}, nm(p, "x_sq"), n * kFp32)
+    const int sq = r_.norm == NormImpl::LitgptRms ? pointwise({mul_in(xf), mul_in(xf)}, nm(p, "x_sq"), n * kFp32)
                                                   : pointwise({saved_in(xf)}, nm(p, "x_sq"), n * kFp32);
     // mean: its backward expands and divides, a new full-size gradient
     const int var = t_.add1({OpKind::Reduction, {in(sq)}, {out(nm(p, "variance"), T_ * kFp32)}});
     const int var_eps = pointwise({in(var, GradRule::Alias)}, nm(p, "variance_eps"), T_ * kFp32);
     const int rstd = pointwise({in(var_eps)}, nm(p, "rstd"), T_ * kFp32, /*saved_out=*/true);
     // mul: grad * rstd for x, and (grad * x).sum(-1) for the broadcast rstd (a full-size fp32 temporary)
-    TapeOp mul{OpKind::Pointwise, {saved_in(xf), saved_in(rstd)}, {out(nm(p, "normed_fp32"), n * kFp32)}};
+    TapeOp mul{OpKind::Pointwise, {mul_in(xf), mul_in(rstd)}, {out(nm(p, "normed_fp32"), n * kFp32)}};
     mul.bwd_workspace = n * kFp32;
     const int normed = t_.add1(mul);
     if (r_.norm == NormImpl::HfLlamaRms) {
       const int nb = cast(normed, n, kFp32, e_, nm(p, "normed"));
-      TapeOp w{OpKind::Pointwise, {saved_in(nb)}, {out(nm(p, "out"), n * e_)}};
-      w.bwd_workspace = n * e_;  // the weight gradient's (grad * normed) before its sum over tokens
+      // self.weight * normed: normed saved for the weight's gradient
+      TapeOp w{OpKind::Pointwise, {mul_in(nb)}, {out(nm(p, "out"), n * e_)}};
+      w.weight = use(wt);
+      w.bwd_workspace = trains ? n * e_ : 0;  // the weight gradient's (grad * normed) before its sum over tokens
       return t_.add1(w);
     }
-    // weight.float() (litgpt) / 1 + weight.float() (Gemma): a [h] fp32 tensor that requires grad, saved by the mul
-    const int wf = t_.add1({OpKind::Pointwise, {}, {out(nm(p, "weight_fp32"), h * kFp32)}});
-    TapeOp w{OpKind::Pointwise, {saved_in(normed), in(wf, GradRule::None, true)}, {out(nm(p, "out_fp32"), n * kFp32)}};
-    w.bwd_workspace = n * kFp32;
+    // weight.float() (litgpt) / 1 + weight.float() (Gemma): a [h] fp32 tensor that requires grad when the
+    // weight does, saved by the mul (for normed's gradient)
+    TapeOp wcast{OpKind::Pointwise, {}, {out(nm(p, "weight_fp32"), h * kFp32)}};
+    wcast.weight = use(wt);
+    const int wf = t_.add1(wcast);
+    TapeOp w{OpKind::Pointwise, {mul_in(normed), {wf, GradRule::None, true, SaveIf::OtherInput}},
+             {out(nm(p, "out_fp32"), n * kFp32)}};
+    w.bwd_workspace = trains ? n * kFp32 : 0;  // the weight gradient's (grad * normed) before its sum
     const int y = t_.add1(w);
     return cast(y, n, kFp32, e_, nm(p, "out"));
   }
@@ -239,11 +264,15 @@ class BlockWriter {
   // input and the weight are cast to fp8 before the mm (amax, then the scaled cast); the autograd
   // function still saves the high-precision input, and its backward recasts grad_output (twice: one
   // per gemm), the weight and the input.
-  int linear(int x, Bytes tokens, Bytes in_f, Bytes out_f, bool bias, const char* name, OpKind kind = OpKind::Matmul) {
+  // `wt`: the linear's weight: a frozen one saves no input (mm / addmm save `self` / `mat1` only for the
+  // weight's gradient); torchao's Float8Linear is an autograd.Function that saves its input either way.
+  int linear(int x, Bytes tokens, Bytes in_f, Bytes out_f, bool bias, const char* name, Weight wt,
+             OpKind kind = OpKind::Matmul) {
     const bool f8 = o_.float8 != Float8Recipe::None && kind == OpKind::Matmul && r_.float8_block_linears;
     if (!f8) {
       const OpKind k = kind == OpKind::Matmul && bias ? OpKind::MatmulBias : kind;  // aten.addmm
-      return t_.add1({k, {saved_in(x)}, {out(name, tokens * out_f * e_)}});
+      return lora(x, t_.add1(with_weight({k, {linear_in(x)}, {out(name, tokens * out_f * e_)}}, wt)), tokens,
+                  out_f, name, wt);
     }
     const bool rowwise = o_.float8 == Float8Recipe::Rowwise;
     const bool eager = !o_.compile;
@@ -273,10 +302,62 @@ class BlockWriter {
     // input recast; the fp8 copies live until the function returns; eager casts add two fp32 copies.
     const Bytes go = tokens * out_f, xi = tokens * in_f, w = in_f * out_f;
     mm.bwd_workspace = (2 * go + xi + w) * kFp8 + (eager ? std::max({go, xi, w}) * kEagerCastBytesPerElem : 0);
+    mm.weight = use(wt);
     const int y = t_.add1(mm);
-    if (!bias) return y;
-    return pointwise({in(y, GradRule::Alias)}, name, tokens * out_f * e_);  // Float8Linear: output + bias
+    if (!bias) return lora(x, y, tokens, out_f, name, wt);
+    return lora(x, pointwise({in(y, GradRule::Alias)}, name, tokens * out_f * e_), tokens, out_f, name, wt);  // + bias
   }
+
+  // LoRA beside the linear that produced `y` from `x` (models/trainable.h LoraShape): pretrained + B(A(drop(x)))
+  // * scaling. litgpt lit_gpt/lora.py LoRALinear.forward / LoRAQKVLinear.forward (8641822), torchtune
+  // torchtune/modules/peft/lora.py LoRALinear.forward (0217d44c), PEFT lora/layer.py Linear.forward:
+  //  * nn.Dropout(p > 0) in training is aten.native_dropout: a new tensor and a bool mask, the mask saved
+  //    for its backward (derivatives.yaml native_dropout: native_dropout_backward(grad, result1, scale));
+  //    p = 0 returns x itself (Dropout.cpp _dropout_impl);
+  //  * A's linear saves its input (drop(x), or x itself) for A's gradient, B's saves A's r-wide output
+  //    (litgpt's fused qkv: a grouped conv1d of A's output, which it saves for B's gradient);
+  //  * litgpt's LoRAQKVLinear with only some of q, k, v enabled zero-pads B's output to the fused width
+  //    (zero_pad: new_zeros + index_copy, a new full-width tensor); the product by the scaling (a Python
+  //    float: mul.Scalar saves nothing) is a new tensor, and so is the sum with the pretrained output.
+  // Adapters stay in the high precision under float8 (not modelled: a Float8Linear conversion of PEFT's or
+  // torchtune's adapter linears).
+  int lora(int x, int y, Bytes tokens, Bytes out_f, const char* name, Weight wt) {
+    if (!o_.lora.on()) return y;
+    const bool head = wt == Weight::LmHead;
+    const AdapterMatrix* a = nullptr;
+    const AdapterMatrix* b = nullptr;
+    for (const AdapterMatrix& m : adapters(head)) {
+      const bool mine = m.base == wt || (wt == Weight::Up && m.base == Weight::Fc) || (wt == Weight::Fc && m.base == Weight::Up);
+      if (!mine) continue;
+      if (m.is_a && !a) a = &m;
+      else if (!m.is_a && !b) b = &m;
+    }
+    if (!a || !b) return y;
+    const std::string base(name);
+    const Bytes in_f = a->cols;
+    int xd = x;
+    if (o_.lora.dropout)
+      xd = t_.add({OpKind::Pointwise, {in(x)},
+                   {out(intern(base + ".lora_dropout"), tokens * in_f * e_),
+                    out(intern(base + ".lora_mask"), tokens * in_f, true, false)}})[0];
+    const int ya = t_.add1(with_weight({OpKind::Matmul, {linear_in(xd)}, {out(intern(base + ".lora_a"), tokens * a->rows * e_)}},
+                                       Weight::Adapter));
+    int yb = t_.add1(with_weight({OpKind::Matmul, {linear_in(ya)}, {out(intern(base + ".lora_b"), tokens * b->rows * e_)}},
+                                 Weight::Adapter));
+    if (b->rows < out_f) yb = pointwise({in(yb)}, intern(base + ".lora_pad"), tokens * out_f * e_);
+    const int scaled = pointwise({in(yb)}, intern(base + ".lora_scaled"), tokens * out_f * e_);
+    return pointwise({in(y, GradRule::Alias), in(scaled, GradRule::Alias)}, intern(base + ".lora_sum"), tokens * out_f * e_);
+  }
+  const std::vector<AdapterMatrix>& adapters(bool head) {
+    if (!adapters_built_) {
+      block_adapters_ = lora_adapters(m_, o_.impl, o_.lora, false);
+      head_adapters_ = lora_adapters(m_, o_.impl, o_.lora, true);
+      adapters_built_ = true;
+    }
+    return head ? head_adapters_ : block_adapters_;
+  }
+  bool adapters_built_ = false;
+  std::vector<AdapterMatrix> block_adapters_, head_adapters_;
 
   // ---- attention ------------------------------------------------------------------------------
   int attention(int xn) {
@@ -284,11 +365,11 @@ class BlockWriter {
     const Bytes qb = T_ * a * d * e_, kb = T_ * g * d * e_;
     int q = -1, k = -1, v = -1;
     if (r_.qkv == QkvImpl::Separate) {
-      q = linear(xn, T_, h, a * d, m_.qkv_bias, "attn.q");
-      k = linear(xn, T_, h, g * d, m_.qkv_bias, "attn.k");
-      v = linear(xn, T_, h, g * d, m_.qkv_bias, "attn.v");
+      q = linear(xn, T_, h, a * d, m_.qkv_bias, "attn.q", Weight::Q);
+      k = linear(xn, T_, h, g * d, m_.qkv_bias, "attn.k", Weight::K);
+      v = linear(xn, T_, h, g * d, m_.qkv_bias, "attn.v", Weight::V);
     } else {
-      const int qkv = linear(xn, T_, h, (a + 2 * g) * d, m_.qkv_bias, "attn.qkv");
+      const int qkv = linear(xn, T_, h, (a + 2 * g) * d, m_.qkv_bias, "attn.qkv", Weight::QKV);
       const bool copies = r_.qkv == QkvImpl::FusedCopies;
       // split: views of qkv; its backward concatenates the three gradients into a new qkv-sized one
       const auto parts = t_.add({OpKind::View, {in(qkv)},
@@ -351,7 +432,7 @@ class BlockWriter {
     const int o = t_.add(sdpa)[0];
     // flash returns a transpose of a [b, s, heads, d] buffer and flex matches the query's layout: the
     // .transpose(1, 2).contiguous() / .reshape() that follow are views.
-    return linear(o, T_, a * d, h, m_.out_bias, "attn.proj");
+    return linear(o, T_, a * d, h, m_.out_bias, "attn.proj", Weight::Out);
   }
 
   // HF rotate_half / litgpt apply_rope: (x * cos) + (cat(-x2, x1) * sin); litgpt then copies the
@@ -370,33 +451,35 @@ class BlockWriter {
   }
 
   // ---- MLP ------------------------------------------------------------------------------------
-  int mlp(int xn, Bytes tokens, const char* p) {
+  // `expert`: a MoE expert's MLP (its matrices are Weight::Experts).
+  int mlp(int xn, Bytes tokens, const char* p, bool expert = false) {
     const Bytes h = m_.hidden, f = m_.ffn_hidden, n = tokens * f;
     const bool bias = m_.mlp_bias;
+    const auto wk = [&](Weight w) { return expert ? Weight::Experts : w; };
     switch (r_.mlp) {
       case MlpImpl::GluUnfused: {  // down(act(gate(x)) * up(x)); act = silu (SwiGLU) or gelu (GeGLU)
-        const int gate = linear(xn, tokens, h, f, bias, nm(p, "gate"));
-        int up = r_.up_before_act ? linear(xn, tokens, h, f, bias, nm(p, "up")) : -1;
+        const int gate = linear(xn, tokens, h, f, bias, nm(p, "gate"), wk(Weight::Gate));
+        int up = r_.up_before_act ? linear(xn, tokens, h, f, bias, nm(p, "up"), wk(Weight::Up)) : -1;
         const int act = pointwise({saved_in(gate)}, nm(p, "act"), n * e_);
-        if (up < 0) up = linear(xn, tokens, h, f, bias, nm(p, "up"));
-        const int prod = pointwise({saved_in(act), saved_in(up)}, nm(p, "prod"), n * e_);
-        return linear(prod, tokens, f, h, bias, nm(p, "down"));
+        if (up < 0) up = linear(xn, tokens, h, f, bias, nm(p, "up"), wk(Weight::Up));
+        const int prod = pointwise({mul_in(act), mul_in(up)}, nm(p, "prod"), n * e_);
+        return linear(prod, tokens, f, h, bias, nm(p, "down"), wk(Weight::Down));
       }
       case MlpImpl::GluLiger: {  // LigerSiLUMulFunction / LigerGELUMulFunction
-        const int gate = linear(xn, tokens, h, f, bias, nm(p, "gate"));
-        const int up = linear(xn, tokens, h, f, bias, nm(p, "up"));
+        const int gate = linear(xn, tokens, h, f, bias, nm(p, "gate"), wk(Weight::Gate));
+        const int up = linear(xn, tokens, h, f, bias, nm(p, "up"), wk(Weight::Up));
         const int prod = t_.add1({OpKind::Kernel, {saved_in(gate, GradRule::IntoSaved), saved_in(up, GradRule::IntoSaved)},
                                   {out(nm(p, "prod"), n * e_)}});
-        return linear(prod, tokens, f, h, bias, nm(p, "down"));
+        return linear(prod, tokens, f, h, bias, nm(p, "down"), wk(Weight::Down));
       }
       case MlpImpl::PlainGelu: {  // nn.GELU / F.gelu: one kernel saving its input
-        const int fc = linear(xn, tokens, h, f, bias, nm(p, "fc"));
+        const int fc = linear(xn, tokens, h, f, bias, nm(p, "fc"), wk(Weight::Fc));
         const int act = pointwise({saved_in(fc)}, nm(p, "act"), n * e_);
-        return linear(act, tokens, f, h, bias, nm(p, "down"));
+        return linear(act, tokens, f, h, bias, nm(p, "down"), wk(Weight::Down));
       }
       case MlpImpl::PlainGeluNew: {
         // NewGELUActivation: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3)))), op by op
-        const int fc = linear(xn, tokens, h, f, bias, nm(p, "fc"));
+        const int fc = linear(xn, tokens, h, f, bias, nm(p, "fc"), wk(Weight::Fc));
         const int half = pointwise({in(fc)}, nm(p, "gelu_half"), n * e_);
         const int cube = pointwise({saved_in(fc)}, nm(p, "gelu_cube"), n * e_);
         const int cube_s = pointwise({in(cube)}, nm(p, "gelu_cube_scaled"), n * e_);
@@ -404,8 +487,8 @@ class BlockWriter {
         const int inner_s = pointwise({in(inner)}, nm(p, "gelu_inner_scaled"), n * e_);
         const int th = pointwise({in(inner_s)}, nm(p, "gelu_tanh"), n * e_, /*saved_out=*/true);
         const int one_p = pointwise({in(th, GradRule::Alias)}, nm(p, "gelu_one_plus"), n * e_);
-        const int act = pointwise({saved_in(half), saved_in(one_p)}, nm(p, "act"), n * e_);
-        return linear(act, tokens, f, h, bias, nm(p, "down"));
+        const int act = pointwise({mul_in(half), mul_in(one_p)}, nm(p, "act"), n * e_);
+        return linear(act, tokens, f, h, bias, nm(p, "down"), wk(Weight::Down));
       }
     }
     return xn;
@@ -424,7 +507,7 @@ class BlockWriter {
     int router_in = xn;
     if (r_.router_fp32) router_in = cast(xn, T_ * h, e_, kFp32, "moe.router_in_fp32");
     const Bytes logit_bytes = r_.router_fp32 ? kFp32 : e_;
-    const int logits = t_.add1({OpKind::RouterMatmul, {saved_in(router_in)}, {out("moe.router_logits", T_ * E * logit_bytes)}});
+    const int logits = t_.add1(with_weight({OpKind::RouterMatmul, {linear_in(router_in)}, {out("moe.router_logits", T_ * E * logit_bytes)}}, Weight::Router));
     const int probs = pointwise({in(logits)}, "moe.probs", T_ * E * kFp32, /*saved_out=*/true);
     const auto top = t_.add({OpKind::Topk, {in(probs)},
                              {out("moe.topk_val", T_ * k * kFp32), out("moe.topk_idx", T_ * k * kInt64, true, false)}});
@@ -444,9 +527,9 @@ class BlockWriter {
       // indices; its backward scatters into a zero tensor of x's size
       const int idx = t_.add1({OpKind::Reduction, {in(top[1], GradRule::None)}, {out(nm(pc, "token_idx"), n * kInt64, false, false)}});
       const int xe = pointwise({in(xn), in(idx, GradRule::None, true)}, nm(pc, "x"), n * h * e_);
-      const int ye = mlp(xe, n, pc);
+      const int ye = mlp(xe, n, pc, /*expert=*/true);
       const int we = pointwise({in(w)}, nm(pc, "weight"), n * e_);
-      const int ze = pointwise({saved_in(ye), saved_in(we)}, nm(pc, "weighted"), n * h * e_);
+      const int ze = pointwise({mul_in(ye), mul_in(we)}, nm(pc, "weighted"), n * h * e_);
       acc = t_.add1({OpKind::Pointwise, {in(acc, GradRule::Alias), in(ze), in(idx, GradRule::None, true)},
                      {view(nm(pc, "index_add"), T_ * h * e_, acc)}});
     }
@@ -455,6 +538,7 @@ class BlockWriter {
 
   const ModelSpec& m_;
   const ImplOptions& o_;
+  const GradFlow g_;
   const Recipe r_;
   const Bytes T_;
   const Bytes e_;
@@ -463,12 +547,44 @@ class BlockWriter {
 
 }  // namespace
 
-AutogradTape build_block_tape(const ModelSpec& m, std::int64_t tokens, Dtype act, const ImplOptions& o) {
-  return BlockWriter(m, tokens, act, o).block();
+AutogradTape build_block_tape(const ModelSpec& m, std::int64_t tokens, Dtype act, const ImplOptions& o,
+                              const GradFlow& g) {
+  return BlockWriter(m, tokens, act, o, g).block();
 }
 
-AutogradTape build_final_norm_tape(const ModelSpec& m, std::int64_t tokens, Dtype act, const ImplOptions& o) {
-  return BlockWriter(m, tokens, act, o).final_norm();
+AutogradTape build_final_norm_tape(const ModelSpec& m, std::int64_t tokens, Dtype act, const ImplOptions& o,
+                                   const GradFlow& g) {
+  return BlockWriter(m, tokens, act, o, g).final_norm();
+}
+
+// The linears BlockWriter writes (attention(), mlp(), moe()), in the recipe's registration order: q, k, v
+// (or the fused qkv), the output projection, then the MLP's (gate, up, down / fc, down) or the router and
+// the experts.
+std::vector<BlockMatrix> block_matrices(const ModelSpec& m, ModelImpl impl) {
+  const Recipe r = recipe_for(m, impl);
+  const std::int64_t h = m.hidden, a = m.n_heads, g = m.n_kv_heads, d = m.head_dim, f = m.ffn_hidden;
+  std::vector<BlockMatrix> v;
+  if (r.qkv == QkvImpl::Separate) {
+    v.push_back({Weight::Q, h * a * d});
+    v.push_back({Weight::K, h * g * d});
+    v.push_back({Weight::V, h * g * d});
+  } else {
+    v.push_back({Weight::QKV, h * (a + 2 * g) * d});
+  }
+  v.push_back({Weight::Out, a * d * h});
+  const bool plain = r.mlp == MlpImpl::PlainGelu || r.mlp == MlpImpl::PlainGeluNew;
+  if (m.is_moe()) {
+    v.push_back({Weight::Router, h * m.n_experts});
+    v.push_back({Weight::Experts, m.n_experts * (plain ? 2 : 3) * h * f});
+  } else if (plain) {
+    v.push_back({Weight::Fc, h * f});
+    v.push_back({Weight::Down, f * h});
+  } else {
+    v.push_back({Weight::Gate, h * f});
+    v.push_back({Weight::Up, h * f});
+    v.push_back({Weight::Down, f * h});
+  }
+  return v;
 }
 
 }  // namespace fsdpsim::models

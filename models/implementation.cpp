@@ -67,10 +67,12 @@ struct MemoKey {
   bool compile = false;
   Float8Recipe float8 = Float8Recipe::None;
   bool final_norm = false;
+  GradFlow flow;
+  LoraShape lora;
   bool operator==(const MemoKey& o) const {
     return std::tie(micro_batch, seq_len, act, mode, impl, compile, float8, final_norm) ==
                std::tie(o.micro_batch, o.seq_len, o.act, o.mode, o.impl, o.compile, o.float8, o.final_norm) &&
-           model == o.model;
+           flow == o.flow && lora == o.lora && model == o.model;
   }
 };
 
@@ -81,16 +83,16 @@ const BlockMemory& memoized(const MemoKey& key) {
   thread_local std::size_t next = 0;
   for (const auto& [k, v] : cache)
     if (k == key) return v;
-  const ImplOptions o{key.impl, key.compile, key.float8};
+  const ImplOptions o{key.impl, key.compile, key.float8, key.lora};
   const std::int64_t tokens = key.micro_batch * key.seq_len;
   BlockMemory bm;
   if (key.final_norm) {
-    const AutogradTape t = build_final_norm_tape(key.model, tokens, key.act, o);
+    const AutogradTape t = build_final_norm_tape(key.model, tokens, key.act, o, key.flow);
     // torchtitan compiles each TransformerBlock (apply_compile), not the final norm
     const bool compiled = key.compile && key.impl != ModelImpl::TorchTitan;
     bm = read(t, compiled ? t.compiled_policy() : t.eager_policy());
   } else {
-    const AutogradTape t = build_block_tape(key.model, tokens, key.act, o);
+    const AutogradTape t = build_block_tape(key.model, tokens, key.act, o, key.flow);
     bm = read(t, policy_for(t, key.mode, key.compile));
   }
   if (cache.size() < kEntries) {
@@ -111,7 +113,7 @@ Bytes BlockMemory::saved_bytes() const {
 }
 
 BlockMemory block_memory(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype act,
-                         CheckpointMode mode, const ImplOptions& o) {
+                         CheckpointMode mode, const ImplOptions& o, const GradFlow& g) {
   validate(m, micro_batch, seq_len);
   if (o.impl == ModelImpl::Runtime) {
     // The bundled runtime's kernels keep each block's saved activations in one buffer laid out as the
@@ -120,14 +122,14 @@ BlockMemory block_memory(const ModelSpec& m, std::int64_t micro_batch, std::int6
     bm.saved.push_back({"act", block_saved_activation_bytes(m, micro_batch, seq_len, act, mode)});
     return bm;
   }
-  return memoized({m, micro_batch, seq_len, act, mode, o.impl, o.compile, o.float8, false});
+  return memoized({m, micro_batch, seq_len, act, mode, o.impl, o.compile, o.float8, false, g, o.lora});
 }
 
 BlockMemory final_norm_memory(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype act,
-                              const ImplOptions& o) {
+                              const ImplOptions& o, const GradFlow& g) {
   validate(m, micro_batch, seq_len);
   if (o.impl == ModelImpl::Runtime) return {};   // the runtime's final-norm activations are scratch
-  return memoized({m, micro_batch, seq_len, act, CheckpointMode::None, o.impl, o.compile, o.float8, true});
+  return memoized({m, micro_batch, seq_len, act, CheckpointMode::None, o.impl, o.compile, o.float8, true, g, o.lora});
 }
 
 bool loss_upcasts_logits(const ModelSpec& /*m*/, const ImplOptions& o) { return o.impl != ModelImpl::LitGPT; }

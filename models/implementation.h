@@ -9,6 +9,7 @@
 #include "common/dtype.h"
 #include "common/units.h"
 #include "models/model_spec.h"
+#include "models/trainable.h"
 
 namespace fsdpsim::models {
 
@@ -16,6 +17,7 @@ struct ImplOptions {
   ModelImpl impl = ModelImpl::HF;
   bool compile = false;                         // torch.compile (inductor) on each block
   Float8Recipe float8 = Float8Recipe::None;     // torchao Float8Linear on the block's nn.Linear layers
+  LoraShape lora{};                             // LoRA adapters (models/trainable.h)
 };
 
 struct SavedTensor {
@@ -50,15 +52,20 @@ struct BlockMemory {
 //   of the ops the policy saves. Names are the same across modes, so what a recompute re-creates is
 //   saved(None) minus saved(mode) by name; a SelectiveOp entry may name a tensor plain autograd does not
 //   keep (the SAC cache holds matmul outputs such as "attn.qkv" or "mlp.down").
-// Throws InputError for a non-positive micro_batch or seq_len.
+// `g`: which of the block's weights require grad and whether its input does (models/trainable.h): a frozen
+// linear saves no input, nothing before the block's first trainable weight is saved when its input does not
+// require grad, and a block that records no graph keeps nothing (not even a checkpoint's input) and has no
+// backward. Throws InputError for a non-positive micro_batch or seq_len.
 BlockMemory block_memory(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype act,
-                         CheckpointMode mode, const ImplOptions& o);
+                         CheckpointMode mode, const ImplOptions& o, const GradFlow& g = {});
 
 // The final norm before the LM head, and the head's input (the norm output the head's linear saves):
 // their saved tensors and transients. torchtitan compiles blocks only, so compile does not apply to its
 // final norm. The logits are not part of it (logits_bytes).
+// `g`: the final norm's and the LM head's weights (Weight::FinalNorm, Weight::LmHead) and whether the last
+// block's output requires grad.
 BlockMemory final_norm_memory(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype act,
-                              const ImplOptions& o);
+                              const ImplOptions& o, const GradFlow& g = {});
 
 // Whether the recipe's training loop / loss upcasts the logits to fp32 before cross_entropy:
 // torchtitan (components/loss.py cross_entropy_loss: pred.float()), HF transformers

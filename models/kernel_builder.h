@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/kernels.h"
+#include "models/trainable.h"
 
 namespace fsdpsim::models::detail {
 
@@ -31,6 +32,13 @@ struct KernelBuilder {
   std::vector<ForwardNote>* notes = nullptr;
   int early_stop_end = -1;
   int mm_count = 0;               // bias-free matmuls of this block's forward so far (SAC parity)
+  // Backward: which weights get a weight-gradient GEMM and whether the part's input needs a gradient
+  // (models/trainable.h); the forward ignores it.
+  GradFlow flow;
+
+  bool trains(Weight w) const { return flow.trains_weight(w); }
+  // LoRA adapters beside the base weight w that train (their gradient flows back through the linear's output)
+  bool adapted(Weight w) const { return opt.lora.adapts(w) && flow.trains_weight(Weight::Adapter); }
 
   bool eager() const { return !opt.compile; }
   Bytes act() const { return T * m.hidden * e; }   // one [T, h] activation
@@ -43,11 +51,17 @@ struct KernelBuilder {
                    std::int64_t sac_saved = 0);
   void attention();
   // A linear layer [tokens, in] x [in, out]: forward GEMM (with float8: the operand casts first),
-  // or its dgrad (+ wgrad) in backward. `bias`: addmm (the SAC policy neither saves nor counts it).
-  // `sac_saved` >= 0: the SAC-saved copies given by the caller (experts, numbered expert by expert),
-  // which then advances mm_count itself.
+  // or in backward its dgrad (when `dgrad`: its input requires grad) and wgrad (when `wgrad`: its weight
+  // trains). `bias`: addmm (the SAC policy neither saves nor counts it). `sac_saved` >= 0: the SAC-saved
+  // copies given by the caller (experts, numbered expert by expert), which then advances mm_count itself.
   void linear(const std::string& name, std::int64_t in, std::int64_t outf, bool wgrad, std::int64_t tokens = -1,
-              std::int64_t count = 1, bool bias = false, bool float8_allowed = true, std::int64_t sac_saved = -1);
+              std::int64_t count = 1, bool bias = false, bool float8_allowed = true, std::int64_t sac_saved = -1,
+              bool dgrad = true);
+  // LoRA adapters beside the linear(s) of base weight `base` (models/trainable.h lora_adapters; nothing
+  // when none): forward dropout (p > 0), A and B GEMMs, litgpt's zero-pad, the scaling and the sum with the
+  // base output; backward their gradients: A's and B's weight gradients when the adapters train, B's input
+  // gradient, A's (and the dropout's, and the sum into the linear input's gradient) when `in_rg`.
+  void adapter(const std::string& name, Weight base, std::int64_t outf, bool in_rg);
   // The float8 amax / scale / cast kernels of one linear (kernels_float8.cpp): forward casts of the
   // input and the weight, or backward casts of the output grad (twice), the weight and the input.
   void float8_casts(const std::string& name, std::int64_t tokens, std::int64_t in, std::int64_t outf,
@@ -57,7 +71,7 @@ struct KernelBuilder {
 // kernels.cpp: the kernels of one part, forward or backward. With `notes`, one note per kernel and the
 // early-stop cut of a block's forward in *early_stop_end (-1 when the part has none).
 std::vector<KernelDesc> build_kernels(const ModelSpec& m, ModulePart part, std::int64_t b, std::int64_t s, Dtype dtype,
-                                      bool backward, bool wgrad, const KernelOptions& opt,
+                                      bool backward, const GradFlow& flow, const KernelOptions& opt,
                                       std::vector<ForwardNote>* notes, int* early_stop_end);
 
 // kernels_elementwise.cpp. Each appends the forward or the backward (per b.backward) of one piece.

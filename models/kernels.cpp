@@ -75,7 +75,7 @@ void KernelBuilder::attention() {
 }
 
 void KernelBuilder::linear(const std::string& name, std::int64_t in, std::int64_t outf, bool wgrad, std::int64_t tokens,
-                           std::int64_t count, bool bias, bool float8_allowed, std::int64_t sac_saved) {
+                           std::int64_t count, bool bias, bool float8_allowed, std::int64_t sac_saved, bool dgrad) {
   const std::int64_t t = tokens < 0 ? T : tokens;
   const bool fp8 = float8_allowed && opt.float8 != Float8Recipe::None;
   if (!backward) {
@@ -92,9 +92,49 @@ void KernelBuilder::linear(const std::string& name, std::int64_t in, std::int64_
     gemm(name, t, outf, in, count, dtype, fp8, saved);
     return;
   }
+  if (!dgrad && !wgrad) return;
   if (fp8) float8_casts(name, t, in, outf, count, wgrad);
-  gemm(name + "_dgrad", t, in, outf, count, dtype, fp8);
+  if (dgrad) gemm(name + "_dgrad", t, in, outf, count, dtype, fp8);
   if (wgrad) gemm(name + "_wgrad", outf, in, t, count, dtype, fp8);
+}
+
+void KernelBuilder::adapter(const std::string& name, Weight base, std::int64_t outf, bool in_rg) {
+  if (!opt.lora.on()) return;
+  const AdapterMatrix* a = nullptr;
+  const AdapterMatrix* bm = nullptr;
+  const std::vector<AdapterMatrix> all = lora_adapters(m, opt.implementation, opt.lora, base == Weight::LmHead);
+  for (const AdapterMatrix& x : all) {
+    const bool mine = x.base == base || (base == Weight::Up && x.base == Weight::Fc);
+    if (!mine) continue;
+    if (x.is_a && !a) a = &x;
+    else if (!x.is_a && !bm) bm = &x;
+  }
+  if (!a || !bm) return;
+  // (litgpt's B is a grouped conv1d, and with grouped-query attention one conv1d per enabled part then a cat,
+  // LoRAQKVLinear.conv1d: modelled as one GEMM of the same FLOPs; the scaling and the sum as two eager kernels)
+  // r: A's rows (litgpt's fused A: rank x parts); rb: B's columns (the rank: each output sees its part's rank)
+  const std::int64_t r = a->rows, rb = bm->cols, in = a->cols, width = bm->rows;
+  const bool pad = width < outf;   // litgpt's zero_pad of the enabled q/k/v parts to the fused width
+  if (!backward) {
+    if (opt.lora.dropout) elementwise(name + ".lora_dropout", T * in * (2 * e + 1), MemoryClass::Copy);  // x -> out, mask
+    gemm(name + ".lora_a", T, r, in, 1, dtype);
+    gemm(name + ".lora_b", T, width, rb, 1, dtype);
+    if (pad) elementwise(name + ".lora_pad", T * (width + outf) * e, MemoryClass::Copy);
+    elementwise(name + ".lora_scale", 2 * T * outf * e, MemoryClass::Copy);
+    elementwise(name + ".lora_add", 3 * T * outf * e, MemoryClass::Residual);
+    return;
+  }
+  const bool wgrad = trains(Weight::Adapter);
+  if (!wgrad && !in_rg) return;
+  elementwise(name + ".lora_scale_bwd", 2 * T * outf * e, MemoryClass::Copy);
+  if (pad) elementwise(name + ".lora_pad_bwd", T * (width + outf) * e, MemoryClass::Copy);   // index_select
+  gemm(name + ".lora_b_dgrad", T, rb, width, 1, dtype);
+  if (wgrad) gemm(name + ".lora_b_wgrad", width, rb, T, 1, dtype);
+  if (wgrad) gemm(name + ".lora_a_wgrad", r, in, T, 1, dtype);
+  if (!in_rg) return;
+  gemm(name + ".lora_a_dgrad", T, in, r, 1, dtype);
+  if (opt.lora.dropout) elementwise(name + ".lora_dropout_bwd", T * in * (2 * e + 1), MemoryClass::Copy);
+  elementwise(name + ".lora_grad_add", 3 * T * in * e, MemoryClass::Residual);   // into the input's gradient
 }
 
 namespace {
@@ -121,25 +161,33 @@ std::int64_t sac_saved_copies(std::int64_t base, std::int64_t per_expert, std::i
   return n;
 }
 
-void mlp(Ctx& c, const std::string& prefix, std::int64_t tokens, std::int64_t count, bool wgrad) {
+// The MLP (or `count` expert copies of it). Backward: `in_rg` = its input requires grad (the dgrads of its
+// first linears run only then); a weight gets its wgrad only when it trains (Weight::Experts for experts).
+void mlp(Ctx& c, const std::string& prefix, std::int64_t tokens, std::int64_t count, bool in_rg) {
   const ModelSpec& m = c.m;
   const std::int64_t h = m.hidden, f = m.ffn_hidden;
   const bool moe = m.is_moe();
+  const auto trains = [&](Weight w) { return c.trains(moe ? Weight::Experts : w); };
   if (m.mlp == MlpKind::Plain) {
     const std::string fc = moe ? "w1" : (gpt2_naming(m) ? "c_fc" : "up_proj");
     const std::string fc2 = moe ? "w2" : (gpt2_naming(m) ? "c_proj" : "down_proj");
     if (!c.backward) {
       const std::int64_t base = c.mm_count;
       auto saved = [&](std::int64_t j) { return sac_saved_copies(base, 2, j, count, m.mlp_bias); };
-      c.linear(prefix + fc, h, f, wgrad, tokens, count, m.mlp_bias, true, saved(0));
+      c.linear(prefix + fc, h, f, true, tokens, count, m.mlp_bias, true, saved(0));
+      if (!moe) c.adapter(prefix + fc, Weight::Fc, f, true);
       activation(c, prefix, tokens, count);
       mark_early_stop(c);
-      c.linear(prefix + fc2, f, h, wgrad, tokens, count, m.mlp_bias, true, saved(1));
+      c.linear(prefix + fc2, f, h, true, tokens, count, m.mlp_bias, true, saved(1));
+      if (!moe) c.adapter(prefix + fc2, Weight::Down, h, true);
       if (!m.mlp_bias) c.mm_count = static_cast<int>(base + 2 * count);
     } else {
-      c.linear(prefix + fc2, f, h, wgrad, tokens, count, m.mlp_bias);
-      activation(c, prefix, tokens, count);
-      c.linear(prefix + fc, h, f, wgrad, tokens, count, m.mlp_bias);
+      const bool act_rg = in_rg || trains(Weight::Fc) || c.adapted(Weight::Fc);
+      c.linear(prefix + fc2, f, h, trains(Weight::Down), tokens, count, m.mlp_bias, true, -1, act_rg);
+      if (!moe) c.adapter(prefix + fc2, Weight::Down, h, act_rg);
+      if (act_rg) activation(c, prefix, tokens, count);
+      c.linear(prefix + fc, h, f, trains(Weight::Fc), tokens, count, m.mlp_bias, true, -1, in_rg);
+      if (!moe) c.adapter(prefix + fc, Weight::Fc, f, in_rg);
     }
     return;
   }
@@ -147,17 +195,25 @@ void mlp(Ctx& c, const std::string& prefix, std::int64_t tokens, std::int64_t co
   if (!c.backward) {
     const std::int64_t base = c.mm_count;
     auto saved = [&](std::int64_t j) { return sac_saved_copies(base, 3, j, count, m.mlp_bias); };
-    c.linear(prefix + gate, h, f, wgrad, tokens, count, m.mlp_bias, true, saved(0));
-    c.linear(prefix + up, h, f, wgrad, tokens, count, m.mlp_bias, true, saved(1));
+    c.linear(prefix + gate, h, f, true, tokens, count, m.mlp_bias, true, saved(0));
+    if (!moe) c.adapter(prefix + gate, Weight::Gate, f, true);
+    c.linear(prefix + up, h, f, true, tokens, count, m.mlp_bias, true, saved(1));
+    if (!moe) c.adapter(prefix + up, Weight::Up, f, true);
     activation(c, prefix, tokens, count);
     mark_early_stop(c);
-    c.linear(prefix + down, f, h, wgrad, tokens, count, m.mlp_bias, true, saved(2));
+    c.linear(prefix + down, f, h, true, tokens, count, m.mlp_bias, true, saved(2));
+    if (!moe) c.adapter(prefix + down, Weight::Down, h, true);
     if (!m.mlp_bias) c.mm_count = static_cast<int>(base + 3 * count);
   } else {
-    c.linear(prefix + down, f, h, wgrad, tokens, count, m.mlp_bias);
-    activation(c, prefix, tokens, count);
-    c.linear(prefix + up, h, f, wgrad, tokens, count, m.mlp_bias);
-    c.linear(prefix + gate, h, f, wgrad, tokens, count, m.mlp_bias);
+    const bool prod_rg = in_rg || trains(Weight::Gate) || trains(Weight::Up) || c.adapted(Weight::Gate) ||
+                         c.adapted(Weight::Up);
+    c.linear(prefix + down, f, h, trains(Weight::Down), tokens, count, m.mlp_bias, true, -1, prod_rg);
+    if (!moe) c.adapter(prefix + down, Weight::Down, h, prod_rg);
+    if (prod_rg) activation(c, prefix, tokens, count);
+    c.linear(prefix + up, h, f, trains(Weight::Up), tokens, count, m.mlp_bias, true, -1, in_rg);
+    if (!moe) c.adapter(prefix + up, Weight::Up, f, in_rg);
+    c.linear(prefix + gate, h, f, trains(Weight::Gate), tokens, count, m.mlp_bias, true, -1, in_rg);
+    if (!moe) c.adapter(prefix + gate, Weight::Gate, f, in_rg);
   }
 }
 
@@ -167,7 +223,7 @@ std::int64_t mlp_input_uses(const ModelSpec& m) {
   return m.mlp == MlpKind::Plain ? 1 : 2;        // gate and up
 }
 
-void moe(Ctx& c, bool wgrad) {
+void moe(Ctx& c, bool in_rg) {
   const ModelSpec& m = c.m;
   const std::int64_t h = m.hidden, E = m.n_experts, k = m.experts_top_k;
   const std::int64_t per_expert = (c.T * k + E - 1) / E;
@@ -176,47 +232,74 @@ void moe(Ctx& c, bool wgrad) {
   const Bytes router_ew = c.T * E * (c.e + 4) + c.T * k * (8 + 4);
   // The router is small (n = E): float8 recipes leave it in high precision (torchtitan filters router.gate).
   if (!c.backward) {
-    c.linear("block_sparse_moe.gate", h, E, wgrad, -1, 1, false, false);
+    c.linear("block_sparse_moe.gate", h, E, true, -1, 1, false, false);
     c.elementwise("router_softmax_topk", router_ew, MemoryClass::Activation);
     c.elementwise("moe_permute", 2 * rows, MemoryClass::Copy);
-    mlp(c, "experts.", per_expert, E, wgrad);
+    mlp(c, "experts.", per_expert, E, true);
     c.elementwise("moe_unpermute", 2 * rows + c.T * h * c.e, MemoryClass::Copy);  // weighted index_add into [T, h]
   } else {
+    const bool router_rg = in_rg || c.trains(Weight::Router);
     c.elementwise("moe_unpermute_bwd", 2 * rows + c.T * h * c.e, MemoryClass::Copy);
-    mlp(c, "experts.", per_expert, E, wgrad);
-    c.elementwise("moe_permute_bwd", 2 * rows, MemoryClass::Copy);
-    c.elementwise("router_softmax_topk_bwd", router_ew, MemoryClass::Activation);
-    c.linear("block_sparse_moe.gate", h, E, wgrad, -1, 1, false, false);
+    mlp(c, "experts.", per_expert, E, in_rg);
+    if (in_rg) c.elementwise("moe_permute_bwd", 2 * rows, MemoryClass::Copy);
+    if (router_rg) c.elementwise("router_softmax_topk_bwd", router_ew, MemoryClass::Activation);
+    c.linear("block_sparse_moe.gate", h, E, c.trains(Weight::Router), -1, 1, false, false, -1, in_rg);
   }
 }
 
 bool fused_qkv(const ModelSpec& m) { return gpt2_naming(m) || mpt_naming(m); }
 
-void attention_part(Ctx& c, bool wgrad) {
+// Whether the q, k, v projections' weights train: the recipe's Q/K/V or fused QKV matrix (the kernel list
+// names HF's separate projections, or GPT-2's / MPT's fused one, whatever the recipe fuses).
+bool q_trains(const Ctx& c) { return c.trains(Weight::Q) || c.trains(Weight::QKV); }
+bool k_trains(const Ctx& c) { return c.trains(Weight::K) || c.trains(Weight::QKV); }
+bool v_trains(const Ctx& c) { return c.trains(Weight::V) || c.trains(Weight::QKV); }
+// LoRA adapters on any of q, k, v that train: the projections' outputs then require grad
+bool qkv_adapted(const Ctx& c) {
+  return c.adapted(Weight::Q) || c.adapted(Weight::K) || c.adapted(Weight::V) || c.adapted(Weight::QKV);
+}
+
+// Backward: `in_rg` = the attention's input (the norm's output) requires grad.
+void attention_part(Ctx& c, bool in_rg) {
   const ModelSpec& m = c.m;
   const std::int64_t h = m.hidden, a = m.n_heads, g = m.n_kv_heads, d = m.head_dim;
   const std::string qkv = gpt2_naming(m) ? "c_attn" : "Wqkv";
   const std::string o = gpt2_naming(m) ? "c_proj" : (mpt_naming(m) ? "out_proj" : "o_proj");
+  // LoRA: a fused-qkv adapter (litgpt's LoRAQKVLinear; GPT-2's / MPT's fused matrix) is laid out once
+  // for the three projections (adapter() finds nothing for the bases a recipe does not adapt)
+  const auto qkv_adapters = [&](bool rg) {
+    c.adapter("qkv", Weight::QKV, (a + 2 * g) * d, rg);
+    c.adapter("q_proj", Weight::Q, a * d, rg);
+    c.adapter("k_proj", Weight::K, g * d, rg);
+    c.adapter("v_proj", Weight::V, g * d, rg);
+  };
   if (!c.backward) {
-    if (fused_qkv(m)) c.linear(qkv, h, (a + 2 * g) * d, wgrad, -1, 1, m.qkv_bias);
+    if (fused_qkv(m)) c.linear(qkv, h, (a + 2 * g) * d, true, -1, 1, m.qkv_bias);
     else {
-      c.linear("q_proj", h, a * d, wgrad, -1, 1, m.qkv_bias);
-      c.linear("k_proj", h, g * d, wgrad, -1, 1, m.qkv_bias);
-      c.linear("v_proj", h, g * d, wgrad, -1, 1, m.qkv_bias);
+      c.linear("q_proj", h, a * d, true, -1, 1, m.qkv_bias);
+      c.linear("k_proj", h, g * d, true, -1, 1, m.qkv_bias);
+      c.linear("v_proj", h, g * d, true, -1, 1, m.qkv_bias);
     }
+    qkv_adapters(true);
     if (m.positions == PositionKind::Rotary) rotary(c);
     c.attention();
-    c.linear(o, a * d, h, wgrad, -1, 1, m.out_bias);
+    c.linear(o, a * d, h, true, -1, 1, m.out_bias);
+    c.adapter(o, Weight::Out, h, true);
   } else {
-    c.linear(o, a * d, h, wgrad, -1, 1, m.out_bias);
-    c.attention();
-    if (m.positions == PositionKind::Rotary) rotary(c);
-    if (fused_qkv(m)) c.linear(qkv, h, (a + 2 * g) * d, wgrad, -1, 1, m.qkv_bias);
-    else {
-      c.linear("v_proj", h, g * d, wgrad, -1, 1, m.qkv_bias);
-      c.linear("k_proj", h, g * d, wgrad, -1, 1, m.qkv_bias);
-      c.linear("q_proj", h, a * d, wgrad, -1, 1, m.qkv_bias);
+    const bool attn_rg = in_rg || q_trains(c) || k_trains(c) || v_trains(c) || qkv_adapted(c);
+    c.linear(o, a * d, h, c.trains(Weight::Out), -1, 1, m.out_bias, true, -1, attn_rg);
+    c.adapter(o, Weight::Out, h, attn_rg);
+    if (attn_rg) {
+      c.attention();
+      if (m.positions == PositionKind::Rotary) rotary(c);
     }
+    if (fused_qkv(m)) c.linear(qkv, h, (a + 2 * g) * d, q_trains(c) || k_trains(c) || v_trains(c), -1, 1, m.qkv_bias, true, -1, in_rg);
+    else {
+      c.linear("v_proj", h, g * d, v_trains(c), -1, 1, m.qkv_bias, true, -1, in_rg);
+      c.linear("k_proj", h, g * d, k_trains(c), -1, 1, m.qkv_bias, true, -1, in_rg);
+      c.linear("q_proj", h, a * d, q_trains(c), -1, 1, m.qkv_bias, true, -1, in_rg);
+    }
+    qkv_adapters(in_rg);
   }
 }
 
@@ -230,30 +313,43 @@ void dropout(Ctx& c, const std::string& name, double p) {
   c.elementwise(name + (c.backward ? "_bwd" : ""), n * (2 * c.e + 1), MemoryClass::Residual);
 }
 
-void block(Ctx& c, bool wgrad) {
+// The block's backward follows c.flow (models/trainable.h): a gradient is computed for a tensor that
+// requires grad (an input gradient only where the input does, a weight gradient only where the weight
+// trains); a block whose output does not require grad has no backward at all.
+void block(Ctx& c) {
   const std::int64_t qkv_uses = fused_qkv(c.m) ? 1 : 3;
   const double p = c.m.resid_dropout;
   if (!c.backward) {
-    norm(c, "input_norm", wgrad);
-    attention_part(c, wgrad);
+    norm(c, "input_norm", true);
+    attention_part(c, true);
     dropout(c, "attn.resid_drop", p);
-    norm(c, "post_attention_norm", wgrad, 1, /*residual=*/true);
-    if (c.m.is_moe()) moe(c, wgrad);
-    else mlp(c, "", c.T, 1, wgrad);
+    norm(c, "post_attention_norm", true, 1, /*residual=*/true);
+    if (c.m.is_moe()) moe(c, true);
+    else mlp(c, "", c.T, 1, true);
     dropout(c, "mlp.resid_drop", p);
     residual_add(c, "residual_add");
-  } else {
-    dropout(c, "mlp.resid_drop", p);
-    if (c.m.is_moe()) moe(c, wgrad);
-    else mlp(c, "", c.T, 1, wgrad);
-    norm(c, "post_attention_norm", wgrad, mlp_input_uses(c.m), /*residual=*/true);
-    dropout(c, "attn.resid_drop", p);
-    attention_part(c, wgrad);
-    norm(c, "input_norm", wgrad, qkv_uses, /*residual=*/true);
+    return;
   }
+  const bool x_rg = c.flow.input_requires_grad;
+  const bool n1_rg = x_rg || c.trains(Weight::AttnNorm);
+  const bool attn_rg = n1_rg || q_trains(c) || k_trains(c) || v_trains(c) || qkv_adapted(c);
+  const bool h_rg = x_rg || attn_rg || c.trains(Weight::Out) || c.adapted(Weight::Out);
+  const bool n2_rg = h_rg || c.trains(Weight::MlpNorm);
+  constexpr WeightMask kMlp = weight_bit(Weight::Gate) | weight_bit(Weight::Up) | weight_bit(Weight::Fc) |
+                              weight_bit(Weight::Down) | weight_bit(Weight::Router) | weight_bit(Weight::Experts);
+  const bool y_rg = n2_rg || (c.flow.trains & kMlp) != 0 || c.adapted(Weight::Gate) || c.adapted(Weight::Up) ||
+                    c.adapted(Weight::Fc) || c.adapted(Weight::Down);
+  if (!y_rg) return;
+  dropout(c, "mlp.resid_drop", p);   // the MLP's output requires grad exactly when y does
+  if (c.m.is_moe()) moe(c, n2_rg);
+  else mlp(c, "", c.T, 1, n2_rg);
+  if (h_rg) norm(c, "post_attention_norm", c.trains(Weight::MlpNorm), mlp_input_uses(c.m), /*residual=*/true);
+  if (attn_rg || c.trains(Weight::Out) || c.adapted(Weight::Out)) dropout(c, "attn.resid_drop", p);
+  attention_part(c, n1_rg);
+  if (x_rg) norm(c, "input_norm", c.trains(Weight::AttnNorm), qkv_uses, /*residual=*/true);
 }
 
-void embedding(Ctx& c, bool wgrad) {
+void embedding(Ctx& c) {
   const ModelSpec& m = c.m;
   const Bytes act = c.act();
   const Bytes ids = c.T * 8;  // int64 token ids
@@ -267,7 +363,7 @@ void embedding(Ctx& c, bool wgrad) {
     dropout(c, "embd_drop", m.embd_dropout);
     return;
   }
-  if (!wgrad) return;  // token ids have no gradient: nothing to do without weight grads
+  if (!c.trains(Weight::Embedding)) return;  // token ids have no gradient: nothing to do without weight grads
   dropout(c, "embd_drop", m.embd_dropout);
   // dense embedding backward: zero the [V, h] grad, then index_add T rows of the incoming grad
   const Bytes table = m.vocab_size * m.hidden * c.e;
@@ -277,7 +373,7 @@ void embedding(Ctx& c, bool wgrad) {
                   KernelKind::Embedding);
 }
 
-void final_norm_and_head(Ctx& c, bool wgrad) {
+void final_norm_and_head(Ctx& c) {
   const ModelSpec& m = c.m;
   const Bytes tv = c.T * m.vocab_size;
   // The final norm and the head are outside the compiled blocks (torchtitan compiles each
@@ -287,28 +383,33 @@ void final_norm_and_head(Ctx& c, bool wgrad) {
   // cross-entropy forward: read logits (e), write the fp32 upcast and the fp32 log_softmax output.
   // backward: read log_softmax (fp32), write fp32 grad, cast it to e.
   if (!c.backward) {
-    norm(eager, "final_norm", wgrad);
-    c.linear("lm_head", m.hidden, m.vocab_size, wgrad, -1, 1, false, false);
+    norm(eager, "final_norm", true);
+    c.linear("lm_head", m.hidden, m.vocab_size, true, -1, 1, false, false);
+    c.adapter("lm_head", Weight::LmHead, m.vocab_size, true);
     c.elementwise("cross_entropy", tv * (c.e + 4 + 4) + c.T * 8, MemoryClass::CrossEntropy, KernelKind::CrossEntropy);
   } else {
+    const bool x_rg = c.flow.input_requires_grad;
+    const bool head_in_rg = x_rg || c.trains(Weight::FinalNorm);
+    if (!head_in_rg && !c.trains(Weight::LmHead) && !c.adapted(Weight::LmHead)) return;   // the logits do not require grad
     c.elementwise("cross_entropy_bwd", tv * (4 + 4 + 4 + c.e) + c.T * 8, MemoryClass::CrossEntropy,
                   KernelKind::CrossEntropy);
-    c.linear("lm_head", m.hidden, m.vocab_size, wgrad, -1, 1, false, false);
-    norm(eager, "final_norm", wgrad);
+    c.linear("lm_head", m.hidden, m.vocab_size, c.trains(Weight::LmHead), -1, 1, false, false, -1, head_in_rg);
+    c.adapter("lm_head", Weight::LmHead, m.vocab_size, head_in_rg);
+    if (x_rg) norm(eager, "final_norm", c.trains(Weight::FinalNorm));
   }
 }
 
 }  // namespace
 
 std::vector<KernelDesc> build_kernels(const ModelSpec& m, ModulePart part, std::int64_t b, std::int64_t s, Dtype dtype,
-                                      bool backward, bool wgrad, const KernelOptions& opt,
+                                      bool backward, const GradFlow& flow, const KernelOptions& opt,
                                       std::vector<ForwardNote>* notes, int* early_stop_end) {
   std::vector<KernelDesc> out;
-  Ctx c{m, b, s, b * s, dtype_bytes(dtype), dtype, opt, backward, &out, notes};
+  Ctx c{m, b, s, b * s, dtype_bytes(dtype), dtype, opt, backward, &out, notes, -1, 0, flow};
   switch (part) {
-    case ModulePart::Embedding: embedding(c, wgrad); break;
-    case ModulePart::Block: block(c, wgrad); break;
-    case ModulePart::FinalNormAndHead: final_norm_and_head(c, wgrad); break;
+    case ModulePart::Embedding: embedding(c); break;
+    case ModulePart::Block: block(c); break;
+    case ModulePart::FinalNormAndHead: final_norm_and_head(c); break;
   }
   if (early_stop_end) *early_stop_end = c.early_stop_end;
   return out;
@@ -318,13 +419,20 @@ std::vector<KernelDesc> build_kernels(const ModelSpec& m, ModulePart part, std::
 
 std::vector<KernelDesc> forward_kernels(const ModelSpec& m, ModulePart part, std::int64_t micro_batch,
                                         std::int64_t seq_len, Dtype dtype, const KernelOptions& options) {
-  return detail::build_kernels(m, part, micro_batch, seq_len, dtype, false, true, options, nullptr, nullptr);
+  return detail::build_kernels(m, part, micro_batch, seq_len, dtype, false, GradFlow{}, options, nullptr, nullptr);
 }
 
 std::vector<KernelDesc> backward_kernels(const ModelSpec& m, ModulePart part, std::int64_t micro_batch,
                                          std::int64_t seq_len, Dtype dtype, bool weight_grads,
                                          const KernelOptions& options) {
-  return detail::build_kernels(m, part, micro_batch, seq_len, dtype, true, weight_grads, options, nullptr, nullptr);
+  return backward_kernels(m, part, micro_batch, seq_len, dtype, GradFlow{weight_grads ? kAllWeights : 0, true},
+                          options);
+}
+
+std::vector<KernelDesc> backward_kernels(const ModelSpec& m, ModulePart part, std::int64_t micro_batch,
+                                         std::int64_t seq_len, Dtype dtype, const GradFlow& flow,
+                                         const KernelOptions& options) {
+  return detail::build_kernels(m, part, micro_batch, seq_len, dtype, true, flow, options, nullptr, nullptr);
 }
 
 Flops total_flops(const std::vector<KernelDesc>& ks) {

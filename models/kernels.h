@@ -11,6 +11,7 @@
 #include "common/memory_class.h"
 #include "common/units.h"
 #include "models/model_spec.h"
+#include "models/trainable.h"
 
 namespace fsdpsim::models {
 
@@ -49,6 +50,7 @@ struct KernelOptions {
   bool compile = false;
   Float8Recipe float8 = Float8Recipe::None;
   bool checkpoint_early_stop = true;
+  LoraShape lora{};                      // LoRA adapters beside the targeted linears (models/trainable.h)
   bool operator==(const KernelOptions&) const = default;
 };
 
@@ -58,6 +60,11 @@ std::vector<KernelDesc> forward_kernels(const ModelSpec& m, ModulePart part, std
 // Kernels of the backward of the same part (input grads and, if trainable, weight grads).
 std::vector<KernelDesc> backward_kernels(const ModelSpec& m, ModulePart part, std::int64_t micro_batch,
                                          std::int64_t seq_len, Dtype dtype, bool weight_grads,
+                                         const KernelOptions& options = {});
+// The same with frozen weights (models/trainable.h): a weight-gradient GEMM for each weight that trains,
+// an input gradient for each tensor that requires grad, nothing for a part whose output does not.
+std::vector<KernelDesc> backward_kernels(const ModelSpec& m, ModulePart part, std::int64_t micro_batch,
+                                         std::int64_t seq_len, Dtype dtype, const GradFlow& flow,
                                          const KernelOptions& options = {});
 // Kernels a checkpointed part reruns before its backward (models/kernels_recompute.cpp):
 //  * Full: the forward, less what follows the last tensor backward needs when the checkpoint stops

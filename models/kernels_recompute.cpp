@@ -27,7 +27,7 @@ std::vector<KernelDesc> recompute_kernels(const ModelSpec& m, ModulePart part, s
   std::vector<detail::ForwardNote> notes;
   int stop = -1;
   std::vector<KernelDesc> fwd =
-      detail::build_kernels(m, part, micro_batch, seq_len, dtype, false, true, options, &notes, &stop);
+      detail::build_kernels(m, part, micro_batch, seq_len, dtype, false, GradFlow{}, options, &notes, &stop);
   if (mode == CheckpointMode::Full) {
     if ((options.checkpoint_early_stop || options.compile) && stop >= 0) fwd.resize(static_cast<std::size_t>(stop));
     return fwd;

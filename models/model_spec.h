@@ -98,8 +98,10 @@ struct FlopsPerToken {
 };
 FlopsPerToken flops_per_token(const ModelSpec& m, std::int64_t seq_len);
 // forward_backward FLOPs per token of the computation that runs when only `trainable_fraction` of the
-// matmul weights is trained (LoRA-like, D5): frozen weights skip their weight-gradient matmuls, which cost
-// as much as the forward matmuls. MFU counts these (the model FLOPs of the work done).
+// forward's matmul FLOPs have weights that train (LoRA-like, D5; the simulator passes
+// models::trained_matmul_fraction of the weights autograd sees trainable, models/trainable.h): frozen
+// weights skip their weight-gradient matmuls, which cost as much as the forward matmuls. MFU counts these
+// (the model FLOPs of the work done).
 double trained_flops_per_token(const ModelSpec& m, std::int64_t seq_len, double trainable_fraction);
 
 enum class CheckpointMode { None, Full, SelectiveOp };

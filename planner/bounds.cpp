@@ -2,6 +2,8 @@
 // allocate or run; anything uncertain is left out, so the bounds stay below the simulation.
 #include "planner/bounds.h"
 
+#include "sim/lower_context.h"
+
 #include <algorithm>
 
 namespace fsdpsim::planner {
@@ -20,15 +22,13 @@ models::CheckpointMode block_mode(const sim::ActivationCheckpointing& ac, std::i
   return models::CheckpointMode::None;
 }
 
-// Blocks fully recomputed in backward under a checkpointing mode (selective: counted as none).
-std::int64_t recomputed_blocks(const sim::ActivationCheckpointing& ac, std::int64_t layers) {
-  switch (ac.mode) {
-    case AcMode::None: return 0;
-    case AcMode::Full: return layers;
-    case AcMode::SelectiveOp: return 0;
-    case AcMode::EveryK: return ac.every_k <= 1 ? layers : (layers - 1) / ac.every_k + 1;
-  }
-  return 0;
+// Blocks in [first, layers) fully recomputed in backward under a checkpointing mode (selective: counted
+// as none).
+std::int64_t recomputed_blocks(const sim::ActivationCheckpointing& ac, std::int64_t layers, std::int64_t first = 0) {
+  std::int64_t n = 0;
+  for (std::int64_t l = std::max<std::int64_t>(first, 0); l < layers; ++l)
+    n += block_mode(ac, l) == models::CheckpointMode::Full;
+  return n;
 }
 
 }  // namespace
@@ -59,19 +59,21 @@ MemoryBound Bounds::memory(const sim::Plan& p) const {
   m.context = hw_.cuda_context_bytes();
   const std::int64_t shard = std::max(1, p.mesh_shard);
   const std::int64_t total = counts_.total;
-  const double t = p.trainable_fraction;
+  const models::TrainableSet& ts = trainable(p);
   const Bytes master = dtype_bytes(p.master_weights_dtype);
   const Bytes grad_b = std::min(master, dtype_bytes(p.reduce_dtype));
   if (!p.cpu_offload.params) {
     const std::int64_t per_rank = total / shard;
-    const auto trainable = static_cast<std::int64_t>(static_cast<double>(per_rank) * t);
+    // (frozen_units take their blocks' matrices or adapters out of the set: no lower bound on what is left)
+    const std::int64_t trainable = ts.all ? per_rank : p.frozen_units.empty() ? ts.trainable / shard : 0;
     m.sharded_params = per_rank * master;
     m.sharded_grads = trainable * grad_b;
     const int states = p.optimizer == sim::Optimizer::AdamW ? 2 : 1;
-    m.optimizer_state = p.cpu_offload.optimizer ? 0 : states * trainable * master;
+    const bool rank_share_unknown = !ts.all && p.fsdp_version == sim::FsdpVersion::FSDP1 && p.use_orig_params;
+    m.optimizer_state = p.cpu_offload.optimizer || rank_share_unknown ? 0 : states * trainable * master;
   }
   const Dtype act = p.param_dtype;
-  for (std::int64_t l = 0; l < model_.n_layers; ++l)
+  for (std::int64_t l = 0; l < model_.n_layers && ts.all; ++l)
     m.activations += models::block_saved_activation_bytes(model_, p.micro_batch, p.seq_len, act,
                                                          block_mode(p.activation_checkpointing, l));
   // The logits in the compute dtype (a part of what every loss implementation but the fused linear
@@ -96,26 +98,50 @@ TimeNs Bounds::kernels_time(const std::vector<models::KernelDesc>& ks) const {
   return t;
 }
 
-TimeNs Bounds::micro_batch_compute(std::int64_t mb, std::int64_t seq, Dtype dtype, bool wgrad) const {
+TimeNs Bounds::micro_batch_compute(std::int64_t mb, std::int64_t seq, Dtype dtype, bool wgrad,
+                                   std::int64_t first_backward_block) const {
   using models::ModulePart;
   TimeNs fwd_block = kernels_time(models::forward_kernels(model_, ModulePart::Block, mb, seq, dtype));
   TimeNs t = kernels_time(models::forward_kernels(model_, ModulePart::Embedding, mb, seq, dtype)) +
              model_.n_layers * fwd_block +
              kernels_time(models::forward_kernels(model_, ModulePart::FinalNormAndHead, mb, seq, dtype));
+  const std::int64_t backward_blocks = std::max<std::int64_t>(0, model_.n_layers - first_backward_block);
   t += kernels_time(models::backward_kernels(model_, ModulePart::Embedding, mb, seq, dtype, wgrad)) +
-       model_.n_layers * kernels_time(models::backward_kernels(model_, ModulePart::Block, mb, seq, dtype, wgrad)) +
+       backward_blocks * kernels_time(models::backward_kernels(model_, ModulePart::Block, mb, seq, dtype, wgrad)) +
        kernels_time(models::backward_kernels(model_, ModulePart::FinalNormAndHead, mb, seq, dtype, wgrad));
   return t;
 }
 
+const models::TrainableSet& Bounds::trainable(const sim::Plan& p) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (p.lora.on()) {
+    const auto key = std::make_pair(static_cast<int>(p.implementation), sim::plan_to_json(p)["lora"].dump());
+    auto it = lora_.find(key);
+    if (it == lora_.end())
+      it = lora_.emplace(key, models::lora_trainable_set(model_, p.implementation, sim::lowering::lora_shape(model_, p))).first;
+    return it->second;
+  }
+  const auto key = std::make_pair(static_cast<int>(p.implementation), p.trainable_fraction);
+  auto it = trainable_.find(key);
+  if (it == trainable_.end())
+    it = trainable_.emplace(key, models::trainable_set(model_, p.implementation, p.trainable_fraction)).first;
+  return it->second;   // std::map: the reference stays valid as entries are added
+}
+
 TimeNs Bounds::step_time(const sim::Plan& p) const {
-  const bool wgrad = p.trainable_fraction >= 1.0;
+  const models::TrainableSet& ts = trainable(p);
+  const bool wgrad = ts.all;   // (LoRA: the adapters' small weight gradients are left out of the bound)
+  // Frozen weights: the blocks after the first one with a trainable weight surely have a backward (their
+  // input requires grad); the first one's starts at that weight, earlier ones may have none.
+  const std::int64_t first = ts.all ? 0 : ts.first_trained_layer() + 1;
   TimeNs per_mb = 0, fwd_block = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto key = std::make_tuple(p.micro_batch, p.seq_len, static_cast<int>(p.param_dtype), std::string("step"), wgrad);
+    auto key = std::make_tuple(p.micro_batch, p.seq_len, static_cast<int>(p.param_dtype),
+                               std::string("step") + std::to_string(first), wgrad);
     auto it = cache_.find(key);
-    if (it == cache_.end()) it = cache_.emplace(key, micro_batch_compute(p.micro_batch, p.seq_len, p.param_dtype, wgrad)).first;
+    if (it == cache_.end())
+      it = cache_.emplace(key, micro_batch_compute(p.micro_batch, p.seq_len, p.param_dtype, wgrad, first)).first;
     per_mb = it->second;
     auto fkey = std::make_tuple(p.micro_batch, p.seq_len, static_cast<int>(p.param_dtype), std::string("fwd_block"), false);
     auto ft = cache_.find(fkey);
@@ -124,10 +150,10 @@ TimeNs Bounds::step_time(const sim::Plan& p) const {
                                                                      p.seq_len, p.param_dtype))).first;
     fwd_block = ft->second;
   }
-  TimeNs t = p.grad_accum * (per_mb + recomputed_blocks(p.activation_checkpointing, model_.n_layers) * fwd_block);
-  if (p.cpu_offload.params || p.cpu_offload.optimizer)
-    t += hw_.cpu_optimizer_time(static_cast<std::int64_t>(static_cast<double>(counts_.total / std::max(1, p.mesh_shard)) *
-                                                          p.trainable_fraction));
+  TimeNs t = p.grad_accum * (per_mb + recomputed_blocks(p.activation_checkpointing, model_.n_layers, first) * fwd_block);
+  if ((p.cpu_offload.params || p.cpu_offload.optimizer) &&
+      !(!ts.all && p.fsdp_version == sim::FsdpVersion::FSDP1 && p.use_orig_params))
+    t += hw_.cpu_optimizer_time(ts.all ? counts_.total / std::max(1, p.mesh_shard) : ts.trainable / std::max(1, p.mesh_shard));
   return t;
 }
 

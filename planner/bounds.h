@@ -7,10 +7,16 @@
 //         dtype, without the fp32 upcast), and the head's FSDP unit unsharded (shard > 1);
 //      B. the optimizer step: sharded params + sharded grads + optimizer state.
 //    plus the CUDA/NCCL context. Shards are floor(P / shard) (no padding), grads use the narrower of
-//    the master and reduce dtypes, CPU offload keeps nothing persistent on the GPU.
+//    the master and reduce dtypes, CPU offload keeps nothing persistent on the GPU. With frozen weights
+//    (trainable_fraction < 1, models/trainable.h) grads and optimizer state count the rule's trainable
+//    parameters (optimizer state none under FSDP1 with use_orig_params: rank 0's share of the trainable
+//    tensors is not 1/shard) and saved activations none (what frozen blocks save depends on the FSDP
+//    version and the wrap).
 //  * a LOWER bound on step time: the compute stream must run every kernel of every micro-batch
 //    (forward, backward, the recompute of fully checkpointed blocks; selective recompute counted as
-//    zero) at the profile's kernel times, and an offloaded optimizer step on the CPU after it. It
+//    zero) at the profile's kernel times, and an offloaded optimizer step on the CPU after it. With frozen
+//    weights: no weight-gradient GEMM, and backward and recompute only for the blocks after the first one
+//    with a trainable weight (their inputs require grad whatever the FSDP version). It
 //    gives an UPPER bound on tokens/s per GPU, used to order the search and to skip candidates that
 //    an already simulated plan dominates on both memory and throughput.
 // Both are checked against exhaustive simulation in tests/planner/test_bounds.cpp.
@@ -24,6 +30,7 @@
 #include "common/units.h"
 #include "models/kernels.h"
 #include "models/model_spec.h"
+#include "models/trainable.h"
 #include "models/wrap_graph.h"
 #include "sim/plan.h"
 
@@ -55,7 +62,13 @@ class Bounds {
 
  private:
   TimeNs kernels_time(const std::vector<models::KernelDesc>& ks) const;
-  TimeNs micro_batch_compute(std::int64_t mb, std::int64_t seq, Dtype dtype, bool wgrad) const;
+  // Forward of every part; backward of the blocks from `first_backward_block` on and of the head (dgrad
+  // only unless `wgrad`), and of the embedding with `wgrad`.
+  TimeNs micro_batch_compute(std::int64_t mb, std::int64_t seq, Dtype dtype, bool wgrad,
+                             std::int64_t first_backward_block) const;
+  // The plan's trainable set (models::trainable_set, or models::lora_trainable_set with plan.lora), per
+  // (implementation, fraction) or (implementation, lora).
+  const models::TrainableSet& trainable(const sim::Plan& p) const;
 
   const models::ModelSpec& model_;
   const calibrate::HardwareProfile& hw_;
@@ -63,6 +76,8 @@ class Bounds {
   std::int64_t head_unit_params_ = 0;
   mutable std::mutex mu_;
   mutable std::map<std::tuple<std::int64_t, std::int64_t, int, std::string, bool>, TimeNs> cache_;
+  mutable std::map<std::pair<int, double>, models::TrainableSet> trainable_;
+  mutable std::map<std::pair<int, std::string>, models::TrainableSet> lora_;   // with plan.lora, per its text
 };
 
 }  // namespace fsdpsim::planner

@@ -53,6 +53,15 @@ Export export_accelerate(const ExportInput& in) {
                             "): FSDP1 HYBRID_SHARD in accelerate shards within one node (" +
                             std::to_string(in.cluster.gpus_per_node) + " GPUs); use fsdp_version 2 for other shard sizes");
 
+  std::string peft;
+  if (p.lora.on()) {
+    peft = peft_lora_config(in.model, p.lora, e.unsupported);
+    if (v1 && !p.use_orig_params)
+      e.unsupported.push_back("lora with fsdp_use_orig_params false: TRANSFORMER_BASED_WRAP puts the adapters in the "
+                              "frozen block's FlatParameter, which FSDP1 refuses (mixed requires_grad); set "
+                              "fsdp_use_orig_params: true (then each block's whole flat gradient is kept, M13) or wrap "
+                              "the adapter linears apart with a lambda policy in code");
+  }
   std::ostringstream os;
   os << "# fsdpsim export: accelerate config, " << e.target << "\n"
      << "# plan: " << in.label << "\n"
@@ -62,6 +71,9 @@ Export export_accelerate(const ExportInput& in) {
     os << ";\n# " << (p.grad_sync ? "sync gradients every micro-batch: GradientAccumulationPlugin(sync_each_batch=True)"
                                   : "accelerator.accumulate(model) skips gradient sync until the last micro-batch (no_sync)");
   os << "\n";
+  if (p.lora.on())
+    os << "# LoRA in your script (PEFT), before accelerator.prepare: from peft import LoraConfig, get_peft_model;\n"
+       << "#   model = get_peft_model(model, " << peft << ")  # lora_alpha scales the update only: yours\n";
   os << "# optimizer in your script: " << optimizer_code(p, "model.parameters()") << "\n";
   if (!alloc_conf_line(p).empty()) os << "# launch: " << alloc_conf_line(p) << " accelerate launch --config_file this.yaml train.py\n";
   os << "compute_environment: LOCAL_MACHINE\n"

@@ -1,6 +1,9 @@
 // Helpers shared by the exporters, and the JSON bundle of all four exports.
 #include "planner/exports.h"
 
+#include <algorithm>
+#include <cstdio>
+
 namespace fsdpsim::planner {
 
 std::string torch_dtype(Dtype d) {
@@ -18,6 +21,63 @@ std::string block_list_path(const models::ModelSpec& m) {
   if (m.model_type == "gpt2") return "model.transformer.h";
   if (m.model_type == "mpt") return "model.transformer.blocks";
   return "model.model.layers";
+}
+
+std::string peft_lora_config(const models::ModelSpec& m, const sim::LoraPlan& l, std::vector<std::string>& notes) {
+  // Module names as the Hugging Face models register them (PEFT matches target_modules by name suffix):
+  // Llama-like q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; GPT-2 attn.c_attn (q, k and v
+  // in one Conv1D), attn.c_proj, mlp.c_fc, mlp.c_proj; MPT attn.Wqkv, attn.out_proj, ffn.up_proj, ffn.down_proj.
+  const bool gpt2 = m.model_type == "gpt2", mpt = m.model_type == "mpt";
+  std::vector<std::string> mods;
+  bool fused_named = false;
+  const auto add = [&](const std::string& s) {
+    if (std::find(mods.begin(), mods.end(), s) == mods.end()) mods.push_back(s);
+  };
+  for (const std::string& t : l.targets) {
+    if (t == "q" || t == "k" || t == "v") {
+      if (gpt2 || mpt) {
+        add(gpt2 ? "c_attn" : "Wqkv");
+        fused_named = true;
+      } else {
+        add(t + "_proj");
+      }
+    } else if (t == "o") {
+      add(gpt2 ? "attn.c_proj" : mpt ? "out_proj" : "o_proj");
+    } else if (t == "gate") {
+      add("gate_proj");
+    } else if (t == "up") {
+      add(gpt2 ? "c_fc" : "up_proj");
+    } else if (t == "down") {
+      add(gpt2 ? "mlp.c_proj" : "down_proj");
+    } else if (t == "head") {
+      add("lm_head");
+    }
+  }
+  if (fused_named &&
+      !(std::count(l.targets.begin(), l.targets.end(), "q") && std::count(l.targets.begin(), l.targets.end(), "k") &&
+        std::count(l.targets.begin(), l.targets.end(), "v")))
+    notes.push_back(std::string("lora targets: ") + (gpt2 ? "c_attn" : "Wqkv") +
+                    " holds q, k and v in one module: PEFT adapts all three (as fsdpsim simulates for this model)");
+  std::string list;
+  for (const auto& s : mods) list += (list.empty() ? "\"" : ", \"") + s + "\"";
+  char d[32];
+  std::snprintf(d, sizeof d, "%g", l.dropout);
+  return "LoraConfig(r=" + std::to_string(l.rank) + ", lora_alpha=" + std::to_string(2 * l.rank) +
+         ", lora_dropout=" + d + ", target_modules=[" + list + "])";
+}
+
+std::string litgpt_lora_flags(const sim::LoraPlan& l, std::vector<std::string>& notes) {
+  const auto has = [&](const char* t) { return std::find(l.targets.begin(), l.targets.end(), t) != l.targets.end(); };
+  const int mlp = (has("gate") ? 1 : 0) + (has("up") ? 1 : 0) + (has("down") ? 1 : 0);
+  if (mlp > 0 && mlp < 3)
+    notes.push_back("lora targets: litgpt's lora_mlp adapts every MLP linear (fc_1, fc_2, proj); a part of the MLP "
+                    "alone is not expressible there");
+  char d[32];
+  std::snprintf(d, sizeof d, "%g", l.dropout);
+  const auto b = [](bool v) { return v ? "true" : "false"; };
+  return "--lora_r " + std::to_string(l.rank) + " --lora_alpha " + std::to_string(2 * l.rank) + " --lora_dropout " + d +
+         " --lora_query " + b(has("q")) + " --lora_key " + b(has("k")) + " --lora_value " + b(has("v")) +
+         " --lora_projection " + b(has("o")) + " --lora_mlp " + b(mlp > 0) + " --lora_head " + b(has("head"));
 }
 
 std::string block_class_name(const models::ModelSpec& m) {

@@ -161,6 +161,21 @@ Expressed express_plan(const std::string& fw, const sim::Plan& in, const calibra
     bool last_only = p.module_overrides.size() == 1 && p.module_overrides[0].module == "last_block" &&
                      p.module_overrides[0].reshard_after_forward == 0;
     if (!p.module_overrides.empty() && !last_only) t.no_overrides("torchtitan overrides only the last block (reshard \"default\")");
+    if (p.lora.on()) {
+      p.lora = sim::LoraPlan{};
+      p.frozen_units.clear();
+      t.note("lora -> none: torchtitan has no LoRA adapters; its job trains every parameter");
+    }
+  }
+  // LoRA under FSDP1 without use_orig_params: the accelerate and Lightning exports wrap whole blocks, whose
+  // FlatParameter would mix the frozen weights and the adapters, which FSDP1 refuses (_flat_param.py
+  // FlatParamHandle._validate_tensors_to_flatten); torchtune's wrapping of each adapter linear apart is not
+  // expressible in their keys.
+  if (p.lora.on() && p.fsdp_version == sim::FsdpVersion::FSDP1 && !p.use_orig_params &&
+      (fw == "accelerate" || fw == "lightning")) {
+    p.use_orig_params = true;
+    t.note("use_orig_params false -> true: LoRA adapters in a block's FSDP1 unit need use_orig_params (frozen and "
+           "trainable tensors in one FlatParameter); each block's whole flat gradient is then kept (M13)");
   }
   // torchtune's chunked loss needs its model code: CEWithChunkedOutputLoss takes the list of logits chunks that
   // TransformerDecoder.chunked_output returns (torchtune/modules/transformer.py); none of these front-ends runs

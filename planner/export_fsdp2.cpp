@@ -191,8 +191,18 @@ Export export_fsdp2(const ExportInput& in) {
      << "MICRO_BATCH = " << p.micro_batch << "  # sequences per GPU per micro-batch\n"
      << "GRAD_ACCUM = " << p.grad_accum << "  # micro-batches per optimizer step\n"
      << "SEQ_LEN = " << p.seq_len << "\n\n"
-     << "model = build_model()  # your " << in.model.name << " module (e.g. on the meta device)\n"
-     << mesh_code(p);
+     << "model = build_model()  # your " << in.model.name << " module (e.g. on the meta device)\n";
+  if (p.lora.on()) {
+    // fully_shard has no LoRA of its own: the adapters are modules of the model it shards
+    e.unsupported.push_back("lora: FSDP2 (fully_shard) has no LoRA; add the adapters to the model before sharding "
+                            "(the PEFT lines above, or torchtune's lora_* builders), then every trainable tensor is an "
+                            "adapter and FSDP2 keeps gradients and optimizer state for those alone");
+    os << "# LoRA adapters (plan.lora), added before fully_shard:\n"
+       << "from peft import LoraConfig, get_peft_model\n"
+       << "model = get_peft_model(model, " << peft_lora_config(in.model, p.lora, e.unsupported)
+       << ")  # lora_alpha: yours\n";
+  }
+  os << mesh_code(p);
   std::vector<std::string> body_notes;
   os << fsdp2_sharding_code(in, "", "model", "mesh", body_notes);
   for (auto& n : body_notes) e.unsupported.push_back(n);

@@ -184,6 +184,17 @@ Export export_lightning(const ExportInput& in) {
      << "# DataLoader(batch_size=" << p.micro_batch << "): the micro-batch per GPU, sequences of " << p.seq_len
      << " tokens\n";
   if (!alloc_conf_line(p).empty()) os << "# launch with " << alloc_conf_line(p) << " in the environment\n";
+  if (p.lora.on()) {
+    // Lightning has no LoRA of its own: litgpt (on Lightning Fabric) has, and PEFT adapts a Hugging Face model
+    os << "# LoRA (plan.lora): with litgpt (Lightning Fabric, FSDP1 use_orig_params): litgpt finetune lora "
+       << litgpt_lora_flags(p.lora, e.unsupported) << "\n"
+       << "# or in configure_model(), before sharding: from peft import LoraConfig, get_peft_model;\n"
+       << "#   self.model = get_peft_model(self.model, " << peft_lora_config(in.model, p.lora, e.unsupported)
+       << ")  # lora_alpha: yours\n";
+    if (v1 && !p.use_orig_params)
+      e.unsupported.push_back("lora with use_orig_params=False: adapters in a frozen block's FlatParameter are refused "
+                              "by FSDP1; use use_orig_params=True or wrap the adapter linears apart");
+  }
   for (const auto& u : e.unsupported) os << "# not expressible here: " << u << "\n";
   e.text = os.str();
   return e;

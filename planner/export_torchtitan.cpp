@@ -105,6 +105,10 @@ Export export_torchtitan(const ExportInput& in) {
          << "precompute_float8_dynamic_scale_for_fsdp = true\n";
     os << "filter_fqns = [\"output\"]\n";
   }
+  if (p.lora.on())
+    e.unsupported.push_back("lora (rank " + std::to_string(p.lora.rank) +
+                            "): torchtitan has no LoRA; this job trains every parameter (use torchtune's lora_* "
+                            "recipes or PEFT for adapters)");
   if (!e.unsupported.empty()) os << "\n";
   for (const auto& u : e.unsupported) os << "# not expressible here: " << u << "\n";
   e.text = os.str();

@@ -45,6 +45,12 @@ std::string torch_dtype(Dtype d);                       // "torch.bfloat16"
 std::string block_list_path(const models::ModelSpec& m); // "model.model.layers" (HF layout)
 std::string block_class_name(const models::ModelSpec& m);
 std::string block_import_line(const models::ModelSpec& m); // "from transformers... import X" or a comment
+// plan.lora in PEFT's terms: `LoraConfig(r=..., lora_alpha=..., lora_dropout=..., target_modules=[...])` with the
+// model's module names (Hugging Face layout); the plan's targets a fused q/k/v module cannot separate are named in
+// `notes`.
+std::string peft_lora_config(const models::ModelSpec& m, const sim::LoraPlan& l, std::vector<std::string>& notes);
+// plan.lora as litgpt's finetune flags (--lora_r ... --lora_head); targets litgpt cannot express alone in `notes`.
+std::string litgpt_lora_flags(const sim::LoraPlan& l, std::vector<std::string>& notes);
 // `PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"` for the plan's alloc_conf, or "" for PyTorch's defaults.
 std::string alloc_conf_line(const sim::Plan& p);
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "common/json_reader.h"
 #include "planner/config_text.h"
 
 namespace fsdpsim::planner {
@@ -282,7 +283,7 @@ const std::vector<std::string>& searched_keys() {
 const std::vector<std::string>& base_keys() {
   static const std::vector<std::string> k = {"optimizer",     "trainable_fraction", "auto_wrap_policy", "use_orig_params",
                                              "cross_entropy", "implementation",     "compile",          "optimizer_impl",
-                                             "alloc_conf"};
+                                             "alloc_conf",    "lora"};
   return k;
 }
 
@@ -563,6 +564,38 @@ void apply_base_constraint(Plan& p, const Constraint& c) {
     double f = std::strtod(v.c_str(), &end);
     if (v.empty() || *end != '\0' || !(f > 0.0 && f <= 1.0)) throw InputError(field, v, "a fraction in (0, 1]");
     p.trainable_fraction = f;
+  } else if (c.key == "lora") {
+    // "<rank>:<target>,<target>...[:<dropout>]" (e.g. 16:q,k,v or 8:q,v:0.05), or the plan's JSON object
+    const std::string what = "<rank>:<targets>[:<dropout>], e.g. 16:q,v or 8:q,v:0.05, or the plan's {\"rank\": ...}";
+    nlohmann::json j;
+    if (!v.empty() && v[0] == '{') {
+      j = parse_json_text(v, field);
+    } else {
+      const auto c1 = v.find(':');
+      if (c1 == std::string::npos) throw InputError(field, v, what);
+      const auto c2 = v.find(':', c1 + 1);
+      long long rank = 0;
+      if (!parse_long(v.substr(0, c1), rank)) throw InputError(field, v, what);
+      j["rank"] = rank;
+      j["targets"] = nlohmann::json::array();
+      const std::string targets = v.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1);
+      std::size_t pos = 0;
+      while (pos <= targets.size()) {
+        const std::size_t end = std::min(targets.find(',', pos), targets.size());
+        j["targets"].push_back(trim(targets.substr(pos, end - pos)));
+        pos = end + 1;
+      }
+      if (c2 != std::string::npos) {
+        char* e = nullptr;
+        const std::string d = v.substr(c2 + 1);
+        const double dropout = std::strtod(d.c_str(), &e);
+        if (d.empty() || *e != '\0') throw InputError(field, v, what);
+        j["dropout"] = dropout;
+      }
+    }
+    p.lora = sim::parse_lora(j, field);
+    if (p.trainable_fraction < 1.0)
+      throw InputError(field, v, "give either lora (the adapters train, nothing else) or trainable_fraction < 1, not both");
   } else if (c.key == "use_orig_params") {
     p.use_orig_params = canonical_bool(field, v) == "true";
   } else if (c.key == "cross_entropy") {

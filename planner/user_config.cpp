@@ -2,6 +2,10 @@
 // one reader per front-end in planner/read_*.cpp, their shared scanning in planner/config_text.cpp.
 #include "planner/user_config.h"
 
+#include <algorithm>
+#include <regex>
+#include <set>
+
 #include <yaml-cpp/yaml.h>
 
 #include "common/errors.h"
@@ -10,6 +14,119 @@
 #include "planner/config_text.h"
 
 namespace fsdpsim::planner {
+namespace {
+
+// Module names of the frameworks' LoRA configs -> plan.lora targets (sim::lora_target_names).
+void add_module_target(const std::string& raw, std::set<std::string>& on, std::vector<std::string>& unknown) {
+  std::string n = raw;
+  const auto dot = n.rfind('.');
+  if (dot != std::string::npos) n = n.substr(dot + 1);
+  static const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> map = {
+      {{"q_proj", "wq", "query", "q"}, {"q"}},
+      {{"k_proj", "wk", "key", "k"}, {"k"}},
+      {{"v_proj", "wv", "value", "v"}, {"v"}},
+      {{"o_proj", "output_proj", "out_proj", "wo", "dense"}, {"o"}},
+      {{"gate_proj", "w1", "fc_1"}, {"gate"}},
+      {{"up_proj", "w3", "fc_2", "c_fc"}, {"up"}},
+      {{"down_proj", "w2"}, {"down"}},
+      {{"c_attn", "Wqkv", "qkv_proj", "query_key_value"}, {"q", "k", "v"}},
+      {{"lm_head", "output"}, {"head"}},
+      {{"all-linear"}, {"q", "k", "v", "o", "gate", "up", "down"}},
+  };
+  for (const auto& [names, targets] : map)
+    if (std::find(names.begin(), names.end(), n) != names.end()) {
+      on.insert(targets.begin(), targets.end());
+      return;
+    }
+  unknown.push_back(raw);
+}
+
+bool truthy(const std::string& v) { return v == "True" || v == "true" || v == "1"; }
+
+// LoRA settings in a user's script or YAML, read into plan.lora: litgpt's finetune/lora.py globals and CLI
+// flags (lora_r, lora_alpha, lora_dropout, lora_query, lora_key, lora_value, lora_projection, lora_mlp,
+// lora_head), torchtune's LoRA model arguments (lora_rank, lora_attn_modules, apply_lora_to_mlp,
+// apply_lora_to_output, lora_dropout) and PEFT's LoraConfig(r=..., target_modules=[...], lora_dropout=...).
+void read_lora(const std::string& text, UserConfig& cfg) {
+  const auto value = [&](const std::string& key, std::string& out) {
+    const std::regex re("(?:^|[\\s,(-])" + key + R"(\s*(?:=|:|\s)\s*["']?([A-Za-z0-9_.+-]+))");
+    std::smatch m;
+    if (!std::regex_search(text, m, re)) return false;
+    out = m[1].str();
+    return true;
+  };
+  std::string rank_text, v;
+  std::string how;
+  std::set<std::string> on;
+  std::vector<std::string> unknown;
+  if (value("lora_r", rank_text)) {
+    how = "litgpt lora_r = " + rank_text;
+    const std::pair<const char*, std::vector<std::string>> flags[] = {
+        {"lora_query", {"q"}}, {"lora_key", {"k"}}, {"lora_value", {"v"}}, {"lora_projection", {"o"}},
+        {"lora_mlp", {"gate", "up", "down"}}, {"lora_head", {"head"}}};
+    for (const auto& [flag, targets] : flags)
+      if (value(flag, v) && truthy(v)) on.insert(targets.begin(), targets.end());
+  } else if (value("lora_rank", rank_text)) {
+    how = "torchtune lora_rank: " + rank_text;
+    std::smatch m;
+    if (std::regex_search(text, m, std::regex(R"(lora_attn_modules\s*[:=]\s*\[([^\]]*)\])"))) {
+      const std::string list = m[1].str();
+      static const std::regex word(R"([A-Za-z_0-9]+)");
+      for (std::sregex_iterator it(list.begin(), list.end(), word), end; it != end; ++it)
+        add_module_target(it->str(), on, unknown);
+    }
+    if (value("apply_lora_to_mlp", v) && truthy(v)) on.insert({"gate", "up", "down"});
+    if (value("apply_lora_to_output", v) && truthy(v)) on.insert("head");
+  } else {
+    std::smatch m;
+    if (!std::regex_search(text, m, std::regex(R"(LoraConfig\s*\(([^)]*)\))"))) return;
+    const std::string args = m[1].str();
+    std::smatch a;
+    if (!std::regex_search(args, a, std::regex(R"((?:^|[\s,])r\s*=\s*([0-9]+))"))) return;
+    rank_text = a[1].str();
+    how = "PEFT LoraConfig(r=" + rank_text + ")";
+    if (std::regex_search(args, a, std::regex(R"(target_modules\s*=\s*\[([^\]]*)\])"))) {
+      const std::string list = a[1].str();
+      static const std::regex name(R"([A-Za-z_0-9.\-]+)");
+      for (std::sregex_iterator it(list.begin(), list.end(), name), end; it != end; ++it)
+        add_module_target(it->str(), on, unknown);
+    } else if (std::regex_search(args, a, std::regex(R"(target_modules\s*=\s*["']([^"']+)["'])"))) {
+      add_module_target(a[1].str(), on, unknown);
+    }
+    if (std::regex_search(args, a, std::regex(R"(lora_dropout\s*=\s*([0-9.eE+-]+))"))) v = a[1].str();
+    else v.clear();
+  }
+  if (how.rfind("PEFT", 0) != 0) {
+    if (!value("lora_dropout", v)) v.clear();
+  }
+  for (const auto& u : unknown)
+    cfg.warnings.push_back("LoRA target module `" + u + "` is not one fsdpsim knows (q, k, v, o, gate, up, down, head): left out");
+  if (on.empty()) {
+    cfg.warnings.push_back(how + ": no LoRA target read; the plan trains every parameter");
+    return;
+  }
+  nlohmann::json j;
+  try {
+    j["rank"] = std::stoll(rank_text);
+  } catch (const std::exception&) {
+    throw InputError("lora rank", rank_text, "an integer");
+  }
+  j["targets"] = std::vector<std::string>(on.begin(), on.end());
+  if (!v.empty()) {
+    try {
+      j["dropout"] = std::stod(v);
+    } catch (const std::exception&) {
+      throw InputError("lora_dropout", v, "a probability in [0, 1)");
+    }
+  }
+  cfg.plan.lora = sim::parse_lora(j, "lora (" + how + ")");
+  std::string targets;
+  for (const auto& t : cfg.plan.lora.targets) targets += (targets.empty() ? "" : ", ") + t;
+  cfg.facts.push_back("LoRA rank " + std::to_string(cfg.plan.lora.rank) + " on " + targets + " read from " + how +
+                      " -> plan lora (adapters train, base weights frozen)");
+}
+
+}  // namespace
 
 UserConfig parse_user_config_text(const std::string& text, const std::string& format, const std::string& source,
                                   const models::ModelSpec& model) {
@@ -43,6 +160,7 @@ UserConfig parse_user_config_text(const std::string& text, const std::string& fo
   } else {
     throw InputError("--format", format, "lightning, lightning-yaml, accelerate, torchtitan or plan");
   }
+  if (format != "plan") read_lora(text, cfg);
   config_text::read_directive(text, cfg);
   if (!cfg.wrap_policy_given || cfg.plan.auto_wrap_policy.kind == models::WrapPolicy::Kind::None) cfg.wraps_nothing = true;
   return cfg;

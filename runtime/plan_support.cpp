@@ -40,6 +40,9 @@ void check_plan_supported(const sim::Plan& plan, RuntimeBackend backend) {
                      "have no counterpart in what it measures)");
   if (plan.trainable_fraction < 1.0)
     throw InputError("plan.trainable_fraction", std::to_string(plan.trainable_fraction), "1" + on + " (all parameters train)");
+  if (plan.lora.on())
+    throw InputError("plan.lora", "{\"rank\": " + std::to_string(plan.lora.rank) + ", ...}",
+                     "no lora" + on + " (its blocks have no adapters)");
   if (plan.reshard_after_forward > 1)
     throw InputError("plan.reshard_after_forward", std::to_string(plan.reshard_after_forward),
                      "true or false" + on + " (an int reshards to a sub-group not implemented here)");

@@ -24,29 +24,34 @@ std::string gib(Bytes b) {
   return buf;
 }
 
-// FSDP2: the pinned padded chunk of every parameter and the pinned gradient of every trainable one.
-Bytes fsdp2_pinned(const models::FsdpUnit& u, int N, Bytes bm, double trainable_fraction) {
-  Bytes params = 0;
-  const auto chunk = [&](std::int64_t numel) { params += pinned_block(numel * bm); };
+// FSDP2: the pinned padded chunk of every parameter and the pinned gradient of every trainable one
+// (models/trainable.h; a unit known by its count alone: the trainable fraction of its chunk's block).
+Bytes fsdp2_pinned(const models::FsdpUnit& u, int N, Bytes bm, const models::TrainableSet& ts, double unit_fraction) {
+  Bytes params = 0, grads = 0;
+  const bool frozen = unit_fraction <= 0.0;   // plan.frozen_units
   if (u.tensors.empty()) {
-    if (u.params > 0) chunk(ceil_div(u.params, N));   // one flat tensor: dim0 = numel
+    if (u.params > 0) {
+      params = pinned_block(ceil_div(u.params, N) * bm);   // one flat tensor: dim0 = numel
+      grads = frozen ? 0 : ts.all ? params : static_cast<Bytes>(static_cast<double>(params) * unit_fraction);
+    }
   } else {
     for (const auto& t : u.tensors) {
       const std::int64_t dim0 = t.shape.empty() ? 1 : t.shape[0];
       if (dim0 <= 0) continue;
       std::int64_t rest = 1;
       for (std::size_t i = 1; i < t.shape.size(); ++i) rest *= t.shape[i];
-      chunk(ceil_div(dim0, N) * rest);   // M6: every rank holds chunks[0]'s size
+      const Bytes block = pinned_block(ceil_div(dim0, N) * rest * bm);   // M6: every rank holds chunks[0]'s size
+      params += block;
+      if (!frozen && models::tensor_trains(ts, t.name)) grads += block;              // gradients have the chunks' sizes
     }
   }
-  // Gradients have the chunks' sizes; with frozen parameters (LoRA) the trainable fraction of them.
-  const auto grads = static_cast<Bytes>(static_cast<double>(params) * trainable_fraction);
   return params + grads;
 }
 
 }  // namespace
 
-HostMemory host_memory(const models::WrapGraph& graph, const Plan& rp, int gpus_per_node) {
+HostMemory host_memory(const models::WrapGraph& graph, const Plan& rp, int gpus_per_node,
+                       const models::TrainableSet& ts) {
   HostMemory h;
   h.ranks_per_node = gpus_per_node > 0 ? gpus_per_node : 1;
   if (!rp.cpu_offload.params && !rp.cpu_offload.optimizer) return h;
@@ -60,15 +65,15 @@ HostMemory host_memory(const models::WrapGraph& graph, const Plan& rp, int gpus_
     if (u.params == 0) continue;
     const double f = fractions[i];
     const lowering::UnitSizes s =
-        fsdp1 ? lowering::fsdp1_unit_sizes(u, N, rp.master_weights_dtype, rp.use_orig_params, f)
-              : lowering::fsdp2_unit_sizes(u, N, f);
+        fsdp1 ? lowering::fsdp1_unit_sizes(u, N, rp.master_weights_dtype, rp.use_orig_params, ts, f)
+              : lowering::fsdp2_unit_sizes(u, N, ts, f);
     h.pageable_per_rank += s.optim * states * bm;
     if (!rp.cpu_offload.params) {
       h.pageable_per_rank += (s.optim + s.shard) * bm;   // the grads copied down and the params to step
     } else if (fsdp1) {
       h.pinned_per_rank += 2 * pinned_block(s.shard * bm);   // _local_shard and _cpu_grad
     } else {
-      h.pinned_per_rank += fsdp2_pinned(u, N, bm, f);
+      h.pinned_per_rank += fsdp2_pinned(u, N, bm, ts, f);
     }
   }
   return h;

@@ -22,6 +22,7 @@
 
 #include "calibrate/hardware_profile.h"
 #include "common/units.h"
+#include "models/trainable.h"
 #include "models/wrap_graph.h"
 #include "sim/plan.h"
 #include "sim/sim_result.h"
@@ -35,8 +36,10 @@ struct HostMemory {
   Bytes per_node() const { return (pinned_per_rank + pageable_per_rank) * ranks_per_node; }
 };
 
-// The host bytes of `rp` (a resolved plan) on `graph`, with `gpus_per_node` ranks per node.
-HostMemory host_memory(const models::WrapGraph& graph, const Plan& rp, int gpus_per_node);
+// The host bytes of `rp` (a resolved plan) on `graph`, with `gpus_per_node` ranks per node; `ts`: the
+// plan's trainable set (models::trainable_set; the default: everything trains).
+HostMemory host_memory(const models::WrapGraph& graph, const Plan& rp, int gpus_per_node,
+                       const models::TrainableSet& ts = {});
 
 // Writes the host figures into `r` (host_memory_per_node, host_capacity_per_node), marks a plan that
 // needs more host memory than a node has as not fitting (with a note naming both figures and the

@@ -48,16 +48,20 @@ int nodes_of(int start, int stride, int count, int gpn) {
   return nodes;
 }
 
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
 bool unit_has_part(const models::FsdpUnit& u, models::ModulePart p) {
   return std::find(u.parts.begin(), u.parts.end(), p) != u.parts.end();
 }
 
-// The kernel lists of the three parts, forward and backward, and the block's recompute under each
-// checkpointing mode. A planner lowers thousands of plans of one model with a few (micro_batch, seq_len)
-// shapes, so the caller's OpRecycler keeps the lists of its most recent shapes, keyed by every input of the
-// models:: kernel functions (the ModelSpec compared field by field): a hit returns exactly the lists
-// those functions would build. Sharing the same immutable lists across calls also lets a recycled
-// compute op keep its Op::shared_kernels unchanged.
+// The kernel lists of the three parts, forward and backward (the blocks' backward per distinct GradFlow),
+// and the block's recompute under each checkpointing mode. A planner lowers thousands of plans of one model
+// with a few (micro_batch, seq_len) shapes, so the caller's OpRecycler keeps the lists of its most recent
+// shapes, keyed by every input of the models:: kernel functions (the ModelSpec compared field by field): a
+// hit returns exactly the lists those functions would build. Sharing the same immutable lists across calls
+// also lets a recycled compute op keep its Op::shared_kernels unchanged.
 using KernelList = std::shared_ptr<const std::vector<models::KernelDesc>>;
 }  // namespace (reopened below)
 
@@ -68,9 +72,11 @@ struct KernelListCache {
     models::ModelSpec model;
     std::int64_t micro_batch, seq_len;
     Dtype act;
-    bool wgrad;
     models::KernelOptions opt;
+    models::GradFlow embedding, final_part;
+    std::vector<models::GradFlow> blocks;
     KernelList fwd[3], bwd[3], rec[3];
+    std::vector<KernelList> block_bwd;
   };
   std::vector<Entry> entries;   // most recent first
 };
@@ -81,8 +87,8 @@ OpRecycler::~OpRecycler() = default;
 namespace {
 void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) {
   const Dtype act = plan.param_dtype;   // activations in the compute dtype (M9)
-  const bool wgrad = plan.trainable_fraction >= 1.0;
-  const models::KernelOptions opt = kernel_options(plan);
+  models::KernelOptions opt = kernel_options(plan);
+  opt.lora = c.trainable.lora;
   using Entry = KernelListCache::Entry;
   constexpr std::size_t kEntries = 8;
   KernelListCache fresh;   // (no recycler: nothing is kept)
@@ -91,24 +97,33 @@ void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) 
   const Entry* hit = nullptr;
   for (std::size_t i = 0; i < cache.size() && !hit; ++i) {
     const Entry& e = cache[i];
-    if (e.micro_batch == plan.micro_batch && e.seq_len == plan.seq_len && e.act == act && e.wgrad == wgrad &&
-        e.opt == opt && e.model == model) {
+    if (e.micro_batch == plan.micro_batch && e.seq_len == plan.seq_len && e.act == act && e.opt == opt &&
+        e.embedding == c.flows.embedding && e.final_part == c.flows.final_part && e.blocks == c.block_flows &&
+        e.model == model) {
       std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
                   cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);   // most recent first
       hit = &cache.front();
     }
   }
   if (!hit) {
-    Entry e{model, plan.micro_batch, plan.seq_len, act, wgrad, opt, {}, {}, {}};
+    Entry e{model, plan.micro_batch, plan.seq_len, act, opt, c.flows.embedding, c.flows.final_part, c.block_flows,
+            {}, {}, {}, {}};
+    const models::GradFlow part_flow[3] = {c.flows.embedding, models::GradFlow{}, c.flows.final_part};
     for (int p = 0; p < 3; ++p) {
       auto part = static_cast<models::ModulePart>(p);
       e.fwd[p] = std::make_shared<const std::vector<models::KernelDesc>>(
           models::forward_kernels(model, part, plan.micro_batch, plan.seq_len, act, opt));
       e.bwd[p] = std::make_shared<const std::vector<models::KernelDesc>>(
-          models::backward_kernels(model, part, plan.micro_batch, plan.seq_len, act, wgrad, opt));
+          models::backward_kernels(model, part, plan.micro_batch, plan.seq_len, act, part_flow[p], opt));
       e.rec[p] = std::make_shared<const std::vector<models::KernelDesc>>(models::recompute_kernels(
           model, models::ModulePart::Block, plan.micro_batch, plan.seq_len, act, static_cast<models::CheckpointMode>(p), opt));
     }
+    for (const models::GradFlow& f : c.block_flows)
+      e.block_bwd.push_back(f == models::GradFlow{} ? e.bwd[static_cast<int>(models::ModulePart::Block)]
+                                                    : std::make_shared<const std::vector<models::KernelDesc>>(
+                                                          models::backward_kernels(model, models::ModulePart::Block,
+                                                                                   plan.micro_batch, plan.seq_len, act,
+                                                                                   f, opt)));
     if (cache.size() == kEntries) cache.pop_back();
     cache.insert(cache.begin(), std::move(e));
     hit = &cache.front();
@@ -118,9 +133,12 @@ void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) 
     c.bwd_kernels[p] = hit->bwd[p];
     c.rec_kernels[p] = hit->rec[p];
   }
-  if (!wgrad)
-    c.notes.push_back("trainable_fraction < 1: backward kernels omit weight-gradient GEMMs (frozen weights, D5); "
-                      "the trainable fraction is applied uniformly to every unit");
+  c.block_bwd = hit->block_bwd;
+  if (!c.trainable.all && !c.trainable.lora.on())
+    c.notes.push_back("trainable_fraction < 1: whole weight matrices of the blocks train (models/trainable.h: LoRA's "
+                      "usual targets first, evenly spaced blocks), everything else is frozen; frozen weights get no "
+                      "weight-gradient GEMM and their linears save no input, and nothing before the first trainable "
+                      "weight is saved (FSDP1: every weight of a unit with a trainable one trains, M13)");
   if (plan.compile)
     c.notes.push_back("compile: inductor's fusion of each block's norms, rotary, activation and residual adds is "
                       "modelled from its fusion rules (one kernel per chain of pointwise/reduction ops between "
@@ -182,49 +200,139 @@ int unit_by_name(const models::WrapGraph& graph, const std::string& name, std::i
   return -1;
 }
 
-UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, bool use_orig_params, double f) {
+namespace {
+// Whether the trainable-set rule can place a unit's tensors (module-tree names, models/module_tree.cpp); a
+// unit listed with other names (a hand-built graph) is taken like one known by its count alone.
+bool placeable(const models::FsdpUnit& u) {
+  for (const auto& t : u.tensors)
+    if (t.name.rfind("model.", 0) == 0 || t.name.rfind("transformer.", 0) == 0 || t.name.rfind("lm_head", 0) == 0)
+      return true;
+  return false;
+}
+
+// LoRA adapters a unit holds (TrainableSet::block_adapters for each block it computes, head_adapters when
+// it computes the head): fn(numel, dim0) per adapter matrix.
+template <typename Fn>
+void for_each_adapter(const models::FsdpUnit& u, const models::TrainableSet& ts, Fn fn) {
+  if (!ts.lora.on()) return;
+  for (std::size_t i = 0; i < u.layers.size(); ++i)
+    for (const models::AdapterMatrix& a : ts.block_adapters) fn(a.numel(), a.rows);
+  if (unit_has_part(u, models::ModulePart::FinalNormAndHead))
+    for (const models::AdapterMatrix& a : ts.head_adapters) fn(a.numel(), a.rows);
+}
+}  // namespace
+
+UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, bool use_orig_params,
+                           const models::TrainableSet& ts, double unit_fraction) {
   UnitSizes s;
   s.params = u.params;
-  s.trainable = scaled(u.params, f);
   // M1: `_get_aligned_numel` = 16 // itemsize; padding goes before a tensor that would start unaligned.
   const std::int64_t align = use_orig_params ? 16 / dtype_bytes(flat_dtype) : 1;
   std::int64_t total = 0;
-  for_each_tensor(u, [&](std::int64_t numel, std::int64_t) {
+  struct Span {
+    std::int64_t offset, numel;
+  };
+  std::vector<Span> trained;   // the trainable tensors' places in the flat parameter
+  std::int64_t trainable = 0;
+  const auto add = [&](std::int64_t numel, bool trains) {
     if (align > 1 && total % align != 0) total += align - total % align;
+    if (trains) {
+      trained.push_back({total, numel});
+      trainable += numel;
+    }
     total += numel;
-  });
+  };
+  const bool listed = !u.tensors.empty() && placeable(u);
+  const bool frozen = unit_fraction <= 0.0;   // plan.frozen_units
+  // LoRA adapters: with use_orig_params they are tensors of the unit's FlatParameter (litgpt's Block holds
+  // its LoRALinear's lora_A, lora_B beside the frozen weights), placed before the first adapted weight of
+  // each block (LoRALinear registers lora_A, lora_B as its own parameters, named before its child
+  // `linear`'s weight: nn.Module.named_parameters walks a module's own parameters, then its children);
+  // without use_orig_params FSDP1 refuses a FlatParameter of mixed requires_grad (_flat_param.py
+  // FlatParamHandle._validate_tensors_to_flatten), so the adapters are flattened apart (torchtune's
+  // lora_fsdp_wrap_policy wraps each LoRA A / B linear in its own FSDP unit): modelled as one more
+  // FlatParameter of this unit holding its adapters (one all-gather and one reduce-scatter with the unit's).
+  const bool adapters_inline = ts.lora.on() && use_orig_params;
+  std::int64_t adapters = 0;
+  for_each_adapter(u, ts, [&](std::int64_t numel, std::int64_t) { adapters += numel; });
+  std::vector<char> placed;
+  if (!listed) {
+    for_each_tensor(u, [&](std::int64_t numel, std::int64_t) { add(numel, !frozen && !ts.lora.on()); });
+    if (adapters_inline && adapters > 0) add(adapters, !frozen);
+  } else {
+    placed.assign(static_cast<std::size_t>(std::max<int>(static_cast<int>(ts.layers.size()), 0)) + 1, 0);
+    for (const auto& t : u.tensors) {
+      if (adapters_inline) {
+        const models::TensorWeight tw = models::tensor_weight(t.name);
+        const bool in_block = tw.layer >= 0 && tw.layer < static_cast<int>(ts.layers.size());
+        const std::size_t slot = in_block ? static_cast<std::size_t>(tw.layer) : placed.size() - 1;
+        const bool adapted = in_block ? (tw.weights & ts.lora.targets) != 0 && !ends_with(t.name, ".bias")
+                                      : ts.lora.adapts(models::Weight::LmHead) && (tw.weights & models::weight_bit(models::Weight::LmHead));
+        if (adapted && !placed[slot]) {
+          placed[slot] = 1;
+          for (const models::AdapterMatrix& a : in_block ? ts.block_adapters : ts.head_adapters) add(a.numel(), !frozen);
+        }
+      }
+      add(t.numel(), !frozen && models::tensor_trains(ts, t.name));
+    }
+  }
   // use_orig_params: the flat param itself is padded to a multiple of N; otherwise `_get_shard` pads shards.
   if (use_orig_params && total % N != 0) total += N - total % N;
   s.shard = ceil_div(total, N);
+  if (ts.lora.on() && !use_orig_params && adapters > 0) s.shard += ceil_div(adapters, N);   // the adapters' own
   s.unsharded = s.shard * N;
-  if (f <= 0.0) {
+  if (adapters_inline) s.params += adapters;
+  if (frozen) {
     // A unit with every parameter frozen (plan.frozen_units): its FlatParameter does not require grad
     // (requires_grad is the OR over its tensors, FlatParamHandle._validate_tensors_to_flatten), so autograd
     // gives it no flat grad and FSDP registers no post-backward hook for it.
-    s.grad = 0;
-  } else if (use_orig_params || f >= 1.0) {
-    // M13: with use_orig_params the flat grad is full size even when some params are frozen.
-    s.grad = total;
+    s.trainable = s.grad = s.optim = 0;
+  } else if (ts.lora.on() && !use_orig_params) {
+    // the base FlatParameter is frozen (no grad); the adapters' FlatParameter trains whole
+    s.params += adapters;
+    s.trainable = adapters;
+    s.grad = adapters;
+    s.optim = ceil_div(adapters, N);
+  } else if (!listed && !ts.all && !ts.lora.on()) {
+    // a unit known by its count alone: its fraction (the plan's, spread over the units not frozen) trains;
+    // with use_orig_params the flat grad is full size (M13)
+    s.trainable = scaled(u.params, unit_fraction);
+    s.grad = use_orig_params ? total : scaled(total, unit_fraction);
+    s.optim = ceil_div(s.trainable, N);
+  } else if (trainable == s.params || !use_orig_params) {
+    // every tensor trains, or (no use_orig_params) the unit trains whole or not at all
+    s.trainable = trainable > 0 ? s.params : 0;
+    s.grad = trainable > 0 ? total : 0;
+    s.optim = ceil_div(s.trainable, N);
   } else {
-    s.grad = scaled(total, f);
+    // use_orig_params with frozen tensors: the flat gradient is whole when any tensor trains (M13); the
+    // optimizer steps the trainable tensors' parts of this rank's shard [0, shard) (rank 0's)
+    s.trainable = trainable;
+    s.grad = trainable > 0 ? total : 0;
+    for (const Span& t : trained) s.optim += std::max<std::int64_t>(0, std::min(t.offset + t.numel, s.shard) - t.offset);
   }
   s.needs_pad = s.grad % N != 0;
   s.grad_shard = ceil_div(s.grad, N);
   s.rs_input = s.grad_shard * N;
-  s.optim = ceil_div(s.trainable, N);
   return s;
 }
 
-UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, double f) {
+UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::TrainableSet& ts, double unit_fraction) {
+  const bool frozen = unit_fraction <= 0.0;   // plan.frozen_units
   UnitSizes s;
   s.params = u.params;
-  s.trainable = scaled(u.params, f);
   // M6: torch.chunk along dim 0; every rank stores chunks[0]'s size (ceil(d0/N) rows), zero-padded.
   // Per tensor ceil(dim0/N) * (numel / dim0), with numel / dim0 computed as the product of the other
   // dims (equal: numel is dim0 times that product) without the division or a second pass over the shape.
   std::int64_t shard = 0;
-  if (u.tensors.empty()) {
-    if (u.params > 0) shard = ceil_div(u.params, N);   // one flat tensor: dim0 = numel
+  if (u.tensors.empty() || !placeable(u)) {
+    // known by its count (or unplaceable names): its fraction trains
+    for_each_tensor(u, [&](std::int64_t numel, std::int64_t dim0) {
+      if (dim0 > 0) shard += ceil_div(dim0, N) * (numel / dim0);
+    });
+    const bool base_trains = !frozen && !ts.lora.on();
+    s.trainable = !base_trains ? 0 : ts.all ? u.params : scaled(u.params, unit_fraction);
+    s.grad_shard = !base_trains ? 0 : ts.all ? shard : scaled(shard, unit_fraction);
   } else {
     for (const auto& t : u.tensors) {
       const std::size_t dims = t.shape.size();
@@ -232,16 +340,96 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, double f) {
       if (dim0 <= 0) continue;                                  // no rows: nothing to shard
       std::int64_t rest = 1;
       for (std::size_t i = 1; i < dims; ++i) rest *= t.shape[i];
-      shard += ceil_div(dim0, N) * rest;
+      const std::int64_t chunk = ceil_div(dim0, N) * rest;
+      shard += chunk;
+      if (frozen || !models::tensor_trains(ts, t.name)) continue;   // D5: a frozen parameter has no .grad
+      s.trainable += dim0 * rest;
+      s.grad_shard += chunk;
     }
   }
+  // LoRA adapters: parameters of the unit like any other (per-parameter sharding), the only ones that train
+  for_each_adapter(u, ts, [&](std::int64_t numel, std::int64_t dim0) {
+    const std::int64_t chunk = ceil_div(dim0, N) * (numel / dim0);
+    shard += chunk;
+    s.params += numel;
+    if (frozen) return;
+    s.trainable += numel;
+    s.grad_shard += chunk;
+  });
   s.shard = shard;
   s.unsharded = shard * N;
   s.grad = s.trainable;                       // D5: only trainable params have .grad
-  s.grad_shard = scaled(shard, f);
   s.rs_input = s.grad_shard * N;
   s.optim = s.grad_shard;
   return s;
+}
+
+GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, const Plan& plan,
+                     const models::TrainableSet& ts) {
+  using models::Weight;
+  using models::weight_bit;
+  GradFlows f;
+  const int L = static_cast<int>(m.n_layers);
+  f.layers.assign(static_cast<std::size_t>(std::max(L, 0)), models::GradFlow{});
+  if (ts.all) return f;   // full training: every part's default flow
+  std::vector<models::WeightMask> eff(f.layers.size(), 0);
+  models::WeightMask outside = 0;   // Embedding, FinalNorm, LmHead
+  if (plan.fsdp_version == FsdpVersion::FSDP2 || (ts.lora.on() && !plan.use_orig_params)) {
+    // FSDP2: per parameter. FSDP1 LoRA without use_orig_params: the adapters are FlatParameters of their
+    // own (fsdp1_unit_sizes), the base weights' FlatParameter does not require grad.
+    for (int l = 0; l < L; ++l) eff[static_cast<std::size_t>(l)] = ts.layer(l);
+    outside = ts.outside;
+  } else {
+    const std::vector<double> unit_f = unit_trainable_fractions(g, plan);
+    for (std::size_t ui = 0; ui < g.units.size(); ++ui) {
+      const models::FsdpUnit& u = g.units[ui];
+      if (unit_f[ui] <= 0.0) continue;   // plan.frozen_units
+      const bool by_count = u.tensors.empty() || !placeable(u);
+      bool trains = by_count && u.params > 0 && !ts.lora.on();
+      if (!by_count)
+        for (const auto& t : u.tensors) trains = trains || models::tensor_trains(ts, t.name);
+      // LoRA with use_orig_params: the unit's adapters are views of its FlatParameter, which then requires
+      // grad, and so does every view of it (the base weights included: M13)
+      for (int l : u.layers)
+        if (l >= 0 && l < L && (ts.layer(l) & weight_bit(Weight::Adapter))) {
+          trains = true;
+          eff[static_cast<std::size_t>(l)] |= weight_bit(Weight::Adapter);
+        }
+      if (unit_has_part(u, models::ModulePart::FinalNormAndHead) && (ts.outside & weight_bit(Weight::Adapter))) {
+        trains = true;
+        outside |= weight_bit(Weight::Adapter);
+      }
+      if (!trains) continue;
+      if (by_count) {   // a unit known by its count: its parts train whole
+        for (int l : u.layers)
+          if (l >= 0 && l < L) eff[static_cast<std::size_t>(l)] = models::kAllWeights;
+        if (unit_has_part(u, models::ModulePart::Embedding)) outside |= weight_bit(Weight::Embedding);
+        if (unit_has_part(u, models::ModulePart::FinalNormAndHead))
+          outside |= weight_bit(Weight::FinalNorm) | weight_bit(Weight::LmHead);
+        continue;
+      }
+      for (const auto& t : u.tensors) {
+        const models::TensorWeight tw = models::tensor_weight(t.name);
+        if (tw.layer >= 0 && tw.layer < L) eff[static_cast<std::size_t>(tw.layer)] |= tw.weights;
+        else if (tw.layer < 0) outside |= tw.weights;
+      }
+    }
+    // a tied LM head is the embedding's weight
+    if (m.tied_embeddings && (outside & weight_bit(Weight::Embedding))) outside |= weight_bit(Weight::LmHead);
+  }
+  const auto& ac = plan.activation_checkpointing;
+  bool rg = (outside & weight_bit(Weight::Embedding)) != 0 ||
+            (ac.outside_fsdp && ac.mode != ActivationCheckpointing::Mode::None);
+  f.embedding = {outside & weight_bit(Weight::Embedding), false};
+  for (int l = 0; l < L; ++l) {
+    const auto i = static_cast<std::size_t>(l);
+    f.layers[i] = {eff[i], rg};
+    rg = rg || eff[i] != 0;
+  }
+  f.final_part = {outside & (weight_bit(Weight::FinalNorm) | weight_bit(Weight::LmHead)), rg};
+  f.matmul_trained = models::trained_matmul_fraction(m, plan.implementation, eff,
+                                                     (outside & weight_bit(Weight::LmHead)) != 0);
+  return f;
 }
 
 std::vector<double> unit_trainable_fractions(const models::WrapGraph& graph, const Plan& plan) {
@@ -278,15 +466,66 @@ std::vector<double> unit_trainable_fractions(const models::WrapGraph& graph, con
   return f;
 }
 
-std::vector<UnitSizes> plan_unit_sizes(const models::WrapGraph& graph, const Plan& plan, int N) {
+std::vector<UnitSizes> plan_unit_sizes(const models::WrapGraph& graph, const Plan& plan, int N,
+                                       const models::TrainableSet& ts) {
   const std::vector<double> f = unit_trainable_fractions(graph, plan);
   std::vector<UnitSizes> sizes;
   sizes.reserve(graph.units.size());
   for (std::size_t i = 0; i < graph.units.size(); ++i)
     sizes.push_back(plan.fsdp_version == FsdpVersion::FSDP1
-                        ? fsdp1_unit_sizes(graph.units[i], N, plan.master_weights_dtype, plan.use_orig_params, f[i])
-                        : fsdp2_unit_sizes(graph.units[i], N, f[i]));
+                        ? fsdp1_unit_sizes(graph.units[i], N, plan.master_weights_dtype, plan.use_orig_params, ts, f[i])
+                        : fsdp2_unit_sizes(graph.units[i], N, ts, f[i]));
   return sizes;
+}
+
+models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan) {
+  using models::Weight;
+  using models::weight_bit;
+  models::LoraShape l;
+  if (!plan.lora.on()) return l;
+  l.rank = plan.lora.rank;
+  l.dropout = plan.lora.dropout > 0.0;
+  const bool plain = m.mlp == models::MlpKind::Plain;
+  for (const std::string& t : plan.lora.targets) {
+    if (m.is_moe() && (t == "gate" || t == "up" || t == "down"))
+      throw InputError("plan.lora.targets", "\"" + t + "\"",
+                       "LoRA on a mixture-of-experts MLP is not modelled (adapt q, k, v, o or head)");
+    if (t == "gate" && plain)
+      throw InputError("plan.lora.targets", "\"gate\"",
+                       "this model's MLP has no gate projection (a plain MLP: use up and down)");
+    l.targets |= t == "q"      ? weight_bit(Weight::Q)
+                 : t == "k"    ? weight_bit(Weight::K)
+                 : t == "v"    ? weight_bit(Weight::V)
+                 : t == "o"    ? weight_bit(Weight::Out)
+                 : t == "gate" ? weight_bit(Weight::Gate)
+                 : t == "up"   ? weight_bit(Weight::Up) | weight_bit(Weight::Fc)
+                 : t == "down" ? weight_bit(Weight::Down)
+                               : weight_bit(Weight::LmHead);
+  }
+  // the rank of a low-rank update is at most the smaller side of the matrix it adapts
+  std::int64_t smallest = std::min(m.hidden, m.head_dim * std::min(m.n_heads, m.n_kv_heads));
+  if (l.adapts(Weight::Gate) || l.adapts(Weight::Up) || l.adapts(Weight::Down)) smallest = std::min(smallest, m.ffn_hidden);
+  if (l.rank > smallest)
+    throw InputError("plan.lora.rank", std::to_string(l.rank),
+                     "above the smallest dimension of an adapted matrix (" + std::to_string(smallest) +
+                         "): a low-rank update needs rank <= min(in, out)");
+  return l;
+}
+
+models::TrainableSet plan_trainable_set(const models::ModelSpec& m, const models::WrapGraph& graph, const Plan& plan) {
+  models::TrainableSet ts = plan.lora.on() ? models::lora_trainable_set(m, plan.implementation, lora_shape(m, plan))
+                                           : models::trainable_set(m, plan.implementation, plan.trainable_fraction);
+  if (plan.frozen_units.empty() || ts.all) return ts;
+  // The harness freezes the named units after freeze_to_fraction (scripts/torch_memory/parallel.py
+  // freeze_units): their blocks' matrices stop training.
+  const std::vector<double> f = unit_trainable_fractions(graph, plan);
+  for (std::size_t u = 0; u < graph.units.size(); ++u) {
+    if (f[u] > 0.0) continue;
+    for (int l : graph.units[u].layers)
+      if (l >= 0 && l < static_cast<int>(ts.layers.size())) ts.layers[static_cast<std::size_t>(l)] = 0;
+    if (unit_has_part(graph.units[u], models::ModulePart::FinalNormAndHead)) ts.outside = 0;
+  }
+  return ts;
 }
 
 namespace {
@@ -359,11 +598,42 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.optimizer_states = plan.optimizer == Optimizer::AdamW ? 2 : 1;   // AdamW exp_avg + exp_avg_sq; SGD momentum
 
   const int U = static_cast<int>(graph.units.size());
-  c.sizes = plan_unit_sizes(graph, plan, c.N);
+  c.trainable = plan_trainable_set(model, graph, plan);
+  c.sizes = plan_unit_sizes(graph, plan, c.N, c.trainable);
   if (!plan.frozen_units.empty())
-    c.notes.push_back("frozen_units: no gradient, reduction or optimizer state for those units; the trainable "
-                      "fraction is spread over the other units");
-
+    c.notes.push_back("frozen_units: no gradient, reduction or optimizer state for those units (their matrices "
+                      "stop training after the trainable_fraction rule has picked them; a unit known by its count "
+                      "alone takes the fraction spread over the other units)");
+  if (c.trainable.lora.on()) {
+    c.notes.push_back("lora: low-rank adapters beside the targeted linears of every block, base weights frozen; "
+                      "model FLOPs count the adapters at 6 per parameter and token, and the weight gradients of the "
+                      "base matrices that autograd sees trainable; the adapters run in the compute dtype even under "
+                      "float8, and the LM head's adapter path saves nothing in the activation model (approximate)");
+    if (plan.fsdp_version == FsdpVersion::FSDP1 && plan.use_orig_params)
+      c.notes.push_back("lora with FSDP1 use_orig_params: each block's FlatParameter holds its adapters beside the frozen "
+                        "weights, so it requires grad, every view of it does: the whole unsharded flat gradient, the "
+                        "frozen matrices' weight gradients and saved inputs as in full training (M13)");
+    if (plan.fsdp_version == FsdpVersion::FSDP1 && !plan.use_orig_params)
+      c.notes.push_back("lora with FSDP1 without use_orig_params: the adapters cannot share a FlatParameter with frozen "
+                        "weights (PyTorch refuses mixed requires_grad), so they are wrapped apart (torchtune's "
+                        "lora_fsdp_wrap_policy wraps each adapter linear); modelled as one adapter FlatParameter per "
+                        "unit, gathered and reduced with the unit's (the real wrapping issues one small collective "
+                        "per adapter linear)");
+  }
+  if (!c.trainable.all && !c.trainable.lora.on() && plan.fsdp_version == FsdpVersion::FSDP1 && !plan.use_orig_params)
+    c.notes.push_back("trainable_fraction < 1 with FSDP1 and use_orig_params false: a FlatParameter has one "
+                      "requires_grad (PyTorch refuses mixed units, M13), so a unit with a trainable matrix is taken "
+                      "to train whole (its gradients and optimizer state), the others to be frozen");
+  c.flows = grad_flows(model, graph, plan, c.trainable);
+  c.block_flows.clear();
+  c.layer_flow.assign(c.flows.layers.size(), 0);
+  for (std::size_t l = 0; l < c.flows.layers.size(); ++l) {
+    const models::GradFlow& f = c.flows.layers[l];
+    auto it = std::find(c.block_flows.begin(), c.block_flows.end(), f);
+    if (it == c.block_flows.end()) it = c.block_flows.insert(c.block_flows.end(), f);
+    c.layer_flow[l] = static_cast<std::int16_t>(it - c.block_flows.begin());
+  }
+  if (c.block_flows.empty()) c.block_flows.push_back(models::GradFlow{});
   // ---- reshard_after_forward per unit: the plan's, None for the root, then plan.module_overrides ----
   c.reshard_after_forward.assign(U, plan.reshard_after_forward);
   c.reshard_after_forward[0] = kRootNone;
@@ -455,14 +725,16 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
 
   // ---- activations (saved per block under its checkpointing mode, models/implementation.h) ----
   const auto& ac = plan.activation_checkpointing;
-  const models::ImplOptions impl{plan.implementation, plan.compile, plan.float8};
-  bool known[3] = {false, false, false};
-  const auto block_acts = [&](models::CheckpointMode mode) -> const Context::BlockActivations& {
-    const int m = static_cast<int>(mode);
+  const models::ImplOptions impl{plan.implementation, plan.compile, plan.float8, c.trainable.lora};
+  c.block_acts.resize(c.block_flows.size() * 3);
+  std::vector<char> known(c.block_acts.size(), 0);
+  const auto block_acts = [&](int flow, models::CheckpointMode mode) -> const Context::BlockActivations& {
+    const std::size_t m = static_cast<std::size_t>(flow) * 3 + static_cast<std::size_t>(mode);
     Context::BlockActivations& a = c.block_acts[m];
     if (known[m]) return a;
-    known[m] = true;
-    const models::BlockMemory mem = models::block_memory(model, plan.micro_batch, plan.seq_len, act, mode, impl);
+    known[m] = 1;
+    const models::GradFlow& g = c.block_flows[static_cast<std::size_t>(flow)];
+    const models::BlockMemory mem = models::block_memory(model, plan.micro_batch, plan.seq_len, act, mode, impl, g);
     a.saved = mem.saved;
     a.forward_extra = mem.forward_extra;
     a.recompute.clear();
@@ -470,13 +742,13 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
     if (plan.implementation == models::ModelImpl::Runtime && mode != models::CheckpointMode::None) {
       // one buffer: what the uncheckpointed block saves beyond what this mode keeps (the block input)
       const Bytes none = models::block_memory(model, plan.micro_batch, plan.seq_len, act, models::CheckpointMode::None,
-                                              impl).saved_bytes();
+                                              impl, g).saved_bytes();
       recomputed = std::max<Bytes>(0, none - mem.saved_bytes());
       a.recompute.push_back({"recomp", recomputed});
     } else if (mode != models::CheckpointMode::None) {
       // what the recompute re-creates: the uncheckpointed block's saved tensors this mode did not keep
       const models::BlockMemory none = models::block_memory(model, plan.micro_batch, plan.seq_len, act,
-                                                            models::CheckpointMode::None, impl);
+                                                            models::CheckpointMode::None, impl, g);
       for (const models::SavedTensor& t : none.saved) {
         bool kept = false;
         for (const models::SavedTensor& k : mem.saved) kept = kept || std::strcmp(k.name, t.name) == 0;
@@ -495,24 +767,26 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.act_recompute.assign(L, 0);
   for (int l = 0; l < L; ++l) {
     const auto mode = layer_checkpoint_mode(ac, l);
-    const Context::BlockActivations& a = block_acts(mode);
+    const Context::BlockActivations& a = block_acts(c.layer_flow[l], mode);
     c.layer_mode[l] = static_cast<std::int8_t>(mode);
     for (const auto& t : a.saved) c.act_saved[l] += t.bytes;
     for (const auto& t : a.recompute) c.act_recompute[l] += t.bytes;
   }
-  c.final_norm = models::final_norm_memory(model, plan.micro_batch, plan.seq_len, act, impl);
+  c.final_norm = models::final_norm_memory(model, plan.micro_batch, plan.seq_len, act, impl, c.flows.final_part);
   // The embedding dropout's mask lives from the forward's start to the embedding's backward. A frozen
-  // embedding (trainable_fraction < 1: LoRA freezes it) gives an output that does not require grad, so
-  // native_dropout records no graph and saves nothing; the bundled runtime has no dropout.
+  // embedding gives an output that does not require grad, so native_dropout records no graph and saves
+  // nothing (c.flows.embedding); the bundled runtime has no dropout.
   c.embedding_saved.clear();
-  if (model.embd_dropout > 0.0 && plan.trainable_fraction >= 1.0 && plan.implementation != models::ModelImpl::Runtime)
+  if (model.embd_dropout > 0.0 && c.flows.embedding.trains_weight(models::Weight::Embedding) &&
+      plan.implementation != models::ModelImpl::Runtime)
     c.embedding_saved.push_back({"embd_mask", plan.micro_batch * plan.seq_len * model.hidden});
-  c.loss = loss_memory(model, plan);
+  c.loss = loss_memory(model, plan, c.flows.final_part.trains_weight(models::Weight::LmHead));
   if (c.loss.chunked_output) {
     // The head's weight trains (not LoRA's frozen output projection, nor a frozen unit): every chunk after the
     // first adds a new V x C gradient into the .grad (LossMemory::head_weight_grad).
     const int head = c.segments.back().unit;
-    if (plan.trainable_fraction >= 1.0 && c.sizes[head].grad > 0) c.loss.head_weight_grad = model.vocab_size * model.hidden * c.bp;
+    if (c.flows.final_part.trains_weight(models::Weight::LmHead) && c.sizes[head].grad > 0)
+      c.loss.head_weight_grad = model.vocab_size * model.hidden * c.bp;
     if (plan.compile)
       c.notes.push_back("cross_entropy chunked with compile: torchtune's compile_loss compiles compute_cross_entropy "
                         "(one chunk's upcast + cross_entropy); what inductor saves for it (it may keep the bf16 chunk "
@@ -536,7 +810,7 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.post_forward_group = {k, nodes_of(0, 1, k, gpn)};
 }
 
-LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan) {
+LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan, bool head_trains) {
   LossMemory l;
   l.impl = plan.cross_entropy;
   const Bytes e = dtype_bytes(plan.param_dtype);   // activations in the compute dtype (M9)
@@ -593,7 +867,7 @@ LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan) {
       // dtype; none when it is frozen). Its backward returns it, and AccumulateGrad takes it as the weight's
       // .grad without a copy (the engine has released the saved tensor by then): the walk frees it just
       // before the head's backward allocates the unit's gradient.
-      if (plan.trainable_fraction >= 1.0) l.weight_grad = m.vocab_size * m.hidden * e;
+      if (head_trains) l.weight_grad = m.vocab_size * m.hidden * e;
       break;
     }
     case models::LossImpl::Chunked: {
@@ -807,7 +1081,8 @@ void fill_facts(const Context& c, StepProgram& p) {
   p.gpus_per_node = c.topo.gpus_per_node;
   p.micro_batches = c.micro_batches;
   p.tokens_per_rank = plan.micro_batch * plan.seq_len * plan.grad_accum;
-  p.model_flops_per_rank = models::trained_flops_per_token(*c.model, plan.seq_len, plan.trainable_fraction) *
+  p.model_flops_per_rank = (models::trained_flops_per_token(*c.model, plan.seq_len, c.flows.matmul_trained) +
+                            (c.trainable.lora.on() ? 6.0 * static_cast<double>(c.trainable.trainable) : 0.0)) *
                            static_cast<double>(p.tokens_per_rank);
   for (const auto& n : c.notes) p.notes.push_back(n);
 }

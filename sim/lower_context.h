@@ -14,6 +14,7 @@
 #include "models/implementation.h"
 #include "models/kernels.h"
 #include "models/model_spec.h"
+#include "models/trainable.h"
 #include "models/wrap_graph.h"
 #include "sim/lowering.h"
 #include "sim/plan.h"
@@ -36,15 +37,54 @@ struct UnitSizes {
 
 // FSDP1 FlatParameter layout (M1): use_orig_params aligns each tensor to 16 bytes of the flat dtype and
 // pads the whole to a multiple of N; otherwise the flat param is unpadded and each shard is ceil(P/N).
+// Frozen tensors (`ts`, models/trainable.h): the FlatParameter requires grad when any of its tensors does
+// (`_validate_tensors_to_flatten`: "the logical OR over each tensor's value"); then its gradient is the
+// whole flat one (M13), else there is none. Optimizer state: the trainable tensors' part of this rank's
+// shard (use_orig_params: the optimizer steps the original parameters' sharded views; rank 0's shard holds
+// the flat parameter's first elements), the whole shard of a unit that trains without use_orig_params
+// (FSDP1 then needs one requires_grad per unit: a unit with a trainable tensor is taken to train whole).
+// A unit described only by its count (no tensor list) takes trainable_fraction of it.
 UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int shard_size, Dtype flat_dtype, bool use_orig_params,
-                           double trainable_fraction);
-// FSDP2 per-parameter dim-0 padding (M6): each tensor's local chunk is ceil(dim0/N) rows.
-UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int shard_size, double trainable_fraction);
+                           const models::TrainableSet& ts, double unit_fraction = 1.0);
+// FSDP2 per-parameter dim-0 padding (M6): each tensor's local chunk is ceil(dim0/N) rows; only trainable
+// tensors get gradients, reduce-scatter inputs and optimizer state (D5).
+UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int shard_size, const models::TrainableSet& ts,
+                           double unit_fraction = 1.0);
+// `unit_fraction` (both): the unit's entry of unit_trainable_fractions: 0 for a unit of plan.frozen_units
+// (nothing of it trains: no gradient, reduction or optimizer state); a unit known by its count alone trains
+// that fraction of itself.
+
+// What autograd sees in each part of the step under the plan's trainable set (models/trainable.h):
+//  * FSDP2: each parameter's own requires_grad (the unsharded parameter is nn.Parameter(...,
+//    requires_grad=sharded_param.requires_grad): torch/distributed/fsdp/_fully_shard/_fsdp_param.py
+//    FSDPParam.init_unsharded_param);
+//  * FSDP1: the forward computes with views of the unit's FlatParameter (_flat_param.py
+//    FlatParamHandle._use_unsharded_views, as_params=False: `split.view(shape)`, no per-view detach), which
+//    require grad when the FlatParameter does, i.e. when any tensor of the unit trains: every weight of such
+//    a unit gets its gradient and its linears save their inputs; a unit with none is frozen whole;
+//  * the first block's input requires grad when the embedding trains, or with checkpoint(FSDP(block))
+//    (activation_checkpointing.outside_fsdp), whose reentrant checkpoint needs an input that requires grad
+//    (Hugging Face's enable_input_require_grads; scripts/torch_memory/train.py sets it the same way); each
+//    later block's when an earlier block has a trainable weight.
+struct GradFlows {
+  models::GradFlow embedding, final_part;      // the embedding's; the final norm's and LM head's
+  std::vector<models::GradFlow> layers;        // per block
+  double matmul_trained = 1.0;                 // models::trained_matmul_fraction of the effective set
+};
+GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, const Plan& plan,
+                     const models::TrainableSet& ts);
 // The trainable fraction of each unit: 0 for plan.frozen_units (InputError for a name that is no unit),
 // else the plan's trainable_fraction spread over the other units (min(1, f * P / P_not_frozen)).
 std::vector<double> unit_trainable_fractions(const models::WrapGraph& graph, const Plan& plan);
-// Every unit's sizes under the plan (FSDP1 or FSDP2 layout, frozen units with no gradient).
-std::vector<UnitSizes> plan_unit_sizes(const models::WrapGraph& graph, const Plan& plan, int shard_size);
+// The plan's LoRA adapters as models:: sees them (rank 0 without `lora`); InputError for a target the model
+// has not (gate on a plain MLP, the MLP of a mixture of experts) or a rank above an adapted matrix's side.
+models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan);
+// The plan's trainable set (models::trainable_set, or models::lora_trainable_set with `lora`), with the blocks of plan.frozen_units' units frozen
+// (the harness freezes them after freeze_to_fraction).
+models::TrainableSet plan_trainable_set(const models::ModelSpec& m, const models::WrapGraph& graph, const Plan& plan);
+// Every unit's sizes under the plan and its trainable set (FSDP1 or FSDP2 layout, frozen units with no gradient).
+std::vector<UnitSizes> plan_unit_sizes(const models::WrapGraph& graph, const Plan& plan, int shard_size,
+                                       const models::TrainableSet& ts);
 
 // One piece of forward compute in execution order: the embedding, each block, the final norm + head.
 struct Segment {
@@ -130,7 +170,8 @@ struct LossMemory {
   // in place (torch/csrc/autograd/functions/accumulate_grad.h, `variable_grad += new_grad`), then frees.
   Bytes head_weight_grad = 0;
 };
-LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan);
+// `head_trains`: the LM head's weight requires grad (a fused linear cross-entropy then computes its gradient).
+LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan, bool head_trains = true);
 
 // Storage recycled from one lowering to the next, owned by the caller (a sim::Simulator keeps one).
 // A lowered llama3-70b step has ~2,300 ops, each with up to seven small vectors, and ~2,000 buffers:
@@ -201,6 +242,14 @@ struct Context {
   // Kernel lists per part, computed once (index = static_cast<int>(ModulePart)) and shared by every
   // compute op of that part (Op::shared_kernels): no per-op copy, one cost computation per list.
   std::shared_ptr<const std::vector<models::KernelDesc>> fwd_kernels[3], bwd_kernels[3];
+  // The plan's trainable set and what autograd sees in each part (grad_flows). Blocks with the same flow
+  // share their lists: block_flows holds the distinct ones, layer_flow indexes them per layer, block_bwd
+  // is each one's backward kernels (bwd_kernels[Block] is unused).
+  models::TrainableSet trainable;
+  GradFlows flows;
+  std::vector<models::GradFlow> block_flows;
+  std::vector<std::int16_t> layer_flow;
+  std::vector<std::shared_ptr<const std::vector<models::KernelDesc>>> block_bwd;
   // A block's activation memory under one checkpointing mode (index = models::CheckpointMode), from the
   // implementation recipe (models::block_memory): the tensors it saves, the tensors a recompute re-creates
   // (the uncheckpointed block's saved tensors this mode does not keep), and the forward's and backward's
@@ -209,7 +258,10 @@ struct Context {
     std::vector<models::SavedTensor> saved, recompute;
     Bytes forward_extra = 0, backward_extra = 0;
   };
-  BlockActivations block_acts[3];
+  std::vector<BlockActivations> block_acts;   // [block flow * 3 + mode] (only the pairs some layer uses)
+  const BlockActivations& acts(int layer) const {
+    return block_acts[static_cast<std::size_t>(layer_flow[layer]) * 3 + static_cast<std::size_t>(layer_mode[layer])];
+  }
   models::BlockMemory final_norm;   // the final norm's saved tensors and transients
   // What the embedding segment saves for its backward: the embedding dropout's 1-byte mask (GPT-2's
   // GPT2Model.drop after wte + wpe) when the model has embd_dropout and the embedding trains; else empty.

@@ -110,18 +110,19 @@ void LoweringWalk::transient(Op& o, const char* what, int unit, Bytes bytes, Mem
 void LoweringWalk::emit_compute(int s, OpKind kind) {
   const Segment& seg = c_.segments[s];
   const int part = static_cast<int>(seg.part);
-  // (a Recompute op reruns what its layer's checkpointing mode did not save: Context::rec_kernels)
-  const auto& ks = kind == OpKind::Backward    ? c_.bwd_kernels[part]
+  // (a Recompute op reruns what its layer's checkpointing mode did not save: Context::rec_kernels; a block's
+  // backward is its GradFlow's: Context::block_bwd)
+  const bool block = seg.part == models::ModulePart::Block;
+  const auto& ks = kind == OpKind::Backward    ? (block ? c_.block_bwd[c_.layer_flow[seg.layer]] : c_.bwd_kernels[part])
                    : kind == OpKind::Recompute ? c_.rec_kernels[c_.layer_mode[seg.layer]]
                                                : c_.fwd_kernels[part];
   const char* what = kind == OpKind::Forward ? "fwd" : kind == OpKind::Backward ? "bwd" : "recompute";
   Op& o = b_.compute_op(kind, compute_, seg.unit, mb_, what, ks);
   o.kernel_launches = static_cast<int>(ks->size());
   if (const int params = unsharded_params(seg.unit); params >= 0) b_.read(o, params);
-  const bool block = seg.part == models::ModulePart::Block;
   const bool head = seg.part == models::ModulePart::FinalNormAndHead;
   if (block || head) cublas_workspace(o, kind != OpKind::Forward);   // their GEMMs (the embedding has none)
-  const Context::BlockActivations* a = block ? &c_.block_acts[c_.layer_mode[seg.layer]] : nullptr;
+  const Context::BlockActivations* a = block ? &c_.acts(seg.layer) : nullptr;
   if (kind == OpKind::Forward) {
     // What autograd saves, tensor by tensor in forward order, then the forward's own temporaries.
     if (seg.part == models::ModulePart::Embedding && !c_.embedding_saved.empty())

@@ -24,7 +24,7 @@
 // | grad_sync                | true: reduce every micro-batch; false: no_sync until last   | false              |
 // | cpu_offload              | true/false (= params) or {"params": bool, "optimizer": bool}| false              |
 // | fp8_all_gather           | true/false (FSDP2 + torchao float8, param_dtype bf16, D4)   | false              |
-// | trainable_fraction       | (0, 1]: fraction of parameters that train (LoRA, D5)        | 1                  |
+// | trainable_fraction       | (0, 1]: that share trains as whole block matrices (D5, M13) | 1                  |
 // | optimizer                | "adamw" (2 states) or "sgd" (momentum, 1 state)             | "adamw"            |
 // | auto_wrap_policy         | "transformer_block", "none", {"min_num_params": N},         | "transformer_block"|
 // |                          | {"modules": ["layers.*", ...]}                              |                    |
@@ -46,6 +46,12 @@
 // | module_overrides         | {"<unit name>" or "last_block": {"reshard_after_forward": b}}| {}                 |
 // | frozen_units             | ["<unit name>", "root", ...]: units with no trainable param | []                 |
 // |                          | (no grad, no optimizer state); needs trainable_fraction < 1 |                    |
+// |                          | or lora                                                     |                    |
+// | lora                     | {"rank": r, "targets": ["q","v",...], "dropout": p}: LoRA   | none               |
+// |                          | adapters in every block, base weights frozen; targets from  |                    |
+// |                          | q, k, v, o, gate, up, down, mlp (= gate, up, down), head;   |                    |
+// |                          | rank 1..65536, dropout [0, 1) (default 0); not with         |                    |
+// |                          | trainable_fraction < 1                                      |                    |
 //
 // Mesh defaults (resolve_plan): FSDP1 FULL_SHARD/SHARD_GRAD_OP -> (1, world); NO_SHARD -> (world, 1);
 // HYBRID_SHARD/_HYBRID_SHARD_ZERO2 -> (world / gpus_per_node, gpus_per_node) (F1.15). FSDP2 -> (1, world),
@@ -71,7 +77,7 @@ const std::vector<std::string> kPlanKeys = {
     "reduce_dtype", "master_weights_dtype", "micro_batch", "seq_len", "grad_accum", "grad_sync",
     "cpu_offload", "fp8_all_gather", "trainable_fraction", "optimizer", "auto_wrap_policy", "use_orig_params",
     "cross_entropy", "cross_entropy_chunks", "implementation", "compile", "float8", "alloc_conf", "free_logits_before_backward",
-    "optimizer_impl", "module_overrides", "frozen_units"};
+    "optimizer_impl", "module_overrides", "frozen_units", "lora"};
 
 const std::vector<std::string> kStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
                                               "_HYBRID_SHARD_ZERO2"};
@@ -243,6 +249,48 @@ std::vector<ModuleOverride> parse_module_overrides(const Json& v) {
 
 }  // namespace
 
+LoraPlan parse_lora(const Json& v, const std::string& field) {
+  const char* expected = "expected {\"rank\": r, \"targets\": [\"q\", \"v\", ...], \"dropout\": p}";
+  if (!v.is_object()) throw InputError(field, json_value_for_message(v), expected);
+  JsonReader r(v, field);
+  r.check_no_unknown_keys({"rank", "targets", "dropout"});
+  LoraPlan l;
+  if (!r.has("rank")) throw InputError(field + ".rank", "<missing>", "the adapters' rank, an integer >= 1");
+  l.rank = r.get_int("rank", 1, 65536);
+  l.dropout = r.get_double("dropout", 0.0, 1.0, 0.0);
+  if (l.dropout >= 1.0)
+    throw InputError(field + ".dropout", json_value_for_message(r.raw("dropout")),
+                     "expected a probability in [0, 1) (1 drops the whole adapter input)");
+  if (!r.has("targets")) throw InputError(field + ".targets", "<missing>", "expected a non-empty array of target names");
+  const Json& t = r.raw("targets");
+  std::string names;
+  for (const std::string& n : lora_target_names()) names += (names.empty() ? "" : ", ") + n;
+  const std::string what = "expected a non-empty array of targets from: " + names + ", mlp (= gate, up, down)";
+  if (!t.is_array() || t.empty()) throw InputError(field + ".targets", json_value_for_message(t), what);
+  std::vector<bool> on(lora_target_names().size(), false);
+  for (const auto& e : t) {
+    const std::string n = e.is_string() ? e.get<std::string>() : "";
+    const auto& tn = lora_target_names();
+    const auto it = std::find(tn.begin(), tn.end(), n);
+    if (n == "mlp") {
+      for (const char* x : {"gate", "up", "down"})
+        on[static_cast<std::size_t>(std::find(tn.begin(), tn.end(), x) - tn.begin())] = true;
+    } else if (it != tn.end()) {
+      on[static_cast<std::size_t>(it - tn.begin())] = true;
+    } else {
+      throw InputError(field + ".targets", json_value_for_message(e), "unknown LoRA target; " + what);
+    }
+  }
+  for (std::size_t i = 0; i < on.size(); ++i)
+    if (on[i]) l.targets.push_back(lora_target_names()[i]);
+  return l;
+}
+
+const std::vector<std::string>& lora_target_names() {
+  static const std::vector<std::string> names = {"q", "k", "v", "o", "gate", "up", "down", "head"};
+  return names;
+}
+
 AllocConf parse_alloc_conf(const std::string& text, const std::string& field) {
   // c10/cuda/CUDAAllocatorConfig.cpp parseArgs: comma-separated key:value pairs; an unknown key is an error
   // there too. Options PyTorch has that this model does not follow are refused rather than ignored.
@@ -412,6 +460,12 @@ Plan parse_plan(const Json& j) {
       p.frozen_units.push_back(e.get<std::string>());
     }
   }
+  if (r.has("lora")) {
+    p.lora = parse_lora(r.raw("lora"), "plan.lora");
+    if (r.has("trainable_fraction") && p.trainable_fraction < 1.0)
+      throw InputError("plan.trainable_fraction", json_value_for_message(r.raw("trainable_fraction")),
+                       "give either lora (the adapters train, nothing else) or trainable_fraction < 1, not both");
+  }
   return p;
 }
 
@@ -512,6 +566,7 @@ Json plan_to_json(const Plan& p) {
     j["module_overrides"] = o;
   }
   if (!p.frozen_units.empty()) j["frozen_units"] = p.frozen_units;
+  if (p.lora.on()) j["lora"] = {{"rank", p.lora.rank}, {"targets", p.lora.targets}, {"dropout", p.lora.dropout}};
   return j;
 }
 
@@ -632,9 +687,15 @@ Plan resolve_plan(const Plan& in, int gpus, int gpus_per_node) {
                      "torchao float8 training needs param_dtype bf16 (the high-precision dtype of Float8Linear)");
   if (!p.free_logits_before_backward)
     p.free_logits_before_backward = p.implementation == models::ModelImpl::TorchTitan;
-  if (!p.frozen_units.empty() && p.trainable_fraction >= 1.0)
+  if (!p.frozen_units.empty() && p.trainable_fraction >= 1.0 && !p.lora.on())
     throw InputError("plan.frozen_units", "[\"" + p.frozen_units.front() + "\", ...]",
-                     "frozen units need trainable_fraction < 1 (the fraction of the whole model that trains)");
+                     "frozen units need trainable_fraction < 1 (the fraction of the whole model that trains) or lora");
+  if (p.lora.on() && p.implementation == models::ModelImpl::Runtime)
+    throw InputError("plan.lora", "{\"rank\": " + std::to_string(p.lora.rank) + ", ...}",
+                     "fsdpsim's own runtime has no LoRA adapters (use implementation hf, litgpt, fused or torchtitan)");
+  if (p.lora.on() && p.trainable_fraction < 1.0)
+    throw InputError("plan.trainable_fraction", std::to_string(p.trainable_fraction),
+                     "give either lora (the adapters train, nothing else) or trainable_fraction < 1, not both");
   for (const auto& m : p.module_overrides)
     if (m.reshard_after_forward != -2 && fsdp1)
       throw InputError("plan.module_overrides." + m.module + ".reshard_after_forward",

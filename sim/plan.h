@@ -39,6 +39,22 @@ struct ModuleOverride {
   bool operator==(const ModuleOverride&) const = default;
 };
 
+// LoRA adapters (plan key `lora`, issue 19): rank-`rank` pairs A, B beside the targeted linears of every
+// block (and the LM head), base weights frozen, adapters trained (models/trainable.h LoraShape). Targets are
+// canonical names, in this order: q, k, v, o, gate, up, down, head ("mlp" in the plan = gate, up, down; a
+// plain MLP's first linear is "up").
+struct LoraPlan {
+  std::int64_t rank = 0;              // 0: no `lora` key
+  std::vector<std::string> targets;
+  double dropout = 0.0;               // lora_dropout
+  bool on() const { return rank > 0; }
+  bool operator==(const LoraPlan&) const = default;
+};
+// The canonical target names.
+const std::vector<std::string>& lora_target_names();
+// Parses a `lora` object (InputError naming `field` + ".rank" / ".targets" / ".dropout").
+LoraPlan parse_lora(const nlohmann::json& v, const std::string& field);
+
 struct ActivationCheckpointing {
   enum class Mode { None, Full, EveryK, SelectiveOp } mode = Mode::None;
   int every_k = 1;               // EveryK: blocks with index % k == 0 are fully checkpointed
@@ -97,6 +113,7 @@ struct Plan {
   // OR in FlatParamHandle._validate_tensors_to_flatten), so such a unit has no flat grad even with
   // use_orig_params. trainable_fraction (< 1) stays the whole model's: it is spread over the other units.
   std::vector<std::string> frozen_units;
+  LoraPlan lora;
 };
 
 // Parses a plan object (all keys optional; unknown keys rejected). Field names in errors are "plan.<key>".

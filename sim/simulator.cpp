@@ -261,6 +261,11 @@ bool build_stretched(const models::ModelSpec& m, const models::WrapGraph& graph,
   };
   const int k = layer_period(graph, rp);
   if (k == 0) return stats.refused = "no regular block period", micro_batches_only();
+  // Frozen weights (models/trainable.h): which blocks train follows the number of layers (evenly spaced
+  // blocks), so a shorter model's blocks are not the full one's.
+  if (rp.trainable_fraction < 1.0)
+    return stats.refused = "frozen weights differ from block to block", micro_batches_only();
+  if (rp.lora.on()) return stats.refused = "LoRA adapters (not in the stretched lowering)", micro_batches_only();
   // A unit named in module_overrides may not exist in a shorter model (its aliases do).
   for (const ModuleOverride& o : rp.module_overrides)
     if (o.module != "root" && o.module != "last_block")
@@ -427,7 +432,8 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
   const Bytes worst_reserved = std::max(r.peak_reserved, r.first_step_peak_reserved);
   r.fits = static_cast<double>(worst_reserved + context) <= usable;
   r.breakdown_at_peak[mem_category_name(MemCategory::CudaContext)] = context;
-  apply_host_memory(host_memory(*graph, rp, cluster.gpus_per_node), hw, rp, r);   // CPU offload's host RAM
+  const models::TrainableSet trainable = lowering::plan_trainable_set(m, *graph, rp);
+  apply_host_memory(host_memory(*graph, rp, cluster.gpus_per_node, trainable), hw, rp, r);   // CPU offload's host RAM
 
   // ---- throughput ----
   const int world = rp.mesh_replicate * rp.mesh_shard;
@@ -439,8 +445,15 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
 
   // ---- FLOPs and MFU ----
   // (as the lowering's fill_facts: 6N+attention FLOPs per token of the whole model times the tokens; with
-  // frozen weights, trainable_fraction < 1, without the weight-gradient matmuls that do not run)
-  r.model_flops_per_step_per_gpu = models::trained_flops_per_token(m, rp.seq_len, rp.trainable_fraction) * tokens;
+  // frozen weights, trainable_fraction < 1, without the weight-gradient matmuls that do not run: those of the
+  // matrices autograd sees frozen, lowering::grad_flows)
+  // LoRA adapters: each adapter weight costs 2 FLOPs per token forward, 2 for its input gradient and 2 for
+  // its weight gradient (6 per parameter, as the model's own weights; approximate: the first block's
+  // adapters compute no input gradient, litgpt's zero-pad and the scaling are not counted)
+  r.model_flops_per_step_per_gpu =
+      (models::trained_flops_per_token(m, rp.seq_len, lowering::grad_flows(m, *graph, rp, trainable).matmul_trained) +
+       (trainable.lora.on() ? 6.0 * static_cast<double>(trainable.trainable) : 0.0)) *
+      tokens;
   r.hardware_flops_per_step_per_gpu = hw_flops;
   // The compute dtype is param_dtype: an fp8 all-gather (fp8_all_gather) only changes what is
   // communicated, the matmuls still run at param_dtype in this model.

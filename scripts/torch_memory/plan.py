@@ -21,8 +21,10 @@ README_KEYS = (
     "forward_prefetch", "limit_all_gathers", "prefetch_depth", "activation_checkpointing", "param_dtype",
     "reduce_dtype", "master_weights_dtype", "micro_batch", "seq_len", "grad_accum", "grad_sync",
     "cpu_offload", "fp8_all_gather", "trainable_fraction", "optimizer", "auto_wrap_policy", "use_orig_params",
-    "cross_entropy", "cross_entropy_chunks") + NEW_KEYS
+    "cross_entropy", "cross_entropy_chunks") + NEW_KEYS + ("lora",)
 PLAN_KEYS = README_KEYS
+# plan.lora (sim/plan.cpp parse_lora): the canonical targets; "mlp" stands for gate, up, down.
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down", "head")
 
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
 PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NONE")
@@ -92,6 +94,7 @@ class ResolvedPlan:
     optimizer_impl: str = "foreach"          # PyTorch's own choice on CUDA when neither foreach nor fused is set
     module_overrides: dict = dataclasses.field(default_factory=dict)   # unit name -> {"reshard_after_forward": v}
     frozen_units: list = dataclasses.field(default_factory=list)       # units with no trainable parameter
+    lora: dict = None                        # {"rank", "targets" (canonical, in LORA_TARGETS order), "dropout"}
 
 
 def _get(plan, key, kind, default, lo=None, hi=None):
@@ -355,7 +358,43 @@ def parse_plan(plan):
             if not isinstance(e, str) or not e:
                 raise InputError("plan.frozen_units", show(e), expected)
         p.frozen_units = list(v)
+    if "lora" in plan and plan["lora"] is not None:
+        p.lora = _lora(plan["lora"])
+        if "trainable_fraction" in plan and p.trainable_fraction < 1.0:
+            raise InputError("plan.trainable_fraction", show(plan["trainable_fraction"]),
+                             "give either lora (the adapters train, nothing else) or trainable_fraction < 1, not both")
     return p
+
+
+def _lora(v):
+    """plan.lora, checked as sim/plan.cpp parse_lora checks it (same fields and rules)."""
+    field = "plan.lora"
+    if not isinstance(v, dict):
+        raise InputError(field, show(v), 'expected {"rank": r, "targets": ["q", "v", ...], "dropout": p}')
+    for key in v:
+        if key not in ("rank", "targets", "dropout"):
+            raise InputError(f"{field}.{key}", show(v[key]), "unknown key; lora keys: rank, targets, dropout")
+    rank = v.get("rank")
+    if rank is None:
+        raise InputError(f"{field}.rank", "<missing>", "the adapters' rank, an integer >= 1")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= 65536:
+        raise InputError(f"{field}.rank", show(rank), "expected an integer in [1, 65536]")
+    dropout = v.get("dropout", 0.0)
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise InputError(f"{field}.dropout", show(dropout), "expected a probability in [0, 1) (1 drops the whole adapter input)")
+    targets = v.get("targets")
+    what = "expected a non-empty array of targets from: " + ", ".join(LORA_TARGETS) + ", mlp (= gate, up, down)"
+    if not isinstance(targets, list) or not targets:
+        raise InputError(f"{field}.targets", show(targets) if targets is not None else "<missing>", what)
+    on = set()
+    for t in targets:
+        if t == "mlp":
+            on |= {"gate", "up", "down"}
+        elif isinstance(t, str) and t in LORA_TARGETS:
+            on.add(t)
+        else:
+            raise InputError(f"{field}.targets", show(t), "unknown LoRA target; " + what)
+    return {"rank": rank, "targets": [t for t in LORA_TARGETS if t in on], "dropout": float(dropout)}
 
 
 def resolve_plan(plan, world, gpus_per_node, units=None):
@@ -426,9 +465,12 @@ def resolve_plan(plan, world, gpus_per_node, units=None):
                 raise InputError(f"plan.module_overrides.{unit}", show(unit),
                                  "not a unit of this model; units: " + ", ".join(sorted(names)))
             _check_int_raf(raf, p.mesh_shard, f"plan.module_overrides.{unit}.reshard_after_forward")
-    if p.frozen_units and p.trainable_fraction >= 1.0:
+    if p.frozen_units and p.trainable_fraction >= 1.0 and not p.lora:
         raise InputError("plan.frozen_units", show(p.frozen_units),
-                         "frozen units need trainable_fraction < 1 (the fraction of the whole model that trains)")
+                         "frozen units need trainable_fraction < 1 (the fraction of the whole model that trains) or lora")
+    if p.lora and p.implementation == "runtime":
+        raise InputError("plan.lora", show(plan["lora"]),
+                         "fsdpsim's own runtime has no LoRA adapters (use implementation hf, litgpt, fused or torchtitan)")
     if units is not None:
         names = {u["name"] for u in units} | {"root", "last_block"}
         for unit in p.frozen_units:

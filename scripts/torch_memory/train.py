@@ -111,8 +111,18 @@ def check_alloc_conf(p):
                          "process with the plan's value (run-case does that)")
 
 
+def check_lora(p):
+    """plan.lora is simulated only: the harness builds no adapters (its recipes are the plain models;
+    trainable_fraction freezes whole matrices instead, parallel.freeze_to_fraction)."""
+    if p.lora:
+        raise InputError("plan.lora", repr(p.lora),
+                         "the PyTorch memory harness builds no LoRA adapters; a fixture can freeze whole matrices "
+                         "with trainable_fraction (and frozen_units) instead")
+
+
 def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=matrices.GPUS_PER_NODE):
     """Runs one matrix case and writes its fixture; returns the fixture's path. OOM is an outcome."""
+    check_lora(p)
     matrices.runnable(p)
     specs.check_recipe(info["model"], p.implementation)
     check_alloc_conf(p)

@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
         // the job's total.
         measured = metrics.at(key).get<double>();
         const double flops_per_token =
-            2.0 * models::count_params(model).matmul_active * (plan.trainable_fraction < 1.0 ? 2.0 : 3.0);
+            2.0 * models::count_params(model).matmul_active * (plan.trainable_fraction < 1.0 || plan.lora.on() ? 2.0 : 3.0);
         const bool total = measured * flops_per_token > hw.peak_flops(plan.param_dtype);
         metric = total ? "tokens/s (job total)" : "tokens/s/GPU";
         simulated = res.tokens_per_s_per_gpu * (total ? c.world() : 1);

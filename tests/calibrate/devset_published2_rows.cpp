@@ -4,6 +4,9 @@
 #include <cstdio>
 
 #include "models/model_spec.h"
+#include "models/wrap_graph.h"
+#include "sim/lower_context.h"
+#include "sim/plan.h"
 
 namespace fsdpsim::devset {
 namespace {
@@ -20,13 +23,16 @@ namespace {
 //    tensors train, M13);
 //  - lora_head False and mark_only_lora_as_trainable: the root unit (wte, ln_f, lm_head) has no trainable
 //    tensor, so its FlatParameter does not require grad: frozen_units ["root"];
-//  - LoRA trainable parameters 4,194,304 (Llama-2-7B), 6,553,600 (Llama-2-13B): trainable_fraction =
-//    count / total parameters (from the zoo's exact count).
+//  - finetune/lora.py's defaults: lora_r 8, lora_alpha 16, lora_dropout 0.05, lora_query and lora_value True,
+//    key, projection, mlp, head False: plan lora {"rank": 8, "targets": ["q", "v"], "dropout": 0.05}, the
+//    adapters in litgpt's LoRAQKVLinear of every Block (4,194,304 trainable parameters for Llama-2-7B,
+//    6,553,600 for Llama-2-13B).
 // Figure: torch.cuda.max_memory_allocated()/1e9 printed after train(), a maximum over the whole run.
 #define LITGPT_PLAN(MB, SEQ, GA)                                                                                 \
   R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","activation_checkpointing":"full","implementation":"litgpt",)" \
   R"("param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16","optimizer":"adamw","micro_batch":)" #MB \
-  R"(,"seq_len":)" #SEQ R"(,"grad_accum":)" #GA R"(,"grad_sync":false,"frozen_units":["root"]})"
+  R"(,"seq_len":)" #SEQ R"(,"grad_accum":)" #GA R"(,"grad_sync":false,"frozen_units":["root"],)"                  \
+  R"("lora":{"rank":8,"targets":["q","v"],"dropout":0.05}})"
 const char* kLitgptAssumes =
     "litgpt finetune/lora.py (8641822): FSDP1 FULL_SHARD use_orig_params, full AC per Block, bf16-true, AdamW; "
     "grad_accum = 128 / micro_batch under fabric.no_backward_sync -> FSDP no_sync (unsharded flat grads of every "
@@ -52,7 +58,8 @@ const char* kLitgptTimeAssumes =
 // allocated, the reserved prediction printed beside it. LoRA (both tables): lora_attn_modules q_proj, k_proj,
 // v_proj, rank 16, no MLP / output LoRA (recipes/configs/llama2/70B_lora.yaml at 0217d44c,
 // llama3_1/70B_lora.yaml at 30b8519e): 80 x (16 x (8192 + 8192) + 2 x 16 x (8192 + 1024)) = 44,564,480
-// trainable parameters (lora_params below; trainable_fraction = count / the zoo's total).
+// trainable parameters; lora_dropout 0.05 in 2024-05 (lora_llama2_70b's default, the config sets none), 0.0
+// in 2024-09 (the config's): plan lora {"rank": 16, "targets": ["q", "k", "v"], "dropout": ...}.
 const std::vector<Row> kRows = {
     {"gt0448", "llama3-70b", "8xA100-80GB",
      R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
@@ -69,13 +76,13 @@ const std::vector<Row> kRows = {
      "compute_cross_entropy, modelled as eager (fp32 copy and log-softmax per chunk), and the output unit, called "
      "once per chunk by chunked_output (an FSDP2 unshard and reduce-scatter per call), modelled as called once; "
      "figure read as peak allocated in GiB",
-     nullptr, 0, TimeMetric::TokensPerSecond},
+     nullptr, TimeMetric::TokensPerSecond},
     {"gt0449", "llama3-70b", "8xA100-80GB",
      R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
          "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
          "optimizer_impl":"fused","free_logits_before_backward":true,"frozen_units":["root"],
          "cross_entropy":"chunked","cross_entropy_chunks":8,
-         "trainable_fraction":0.0006})",   // trainable_fraction: replaced by lora_params / total
+         "lora":{"rank":16,"targets":["q","k","v"],"dropout":0.0}})",
      MemoryKind::Allocated, "FSDP2 LoRA AC mb2 s2048 bf16",
      "Llama 3.1 70B as llama3-70b; A100 80GB (assumed); packed 2048 (README note); llama3_1/70B_lora.yaml (30b8519): "
      "LoRA r16 on q,k,v, fused AdamW; layers.* sharded, root (embedding, norm, output) frozen and kept unsharded "
@@ -83,30 +90,30 @@ const std::vector<Row> kRows = {
      "CEWithChunkedOutputLoss (8 chunks) -> cross_entropy chunked, 8 chunks (the frozen output: no weight "
      "gradient); approximate: the compiled compute_cross_entropy modelled as eager; figure read as peak allocated "
      "in GiB",
-     nullptr, 44564480, TimeMetric::TokensPerSecond},
+     nullptr, TimeMetric::TokensPerSecond},
     {"gt0450", "", "", "", MemoryKind::Allocated, "", "", "QLoRA (4-bit NF4 base weights) is not modelled"},
     {"gt0451", "", "", "", MemoryKind::Allocated, "", "", "RTX 4090 24GB: no built-in GPU profile / cluster"},
     {"gt0452", "", "", "", MemoryKind::Allocated, "", "", "RTX 4090 24GB: no built-in GPU profile / cluster"},
     {"gt0453", "llama2-70b", "8xA100-80GB",
      R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","micro_batch":4,"seq_len":512,"activation_checkpointing":"full",
          "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
-         "use_orig_params":false,"frozen_units":["root"],"trainable_fraction":0.0006})",   // replaced by lora_params / total
+         "use_orig_params":false,"frozen_units":["root"],"lora":{"rank":16,"targets":["q","k","v"],"dropout":0.05}})",
      MemoryKind::Allocated, "FSDP1 LoRA AC mb4 s512 bf16",
      "A100 80GB (assumed); lora_finetune_distributed.py (0217d44c): FSDP1 FULL_SHARD with FSDP's default "
      "use_orig_params=False, lora_fsdp_wrap_policy wraps every LoRA A/B linear in its own unit -> the frozen flat "
-     "params get no gradient (use_orig_params false: gradients of the trainable fraction only; root frozen); "
+     "params get no gradient (use_orig_params false: the adapters' gradients only; root frozen); "
      "llama2/70B_lora.yaml: LoRA r16 on q,k,v; batch_size 4 per the README row; seq_len 512 = alpaca_dataset's "
      "default max_seq_len (torchtune/datasets/_alpaca.py, not overridden by the config; unpacked, padded to the "
      "batch's longest, so at most 512; the README's 'Seq Length = 4096' is not reachable with alpaca); figure read "
      "as peak allocated in GB (get_memory_stats divides by 1e9 at this commit)",
-     nullptr, 44564480, TimeMetric::TokensPerSecond},
+     nullptr, TimeMetric::TokensPerSecond},
     {"gt0454", "llama2-70b", "8xA100-80GB",
      R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","micro_batch":4,"seq_len":4096,"activation_checkpointing":"full",
          "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16"})",
      MemoryKind::Allocated, "FSDP1 full-FT AC mb4 s4096 bf16",
      "A100 80GB (assumed); torchtune 0217d44c has no 70B full-finetune config: the README row's batch 4 x seq 4096 "
      "taken as stated (an upper bound if the dataset is alpaca at its default max_seq_len 512, as for gt0453)",
-     "PagedAdamW (bitsandbytes) optimizer is not modelled", 0, TimeMetric::TokensPerSecond, "{}",
+     "PagedAdamW (bitsandbytes) optimizer is not modelled", TimeMetric::TokensPerSecond, "{}",
      "bitsandbytes PagedAdamW timed as AdamW (paging not modelled)"},
     {"gt0483", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
     {"gt0484", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
@@ -125,19 +132,19 @@ const std::vector<Row> kRows = {
     {"gt0511", "", "", "", MemoryKind::Allocated, "", "", "StableLM Alpha 3B is not in the model zoo"},
     {"gt0512", "", "", "", MemoryKind::Allocated, "", "", "StableLM Alpha 3B is not in the model zoo"},
     {"gt0513", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(1, 1304, 128), MemoryKind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
-     kLitgptAssumes, nullptr, 4194304, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
+     kLitgptAssumes, nullptr, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
      kLitgptTimeAssumes},
     {"gt0514", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(2, 1304, 64), MemoryKind::Allocated, "FSDP1 LoRA AC mb2 s1304 bf16-true",
-     kLitgptAssumes, nullptr, 4194304, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
+     kLitgptAssumes, nullptr, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
      kLitgptTimeAssumes},
     {"gt0515", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(4, 1304, 32), MemoryKind::Allocated, "FSDP1 LoRA AC mb4 s1304 bf16-true",
-     kLitgptAssumes, nullptr, 4194304, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
+     kLitgptAssumes, nullptr, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
      kLitgptTimeAssumes},
     {"gt0516", "llama2-13b", "2xA100-40GB", LITGPT_PLAN(1, 1304, 128), MemoryKind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
-     kLitgptAssumes, nullptr, 6553600, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
+     kLitgptAssumes, nullptr, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
      kLitgptTimeAssumes},
     {"gt0517", "llama2-13b", "4xA100-40GB", LITGPT_PLAN(1, 1304, 128), MemoryKind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
-     kLitgptAssumes, nullptr, 6553600, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
+     kLitgptAssumes, nullptr, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
      kLitgptTimeAssumes},
     {"gt0518", "", "", "", MemoryKind::Allocated, "", "",
      "only a ratio ('3x more memory' than plain FSDP), no absolute per-GPU figure"},
@@ -162,15 +169,14 @@ nlohmann::json row_plan(const Row& r, const models::ModelSpec& model, bool for_t
   nlohmann::json pj = nlohmann::json::parse(r.plan);
   if (for_time) pj.merge_patch(nlohmann::json::parse(r.time_patch));
   if (note) note->clear();
-  if (r.lora_params > 0) {
-    const double total = static_cast<double>(models::count_params(model).total);
-    pj["trainable_fraction"] = static_cast<double>(r.lora_params) / total;
-    if (note) {
-      char b[160];
-      std::snprintf(b, sizeof b, "LoRA %lld trainable of %.0f -> trainable_fraction %.6f",
-                    static_cast<long long>(r.lora_params), total, static_cast<double>(r.lora_params) / total);
-      *note = b;
-    }
+  if (note && pj.contains("lora")) {
+    const sim::Plan parsed = sim::load_plan(pj.dump());
+    const models::WrapGraph g = models::build_wrap_graph(model, parsed.auto_wrap_policy);
+    const models::TrainableSet ts = sim::lowering::plan_trainable_set(model, g, parsed);
+    char b[200];
+    std::snprintf(b, sizeof b, "LoRA r%lld on %s: %lld trainable parameters", static_cast<long long>(parsed.lora.rank),
+                  pj["lora"]["targets"].dump().c_str(), static_cast<long long>(ts.trainable));
+    *note = b;
   }
   return pj;
 }

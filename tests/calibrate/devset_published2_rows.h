@@ -33,7 +33,6 @@ struct Row {
   const char* summary;     // short plan summary
   const char* assumes;     // every assumption beyond the record
   const char* memory_skip; // non-null: no memory comparison, with this reason
-  std::int64_t lora_params = 0;   // > 0: trainable_fraction = lora_params / the zoo model's total parameters
   TimeMetric time = TimeMetric::None;
   const char* time_patch = "{}";   // JSON object merged over `plan` for the time comparison
   const char* time_assumes = "";   // what the time comparison assumes beyond `assumes`
@@ -42,8 +41,8 @@ struct Row {
 const std::vector<Row>& rows();
 const Row* find_row(const std::string& id);
 
-// The row's plan JSON (time: with time_patch merged) with LoRA's trainable_fraction filled in from the zoo's
-// parameter count; `note` gets a sentence saying what was filled in (empty when nothing).
+// The row's plan JSON (time: with time_patch merged); `note` gets a sentence on its LoRA adapters (rank,
+// targets, trainable parameters as the lowering counts them), empty when the plan has none.
 nlohmann::json row_plan(const Row& r, const models::ModelSpec& model, bool for_time, std::string* note);
 
 }  // namespace fsdpsim::devset

@@ -16,13 +16,14 @@ using namespace fsdpsim::planner;
 namespace {
 
 void check_space(const std::string& model_name, const std::string& cluster_name, std::int64_t seq, std::int64_t seqs,
-                 std::vector<std::string> precisions) {
+                 std::vector<std::string> precisions, double trainable_fraction = 1.0) {
   auto model = models::with_seq_len(models::load_model(model_name), seq);
   auto cluster = calibrate::load_cluster(cluster_name);
   auto hw = calibrate::HardwareProfile::for_cluster(cluster);
   SpaceOptions o;
   o.batch = resolve_batch_target(seq, 0, seqs, cluster.world());
   o.precisions = precisions;
+  o.base.trainable_fraction = trainable_fraction;
   auto cands = enumerate_candidates(o, cluster.nodes, cluster.gpus_per_node);
   Bounds b(model, hw, o.base.auto_wrap_policy);
   sim::SimOptions so;
@@ -49,6 +50,12 @@ void check_space(const std::string& model_name, const std::string& cluster_name,
 
 TEST(Bounds, NeverAboveSimulationTinyLlamaOneNode) {
   check_space("tiny-llama", "8xH100-SXM", 1024, 16, {"bf16", "bf16-true", "fp32", "fp8-ag"});
+}
+
+// Frozen weights (models/trainable.h): fewer saved activations, weight-gradient GEMMs and optimizer state.
+TEST(Bounds, NeverAboveSimulationWithFrozenWeights) {
+  check_space("tiny-llama", "8xH100-SXM", 1024, 16, {"bf16", "bf16-true"}, 0.05);
+  check_space("gpt2", "2x4xH100-SXM-IB-NDR400", 1024, 16, {"bf16"}, 0.01);
 }
 
 TEST(Bounds, NeverAboveSimulationGpt2TwoNodes) {

@@ -199,3 +199,31 @@ TEST(Readers, TorchtitanCompileFloat8OptimizerSections) {
                InputError);
   EXPECT_THROW(parse_user_config_text("[optimizer]\nname = \"Lion\"\n", "torchtitan", "x.toml", kLlama), InputError);
 }
+
+// LoRA settings in a user's config become plan.lora: litgpt's finetune globals, torchtune's model arguments,
+// PEFT's LoraConfig (module names mapped to q, k, v, o, gate, up, down, head); a bad rank names the field.
+TEST(Readers, LoraFromLitgptTorchtuneAndPeft) {
+  const std::string strat = "strategy = FSDPStrategy(auto_wrap_policy={Block})\ntrainer = L.Trainer(strategy=strategy)\n";
+  auto c = parse_user_config_text(strat + "lora_r = 8\nlora_alpha = 16\nlora_dropout = 0.05\nlora_query = True\n"
+                                  "lora_key = False\nlora_value = True\nlora_mlp = False\n",
+                                  "lightning", "x.py", kLlama);
+  EXPECT_EQ(c.plan.lora.rank, 8);
+  EXPECT_EQ(c.plan.lora.targets, (std::vector<std::string>{"q", "v"}));
+  EXPECT_DOUBLE_EQ(c.plan.lora.dropout, 0.05);
+  const std::string head = "distributed_type: FSDP\nmixed_precision: bf16\nfsdp_config:\n  fsdp_version: 2\n";
+  c = parse_user_config_text(head + "model:\n  lora_attn_modules: ['q_proj', 'v_proj', 'k_proj']\n"
+                                    "  apply_lora_to_mlp: True\n  lora_rank: 16\n",
+                             "accelerate", "x.yaml", kLlama);
+  EXPECT_EQ(c.plan.lora.rank, 16);
+  EXPECT_EQ(c.plan.lora.targets, (std::vector<std::string>{"q", "k", "v", "gate", "up", "down"}));
+  c = parse_user_config_text(strat + "cfg = LoraConfig(r=4, lora_alpha=8, target_modules=[\"q_proj\", \"o_proj\"], "
+                                     "lora_dropout=0.1)\n",
+                             "lightning", "x.py", kLlama);
+  EXPECT_EQ(c.plan.lora.rank, 4);
+  EXPECT_EQ(c.plan.lora.targets, (std::vector<std::string>{"q", "o"}));
+  EXPECT_DOUBLE_EQ(c.plan.lora.dropout, 0.1);
+  c = parse_user_config_text(strat, "lightning", "x.py", kLlama);
+  EXPECT_FALSE(c.plan.lora.on());
+  EXPECT_THROW(parse_user_config_text(strat + "cfg = LoraConfig(r=0, target_modules=[\"q_proj\"])\n", "lightning", "x.py", kLlama),
+               InputError);
+}

@@ -279,3 +279,52 @@ TEST(Exports, ExpressiblePlanPerFramework) {
     EXPECT_TRUE(said) << fw;
   }
 }
+
+// plan.lora in the exports: PEFT's LoraConfig with the model's module names (accelerate, raw FSDP2, Lightning),
+// litgpt's finetune flags (Lightning), a note where the framework has none (torchtitan, and fully_shard itself);
+// express_plan drops lora for torchtitan (it trains every parameter) and turns FSDP1's use_orig_params on where
+// whole blocks are wrapped.
+TEST(UnitExports, LoraIsSpelledOrNoted) {
+  ExportInput in{llama("llama3-8b", 4096, 32), cluster(1, 8), {}, "FSDP2 lora"};
+  in.plan.fsdp_version = sim::FsdpVersion::FSDP2;
+  in.plan.mesh_replicate = 1;
+  in.plan.mesh_shard = 8;
+  in.plan.lora.rank = 16;
+  in.plan.lora.targets = {"q", "v"};
+  in.plan.lora.dropout = 0.05;
+  const std::string peft = R"(LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, target_modules=["q_proj", "v_proj"]))";
+  const auto noted = [](const Export& e, const std::string& what) {
+    for (const auto& u : e.unsupported)
+      if (u.find(what) != std::string::npos) return true;
+    return false;
+  };
+  Export acc = export_accelerate(in);
+  EXPECT_NE(acc.text.find(peft), std::string::npos) << acc.text;
+  Export f2 = export_fsdp2(in);
+  EXPECT_NE(f2.text.find("model = get_peft_model(model, " + peft), std::string::npos) << f2.text;
+  EXPECT_TRUE(noted(f2, "lora: FSDP2 (fully_shard) has no LoRA"));
+  Export tt = export_torchtitan(in);
+  EXPECT_TRUE(noted(tt, "torchtitan has no LoRA"));
+  EXPECT_NE(tt.text.find("# not expressible here: lora"), std::string::npos);
+  in.plan.fsdp_version = sim::FsdpVersion::FSDP1;
+  Export lt = export_lightning(in);
+  EXPECT_NE(lt.text.find("litgpt finetune lora --lora_r 16 --lora_alpha 32 --lora_dropout 0.05 --lora_query true "
+                         "--lora_key false --lora_value true --lora_projection false --lora_mlp false --lora_head false"),
+            std::string::npos)
+      << lt.text;
+  EXPECT_NE(lt.text.find(peft), std::string::npos);
+  // express_plan: torchtitan drops the adapters; accelerate keeps them and needs use_orig_params under FSDP1.
+  Expressed e = express_plan("torchtitan", in.plan, cluster(1, 8));
+  EXPECT_FALSE(e.plan.lora.on());
+  in.plan.use_orig_params = false;
+  e = express_plan("accelerate", in.plan, cluster(1, 8));
+  EXPECT_TRUE(e.plan.lora.on());
+  EXPECT_TRUE(e.plan.use_orig_params);
+  // GPT-2's fused c_attn: PEFT adapts q, k and v together, and the export says so.
+  ExportInput g = in;
+  g.model.model_type = "gpt2";
+  g.plan.use_orig_params = true;
+  Export ga = export_accelerate(g);
+  EXPECT_NE(ga.text.find(R"(target_modules=["c_attn"])"), std::string::npos) << ga.text;
+  EXPECT_TRUE(noted(ga, "c_attn holds q, k and v"));
+}

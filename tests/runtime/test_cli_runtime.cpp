@@ -69,7 +69,8 @@ TEST(CliRuntime, KeysTheRuntimeDoesNotExecuteExitTwoNamingTheKey) {
            {R"("compile": true)", "plan.compile"},
            {R"("cross_entropy": "chunked")", "plan.cross_entropy"},
            {R"("activation_checkpointing": "selective_op")", "plan.activation_checkpointing"},
-           {R"("trainable_fraction": 0.5)", "plan.trainable_fraction"}}) {
+           {R"("trainable_fraction": 0.5)", "plan.trainable_fraction"},
+           {R"("lora": {"rank": 4, "targets": ["q", "v"]})", "plan.lora"}}) {
     SCOPED_TRACE(extra);
     EXPECT_EQ(run("run --model " + tiny() + " --plan '{" + base + ", " + extra + "}' --steps 1"), 2);
     EXPECT_NE(log().find(key), std::string::npos) << log();

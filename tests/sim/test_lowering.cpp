@@ -8,6 +8,8 @@
 
 #include "common/errors.h"
 #include "models/implementation.h"
+#include "models/trainable.h"
+#include "models/wrap_graph.h"
 #include "models/zoo.h"
 #include "sim/lowering.h"
 #include "test_lowering_fixtures.h"
@@ -561,16 +563,87 @@ TEST(LoweringOffload, ShardsOnCpuH2DBeforeEachAllGatherAndCpuStep) {
   }
 }
 
-TEST(LoweringFrozen, UseOrigParamsKeepsFullGradsFsdp2OnlyTrainable) {
-  const Shapes blk = {{16, 16}, {16}};
-  auto g = all_wrapped_graph({{64, 16}}, {blk, blk}, {{64, 16}, {16}});
-  const std::int64_t P = g.total_params;
-  StepProgram f1 = lower_hand(g, R"({"fsdp_version": 1, "trainable_fraction": 0.5})", 8, 8);
-  EXPECT_EQ(category_bytes(f1, MemCategory::ShardedGrads), P / 8 * 4);              // M13: full size
-  EXPECT_EQ(persistent_bytes(f1, MemCategory::OptimizerState), P / 16 * 8);         // trainable only
-  StepProgram f2 = lower_hand(g, R"({"trainable_fraction": 0.5})", 8, 8);
-  EXPECT_EQ(category_bytes(f2, MemCategory::ShardedGrads), P / 16 * 4);             // D5
-  EXPECT_FALSE(f2.notes.empty());
+// Frozen weights (models/trainable.h) by hand: the tiny llama of tests/models/test_trainable.cpp (h 8,
+// 2 heads, 1 kv head, head_dim 4, ffn 16, vocab 32) with 2 blocks, Hugging Face's code, micro-batch 1 x 4
+// tokens, bf16, on 2 GPUs. 1704 parameters (embedding 256, 592 per block: q 64, k 32, v 32, o 64, gate /
+// up / down 128, two norms 8; final norm 8, head 256); trainable_fraction 0.047 (80 of 1704) trains
+// q_proj of block 0 alone (64 parameters: v_proj's 32 no longer fit).
+//   FSDP2 (requires_grad per parameter): block 0 = {q_proj trains, input (frozen embedding) without grad},
+//     block 1 = {nothing trains, input with grad}.
+//   FSDP1 (use_orig_params): block 0's FlatParameter requires grad, so all its views do (the whole block
+//     trains in autograd); the root (embedding, final norm, head) and block 1 are frozen whole.
+// Saved tensors per block (bytes; T*h*e = 64, q 64, k/v 32, ffn-wide 128, fp32 h-wide 128, stats 16,
+// logsumexp 32):
+//   FSDP2 block 0: q_proj's input 64; SDPA's v 32, q 64, k 32, out 64, lse 32; the MLP norm's fp32 input
+//     128 and rstd 16 (its frozen weight keeps no `normed`, its frozen gate/up no output); silu's input
+//     128, mul's operands 128 + 128 (the frozen down_proj keeps no `prod`) = 816
+//   FSDP1 block 0: everything but the input norm's fp32 chain, which records no graph until `weight *
+//     normed` (1280 - 128 - 16) = 1136
+//   block 1 (both): the input norm's fp32 input 128 and rstd 16, SDPA's 224, the MLP norm's 144, silu /
+//     mul 384 = 896
+TEST(LoweringFrozen, SavedActivationsGradientsAndStateByHandFsdp1AndFsdp2) {
+  models::ModelSpec m = tiny_spec(2);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  ASSERT_EQ(models::count_params(m).total, 1704);
+  const std::string base = R"("implementation": "hf", "micro_batch": 1, "seq_len": 4, "trainable_fraction": 0.047)";
+  // The saved tensors each block's forward allocates, in order (not its transients or the cuBLAS workspace).
+  const auto saved = [](const StepProgram& p, int unit) {
+    std::vector<Bytes> v;
+    for (const Op* o : ops_of(p, OpKind::Forward, unit))
+      for (int b : allocs_of(p, *o, MemCategory::Activations))
+        if (p.buffers[b].name.rfind("fwd_tmp", 0) != 0 && p.buffers[b].name.rfind("cublas_ws", 0) != 0)
+          v.push_back(p.buffers[b].bytes);
+    return v;
+  };
+  const auto wgrads = [](const StepProgram& p, int unit) {
+    std::vector<std::string> v;
+    for (const Op* o : ops_of(p, OpKind::Backward, unit))
+      for (const auto& k : o->kernel_list())
+        if (k.name.size() > 6 && k.name.compare(k.name.size() - 6, 6, "_wgrad") == 0) v.push_back(k.name);
+    return v;
+  };
+  const auto lower_plan = [&](const std::string& extra) {
+    const Plan plan = resolved("{" + base + extra + "}", 2, 2);
+    return lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
+  };
+  const std::vector<Bytes> block1 = {128, 16, 32, 64, 32, 64, 32, 128, 16, 128, 128, 128};
+
+  // FSDP2 (units: root 0, blocks 1 and 2)
+  const StepProgram f2 = lower_plan("");
+  expect_well_formed(f2, "fsdp2");
+  EXPECT_EQ(saved(f2, 1), (std::vector<Bytes>{64, 32, 64, 32, 64, 32, 128, 16, 128, 128, 128}));
+  EXPECT_EQ(saved(f2, 2), block1);
+  EXPECT_EQ(wgrads(f2, 1), (std::vector<std::string>{"q_proj_wgrad"}));
+  EXPECT_TRUE(wgrads(f2, 2).empty());
+  EXPECT_TRUE(wgrads(f2, 0).empty());   // no lm_head or embedding weight gradient
+  // D5: only q_proj has a gradient: its dim-0 chunk, 4 of 8 rows x 8 = 32 numel, fp32 (the reduced
+  // output is .grad), and AdamW's two states of it; one reduce-scatter in the step.
+  EXPECT_EQ(category_bytes(f2, MemCategory::ShardedGrads), 32 * 4);
+  EXPECT_EQ(persistent_bytes(f2, MemCategory::OptimizerState), 32 * 2 * 4);
+  EXPECT_EQ(ops_of(f2, OpKind::ReduceScatter).size(), 1u);
+
+  // FSDP1, use_orig_params (fp32 flat parameter: 16-byte alignment = 4 elements, all tensors aligned)
+  const StepProgram f1 = lower_plan(R"(, "fsdp_version": 1)");
+  expect_well_formed(f1, "fsdp1");
+  EXPECT_EQ(saved(f1, 1), (std::vector<Bytes>{64, 64, 32, 64, 32, 64, 32, 128, 16, 64, 64, 128, 128, 128, 128}));
+  EXPECT_EQ(saved(f1, 2), block1);
+  EXPECT_EQ(wgrads(f1, 1).size(), 7u);   // every linear of block 0
+  EXPECT_TRUE(wgrads(f1, 2).empty());
+  EXPECT_TRUE(wgrads(f1, 0).empty());
+  // M13: block 0's flat gradient is whole (592, shard 296, fp32); frozen units have none. Optimizer state:
+  // q_proj is the flat parameter's first tensor (self_attn registers first), all 64 elements in rank 0's
+  // shard [0, 296): 64 x 2 states x 4 B.
+  EXPECT_EQ(category_bytes(f1, MemCategory::ShardedGrads), 296 * 4);
+  EXPECT_EQ(persistent_bytes(f1, MemCategory::OptimizerState), 64 * 2 * 4);
+  EXPECT_EQ(ops_of(f1, OpKind::ReduceScatter).size(), 1u);
+
+  // Full checkpointing: each block with a graph keeps its input alone (block 0's though it needs no grad).
+  for (const char* v : {"", R"(, "fsdp_version": 1)"}) {
+    const StepProgram ac = lower_plan(std::string(R"(, "activation_checkpointing": "full")") + v);
+    expect_well_formed(ac, v);
+    EXPECT_EQ(saved(ac, 1), (std::vector<Bytes>{64})) << v;
+    EXPECT_EQ(saved(ac, 2), (std::vector<Bytes>{64})) << v;
+  }
 }
 
 // plan.frozen_units: a unit whose parameters are all frozen has no gradient. FSDP1's FlatParameter
@@ -614,6 +687,95 @@ TEST(LoweringFrozen, FrozenUnitsHaveNoGradientNoReductionNoOptimizerState) {
   EXPECT_THROW(lower_hand(g, R"({"trainable_fraction": 0.5, "frozen_units": ["lm_head"]})", 8, 8), InputError);
   EXPECT_THROW(lower_hand(g, R"({"trainable_fraction": 0.5, "frozen_units": ["u1", "u2", "u3", "u4"]})", 8, 8),
                InputError);
+}
+
+// plan.lora (issue 19), bytes by hand on the tiny model of the test above (2 blocks, hidden 8, 2 heads of 4, one
+// kv head, ffn 16; bf16 activations, fp32 flat parameters, gradients and optimizer state; T = 4 tokens, 2 ranks), rank-2 adapters on q and v, HF recipe (separate
+// q, k, v). Per block: q: A 2x8 (16), B 8x2 (16); v: A 2x8 (16), B 4x2 (8): 56 adapter parameters, 112 in all.
+//  * FSDP2 (per parameter, dim-0 chunks over 2 ranks): sharded grads = 2 blocks x (1x8 + 4x2 + 1x8 + 2x2 = 28)
+//    x 4 B = 224 B; AdamW 2 states = 448 B; one reduce-scatter per block, none for the frozen root; weight
+//    gradients for the four adapter matrices of each block alone.
+//  * FSDP1 use_orig_params: each block's FlatParameter holds 592 base + 56 adapter elements (every tensor a
+//    multiple of the 4-element alignment; 648 is even): it requires grad, so its whole flat gradient is kept
+//    (M13): 2 x 324 x 4 B = 2592 B; optimizer: the adapters sit before q_proj, at the start of rank 0's shard:
+//    2 x 56 x 2 states x 4 B = 896 B; every view requires grad: 7 base + 4 adapter weight gradients per block.
+//  * FSDP1 without use_orig_params: the adapters in a FlatParameter of their own, the base one frozen:
+//    sharded grads 2 x 28 x 4 B = 224 B, optimizer 448 B, 4 adapter weight gradients per block.
+//  * Saved tensors of block 1 (its input requires grad; the base weights frozen): the frozen block's (the
+//    test above: 896 B) plus what the adapters save: the attention norm's output for both A's (one tensor,
+//    4 x 8 x 2 = 64 B) and each A's 2-wide output for B (4 x 2 x 2 = 16 B, twice): 992 B (v's projection,
+//    saved by the attention, is now the sum base + adapter, of the same size). With dropout > 0, each A
+//    saves its own dropout output (64 B) and the dropout its bool mask (4 x 8 x 1 = 32 B) instead of the
+//    norm output: 992 - 64 + 2 x (64 + 32) = 1120 B.
+TEST(LoweringLora, AdapterBytesSavedTensorsAndGradientsByHand) {
+  models::ModelSpec m = tiny_spec(2);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  const std::string base = R"("implementation": "hf", "micro_batch": 1, "seq_len": 4, "frozen_units": ["root"], )";
+  const std::string lora = R"("lora": {"rank": 2, "targets": ["q", "v"]})";
+  const auto saved_sum = [](const StepProgram& p, int unit) {
+    Bytes s = 0;
+    for (const Op* o : ops_of(p, OpKind::Forward, unit))
+      for (int b : allocs_of(p, *o, MemCategory::Activations))
+        if (p.buffers[b].name.rfind("fwd_tmp", 0) != 0 && p.buffers[b].name.rfind("cublas_ws", 0) != 0)
+          s += p.buffers[b].bytes;
+    return s;
+  };
+  const auto wgrads = [](const StepProgram& p, int unit) {
+    std::vector<std::string> v;
+    for (const Op* o : ops_of(p, OpKind::Backward, unit))
+      for (const auto& k : o->kernel_list())
+        if (k.name.size() > 6 && k.name.compare(k.name.size() - 6, 6, "_wgrad") == 0) v.push_back(k.name);
+    return v;
+  };
+  const auto lower_plan = [&](const std::string& body) {
+    const Plan plan = resolved("{" + base + body + "}", 2, 2);
+    return lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
+  };
+  const std::vector<std::string> adapters = {"q_proj.lora_b_wgrad", "q_proj.lora_a_wgrad", "v_proj.lora_b_wgrad",
+                                             "v_proj.lora_a_wgrad"};
+
+  const StepProgram f2 = lower_plan(lora);
+  expect_well_formed(f2, "fsdp2 lora");
+  EXPECT_EQ(category_bytes(f2, MemCategory::ShardedGrads), 224);
+  EXPECT_EQ(persistent_bytes(f2, MemCategory::OptimizerState), 448);
+  EXPECT_EQ(ops_of(f2, OpKind::ReduceScatter).size(), 2u);
+  EXPECT_TRUE(ops_of(f2, OpKind::ReduceScatter, 0).empty());
+  EXPECT_EQ(wgrads(f2, 1), adapters);
+  EXPECT_EQ(wgrads(f2, 2), adapters);
+  EXPECT_TRUE(wgrads(f2, 0).empty());
+  EXPECT_EQ(saved_sum(f2, 2), 992);
+  const StepProgram f2d = lower_plan(R"("lora": {"rank": 2, "targets": ["q", "v"], "dropout": 0.1})");
+  EXPECT_EQ(saved_sum(f2d, 2), 1120);
+
+  const StepProgram f1 = lower_plan(R"("fsdp_version": 1, )" + lora);
+  expect_well_formed(f1, "fsdp1 lora");
+  EXPECT_EQ(category_bytes(f1, MemCategory::ShardedGrads), 2 * 324 * 4);
+  EXPECT_EQ(persistent_bytes(f1, MemCategory::OptimizerState), 2 * 56 * 2 * 4);
+  EXPECT_EQ(wgrads(f1, 1).size(), 11u);
+  EXPECT_EQ(wgrads(f1, 2).size(), 11u);
+  EXPECT_TRUE(wgrads(f1, 0).empty());
+
+  const StepProgram f1n = lower_plan(R"("fsdp_version": 1, "use_orig_params": false, )" + lora);
+  expect_well_formed(f1n, "fsdp1 lora no use_orig_params");
+  EXPECT_EQ(category_bytes(f1n, MemCategory::ShardedGrads), 2 * 28 * 4);
+  EXPECT_EQ(persistent_bytes(f1n, MemCategory::OptimizerState), 2 * 28 * 2 * 4);
+  EXPECT_EQ(wgrads(f1n, 1), adapters);
+
+  // litgpt's LoRAQKVLinear (lit_gpt/lora.py at 8641822): one A of (2 x 2 parts, 8) = 32 and one B of (8 + 4, 2)
+  // = 24 on the fused qkv: FSDP2 chunks A 2 x 8 + B 6 x 2 = 28 per block, 224 B in all; one pair of adapter
+  // weight gradients per block; B's output (12 wide) is zero-padded to the fused width 16 (q 8, k 4, v 4).
+  const StepProgram lit = lower_plan(R"("implementation": "litgpt", )" + lora);
+  expect_well_formed(lit, "litgpt lora");
+  EXPECT_EQ(category_bytes(lit, MemCategory::ShardedGrads), 224);
+  EXPECT_EQ(wgrads(lit, 2), (std::vector<std::string>{"qkv.lora_b_wgrad", "qkv.lora_a_wgrad"}));
+  bool padded = false;
+  for (const Op* o : ops_of(lit, OpKind::Forward, 2))
+    for (const auto& k : o->kernel_list()) padded = padded || k.name == "qkv.lora_pad";
+  EXPECT_TRUE(padded);
+
+  // A rank above an adapted matrix's smaller side (v: 4 x 8), a gate on this gated MLP is fine, "mlp" too.
+  EXPECT_THROW(lower_plan(R"("lora": {"rank": 5, "targets": ["v"]})"), InputError);
+  EXPECT_NO_THROW(lower_plan(R"("lora": {"rank": 2, "targets": ["mlp", "o", "k"]})"));
 }
 
 // cuBLAS workspaces (aten/src/ATen/cuda/CublasHandlePool.cpp): one per (handle, stream), handles per
@@ -908,10 +1070,15 @@ TEST(LoweringMatrix, TinyLlamaEveryCombinationIsWellFormed) {
       if ((o.kind == OpKind::ReduceScatter || (o.kind == OpKind::AllReduce && o.group == CommGroup::World)) &&
           o.micro_batch == a.micro_batches - 1)
         ++reduced[o.unit];
-    for (const auto& u : g.units)
+    // (frozen units, under trainable_fraction < 1, have no gradient and are never reduced)
+    const models::TrainableSet ts = models::trainable_set(m, plan.implementation, plan.trainable_fraction);
+    for (const auto& u : g.units) {
+      bool trains = false;
+      for (const auto& t : u.tensors) trains = trains || models::tensor_trains(ts, t.name);
       if (u.params > 0) {
-        EXPECT_EQ(reduced[u.id], 1) << text << " unit " << u.id;
+        EXPECT_EQ(reduced[u.id], trains ? 1 : 0) << text << " unit " << u.id;
       }
+    }
   }
 }
 

@@ -361,3 +361,41 @@ TEST(PlanParse, ImplementationAndRuntimeKeys) {
 
 }  // namespace
 }  // namespace fsdpsim::sim
+
+namespace fsdpsim::sim {
+namespace {
+
+// plan.lora: read, canonical targets ("mlp" = gate, up, down, in the fixed order), written back; bad input
+// names the field (exit 2 through InputError).
+TEST(PlanParse, LoraKeyAndItsErrors) {
+  const Plan p = parse(R"({"lora": {"rank": 16, "targets": ["v", "mlp", "q"], "dropout": 0.05}})");
+  EXPECT_EQ(p.lora.rank, 16);
+  EXPECT_EQ(p.lora.targets, (std::vector<std::string>{"q", "v", "gate", "up", "down"}));
+  EXPECT_DOUBLE_EQ(p.lora.dropout, 0.05);
+  EXPECT_EQ(parse_plan(plan_to_json(p)).lora, p.lora);
+  EXPECT_FALSE(parse("{}").lora.on());
+  EXPECT_EQ(error_field(R"({"lora": 16})"), "plan.lora");
+  EXPECT_EQ(error_field(R"({"lora": {"targets": ["q"]}})"), "plan.lora.rank");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 0, "targets": ["q"]}})"), "plan.lora.rank");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 1000000, "targets": ["q"]}})"), "plan.lora.rank");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8}})"), "plan.lora.targets");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": []}})"), "plan.lora.targets");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q", "qkv_proj"]}})"), "plan.lora.targets");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q"], "dropout": 1.0}})"), "plan.lora.dropout");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q"], "alpha": 16}})"), "plan.lora.alpha");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q"]}, "trainable_fraction": 0.1})"),
+            "plan.trainable_fraction");
+  try {
+    parse(R"({"lora": {"rank": 8, "targets": ["q", "qkv_proj"]}})");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("qkv_proj"), std::string::npos) << e.what();
+  }
+  // frozen_units with lora needs no trainable_fraction; lora on the bundled runtime is refused
+  EXPECT_EQ(resolve_error_field(R"({"lora": {"rank": 8, "targets": ["q"]}, "frozen_units": ["root"]})", 8, 8), "");
+  EXPECT_EQ(resolve_error_field(R"({"lora": {"rank": 8, "targets": ["q"]}, "implementation": "runtime"})", 8, 8),
+            "plan.lora");
+}
+
+}  // namespace
+}  // namespace fsdpsim::sim

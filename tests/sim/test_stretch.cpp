@@ -109,7 +109,7 @@ const std::vector<Case> kCases = zoo_cases_and({
     {"qwen2-7b", "2x8xH100-SXM-ETH-10G", R"({"fsdp_version":1,"mesh":{"replicate":2,"shard":8},)"
                                         R"("sharding_strategy":"_HYBRID_SHARD_ZERO2","grad_accum":2})"},
     {"llama3-8b", "8xH100-SXM", R"({"cpu_offload":true,"activation_checkpointing":{"mode":"full","outside_fsdp":true}})"},
-    {"llama3-8b", "8xH100-SXM", R"({"fp8_all_gather":true,"trainable_fraction":0.1,"optimizer":"sgd","micro_batch":2})"},
+    {"llama3-8b", "8xH100-SXM", R"({"fp8_all_gather":true,"optimizer":"sgd","micro_batch":2})"},
     {"llama3-8b", "8xH100-SXM", R"({"auto_wrap_policy":{"modules":["layers.*"]},"activation_checkpointing":"every_3"})"},
     {"mixtral-8x7b", "2x8xH100-SXM-IB-NDR400", R"({"cpu_offload":{"params":false,"optimizer":true},"grad_accum":2})"},
     {"gpt2-xl", "8xA100-80GB", R"({"fsdp_version":1,"use_orig_params":false,"cross_entropy":"fused","grad_accum":4})"},
@@ -136,7 +136,7 @@ const std::vector<Case> kCases = zoo_cases_and({
     {"qwen2-7b", "2x8xH100-SXM-ETH-10G", R"({"fsdp_version":1,"sharding_strategy":"_HYBRID_SHARD_ZERO2",)"
                                         R"("limit_all_gathers":true,"backward_prefetch":"BACKWARD_POST","forward_prefetch":true,)"
                                         R"("activation_checkpointing":"full","grad_accum":3,"grad_sync":true,)"
-                                        R"("master_weights_dtype":"bf16","trainable_fraction":0.2})"},
+                                        R"("master_weights_dtype":"bf16"})"},
     // (its queue holds one event more than a forward takes: the root's all-gather in micro-batch m waits on
     // micro-batch m-2's root event, so micro-batches repeat from the third on: a source of 5)
     {"mistral-7b", "2x8xH100-SXM-IB-NDR400", R"({"fsdp_version":1,"sharding_strategy":"_HYBRID_SHARD_ZERO2",)"
@@ -152,7 +152,11 @@ const std::vector<Case> kCases = zoo_cases_and({
     {"llama3-8b", "4x8xA100-40GB-IB-HDR200",
      R"({"activation_checkpointing":"every_4","fsdp_version":2,"grad_accum":2,"grad_sync":false,)"
      R"("master_weights_dtype":"bf16","mesh":{"replicate":4,"shard":8},"micro_batch":4,"optimizer":"sgd",)"
-     R"("reduce_dtype":"fp16","seq_len":512,"trainable_fraction":0.15})"},
+     R"("reduce_dtype":"fp16","seq_len":512})"},
+    // Frozen weights (models/trainable.h): which blocks train depends on the number of layers, so only the
+    // micro-batches are stretched.
+    {"llama3-8b", "8xH100-SXM", R"({"trainable_fraction":0.1,"grad_accum":8,"grad_sync":true})"},
+    {"llama3-8b", "8xH100-SXM", R"({"fsdp_version":1,"trainable_fraction":0.02,"grad_accum":8,"activation_checkpointing":"full"})"},
     {"llama3-8b", "2x8xH100-SXM-IB-NDR400", R"({"fsdp_version":2,"grad_accum":3,"grad_sync":false,"master_weights_dtype":"bf16",)"
                                            R"("mesh":{"replicate":2,"shard":8},"prefetch_depth":2,"seq_len":3584})"},
     // Micro-batches alone (no regular block period: the whole root).
@@ -202,6 +206,11 @@ TEST(Stretch, RefusesWhatItCannotStretch) {
   none.auto_wrap_policy.kind = models::WrapPolicy::Kind::None;
   EXPECT_FALSE(stretched_program(models::load_model("llama3-8b"), hw, none, p, costs, &why));
   EXPECT_NE(why, "");
+  // Frozen weights with one micro-batch: the blocks are not stretched, and there are no micro-batches to.
+  Plan lora;
+  lora.trainable_fraction = 0.1;
+  EXPECT_FALSE(stretched_program(models::load_model("llama3-8b"), hw, lora, p, costs, &why));
+  EXPECT_EQ(why, "frozen weights differ from block to block");
 }
 
 // Random plans, each stretched program compared with the whole lowering record by record (the random

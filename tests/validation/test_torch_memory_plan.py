@@ -36,6 +36,15 @@ class PlanKeys(FieldAssertions):
         self.assertEqual((p.implementation, p.compile, p.float8, p.optimizer_impl), ("litgpt", True, "rowwise", "fused"))
         self.assertEqual(p.module_overrides, {"last_block": False})
 
+    def test_lora_is_read_as_the_simulator_reads_it(self):
+        p = plans.parse_plan({"lora": {"rank": 8, "targets": ["v", "q", "mlp"], "dropout": 0.05}})
+        self.assertEqual(p.lora, {"rank": 8, "targets": ["q", "v", "gate", "up", "down"], "dropout": 0.05})
+        self.assertField({"lora": {"rank": 0, "targets": ["q"]}}, "plan.lora.rank")
+        self.assertField({"lora": {"rank": 8, "targets": ["qq"]}}, "plan.lora.targets")
+        self.assertField({"lora": {"rank": 8, "targets": ["q"], "dropout": 1}}, "plan.lora.dropout")
+        self.assertField({"lora": {"rank": 8, "targets": ["q"]}, "trainable_fraction": 0.1}, "plan.trainable_fraction")
+        self.assertEqual(resolve({"lora": {"rank": 8, "targets": ["q"]}, "frozen_units": ["root"]}, 8, None).lora["rank"], 8)
+
     def test_bad_values_name_the_field(self):
         self.assertField({"nonsense": 1}, "plan.nonsense")
         self.assertField({"implementation": "xla"}, "plan.implementation")
