@@ -25,20 +25,13 @@
 #include "models/implementation.h"
 #include "models/model_info.h"
 #include "models/zoo.h"
+#include "tests/models/tiny_models.h"
 
 using namespace fsdpsim;
 using namespace fsdpsim::models;
+using namespace fsdpsim::models::testing;
 
 namespace {
-
-using Entries = std::vector<std::pair<std::string, Bytes>>;
-
-ModelSpec tiny_llama() {
-  return ModelSpec{.name = "tiny", .model_type = "llama", .block_class = "LlamaDecoderLayer", .vocab_size = 32,
-                   .hidden = 8, .n_layers = 1, .n_heads = 2, .n_kv_heads = 1, .head_dim = 4, .ffn_hidden = 16,
-                   .max_positions = 64, .qkv_bias = false, .out_bias = false, .mlp_bias = false, .norm_bias = true,
-                   .conv1d_weights = false, .hidden_act = "silu"};
-}
 
 // GPT-2 shaped (HF GPT2Block): LayerNorm, learned positions, Conv1D with biases, gelu_new, MHA.
 ModelSpec tiny_gpt2() {
@@ -58,12 +51,6 @@ ModelSpec tiny_gpt2() {
 BlockMemory block(const ModelSpec& m, CheckpointMode mode, ModelImpl impl, bool compile = false,
                   Float8Recipe f8 = Float8Recipe::None) {
   return block_memory(m, 1, 4, Dtype::BF16, mode, ImplOptions{impl, compile, f8});
-}
-
-Entries entries(const BlockMemory& bm) {
-  Entries e;
-  for (const SavedTensor& t : bm.saved) e.emplace_back(t.name, t.bytes);
-  return e;
 }
 
 std::vector<std::string> names(const BlockMemory& bm) {

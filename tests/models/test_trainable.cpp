@@ -17,29 +17,16 @@
 #include "models/trainable.h"
 #include "models/wrap_graph.h"
 #include "models/zoo.h"
+#include "tests/models/tiny_models.h"
 
 using namespace fsdpsim;
 using namespace fsdpsim::models;
+using namespace fsdpsim::models::testing;
 
 namespace {
 
-using Entries = std::vector<std::pair<std::string, Bytes>>;
-
-ModelSpec tiny_llama() {
-  return ModelSpec{.name = "tiny", .model_type = "llama", .block_class = "LlamaDecoderLayer", .vocab_size = 32,
-                   .hidden = 8, .n_layers = 1, .n_heads = 2, .n_kv_heads = 1, .head_dim = 4, .ffn_hidden = 16,
-                   .max_positions = 64, .qkv_bias = false, .out_bias = false, .mlp_bias = false, .norm_bias = true,
-                   .conv1d_weights = false, .hidden_act = "silu"};
-}
-
 BlockMemory block(ModelImpl impl, CheckpointMode mode, const GradFlow& g) {
   return block_memory(tiny_llama(), 1, 4, Dtype::BF16, mode, ImplOptions{impl, false, Float8Recipe::None}, g);
-}
-
-Entries entries(const BlockMemory& bm) {
-  Entries e;
-  for (const SavedTensor& t : bm.saved) e.emplace_back(t.name, t.bytes);
-  return e;
 }
 
 std::vector<std::int64_t> layers_with(const TrainableSet& s, Weight w) {

@@ -563,6 +563,25 @@ TEST(LoweringOffload, ShardsOnCpuH2DBeforeEachAllGatherAndCpuStep) {
   }
 }
 
+// The tensors a unit's forward ops save (their Activations buffers, not the forward's transients nor the
+// cuBLAS workspace), and the weight-gradient kernels its backward ops run: the LoRA tests count both by hand.
+std::vector<Bytes> saved(const StepProgram& p, int unit) {
+  std::vector<Bytes> v;
+  for (const Op* o : ops_of(p, OpKind::Forward, unit))
+    for (int b : allocs_of(p, *o, MemCategory::Activations))
+      if (p.buffers[b].name.rfind("fwd_tmp", 0) != 0 && p.buffers[b].name.rfind("cublas_ws", 0) != 0)
+        v.push_back(p.buffers[b].bytes);
+  return v;
+}
+
+std::vector<std::string> wgrads(const StepProgram& p, int unit) {
+  std::vector<std::string> v;
+  for (const Op* o : ops_of(p, OpKind::Backward, unit))
+    for (const auto& k : o->kernel_list())
+      if (k.name.size() > 6 && k.name.compare(k.name.size() - 6, 6, "_wgrad") == 0) v.push_back(k.name);
+  return v;
+}
+
 // Frozen weights (models/trainable.h) by hand: the tiny llama of tests/models/test_trainable.cpp (h 8,
 // 2 heads, 1 kv head, head_dim 4, ffn 16, vocab 32) with 2 blocks, Hugging Face's code, micro-batch 1 x 4
 // tokens, bf16, on 2 GPUs. 1704 parameters (embedding 256, 592 per block: q 64, k 32, v 32, o 64, gate /
@@ -587,21 +606,6 @@ TEST(LoweringFrozen, SavedActivationsGradientsAndStateByHandFsdp1AndFsdp2) {
   ASSERT_EQ(models::count_params(m).total, 1704);
   const std::string base = R"("implementation": "hf", "micro_batch": 1, "seq_len": 4, "trainable_fraction": 0.047)";
   // The saved tensors each block's forward allocates, in order (not its transients or the cuBLAS workspace).
-  const auto saved = [](const StepProgram& p, int unit) {
-    std::vector<Bytes> v;
-    for (const Op* o : ops_of(p, OpKind::Forward, unit))
-      for (int b : allocs_of(p, *o, MemCategory::Activations))
-        if (p.buffers[b].name.rfind("fwd_tmp", 0) != 0 && p.buffers[b].name.rfind("cublas_ws", 0) != 0)
-          v.push_back(p.buffers[b].bytes);
-    return v;
-  };
-  const auto wgrads = [](const StepProgram& p, int unit) {
-    std::vector<std::string> v;
-    for (const Op* o : ops_of(p, OpKind::Backward, unit))
-      for (const auto& k : o->kernel_list())
-        if (k.name.size() > 6 && k.name.compare(k.name.size() - 6, 6, "_wgrad") == 0) v.push_back(k.name);
-    return v;
-  };
   const auto lower_plan = [&](const std::string& extra) {
     const Plan plan = resolved("{" + base + extra + "}", 2, 2);
     return lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
@@ -714,18 +718,8 @@ TEST(LoweringLora, AdapterBytesSavedTensorsAndGradientsByHand) {
   const std::string lora = R"("lora": {"rank": 2, "targets": ["q", "v"]})";
   const auto saved_sum = [](const StepProgram& p, int unit) {
     Bytes s = 0;
-    for (const Op* o : ops_of(p, OpKind::Forward, unit))
-      for (int b : allocs_of(p, *o, MemCategory::Activations))
-        if (p.buffers[b].name.rfind("fwd_tmp", 0) != 0 && p.buffers[b].name.rfind("cublas_ws", 0) != 0)
-          s += p.buffers[b].bytes;
+    for (Bytes b : saved(p, unit)) s += b;
     return s;
-  };
-  const auto wgrads = [](const StepProgram& p, int unit) {
-    std::vector<std::string> v;
-    for (const Op* o : ops_of(p, OpKind::Backward, unit))
-      for (const auto& k : o->kernel_list())
-        if (k.name.size() > 6 && k.name.compare(k.name.size() - 6, 6, "_wgrad") == 0) v.push_back(k.name);
-    return v;
   };
   const auto lower_plan = [&](const std::string& body) {
     const Plan plan = resolved("{" + base + body + "}", 2, 2);
