@@ -36,11 +36,6 @@ struct Figure {
   std::string key, unit;
 };
 
-[[noreturn]] void malformed(const std::string& path, int line_no, const std::string& why) {
-  std::cerr << "calibrate_devset_memory: malformed data file " << path << " line " << line_no << ": " << why << "\n";
-  std::exit(2);
-}
-
 Figure memory_figure(const nlohmann::json& m) {
   Figure f;
   struct K {
@@ -71,37 +66,8 @@ Figure memory_figure(const nlohmann::json& m) {
 int main(int argc, char** argv) {
   std::string path =
       argc > 1 ? argv[1] : std::string(FSDPSIM_SOURCE_DIR) + "/tests/calibrate/data/published_dev_set_2.jsonl";
-  std::ifstream in(path);
-  if (!in) {
-    std::cerr << "calibrate_devset_memory: cannot read " << path << "\n";
-    return 2;
-  }
-  std::vector<nlohmann::json> records;
-  std::string line;
-  int line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      malformed(path, line_no, e.what());
-    }
-    if (!j.is_object() || !j.contains("id") || !j["id"].is_string()) malformed(path, line_no, "no string \"id\"");
-    if (!j.contains("metrics") || !j["metrics"].is_object()) malformed(path, line_no, "no object \"metrics\"");
-    if (!j.contains("source") || !j["source"].is_string()) malformed(path, line_no, "no string \"source\"");
-    try {
-      memory_figure(j["metrics"]);
-    } catch (const std::exception& e) {
-      malformed(path, line_no, e.what());
-    }
-    records.push_back(j);
-  }
-  if (records.empty()) {
-    std::cerr << "calibrate_devset_memory: no records in " << path << "\n";
-    return 2;
-  }
+  const std::vector<nlohmann::json> records =
+      devset::read_records(path, "calibrate_devset_memory", [](const nlohmann::json& j) { memory_figure(j["metrics"]); });
 
   std::printf("fsdpsim peak-memory prediction vs published memory records (%s)\n", path.c_str());
   std::printf("Assumptions common to all rows:\n"

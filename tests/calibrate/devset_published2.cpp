@@ -22,33 +22,8 @@ using namespace fsdpsim;
 
 int main(int argc, char** argv) {
   std::string path = argc > 1 ? argv[1] : std::string(FSDPSIM_SOURCE_DIR) + "/../shared/data/published-dev-set-2.jsonl";
-  std::ifstream in(path);
-  if (!in) {
-    std::cerr << "cannot read " << path << "\n";
-    return 2;
-  }
   std::map<std::string, nlohmann::json> records;
-  std::string line;
-  int line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-        j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      std::cerr << "calibrate_devset_published2: malformed data file " << path << " line " << line_no << ": " << e.what()
-                << "\n";
-      return 2;
-    }
-    if (!j.is_object() || !j.contains("id") || !j["id"].is_string() || !j.contains("metrics") ||
-        !j["metrics"].is_object()) {
-      std::cerr << "calibrate_devset_published2: malformed data file " << path << " line " << line_no
-                << ": a record needs a string \"id\" and an object \"metrics\"\n";
-      return 2;
-    }
-    records[j["id"].get<std::string>()] = j;
-  }
+  for (nlohmann::json& j : devset::read_records(path, "calibrate_devset_published2")) records[j["id"].get<std::string>()] = j;
   std::printf("%-7s %-11s %-12s %-22s %12s %12s %8s %s\n", "id", "model", "cluster", "metric", "measured", "simulated",
               "err%", "fits");
   double sum = 0;

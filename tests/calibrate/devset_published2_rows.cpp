@@ -2,6 +2,10 @@
 #include "tests/calibrate/devset_published2_rows.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <stdexcept>
 
 #include "models/model_spec.h"
 #include "models/wrap_graph.h"
@@ -158,6 +162,38 @@ const char* memory_kind_name(MemoryKind k) {
 }
 
 const std::vector<Row>& rows() { return kRows; }
+
+std::vector<nlohmann::json> read_records(const std::string& path, const char* tool,
+                                         const std::function<void(const nlohmann::json&)>& check) {
+  std::ifstream in(path);
+  if (!in) {
+    std::cerr << tool << ": cannot read " << path << "\n";
+    std::exit(2);
+  }
+  std::vector<nlohmann::json> records;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      nlohmann::json j = nlohmann::json::parse(line);
+      if (!j.is_object() || !j.contains("id") || !j["id"].is_string()) throw std::runtime_error("no string \"id\"");
+      if (!j.contains("metrics") || !j["metrics"].is_object()) throw std::runtime_error("no object \"metrics\"");
+      if (!j.contains("source") || !j["source"].is_string()) throw std::runtime_error("no string \"source\"");
+      if (check) check(j);
+      records.push_back(std::move(j));
+    } catch (const std::exception& e) {
+      std::cerr << tool << ": malformed data file " << path << " line " << line_no << ": " << e.what() << "\n";
+      std::exit(2);
+    }
+  }
+  if (records.empty()) {
+    std::cerr << tool << ": no records in " << path << "\n";
+    std::exit(2);
+  }
+  return records;
+}
 
 const Row* find_row(const std::string& id) {
   for (const Row& r : kRows)

@@ -5,6 +5,7 @@
 // memory figure is set by the longest one) is a patch on the row's plan, with its own stated assumption.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,12 @@ struct Row {
 };
 
 const std::vector<Row>& rows();
+
+// The records of a published-dev-set-2 JSONL file, in file order. Exits 2 (the tool's name first) when the file
+// cannot be read or a line is not a JSON object with a string "id", a string "source" and an object "metrics";
+// `check` may reject a record further by throwing (its message names what is wrong).
+std::vector<nlohmann::json> read_records(const std::string& path, const char* tool,
+                                         const std::function<void(const nlohmann::json&)>& check = {});
 const Row* find_row(const std::string& id);
 
 // The row's plan JSON (time: with time_patch merged); `note` gets a sentence on its LoRA adapters (rank,
