@@ -8,10 +8,6 @@
 namespace fsdpsim::cli {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& e) {
-  return s.size() >= e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0;
-}
-
 }  // namespace
 
 PlanSource load_plan_source(const std::string& spec, const models::ModelSpec& model, const calibrate::Cluster& cl,
@@ -25,7 +21,7 @@ PlanSource load_plan_source(const std::string& spec, const models::ModelSpec& mo
   }
   std::string path = spec;
   int rank = 0;   // plan.json#N
-  if (auto h = spec.rfind('#'); h != std::string::npos && ends_with(spec.substr(0, h), ".json")) {
+  if (auto h = spec.rfind('#'); h != std::string::npos && spec.substr(0, h).ends_with(".json")) {
     path = spec.substr(0, h);
     const std::string n = spec.substr(h + 1);
     char* end = nullptr;
@@ -33,7 +29,7 @@ PlanSource load_plan_source(const std::string& spec, const models::ModelSpec& mo
     if (n.empty() || *end != '\0' || v < 1) throw InputError(field, spec, "FILE.json#N with N >= 1 (a rank of plan.json)");
     rank = static_cast<int>(v);
   }
-  if (ends_with(path, ".json")) try {
+  if (path.ends_with(".json")) try {
     const nlohmann::json j = read_json_file(path, field);
     const std::string schema = j.is_object() && j.contains("schema_version") && j["schema_version"].is_string()
                                    ? j["schema_version"].get<std::string>() : "";

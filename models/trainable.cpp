@@ -19,10 +19,6 @@ std::vector<std::int64_t> evenly_spaced(std::int64_t n, std::int64_t k) {
   return {s.begin(), s.end()};
 }
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
 constexpr WeightMask kAttentionWeights = weight_bit(Weight::Q) | weight_bit(Weight::K) | weight_bit(Weight::V) |
@@ -160,7 +156,7 @@ TensorWeight tensor_weight(const std::string& name) {
       t.weights = weight_bit(Weight::Adapter);
       return t;
     }
-    if (ends_with(rest, ".bias")) return t;   // a linear's or a norm's bias: never trained by the rule
+    if (rest.ends_with(".bias")) return t;   // a linear's or a norm's bias: never trained by the rule
     if (contains(rest, "norm") || contains(rest, "ln_")) {
       const bool mlp_side = contains(rest, "post_attention") || contains(rest, "ln_2") || contains(rest, "norm_2") ||
                             contains(rest, "feedforward");

@@ -53,9 +53,7 @@ std::string peft_lora_config(const models::ModelSpec& m, const sim::LoraPlan& l,
       add("lm_head");
     }
   }
-  if (fused_named &&
-      !(std::count(l.targets.begin(), l.targets.end(), "q") && std::count(l.targets.begin(), l.targets.end(), "k") &&
-        std::count(l.targets.begin(), l.targets.end(), "v")))
+  if (fused_named && !(l.adapts("q") && l.adapts("k") && l.adapts("v")))
     notes.push_back(std::string("lora targets: ") + (gpt2 ? "c_attn" : "Wqkv") +
                     " holds q, k and v in one module: PEFT adapts all three (as fsdpsim simulates for this model)");
   std::string list;
@@ -67,8 +65,7 @@ std::string peft_lora_config(const models::ModelSpec& m, const sim::LoraPlan& l,
 }
 
 std::string litgpt_lora_flags(const sim::LoraPlan& l, std::vector<std::string>& notes) {
-  const auto has = [&](const char* t) { return std::find(l.targets.begin(), l.targets.end(), t) != l.targets.end(); };
-  const int mlp = (has("gate") ? 1 : 0) + (has("up") ? 1 : 0) + (has("down") ? 1 : 0);
+  const int mlp = (l.adapts("gate") ? 1 : 0) + (l.adapts("up") ? 1 : 0) + (l.adapts("down") ? 1 : 0);
   if (mlp > 0 && mlp < 3)
     notes.push_back("lora targets: litgpt's lora_mlp adapts every MLP linear (fc_1, fc_2, proj); a part of the MLP "
                     "alone is not expressible there");
@@ -76,8 +73,8 @@ std::string litgpt_lora_flags(const sim::LoraPlan& l, std::vector<std::string>& 
   std::snprintf(d, sizeof d, "%g", l.dropout);
   const auto b = [](bool v) { return v ? "true" : "false"; };
   return "--lora_r " + std::to_string(l.rank) + " --lora_alpha " + std::to_string(2 * l.rank) + " --lora_dropout " + d +
-         " --lora_query " + b(has("q")) + " --lora_key " + b(has("k")) + " --lora_value " + b(has("v")) +
-         " --lora_projection " + b(has("o")) + " --lora_mlp " + b(mlp > 0) + " --lora_head " + b(has("head"));
+         " --lora_query " + b(l.adapts("q")) + " --lora_key " + b(l.adapts("k")) + " --lora_value " + b(l.adapts("v")) +
+         " --lora_projection " + b(l.adapts("o")) + " --lora_mlp " + b(mlp > 0) + " --lora_head " + b(l.adapts("head"));
 }
 
 std::string block_class_name(const models::ModelSpec& m) {

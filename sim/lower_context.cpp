@@ -48,10 +48,6 @@ int nodes_of(int start, int stride, int count, int gpn) {
   return nodes;
 }
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 bool unit_has_part(const models::FsdpUnit& u, models::ModulePart p) {
   return std::find(u.parts.begin(), u.parts.end(), p) != u.parts.end();
 }
@@ -266,7 +262,7 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
         const models::TensorWeight tw = models::tensor_weight(t.name);
         const bool in_block = tw.layer >= 0 && tw.layer < static_cast<int>(ts.layers.size());
         const std::size_t slot = in_block ? static_cast<std::size_t>(tw.layer) : placed.size() - 1;
-        const bool adapted = in_block ? (tw.weights & ts.lora.targets) != 0 && !ends_with(t.name, ".bias")
+        const bool adapted = in_block ? (tw.weights & ts.lora.targets) != 0 && !t.name.ends_with(".bias")
                                       : ts.lora.adapts(models::Weight::LmHead) && (tw.weights & models::weight_bit(models::Weight::LmHead));
         if (adapted && !placed[slot]) {
           placed[slot] = 1;

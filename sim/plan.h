@@ -48,6 +48,11 @@ struct LoraPlan {
   std::vector<std::string> targets;
   double dropout = 0.0;               // lora_dropout
   bool on() const { return rank > 0; }
+  bool adapts(const std::string& target) const {
+    for (const std::string& t : targets)
+      if (t == target) return true;
+    return false;
+  }
   bool operator==(const LoraPlan&) const = default;
 };
 // The canonical target names.
