@@ -6,7 +6,8 @@
 //   unshard          = copy-in stream: [H2D] [foreach cast] alloc AG output + copy-in; all_gather stream:
 //                      all_gather_into_tensor (F2.2, D2, M7)
 //   wait_for_unshard = compute: copy-out into the unsharded params (AG output + params coexist, 2x);
-//                      in forward the AG output is kept until the next group's copy-in (F2.3, P5)
+//                      in forward the AG output is kept until the next group's wait_for_unshard,
+//                      which frees it before its own copy-out (F2.3, P5)
 //   reshard          = free the unsharded params (no record_stream); rAF=int keeps a 1/k clone (F2.4)
 //   post_backward    = compute waits on the previous RS; RS copy-in on compute (reduce_dtype); RS on the
 //                      RS stream; [HSDP all_reduce]; fp32 cast on the post-reduce stream (F2.8-F2.10, M8)
@@ -142,6 +143,10 @@ class ParamGroupLowering final : public LoweringWalk {
     }
     const UnitSizes& s = c_.sizes[u];
     const Bytes bag = ag_bytes(u);
+    // Implicit prefetch (P5): in forward, the previous group's kept AG output is freed first, before the
+    // copy-out allocates this group's unsharded params (FSDPParamGroup.wait_for_unshard drops
+    // comm_ctx.all_gather_state, then runs foreach_all_gather_copy_out).
+    if (phase == Phase::Forward) flush_all_gather_state();
     Op& co = b_.op(OpKind::CopyOut, compute_, u, mb_, "copy-out");
     b_.wait(co, g.ag_op);
     g.unsharded = b_.buffer("params", u, s.unsharded * bag, MemCategory::UnshardedParams, compute_);
@@ -151,8 +156,7 @@ class ParamGroupLowering final : public LoweringWalk {
     co.copy_bytes = 2 * s.unsharded * bag;   // split_with_sizes_copy: read the AG output, write the params
     const int event = co.id;
     if (phase == Phase::Forward) {
-      // Implicit prefetch (P5): keep this AG output until the next group's copy-in, free the previous one.
-      flush_all_gather_state();
+      // Implicit prefetch (P5): keep this AG output until the next group's wait_for_unshard.
       ag_state_buf_ = g.ag_out;
       ag_state_event_ = event;
     } else {

@@ -105,16 +105,18 @@ TEST(LoweringFsdp2, FullShardSequenceStreamsAndBytes) {
   expect_well_formed(p, "fsdp2");
 }
 
-TEST(LoweringFsdp2, AllGatherOutputKeptUntilNextCopyOutAndRsInputUntilNextPostBackward) {
+TEST(LoweringFsdp2, AllGatherOutputKeptUntilNextWaitForUnshardAndRsInputUntilNextPostBackward) {
   auto g = block_graph(kRoot, {kBlock, kBlock});
   StepProgram p = lower_hand(g, "{}", 4, 4);
   auto ag1 = ops_of(p, OpKind::AllGather, 1);
   auto co2 = ops_of(p, OpKind::CopyOut, 2);
   auto co1 = ops_of(p, OpKind::CopyOut, 1);
   int fwd_out = ag1[0]->outputs[0], bwd_out = ag1[1]->outputs[0];
-  // F2.3: forward AG output of unit 1 freed at unit 2's wait_for_unshard; the copy-in stream waits on
+  // F2.3: forward AG output of unit 1 freed at unit 2's wait_for_unshard, before unit 2's copy-out allocates
+  // its params (at the CPU point after the op issued before that copy-out); the copy-in stream waits on
   // unit 1's copy-out before reusing it.
-  EXPECT_TRUE(frees(*co2[0], fwd_out));
+  EXPECT_TRUE(frees(p.ops[co2[0]->id - 1], fwd_out));
+  EXPECT_FALSE(frees(*co2[0], fwd_out));
   EXPECT_FALSE(frees(*co1[0], fwd_out));
   // Backward: freed right after its own copy-out.
   EXPECT_TRUE(frees(*co1[1], bwd_out));
