@@ -330,8 +330,15 @@ class ParamGroupLowering final : public LoweringWalk {
     // dtype, an accumulation into an earlier micro-batch's gradient or the offload makes another tensor.
     const bool out_is_grad = plan_.reduce_dtype == plan_.master_weights_dtype && grad_shard_[u] < 0 && !offload;
     const MemCategory out_category = out_is_grad ? MemCategory::ShardedGrads : MemCategory::CommBuffers;
+    // A 1-wide shard dim (NO_SHARD: fully_shard on a (R, 1) mesh): foreach_reduce still allocates the reduce
+    // output on the reduce-scatter stream and, with no collective for one rank, copies the RS input into it
+    // (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce, world_size 1); the HSDP
+    // all-reduce then runs in place on it, and the gradient is a view of it (the RS stream's pool). The
+    // bundled runtime all-reduces its RS input in place instead.
+    const bool rs_copy = !c_.sharded && plan_.implementation != models::ModelImpl::Runtime;
+    const bool reduce_output = c_.sharded || rs_copy;
     Op& ci = b_.op(OpKind::CopyIn, compute_, u, mb_, "RS copy-in");
-    int in = b_.buffer("rs_in", u, s.rs_input * c_.br, c_.sharded ? MemCategory::CommBuffers : out_category, compute_);
+    int in = b_.buffer("rs_in", u, s.rs_input * c_.br, reduce_output ? MemCategory::CommBuffers : out_category, compute_);
     ci.allocs.push_back(in);
     b_.read(ci, src);
     b_.write(ci, in);
@@ -340,33 +347,39 @@ class ParamGroupLowering final : public LoweringWalk {
     // F2.10: AVG for fp32/bf16 (no divide kernels); fp16 pre/post-divides to avoid overflow.
     const bool divides = plan_.reduce_dtype == Dtype::FP16;
     int out = -1, post_stream = -1, last = -1;
-    if (c_.sharded) {
+    if (reduce_output) {
       if (divides) divide(u, reduce_scatter_, in, s.rs_input * c_.br, ci.id);
-      Op& rs = b_.op(OpKind::ReduceScatter, reduce_scatter_, u, mb_, "RS");
+      Op& rs = c_.sharded ? b_.op(OpKind::ReduceScatter, reduce_scatter_, u, mb_, "RS")
+                          : b_.op(OpKind::Cast, reduce_scatter_, u, mb_, "RS copy");
       if (!divides) b_.wait(rs, ci.id);
       out = b_.buffer("rs_out", u, s.grad_shard * c_.br, out_category, reduce_scatter_);
       rs.allocs.push_back(out);
       b_.read(rs, in);
       b_.write(rs, out);
-      rs.comm_bytes = s.rs_input * c_.br;
-      rs.group = CommGroup::Shard;
-      rs.group_size = c_.shard_group.size;
-      rs.nodes_spanned = c_.shard_group.nodes;
+      if (c_.sharded) {
+        rs.comm_bytes = s.rs_input * c_.br;
+        rs.group = CommGroup::Shard;
+        rs.group_size = c_.shard_group.size;
+        rs.nodes_spanned = c_.shard_group.nodes;
+      } else {
+        rs.copy_bytes = 2 * s.rs_input * c_.br;
+      }
       prev_rs_op_ = rs.id;
       prev_rs_input_ = in;
       post_stream = reduce_scatter_;
       last = rs.id;
-      if (c_.hybrid) {
-        // F2.9: the all-reduce stream waits on the RS stream; all_reduce over the replicate group. The
-        // output is held until the end of backward (_all_reduce_state).
+      if (c_.hybrid || (rs_copy && all_reduce_ >= 0)) {
+        // F2.9: the all-reduce stream waits on the RS stream; all_reduce over the replicate group (every
+        // rank on a 1-wide shard dim). The output is held until the end of backward (_all_reduce_state).
         Op& ar = b_.op(OpKind::AllReduce, all_reduce_, u, mb_, "AR");
         b_.wait(ar, rs.id);
         b_.read(ar, out);
         b_.write(ar, out);
         ar.comm_bytes = s.grad_shard * c_.br;
-        ar.group = CommGroup::Replicate;
-        ar.group_size = c_.replicate_group.size;
-        ar.nodes_spanned = c_.replicate_group.nodes;
+        const GroupShape& grp = c_.sharded ? c_.replicate_group : c_.world_group;
+        ar.group = c_.sharded ? CommGroup::Replicate : CommGroup::World;
+        ar.group_size = grp.size;
+        ar.nodes_spanned = grp.nodes;
         post_stream = all_reduce_;
         last = ar.id;
       }
@@ -416,8 +429,8 @@ class ParamGroupLowering final : public LoweringWalk {
       prev_rs_op_ = last;                      // in-place AR: the post-reduce still reads the RS input
       if (out_is_grad) prev_rs_input_ = -1;    // ... which is now .grad, kept to the step's end
     }
-    if (c_.sharded && !out_is_grad) {
-      if (c_.hybrid) held_outputs_.push_back(out);
+    if (reduce_output && !out_is_grad) {
+      if (post_stream == all_reduce_) held_outputs_.push_back(out);
       else b_.at(last).frees.push_back({out, -1});
     }
     if (offload) {   // M11: D2H to the CPU grad (non_blocking unless accumulating)
