@@ -1,6 +1,6 @@
 #include "runtime/cpu/stream_executor.h"
 
-#include "runtime/cpu/rank_program.h"
+#include "runtime/rank_program.h"
 #include "sim/executor.h"
 
 #include <algorithm>

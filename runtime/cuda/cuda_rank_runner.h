@@ -19,7 +19,7 @@
 
 #include "models/wrap_graph.h"
 #include "runtime/cpu/rank_runner.h"
-#include "runtime/cpu/unit_layout.h"
+#include "runtime/unit_layout.h"
 #include "runtime/cuda/cuda_device_memory.h"
 #include "runtime/cuda/cuda_segment_compute.h"
 #include "runtime/cuda/cuda_stream_executor.h"

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/cpu/rank_program.h"
+#include "runtime/rank_program.h"
 #include "runtime/cpu/stream_executor.h"
 #include "runtime/cuda/cuda_check.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/cpu/unit_layout.h"
+#include "runtime/unit_layout.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "runtime/cpu/rank_program.h"
+#include "runtime/rank_program.h"
 
 #include <map>
 #include <stdexcept>

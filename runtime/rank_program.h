@@ -9,7 +9,7 @@
 
 #include "models/model_spec.h"
 #include "models/wrap_graph.h"
-#include "runtime/cpu/unit_layout.h"
+#include "runtime/unit_layout.h"
 #include "runtime/model/dims.h"
 #include "runtime/runtime_plan.h"
 #include "runtime/train/synthetic_data.h"
