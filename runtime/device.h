@@ -17,6 +17,7 @@
 #include "runtime/communicator.h"
 #include "runtime/cpu/device_memory.h"
 #include "runtime/elem.h"
+#include "runtime/op_handler.h"
 #include "runtime/rank_program.h"
 #include "runtime/train/optimizer.h"
 #include "sim/plan.h"
@@ -24,15 +25,6 @@
 #include "sim/step_program.h"
 
 namespace fsdpsim::runtime {
-
-using Stream = void*;   // the stream an op runs on: a cudaStream_t on CUDA, unused (null) on the CPU
-
-// The runner's side of the executor: what op `op` does to data, on stream `s`.
-class OpHandler {
- public:
-  virtual ~OpHandler() = default;
-  virtual void run(const sim::Op& op, Stream s) = 0;
-};
 
 class Device {
  public:

@@ -11,6 +11,6 @@ void check_runtime_supports(const models::ModelSpec& m, const sim::Plan& plan) {
   runtime_dims(m, plan.micro_batch, plan.seq_len);
 }
 
-RankRunner::RankRunner(const RunConfig& cfg, Communicator& comm) : Runner(cfg, comm, std::make_unique<CpuDevice>(comm)) {}
+RankRunner::RankRunner(const RunConfig& cfg, Communicator& comm) : Runner(cfg, comm, make_cpu_device(comm)) {}
 
 }  // namespace fsdpsim::runtime

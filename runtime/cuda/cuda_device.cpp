@@ -20,15 +20,6 @@ std::vector<bf16*> bf16s(const std::vector<char*>& ps) {
   return out;
 }
 
-class Handler : public CudaOpRunner {
- public:
-  explicit Handler(OpHandler& h) : h_(h) {}
-  void enqueue(const sim::Op& op, cudaStream_t s) override { h_.run(op, s); }
-
- private:
-  OpHandler& h_;
-};
-
 cudaStream_t stream_of(Stream s) { return static_cast<cudaStream_t>(s); }
 
 }  // namespace
@@ -118,8 +109,7 @@ void CudaDevice::upload(void* dst, const void* host, Bytes bytes) {
 void CudaDevice::zero_now(void* dst, Bytes bytes) { FSDPSIM_CUDA_CHECK(cudaMemset(dst, 0, static_cast<size_t>(bytes))); }
 
 sim::SimResult CudaDevice::execute_step(OpHandler& handler) {
-  Handler h(handler);
-  return exec_->execute_step(*mem_, h);
+  return exec_->execute_step(*mem_, handler);
 }
 
 void CudaDevice::compute_waits_for(Stream s) {
