@@ -44,11 +44,13 @@ TEST(RankProgram, Fsdp2MixedPrecisionRolesAndTypes) {
   for (const sim::Buffer& b : rp.program.buffers) {
     const Elem e = rp.buffer_elem[b.id];
     if (b.name.find("ag_in") != std::string::npos || b.name.find("ag_out") != std::string::npos ||
-        b.category == sim::MemCategory::UnshardedParams)
+        b.category == sim::MemCategory::UnshardedParams) {
       EXPECT_EQ(e, Elem::BF16) << b.name;
+    }
     if (b.name.find("grad_acc") != std::string::npos || b.name.find("rs_") != std::string::npos ||
-        b.category == sim::MemCategory::ShardedParams || b.category == sim::MemCategory::ShardedGrads)
+        b.category == sim::MemCategory::ShardedParams || b.category == sim::MemCategory::ShardedGrads) {
       EXPECT_EQ(e, Elem::F32) << b.name;
+    }
   }
 }
 
@@ -65,8 +67,11 @@ TEST(RankProgram, Fsdp1RolesAndTypes) {
       EXPECT_EQ(op.outputs.at(0), rp.grad_shard_buf.at(op.unit)) << op.name;
     }
   EXPECT_GT(to_grad, 0);
-  for (const sim::Buffer& b : rp.program.buffers)
-    if (b.category == sim::MemCategory::UnshardedGrads) EXPECT_EQ(rp.buffer_elem[b.id], Elem::BF16) << b.name;
+  for (const sim::Buffer& b : rp.program.buffers) {
+    if (b.category == sim::MemCategory::UnshardedGrads) {
+      EXPECT_EQ(rp.buffer_elem[b.id], Elem::BF16) << b.name;
+    }
+  }
 }
 
 TEST(RankProgram, Fp32ProgramIsFp32Throughout) {
