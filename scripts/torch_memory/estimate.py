@@ -50,7 +50,11 @@ def estimate_case_seconds(info, plan, world, steps):
     gathers = 3 if ac.outside_fsdp else 2
     gather_s = gathers * info["params_total"] * 2 / HBM_BYTES_PER_S
     micro_s = compute_s + loss_s + gather_s + 2 * units * HOOK_S_PER_UNIT
-    local_params = info["params_total"] * plan.trainable_fraction / max(plan.mesh_shard, 1)
+    trained = info["params_total"] * plan.trainable_fraction
+    if plan.lora:
+        from . import lora
+        trained = lora.trainable_params(m, plan.implementation, plan.lora)
+    local_params = trained / max(plan.mesh_shard, 1)
     if plan.offload_params:
         optimizer_s = local_params / CPU_ADAMW_PARAMS_PER_S
     else:

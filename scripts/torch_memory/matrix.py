@@ -3,7 +3,7 @@ they run (most informative first), each checked here without PyTorch."""
 import os
 import re
 
-from . import estimate, plan as plans, specs
+from . import estimate, lora as loras, plan as plans, specs
 from .common import InputError, load_json, require, show
 
 SCHEMA_ID = "fsdpsim.torch_memory_matrix/1"
@@ -84,6 +84,7 @@ def check_case(case, index, models_dir=specs.MODELS_DIR):
         specs.check_recipe(info["model"], p.implementation)
         runnable(p)
         spec = info["model"]
+        loras.check_model(spec, p)
         if spec["positions"] == "learned" and p.seq_len > spec["max_positions"]:
             raise InputError("plan.seq_len", str(p.seq_len), f"at most {spec['max_positions']} (learned positions)")
     except InputError as e:

@@ -87,12 +87,18 @@ def freeze_to_fraction(model, fraction):
 def freeze_units(model, info, frozen_units):
     """plan.frozen_units: every parameter of the named block units stops training ("last_block" is the
     last block). freeze_to_fraction trains block matrices only, so "root" and any unit outside the blocks
-    are frozen already. Returns the trainable parameter count after it."""
+    are frozen already; under plan.lora "root" also freezes the LM head's adapters. Returns the trainable
+    parameter count after it."""
     blocks = list(blocks_of(model))
     names = specs.block_unit_names(info)
     for layer, block in enumerate(blocks):
         if names.get(layer) in frozen_units or (layer == len(blocks) - 1 and "last_block" in frozen_units):
             for p in block.parameters():
+                p.requires_grad_(False)
+    if "root" in frozen_units:
+        in_blocks = {id(p) for block in blocks for p in block.parameters()}
+        for p in model.parameters():
+            if id(p) not in in_blocks:
                 p.requires_grad_(False)
     return sum(p.numel() for _, p in unique_params(model) if p.requires_grad)
 
@@ -162,8 +168,8 @@ def checkpoint_wrapper_fn(mode, early_stop=True):
 
 
 def _init_values(name, t):
-    """Random weights (normal, std 0.02), norm weights 1, biases 0 (values do not change memory)."""
-    if name.endswith("bias"):
+    """Random weights (normal, std 0.02), norm weights 1, biases 0, LoRA's B 0 (values do not change memory)."""
+    if name.endswith("bias") or name.endswith("lora_b"):
         t.zero_()
     elif t.dim() == 1:
         t.fill_(1.0)
@@ -241,7 +247,8 @@ def shard_fsdp2(model, p, info):
         _explicit_prefetch(list(blocks), p)
     model.to_empty(device="cpu" if p.offload_params else "cuda")
     notes = []
-    head, emb = model.lm_head, (model.model.embed_tokens if hasattr(model, "model") else model.transformer.wte)
+    head = getattr(model.lm_head, "base", model.lm_head)      # plan.lora on the head: recipes/adapters.py LoRALinear
+    emb = model.model.embed_tokens if hasattr(model, "model") else model.transformer.wte
     if info["model"]["tied_embeddings"] and emb.weight is not head.weight:
         emb.weight = head.weight      # torchtitan Decoder.init_states re-ties after to_empty
         notes.append("tied embedding re-tied after to_empty (torchtitan does the same)")
@@ -275,10 +282,17 @@ def shard_fsdp1(model, p, info):
     if param_dtype is not None or reduce_dtype != master:
         mp = MixedPrecision(param_dtype=param_dtype or master, reduce_dtype=reduce_dtype, buffer_dtype=param_dtype or master)
     block_cls = type(blocks_of(model)[0])
+    wrapped = {block_cls}
+    if p.lora and not p.use_orig_params:
+        # one requires_grad per FlatParameter: each block's adapters become a unit of their own inside the
+        # block's (lora.check_model admits this with the transformer_block policy only)
+        from .recipes import adapters
+        adapters.move_to_banks(model)
+        wrapped.add(adapters.LoraBank)
     param_init_fn = make_param_init_fn(torch.device("cuda"))
     kwargs = dict(
         sharding_strategy=ShardingStrategy[p.sharding_strategy],
-        auto_wrap_policy=ModuleWrapPolicy({block_cls}) if p.auto_wrap_policy == "transformer_block" else None,
+        auto_wrap_policy=ModuleWrapPolicy(wrapped) if p.auto_wrap_policy == "transformer_block" else None,
         mixed_precision=mp, cpu_offload=CPUOffload(offload_params=p.offload_params),
         backward_prefetch=None if p.backward_prefetch == "NONE" else BackwardPrefetch[p.backward_prefetch],
         forward_prefetch=p.forward_prefetch, limit_all_gathers=p.limit_all_gathers, use_orig_params=p.use_orig_params,

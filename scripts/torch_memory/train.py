@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from . import fixture as fixtures, matrix as matrices, plan as plans, snapshot as snapshots, specs
+from . import fixture as fixtures, lora as loras, matrix as matrices, plan as plans, snapshot as snapshots, specs
 from .common import InputError
 
 MARKER_BYTES = 1531                 # an odd size no tensor of the recipes requests (rounds to one 1536 B block)
@@ -111,20 +111,22 @@ def check_alloc_conf(p):
                          "process with the plan's value (run-case does that)")
 
 
-def check_lora(p):
-    """plan.lora is simulated only: the harness builds no adapters (its recipes are the plain models;
-    trainable_fraction freezes whole matrices instead, parallel.freeze_to_fraction)."""
-    if p.lora:
-        raise InputError("plan.lora", repr(p.lora),
-                         "the PyTorch memory harness builds no LoRA adapters; a fixture can freeze whole matrices "
-                         "with trainable_fraction (and frozen_units) instead")
+def expected_params(info, p):
+    """(total, trainable) as the simulator counts them: the model, plus plan.lora's adapters (models/
+    trainable.cpp lora_trainable_set: total includes them, only they train; trainable None when the plan's
+    trainable_fraction or frozen_units decide it)."""
+    total = info["params_total"]
+    if not p.lora:
+        return total, None
+    adapters = loras.trainable_params(info["model"], p.implementation, p.lora)
+    return total + adapters, None if p.frozen_units else adapters
 
 
 def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=matrices.GPUS_PER_NODE):
     """Runs one matrix case and writes its fixture; returns the fixture's path. OOM is an outcome."""
-    check_lora(p)
     matrices.runnable(p)
     specs.check_recipe(info["model"], p.implementation)
+    loras.check_model(info["model"], p)
     check_alloc_conf(p)
     import torch
     from . import parallel, recipes
@@ -143,13 +145,20 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
                 "start_reserved_bytes": torch.cuda.memory_reserved()}
         try:
             model = recipes.build_model(info, p, parallel.DTYPES[p.master_weights_dtype], recorder.start)
-            trainable, total = parallel.freeze_to_fraction(model, p.trainable_fraction)
+            if p.lora:
+                from .recipes import adapters
+                trainable, total = adapters.apply_lora(model, info["model"], p)
+            else:
+                trainable, total = parallel.freeze_to_fraction(model, p.trainable_fraction)
             if p.frozen_units:
                 trainable = parallel.freeze_units(model, info, p.frozen_units)
-            if total != info["params_total"]:
-                raise RuntimeError(f"the {p.implementation} recipe built {total} parameters, fsdpsim counts "
-                                   f"{info['params_total']} for {info['model']['name']}")
-            model.input_requires_grad = p.trainable_fraction < 1.0 and p.checkpointing.outside_fsdp
+            want_total, want_trainable = expected_params(info, p)
+            if total != want_total or want_trainable not in (None, trainable):
+                raise RuntimeError(f"the {p.implementation} recipe built {total} parameters ({trainable} trainable), "
+                                   f"fsdpsim counts {want_total} ({want_trainable}) for {info['model']['name']}")
+            # a frozen embedding's output does not require grad; reentrant checkpointing needs it to (HF
+            # enable_input_require_grads)
+            model.input_requires_grad = (p.trainable_fraction < 1.0 or bool(p.lora)) and p.checkpointing.outside_fsdp
             shard = parallel.shard_fsdp2 if p.fsdp_version == 2 else parallel.shard_fsdp1
             model, shard_notes = shard(model, p, info)
             notes += shard_notes

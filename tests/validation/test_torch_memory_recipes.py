@@ -3,7 +3,8 @@
 
 What runs here: every recipe builds fsdpsim's parameter count, trains a step (forward, loss, backward)
 and gives every trainable parameter a gradient; the fused recipe's autograd functions match plain
-autograd (values and gradients, float64); the LoRA-like freezing reaches its target. Not here: FSDP, the
+autograd (values and gradients, float64); the LoRA-like freezing reaches its target; plan.lora's adapters
+have the simulator's count and alone get gradients. Not here: FSDP, the
 fake process group, CUDA memory (the GPU machine's run). PyTorch older than 2.4 lacks a few APIs the
 recipes call; for this CPU check only they are stood in for by plain reference code (SDPA as softmax
 attention, nn.RMSNorm as its formula, torch.nn.attention.sdpa_kernel as a no-op), installed only where
@@ -61,8 +62,8 @@ def _install_stand_ins():
 
 
 _install_stand_ins()
-from torch_memory import parallel, recipes  # noqa: E402
-from torch_memory.recipes import losses, ops  # noqa: E402
+from torch_memory import lora as loras, parallel, recipes  # noqa: E402
+from torch_memory.recipes import adapters, losses, ops  # noqa: E402
 
 VOCAB_TINY = 4096
 
@@ -157,6 +158,106 @@ class Recipes(unittest.TestCase):
             self.assertFalse(model.model.embed_tokens.weight.requires_grad)
         _, _, model, trainable, total, _ = build("tiny-llama", "hf", fraction=1e-6)
         self.assertGreater(trainable, 0, "below one matrix, the smallest one trains")
+
+
+def build_lora(model_name, implementation, lora, materialize=True, seq=32, **plan):
+    info = model_info(model_name)
+    p = plans.parse_plan({"implementation": implementation, "param_dtype": "fp32", "lora": lora, **plan})
+    model = recipes.build_model(info, p, torch.float32, lambda phase: None)
+    trainable, total = adapters.apply_lora(model, info["model"], p)
+    if materialize:
+        init = parallel.make_param_init_fn(torch.device("cpu"))
+        for m in model.modules():
+            init(m)
+        model.setup_rope(torch.device("cpu"), seq, torch.float32)
+    return info, p, model, trainable, total
+
+
+class LoRA(unittest.TestCase):
+    """plan.lora's adapters (recipes/adapters.py) on the CPU: the simulator's counts, gradients for the
+    adapters only, and the FSDP1 bank layout (no FSDP here: the GPU machine runs that)."""
+
+    TARGETS = (["q", "k", "v"], ["q", "v"], ["o", "mlp", "head"], ["q", "k", "v", "o", "mlp", "head"])
+
+    def test_counts_are_the_simulators(self):
+        for model_name in specs.MODELS:
+            info = specs.load_model_info(model_name)
+            for implementation in specs.RECIPES_BY_TYPE[info["model"]["model_type"]]:
+                for targets in self.TARGETS:
+                    if info["model"]["mlp"] != "swiglu" and "mlp" in targets:
+                        targets = [t if t != "mlp" else "up" for t in targets] + ["down"]
+                    with self.subTest(model=model_name, implementation=implementation, targets=targets):
+                        lora = {"rank": 8, "targets": targets}
+                        _, p, model, trainable, total = build_lora(model_name, implementation, lora, materialize=False)
+                        want = loras.trainable_params(info["model"], implementation, p.lora)
+                        self.assertEqual(trainable, want)
+                        self.assertEqual(total, info["params_total"] + want)
+                        names = [n for n, q in model.named_parameters() if q.requires_grad]
+                        self.assertTrue(names and all(n.endswith(("lora_a", "lora_b")) for n in names), names)
+
+    def check_training(self, model, p, vocab):
+        with torch.no_grad():      # B starts at zero (A's gradient would be zero): give it values
+            for name, param in model.named_parameters():
+                if name.endswith("lora_b"):
+                    self.assertEqual(param.abs().sum().item(), 0.0, name)
+                    param.normal_(0.0, 0.02)
+        loss = train_once(model, p, vocab)
+        self.assertTrue(math.isfinite(loss.item()))
+        for name, param in model.named_parameters():
+            if "lora_" in name:
+                self.assertIsNotNone(param.grad, name)
+                self.assertGreater(param.grad.abs().sum().item(), 0.0, name)
+            else:
+                self.assertIsNone(param.grad, name)
+
+    def test_only_the_adapters_train(self):
+        for implementation in ("torchtitan", "hf", "litgpt", "fused"):
+            for targets in (["q", "v", "o", "mlp", "head"], ["k"]):
+                with self.subTest(implementation=implementation, targets=targets):
+                    info, p, model, _, _ = build_lora("tiny-llama", implementation, {"rank": 4, "targets": targets, "dropout": 0.1})
+                    self.check_training(model, p, VOCAB_TINY)
+        info, p, model, _, _ = build_lora("tiny-gpt2", "hf", {"rank": 4, "targets": ["q", "o", "up", "down", "head"]})
+        self.check_training(model, p, info["model"]["vocab_size"])
+
+    def test_dropout_only_when_asked(self):
+        _, _, model, _, _ = build_lora("tiny-llama", "hf", {"rank": 4, "targets": ["q"]}, materialize=False)
+        self.assertIsNone(model.model.layers[0].self_attn.q_proj.dropout)
+        _, _, model, _, _ = build_lora("tiny-llama", "hf", {"rank": 4, "targets": ["q"], "dropout": 0.05}, materialize=False)
+        self.assertEqual(model.model.layers[0].self_attn.q_proj.dropout.p, 0.05)
+
+    def test_litgpt_update_lands_on_its_parts(self):
+        _, _, model, _, _ = build_lora("tiny-llama", "litgpt", {"rank": 4, "targets": ["k"]})
+        qkv = model.model.layers[0].self_attn.qkv
+        with torch.no_grad():
+            qkv.lora_b.normal_()
+        x = torch.randn(2, 3, 256)
+        delta = qkv(x) - qkv.base(x)
+        q_width, kv_width = 8 * 32, 4 * 32
+        self.assertEqual(delta[..., :q_width].abs().sum().item(), 0.0)
+        self.assertGreater(delta[..., q_width:q_width + kv_width].abs().sum().item(), 0.0)
+        self.assertEqual(delta[..., q_width + kv_width:].abs().sum().item(), 0.0)
+
+    def test_tied_head_stays_tied(self):
+        _, _, model, _, _ = build_lora("tiny-gpt2", "hf", {"rank": 4, "targets": ["head"]})
+        self.assertIs(model.lm_head.base.weight, model.transformer.wte.weight)
+
+    def test_fsdp1_bank_holds_each_blocks_adapters(self):
+        for model_name, implementation in (("tiny-llama", "torchtitan"), ("tiny-llama", "litgpt"), ("tiny-gpt2", "fused")):
+            with self.subTest(model=model_name, implementation=implementation):
+                lora = {"rank": 4, "targets": ["q", "k", "v", "o", "up", "down"]}
+                info, p, model, trainable, _ = build_lora(model_name, implementation, lora, materialize=False,
+                                                          fsdp_version=1, use_orig_params=False)
+                adapters.move_to_banks(model)
+                for block in adapters.blocks_of(model):
+                    bank = block.lora_bank
+                    self.assertEqual(sum(q.numel() for q in bank.parameters()), trainable // len(adapters.blocks_of(model)))
+                    outside = [n for n, q in block.named_parameters() if not n.startswith("lora_bank.")]
+                    self.assertFalse(any(block.get_parameter(n).requires_grad for n in outside))
+                init = parallel.make_param_init_fn(torch.device("cpu"))
+                for m in model.modules():
+                    init(m)
+                model.setup_rope(torch.device("cpu"), 32, torch.float32)
+                self.check_training(model, p, info["model"]["vocab_size"])
 
 
 class FusedFunctions(unittest.TestCase):

@@ -85,6 +85,10 @@ class GPT2Block(nn.Module):
         self.mlp = GPT2MLP(spec, recipe, dtype)
 
     def forward(self, x):
+        bank = self._modules.get("lora_bank")     # FSDP1 LoRA without use_orig_params (recipes/adapters.py)
+        return self._body(x) if bank is None else bank(self._body, x)
+
+    def _body(self, x):
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
 

@@ -82,6 +82,7 @@ class SeparateQKV(nn.Module):
         self.k_proj = _linear(d, kv * hd, dtype, spec["qkv_bias"])
         self.v_proj = _linear(d, kv * hd, dtype, spec["qkv_bias"])
         self.o_proj = _linear(h * hd, d, dtype, spec["out_bias"])
+        self.qkv_lora = None      # torchtitan + plan.lora: one adapter pair over q|k|v (recipes/adapters.py)
 
     def forward(self, x, *rope):
         if self.recipe == "torchtitan":
@@ -91,9 +92,13 @@ class SeparateQKV(nn.Module):
     def _torchtitan(self, x, freqs_cis):
         # torchtitan models/common/attention.py GQAttention + rope.py ComplexRoPE + ScaledDotProductAttention
         bs, seqlen, _ = x.shape
-        xq = self.q_proj(x).view(bs, seqlen, -1, self.head_dim)          # B S H hd
-        xk = self.k_proj(x).view(bs, seqlen, -1, self.head_dim)          # B S KV hd
-        xv = self.v_proj(x).view(bs, seqlen, -1, self.head_dim)
+        xq, xk, xv = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.qkv_lora is not None:
+            dq, dk, dv = self.qkv_lora(x)
+            xq, xk, xv = xq + dq, xk + dk, xv + dv
+        xq = xq.view(bs, seqlen, -1, self.head_dim)                       # B S H hd
+        xk = xk.view(bs, seqlen, -1, self.head_dim)                       # B S KV hd
+        xv = xv.view(bs, seqlen, -1, self.head_dim)
         xq_ = torch.view_as_complex(xq.float().reshape(*xq.shape[:-1], -1, 2))   # fp32 copies of q, k
         xk_ = torch.view_as_complex(xk.float().reshape(*xk.shape[:-1], -1, 2))
         freqs = freqs_cis[:seqlen].view(1, seqlen, 1, -1)
@@ -196,6 +201,10 @@ class LlamaDecoderLayer(nn.Module):
         self.mlp = SwiGLU(spec, recipe, dtype)
 
     def forward(self, x, *rope):
+        bank = self._modules.get("lora_bank")     # FSDP1 LoRA without use_orig_params (recipes/adapters.py)
+        return self._body(x, *rope) if bank is None else bank(self._body, x, *rope)
+
+    def _body(self, x, *rope):
         # torchtitan: h = x + attention(attention_norm(x)); out = h + feed_forward(ffn_norm(h)); HF and
         # litgpt write the same two residual adds.
         h = x + self.self_attn(self.input_layernorm(x), *rope)

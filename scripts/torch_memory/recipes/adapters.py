@@ -1,0 +1,181 @@
+"""LoRA adapters (plan.lora) on a recipe's model, as torch_memory/lora.py lists them (the simulator's
+models/trainable.cpp `lora_adapters`).
+
+Every parameter of the model is frozen, then each targeted module of every block (and the LM head when
+"head" is targeted) gets an adapter pair: lora_a (rank, in), random, and lora_b (out, rank), zero (PEFT
+peft/tuners/lora/layer.py LoraLayer.reset_lora_parameters; litgpt and torchtune also start B at zero), both
+trainable. The adapter path is base(x) + lora_b(lora_a(dropout(x))) * (alpha / rank), with nn.Dropout
+only when the plan's dropout is above 0 (the simulator's LoraShape.dropout). The pair is the wrapper's own
+parameters, registered before its base module, so named_parameters (and FSDP1's flattening) lists them
+first, as litgpt's LoRALinear does (the simulator's fsdp1_unit_sizes places them before the base weight).
+
+FSDP1 without use_orig_params flattens each unit into FlatParameters of one requires_grad
+(FlatParamHandle._validate_tensors_to_flatten): move_to_banks gives each block's adapters a module of their
+own, LoraBank, wrapped by FSDP1 apart from the frozen block (the simulator's "one more FlatParameter of
+this unit holding its adapters", sim/lower_context.cpp fsdp1_unit_sizes; torchtune's lora_fsdp_wrap_policy
+wraps the adapters apart too, per adapter linear).
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .. import lora as loras
+
+
+def _dims(base):
+    """(in, out) of an nn.Linear (weight [out, in]) or GPT-2's Conv1D (weight [in, out])."""
+    if isinstance(base, nn.Linear):
+        return base.in_features, base.out_features
+    return base.weight.shape[0], base.weight.shape[1]
+
+
+class Adapted(nn.Module):
+    """One adapter pair. `adapter()` returns (A, B): the module's own parameters, or after move_to_banks
+    the block's LoraBank's (read through the block at call time: FSDP1 puts its unsharded views there)."""
+
+    def _init_adapter(self, a_shape, b_shape, dropout, scaling, like):
+        self.lora_a = nn.Parameter(torch.empty(*a_shape, device=like.device, dtype=like.dtype))
+        self.lora_b = nn.Parameter(torch.empty(*b_shape, device=like.device, dtype=like.dtype))
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else None   # p = 0: no op at all (LoraShape.dropout)
+        self.scaling = scaling
+        self.bank = None                 # (block, key) after move_to_banks
+
+    def adapter(self):
+        if self.bank is None:
+            return self.lora_a, self.lora_b
+        block, key = self.bank
+        bank = block.lora_bank           # FSDP(LoraBank) forwards attribute reads to the wrapped module
+        return getattr(bank, key + "__lora_a"), getattr(bank, key + "__lora_b")
+
+    def adapter_input(self, x):
+        return x if self.dropout is None else self.dropout(x)
+
+
+class LoRALinear(Adapted):
+    """base(x) + B(A(dropout(x))) * scaling around an nn.Linear or Conv1D (PEFT Linear.forward's sum)."""
+
+    def __init__(self, base, rank, dropout, scaling):
+        super().__init__()
+        n_in, n_out = _dims(base)
+        self._init_adapter((rank, n_in), (n_out, rank), dropout, scaling, base.weight)
+        self.base = base
+
+    def forward(self, x):
+        a, b = self.adapter()
+        return self.base(x) + F.linear(F.linear(self.adapter_input(x), a), b) * self.scaling
+
+
+class LoRAQKVParts(Adapted):
+    """litgpt's fused-qkv adapter layout (lit_gpt/lora.py LoRAQKVLinear): one A of (rank x n, in) for the n
+    enabled parts of q, k, v; its output splits into n groups of `rank`, each times its rows of B (one
+    (width, rank) block per enabled part) gives that part's update; parts not enabled get zeros, and the
+    update, in the qkv linear's q | k | v layout (recipes/llama.py FusedQKV), adds to its output."""
+
+    def __init__(self, base, rank, dropout, scaling, parts, layout):
+        super().__init__()
+        n_in, _ = _dims(base)
+        self._init_adapter((rank * len(parts), n_in), (sum(w for _, w in parts), rank), dropout, scaling, base.weight)
+        self.base = base
+        self.rank, self.parts, self.layout = rank, list(parts), list(layout)
+
+    def forward(self, x):
+        a, b = self.adapter()
+        groups = F.linear(self.adapter_input(x), a).split(self.rank, dim=-1)
+        rows = b.split([w for _, w in self.parts], dim=0)
+        update = {name: F.linear(g, w) for (name, _), g, w in zip(self.parts, groups, rows)}
+        full = [update[n] if n in update else x.new_zeros(*x.shape[:-1], w) for n, w in self.layout]
+        return self.base(x) + torch.cat(full, dim=-1) * self.scaling
+
+
+class JointQKVAdapter(Adapted):
+    """torchtitan: the simulator holds q, k and v in one fused matrix with one adapter pair over it; the
+    harness's torchtitan recipe computes them with three linears (recipes/llama.py SeparateQKV), so the
+    pair's update, (H + 2 KV) hd wide, is split into the q, k and v parts and added to each projection's
+    output (SeparateQKV._torchtitan)."""
+
+    def __init__(self, like, n_in, n_out, rank, dropout, scaling, widths):
+        super().__init__()
+        self._init_adapter((rank, n_in), (n_out, rank), dropout, scaling, like)
+        self.widths = list(widths)
+
+    def forward(self, x):
+        a, b = self.adapter()
+        return (F.linear(F.linear(self.adapter_input(x), a), b) * self.scaling).split(self.widths, dim=-1)
+
+
+class LoraBank(nn.Module):
+    """The adapters of one block as one module, for FSDP1 without use_orig_params. The block runs its body
+    through the bank (forward(fn, *args) = fn(*args)): FSDP's pre-forward unshards the adapters' FlatParameter
+    for the whole block, and the pre-backward hook FSDP registers on the block's output unshards it again
+    before the block's backward."""
+
+    def forward(self, fn, *args):
+        return fn(*args)
+
+
+def blocks_of(model):
+    return model.model.layers if hasattr(model, "model") else model.transformer.h
+
+
+def _swap(parent, path, make):
+    owner, _, name = path.rpartition(".")
+    holder = parent.get_submodule(owner) if owner else parent
+    wrapper = make(getattr(holder, name))
+    setattr(holder, name, wrapper)
+    return wrapper
+
+
+def _attach(parent, entry, lora, scaling):
+    rank, dropout = lora["rank"], lora["dropout"]
+    if entry["kind"] == "linear":
+        made = _swap(parent, entry["module"], lambda base: LoRALinear(base, rank, dropout, scaling))
+    elif entry["kind"] == "qkv_parts":
+        layout = ((n, w) for n, w in zip("qkv", _litgpt_widths(parent)))
+        made = _swap(parent, entry["module"], lambda base: LoRAQKVParts(base, rank, dropout, scaling, entry["parts"], layout))
+    elif entry["kind"] == "qkv_joint":
+        attn = parent.get_submodule(entry["module"])
+        if not hasattr(attn, "qkv_lora") or attn.recipe != "torchtitan":
+            raise RuntimeError(f"{type(attn).__name__} has no joint q/k/v adapter slot (torchtitan's SeparateQKV has)")
+        attn.qkv_lora = made = JointQKVAdapter(attn.q_proj.weight, entry["a"][1], entry["b"][0], rank, dropout, scaling,
+                                               [w for _, w in entry["parts"]])
+    else:
+        raise AssertionError(entry["kind"])
+    shapes = (tuple(made.lora_a.shape), tuple(made.lora_b.shape))
+    if shapes != (tuple(entry["a"]), tuple(entry["b"])):
+        raise RuntimeError(f"LoRA on {entry['module']}: built A {shapes[0]}, B {shapes[1]}; the simulator's are "
+                           f"A {tuple(entry['a'])}, B {tuple(entry['b'])}")
+
+
+def _litgpt_widths(block):
+    attn = block.get_submodule("self_attn")
+    return attn.n_heads * attn.head_dim, attn.n_kv_heads * attn.head_dim, attn.n_kv_heads * attn.head_dim
+
+
+def apply_lora(model, spec, p):
+    """Freezes the model and adds plan.lora's adapters. Returns (trainable, total) parameter counts."""
+    for param in model.parameters():
+        param.requires_grad_(False)
+    scaling = loras.ALPHA_PER_RANK          # alpha / rank with alpha = ALPHA_PER_RANK x rank
+    entries = loras.block_adapters(spec, p.implementation, p.lora)
+    for block in blocks_of(model):
+        for entry in entries:
+            _attach(block, entry, p.lora, scaling)
+    for entry in loras.head_adapters(spec, p.lora):
+        _attach(model, entry, p.lora, scaling)
+    params = list(model.parameters())       # a tied weight once
+    return sum(q.numel() for q in params if q.requires_grad), sum(q.numel() for q in params)
+
+
+def move_to_banks(model):
+    """FSDP1 without use_orig_params: each block's adapter parameters move into a LoraBank registered as
+    the block's `lora_bank` (parameter names: the adapter module's path with "__", then lora_a / lora_b)."""
+    for block in blocks_of(model):
+        bank = LoraBank()
+        for path, module in block.named_modules():
+            if isinstance(module, Adapted):
+                key = path.replace(".", "__")
+                bank.register_parameter(key + "__lora_a", module._parameters.pop("lora_a"))
+                bank.register_parameter(key + "__lora_b", module._parameters.pop("lora_b"))
+                module.bank = (block, key)
+        if len(bank._parameters):
+            block.lora_bank = bank
