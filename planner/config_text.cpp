@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "sim/plan_keys.h"
 
 namespace fsdpsim::planner::config_text {
 
@@ -177,6 +178,14 @@ KV yaml_map(const YAML::Node& n) {
   if (n && n.IsMap())
     for (const auto& it : n) kv[it.first.as<std::string>()] = yaml_text(it.second);
   return kv;
+}
+
+void set_plan_key(sim::Plan& p, const std::string& plan_key, const std::string& value, const std::string& key) {
+  // An empty value keeps the message these readers gave when they went through --fix's parser.
+  if (value.empty())
+    throw InputError(key, plan_key + "=", "key=value with a plan JSON key, e.g. fsdp_version=2 or activation_checkpointing=full");
+  const std::size_t b = value.find_first_not_of(" \t\"'"), e = value.find_last_not_of(" \t\"'");
+  sim::plan_key(plan_key).set(p, b == std::string::npos ? "" : value.substr(b, e - b + 1), key + " " + plan_key);
 }
 
 void read_directive(const std::string& text, UserConfig& cfg) {

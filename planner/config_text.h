@@ -39,6 +39,11 @@ KV keyword_arguments(const std::string& args);
 std::string yaml_text(const YAML::Node& n);
 KV yaml_map(const YAML::Node& n);
 
+// Sets a plan key from a config's value through the key's text form (sim/plan_keys.h), as `--fix` reads
+// it (quotes stripped); an error names `key` and the plan key ("fsdp_config.fsdp_backward_prefetch
+// backward_prefetch").
+void set_plan_key(sim::Plan& p, const std::string& plan_key, const std::string& value, const std::string& key);
+
 // `# fsdpsim: micro_batch=2 seq_len=8192 grad_accum=4`
 void read_directive(const std::string& text, UserConfig& cfg);
 

@@ -38,9 +38,9 @@ Export export_accelerate(const ExportInput& in) {
   if (fp8) mixed = "fp8";   // with fp8_config backend AO: torchao Float8Linear, bf16 elsewhere
   auto m = p.activation_checkpointing.mode;
   if (m == AcMode::EveryK || m == AcMode::SelectiveOp)
-    e.unsupported.push_back("activation_checkpointing=" + checkpointing_text(p.activation_checkpointing) +
+    e.unsupported.push_back("activation_checkpointing=" + sim::checkpointing_text(p.activation_checkpointing) +
                             ": fsdp_activation_checkpointing is on/off for every wrapped block; emitted as true (full)");
-  if (!v1 && p.reshard_after_forward > 1)
+  if (!v1 && sim::raf::is_group(p.reshard_after_forward))
     e.unsupported.push_back("reshard_after_forward=" + std::to_string(p.reshard_after_forward) +
                             ": fsdp_reshard_after_forward is true/false under FSDP2; emitted as true");
   if (!v1 && p.prefetch_depth > 1)
@@ -92,11 +92,11 @@ Export export_accelerate(const ExportInput& in) {
   os << "fsdp_config:\n"
      << "  fsdp_version: " << (v1 ? 1 : 2) << "\n";
   if (v1) {
-    std::string st = strategy_text(p.sharding_strategy);
+    std::string st = sim::strategy_name(p.sharding_strategy);
     if (st == "_HYBRID_SHARD_ZERO2") st = "HYBRID_SHARD_ZERO2";
     os << "  fsdp_sharding_strategy: " << st << "\n";
   } else {
-    os << "  fsdp_reshard_after_forward: " << yaml_bool(p.reshard_after_forward != 0) << "\n";
+    os << "  fsdp_reshard_after_forward: " << yaml_bool(!sim::raf::keeps(p.reshard_after_forward)) << "\n";
   }
   switch (p.auto_wrap_policy.kind) {
     case models::WrapPolicy::Kind::TransformerBlock:
@@ -112,7 +112,7 @@ Export export_accelerate(const ExportInput& in) {
   }
   if (v1)
     os << "  fsdp_backward_prefetch: "
-       << (p.backward_prefetch == sim::BackwardPrefetch::NONE ? "NO_PREFETCH" : prefetch_text(p.backward_prefetch)) << "\n"
+       << (p.backward_prefetch == sim::BackwardPrefetch::NONE ? "NO_PREFETCH" : sim::prefetch_name(p.backward_prefetch)) << "\n"
        << "  fsdp_forward_prefetch: " << yaml_bool(p.forward_prefetch) << "\n"
        << "  fsdp_use_orig_params: " << yaml_bool(p.use_orig_params) << "\n"
        << "  fsdp_sync_module_states: true\n";

@@ -64,7 +64,7 @@ std::string lightning_module_code(const ExportInput& in) {
 void ac_class_set_notes(const sim::Plan& p, const std::string& cls, std::vector<std::string>& unsupported) {
   auto m = p.activation_checkpointing.mode;
   if (m == AcMode::EveryK)
-    unsupported.push_back("activation_checkpointing=" + checkpointing_text(p.activation_checkpointing) +
+    unsupported.push_back("activation_checkpointing=" + sim::checkpointing_text(p.activation_checkpointing) +
                           ": activation_checkpointing_policy={" + cls +
                           "} checkpoints every block; emitted as full checkpointing (less memory, slower than planned)");
   if (m == AcMode::SelectiveOp)
@@ -99,7 +99,7 @@ Export export_lightning(const ExportInput& in) {
        << (p.float8 != models::Float8Recipe::None ? "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n" : "")
        << block_import_line(in.model) << "\n\n"
        << "strategy = FSDPStrategy(\n"
-       << "    sharding_strategy=\"" << strategy_text(p.sharding_strategy) << "\",\n";
+       << "    sharding_strategy=\"" << sim::strategy_name(p.sharding_strategy) << "\",\n";
     if (hybrid) os << "    device_mesh=(" << p.mesh_replicate << ", " << p.mesh_shard << "),  # (replicate, shard)\n";
     switch (p.auto_wrap_policy.kind) {
       case models::WrapPolicy::Kind::TransformerBlock: os << "    auto_wrap_policy={" << cls << "},\n"; break;
@@ -119,7 +119,7 @@ Export export_lightning(const ExportInput& in) {
     if (!mp.empty()) os << "    mixed_precision=" << mp << ",\n";
     os << "    backward_prefetch="
        << (p.backward_prefetch == sim::BackwardPrefetch::NONE ? std::string("None")
-                                                               : "BackwardPrefetch." + prefetch_text(p.backward_prefetch))
+                                                               : "BackwardPrefetch." + sim::prefetch_name(p.backward_prefetch))
        << ",  # forwarded to FullyShardedDataParallel\n"
        << "    forward_prefetch=" << py_bool(p.forward_prefetch) << ",\n"
        << "    limit_all_gathers=" << py_bool(p.limit_all_gathers) << ",\n"

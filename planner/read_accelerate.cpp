@@ -33,15 +33,12 @@ const std::vector<std::string>& known_fsdp_keys() {
   return k;
 }
 
-sim::ShardingStrategy strategy_from(const std::string& key, const std::string& v) {
+// fsdp_sharding_strategy: a name or the wizard's number (1 = FULL_SHARD ... 5 = _HYBRID_SHARD_ZERO2).
+void read_strategy(const std::string& key, const std::string& v, sim::Plan& p) {
   static const char* nums[] = {"", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"};
   std::string s = unquote(v);
   if (s.size() == 1 && s[0] >= '1' && s[0] <= '5') s = nums[s[0] - '0'];
-  Constraint c = parse_constraint("sharding_strategy=" + s, key);
-  for (auto st : {sim::ShardingStrategy::FULL_SHARD, sim::ShardingStrategy::SHARD_GRAD_OP, sim::ShardingStrategy::NO_SHARD,
-                  sim::ShardingStrategy::HYBRID_SHARD, sim::ShardingStrategy::_HYBRID_SHARD_ZERO2})
-    if (strategy_text(st) == c.value) return st;
-  return sim::ShardingStrategy::FULL_SHARD;
+  set_plan_key(p, "sharding_strategy", s, key);
 }
 
 void read_wrap_policy(KV& f, const models::ModelSpec& model, UserConfig& cfg) {
@@ -127,24 +124,22 @@ void read_accelerate(const YAML::Node& root, const models::ModelSpec& model, Use
   p.implementation = models::ModelImpl::HF;   // accelerate trains transformers models
   int version = f.count("fsdp_version") ? static_cast<int>(as_int("fsdp_config.fsdp_version", f["fsdp_version"], 1, 2)) : 1;
   p.fsdp_version = version == 1 ? sim::FsdpVersion::FSDP1 : sim::FsdpVersion::FSDP2;
-  if (f.count("fsdp_sharding_strategy")) p.sharding_strategy = strategy_from("fsdp_config.fsdp_sharding_strategy", f["fsdp_sharding_strategy"]);
+  if (f.count("fsdp_sharding_strategy")) read_strategy("fsdp_config.fsdp_sharding_strategy", f["fsdp_sharding_strategy"], p);
   if (f.count("fsdp_reshard_after_forward")) {
     const std::string key = "fsdp_config.fsdp_reshard_after_forward", v = f["fsdp_reshard_after_forward"];
     std::string l = lower(v);
     if (version == 2 || l == "true" || l == "false") {
       bool r = as_bool(key, v);
-      p.reshard_after_forward = r ? -1 : 0;
+      p.reshard_after_forward = sim::raf::of(r);
       if (version == 1) p.sharding_strategy = r ? sim::ShardingStrategy::FULL_SHARD : sim::ShardingStrategy::SHARD_GRAD_OP;
     } else {
-      p.sharding_strategy = strategy_from(key, v);  // the wizard writes the FSDP1 strategy under this key
+      read_strategy(key, v, p);  // the wizard writes the FSDP1 strategy under this key
     }
   }
   read_wrap_policy(f, model, cfg);
   for (const char* k : {"fsdp_backward_prefetch", "fsdp_backward_prefetch_policy"})
     if (f.count(k)) {
-      Constraint c = parse_constraint("backward_prefetch=" + unquote(f[k]), std::string("fsdp_config.") + k);
-      p.backward_prefetch = c.value == "BACKWARD_PRE" ? sim::BackwardPrefetch::BACKWARD_PRE
-                            : c.value == "BACKWARD_POST" ? sim::BackwardPrefetch::BACKWARD_POST : sim::BackwardPrefetch::NONE;
+      set_plan_key(p, "backward_prefetch", unquote(f[k]), std::string("fsdp_config.") + k);
     }
   if (f.count("fsdp_forward_prefetch")) p.forward_prefetch = as_bool("fsdp_config.fsdp_forward_prefetch", f["fsdp_forward_prefetch"]);
   if (f.count("fsdp_offload_params"))

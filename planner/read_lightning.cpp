@@ -49,10 +49,7 @@ void apply_lightning(const KV& strategy, const KV& trainer, const std::string& p
   for (const auto& [k, v] : strategy) {
     const std::string key = prefix_s + k;
     if (k == "sharding_strategy") {
-      Constraint c = parse_constraint("sharding_strategy=" + last_component(v), key);
-      for (auto st : {sim::ShardingStrategy::FULL_SHARD, sim::ShardingStrategy::SHARD_GRAD_OP, sim::ShardingStrategy::NO_SHARD,
-                      sim::ShardingStrategy::HYBRID_SHARD, sim::ShardingStrategy::_HYBRID_SHARD_ZERO2})
-        if (strategy_text(st) == c.value) p.sharding_strategy = st;
+      set_plan_key(p, "sharding_strategy", last_component(v), key);
     } else if (k == "device_mesh") {
       auto ints = as_ints(v);
       if (ints.size() != 2 || ints[0] < 1 || ints[1] < 1 || ints[0] > (1 << 20) || ints[1] > (1 << 20))
@@ -99,9 +96,7 @@ void apply_lightning(const KV& strategy, const KV& trainer, const std::string& p
       if (std::regex_search(v, m, std::regex("param_dtype\\s*=\\s*([A-Za-z0-9_.]+)"))) p.param_dtype = parse_dtype(m[1].str(), key + ".param_dtype");
       if (std::regex_search(v, m, std::regex("reduce_dtype\\s*=\\s*([A-Za-z0-9_.]+)"))) p.reduce_dtype = parse_dtype(m[1].str(), key + ".reduce_dtype");
     } else if (k == "backward_prefetch") {
-      Constraint c = parse_constraint("backward_prefetch=" + last_component(v), key);
-      p.backward_prefetch = c.value == "BACKWARD_PRE" ? sim::BackwardPrefetch::BACKWARD_PRE
-                            : c.value == "BACKWARD_POST" ? sim::BackwardPrefetch::BACKWARD_POST : sim::BackwardPrefetch::NONE;
+      set_plan_key(p, "backward_prefetch", last_component(v), key);
     } else if (k == "forward_prefetch") {
       p.forward_prefetch = as_bool(key, v);
     } else if (k == "limit_all_gathers") {

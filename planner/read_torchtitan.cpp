@@ -184,13 +184,13 @@ void read_torchtitan(const std::string& text, const std::string& source, const m
   p.mesh_replicate = static_cast<int>(replicate);
   p.mesh_shard = static_cast<int>(shard);  // -1 resolved against the cluster by the caller
   std::string raf = t.get_str("parallelism.fsdp_reshard_after_forward", "default");
-  if (raf == "always") p.reshard_after_forward = -1;
-  else if (raf == "never") p.reshard_after_forward = 0;
+  if (raf == "always") p.reshard_after_forward = sim::raf::kTrue;
+  else if (raf == "never") p.reshard_after_forward = sim::raf::kFalse;
   else if (raf == "default") {
     // "default" without pipeline parallelism: blocks resharded after forward, the last one not
     // (torchtitan's parallelize.py: the FSDP group used first in backward is not resharded).
-    p.reshard_after_forward = -1;
-    p.module_overrides = {sim::ModuleOverride{"last_block", 0}};
+    p.reshard_after_forward = sim::raf::kTrue;
+    p.module_overrides = {sim::ModuleOverride{"last_block", sim::raf::kFalse}};
   } else {
     throw InputError("parallelism.fsdp_reshard_after_forward", raf, "default, always or never");
   }
