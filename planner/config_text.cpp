@@ -27,14 +27,6 @@ std::string last_component(const std::string& s) {
   auto d = u.rfind('.');
   return d == std::string::npos ? u : u.substr(d + 1);
 }
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-std::string upper(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
 
 bool as_bool(const std::string& key, const std::string& v) {
   std::string l = lower(unquote(v));
@@ -184,8 +176,7 @@ void set_plan_key(sim::Plan& p, const std::string& plan_key, const std::string& 
   // An empty value keeps the message these readers gave when they went through --fix's parser.
   if (value.empty())
     throw InputError(key, plan_key + "=", "key=value with a plan JSON key, e.g. fsdp_version=2 or activation_checkpointing=full");
-  const std::size_t b = value.find_first_not_of(" \t\"'"), e = value.find_last_not_of(" \t\"'");
-  sim::plan_key(plan_key).set(p, b == std::string::npos ? "" : value.substr(b, e - b + 1), key + " " + plan_key);
+  sim::plan_key(plan_key).set(p, sim::strip_quotes(value), key + " " + plan_key);
 }
 
 void read_directive(const std::string& text, UserConfig& cfg) {

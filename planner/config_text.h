@@ -11,6 +11,7 @@
 
 #include "models/model_spec.h"
 #include "planner/user_config.h"
+#include "sim/plan_keys.h"
 
 namespace fsdpsim::planner::config_text {
 
@@ -19,8 +20,8 @@ using KV = std::map<std::string, std::string>;
 std::string trim(const std::string& s);
 std::string unquote(std::string s);
 std::string last_component(const std::string& s);   // "ShardingStrategy.FULL_SHARD" -> "FULL_SHARD"
-std::string lower(std::string s);
-std::string upper(std::string s);
+using sim::lower;
+using sim::upper;
 bool as_bool(const std::string& key, const std::string& v);   // True/False, 1/0, CPUOffload(offload_params=...)
 long long as_int(const std::string& key, const std::string& v, long long lo, long long hi);
 std::vector<std::string> as_names(const std::string& v);     // identifiers of "{A, B}", "[A]", "A,B"

@@ -2,15 +2,10 @@
 #include "planner/search_space.h"
 
 #include <algorithm>
-#include <cctype>
-#include <cstdlib>
-#include <map>
-#include <set>
+#include <cstdio>
 #include <sstream>
 
 #include "common/errors.h"
-#include "common/json_reader.h"
-#include "planner/config_text.h"
 #include "sim/plan_keys.h"
 
 namespace fsdpsim::planner {
@@ -23,18 +18,10 @@ using sim::Plan;
 using sim::ShardingStrategy;
 using AcMode = ActivationCheckpointing::Mode;
 
-using config_text::lower;
-using config_text::upper;
-// Unlike config_text::trim, also strips the quotes a shell may leave around a --fix value.
-std::string trim(const std::string& s) {
-  size_t b = s.find_first_not_of(" \t\"'"), e = s.find_last_not_of(" \t\"'");
-  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
-}
-
 // Canonicalizes the value of a `--fix/--exclude` constraint (the key's text form, sim/plan_keys.h), or
 // throws naming the key. "precision" is the planner's own key: a preset sets the three dtypes at once.
 std::string canonicalize(const std::string& key, const std::string& raw, const std::string& field) {
-  std::string v = trim(raw);
+  std::string v = sim::strip_quotes(raw);
   if (key == "precision") return find_precision_preset(v, field).name;
   const sim::PlanKey& k = sim::plan_key(key);
   return k.canonical ? k.canonical(field, v) : v;   // base keys are checked by apply_base_constraint
@@ -196,7 +183,7 @@ Constraint parse_constraint(const std::string& text, const std::string& field) {
   if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
     throw InputError(field, text, "key=value with a plan JSON key, e.g. fsdp_version=2 or activation_checkpointing=full");
   Constraint c;
-  c.key = trim(text.substr(0, eq));
+  c.key = sim::strip_quotes(text.substr(0, eq));
   c.text = text;
   const auto& s = searched_keys();
   const auto& b = base_keys();

@@ -29,14 +29,6 @@ constexpr int kMaxPrefetchDepth = 16;                // P6: deeper prefetch only
 const std::vector<std::string> kStrategies = {"FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD",
                                               "_HYBRID_SHARD_ZERO2"};
 
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-std::string upper(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
-}
 bool parse_long(const std::string& s, long long& out) {
   if (s.empty()) return false;
   char* end = nullptr;
@@ -359,9 +351,7 @@ LoraPlan parse_lora_text(const std::string& v, const std::string& field) {
   std::size_t pos = 0;
   while (pos <= targets.size()) {
     const std::size_t end = std::min(targets.find(',', pos), targets.size());
-    std::string t = targets.substr(pos, end - pos);
-    const std::size_t b = t.find_first_not_of(" \t\"'"), e = t.find_last_not_of(" \t\"'");
-    j["targets"].push_back(b == std::string::npos ? "" : t.substr(b, e - b + 1));
+    j["targets"].push_back(strip_quotes(targets.substr(pos, end - pos)));
     pos = end + 1;
   }
   if (c2 != std::string::npos) {
@@ -828,6 +818,19 @@ void check_versions(const Plan& p) {
 }
 
 // ---- text forms -------------------------------------------------------------------------------
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+std::string upper(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+std::string strip_quotes(const std::string& s) {
+  const std::size_t b = s.find_first_not_of(" \t\"'"), e = s.find_last_not_of(" \t\"'");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
 
 std::pair<int, int> parse_mesh_text(const std::string& field, const std::string& v) {
   std::string digits;

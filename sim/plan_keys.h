@@ -85,6 +85,10 @@ ShardingStrategy parse_strategy_text(const std::string& field, const std::string
 BackwardPrefetch parse_prefetch_text(const std::string& field, const std::string& text);  // null/NO_PREFETCH = NONE
 int parse_reshard_text(const std::string& field, const std::string& text);                // true false k (raf code)
 bool parse_bool_text(const std::string& field, const std::string& text);                  // true/1/yes/on ...
+// ASCII case folding, and a value as a shell or a config file may leave it: blanks and quotes around it removed.
+std::string lower(std::string s);
+std::string upper(std::string s);
+std::string strip_quotes(const std::string& s);
 // Canonical texts of those values: "[2,8]", "full" (every_1 folds into full), "FULL_SHARD", "true".
 std::string mesh_value_text(int replicate, int shard);
 std::string checkpointing_text(const ActivationCheckpointing& ac);

@@ -209,6 +209,8 @@ TEST(PlanKeys, FrameworkSpellingsAreOnePerKey) {
   EXPECT_EQ(spelling("sharding_strategy", Framework::Accelerate), "fsdp_config.fsdp_sharding_strategy");
   EXPECT_EQ(spelling("reshard_after_forward", Framework::TorchTitan), "parallelism.fsdp_reshard_after_forward");
   EXPECT_EQ(spelling("mesh", Framework::Lightning), "");
+  EXPECT_EQ(section_key("cpu_offload", Framework::TorchTitan), "enable_cpu_offload");
+  EXPECT_EQ(section_key("grad_accum", Framework::Lightning), "accumulate_grad_batches");
 }
 
 }  // namespace
