@@ -101,7 +101,7 @@ void CachingAllocator::restore(const Snapshot& s) {
     auto& v = p.lists[i];
     v.assign(s.entries_.begin() + c.begin, s.entries_.begin() + c.end);
     for (const FreeEntry& e : v) blocks_[e.block].cls = static_cast<int>(i);
-    if (i < 64) p.nonempty |= std::uint64_t{1} << i;
+    mark_nonempty(p, i);
     p.whole += c.whole;
   }
   // Each pool's expandable segment is the live expandable segment of that pool (at most one).
@@ -112,14 +112,13 @@ void CachingAllocator::restore(const Snapshot& s) {
   stats_ = s.stats_;
 }
 
-// Empties a pool, keeping its classes (see reset). With <= 64 classes `nonempty` names the lists to clear.
+// Empties a pool, keeping its classes (see reset): `nonempty` names the lists to clear.
 void CachingAllocator::clear_pool(Pool& p) {
-  if (p.lists.size() <= 64) {
-    for (std::uint64_t m = p.nonempty; m != 0; m &= m - 1) p.lists[static_cast<std::size_t>(std::countr_zero(m))].clear();
-  } else {
-    for (auto& v : p.lists) v.clear();
+  for (std::size_t w = 0; w < p.nonempty.size(); ++w) {
+    for (std::uint64_t m = p.nonempty[w]; m != 0; m &= m - 1)
+      p.lists[(w << 6) + static_cast<std::size_t>(std::countr_zero(m))].clear();
+    p.nonempty[w] = 0;
   }
-  p.nonempty = 0;
   p.whole = 0;
   p.expandable = -1;
 }
@@ -155,7 +154,7 @@ CachingAllocator::Pool::Hint CachingAllocator::lower_class(Pool& p, Bytes size) 
   const std::size_t n = p.sizes.size();
   const std::size_t i = class_at_least(p.sizes, size);
   const Pool::Hint h{size, static_cast<std::uint32_t>(i), i < n && p.sizes[i] == size ? 1u : 0u};
-  if (n <= 64 && i < 64) p.hints[hint_slot(size)] = h;
+  p.hints[hint_slot(size)] = h;
   return h;
 }
 
@@ -168,8 +167,11 @@ auto addr_position(Vec& v, Bytes addr) {
 }  // namespace
 
 // An emptied class stays in its pool, so a size that is freed and reused again and again (every FSDP
-// unit's buffers) costs no vector insert/erase; lookups skip empty classes. Compaction bounds them.
-constexpr std::size_t kCompactClasses = 64;
+// unit's buffers, and with per-tensor allocation the split remainders of the activation segments: a
+// llama3-70b step cycles through ~500 sizes in its compute stream's large pool while holding 8 to 16 at
+// a time) costs no vector insert/erase; lookups skip empty classes. Compaction bounds them: with a bound
+// below the sizes a step cycles through, every compaction drops classes the step re-creates.
+constexpr std::size_t kCompactClasses = 2048;
 
 void CachingAllocator::compact(Pool& p) {
   std::size_t keep = 0;
@@ -182,15 +184,17 @@ void CachingAllocator::compact(Pool& p) {
     ++keep;
   }
   p.sizes.resize(keep);
+  for (std::size_t i = keep; i < p.lists.size(); ++i)
+    if (p.lists[i].capacity() > 0) p.spare.push_back(std::move(p.lists[i]));
   p.lists.resize(keep);
   recompute_nonempty(p);
+  p.hints.fill(Pool::Hint{});   // class indices moved
 }
 
 void CachingAllocator::recompute_nonempty(Pool& p) {
-  p.nonempty = 0;
-  const std::size_t n = std::min<std::size_t>(p.lists.size(), 64);
-  for (std::size_t i = 0; i < n; ++i)
-    if (!p.lists[i].empty()) p.nonempty |= std::uint64_t{1} << i;
+  p.nonempty.assign((p.lists.size() + 63) / 64, 0);
+  for (std::size_t i = 0; i < p.lists.size(); ++i)
+    if (!p.lists[i].empty()) mark_nonempty(p, i);
 }
 
 void CachingAllocator::add_class(Pool& p, std::size_t at, Bytes size) {
@@ -199,14 +203,28 @@ void CachingAllocator::add_class(Pool& p, std::size_t at, Bytes size) {
     at = class_at_least(p.sizes, size);
   }
   p.sizes.insert(p.sizes.begin() + static_cast<std::ptrdiff_t>(at), size);
-  p.lists.insert(p.lists.begin() + static_cast<std::ptrdiff_t>(at), std::vector<FreeEntry>{});
-  // The classes from `at` on moved up one index; the new one is empty (a bit moved past 63 is dropped:
-  // `nonempty` tracks the first 64 classes only).
-  if (at < 64) {
-    const std::uint64_t low = p.nonempty & ((std::uint64_t{1} << at) - 1);
-    p.nonempty = low | ((p.nonempty & ~low) << 1);
+  if (!p.spare.empty()) {
+    p.lists.insert(p.lists.begin() + static_cast<std::ptrdiff_t>(at), std::move(p.spare.back()));
+    p.spare.pop_back();
+  } else {
+    p.lists.insert(p.lists.begin() + static_cast<std::ptrdiff_t>(at), std::vector<FreeEntry>{});
   }
-  p.hints.fill(Pool::Hint{});   // class indices moved: every hint is stale
+  // The classes from `at` on moved up one index, and so do their bits; the new class is empty.
+  if (p.nonempty.size() * 64 < p.sizes.size()) p.nonempty.push_back(0);
+  const std::size_t w0 = at >> 6;
+  for (std::size_t w = p.nonempty.size() - 1; w > w0; --w) p.nonempty[w] = (p.nonempty[w] << 1) | (p.nonempty[w - 1] >> 63);
+  const std::uint64_t low = p.nonempty[w0] & ((std::uint64_t{1} << (at & 63)) - 1);
+  p.nonempty[w0] = low | ((p.nonempty[w0] & ~low) << 1);
+  // A hint's class moved up with it, except where the new class is now the first one >= its size (a
+  // hint that named class `at` as the first class above its size, which the new one is not larger than).
+  for (Pool::Hint& h : p.hints) {
+    if (h.size < 0 || h.index < at) continue;
+    if (h.index == at && !h.exact && size >= h.size) {
+      h.exact = size == h.size ? 1u : 0u;
+    } else {
+      ++h.index;
+    }
+  }
 }
 
 // Inserts a free block into its pool's class (blk.cls records it for pool_erase_neighbour).
@@ -235,7 +253,7 @@ template <bool try_cls, bool maybe_whole>
   blk.cls = static_cast<int>(i);
   auto& v = p.lists[i];
   if (v.empty()) {
-    if (i < 64) p.nonempty |= std::uint64_t{1} << i;
+    mark_nonempty(p, i);
     v.push_back(FreeEntry{blk.addr, b});
   } else if (v.back().addr > blk.addr) [[likely]] {
     v.push_back(FreeEntry{blk.addr, b});   // the usual case
@@ -269,22 +287,14 @@ template <bool try_cls, bool maybe_whole>
       throw std::logic_error("CachingAllocator: free block missing from its pool");
     v.erase(it);
   }
-  if (v.empty() && i < 64) p.nonempty &= ~(std::uint64_t{1} << i);
+  if (v.empty()) mark_empty(p, i);
 }
 
 // Best fit from class i on (i = class_at_least(size)): the first non-empty class, then the checks of
 // get_free_block, then the class's lowest address. -1 if none fits.
 [[gnu::always_inline]] inline int CachingAllocator::take_from_class(Pool& p, std::size_t i, Bytes size) {
-  const std::size_t n = p.sizes.size();
-  if (n <= 64) [[likely]] {
-    if (i == n) return -1;
-    const std::uint64_t above = p.nonempty >> i;   // i < n <= 64
-    if (above == 0) return -1;
-    i += static_cast<std::size_t>(std::countr_zero(above));
-  } else {
-    while (i < n && p.lists[i].empty()) ++i;
-    if (i == n) return -1;
-  }
+  i = next_nonempty(p, i);
+  if (i == p.sizes.size()) return -1;
   // get_free_block: do not hand an oversize block to a normal request, and round an oversize request
   // up by at most max_non_split_rounding (both inactive with the default max_split_size: no size
   // reaches kAllocNoMaxSplit, so split_limits_ skips two exact no-ops).
@@ -297,7 +307,7 @@ template <bool try_cls, bool maybe_whole>
   auto& v = p.lists[i];
   const int b = v.back().block;
   v.pop_back();
-  if (v.empty() && i < 64) p.nonempty &= ~(std::uint64_t{1} << i);
+  if (v.empty()) mark_empty(p, i);
   const Block& blk = blocks_[b];
   if (blk.prev < 0 && blk.next < 0) {
     --cached_whole_segments_;
@@ -308,27 +318,7 @@ template <bool try_cls, bool maybe_whole>
 
 [[gnu::always_inline]] inline int CachingAllocator::find_free_block(Pool& p, Bytes size) {
   const Pool::Hint& h = p.hints[hint_slot(size)];
-  if (h.size == size) [[likely]] {
-    // A stored hint has index < 64 and the pool <= 64 classes (Pool::Hint): the fast half of
-    // take_from_class.
-    const std::uint64_t above = p.nonempty >> h.index;
-    if (above == 0) return -1;
-    if (!split_limits_) [[likely]] {
-      const std::size_t i = h.index + static_cast<std::size_t>(std::countr_zero(above));
-      auto& v = p.lists[i];
-      const int b = v.back().block;
-      v.pop_back();
-      if (v.empty()) p.nonempty &= ~(std::uint64_t{1} << i);   // i < 64: a bit of `above`
-      const Block& blk = blocks_[b];
-      if (blk.prev < 0 && blk.next < 0) {
-        --cached_whole_segments_;
-        --p.whole;
-      }
-      return b;
-    }
-    return take_from_class(p, h.index, size);
-  }
-  return take_from_class(p, lower_class(p, size).index, size);
+  return take_from_class(p, h.size == size ? h.index : lower_class(p, size).index, size);
 }
 
 
@@ -562,8 +552,7 @@ void CachingAllocator::release_cached_blocks() {
   for (auto& p : pools_) {
     if (p.whole == 0) continue;
     const std::size_t n = p.lists.size();
-    for (std::size_t c = 0; c < n && p.whole > 0; ++c) {
-      if (n <= 64 && !(p.nonempty >> c & 1)) continue;
+    for (std::size_t c = next_nonempty(p, 0); c < n && p.whole > 0; c = next_nonempty(p, c + 1)) {
       auto& v = p.lists[c];
       bool released = false;
       for (auto e = v.rbegin(); e != v.rend(); ++e) {   // ascending addresses
@@ -575,11 +564,12 @@ void CachingAllocator::release_cached_blocks() {
           released = true;
         }
       }
-      if (released)
+      if (released) {
         v.erase(std::remove_if(v.begin(), v.end(), [this](const FreeEntry& e) { return blocks_[e.block].state == State::Dead; }),
                 v.end());
+        if (v.empty()) mark_empty(p, c);
+      }
     }
-    recompute_nonempty(p);
     if (cached_whole_segments_ == 0) break;
   }
 }

@@ -44,6 +44,7 @@
 // block there).
 #pragma once
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -221,8 +222,9 @@ class CachingAllocator {
     State state = State::Free;
   };
   // A pool is ordered by (size, addr) like PyTorch's BlockComparatorSize, stored as size classes:
-  // an FSDP step frees many blocks of few sizes (llama3-70b: ~150 free blocks, 8 sizes), so a sorted
-  // vector of all blocks spent most of the executor's time shifting entries. Each class keeps its
+  // an FSDP step frees many blocks of few sizes at a time (llama3-70b: ~150 free blocks, 8 to 16 sizes;
+  // with per-tensor allocation it cycles through ~500 sizes over the step), so a sorted vector of all
+  // blocks spent most of the executor's time shifting entries. Each class keeps its
   // blocks by DESCENDING address: best fit takes the lowest address from the back in O(1), and the
   // usual frees (backward releases blocks in reverse allocation order) append at the back. The class
   // sizes sit in their own contiguous array (`sizes`, ascending), so finding a class is a short
@@ -232,23 +234,22 @@ class CachingAllocator {
     int block;
   };
   struct Pool {
-    // Bit i set iff lists[i] is not empty, while the pool has at most 64 classes (it nearly always
-    // has: compaction starts at 64): best fit skips empty classes with one count-trailing-zeros.
-    std::uint64_t nonempty = 0;
+    // Bit i of the words is set iff lists[i] is not empty (bits at and above sizes.size() are 0): best
+    // fit skips empty classes a word at a time (count-trailing-zeros).
+    std::vector<std::uint64_t> nonempty;
     int whole = 0;   // free blocks of this pool that span a whole segment (what release_cached_blocks frees)
     std::vector<Bytes> sizes;                    // distinct, ascending; a class may be empty (see compact)
     std::vector<std::vector<FreeEntry>> lists;   // parallel to sizes; addr descending
+    std::vector<std::vector<FreeEntry>> spare;   // emptied lists dropped by compact, their storage kept
     // A small direct-mapped memo of class_at_least(size) for the sizes a step keeps asking about
-    // (`exact`: that class has exactly this size). Every hint is dropped when classes are added or
-    // compacted (add_class), the only times class indices move, so a stored hint is always current.
-    // A hint is only stored while the pool has at most 64 classes and its index is below 64: a hit
-    // can use `nonempty` directly (find_free_block relies on it).
+    // (`exact`: that class has exactly this size). add_class moves the stored indices with the classes
+    // and compact drops every hint (the only times class indices move), so a stored hint is always current.
     struct Hint {
       Bytes size = -1;
       std::uint32_t index = 0;
       std::uint32_t exact = 0;
     };
-    std::array<Hint, 32> hints{};
+    std::array<Hint, 256> hints{};
     int expandable = -1;   // its live expandable segment (-1: none)
   };
   struct Segment {
@@ -277,10 +278,24 @@ class CachingAllocator {
     return static_cast<int>(idx);
   }
   static std::size_t hint_slot(Bytes size) {
-    return static_cast<std::size_t>((static_cast<std::uint64_t>(size) * 0x9e3779b97f4a7c15ULL) >> 59);
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(size) * 0x9e3779b97f4a7c15ULL) >> 56);
   }
   // Removes the empty classes of a pool (when it has many: sizes come and go with splits).
   static void compact(Pool& p);
+  // The first non-empty class at or after i (sizes.size() if none).
+  static std::size_t next_nonempty(const Pool& p, std::size_t i) {
+    const std::size_t nw = p.nonempty.size();
+    std::size_t w = i >> 6;
+    if (w >= nw) return p.sizes.size();
+    std::uint64_t m = p.nonempty[w] & (~std::uint64_t{0} << (i & 63));
+    while (m == 0) {
+      if (++w == nw) return p.sizes.size();
+      m = p.nonempty[w];
+    }
+    return (w << 6) + static_cast<std::size_t>(std::countr_zero(m));
+  }
+  static void mark_nonempty(Pool& p, std::size_t i) { p.nonempty[i >> 6] |= std::uint64_t{1} << (i & 63); }
+  static void mark_empty(Pool& p, std::size_t i) { p.nonempty[i >> 6] &= ~(std::uint64_t{1} << (i & 63)); }
   static void clear_pool(Pool& p);
   static void recompute_nonempty(Pool& p);
   static Pool::Hint lower_class(Pool& p, Bytes size);   // class_at_least, stored as a hint when it may be

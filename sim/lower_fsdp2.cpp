@@ -6,7 +6,8 @@
 //   unshard          = copy-in stream: [H2D] [foreach cast] alloc AG output + copy-in; all_gather stream:
 //                      all_gather_into_tensor (F2.2, D2, M7)
 //   wait_for_unshard = compute: copy-out into the unsharded params (AG output + params coexist, 2x);
-//                      in forward the AG output is kept until the next group's copy-in (F2.3, P5)
+//                      in forward the AG output is kept until the next group's wait_for_unshard,
+//                      which frees it before its own copy-out (F2.3, P5)
 //   reshard          = free the unsharded params (no record_stream); rAF=int keeps a 1/k clone (F2.4)
 //   post_backward    = compute waits on the previous RS; RS copy-in on compute (reduce_dtype); RS on the
 //                      RS stream; [HSDP all_reduce]; fp32 cast on the post-reduce stream (F2.8-F2.10, M8)
@@ -142,6 +143,10 @@ class ParamGroupLowering final : public LoweringWalk {
     }
     const UnitSizes& s = c_.sizes[u];
     const Bytes bag = ag_bytes(u);
+    // Implicit prefetch (P5): in forward, the previous group's kept AG output is freed first, before the
+    // copy-out allocates this group's unsharded params (FSDPParamGroup.wait_for_unshard drops
+    // comm_ctx.all_gather_state, then runs foreach_all_gather_copy_out).
+    if (phase == Phase::Forward) flush_all_gather_state();
     Op& co = b_.op(OpKind::CopyOut, compute_, u, mb_, "copy-out");
     b_.wait(co, g.ag_op);
     g.unsharded = b_.buffer("params", u, s.unsharded * bag, MemCategory::UnshardedParams, compute_);
@@ -151,8 +156,7 @@ class ParamGroupLowering final : public LoweringWalk {
     co.copy_bytes = 2 * s.unsharded * bag;   // split_with_sizes_copy: read the AG output, write the params
     const int event = co.id;
     if (phase == Phase::Forward) {
-      // Implicit prefetch (P5): keep this AG output until the next group's copy-in, free the previous one.
-      flush_all_gather_state();
+      // Implicit prefetch (P5): keep this AG output until the next group's wait_for_unshard.
       ag_state_buf_ = g.ag_out;
       ag_state_event_ = event;
     } else {
@@ -326,8 +330,15 @@ class ParamGroupLowering final : public LoweringWalk {
     // dtype, an accumulation into an earlier micro-batch's gradient or the offload makes another tensor.
     const bool out_is_grad = plan_.reduce_dtype == plan_.master_weights_dtype && grad_shard_[u] < 0 && !offload;
     const MemCategory out_category = out_is_grad ? MemCategory::ShardedGrads : MemCategory::CommBuffers;
+    // A 1-wide shard dim (NO_SHARD: fully_shard on a (R, 1) mesh): foreach_reduce still allocates the reduce
+    // output on the reduce-scatter stream and, with no collective for one rank, copies the RS input into it
+    // (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py foreach_reduce, world_size 1); the HSDP
+    // all-reduce then runs in place on it, and the gradient is a view of it (the RS stream's pool). The
+    // bundled runtime all-reduces its RS input in place instead.
+    const bool rs_copy = !c_.sharded && plan_.implementation != models::ModelImpl::Runtime;
+    const bool reduce_output = c_.sharded || rs_copy;
     Op& ci = b_.op(OpKind::CopyIn, compute_, u, mb_, "RS copy-in");
-    int in = b_.buffer("rs_in", u, s.rs_input * c_.br, c_.sharded ? MemCategory::CommBuffers : out_category, compute_);
+    int in = b_.buffer("rs_in", u, s.rs_input * c_.br, reduce_output ? MemCategory::CommBuffers : out_category, compute_);
     ci.allocs.push_back(in);
     b_.read(ci, src);
     b_.write(ci, in);
@@ -336,33 +347,39 @@ class ParamGroupLowering final : public LoweringWalk {
     // F2.10: AVG for fp32/bf16 (no divide kernels); fp16 pre/post-divides to avoid overflow.
     const bool divides = plan_.reduce_dtype == Dtype::FP16;
     int out = -1, post_stream = -1, last = -1;
-    if (c_.sharded) {
+    if (reduce_output) {
       if (divides) divide(u, reduce_scatter_, in, s.rs_input * c_.br, ci.id);
-      Op& rs = b_.op(OpKind::ReduceScatter, reduce_scatter_, u, mb_, "RS");
+      Op& rs = c_.sharded ? b_.op(OpKind::ReduceScatter, reduce_scatter_, u, mb_, "RS")
+                          : b_.op(OpKind::Cast, reduce_scatter_, u, mb_, "RS copy");
       if (!divides) b_.wait(rs, ci.id);
       out = b_.buffer("rs_out", u, s.grad_shard * c_.br, out_category, reduce_scatter_);
       rs.allocs.push_back(out);
       b_.read(rs, in);
       b_.write(rs, out);
-      rs.comm_bytes = s.rs_input * c_.br;
-      rs.group = CommGroup::Shard;
-      rs.group_size = c_.shard_group.size;
-      rs.nodes_spanned = c_.shard_group.nodes;
+      if (c_.sharded) {
+        rs.comm_bytes = s.rs_input * c_.br;
+        rs.group = CommGroup::Shard;
+        rs.group_size = c_.shard_group.size;
+        rs.nodes_spanned = c_.shard_group.nodes;
+      } else {
+        rs.copy_bytes = 2 * s.rs_input * c_.br;
+      }
       prev_rs_op_ = rs.id;
       prev_rs_input_ = in;
       post_stream = reduce_scatter_;
       last = rs.id;
-      if (c_.hybrid) {
-        // F2.9: the all-reduce stream waits on the RS stream; all_reduce over the replicate group. The
-        // output is held until the end of backward (_all_reduce_state).
+      if (c_.hybrid || (rs_copy && all_reduce_ >= 0)) {
+        // F2.9: the all-reduce stream waits on the RS stream; all_reduce over the replicate group (every
+        // rank on a 1-wide shard dim). The output is held until the end of backward (_all_reduce_state).
         Op& ar = b_.op(OpKind::AllReduce, all_reduce_, u, mb_, "AR");
         b_.wait(ar, rs.id);
         b_.read(ar, out);
         b_.write(ar, out);
         ar.comm_bytes = s.grad_shard * c_.br;
-        ar.group = CommGroup::Replicate;
-        ar.group_size = c_.replicate_group.size;
-        ar.nodes_spanned = c_.replicate_group.nodes;
+        const GroupShape& grp = c_.sharded ? c_.replicate_group : c_.world_group;
+        ar.group = c_.sharded ? CommGroup::Replicate : CommGroup::World;
+        ar.group_size = grp.size;
+        ar.nodes_spanned = grp.nodes;
         post_stream = all_reduce_;
         last = ar.id;
       }
@@ -412,8 +429,8 @@ class ParamGroupLowering final : public LoweringWalk {
       prev_rs_op_ = last;                      // in-place AR: the post-reduce still reads the RS input
       if (out_is_grad) prev_rs_input_ = -1;    // ... which is now .grad, kept to the step's end
     }
-    if (c_.sharded && !out_is_grad) {
-      if (c_.hybrid) held_outputs_.push_back(out);
+    if (reduce_output && !out_is_grad) {
+      if (post_stream == all_reduce_) held_outputs_.push_back(out);
       else b_.at(last).frees.push_back({out, -1});
     }
     if (offload) {   // M11: D2H to the CPU grad (non_blocking unless accumulating)

@@ -1,6 +1,6 @@
 #include "runtime/cpu/stream_executor.h"
 
-#include "runtime/cpu/rank_program.h"
+#include "runtime/rank_program.h"
 #include "sim/executor.h"
 
 #include <algorithm>
@@ -20,8 +20,8 @@ using Clock = std::chrono::steady_clock;
 
 class Run {
  public:
-  Run(const sim::StepProgram& p, DeviceMemory& mem, OpRunner& runner)
-      : p_(p), mem_(mem), runner_(runner), n_(static_cast<int>(p.ops.size())), done_(n_, 0), queues_(p.streams.size()),
+  Run(const sim::StepProgram& p, DeviceMemory& mem, OpHandler& handler)
+      : p_(p), mem_(mem), handler_(handler), n_(static_cast<int>(p.ops.size())), done_(n_, 0), queues_(p.streams.size()),
         start_(n_, 0), end_(n_, 0), issue_(n_, 0), seq_(n_, -1) {
     std::map<int, int> next;
     for (int i = 0; i < n_; ++i)
@@ -110,7 +110,7 @@ class Run {
       }
       const TimeNs t_start = now();
       try {
-        runner_.run(p_.ops[id]);
+        handler_.run(p_.ops[id], nullptr);
       } catch (...) {
         std::lock_guard<std::mutex> lk(m_);
         if (!error_) error_ = std::current_exception();
@@ -135,7 +135,7 @@ class Run {
 
   const sim::StepProgram& p_;
   DeviceMemory& mem_;
-  OpRunner& runner_;
+  OpHandler& handler_;
   int n_;
   std::mutex m_;
   std::condition_variable cv_;
@@ -153,8 +153,8 @@ class Run {
 
 }  // namespace
 
-sim::SimResult execute_step(const sim::StepProgram& program, DeviceMemory& memory, OpRunner& runner) {
-  return Run(program, memory, runner).go();
+sim::SimResult execute_step(const sim::StepProgram& program, DeviceMemory& memory, OpHandler& handler) {
+  return Run(program, memory, handler).go();
 }
 
 namespace {

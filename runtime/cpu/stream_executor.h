@@ -3,32 +3,26 @@
 // performs allocs before enqueueing and frees after), and each stream is a thread that runs its ops
 // in order once their `waits` have completed. Collectives of one process group additionally run in
 // CPU issue order, one at a time (one NCCL queue per group, F1.4), which keeps every rank's sequence
-// of collectives identical. What an op does to data is the OpRunner's business (FSDP semantics,
-// rank_runner.h); this file only orders, times and traces ops. The CUDA backend will replace the
-// stream threads with CUDA streams and events behind the same OpRunner.
+// of collectives identical. What an op does to data is the OpHandler's business (FSDP semantics,
+// runtime/rank_runner.h); this file only orders, times and traces ops. The CUDA backend's executor
+// (cuda/cuda_stream_executor.h) drives the same OpHandler from CUDA streams and events.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "runtime/cpu/device_memory.h"
+#include "runtime/op_handler.h"
 #include "sim/sim_result.h"
 #include "sim/step_program.h"
 
 namespace fsdpsim::runtime {
-
-class OpRunner {
- public:
-  virtual ~OpRunner() = default;
-  // Runs op `id` on the calling stream thread; its buffers are live (allocated at issue).
-  virtual void run(const sim::Op& op) = 0;
-};
 
 struct StepTiming {
   sim::SimResult result;   // step/compute/comm/exposed/cpu_blocked times, trace (memory: see DeviceMemory::fill)
 };
 
 // Runs one step. Throws the first exception an op raised (after every thread has stopped).
-sim::SimResult execute_step(const sim::StepProgram& program, DeviceMemory& memory, OpRunner& runner);
+sim::SimResult execute_step(const sim::StepProgram& program, DeviceMemory& memory, OpHandler& handler);
 
 // The measured step (both backends' executors): per-op spans from each op's issue, start and end times
 // (ns since the step began) added to the CPU-side spans already in `trace`; the step, compute-stream busy,

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "runtime/cpu/rank_program.h"
+#include "runtime/rank_program.h"
 #include "runtime/cpu/stream_executor.h"
 #include "runtime/cuda/cuda_check.h"
 
@@ -42,7 +42,7 @@ CudaStreamExecutor::~CudaStreamExecutor() {
   for (auto s : group_streams_) cudaStreamDestroy(s);
 }
 
-sim::SimResult CudaStreamExecutor::execute_step(CudaDeviceMemory& mem, CudaOpRunner& runner) {
+sim::SimResult CudaStreamExecutor::execute_step(CudaDeviceMemory& mem, OpHandler& handler) {
   const int n = static_cast<int>(p_.ops.size());
   std::vector<char> issued(n, 0);
   std::vector<TimeNs> issue(n, 0);
@@ -85,7 +85,7 @@ sim::SimResult CudaStreamExecutor::execute_step(CudaDeviceMemory& mem, CudaOpRun
     }
     FSDPSIM_CUDA_CHECK(cudaEventRecord(start_[i], s));
     try {
-      runner.enqueue(op, s);
+      handler.run(op, s);   // enqueues on s
     } catch (const std::exception& e) {   // name the op: the message alone rarely says where
       throw std::runtime_error("op " + std::to_string(i) + " \"" + op.name + "\" (" + sim::op_kind_name(op.kind) +
                                ", unit " + std::to_string(op.unit) + ", micro-batch " + std::to_string(op.micro_batch) +

@@ -20,18 +20,11 @@
 #include <vector>
 
 #include "runtime/cuda/cuda_device_memory.h"
+#include "runtime/op_handler.h"
 #include "sim/sim_result.h"
 #include "sim/step_program.h"
 
 namespace fsdpsim::runtime::cuda {
-
-class CudaOpRunner {
- public:
-  virtual ~CudaOpRunner() = default;
-  // Enqueues op `op` on `stream` (the program stream's CUDA stream, or the group's NCCL stream for a
-  // collective). Called on the CPU thread at issue; the op's buffers are allocated.
-  virtual void enqueue(const sim::Op& op, cudaStream_t stream) = 0;
-};
 
 class CudaStreamExecutor {
  public:
@@ -42,7 +35,7 @@ class CudaStreamExecutor {
 
   cudaStream_t stream(int program_stream) const { return streams_.at(program_stream); }
   // Runs one step and waits for the device; memory peaks: CudaDeviceMemory::fill.
-  sim::SimResult execute_step(CudaDeviceMemory& memory, CudaOpRunner& runner);
+  sim::SimResult execute_step(CudaDeviceMemory& memory, OpHandler& handler);
 
  private:
   const sim::StepProgram& p_;

@@ -5,7 +5,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include "runtime/cpu/communicator.h"
+#include "runtime/communicator.h"
 #include "runtime/cuda/kernels.h"
 
 namespace fsdpsim::runtime::cuda {

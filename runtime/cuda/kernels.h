@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "runtime/elem.h"
+
 namespace fsdpsim::runtime::cuda {
 
 using bf16 = std::uint16_t;
@@ -51,8 +53,7 @@ void bias_add(bf16* out, const bf16* bias, int N, int OC, cudaStream_t s);      
 void bias_grad(bf16* dbias, const bf16* dout, int N, int OC, cudaStream_t s);   // dbias[OC] += colsum
 void add_bf16(bf16* y, const bf16* x, long n, cudaStream_t s);                  // y += x
 
-// Copies with a dtype change (either side fp32 or bf16); same dtype is a cudaMemcpyAsync.
-enum class Elem { F32, BF16 };
+// Copies with a dtype change (either side fp32 or bf16, runtime/elem.h); same dtype is a cudaMemcpyAsync.
 void convert(void* dst, Elem dst_type, const void* src, Elem src_type, long n, cudaStream_t s);
 // dst (fp32) += src (fp32 or bf16).
 void accumulate_f32(float* dst, const void* src, Elem src_type, long n, cudaStream_t s);

@@ -1,5 +1,5 @@
 // The CUDA backend's collectives: one NCCL communicator per process group of the (replicate, shard)
-// mesh (sim::CommGroup Shard / Replicate / World, the groups of runtime/cpu/communicator.h), each
+// mesh (sim::CommGroup Shard / Replicate / World, the groups of runtime/communicator.h), each
 // bootstrapped as nccl-tests does: the group's first rank calls ncclGetUniqueId and broadcasts it
 // over an MPI communicator of the group (MPI_Comm_split), then every member calls ncclCommInitRank.
 // Without MPI (one rank, no mpirun) every group has one member and no NCCL communicator is made:

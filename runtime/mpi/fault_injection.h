@@ -19,7 +19,7 @@
 #include <string>
 
 #include "common/units.h"
-#include "runtime/cpu/communicator.h"
+#include "runtime/communicator.h"
 
 namespace fsdpsim::runtime {
 

@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cpu/communicator.h"
+#include "runtime/communicator.h"
 
 namespace fsdpsim::runtime {
 

@@ -151,7 +151,8 @@ BENCHMARK(BM_CostExecute)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Simulate)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 // --steps=CASE,N: no Google Benchmark run; simulate() case CASE (0 = 8B, 1 = 70B) twice to warm the
-// per-thread caches, then N times with callgrind's collection switched on around those N calls only.
+// per-thread caches, then N times with callgrind's collection switched on around those N calls only;
+// then prints what the fast paths did on that case (stretch, timing fast-forward, memory fold).
 // Run it under `valgrind --tool=callgrind --collect-atstart=no`: the collected instruction count
 // divided by N is the cost of one steady-state simulate() (deterministic, unlike wall clock).
 int run_steps(const char* arg) {
@@ -174,6 +175,22 @@ int run_steps(const char* arg) {
   CALLGRIND_TOGGLE_COLLECT;
 #endif
   std::printf("%s: %d simulate() calls\n", case_name(which), n);
+  {
+    sim::CompiledProgram prog;
+    sim::OpCosts costs;
+    std::string why;
+    const bool stretched = sim::stretched_program(c.model, c.hw, c.plan, prog, costs, &why);
+    sim::ExecOptions eo = fast_options();
+    eo.memory_capacity = c.hw.memory_capacity() - c.hw.cuda_context_bytes();
+    sim::ExecStats st;
+    eo.stats = &st;
+    if (stretched) sim::execute_compiled(prog, costs, eo);
+    std::printf("stretched %d (%s): %zu runs; jumps %d, ops fast-forwarded %d, memory jumps %d, "
+                "memory periods skipped %d\n",
+                stretched ? 1 : 0, why.c_str(), prog.runs.size(), st.jumps, st.ops_fast_forwarded,
+                st.memory_jumps, st.memory_periods_skipped);
+    for (const auto& r : prog.runs) std::printf("  run begin %d period %d count %d\n", r.begin, r.period, r.count);
+  }
   return 0;
 }
 

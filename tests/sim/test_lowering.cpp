@@ -105,16 +105,18 @@ TEST(LoweringFsdp2, FullShardSequenceStreamsAndBytes) {
   expect_well_formed(p, "fsdp2");
 }
 
-TEST(LoweringFsdp2, AllGatherOutputKeptUntilNextCopyOutAndRsInputUntilNextPostBackward) {
+TEST(LoweringFsdp2, AllGatherOutputKeptUntilNextWaitForUnshardAndRsInputUntilNextPostBackward) {
   auto g = block_graph(kRoot, {kBlock, kBlock});
   StepProgram p = lower_hand(g, "{}", 4, 4);
   auto ag1 = ops_of(p, OpKind::AllGather, 1);
   auto co2 = ops_of(p, OpKind::CopyOut, 2);
   auto co1 = ops_of(p, OpKind::CopyOut, 1);
   int fwd_out = ag1[0]->outputs[0], bwd_out = ag1[1]->outputs[0];
-  // F2.3: forward AG output of unit 1 freed at unit 2's wait_for_unshard; the copy-in stream waits on
+  // F2.3: forward AG output of unit 1 freed at unit 2's wait_for_unshard, before unit 2's copy-out allocates
+  // its params (at the CPU point after the op issued before that copy-out); the copy-in stream waits on
   // unit 1's copy-out before reusing it.
-  EXPECT_TRUE(frees(*co2[0], fwd_out));
+  EXPECT_TRUE(frees(p.ops[co2[0]->id - 1], fwd_out));
+  EXPECT_FALSE(frees(*co2[0], fwd_out));
   EXPECT_FALSE(frees(*co1[0], fwd_out));
   // Backward: freed right after its own copy-out.
   EXPECT_TRUE(frees(*co1[1], bwd_out));
@@ -137,6 +139,48 @@ TEST(LoweringFsdp2, AllGatherOutputKeptUntilNextCopyOutAndRsInputUntilNextPostBa
   EXPECT_TRUE(frees(before, rs_in2));
   // F2.10: fp32/bf16 reduce uses AVG: no divide kernels.
   EXPECT_TRUE(ops_of(p, OpKind::Divide).empty());
+}
+
+// A 1-wide shard dim (fully_shard on a (4, 1) mesh, NO_SHARD): foreach_reduce allocates the reduce output on
+// the reduce-scatter stream and copies the RS input into it (one rank: no collective), the replicate
+// all-reduce runs in place on that output, and the sharded gradient is it: in the RS stream's pool, where
+// the measured fixture l1b-fsdp2-no-shard-w8-tt's peak snapshot has it. The bundled runtime all-reduces its
+// RS input in place (compute pool).
+TEST(LoweringFsdp2, NoShardGradientIsTheReduceOutputOnTheReduceScatterStream) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  auto stream_of = [](const StepProgram& p, const std::string& name) {
+    for (int i = 0; i < static_cast<int>(p.streams.size()); ++i)
+      if (p.streams[i].name == name) return i;
+    return -1;
+  };
+  StepProgram p = lower_hand(g, R"({"mesh": [4, 1], "param_dtype": "bf16", "reduce_dtype": "fp32"})", 4, 4);
+  const int rs_stream = stream_of(p, "reduce_scatter"), ar_stream = stream_of(p, "all_reduce");
+  ASSERT_GE(rs_stream, 0);
+  ASSERT_GE(ar_stream, 0);
+  EXPECT_TRUE(ops_of(p, OpKind::ReduceScatter).empty());
+  const Op* copy = nullptr;
+  for (const Op* o : ops_of(p, OpKind::Cast, 1))
+    if (o->name.find("RS copy") != std::string::npos) copy = o;
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->stream, rs_stream);
+  ASSERT_EQ(copy->allocs.size(), 1u);
+  const Buffer& out = p.buffers[copy->allocs[0]];
+  EXPECT_EQ(out.pool_stream, rs_stream);
+  EXPECT_EQ(out.category, MemCategory::ShardedGrads);
+  EXPECT_EQ(copy->copy_bytes, 2 * out.bytes);   // read the RS input, write the output (fp32, same numel)
+  auto ar = ops_of(p, OpKind::AllReduce, 1);
+  ASSERT_EQ(ar.size(), 1u);
+  EXPECT_EQ(ar[0]->stream, ar_stream);
+  EXPECT_TRUE(waits_on(*ar[0], copy->id));
+  EXPECT_EQ(ar[0]->inputs, std::vector<int>{copy->allocs[0]});
+  EXPECT_EQ(ar[0]->group, CommGroup::World);   // the replicate group is every rank
+  EXPECT_EQ(ar[0]->group_size, 4);
+
+  StepProgram rt = lower_hand(g, R"({"mesh": [4, 1], "implementation": "runtime", "param_dtype": "fp32", "reduce_dtype": "fp32"})", 4, 4);
+  for (const Op* o : ops_of(rt, OpKind::Cast)) EXPECT_EQ(o->name.find("RS copy"), std::string::npos);
+  auto rt_ar = ops_of(rt, OpKind::AllReduce, 1);
+  ASSERT_EQ(rt_ar.size(), 1u);
+  EXPECT_EQ(rt.buffers[rt_ar[0]->inputs.at(0)].pool_stream, 0);   // the RS input, on the compute stream
 }
 
 TEST(LoweringFsdp1, FullShardSequenceAndPadding) {

@@ -1,15 +1,17 @@
-// What both runtime backends (CPU: rank_runner.h, CUDA: cuda/cuda_rank_runner.h) derive from a plan
-// before executing anything: the StepProgram the simulator executes (sim::lower), each FSDP unit's
-// parameter layout, which unit and tensors every compute segment (embedding, blocks, norm + head)
-// uses, the persistent buffers per unit, and each op's role (analyze): a compute op's segment, a
-// Divide's factor, and where a unit's gradient-reduction chain ends. Backend-neutral: no BLAS, no CUDA.
+// What the rank runner (rank_runner.h) derives from a plan before executing anything, for every
+// backend: the StepProgram the simulator executes (sim::lower), each FSDP unit's parameter layout,
+// which unit and tensors every compute segment (embedding, blocks, norm + head) uses, the persistent
+// buffers per unit, each buffer's element type, and each op's role (analyze): what it does to data,
+// a compute op's segment, a Divide's factor, and where a unit's gradient-reduction chain ends.
+// Backend-neutral: no BLAS, no CUDA.
 #pragma once
 #include <string>
 #include <vector>
 
 #include "models/model_spec.h"
 #include "models/wrap_graph.h"
-#include "runtime/cpu/unit_layout.h"
+#include "runtime/elem.h"
+#include "runtime/unit_layout.h"
 #include "runtime/model/dims.h"
 #include "runtime/runtime_plan.h"
 #include "runtime/train/synthetic_data.h"
@@ -24,6 +26,25 @@ int predivide_factor(int world);
 // Ops of the gradient-reduction path (copy-in excluded) and the collectives.
 bool is_reduce_path(sim::OpKind k);
 using sim::is_collective;   // (sim/step_program.h)
+
+// What an op does to data. The program's kind says it for most ops; a copy-in, a copy-out and a cast
+// serve several FSDP steps, told apart by where their input comes from (analyze).
+enum class OpRole {
+  Unsupported,          // a kind the runtime does not execute (offload copies, ...)
+  None,                 // a compute op that runs no kernel (the loss's memory-only ops)
+  Forward, Backward, Recompute,   // the compute of op_segment
+  AllGatherCopyIn,      // FSDP2 (F2.2): this rank's (cast) shard into its slice of the all-gather output
+  ReduceScatterCopyIn,  // FSDP2 (F2.9 chunk_cat): the unsharded grads into the reduce-scatter input
+  ParamCopyOut,         // FSDP2 split_with_sizes_copy: the all-gather output into the unsharded params
+  GradCat,              // FSDP1 split-backward cat + AccumulateGrad: the views' grads into the flat grad
+  AllGather, ReduceScatter, AllReduce,
+  Divide,               // by op_divide
+  Pad,                  // FSDP1 F.pad of the flat grad to N * ceil(numel / N)
+  CastToShardedGrad,    // into the unit's sharded grad: assigns where it creates it, else accumulates
+  CastAccumulate,       // FSDP2 no_sync: inputs[0] added into the accumulated grad (inputs[1] = outputs[0])
+  CastConvert,          // a dtype conversion (mixed-precision parameters, the gradient upcast)
+  OptimizerStep,
+};
 
 struct ChainEnd {
   int unit = -1;
@@ -46,9 +67,14 @@ struct RankProgram {
   std::vector<std::vector<int>> seg_tensors;   // per segment: indices into its unit's layout tensors
   std::vector<bool> checkpointed;              // per block (layer)
   bool recompute_early_stop = true;            // the recompute stops after the MLP's activation (kernel_options)
+  // Per buffer: its element type (the compute dtype's; activations and logits are the kernels' business).
+  std::vector<Elem> buffer_elem;
+  std::vector<OpRole> op_role;                 // per op
   std::vector<int> op_segment;                 // per op: segment of a compute op, else -1
   std::vector<int> op_divide;                  // per op: Divide factor
   std::vector<ChainEnd> op_chain_end;          // per op
+
+  long numel(int buffer) const { return program.buffers.at(buffer).bytes / elem_size(buffer_elem.at(buffer)); }
 };
 
 // Lowers cfg's plan for `world` ranks (gpus_per_node ranks per node) and analyzes the program.

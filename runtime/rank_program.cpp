@@ -1,4 +1,4 @@
-#include "runtime/cpu/rank_program.h"
+#include "runtime/rank_program.h"
 
 #include <map>
 #include <stdexcept>
@@ -82,6 +82,89 @@ class Builder {
         throw std::runtime_error(internal("unit " + std::to_string(u) + " lacks a sharded param/grad/optimizer buffer"));
   }
 
+  // Element type of every buffer, from the plan's dtypes and the program's data flow: sharded state in
+  // the master dtype (fp32); unsharded params in param_dtype; unsharded grads in param_dtype as autograd
+  // writes them, in reduce_dtype where a cast writes them (FSDP2's upcast accumulation); communication
+  // buffers on the parameter side (fed from the sharded params through casts and copy-ins, all-gather in
+  // and out) in param_dtype, on the gradient side in reduce_dtype.
+  void type_buffers() {
+    const sim::StepProgram& p = rp_.program;
+    const int B = static_cast<int>(p.buffers.size());
+    auto elem_of = [](Dtype d) { return d == Dtype::FP32 ? Elem::F32 : Elem::BF16; };
+    const Elem bp = elem_of(plan_.param_dtype), br = elem_of(plan_.reduce_dtype);
+    std::vector<char>& param_side = param_side_;
+    param_side.assign(B, 0);
+    std::vector<char> cast_written(B, 0);
+    auto cat = [&](int b) { return p.buffers[b].category; };
+    for (const sim::Op& op : p.ops) {
+      if (op.kind == sim::OpKind::Cast)
+        for (int b : op.outputs) cast_written[b] = 1;
+      if (op.kind == sim::OpKind::AllGather)
+        for (int b : op.inputs) param_side[b] = 1;
+      const bool fed_by_params = !op.inputs.empty() &&
+                                 (cat(op.inputs[0]) == sim::MemCategory::ShardedParams || param_side[op.inputs[0]]);
+      if (op.kind == sim::OpKind::AllGather ||
+          ((op.kind == sim::OpKind::Cast || op.kind == sim::OpKind::CopyIn) && fed_by_params))
+        for (int b : op.outputs) param_side[b] = 1;
+      if (op.kind == sim::OpKind::CopyOut)
+        for (int b : op.inputs) param_side[b] = 1;
+    }
+    rp_.buffer_elem.assign(B, Elem::F32);
+    for (const auto& b : p.buffers) {
+      Elem& e = rp_.buffer_elem[b.id];
+      switch (b.category) {
+        case sim::MemCategory::UnshardedParams: e = bp; break;
+        case sim::MemCategory::UnshardedGrads: e = cast_written[b.id] ? br : bp; break;
+        case sim::MemCategory::CommBuffers: e = param_side[b.id] ? bp : br; break;
+        default: e = Elem::F32; break;
+      }
+      const bool typed = b.category != sim::MemCategory::Activations && b.category != sim::MemCategory::Logits;
+      if (typed && b.bytes % elem_size(e) != 0)
+        throw std::runtime_error(internal("buffer \"" + b.name + "\" of " + std::to_string(b.bytes) +
+                                          " B is not a whole number of its elements"));
+    }
+  }
+
+  // What every op does to data (OpRole). Copy-ins, copy-outs and casts by where their data comes from.
+  void assign_roles() {
+    const sim::StepProgram& p = rp_.program;
+    using sim::OpKind;
+    auto cat = [&](int b) { return p.buffers[b].category; };
+    rp_.op_role.assign(p.ops.size(), OpRole::Unsupported);
+    for (const sim::Op& op : p.ops) {
+      OpRole& r = rp_.op_role[op.id];
+      const int in = op.inputs.empty() ? -1 : op.inputs[0], out = op.outputs.empty() ? -1 : op.outputs[0];
+      switch (op.kind) {
+        case OpKind::Forward:
+        case OpKind::Backward: {
+          const bool no_kernels = op.shared_kernels ? op.shared_kernels->empty() : op.kernels.empty();
+          r = no_kernels ? OpRole::None : op.kind == OpKind::Forward ? OpRole::Forward : OpRole::Backward;
+          break;
+        }
+        case OpKind::Recompute: r = OpRole::Recompute; break;
+        case OpKind::AllGather: r = OpRole::AllGather; break;
+        case OpKind::ReduceScatter: r = OpRole::ReduceScatter; break;
+        case OpKind::AllReduce: r = OpRole::AllReduce; break;
+        case OpKind::Divide: r = OpRole::Divide; break;
+        case OpKind::Pad: r = OpRole::Pad; break;
+        case OpKind::OptimizerStep: r = OpRole::OptimizerStep; break;
+        case OpKind::CopyIn:
+          if (in >= 0 && (cat(in) == sim::MemCategory::ShardedParams || param_side_[in])) r = OpRole::AllGatherCopyIn;
+          else if (in >= 0 && cat(in) == sim::MemCategory::UnshardedGrads) r = OpRole::ReduceScatterCopyIn;
+          break;
+        case OpKind::CopyOut:
+          r = !rp_.fsdp2 && out >= 0 && cat(out) == sim::MemCategory::UnshardedGrads ? OpRole::GradCat : OpRole::ParamCopyOut;
+          break;
+        case OpKind::Cast:
+          if (op.unit >= 0 && out >= 0 && out == rp_.grad_shard_buf.at(op.unit)) r = OpRole::CastToShardedGrad;
+          else if (op.inputs.size() >= 2 && op.inputs[1] == out) r = OpRole::CastAccumulate;
+          else r = OpRole::CastConvert;
+          break;
+        default: break;
+      }
+    }
+  }
+
   // Assigns every compute op its segment and every reduce-path op its role, from the program alone
   // (the lowering's emission order, sim/lower_fsdp{1,2}.cpp): per micro-batch, forwards run segments
   // 0..S-1, backwards S-1..0; a recompute under FSDP(checkpoint(block)) precedes its segment's
@@ -101,8 +184,7 @@ class Builder {
       const sim::Op& op = p.ops[i];
       const int mb = op.micro_batch;
       // A compute op that runs no kernel (the loss's memory-only ops) has no segment.
-      const bool no_kernels = op.shared_kernels ? op.shared_kernels->empty() : op.kernels.empty();
-      if (no_kernels && (op.kind == sim::OpKind::Forward || op.kind == sim::OpKind::Backward)) continue;
+      if (rp_.op_role[i] == OpRole::None) continue;
       if (op.kind == sim::OpKind::Forward) {
         int& k = fwd_next.try_emplace(mb, 0).first->second;
         rp_.op_segment[i] = k++;
@@ -151,6 +233,7 @@ class Builder {
 
  private:
   RankProgram& rp_;
+  std::vector<char> param_side_;   // per buffer: fed from the sharded parameters (type_buffers)
   const sim::Plan& plan_;
   const std::string& backend_;
 };
@@ -186,6 +269,8 @@ RankProgram build_rank_program(const models::ModelSpec& model, const sim::Plan& 
   rp.recompute_early_stop = sim::lowering::kernel_options(plan).checkpoint_early_stop;
   b.map_segments();
   b.find_persistent_buffers();
+  b.type_buffers();
+  b.assign_roles();
   b.analyze(world);
   return rp;
 }

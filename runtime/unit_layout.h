@@ -36,17 +36,8 @@ struct UnitLayout {
 
 UnitLayout make_unit_layout(const std::vector<ParamTensor>& tensors, int N, bool fsdp2, bool use_orig_params);
 
-// Tensor pointers inside an unsharded parameter buffer (FSDP1 flat / FSDP2 per-parameter storage),
-// or inside the unsharded grad buffer.
-std::vector<float*> unsharded_param_ptrs(const UnitLayout& l, float* base);
-std::vector<float*> unsharded_grad_ptrs(const UnitLayout& l, float* base);
-
 // Rank `r`'s shard of the deterministic initial parameters (runtime/train/init.h).
 void init_shard(const UnitLayout& l, int r, std::uint64_t seed, float* shard);
-// FSDP2 copy-out (split_with_sizes_copy): all-gather output [N][shard] -> per-parameter storage.
-void fsdp2_copy_out(const UnitLayout& l, const float* ag_out, float* params);
-// FSDP2 reduce-scatter copy-in (chunk_cat): unpadded grads -> [N][shard] with zero padding.
-void fsdp2_rs_copy_in(const UnitLayout& l, const float* grads, float* rs_in);
 // The full tensors, from the concatenation of every rank's shard ([N][shard], rank order).
 std::vector<std::vector<float>> tensors_from_shards(const UnitLayout& l, const float* all_shards);
 

@@ -1,4 +1,4 @@
-#include "runtime/cpu/communicator.h"
+#include "runtime/communicator.h"
 
 #include <cstring>
 

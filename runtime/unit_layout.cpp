@@ -1,4 +1,4 @@
-#include "runtime/cpu/unit_layout.h"
+#include "runtime/unit_layout.h"
 
 #include <algorithm>
 #include <cstring>
@@ -59,18 +59,6 @@ UnitLayout make_unit_layout(const std::vector<ParamTensor>& tensors, int N, bool
   return l;
 }
 
-std::vector<float*> unsharded_param_ptrs(const UnitLayout& l, float* base) {
-  std::vector<float*> p;
-  for (size_t i = 0; i < l.tensors.size(); ++i) p.push_back(base + (l.fsdp2 ? l.unsharded_offset[i] : l.flat_offset[i]));
-  return p;
-}
-
-std::vector<float*> unsharded_grad_ptrs(const UnitLayout& l, float* base) {
-  std::vector<float*> p;
-  for (size_t i = 0; i < l.tensors.size(); ++i) p.push_back(base + l.grad_offset[i]);
-  return p;
-}
-
 void init_shard(const UnitLayout& l, int r, std::uint64_t seed, float* shard) {
   std::fill(shard, shard + l.shard, 0.0f);
   for (size_t i = 0; i < l.tensors.size(); ++i) {
@@ -89,28 +77,6 @@ void init_shard(const UnitLayout& l, int r, std::uint64_t seed, float* shard) {
     for (std::int64_t row = row0; row < row1; ++row)
       for (std::int64_t j = 0; j < l.rest[i]; ++j)
         shard[l.shard_offset[i] + (row - row0) * l.rest[i] + j] = init(row * l.rest[i] + j);
-  }
-}
-
-void fsdp2_copy_out(const UnitLayout& l, const float* ag_out, float* params) {
-  for (size_t i = 0; i < l.tensors.size(); ++i) {
-    const std::int64_t chunk = l.chunk_rows[i] * l.rest[i];
-    for (int r = 0; r < l.N; ++r)
-      std::memcpy(params + l.unsharded_offset[i] + r * chunk, ag_out + r * l.shard + l.shard_offset[i],
-                  sizeof(float) * chunk);
-  }
-}
-
-void fsdp2_rs_copy_in(const UnitLayout& l, const float* grads, float* rs_in) {
-  for (size_t i = 0; i < l.tensors.size(); ++i) {
-    const std::int64_t chunk = l.chunk_rows[i] * l.rest[i];
-    const std::int64_t n = l.tensors[i].numel();
-    for (int r = 0; r < l.N; ++r) {
-      float* dst = rs_in + r * l.shard + l.shard_offset[i];
-      const std::int64_t lo = std::min(n, r * chunk), hi = std::min(n, (r + 1) * chunk);
-      std::memcpy(dst, grads + l.grad_offset[i] + lo, sizeof(float) * (hi - lo));
-      std::fill(dst + (hi - lo), dst + chunk, 0.0f);
-    }
   }
 }
 
