@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/errors.h"
+#include "sim/plan_keys.h"
 
 namespace fsdpsim::planner::config_text {
 
@@ -25,14 +26,6 @@ std::string last_component(const std::string& s) {
   std::string u = unquote(s);
   auto d = u.rfind('.');
   return d == std::string::npos ? u : u.substr(d + 1);
-}
-std::string lower(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-std::string upper(std::string s) {
-  for (auto& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  return s;
 }
 
 bool as_bool(const std::string& key, const std::string& v) {
@@ -177,6 +170,13 @@ KV yaml_map(const YAML::Node& n) {
   if (n && n.IsMap())
     for (const auto& it : n) kv[it.first.as<std::string>()] = yaml_text(it.second);
   return kv;
+}
+
+void set_plan_key(sim::Plan& p, const std::string& plan_key, const std::string& value, const std::string& key) {
+  // An empty value keeps the message these readers gave when they went through --fix's parser.
+  if (value.empty())
+    throw InputError(key, plan_key + "=", "key=value with a plan JSON key, e.g. fsdp_version=2 or activation_checkpointing=full");
+  sim::plan_key(plan_key).set(p, sim::strip_quotes(value), key + " " + plan_key);
 }
 
 void read_directive(const std::string& text, UserConfig& cfg) {

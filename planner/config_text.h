@@ -11,6 +11,7 @@
 
 #include "models/model_spec.h"
 #include "planner/user_config.h"
+#include "sim/plan_keys.h"
 
 namespace fsdpsim::planner::config_text {
 
@@ -19,8 +20,8 @@ using KV = std::map<std::string, std::string>;
 std::string trim(const std::string& s);
 std::string unquote(std::string s);
 std::string last_component(const std::string& s);   // "ShardingStrategy.FULL_SHARD" -> "FULL_SHARD"
-std::string lower(std::string s);
-std::string upper(std::string s);
+using sim::lower;
+using sim::upper;
 bool as_bool(const std::string& key, const std::string& v);   // True/False, 1/0, CPUOffload(offload_params=...)
 long long as_int(const std::string& key, const std::string& v, long long lo, long long hi);
 std::vector<std::string> as_names(const std::string& v);     // identifiers of "{A, B}", "[A]", "A,B"
@@ -38,6 +39,11 @@ KV keyword_arguments(const std::string& args);
 // YAML: a scalar as text, a sequence as "[a, b]"; a map's entries as KV.
 std::string yaml_text(const YAML::Node& n);
 KV yaml_map(const YAML::Node& n);
+
+// Sets a plan key from a config's value through the key's text form (sim/plan_keys.h), as `--fix` reads
+// it (quotes stripped); an error names `key` and the plan key ("fsdp_config.fsdp_backward_prefetch
+// backward_prefetch").
+void set_plan_key(sim::Plan& p, const std::string& plan_key, const std::string& value, const std::string& key);
 
 // `# fsdpsim: micro_batch=2 seq_len=8192 grad_accum=4`
 void read_directive(const std::string& text, UserConfig& cfg);

@@ -250,7 +250,7 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
       (strategy == sim::ShardingStrategy::FULL_SHARD || strategy == sim::ShardingStrategy::SHARD_GRAD_OP)) {
     Finding f = make("full_shard_across_nodes", "problem");
     int r = world / gpn;
-    f.message = strategy_text(strategy) + " shards over all " + std::to_string(bp.mesh_shard) + " GPUs across " +
+    f.message = sim::strategy_name(strategy) + " shards over all " + std::to_string(bp.mesh_shard) + " GPUs across " +
                 std::to_string(cl.nodes) + " nodes: exposed communication " + fmt("%.3f", to_seconds(base.exposed_comm_ns)) +
                 " s = " + pct_text(exposed_fraction(base)) + " of the step over " +
                 (cl.inter_node.empty() ? "the inter-node network" : cl.inter_node) + " (pitfall K2)";
@@ -258,9 +258,9 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
     auto change = [r, gpn](sim::Plan& q) {
       q.mesh_replicate = r;
       q.mesh_shard = gpn;
-      if (q.reshard_after_forward > 1) q.reshard_after_forward = -1;
+      if (sim::raf::is_group(q.reshard_after_forward)) q.reshard_after_forward = sim::raf::kTrue;
       const bool zero2 = q.fsdp_version == sim::FsdpVersion::FSDP1 ? q.sharding_strategy == sim::ShardingStrategy::SHARD_GRAD_OP
-                                                                   : q.reshard_after_forward == 0;
+                                                                   : sim::raf::keeps(q.reshard_after_forward);
       q.sharding_strategy = zero2 ? sim::ShardingStrategy::_HYBRID_SHARD_ZERO2 : sim::ShardingStrategy::HYBRID_SHARD;
     };
     try_fix(f, change);
@@ -282,7 +282,7 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
       q.mesh_replicate = 1;
       q.mesh_shard = world;
       q.sharding_strategy = sim::ShardingStrategy::FULL_SHARD;
-      q.reshard_after_forward = -1;
+      q.reshard_after_forward = sim::raf::kTrue;
     };
     try_fix(f, change);
     if (d.fits_with_margin) {
@@ -306,11 +306,11 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
       q.mesh_replicate = world;
       q.mesh_shard = 1;
       q.sharding_strategy = sim::ShardingStrategy::NO_SHARD;
-      q.reshard_after_forward = -1;
+      q.reshard_after_forward = sim::raf::kTrue;
     };
     try_fix(f, change);
     if (f.simulated && f.fixed_fits_with_margin && f.fixed_result.tokens_per_s_per_gpu > base.tokens_per_s_per_gpu * 1.03) {
-      f.message = strategy_text(strategy) + " on a model this small costs throughput: NO_SHARD (DDP-like) also fits (" +
+      f.message = sim::strategy_name(strategy) + " on a model this small costs throughput: NO_SHARD (DDP-like) also fits (" +
                   gib_text(f.fixed_result.peak_total_device) + ") and skips the all-gathers (FULL_SHARD moves ~1.5x the bytes, pitfall K2)";
       f.fix = fix_words::no_shard(cfg, world);
       problem_fixes.push_back(change);

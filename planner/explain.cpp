@@ -134,7 +134,7 @@ Explanations explain(const ExplainInput& in) {
     else if (in.cluster.nodes > 1) comm += " No collective crosses nodes except what the mesh needs.";
     ex.recommended.push_back(comm);
     double rf = recompute_fraction(r);
-    ex.recommended.push_back(rf > 0.005 ? "Activation checkpointing (" + checkpointing_text(c.plan.activation_checkpointing) +
+    ex.recommended.push_back(rf > 0.005 ? "Activation checkpointing (" + sim::checkpointing_text(c.plan.activation_checkpointing) +
                                               ") recomputes " + pct_text(rf) + " of the step's FLOPs."
                                         : "No recomputation: activations fit without checkpointing.");
     const int fast = in.ranking.fastest, fast_no = in.ranking.fastest_without_offload;
@@ -239,7 +239,7 @@ Explanations explain(const ExplainInput& in) {
                  (d >= 0 ? num(100 * d, "%.1f") + "% below" : num(-100 * d, "%.1f") + "% above") + " the recommendation: " +
                  main_difference(r, e, cr, in.cands[static_cast<size_t>(i)]);
       if (exposed_fraction(e) > exposed_fraction(r) + 0.05)
-        v.reason += " over " + fabric_of(in.cands[static_cast<size_t>(i)], in.cluster) + " - " + strategy_text(sim::effective_strategy(cr.plan)) +
+        v.reason += " over " + fabric_of(in.cands[static_cast<size_t>(i)], in.cluster) + " - " + sim::strategy_name(sim::effective_strategy(cr.plan)) +
                     " mesh (" + std::to_string(cr.plan.mesh_replicate) + ", " + std::to_string(cr.plan.mesh_shard) + ") hides it";
       if (d < 0) v.reason += " (the recommendation needs less memory or avoids CPU offload: see why it was chosen)";
     } else if (f.smallest_sim >= 0) {

@@ -5,6 +5,7 @@
 #include "planner/export_fsdp2_body.h"
 #include "planner/exports.h"
 #include "planner/search_space.h"
+#include "sim/plan_keys.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -38,9 +39,9 @@ Export export_accelerate(const ExportInput& in) {
   if (fp8) mixed = "fp8";   // with fp8_config backend AO: torchao Float8Linear, bf16 elsewhere
   auto m = p.activation_checkpointing.mode;
   if (m == AcMode::EveryK || m == AcMode::SelectiveOp)
-    e.unsupported.push_back("activation_checkpointing=" + checkpointing_text(p.activation_checkpointing) +
+    e.unsupported.push_back("activation_checkpointing=" + sim::checkpointing_text(p.activation_checkpointing) +
                             ": fsdp_activation_checkpointing is on/off for every wrapped block; emitted as true (full)");
-  if (!v1 && p.reshard_after_forward > 1)
+  if (!v1 && sim::raf::is_group(p.reshard_after_forward))
     e.unsupported.push_back("reshard_after_forward=" + std::to_string(p.reshard_after_forward) +
                             ": fsdp_reshard_after_forward is true/false under FSDP2; emitted as true");
   if (!v1 && p.prefetch_depth > 1)
@@ -89,35 +90,37 @@ Export export_accelerate(const ExportInput& in) {
        << "main_process_port: 29500\n"
        << "rdzv_backend: static\n"
        << "same_network: true\n";
+  // fsdp_config's keys as the plan-key table spells them for accelerate (sim/plan_keys.cpp).
+  const auto key = [](const char* plan_key) { return "  " + sim::section_key(plan_key, sim::Framework::Accelerate) + ": "; };
   os << "fsdp_config:\n"
-     << "  fsdp_version: " << (v1 ? 1 : 2) << "\n";
+     << key("fsdp_version") << (v1 ? 1 : 2) << "\n";
   if (v1) {
-    std::string st = strategy_text(p.sharding_strategy);
+    std::string st = sim::strategy_name(p.sharding_strategy);
     if (st == "_HYBRID_SHARD_ZERO2") st = "HYBRID_SHARD_ZERO2";
-    os << "  fsdp_sharding_strategy: " << st << "\n";
+    os << key("sharding_strategy") << st << "\n";
   } else {
-    os << "  fsdp_reshard_after_forward: " << yaml_bool(p.reshard_after_forward != 0) << "\n";
+    os << key("reshard_after_forward") << yaml_bool(!sim::raf::keeps(p.reshard_after_forward)) << "\n";
   }
   switch (p.auto_wrap_policy.kind) {
     case models::WrapPolicy::Kind::TransformerBlock:
     case models::WrapPolicy::Kind::Modules:
-      os << "  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+      os << key("auto_wrap_policy") << "TRANSFORMER_BASED_WRAP\n"
          << "  fsdp_transformer_layer_cls_to_wrap: " << block_class_name(in.model) << "\n";
       break;
     case models::WrapPolicy::Kind::Size:
-      os << "  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n"
+      os << key("auto_wrap_policy") << "SIZE_BASED_WRAP\n"
          << "  fsdp_min_num_params: " << p.auto_wrap_policy.min_num_params << "\n";
       break;
-    case models::WrapPolicy::Kind::None: os << "  fsdp_auto_wrap_policy: NO_WRAP\n"; break;
+    case models::WrapPolicy::Kind::None: os << key("auto_wrap_policy") << "NO_WRAP\n"; break;
   }
   if (v1)
-    os << "  fsdp_backward_prefetch: "
-       << (p.backward_prefetch == sim::BackwardPrefetch::NONE ? "NO_PREFETCH" : prefetch_text(p.backward_prefetch)) << "\n"
-       << "  fsdp_forward_prefetch: " << yaml_bool(p.forward_prefetch) << "\n"
-       << "  fsdp_use_orig_params: " << yaml_bool(p.use_orig_params) << "\n"
+    os << key("backward_prefetch")
+       << (p.backward_prefetch == sim::BackwardPrefetch::NONE ? "NO_PREFETCH" : sim::prefetch_name(p.backward_prefetch)) << "\n"
+       << key("forward_prefetch") << yaml_bool(p.forward_prefetch) << "\n"
+       << key("use_orig_params") << yaml_bool(p.use_orig_params) << "\n"
        << "  fsdp_sync_module_states: true\n";
-  os << "  fsdp_activation_checkpointing: " << yaml_bool(m != AcMode::None) << "\n"
-     << "  fsdp_offload_params: " << yaml_bool(p.cpu_offload.params) << "\n"
+  os << key("activation_checkpointing") << yaml_bool(m != AcMode::None) << "\n"
+     << key("cpu_offload") << yaml_bool(p.cpu_offload.params) << "\n"
      << "  fsdp_cpu_ram_efficient_loading: true\n"
      << "  fsdp_state_dict_type: SHARDED_STATE_DICT\n";
   if (!v1 && p.mesh_replicate > 1) {

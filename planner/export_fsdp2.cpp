@@ -15,9 +15,9 @@ using AcMode = ActivationCheckpointing::Mode;
 void fsdp1_to_fsdp2_notes(const sim::Plan& p, std::vector<std::string>& unsupported) {
   if (p.fsdp_version != sim::FsdpVersion::FSDP1) return;
   unsupported.push_back("fsdp_version=1: the plan was simulated with FSDP1 semantics; this is its FSDP2 translation "
-                        "(sharding_strategy " + strategy_text(p.sharding_strategy) + " -> mesh + reshard_after_forward)");
+                        "(sharding_strategy " + sim::strategy_name(p.sharding_strategy) + " -> mesh + reshard_after_forward)");
   if (p.backward_prefetch != sim::BackwardPrefetch::BACKWARD_PRE)
-    unsupported.push_back("backward_prefetch=" + prefetch_text(p.backward_prefetch) +
+    unsupported.push_back("backward_prefetch=" + sim::prefetch_name(p.backward_prefetch) +
                           ": FSDP2 always prefetches one group ahead in backward (like BACKWARD_PRE)");
   if (p.forward_prefetch)
     unsupported.push_back("forward_prefetch=True: FSDP2 prefetches the next group implicitly; explicit lists are "
@@ -41,12 +41,12 @@ std::string reshard_overrides_code(const sim::Plan& p, const models::ModelSpec& 
   if (p.module_overrides.empty()) return "";
   std::string d = "{";
   for (const auto& o : p.module_overrides) {
-    if (o.reshard_after_forward < -1) continue;
+    if (o.reshard_after_forward == sim::raf::kUnset) continue;
     std::string idx;
     if (o.module == "last_block") idx = std::to_string(m.n_layers - 1);
     else if (auto dot = o.module.rfind('.'); dot != std::string::npos) idx = o.module.substr(dot + 1);
     if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos) continue;
-    d += (d.size() > 1 ? ", " : "") + idx + ": " + (o.reshard_after_forward == 0 ? "False" : "True");
+    d += (d.size() > 1 ? ", " : "") + idx + ": " + (sim::raf::keeps(o.reshard_after_forward) ? "False" : "True");
   }
   return d.size() > 1 ? d + "}" : "";
 }
@@ -84,7 +84,7 @@ std::string fsdp2_sharding_code(const ExportInput& in, const std::string& ind, c
     unsupported.push_back("cpu_offload.optimizer only: FSDP2's CPUOffloadPolicy offloads params, grads and optimizer together");
 
   const auto& ac = p.activation_checkpointing;
-  std::string raf = reshard_text(p.reshard_after_forward);
+  std::string raf = sim::raf::text(p.reshard_after_forward);
   if (p.fsdp_version == sim::FsdpVersion::FSDP1) {
     auto s = p.sharding_strategy;
     raf = (s == sim::ShardingStrategy::FULL_SHARD || s == sim::ShardingStrategy::HYBRID_SHARD) ? "true" : "false";

@@ -64,7 +64,7 @@ std::string lightning_module_code(const ExportInput& in) {
 void ac_class_set_notes(const sim::Plan& p, const std::string& cls, std::vector<std::string>& unsupported) {
   auto m = p.activation_checkpointing.mode;
   if (m == AcMode::EveryK)
-    unsupported.push_back("activation_checkpointing=" + checkpointing_text(p.activation_checkpointing) +
+    unsupported.push_back("activation_checkpointing=" + sim::checkpointing_text(p.activation_checkpointing) +
                           ": activation_checkpointing_policy={" + cls +
                           "} checkpoints every block; emitted as full checkpointing (less memory, slower than planned)");
   if (m == AcMode::SelectiveOp)
@@ -90,6 +90,8 @@ Export export_lightning(const ExportInput& in) {
       e.unsupported.push_back("grad_sync=true (reduce every micro-batch): the Trainer accumulates inside FSDP's no_sync(); "
                               "reducing every micro-batch needs a Fabric loop without no_backward_sync");
     bool hybrid = p.mesh_replicate > 1 && p.mesh_shard > 1;
+    // FSDPStrategy's keywords as the plan-key table spells them for Lightning (sim/plan_keys.cpp).
+    const auto kw = [](const char* plan_key) { return "    " + sim::spelling(plan_key, sim::Framework::Lightning) + "="; };
     os << "# fsdpsim export: PyTorch Lightning, target " << e.target << "\n"
        << "# plan: " << in.label << "\n"
        << "import torch\n"
@@ -99,31 +101,31 @@ Export export_lightning(const ExportInput& in) {
        << (p.float8 != models::Float8Recipe::None ? "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n" : "")
        << block_import_line(in.model) << "\n\n"
        << "strategy = FSDPStrategy(\n"
-       << "    sharding_strategy=\"" << strategy_text(p.sharding_strategy) << "\",\n";
+       << kw("sharding_strategy") << "\"" << sim::strategy_name(p.sharding_strategy) << "\",\n";
     if (hybrid) os << "    device_mesh=(" << p.mesh_replicate << ", " << p.mesh_shard << "),  # (replicate, shard)\n";
     switch (p.auto_wrap_policy.kind) {
-      case models::WrapPolicy::Kind::TransformerBlock: os << "    auto_wrap_policy={" << cls << "},\n"; break;
+      case models::WrapPolicy::Kind::TransformerBlock: os << kw("auto_wrap_policy") << "{" << cls << "},\n"; break;
       case models::WrapPolicy::Kind::None: os << "    # auto_wrap_policy=None: the whole model is one FSDP unit\n"; break;
       case models::WrapPolicy::Kind::Size:
-        os << "    auto_wrap_policy=functools.partial(size_based_auto_wrap_policy, min_num_params="
+        os << kw("auto_wrap_policy") << "functools.partial(size_based_auto_wrap_policy, min_num_params="
            << p.auto_wrap_policy.min_num_params << "),\n";
         break;
       case models::WrapPolicy::Kind::Modules:
-        os << "    auto_wrap_policy={" << cls << "},  # plan wraps modules by name; adapt\n";
+        os << kw("auto_wrap_policy") << "{" << cls << "},  # plan wraps modules by name; adapt\n";
         e.unsupported.push_back("auto_wrap_policy by module names: give Lightning a class set or a callable policy");
         break;
     }
     if (p.activation_checkpointing.mode != AcMode::None)
-      os << "    activation_checkpointing_policy={" << cls << "},\n";
-    os << "    cpu_offload=" << py_bool(p.cpu_offload.params) << ",\n";
+      os << kw("activation_checkpointing") << "{" << cls << "},\n";
+    os << kw("cpu_offload") << py_bool(p.cpu_offload.params) << ",\n";
     if (!mp.empty()) os << "    mixed_precision=" << mp << ",\n";
-    os << "    backward_prefetch="
+    os << kw("backward_prefetch")
        << (p.backward_prefetch == sim::BackwardPrefetch::NONE ? std::string("None")
-                                                               : "BackwardPrefetch." + prefetch_text(p.backward_prefetch))
+                                                               : "BackwardPrefetch." + sim::prefetch_name(p.backward_prefetch))
        << ",  # forwarded to FullyShardedDataParallel\n"
-       << "    forward_prefetch=" << py_bool(p.forward_prefetch) << ",\n"
-       << "    limit_all_gathers=" << py_bool(p.limit_all_gathers) << ",\n"
-       << "    use_orig_params=" << py_bool(p.use_orig_params) << ",\n"
+       << kw("forward_prefetch") << py_bool(p.forward_prefetch) << ",\n"
+       << kw("limit_all_gathers") << py_bool(p.limit_all_gathers) << ",\n"
+       << kw("use_orig_params") << py_bool(p.use_orig_params) << ",\n"
        << "    state_dict_type=\"sharded\",\n"
        << ")\n";
     os << lightning_module_code(in);
@@ -179,7 +181,7 @@ Export export_lightning(const ExportInput& in) {
      << "    devices=" << in.cluster.gpus_per_node << ",\n"
      << "    strategy=strategy,\n";
   if (!precision.empty()) os << "    precision=\"" << precision << "\",\n";
-  os << "    accumulate_grad_batches=" << p.grad_accum << ",\n"
+  os << "    " << sim::spelling("grad_accum", sim::Framework::Lightning) << "=" << p.grad_accum << ",\n"
      << ")\n"
      << "# DataLoader(batch_size=" << p.micro_batch << "): the micro-batch per GPU, sequences of " << p.seq_len
      << " tokens\n";

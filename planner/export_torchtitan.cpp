@@ -5,6 +5,7 @@
 #include "planner/export_fsdp2_body.h"
 #include "planner/exports.h"
 #include "planner/search_space.h"
+#include "sim/plan_keys.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -37,11 +38,11 @@ Export export_torchtitan(const ExportInput& in) {
   // "default": every block resharded after forward except the last (module_overrides last_block false);
   // "always": every block; "never": none.
   const bool last_kept = p.module_overrides.size() == 1 && p.module_overrides[0].module == "last_block" &&
-                         p.module_overrides[0].reshard_after_forward == 0;
+                         sim::raf::keeps(p.module_overrides[0].reshard_after_forward);
   std::string raf = last_kept ? "default" : "always";
   if (p.fsdp_version == sim::FsdpVersion::FSDP2) {
-    if (p.reshard_after_forward == 0) raf = "never";
-    if (p.reshard_after_forward > 1)
+    if (sim::raf::keeps(p.reshard_after_forward)) raf = "never";
+    if (sim::raf::is_group(p.reshard_after_forward))
       e.unsupported.push_back("reshard_after_forward=" + std::to_string(p.reshard_after_forward) +
                               ": fsdp_reshard_after_forward is default/always/never; emitted as \"default\"");
     if (p.prefetch_depth > 1)
@@ -55,6 +56,8 @@ Export export_torchtitan(const ExportInput& in) {
   if (p.auto_wrap_policy.kind != models::WrapPolicy::Kind::TransformerBlock)
     e.unsupported.push_back("auto_wrap_policy: torchtitan always shards per transformer block (+ embeddings, [norm, output])");
 
+  // Keys inside their sections as the plan-key table spells them for torchtitan (sim/plan_keys.cpp).
+  const auto key = [](const char* plan_key) { return sim::section_key(plan_key, sim::Framework::TorchTitan) + " = "; };
   std::ostringstream os;
   os << "# fsdpsim export: " << e.target << "\n"
      << "# plan: " << in.label << "\n"
@@ -66,42 +69,42 @@ Export export_torchtitan(const ExportInput& in) {
   const bool fp8 = p.float8 != models::Float8Recipe::None || p.fp8_all_gather;
   if (fp8) os << "converters = [\"quantize.linear.float8\"]  # before 2025-09-26 (5b5d46856): [\"float8\"] and a [float8] section\n";
   os << "\n[optimizer]\n"
-     << "name = \"AdamW\"\n"
-     << "implementation = \"" << (p.optimizer_impl == sim::OptimizerImpl::Fused ? "fused" : "foreach") << "\"\n";
+     << key("optimizer") << "\"AdamW\"\n"
+     << key("optimizer_impl") << "\"" << (p.optimizer_impl == sim::OptimizerImpl::Fused ? "fused" : "foreach") << "\"\n";
   os << "\n[training]\n"
-     << "local_batch_size = " << p.micro_batch << "\n"
+     << key("micro_batch") << p.micro_batch << "\n"
      << "global_batch_size = " << p.micro_batch * p.grad_accum * world << "  # gradient accumulation "
      << p.grad_accum << " = " << p.micro_batch * p.grad_accum * world << " / (" << p.micro_batch << " x " << world << ")\n"
-     << "seq_len = " << p.seq_len << "\n"
-     << "mixed_precision_param = \"" << param << "\"\n"
-     << "mixed_precision_reduce = \"" << reduce << "\"\n";
+     << key("seq_len") << p.seq_len << "\n"
+     << key("param_dtype") << "\"" << param << "\"\n"
+     << key("reduce_dtype") << "\"" << reduce << "\"\n";
   if (p.master_weights_dtype == p.param_dtype && p.param_dtype == Dtype::BF16)
-    os << "dtype = \"bfloat16\"  # pure bf16: no fp32 master weights\n";
-  os << "enable_cpu_offload = " << toml_bool(p.cpu_offload.params) << "\n\n"
+    os << key("master_weights_dtype") << "\"bfloat16\"  # pure bf16: no fp32 master weights\n";
+  os << key("cpu_offload") << toml_bool(p.cpu_offload.params) << "\n\n"
      << "[parallelism]\n"
      << "data_parallel_replicate_degree = " << p.mesh_replicate << "\n"
      << "data_parallel_shard_degree = " << p.mesh_shard << "\n"
-     << "fsdp_reshard_after_forward = \"" << raf << "\"\n"
+     << key("reshard_after_forward") << "\"" << raf << "\"\n"
      << "tensor_parallel_degree = 1\n"
      << "pipeline_parallel_degree = 1\n"
      << "context_parallel_degree = 1\n\n"
      << "[activation_checkpoint]\n";
   const auto& ac = p.activation_checkpointing;
   switch (ac.mode) {
-    case AcMode::None: os << "mode = \"none\"\n"; break;
-    case AcMode::Full: os << "mode = \"full\"\n"; break;
-    case AcMode::SelectiveOp: os << "mode = \"selective\"\nselective_ac_option = \"op\"\n"; break;
+    case AcMode::None: os << key("activation_checkpointing") << "\"none\"\n"; break;
+    case AcMode::Full: os << key("activation_checkpointing") << "\"full\"\n"; break;
+    case AcMode::SelectiveOp: os << key("activation_checkpointing") << "\"selective\"\nselective_ac_option = \"op\"\n"; break;
     case AcMode::EveryK:
-      os << "mode = \"selective\"\nselective_ac_option = \"" << ac.every_k << "\"  # checkpoint one in " << ac.every_k
+      os << key("activation_checkpointing") << "\"selective\"\nselective_ac_option = \"" << ac.every_k << "\"  # checkpoint one in " << ac.every_k
          << " blocks (block index % " << ac.every_k << " == 0)\n";
       break;
   }
-  if (p.compile) os << "\n[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n";
+  if (p.compile) os << "\n[compile]\n" << key("compile") << "true\ncomponents = [\"model\", \"loss\"]\n";
   if (fp8) {
     os << "\n[quantize.linear.float8]\n";
-    if (p.float8 == models::Float8Recipe::Rowwise) os << "recipe_name = \"rowwise\"\n";
+    if (p.float8 == models::Float8Recipe::Rowwise) os << key("float8") << "\"rowwise\"\n";
     if (p.fp8_all_gather)
-      os << "enable_fsdp_float8_all_gather = true\n"
+      os << key("fp8_all_gather") << "true\n"
          << "precompute_float8_dynamic_scale_for_fsdp = true\n";
     os << "filter_fqns = [\"output\"]\n";
   }

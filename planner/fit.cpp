@@ -92,17 +92,17 @@ FitAnswer fit_plan(const models::ModelSpec& model, const calibrate::HardwareProf
     cand.emplace_back(what, q);
   };
   for (const char* mode : {"selective_op", "full"})
-    if (checkpointing_text(p.activation_checkpointing) != mode)
+    if (sim::checkpointing_text(p.activation_checkpointing) != mode)
       add(std::string("activation_checkpointing \"") + mode + "\"", [mode](sim::Plan& q) { q.activation_checkpointing = ac_of(mode); });
   for (const auto& lb : a.largest)
-    if (lb.checkpointing == checkpointing_text(p.activation_checkpointing) && lb.micro_batch > 0 && lb.micro_batch < p.micro_batch &&
+    if (lb.checkpointing == sim::checkpointing_text(p.activation_checkpointing) && lb.micro_batch > 0 && lb.micro_batch < p.micro_batch &&
         (p.micro_batch * p.grad_accum) % lb.micro_batch == 0) {
       std::int64_t mb = lb.micro_batch, ga = p.micro_batch * p.grad_accum / mb;
       add("micro_batch " + std::to_string(mb) + " with grad_accum " + std::to_string(ga) + " (the same sequences per step)",
           [mb, ga](sim::Plan& q) { q.micro_batch = mb; q.grad_accum = ga; });
     }
-  if (p.mesh_shard > 1 && p.reshard_after_forward != -1 && p.fsdp_version == sim::FsdpVersion::FSDP2)
-    add("reshard_after_forward true", [](sim::Plan& q) { q.reshard_after_forward = -1; });
+  if (p.mesh_shard > 1 && p.reshard_after_forward != sim::raf::kTrue && p.fsdp_version == sim::FsdpVersion::FSDP2)
+    add("reshard_after_forward true", [](sim::Plan& q) { q.reshard_after_forward = sim::raf::kTrue; });
   if (p.fsdp_version == sim::FsdpVersion::FSDP1 && (p.sharding_strategy == sim::ShardingStrategy::SHARD_GRAD_OP ||
                                                     p.sharding_strategy == sim::ShardingStrategy::_HYBRID_SHARD_ZERO2))
     add(std::string("sharding_strategy ") + (p.mesh_replicate > 1 ? "HYBRID_SHARD" : "FULL_SHARD"), [](sim::Plan& q) {
@@ -126,13 +126,12 @@ FitAnswer fit_plan(const models::ModelSpec& model, const calibrate::HardwareProf
       q.mesh_shard = cl.world();
       q.sharding_strategy = q.sharding_strategy == sim::ShardingStrategy::_HYBRID_SHARD_ZERO2 ? sim::ShardingStrategy::SHARD_GRAD_OP
                                                                                              : sim::ShardingStrategy::FULL_SHARD;
-      if (q.reshard_after_forward > 1) q.reshard_after_forward = -1;
+      if (sim::raf::is_group(q.reshard_after_forward)) q.reshard_after_forward = sim::raf::kTrue;
     });
   if (p.fsdp_version == sim::FsdpVersion::FSDP1)
     add("fsdp_version 2", [](sim::Plan& q) {
       q.fsdp_version = sim::FsdpVersion::FSDP2;
-      auto s = q.sharding_strategy;
-      q.reshard_after_forward = (s == sim::ShardingStrategy::SHARD_GRAD_OP || s == sim::ShardingStrategy::_HYBRID_SHARD_ZERO2) ? 0 : -1;
+      q.reshard_after_forward = sim::raf::of_strategy(q.sharding_strategy);
       q.limit_all_gathers = false;
     });
   for (auto& [what, q] : cand) {

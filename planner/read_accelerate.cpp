@@ -16,6 +16,7 @@
 #include "planner/config_readers.h"
 #include "planner/config_text.h"
 #include "planner/search_space.h"
+#include "sim/plan_keys.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -33,32 +34,34 @@ const std::vector<std::string>& known_fsdp_keys() {
   return k;
 }
 
-sim::ShardingStrategy strategy_from(const std::string& key, const std::string& v) {
+// fsdp_sharding_strategy: a name or the wizard's number (1 = FULL_SHARD ... 5 = _HYBRID_SHARD_ZERO2).
+void read_strategy(const std::string& key, const std::string& v, sim::Plan& p) {
   static const char* nums[] = {"", "FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2"};
   std::string s = unquote(v);
   if (s.size() == 1 && s[0] >= '1' && s[0] <= '5') s = nums[s[0] - '0'];
-  Constraint c = parse_constraint("sharding_strategy=" + s, key);
-  for (auto st : {sim::ShardingStrategy::FULL_SHARD, sim::ShardingStrategy::SHARD_GRAD_OP, sim::ShardingStrategy::NO_SHARD,
-                  sim::ShardingStrategy::HYBRID_SHARD, sim::ShardingStrategy::_HYBRID_SHARD_ZERO2})
-    if (strategy_text(st) == c.value) return st;
-  return sim::ShardingStrategy::FULL_SHARD;
+  set_plan_key(p, "sharding_strategy", s, key);
 }
+
+// fsdp_config's key for a plan key (the table's accelerate spelling, sim/plan_keys.h), and its field.
+std::string fsdp_key(const char* plan_key) { return sim::section_key(plan_key, sim::Framework::Accelerate); }
+std::string fsdp_field(const char* plan_key) { return sim::spelling(plan_key, sim::Framework::Accelerate); }
 
 void read_wrap_policy(KV& f, const models::ModelSpec& model, UserConfig& cfg) {
   auto& p = cfg.plan;
-  cfg.wrap_policy_given = f.count("fsdp_auto_wrap_policy") > 0;
+  const std::string key = fsdp_key("auto_wrap_policy");
+  cfg.wrap_policy_given = f.count(key) > 0;
   if (!cfg.wrap_policy_given) {
     p.auto_wrap_policy.kind = models::WrapPolicy::Kind::None;
     std::string misspelled;
     for (const auto& [k, v] : f)
-      if (closest_key(k, {"fsdp_auto_wrap_policy"}) == "fsdp_auto_wrap_policy") misspelled = k;
+      if (closest_key(k, {key}) == key) misspelled = k;
     cfg.facts.push_back(misspelled.empty()
-                            ? "no fsdp_auto_wrap_policy: accelerate's default is NO_WRAP, so the whole model is one FSDP unit"
-                            : "fsdp_config." + misspelled + " is not a key accelerate reads (fsdp_auto_wrap_policy is), so "
+                            ? "no " + key + ": accelerate's default is NO_WRAP, so the whole model is one FSDP unit"
+                            : "fsdp_config." + misspelled + " is not a key accelerate reads (" + key + " is), so "
                               "the policy is accelerate's default NO_WRAP: the whole model is one FSDP unit");
     return;
   }
-  const std::string wrap = upper(unquote(f["fsdp_auto_wrap_policy"]));
+  const std::string wrap = upper(unquote(f[key]));
   if (wrap == "TRANSFORMER_BASED_WRAP") {
     if (f.count("fsdp_transformer_layer_cls_to_wrap")) {
       cfg.wrap_classes = as_names(f["fsdp_transformer_layer_cls_to_wrap"]);
@@ -80,7 +83,7 @@ void read_wrap_policy(KV& f, const models::ModelSpec& model, UserConfig& cfg) {
     p.auto_wrap_policy.kind = models::WrapPolicy::Kind::None;
     cfg.facts.push_back("fsdp_auto_wrap_policy NO_WRAP: the whole model is one FSDP unit");
   } else {
-    throw InputError("fsdp_config.fsdp_auto_wrap_policy", f["fsdp_auto_wrap_policy"],
+    throw InputError(fsdp_field("auto_wrap_policy"), f[key],
                      "TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP or NO_WRAP (accelerate raises \"Invalid auto wrap policy\")");
   }
 }
@@ -125,32 +128,34 @@ void read_accelerate(const YAML::Node& root, const models::ModelSpec& model, Use
   if (top.count("distributed_type") && top["distributed_type"] != "FSDP")
     throw InputError("distributed_type", top["distributed_type"], "FSDP (this diagnoses FSDP configurations)");
   p.implementation = models::ModelImpl::HF;   // accelerate trains transformers models
-  int version = f.count("fsdp_version") ? static_cast<int>(as_int("fsdp_config.fsdp_version", f["fsdp_version"], 1, 2)) : 1;
+  // The keys the plan-key table spells for accelerate (sim/plan_keys.cpp): the value given, or nullptr.
+  const auto given = [&f](const char* plan_key) -> const std::string* {
+    const auto it = f.find(fsdp_key(plan_key));
+    return it == f.end() ? nullptr : &it->second;
+  };
+  const int version = given("fsdp_version") ? static_cast<int>(as_int(fsdp_field("fsdp_version"), *given("fsdp_version"), 1, 2)) : 1;
   p.fsdp_version = version == 1 ? sim::FsdpVersion::FSDP1 : sim::FsdpVersion::FSDP2;
-  if (f.count("fsdp_sharding_strategy")) p.sharding_strategy = strategy_from("fsdp_config.fsdp_sharding_strategy", f["fsdp_sharding_strategy"]);
-  if (f.count("fsdp_reshard_after_forward")) {
-    const std::string key = "fsdp_config.fsdp_reshard_after_forward", v = f["fsdp_reshard_after_forward"];
+  if (const std::string* v = given("sharding_strategy")) read_strategy(fsdp_field("sharding_strategy"), *v, p);
+  if (const std::string* given_raf = given("reshard_after_forward")) {
+    const std::string key = fsdp_field("reshard_after_forward"), v = *given_raf;
     std::string l = lower(v);
     if (version == 2 || l == "true" || l == "false") {
       bool r = as_bool(key, v);
-      p.reshard_after_forward = r ? -1 : 0;
+      p.reshard_after_forward = sim::raf::of(r);
       if (version == 1) p.sharding_strategy = r ? sim::ShardingStrategy::FULL_SHARD : sim::ShardingStrategy::SHARD_GRAD_OP;
     } else {
-      p.sharding_strategy = strategy_from(key, v);  // the wizard writes the FSDP1 strategy under this key
+      read_strategy(key, v, p);  // the wizard writes the FSDP1 strategy under this key
     }
   }
   read_wrap_policy(f, model, cfg);
-  for (const char* k : {"fsdp_backward_prefetch", "fsdp_backward_prefetch_policy"})
+  for (const std::string& k : {fsdp_key("backward_prefetch"), std::string("fsdp_backward_prefetch_policy")})
     if (f.count(k)) {
-      Constraint c = parse_constraint("backward_prefetch=" + unquote(f[k]), std::string("fsdp_config.") + k);
-      p.backward_prefetch = c.value == "BACKWARD_PRE" ? sim::BackwardPrefetch::BACKWARD_PRE
-                            : c.value == "BACKWARD_POST" ? sim::BackwardPrefetch::BACKWARD_POST : sim::BackwardPrefetch::NONE;
+      set_plan_key(p, "backward_prefetch", unquote(f[k]), std::string("fsdp_config.") + k);
     }
-  if (f.count("fsdp_forward_prefetch")) p.forward_prefetch = as_bool("fsdp_config.fsdp_forward_prefetch", f["fsdp_forward_prefetch"]);
-  if (f.count("fsdp_offload_params"))
-    p.cpu_offload.params = p.cpu_offload.optimizer = as_bool("fsdp_config.fsdp_offload_params", f["fsdp_offload_params"]);
-  if (f.count("fsdp_use_orig_params")) p.use_orig_params = as_bool("fsdp_config.fsdp_use_orig_params", f["fsdp_use_orig_params"]);
-  if (f.count("fsdp_activation_checkpointing") && as_bool("fsdp_config.fsdp_activation_checkpointing", f["fsdp_activation_checkpointing"]))
+  if (const std::string* v = given("forward_prefetch")) p.forward_prefetch = as_bool(fsdp_field("forward_prefetch"), *v);
+  if (const std::string* v = given("cpu_offload")) p.cpu_offload.params = p.cpu_offload.optimizer = as_bool(fsdp_field("cpu_offload"), *v);
+  if (const std::string* v = given("use_orig_params")) p.use_orig_params = as_bool(fsdp_field("use_orig_params"), *v);
+  if (const std::string* v = given("activation_checkpointing"); v && as_bool(fsdp_field("activation_checkpointing"), *v))
     p.activation_checkpointing.mode = AcMode::Full;
   read_precision(top, root, cfg);
   KV dyn = yaml_map(root["dynamo_config"]);

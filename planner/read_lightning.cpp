@@ -10,6 +10,7 @@
 #include "planner/config_readers.h"
 #include "planner/config_text.h"
 #include "planner/search_space.h"
+#include "sim/plan_keys.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -48,11 +49,10 @@ void apply_lightning(const KV& strategy, const KV& trainer, const std::string& p
       "accelerator", "parallel_devices", "cluster_environment", "precision_plugin", "process_group", "fsdp_size"};
   for (const auto& [k, v] : strategy) {
     const std::string key = prefix_s + k;
-    if (k == "sharding_strategy") {
-      Constraint c = parse_constraint("sharding_strategy=" + last_component(v), key);
-      for (auto st : {sim::ShardingStrategy::FULL_SHARD, sim::ShardingStrategy::SHARD_GRAD_OP, sim::ShardingStrategy::NO_SHARD,
-                      sim::ShardingStrategy::HYBRID_SHARD, sim::ShardingStrategy::_HYBRID_SHARD_ZERO2})
-        if (strategy_text(st) == c.value) p.sharding_strategy = st;
+    // FSDPStrategy's keyword for a plan key, as the plan-key table spells it (sim/plan_keys.cpp).
+    const auto is = [&k](const char* plan_key) { return k == sim::spelling(plan_key, sim::Framework::Lightning); };
+    if (is("sharding_strategy")) {
+      set_plan_key(p, "sharding_strategy", last_component(v), key);
     } else if (k == "device_mesh") {
       auto ints = as_ints(v);
       if (ints.size() != 2 || ints[0] < 1 || ints[1] < 1 || ints[0] > (1 << 20) || ints[1] > (1 << 20))
@@ -61,7 +61,7 @@ void apply_lightning(const KV& strategy, const KV& trainer, const std::string& p
       p.mesh_shard = static_cast<int>(ints[1]);
       cfg.facts.push_back("device_mesh (" + std::to_string(ints[0]) + ", " + std::to_string(ints[1]) +
                           "): (replicate, shard), a 2-D mesh for HYBRID_SHARD");
-    } else if (k == "auto_wrap_policy") {
+    } else if (is("auto_wrap_policy")) {
       cfg.wrap_policy_given = true;
       std::string l = lower(v);
       if (l.find("size_based") != std::string::npos) {
@@ -81,7 +81,7 @@ void apply_lightning(const KV& strategy, const KV& trainer, const std::string& p
           cfg.facts.push_back("auto_wrap_policy " + v + " names no module of " + model.name + " (its blocks are " + block +
                               "): nothing is wrapped");
       }
-    } else if (k == "activation_checkpointing_policy" || k == "activation_checkpointing") {
+    } else if (is("activation_checkpointing") || k == "activation_checkpointing") {   // and the deprecated name
       // FSDPStrategy checkpoints every module the policy names (apply_activation_checkpointing): full
       // checkpointing of each block; there is no op-level form here.
       auto names = as_names(v);
@@ -92,21 +92,19 @@ void apply_lightning(const KV& strategy, const KV& trainer, const std::string& p
       } else if (lower(unquote(v)) != "none") {
         cfg.facts.push_back(k + " " + v + " names no module of " + model.name + ": no block is checkpointed");
       }
-    } else if (k == "cpu_offload") {
+    } else if (is("cpu_offload")) {
       p.cpu_offload.params = p.cpu_offload.optimizer = as_bool(key, v);
     } else if (k == "mixed_precision") {
       std::smatch m;
       if (std::regex_search(v, m, std::regex("param_dtype\\s*=\\s*([A-Za-z0-9_.]+)"))) p.param_dtype = parse_dtype(m[1].str(), key + ".param_dtype");
       if (std::regex_search(v, m, std::regex("reduce_dtype\\s*=\\s*([A-Za-z0-9_.]+)"))) p.reduce_dtype = parse_dtype(m[1].str(), key + ".reduce_dtype");
-    } else if (k == "backward_prefetch") {
-      Constraint c = parse_constraint("backward_prefetch=" + last_component(v), key);
-      p.backward_prefetch = c.value == "BACKWARD_PRE" ? sim::BackwardPrefetch::BACKWARD_PRE
-                            : c.value == "BACKWARD_POST" ? sim::BackwardPrefetch::BACKWARD_POST : sim::BackwardPrefetch::NONE;
-    } else if (k == "forward_prefetch") {
+    } else if (is("backward_prefetch")) {
+      set_plan_key(p, "backward_prefetch", last_component(v), key);
+    } else if (is("forward_prefetch")) {
       p.forward_prefetch = as_bool(key, v);
-    } else if (k == "limit_all_gathers") {
+    } else if (is("limit_all_gathers")) {
       p.limit_all_gathers = as_bool(key, v);
-    } else if (k == "use_orig_params") {
+    } else if (is("use_orig_params")) {
       p.use_orig_params = as_bool(key, v);
     } else if (std::find(known.begin(), known.end(), k) == known.end()) {
       std::string near = closest_key(k, known);
@@ -123,7 +121,7 @@ void apply_lightning(const KV& strategy, const KV& trainer, const std::string& p
     if (k == "precision") { precision_set = true; continue; }
     if (k == "devices") { if (lower(unquote(v)) != "auto" && lower(unquote(v)) != "-1") cfg.gpus_per_node = static_cast<int>(as_int(key, v, 1, 1024)); }
     else if (k == "num_nodes") cfg.nodes = static_cast<int>(as_int(key, v, 1, 1 << 20));
-    else if (k == "accumulate_grad_batches") p.grad_accum = as_int(key, v, 1, 65536);
+    else if (k == sim::spelling("grad_accum", sim::Framework::Lightning)) p.grad_accum = as_int(key, v, 1, 65536);
   }
   // Precision after the strategy's mixed_precision? Lightning: an explicit MixedPrecision wins.
   if (precision_set) {

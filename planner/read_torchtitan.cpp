@@ -14,6 +14,7 @@
 #include "common/errors.h"
 #include "planner/config_readers.h"
 #include "planner/config_text.h"
+#include "sim/plan_keys.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -73,15 +74,20 @@ class Toml {
   const toml::table& t_;
 };
 
-Dtype titan_dtype(const std::string& key, const std::string& v) {
+// The TOML path of a plan key, as the plan-key table spells it for torchtitan (sim/plan_keys.cpp).
+std::string titan(const char* plan_key) { return sim::spelling(plan_key, sim::Framework::TorchTitan); }
+
+// A dtype key of [training] (default `dflt`).
+Dtype titan_dtype(const Toml& t, const char* plan_key, const std::string& dflt) {
+  const std::string path = titan(plan_key), v = t.get_str(path, dflt);
   if (v == "bfloat16") return Dtype::BF16;
   if (v == "float32") return Dtype::FP32;
-  throw InputError("training." + key, v, "bfloat16 or float32");
+  throw InputError(path, v, "bfloat16 or float32");
 }
 
 // [compile]: enable, components (job_config.py Compile; default components ["model", "loss"]).
 void read_compile(const Toml& t, UserConfig& cfg) {
-  if (!t.get_bool("compile.enable", false)) {
+  if (!t.get_bool(titan("compile"), false)) {
     if (t.has("compile")) cfg.facts.push_back("[compile] enable = false: eager");
     return;
   }
@@ -106,18 +112,20 @@ void read_float8(const Toml& t, UserConfig& cfg) {
       cfg.facts.push_back("[" + sec + "] present but [model] converters does not name float8: bf16 matmuls, float8 off");
     return;
   }
-  std::string recipe = t.get_str(sec + ".recipe_name", "tensorwise");   // None -> Float8LinearConfig() = tensorwise
+  const std::string recipe_key = sec + "." + sim::section_key("float8", sim::Framework::TorchTitan);
+  std::string recipe = t.get_str(recipe_key, "tensorwise");   // None -> Float8LinearConfig() = tensorwise
   if (recipe == "tensorwise") p.float8 = models::Float8Recipe::Tensorwise;
   else if (recipe == "rowwise") p.float8 = models::Float8Recipe::Rowwise;
   else if (recipe == "rowwise_with_gw_hp") {
     p.float8 = models::Float8Recipe::Rowwise;
-    cfg.warnings.push_back(sec + ".recipe_name rowwise_with_gw_hp: simulated as rowwise (its weight-gradient matmul in high precision is not modelled)");
+    cfg.warnings.push_back(recipe_key + " rowwise_with_gw_hp: simulated as rowwise (its weight-gradient matmul in high precision is not modelled)");
   } else {
-    throw InputError(sec + ".recipe_name", recipe, "tensorwise, rowwise or rowwise_with_gw_hp");
+    throw InputError(recipe_key, recipe, "tensorwise, rowwise or rowwise_with_gw_hp");
   }
-  bool ag = t.get_bool(sec + ".enable_fsdp_float8_all_gather", false);
+  const std::string ag_key = sec + "." + sim::section_key("fp8_all_gather", sim::Framework::TorchTitan);
+  bool ag = t.get_bool(ag_key, false);
   if (ag && p.float8 != models::Float8Recipe::Tensorwise)
-    throw InputError(sec + ".enable_fsdp_float8_all_gather", "true", "tensorwise scaling (torchao's float8 all-gather needs it)");
+    throw InputError(ag_key, "true", "tensorwise scaling (torchao's float8 all-gather needs it)");
   p.fp8_all_gather = ag;
   cfg.facts.push_back("[model] converters float8 + [" + sec + "]: torchao Float8Linear, float8 \"" +
                       models::float8_recipe_name(p.float8) + "\"" + (ag ? ", float8 all-gathers" : ""));
@@ -125,18 +133,18 @@ void read_float8(const Toml& t, UserConfig& cfg) {
 
 void read_optimizer(const Toml& t, UserConfig& cfg) {
   auto& p = cfg.plan;
-  std::string name = t.get_str("optimizer.name", "AdamW");
-  if (name != "AdamW" && name != "Adam") throw InputError("optimizer.name", name, "AdamW or Adam (torchtitan's optimizers)");
+  std::string name = t.get_str(titan("optimizer"), "AdamW");
+  if (name != "AdamW" && name != "Adam") throw InputError(titan("optimizer"), name, "AdamW or Adam (torchtitan's optimizers)");
   p.optimizer = sim::Optimizer::AdamW;
-  std::string impl = t.get_str("optimizer.implementation", "fused");   // job_config.py Optimizer default "fused"
+  std::string impl = t.get_str(titan("optimizer_impl"), "fused");   // job_config.py Optimizer default "fused"
   if (impl == "fused") p.optimizer_impl = sim::OptimizerImpl::Fused;
   else if (impl == "foreach") p.optimizer_impl = sim::OptimizerImpl::Foreach;
   else if (impl == "for-loop") {
     p.optimizer_impl = sim::OptimizerImpl::Fused;
-    cfg.warnings.push_back("optimizer.implementation for-loop: simulated as fused for memory (per-tensor temporaries only); "
+    cfg.warnings.push_back(titan("optimizer_impl") + " for-loop: simulated as fused for memory (per-tensor temporaries only); "
                            "its per-parameter kernel launches are not modelled");
   } else {
-    throw InputError("optimizer.implementation", impl, "fused, foreach or for-loop");
+    throw InputError(titan("optimizer_impl"), impl, "fused, foreach or for-loop");
   }
 }
 
@@ -169,37 +177,37 @@ void read_torchtitan(const std::string& text, const std::string& source, const m
   p.fsdp_version = sim::FsdpVersion::FSDP2;
   p.implementation = models::ModelImpl::TorchTitan;
   // Defaults from torchtitan/config/job_config.py (ecosystem.md §2.4).
-  p.micro_batch = t.get_int("training.local_batch_size", 8, 1, 65536);
+  p.micro_batch = t.get_int(titan("micro_batch"), 8, 1, 65536);
   cfg.micro_batch_given = true;
-  p.seq_len = t.get_int("training.seq_len", 2048, 1, 1 << 22);
+  p.seq_len = t.get_int(titan("seq_len"), 2048, 1, 1 << 22);
   cfg.seq_len_given = true;
-  p.param_dtype = titan_dtype("mixed_precision_param", t.get_str("training.mixed_precision_param", "bfloat16"));
-  p.reduce_dtype = titan_dtype("mixed_precision_reduce", t.get_str("training.mixed_precision_reduce", "float32"));
-  p.master_weights_dtype = titan_dtype("dtype", t.get_str("training.dtype", "float32"));
+  p.param_dtype = titan_dtype(t, "param_dtype", "bfloat16");
+  p.reduce_dtype = titan_dtype(t, "reduce_dtype", "float32");
+  p.master_weights_dtype = titan_dtype(t, "master_weights_dtype", "float32");
   if (p.master_weights_dtype == Dtype::BF16) p.param_dtype = p.reduce_dtype = Dtype::BF16;
-  p.cpu_offload.params = p.cpu_offload.optimizer = t.get_bool("training.enable_cpu_offload", false);
+  p.cpu_offload.params = p.cpu_offload.optimizer = t.get_bool(titan("cpu_offload"), false);
   long long replicate = t.get_int("parallelism.data_parallel_replicate_degree", 1, 1, 1 << 20);
   long long shard = t.get_int("parallelism.data_parallel_shard_degree", -1, -1, 1 << 20);
   if (shard == 0) throw InputError("parallelism.data_parallel_shard_degree", "0", "-1 (the leftover ranks) or >= 1");
   p.mesh_replicate = static_cast<int>(replicate);
   p.mesh_shard = static_cast<int>(shard);  // -1 resolved against the cluster by the caller
-  std::string raf = t.get_str("parallelism.fsdp_reshard_after_forward", "default");
-  if (raf == "always") p.reshard_after_forward = -1;
-  else if (raf == "never") p.reshard_after_forward = 0;
+  std::string raf = t.get_str(titan("reshard_after_forward"), "default");
+  if (raf == "always") p.reshard_after_forward = sim::raf::kTrue;
+  else if (raf == "never") p.reshard_after_forward = sim::raf::kFalse;
   else if (raf == "default") {
     // "default" without pipeline parallelism: blocks resharded after forward, the last one not
     // (torchtitan's parallelize.py: the FSDP group used first in backward is not resharded).
-    p.reshard_after_forward = -1;
-    p.module_overrides = {sim::ModuleOverride{"last_block", 0}};
+    p.reshard_after_forward = sim::raf::kTrue;
+    p.module_overrides = {sim::ModuleOverride{"last_block", sim::raf::kFalse}};
   } else {
-    throw InputError("parallelism.fsdp_reshard_after_forward", raf, "default, always or never");
+    throw InputError(titan("reshard_after_forward"), raf, "default, always or never");
   }
   for (const char* k : {"tensor_parallel_degree", "context_parallel_degree", "pipeline_parallel_degree"}) {
     const std::string path = std::string("parallelism.") + k;
     if (long long d = t.get_int(path, 1, 1, 1 << 20); d != 1)
       throw InputError(path, std::to_string(d), "1 (fsdpsim simulates FSDP data parallelism only)");
   }
-  std::string mode = t.get_str("activation_checkpoint.mode", "selective");
+  std::string mode = t.get_str(titan("activation_checkpointing"), "selective");
   std::string opt = t.get_str("activation_checkpoint.selective_ac_option", "2");
   if (mode == "none") p.activation_checkpointing.mode = AcMode::None;
   else if (mode == "full") p.activation_checkpointing.mode = AcMode::Full;
@@ -211,7 +219,7 @@ void read_torchtitan(const std::string& text, const std::string& source, const m
       p.activation_checkpointing.every_k = static_cast<int>(k);
     }
   } else {
-    throw InputError("activation_checkpoint.mode", mode, "none, selective or full (memory_budget needs torch.compile; not simulated)");
+    throw InputError(titan("activation_checkpointing"), mode, "none, selective or full (memory_budget needs torch.compile; not simulated)");
   }
   long long gbs = t.get_int("training.global_batch_size", -1, -1, std::int64_t{1} << 40);
   if (gbs > 0) p.grad_accum = -gbs;  // resolved against the data-parallel degree by the caller

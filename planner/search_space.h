@@ -31,6 +31,7 @@
 
 #include "common/dtype.h"
 #include "sim/plan.h"
+#include "sim/plan_keys.h"
 
 namespace fsdpsim::planner {
 
@@ -104,11 +105,6 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& opts, int nodes,
 
 // The canonical value of a searched key in a plan ("true", "[2,8]", "every_2", "BACKWARD_PRE").
 std::string canonical_value(const sim::Plan& p, const std::string& key);
-// Names (PyTorch's words), local to the planner so its pure parts do not need the simulator.
-std::string strategy_text(sim::ShardingStrategy s);
-std::string prefetch_text(sim::BackwardPrefetch b);
-std::string checkpointing_text(const sim::ActivationCheckpointing& ac);
-std::string reshard_text(int reshard_after_forward);  // "true" / "false" / "8"
 std::string precision_name(const sim::Plan& p);        // preset name or "param=..,reduce=..,master=.."
 std::string family_of(const sim::Plan& p, int gpus_per_node);
 std::string label_of(const sim::Plan& p);

@@ -35,8 +35,8 @@ void set_strategy(sim::Plan& q, ShardingStrategy fsdp1_strategy, int replicate, 
   q.mesh_replicate = replicate;
   q.mesh_shard = shard;
   q.sharding_strategy = fsdp1_strategy;   // FSDP2 plans carry their derived strategy too; resolve_plan checks it
-  if (q.fsdp_version == sim::FsdpVersion::FSDP2 && q.reshard_after_forward > 1 && (q.reshard_after_forward >= shard || shard % q.reshard_after_forward != 0))
-    q.reshard_after_forward = -1;
+  if (q.fsdp_version == sim::FsdpVersion::FSDP2 && sim::raf::is_group(q.reshard_after_forward) && (q.reshard_after_forward >= shard || shard % q.reshard_after_forward != 0))
+    q.reshard_after_forward = sim::raf::kTrue;
 }
 
 std::vector<Change> changes_of(const sim::Plan& p, const calibrate::Cluster& cl) {
@@ -70,13 +70,13 @@ std::vector<Change> changes_of(const sim::Plan& p, const calibrate::Cluster& cl)
           });
     else
       add("reshard_after_forward", p.reshard_after_forward == 0 ? "reshard_after_forward true" : "reshard_after_forward false",
-          [&](sim::Plan& q) { q.reshard_after_forward = p.reshard_after_forward == 0 ? -1 : 0; });
+          [&](sim::Plan& q) { q.reshard_after_forward = sim::raf::of(sim::raf::keeps(p.reshard_after_forward)); });
   }
   // Prefetching.
   if (v1 && p.mesh_shard > 1) {
     for (auto bp : {sim::BackwardPrefetch::BACKWARD_PRE, sim::BackwardPrefetch::BACKWARD_POST, sim::BackwardPrefetch::NONE})
       if (bp != p.backward_prefetch)
-        add("backward_prefetch", "backward_prefetch " + prefetch_text(bp), [bp](sim::Plan& q) { q.backward_prefetch = bp; });
+        add("backward_prefetch", "backward_prefetch " + sim::prefetch_name(bp), [bp](sim::Plan& q) { q.backward_prefetch = bp; });
     add("forward_prefetch", std::string("forward_prefetch ") + (p.forward_prefetch ? "False" : "True"),
         [](sim::Plan& q) { q.forward_prefetch = !q.forward_prefetch; });
     add("limit_all_gathers", std::string("limit_all_gathers ") + (p.limit_all_gathers ? "False" : "True"),
@@ -120,12 +120,12 @@ std::vector<Change> changes_of(const sim::Plan& p, const calibrate::Cluster& cl)
   if (v1)
     add("fsdp_version", "FSDP2 (fully_shard)", [&](sim::Plan& q) {
       q.fsdp_version = sim::FsdpVersion::FSDP2;
-      q.reshard_after_forward = zero2 ? 0 : -1;
+      q.reshard_after_forward = sim::raf::of(!zero2);
       q.limit_all_gathers = false;
       q.forward_prefetch = false;
       q.backward_prefetch = sim::BackwardPrefetch::BACKWARD_PRE;
     });
-  else if (p.reshard_after_forward <= 1 && !p.fp8_all_gather)
+  else if (!sim::raf::is_group(p.reshard_after_forward) && !p.fp8_all_gather)
     add("fsdp_version", "FSDP1 (FullyShardedDataParallel)", [&](sim::Plan& q) {
       q.fsdp_version = sim::FsdpVersion::FSDP1;
       q.sharding_strategy = st;

@@ -30,12 +30,30 @@ struct AllocConf {
   bool operator==(const AllocConf&) const = default;
 };
 
+// reshard_after_forward as Plan and ModuleOverride hold it: an int code, which the lowering copies into its
+// per-unit table (sim/lower_context.cpp). Write and read it through these names.
+namespace raf {
+inline constexpr int kTrue = -1;     // reshard to the shard group after forward (FSDP2's default)
+inline constexpr int kFalse = 0;     // keep the unsharded parameters until backward (the ZeRO-2 variant)
+inline constexpr int kUnset = -2;    // ModuleOverride: not overridden
+constexpr int of(bool reshard) { return reshard ? kTrue : kFalse; }
+constexpr int group(int k) { return k; }              // k > 1: reshard to groups of k GPUs (hpZ, F2.4)
+constexpr bool is_group(int code) { return code > 1; }
+constexpr bool keeps(int code) { return code == kFalse; }   // the parameters stay unsharded until backward
+// What a sharding strategy means for it (F2.12): false for the ZeRO-2 strategies, true for the others.
+constexpr int of_strategy(ShardingStrategy s) {
+  return of(s != ShardingStrategy::SHARD_GRAD_OP && s != ShardingStrategy::_HYBRID_SHARD_ZERO2);
+}
+// "true", "false" or the group size ("8"): the text form (planner labels, --fix values).
+std::string text(int code);
+}  // namespace raf
+
 // A setting for one FSDP unit (param group) by its module name, as `fsdpsim model-info` lists the units
 // (e.g. "model.layers.31"), or the alias "last_block". torchtitan's default reshard policy keeps the last
 // block unsharded after forward (its parameters are needed again at once in backward).
 struct ModuleOverride {
   std::string module;
-  int reshard_after_forward = -2;     // -2 = not overridden; -1 = true; 0 = false (FSDP2 only)
+  int reshard_after_forward = raf::kUnset;   // raf::kUnset = not overridden; kTrue or kFalse (FSDP2 only)
   bool operator==(const ModuleOverride&) const = default;
 };
 
@@ -80,8 +98,8 @@ struct Plan {
   int mesh_shard = 0;
   // FSDP1: the strategy. FSDP2: derived from reshard_after_forward + mesh (semantics F2.12).
   ShardingStrategy sharding_strategy = ShardingStrategy::FULL_SHARD;
-  // FSDP2 reshard_after_forward: -1 = true, 0 = false, k>1 = int (reshard to groups of k after forward).
-  int reshard_after_forward = -1;
+  // FSDP2 reshard_after_forward (namespace raf): true, false, or an int k > 1 (reshard to groups of k).
+  int reshard_after_forward = raf::kTrue;
   BackwardPrefetch backward_prefetch = BackwardPrefetch::BACKWARD_PRE;
   bool forward_prefetch = false;
   bool limit_all_gathers = true;     // FSDP1 rate limiter (2 in flight)
