@@ -114,7 +114,9 @@ TEST(PlanKeys, TextAndJsonFormsAgree) {
       // mode without outside_fsdp): the JSON agrees only where it says the same.
       static const std::set<std::string> readings = {"sharding_strategy", "reshard_after_forward", "cpu_offload",
                                                      "activation_checkpointing"};
-      if (!readings.count(k.name)) EXPECT_EQ(plan_to_json(q)[k.name], plan_to_json(p)[k.name]) << k.name;
+      if (!readings.count(k.name)) {
+        EXPECT_EQ(plan_to_json(q)[k.name], plan_to_json(p)[k.name]) << k.name;
+      }
     }
   // Base keys take the JSON spelling of their values as text.
   for (const Plan& p : sample_plans())
@@ -184,8 +186,11 @@ TEST(PlanKeys, OneVersionKeysAreRefusedByTheOtherVersion) {
   EXPECT_EQ(refused_field(R"({"fsdp_version": 1, "backward_prefetch": "BACKWARD_POST", "prefetch_depth": 1,
                               "module_overrides": {"last_block": {}}})"), "");
   // The per-module keys are the ones module_overrides takes.
-  for (const PlanKey& k : plan_keys())
-    if (k.per_module) EXPECT_EQ(k.name, "reshard_after_forward");
+  for (const PlanKey& k : plan_keys()) {
+    if (k.per_module) {
+      EXPECT_EQ(k.name, "reshard_after_forward");
+    }
+  }
   EXPECT_EQ(refused_field(R"({"module_overrides": {"last_block": {"prefetch_depth": 2}}})"),
             "plan.module_overrides.last_block.prefetch_depth = 2");
 }
