@@ -173,10 +173,10 @@ KV yaml_map(const YAML::Node& n) {
 }
 
 void set_plan_key(sim::Plan& p, const std::string& plan_key, const std::string& value, const std::string& key) {
-  // An empty value keeps the message these readers gave when they went through --fix's parser.
-  if (value.empty())
-    throw InputError(key, plan_key + "=", "key=value with a plan JSON key, e.g. fsdp_version=2 or activation_checkpointing=full");
-  sim::plan_key(plan_key).set(p, sim::strip_quotes(value), key + " " + plan_key);
+  // The error names the framework's field (`key`) and its value; the plan key it maps to is in the expectation.
+  const std::string v = sim::strip_quotes(value);
+  if (v.empty()) throw InputError(key, "\"\"", "a value for the plan's " + plan_key + " (it is empty)");
+  sim::plan_key(plan_key).set(p, v, key);
 }
 
 void read_directive(const std::string& text, UserConfig& cfg) {

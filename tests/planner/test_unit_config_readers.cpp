@@ -80,6 +80,24 @@ TEST(Readers, AccelerateAndLightningYaml) {
   EXPECT_FALSE(l.wraps_nothing);
 }
 
+// A framework value the plan key refuses, or an empty one: the error names the framework's field alone
+// (not the plan key after it) and the value as written.
+TEST(Readers, BadFrameworkValueNamesTheFrameworkField) {
+  const std::string head = "distributed_type: FSDP\nnum_processes: 8\nfsdp_config:\n";
+  auto error_of = [&](const std::string& line) -> std::pair<std::string, std::string> {
+    try {
+      parse_user_config_text(head + line, "accelerate", "x.yaml", kLlama);
+    } catch (const InputError& e) {
+      return {e.field(), e.value()};
+    }
+    return {"", ""};
+  };
+  EXPECT_EQ(error_of("  fsdp_sharding_strategy: BOGUS\n"),
+            (std::pair<std::string, std::string>{"fsdp_config.fsdp_sharding_strategy", "BOGUS"}));
+  EXPECT_EQ(error_of("  fsdp_sharding_strategy: \"\"\n"),
+            (std::pair<std::string, std::string>{"fsdp_config.fsdp_sharding_strategy", "\"\""}));
+}
+
 TEST(Readers, Torchtitan) {
   auto t = read_user_config(fixture("torchtitan_full_shard_eth.toml"), {}, kLlama);
   EXPECT_EQ(t.format, "torchtitan");

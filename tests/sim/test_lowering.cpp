@@ -513,8 +513,11 @@ TEST(LoweringAccumulation, NoSyncKeepsUnshardedGradsUntilTheLastMicroBatch) {
   EXPECT_TRUE(frees(*cats[1], cats[1]->allocs[0]));
   EXPECT_EQ(cats[1]->outputs, std::vector<int>{grad});
   // No sharded gradient exists before the last micro-batch's reduction (zero_grad set them to None).
-  for (const auto& b : p.buffers)
-    if (b.category == MemCategory::ShardedGrads) EXPECT_FALSE(b.persistent) << b.name;
+  for (const auto& b : p.buffers) {
+    if (b.category == MemCategory::ShardedGrads) {
+      EXPECT_FALSE(b.persistent) << b.name;
+    }
+  }
   for (const auto& o : p.ops)
     if (frees(o, grad)) {
       EXPECT_EQ(o.micro_batch, 1);
@@ -843,8 +846,11 @@ TEST(LoweringWorkspace, TwoCublasWorkspacesForwardThreadAndAutogradThread) {
     EXPECT_EQ(by[1]->kind, OpKind::Backward) << plan;
     EXPECT_EQ(by[1]->unit, 0) << plan;   // the head's backward
     EXPECT_EQ(by[0]->stream, by[1]->stream);   // the compute stream
-    for (const Buffer& b : p.buffers)
-      if (b.name.find("cublas_ws") != std::string::npos) EXPECT_EQ(b.pool_stream, by[0]->stream);
+    for (const Buffer& b : p.buffers) {
+      if (b.name.find("cublas_ws") != std::string::npos) {
+        EXPECT_EQ(b.pool_stream, by[0]->stream);
+      }
+    }
     const StepProgram none = lower(tiny_spec(2), g, resolved(plan, 8, 8), Topology{8, 8, 0});
     EXPECT_EQ(none.buffers.size() + 2, p.buffers.size()) << plan;
   }
