@@ -215,16 +215,7 @@ void CachingAllocator::add_class(Pool& p, std::size_t at, Bytes size) {
   for (std::size_t w = p.nonempty.size() - 1; w > w0; --w) p.nonempty[w] = (p.nonempty[w] << 1) | (p.nonempty[w - 1] >> 63);
   const std::uint64_t low = p.nonempty[w0] & ((std::uint64_t{1} << (at & 63)) - 1);
   p.nonempty[w0] = low | ((p.nonempty[w0] & ~low) << 1);
-  // A hint's class moved up with it, except where the new class is now the first one >= its size (a
-  // hint that named class `at` as the first class above its size, which the new one is not larger than).
-  for (Pool::Hint& h : p.hints) {
-    if (h.size < 0 || h.index < at) continue;
-    if (h.index == at && !h.exact && size >= h.size) {
-      h.exact = size == h.size ? 1u : 0u;
-    } else {
-      ++h.index;
-    }
-  }
+  p.hints.fill(Pool::Hint{});   // class indices moved: every hint is stale
 }
 
 // Inserts a free block into its pool's class (blk.cls records it for pool_erase_neighbour).

@@ -242,8 +242,8 @@ class CachingAllocator {
     std::vector<std::vector<FreeEntry>> lists;   // parallel to sizes; addr descending
     std::vector<std::vector<FreeEntry>> spare;   // emptied lists dropped by compact, their storage kept
     // A small direct-mapped memo of class_at_least(size) for the sizes a step keeps asking about
-    // (`exact`: that class has exactly this size). add_class moves the stored indices with the classes
-    // and compact drops every hint (the only times class indices move), so a stored hint is always current.
+    // (`exact`: that class has exactly this size). add_class and compact drop every hint (the only times
+    // class indices move; with classes kept, both are rare), so a stored hint is always current.
     struct Hint {
       Bytes size = -1;
       std::uint32_t index = 0;
@@ -298,7 +298,7 @@ class CachingAllocator {
   static void mark_empty(Pool& p, std::size_t i) { p.nonempty[i >> 6] &= ~(std::uint64_t{1} << (i & 63)); }
   static void clear_pool(Pool& p);
   static void recompute_nonempty(Pool& p);
-  static Pool::Hint lower_class(Pool& p, Bytes size);   // class_at_least, stored as a hint when it may be
+  static Pool::Hint lower_class(Pool& p, Bytes size);   // class_at_least, stored as the size's hint
   static std::size_t class_at_least(const std::vector<Bytes>& sizes, Bytes s);   // first class >= s
   // The hot paths (defined in the .cpp, inlined into alloc/free): best-fit take, insert, erase.
   int find_free_block(Pool& p, Bytes size);
