@@ -50,7 +50,7 @@ void apply_lightning(const KV& strategy, const KV& trainer, const std::string& p
   for (const auto& [k, v] : strategy) {
     const std::string key = prefix_s + k;
     // FSDPStrategy's keyword for a plan key, as the plan-key table spells it (sim/plan_keys.cpp).
-    const auto is = [&k](const char* plan_key) { return k == sim::spelling(plan_key, sim::Framework::Lightning); };
+    const auto is = [&name = k](const char* plan_key) { return name == sim::spelling(plan_key, sim::Framework::Lightning); };
     if (is("sharding_strategy")) {
       set_plan_key(p, "sharding_strategy", last_component(v), key);
     } else if (k == "device_mesh") {
