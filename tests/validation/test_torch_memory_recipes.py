@@ -266,20 +266,86 @@ class FusedFunctions(unittest.TestCase):
     def setUp(self):
         torch.manual_seed(0)
 
+    def gradcheck(self, fn, inputs):
+        """gradcheck re-runs one graph and reuses its grad_outputs: in-place backward off (ops.py)."""
+        ops.IN_PLACE_BACKWARD = False
+        try:
+            return torch.autograd.gradcheck(fn, inputs)
+        finally:
+            ops.IN_PLACE_BACKWARD = True
+
     def test_silu_mul(self):
         a = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
         b = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
-        self.assertTrue(torch.autograd.gradcheck(ops.SiLUMul.apply, (a, b)))
+        self.assertTrue(self.gradcheck(ops.SiLUMul.apply, (a, b)))
         torch.testing.assert_close(ops.SiLUMul.apply(a, b), F.silu(a) * b)
+
+    def test_silu_mul_backward_writes_into_its_saved_inputs(self):
+        # As Liger's kernel: da and db are a and b (the gate and up outputs), no new tensor of their size,
+        # chunk by chunk (a chunk smaller than the rows here); gradients as plain autograd's.
+        x = torch.randn(7, 4, dtype=torch.float64, requires_grad=True)
+        wg = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+        wu = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+        dout = torch.randn(7, 6, dtype=torch.float64)
+        ref = torch.autograd.grad((F.silu(x @ wg.t()) * (x @ wu.t()) * dout).sum(), (x, wg, wu))
+        seen = {}
+
+        def keep(name):
+            def hook(g):
+                seen[name] = g.data_ptr()
+            return hook
+        old_chunk = ops.SiLUMul.CHUNK_ELEMS
+        ops.SiLUMul.CHUNK_ELEMS = 12        # 2 rows of 6 per chunk
+        try:
+            gate, up = x @ wg.t(), x @ wu.t()
+            ptrs = {"gate": gate.data_ptr(), "up": up.data_ptr()}
+            gate.register_hook(keep("gate"))
+            up.register_hook(keep("up"))
+            got = torch.autograd.grad((ops.SiLUMul.apply(gate, up) * dout).sum(), (x, wg, wu))
+        finally:
+            ops.SiLUMul.CHUNK_ELEMS = old_chunk
+        for g, r in zip(got, ref):
+            torch.testing.assert_close(g, r)
+        self.assertEqual(seen, ptrs)
 
     def test_rotary(self):
         q = torch.randn(2, 3, 4, 8, dtype=torch.float64, requires_grad=True)
         k = torch.randn(2, 1, 4, 8, dtype=torch.float64, requires_grad=True)
         ang = torch.randn(1, 1, 4, 8, dtype=torch.float64)
         cos, sin = ang.cos(), ang.sin()
-        self.assertTrue(torch.autograd.gradcheck(lambda q, k: ops.Rotary.apply(q, k, cos, sin), (q, k)))
+        self.assertTrue(self.gradcheck(lambda q, k: ops.Rotary.apply(q, k, cos, sin), (q, k)))
         from torch_memory.recipes.llama import rotate_half
         torch.testing.assert_close(ops.Rotary.apply(q, k, cos, sin)[0], q * cos + rotate_half(q) * sin)
+
+    def test_rotary_backward_rotates_the_incoming_gradients_in_place(self):
+        # The harness's layout: q, k are B H S hd views of B S H hd; the gradients come back in place.
+        from torch_memory.recipes.llama import rotate_half
+        qs = torch.randn(2, 4, 3, 8, dtype=torch.float64, requires_grad=True)     # B S H hd
+        ks = torch.randn(2, 4, 1, 8, dtype=torch.float64, requires_grad=True)
+        ang = torch.randn(2, 1, 4, 8, dtype=torch.float64)
+        cos, sin = ang.cos(), ang.sin()
+        dq = torch.randn(2, 3, 4, 8, dtype=torch.float64)
+        dk = torch.randn(2, 1, 4, 8, dtype=torch.float64)
+        q, k = qs.transpose(1, 2), ks.transpose(1, 2)
+        ref = torch.autograd.grad(((q * cos + rotate_half(q) * sin) * dq).sum() + ((k * cos + rotate_half(k) * sin) * dk).sum(),
+                                  (qs, ks))
+        rq, rk = ops.Rotary.apply(q, k, cos, sin)
+        got_ptr = []
+
+        class Probe(torch.autograd.Function):   # hands Rotary a gradient buffer whose address is known
+            @staticmethod
+            def forward(ctx, t):
+                return t.view_as(t)
+
+            @staticmethod
+            def backward(ctx, g):
+                got_ptr.append(g.data_ptr())
+                return g
+        got = torch.autograd.grad((Probe.apply(rq) * dq).sum() + (rk * dk).sum(), (qs, ks))
+        for g, r in zip(got, ref):
+            torch.testing.assert_close(g, r)
+        self.assertEqual(len(got_ptr), 1)
+        self.assertEqual(got[0].data_ptr(), got_ptr[0])   # dq was rotated where it lay
 
     def test_fused_cross_entropy(self):
         logits = torch.randn(7, 11, dtype=torch.float64, requires_grad=True)

@@ -11,6 +11,12 @@ import torch.nn.functional as F
 IGNORE_INDEX = -100            # PyTorch's F.cross_entropy default, HF's and litgpt's ignore index
 # Rows per chunk of the fused cross-entropy's fp32 work: chunk x V x 4 bytes stays near 256 MiB.
 CE_CHUNK_BYTES = 256 << 20
+# Liger's SwiGLU and RoPE backward kernels write their gradients over tensors they own (the saved
+# inputs, the incoming gradients), which keeps the backward from allocating tensors of the activations'
+# size; SiLUMul and Rotary do the same while this is True (training). gradcheck re-runs one graph and
+# reuses its grad_outputs buffer, which in-place gradients would corrupt: the unit tests turn it off
+# for gradcheck and check the in-place path against the out-of-place one.
+IN_PLACE_BACKWARD = True
 
 
 def _acc(t):
@@ -25,8 +31,15 @@ def _next_power_of_2(n):
 
 class SiLUMul(torch.autograd.Function):
     """silu(a) * b saving only a and b, as Liger's LigerSiLUMulFunction (liger_kernel/ops/swiglu.py):
-    backward recomputes silu(a). Unfused, autograd would also save silu(a) for the product's backward.
-    Transients: backward makes a few a-sized temporaries (Liger writes da, db over a and b in place)."""
+    backward recomputes silu(a) and writes da into a and db into b (its kernel keeps the math in
+    registers), so the backward allocates nothing of a's size. Here the math runs in row chunks of
+    CHUNK_ELEMS elements (fp32 temporaries of that size only) and the results go into a and b in place,
+    as Liger's; unfused, autograd would also save silu(a) for the product's backward.
+    When a or b is a leaf (a caller's own tensor), or IN_PLACE_BACKWARD is off, the gradients are new
+    tensors. Like Liger's, the in-place backward cannot run twice on one graph (retain_graph): the saved
+    tensors' version check refuses it."""
+
+    CHUNK_ELEMS = 1 << 22      # 16 MiB of fp32 per temporary
 
     @staticmethod
     def forward(ctx, a, b):
@@ -37,12 +50,20 @@ class SiLUMul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dc):
         a, b = ctx.saved_tensors
-        sig = torch.sigmoid(a)
-        silu_a = a * sig
-        db = dc * silu_a
-        # d silu(a)/da = sig * (1 + a * (1 - sig)) = sig + silu(a) * (1 - sig)
-        da = dc * b
-        da.mul_(silu_a.mul_(1 - sig).add_(sig))
+        in_place = IN_PLACE_BACKWARD and not (a.is_leaf or b.is_leaf) and a.is_contiguous() and b.is_contiguous()
+        da, db = (a, b) if in_place else (torch.empty_like(a), torch.empty_like(b))
+        cols = a.shape[-1]
+        a2, b2, da2, db2 = (t.view(-1, cols) for t in (a, b, da, db))
+        dc2 = dc.reshape(-1, cols)
+        rows = max(1, SiLUMul.CHUNK_ELEMS // max(cols, 1))
+        for s in range(0, a2.shape[0], rows):
+            ac, bc, dcc = (_acc(t[s:s + rows]) for t in (a2, b2, dc2))
+            sig = torch.sigmoid(ac)
+            silu_a = ac * sig
+            # d silu(a)/da = sig * (1 + a * (1 - sig)) = sig + silu(a) * (1 - sig)
+            grad_a = dcc * bc * (sig + silu_a * (1 - sig))
+            db2[s:s + rows].copy_(dcc * silu_a)     # b is read above, before it is overwritten
+            da2[s:s + rows].copy_(grad_a)
         return da, db
 
 
@@ -59,7 +80,9 @@ def _rotate_half_transposed(x):
 class Rotary(torch.autograd.Function):
     """RoPE (rotate-half convention) saving only cos and sin, as Liger's LigerRopeFunction
     (liger_kernel/ops/rope.py), whose kernel rotates q and k in place. Here q and k get new outputs
-    and the inputs are dropped, which leaves the same tensors alive after the call."""
+    and the inputs are dropped, which leaves the same tensors alive after the call. Backward, as
+    Liger's, rotates the incoming gradients in place (one temporary of one head's size at a time),
+    see IN_PLACE_BACKWARD."""
 
     @staticmethod
     def forward(ctx, q, k, cos, sin):
@@ -67,10 +90,27 @@ class Rotary(torch.autograd.Function):
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
     @staticmethod
+    def _rotate_back(g, cos, sin):
+        # In place (IN_PLACE_BACKWARD) when g is dense (B H S hd, possibly a transposed view of B S H hd,
+        # as SDPA's backward returns it; the harness's q and k feed SDPA only, so dq and dk are not shared).
+        dense = g.is_contiguous() or (g.dim() == 4 and g.transpose(1, 2).is_contiguous())
+        out = g if (IN_PLACE_BACKWARD and dense) else g.clone()
+        if out.dim() != 4:
+            rot = _rotate_half_transposed(out * sin)
+            out.mul_(cos).add_(rot)
+            return out
+        for h in range(out.shape[1]):
+            gh = out[:, h:h + 1]
+            cs = cos if cos.shape[1] == 1 else cos[:, h:h + 1]
+            sn = sin if sin.shape[1] == 1 else sin[:, h:h + 1]
+            rot = _rotate_half_transposed(gh * sn)     # read before gh is overwritten
+            gh.mul_(cs).add_(rot)
+        return out
+
+    @staticmethod
     def backward(ctx, dq, dk):
         cos, sin = ctx.saved_tensors
-        return (dq * cos + _rotate_half_transposed(dq * sin),
-                dk * cos + _rotate_half_transposed(dk * sin), None, None)
+        return Rotary._rotate_back(dq, cos, sin), Rotary._rotate_back(dk, cos, sin), None, None
 
 
 class FusedCrossEntropy(torch.autograd.Function):
