@@ -93,6 +93,22 @@ void AutogradTape::output(int tensor) {
 
 bool AutogradTape::has_graph() const { return output_ >= 0 && tensors_[at(output_)].requires_grad; }
 
+bool AutogradTape::saves_input(std::size_t i, std::size_t k) const {
+  const TapeOp& op = ops_[i];
+  const TapeIn& in = op.in[k];
+  if (!records_[i] || !in.saved) return false;
+  switch (in.when) {
+    case SaveIf::GradFn: return true;
+    case SaveIf::WeightTrains: return op.weight == WeightUse::Trains;
+    case SaveIf::OtherInput:
+      if (op.weight == WeightUse::Trains) return true;
+      for (std::size_t j = 0; j < op.in.size(); ++j)
+        if (j != k && tensors_[at(op.in[j].tensor)].requires_grad) return true;
+      return false;
+  }
+  return false;
+}
+
 TapePolicy AutogradTape::eager_policy() const {
   const std::size_t n = storages_.size();
   TapePolicy p;
@@ -109,26 +125,9 @@ TapePolicy AutogradTape::eager_policy() const {
   };
   // What an op that records a graph saves (SaveIf): its weight's gradient needs the input of a linear, the
   // other operands' gradients need a mul's operand; an op that records nothing saves nothing.
-  for (std::size_t i = 0; i < ops_.size(); ++i) {
-    if (!records_[i]) continue;
-    const TapeOp& op = ops_[i];
-    for (std::size_t k = 0; k < op.in.size(); ++k) {
-      const TapeIn& in = op.in[k];
-      if (!in.saved) continue;
-      bool keep = true;
-      switch (in.when) {
-        case SaveIf::GradFn: break;
-        case SaveIf::WeightTrains: keep = op.weight == WeightUse::Trains; break;
-        case SaveIf::OtherInput: {
-          keep = op.weight == WeightUse::Trains;
-          for (std::size_t j = 0; j < op.in.size() && !keep; ++j)
-            keep = j != k && tensors_[at(op.in[j].tensor)].requires_grad;
-          break;
-        }
-      }
-      if (keep) save(in.tensor, static_cast<int>(i));
-    }
-  }
+  for (std::size_t i = 0; i < ops_.size(); ++i)
+    for (std::size_t k = 0; k < ops_[i].in.size(); ++k)
+      if (saves_input(i, k)) save(ops_[i].in[k].tensor, static_cast<int>(i));
   for (std::size_t t = 0; t < tensors_.size(); ++t) {
     const TapeTensor& tt = tensors_[t];
     if (tt.producer >= 0 && records_[at(tt.producer)] && ops_[at(tt.producer)].out[at(tt.out_index)].saved)
@@ -197,12 +196,24 @@ TapePolicy AutogradTape::compiled_policy() const {
     if (eager.needed[s]) g.edge(node_out(s), sink, MinCut::kInfinite);
   }
   g.edge(source, node_in(input_storage), MinCut::kInfinite);
+  // ban_recompute_materialized_backward (functorch config, on by default; should_ban_recomputation /
+  // is_materialized_backwards): a tensor that a backward op inductor cannot fuse reads (a library
+  // kernel's backward: mm's weight gradient reads the linear's input, SDPA's backward q, k and v, a
+  // Triton kernel's saved inputs) has to be materialized in the backward anyway, so recomputing it is
+  // never free: it is never recomputed. Views share their base's storage, as the partitioner follows
+  // a node's view users.
+  std::vector<char> read_by_library_backward(ns, 0);
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    if (!is_extern(ops_[i].kind)) continue;
+    for (std::size_t k = 0; k < ops_[i].in.size(); ++k)
+      if (saves_input(i, k)) read_by_library_backward[at(tensors_[at(ops_[i].in[k].tensor)].storage)] = 1;
+  }
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     const TapeOp& op = ops_[i];
     for (std::size_t j = 0; j < op.out.size(); ++j) {
       if (op.out[j].view_of >= 0) continue;
       const std::size_t v = at(tensors_[at(first_out_[i]) + j].storage);
-      if (!recomputable(op.kind, static_cast<int>(j))) {
+      if (!recomputable(op.kind, static_cast<int>(j)) || read_by_library_backward[v]) {
         g.edge(source, node_in(v), MinCut::kInfinite);
         continue;
       }

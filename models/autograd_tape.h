@@ -161,6 +161,9 @@ class AutogradTape {
   TapeCost cost(const TapePolicy& p) const;
 
  private:
+  // Whether op `op`, recording a graph, saves its input `k` (TapeIn::saved under its SaveIf condition).
+  bool saves_input(std::size_t op, std::size_t k) const;
+
   std::vector<TapeOp> ops_;
   std::vector<int> first_out_;  // per op: its first output tensor (an op's outputs are consecutive)
   std::vector<char> records_;   // per op: records a graph node (records())
