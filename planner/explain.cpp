@@ -133,10 +133,16 @@ Explanations explain(const ExplainInput& in) {
     if (!across.empty()) comm += " Across nodes (" + in.cluster.inter_node + "): " + across + ".";
     else if (in.cluster.nodes > 1) comm += " No collective crosses nodes except what the mesh needs.";
     ex.recommended.push_back(comm);
-    double rf = recompute_fraction(r);
-    ex.recommended.push_back(rf > 0.005 ? "Activation checkpointing (" + sim::checkpointing_text(c.plan.activation_checkpointing) +
-                                              ") recomputes " + pct_text(rf) + " of the step's FLOPs."
-                                        : "No recomputation: activations fit without checkpointing.");
+    const double rf = recompute_fraction(r);
+    const auto& ac = c.plan.activation_checkpointing;
+    const std::string ac_name = "Activation checkpointing (" + sim::checkpointing_text(ac) + ")";
+    if (ac.mode == sim::ActivationCheckpointing::Mode::None)
+      ex.recommended.push_back("No recomputation: activations fit without checkpointing.");
+    else if (rf > 0.005)
+      ex.recommended.push_back(ac_name + " recomputes " + pct_text(rf) + " of the step's FLOPs.");
+    else   // selective op AC saves the matmul and attention outputs: what it recomputes is elementwise
+      ex.recommended.push_back(ac_name + " recomputes under 0.5% of the step's FLOPs (the ops it does not save "
+                               "are cheap) and frees their activations.");
     const int fast = in.ranking.fastest, fast_no = in.ranking.fastest_without_offload;
     auto label = [&](int i) { return in.cands[static_cast<size_t>(i)].id + " (" + in.cands[static_cast<size_t>(i)].label + ")"; };
     auto tps = [&](int i) { return in.evals[static_cast<size_t>(i)].result.tokens_per_s_per_gpu; };

@@ -149,3 +149,37 @@ TEST(RankedTable, MarkdownAndCsv) {
   req.table_format = "csv";
   EXPECT_EQ(summary_table(req, out), csv);   // csv prints the table alone
 }
+
+// The recommendation's checkpointing sentence follows the plan, not only the recomputed FLOPs: selective
+// op AC recomputes a sliver of the FLOPs (its saved set is the matmuls and attention) and must not be
+// described as "no recomputation" (it was, for the default plan's FSDP1 + selective_op recommendation).
+TEST(Explain, CheckpointingSentenceFollowsThePlan) {
+  const calibrate::Cluster cluster = calibrate::load_cluster("8xH100-SXM");
+  auto sentence = [&](AcMode mode, double hardware_over_model) {
+    Candidate c;
+    c.id = "c0001";
+    c.plan.activation_checkpointing.mode = mode;
+    c.label = "toy";
+    Evaluation e;
+    e.status = EvalStatus::Simulated;
+    e.result = toy(c.plan, 80 * kGiB);
+    e.result.model_flops_per_step_per_gpu = 1e15;
+    e.result.hardware_flops_per_step_per_gpu = 1e15 * hardware_over_model;
+    e.fits_with_margin = true;
+    const std::vector<Candidate> cands{c};
+    const std::vector<Evaluation> evals{e};
+    const Ranking ranking = rank_candidates(evals);
+    const std::vector<MemoryBound> bounds(1);
+    const Explanations ex = explain(ExplainInput{cands, evals, ranking, bounds, 80 * kGiB, 0.05, cluster});
+    for (const auto& s : ex.recommended)
+      if (s.find("ecomput") != std::string::npos) return s;
+    return std::string("(none)");
+  };
+  EXPECT_EQ(sentence(AcMode::None, 1.0), "No recomputation: activations fit without checkpointing.");
+  // 1 - 1/1.002 = 0.2% of the FLOPs recomputed
+  EXPECT_EQ(sentence(AcMode::SelectiveOp, 1.002),
+            "Activation checkpointing (selective_op) recomputes under 0.5% of the step's FLOPs (the ops it does not "
+            "save are cheap) and frees their activations.");
+  // 1 - 1/1.25 = 20%
+  EXPECT_EQ(sentence(AcMode::Full, 1.25), "Activation checkpointing (full) recomputes 20% of the step's FLOPs.");
+}
