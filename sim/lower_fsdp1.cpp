@@ -157,6 +157,17 @@ class FlatParamLowering final : public LoweringWalk {
   const char* shard_name() const override { return "flat_shard"; }
 
   // ---- unshard / reshard (F1.2, F1.3, F1.8) ----
+  // CPU offload with mixed precision: FlatParamHandle._use_low_precision_shard runs
+  // `_mp_shard.copy_(_local_shard.to(device, non_blocking=True))` (torch/distributed/fsdp/_flat_param.py):
+  // the fp32 CPU shard lands in a temporary of its own on the pre-unshard stream, after _mp_shard is
+  // allocated, and is freed once cast into it.
+  void h2d_staging(Op& o, int u) {
+    if (!plan_.cpu_offload.params || !c_.mixed) return;
+    const int t = b_.buffer("h2d_fp32_shard", u, c_.sizes[u].shard * c_.bm, MemCategory::CommBuffers, pre_unshard_);
+    o.allocs.push_back(t);
+    o.frees.push_back({t, -1});
+  }
+
   void unshard(int u) {
     UnitState& st = state_[u];
     const UnitSizes& s = c_.sizes[u];
@@ -173,6 +184,7 @@ class FlatParamLowering final : public LoweringWalk {
                       : b_.op(OpKind::Cast, pre_unshard_, u, mb_, "mp_shard");
       int buf = b_.buffer("mp_shard", u, s.shard * c_.bp, MemCategory::UnshardedParams, pre_unshard_);
       o.allocs.push_back(buf);
+      h2d_staging(o, u);
       b_.write(o, buf);
       o.copy_bytes = offload ? s.shard * c_.bm : s.shard * (c_.bm + c_.bp);
       if (param_shard_[u] >= 0) b_.read(o, param_shard_[u]);
@@ -186,6 +198,7 @@ class FlatParamLowering final : public LoweringWalk {
                       : b_.op(OpKind::Cast, pre_unshard_, u, mb_, "mp_shard");
       src = b_.buffer("mp_shard", u, s.shard * c_.bp, MemCategory::CommBuffers, pre_unshard_);
       o.allocs.push_back(src);
+      h2d_staging(o, u);
       b_.write(o, src);
       o.copy_bytes = offload ? s.shard * c_.bm : s.shard * (c_.bm + c_.bp);
       if (param_shard_[u] >= 0) b_.read(o, param_shard_[u]);

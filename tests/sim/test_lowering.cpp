@@ -610,6 +610,34 @@ TEST(LoweringOffload, ShardsOnCpuH2DBeforeEachAllGatherAndCpuStep) {
   }
 }
 
+// FSDP1 CPU offload with mixed precision (FlatParamHandle._use_low_precision_shard): the H2D op allocates
+// _mp_shard (bf16) and then the fp32 staging copy of the CPU shard (`_local_shard.to(device)`), both on the
+// pre-unshard stream, and frees the staging copy in the same op. The padded block [3],[6,4],[6] over N = 4:
+// shards of 9 elements: _mp_shard 9 x 2 B, staging 9 x 4 B. Without mixed precision the fp32 shard itself is
+// the compute copy: no staging.
+TEST(LoweringOffload, Fsdp1MixedPrecisionH2DStagesTheFp32Shard) {
+  const Shapes blk = {{3}, {6, 4}, {6}};
+  auto g = block_graph(kRoot, {blk, blk});
+  StepProgram p = lower_hand(g, R"({"fsdp_version": 1, "cpu_offload": true})", 4, 4);
+  const auto h2d = ops_of(p, OpKind::H2D, 1);
+  ASSERT_FALSE(h2d.empty());
+  ASSERT_EQ(h2d[0]->allocs.size(), 2u);
+  const Buffer& mp = p.buffers[h2d[0]->allocs[0]];
+  const Buffer& staging = p.buffers[h2d[0]->allocs[1]];
+  EXPECT_EQ(mp.bytes, 9 * 2);
+  EXPECT_EQ(staging.bytes, 9 * 4);
+  EXPECT_EQ(mp.pool_stream, 1);        // pre_unshard
+  EXPECT_EQ(staging.pool_stream, 1);
+  ASSERT_EQ(h2d[0]->frees.size(), 1u);
+  EXPECT_EQ(h2d[0]->frees[0].buffer, h2d[0]->allocs[1]);
+  expect_well_formed(p, "fsdp1 offload");
+  StepProgram q = lower_hand(g, R"({"fsdp_version": 1, "cpu_offload": true, "param_dtype": "fp32"})", 4, 4);
+  const auto h2d32 = ops_of(q, OpKind::H2D, 1);
+  ASSERT_FALSE(h2d32.empty());
+  EXPECT_EQ(h2d32[0]->allocs.size(), 1u);
+  EXPECT_TRUE(h2d32[0]->frees.empty());
+}
+
 // The tensors a unit's forward ops save (their Activations buffers, not the forward's transients nor the
 // cuBLAS workspace), and the weight-gradient kernels its backward ops run: the LoRA tests count both by hand.
 std::vector<Bytes> saved(const StepProgram& p, int unit) {
