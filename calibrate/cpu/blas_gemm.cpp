@@ -43,19 +43,19 @@ struct Operands {
   }
 };
 
-// The fastest of `reps` timed calls: the GEMM's own cost, as preemption on a shared machine only ever
-// adds time (see runtime_kernels.cpp).
-double time_loop(Operands& op, int reps, float beta = 0.0f) {
-  double best = 1e300;
-  for (int r = 0; r < reps; ++r) {
-    double t0 = MPI_Wtime();
-    op.run(beta);
-    best = std::min(best, MPI_Wtime() - t0);
-  }
-  return best;
-}
-
 }  // namespace
+
+double typical_call_seconds(const std::function<void()>& fn, int reps) {
+  std::vector<double> t(static_cast<std::size_t>(std::max(reps, 1)));
+  for (double& x : t) {
+    const double t0 = MPI_Wtime();
+    fn();
+    x = MPI_Wtime() - t0;
+  }
+  std::sort(t.begin(), t.end());
+  const auto kept = std::upper_bound(t.begin(), t.end(), kUndisturbed * t.front()) - t.begin();
+  return t[static_cast<std::size_t>(kept / 2)];   // the median of the undisturbed calls (the upper one of two)
+}
 
 namespace {
 // A barrier whose waiting ranks sleep (MPI_Barrier spins, taking the core the timed rank needs).
@@ -98,7 +98,7 @@ GemmTiming time_sgemm(std::int64_t m, std::int64_t n, std::int64_t k, int reps, 
   int ok = op.c[static_cast<size_t>(i * n + j)] == static_cast<float>(expect) ? 1 : 0, all_ok = 0;
   FSDPSIM_MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm));
   GemmTiming t;
-  t.time_ns = timed_on_ranks([&] { return time_loop(op, reps, beta); }, comm, ct) * 1e9;
+  t.time_ns = timed_on_ranks([&] { return typical_call_seconds([&] { op.run(beta); }, reps); }, comm, ct) * 1e9;
   t.check_ok = all_ok == 1;
   return t;
 }

@@ -19,9 +19,20 @@ struct ComputeTiming {
 };
 // `measure` returns this rank's seconds; the result is the slowest rank's, times ct.share.
 double timed_on_ranks(const std::function<double()>& measure, MPI_Comm comm, const ComputeTiming& ct);
+// Seconds of a typical call of `fn` over `reps` timed calls (reps >= 1): the median of the calls that took
+// at most kUndisturbed x the fastest one. A training step sums many calls, each with the cache and
+// scheduler state of its moment, so the profile needs a kernel's typical time, not its best: the fastest
+// of N falls as N grows (with the fastest call, a --quick calibration, 3 calls per runtime kernel, left the
+// CPU runtime's compute 8% short of its measured steps and a full one, 7 calls, 17%: issue 20,
+// reports/validation/cpu-validate-2026-11-26.txt). But on a machine shared with other work a call of a few
+// milliseconds is often preempted and takes 2-4x longer (seen on this project's VM under load: the plain
+// median of 3 calls then doubled the predicted compute): such calls say nothing about the kernel and are
+// left out.
+constexpr double kUndisturbed = 1.5;
+double typical_call_seconds(const std::function<void()>& fn, int reps);
 
 struct GemmTiming {
-  double time_ns = 0;   // max over ranks of each rank's fastest call
+  double time_ns = 0;   // max over ranks of each rank's typical call (typical_call_seconds)
   bool check_ok = false;
 };
 // C[m,n] = op(A)[m,k] op(B)[k,n] in fp32 (cblas_sgemm, row major; A stored transposed when trans_a,

@@ -360,7 +360,7 @@ int run(int argc, char** argv, int thread_level) {
                  {"tile_m", sourced(1, "CPU: no wave quantization is modelled")},
                  {"tile_n", sourced(1, "CPU: no wave quantization is modelled")},
                  {"k_half", sourced(0, "CPU: no K-loop prologue is modelled; unmeasured shapes run at the best measured rate")},
-                 {"min_kernel_ns", sourced(std::round(tiny.time_ns), "measured: fastest time of a 1x1x1 cblas_sgemm call; " + where)}};
+                 {"min_kernel_ns", sourced(std::round(tiny.time_ns), "measured: typical time of a 1x1x1 cblas_sgemm call (the median of the calls within 1.5x the fastest); " + where)}};
   std::string att_src = "measured: sgemm rate at the attention-score shape " + std::to_string(att[0]) + "x" +
                         std::to_string(att[0]) + "x" + std::to_string(att[1]) + " relative to the best rate; " + where;
   gpu["attention"] = {{"fwd_efficiency", sourced(att_eff, att_src)}, {"bwd_efficiency", sourced(att_eff, att_src)}};
@@ -385,7 +385,7 @@ int run(int argc, char** argv, int thread_level) {
   std::string bw_src = "measured: memcpy bandwidth (bytes read + written per second, slowest rank, all ranks at once); " + where;
   gpu["hbm"] = {{"bandwidth_bytes_per_s", sourced(mem_bw, bw_src)}, {"efficiency", sourced(1.0, "the bandwidth above is already achieved, not peak")}};
   gpu["overheads"] = {
-      {"kernel_launch_ns", sourced(std::round(tiny.time_ns), "measured: fastest time of a 1x1x1 cblas_sgemm call (a C++ call, no Python); " + where)},
+      {"kernel_launch_ns", sourced(std::round(tiny.time_ns), "measured: typical time of a 1x1x1 cblas_sgemm call (a C++ call, no Python; the median of the calls within 1.5x the fastest); " + where)},
       {"framework_hook_ns", sourced(0, "the CPU runtime is C++: no Python FSDP hooks")},
       {"launch_queue_depth", sourced(0, "the CPU runtime's stream threads take ops from unbounded queues "
                                         "(runtime/cpu/stream_executor.cpp): 0, no launch-queue bound")},
@@ -414,7 +414,7 @@ int run(int argc, char** argv, int thread_level) {
   ctx["mpi"] = mv.substr(0, mv.find('\n'));
   ctx["quick"] = quick;
   nlohmann::json doc = make_profile_document("CPU x" + std::to_string(world) + " (" + host + ")", ctx, gpu, sweeps, gemms,
-                                             "measured: cblas_sgemm fp32 row-major with the runtime's transposes, max over ranks of each rank's fastest call; " + where);
+                                             "measured: cblas_sgemm fp32 row-major with the runtime's transposes, max over ranks of each rank's typical call (the median of its calls within 1.5x its fastest); " + where);
   doc["intra_node"] = measured_intra_fabric(sweeps, "SHM", "PCI", where);
   check_fitted_bandwidths(doc["intra_node"], mem_bw, warnings);
   for (const auto& w : warnings) std::cerr << "fsdpsim-calibrate-cpu: WARNING: " << w << "\n";

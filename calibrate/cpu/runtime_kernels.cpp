@@ -20,20 +20,12 @@
 namespace fsdpsim::calibrate::cpu {
 namespace {
 
-// The fastest of `reps` calls after one warm-up, as the slowest rank sees it (timed_on_ranks). The
-// fastest, not the median: on a machine shared with other work a kernel of a few milliseconds is
-// preempted in most calls, and the profile must give the kernel's own cost (best-of-N, as micro-benchmarks
-// on shared machines do); the runtime's measured steps are medians over steps.
+// A typical one of `reps` calls after one warm-up (typical_call_seconds says which and why), as the
+// slowest rank sees it (timed_on_ranks).
 double time_ns(const std::function<void()>& fn, int reps, MPI_Comm comm, const ComputeTiming& ct) {
   return timed_on_ranks([&] {
     fn();
-    double best = 1e300;
-    for (int r = 0; r < reps; ++r) {
-      const double t0 = MPI_Wtime();
-      fn();
-      best = std::min(best, MPI_Wtime() - t0);
-    }
-    return best;
+    return typical_call_seconds(fn, reps);
   }, comm, ct) * 1e9;
 }
 

@@ -2,7 +2,7 @@
 // so that the profile predicts what `fsdpsim run --backend cpu` executes: its attention is scalar
 // code, not a GEMM, and its norms, rotary, SwiGLU and cross-entropy do transcendental math per
 // element, so one memcpy bandwidth cannot time them. Every rank runs the kernels at once (as in
-// training); a kernel's time is the slowest rank's fastest call (runtime_kernels.cpp says why).
+// training); a kernel's time is the slowest rank's typical call (blas_gemm.h typical_call_seconds says which and why).
 #pragma once
 #include <mpi.h>
 
