@@ -138,6 +138,7 @@ TEST(TorchMemoryFixtureReader, MatchingFiguresPassAndTheTolerancesHold) {
   opts.record_memory_timeline = false;
   const sim::SimResult r = sim::simulate(f.model, calibrate::HardwareProfile::for_cluster(f.cluster), *f.plan, opts);
   f.steady = {r.peak_allocated, r.peak_reserved};
+  f.first = {r.first_step_peak_allocated, r.first_step_peak_reserved};
   EXPECT_FALSE(compare(f, r).missed());
 
   // Hand-made result against measured 1,000,000 / 1,000,000 bytes:
@@ -154,17 +155,29 @@ TEST(TorchMemoryFixtureReader, MatchingFiguresPassAndTheTolerancesHold) {
   EXPECT_NEAR(metric(compare(f, near), "steady_state.allocated").error, 0.020001, 1e-9);
 }
 
-TEST(TorchMemoryFixtureReader, FirstStepPeaksWaitForTheSimulator) {
-  const TorchMemoryFixture f = parse_torch_memory_fixture(synthetic("synthetic-miss.json"), "synthetic-miss.json");
+// The first step (torch.optim creates its state in it) is compared like the steady state, once the result
+// has one; a result without a first-step replay lists the measured figures uncompared.
+TEST(TorchMemoryFixtureReader, FirstStepPeaksAreComparedWhenTheResultHasThem) {
+  TorchMemoryFixture f = parse_torch_memory_fixture(synthetic("synthetic-miss.json"), "synthetic-miss.json");
   sim::SimResult r;
   r.fits = true;
   r.peak_allocated = f.steady.allocated;
   r.peak_reserved = f.steady.reserved;
-  const Comparison c = compare(f, r);
-  // Until SimResult reports first-step peaks (predicted_first_step), they are listed, not compared.
-  EXPECT_EQ(predicted_first_step(r).has_value(), metric(c, "first_step.allocated").compared);
+  Comparison c = compare(f, r);
+  EXPECT_FALSE(metric(c, "first_step.allocated").compared);
   EXPECT_EQ(metric(c, "first_step.allocated").measured, static_cast<double>(std::int64_t{1} << 29));
   EXPECT_FALSE(c.missed());
+  // measured first step 512 MiB allocated, 1 GiB reserved (synthetic-miss.json)
+  r.first_step_peak_allocated = (std::int64_t{1} << 29) + (std::int64_t{1} << 29) / 50;   // +2.0%: inside
+  r.first_step_peak_reserved = std::int64_t{1} << 30;
+  c = compare(f, r);
+  EXPECT_TRUE(metric(c, "first_step.allocated").compared);
+  EXPECT_FALSE(c.missed());
+  r.first_step_peak_reserved = (std::int64_t{1} << 30) * 97 / 100 - 1;                       // past -3%
+  c = compare(f, r);
+  EXPECT_TRUE(metric(c, "first_step.reserved").miss);
+  EXPECT_FALSE(metric(c, "first_step.allocated").miss);
+  EXPECT_TRUE(c.failed());
 }
 
 // Every malformed fixture is an InputError naming the file and the field.

@@ -153,7 +153,15 @@ TorchMemoryFixture read_torch_memory_fixture(const std::string& path) {
   return parse_torch_memory_fixture(read_json_file(path, file), file);
 }
 
-std::optional<Peak> predicted_first_step(const sim::SimResult&) { return std::nullopt; }
+// The simulator's first step (optimizer state created in it, sim/sim_result.h); none from a result that
+// did not replay one.
+std::optional<Peak> predicted_first_step(const sim::SimResult& r) {
+  if (r.first_step_peak_allocated <= 0) return std::nullopt;
+  Peak p;
+  p.allocated = r.first_step_peak_allocated;
+  p.reserved = r.first_step_peak_reserved;
+  return p;
+}
 
 bool Comparison::failed() const {
   return std::any_of(metrics.begin(), metrics.end(), [](const Metric& m) { return m.miss && !m.explained; });

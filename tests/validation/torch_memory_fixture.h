@@ -66,8 +66,8 @@ struct Comparison {
   bool missed() const;              // any miss, explained or not
 };
 
-// The simulator's first-step peaks, once SimResult reports them (issue 19: `first_step_peak_*`).
-// Enabling the comparison is this one line: return Peak{r.first_step_peak_allocated, r.first_step_peak_reserved};
+// The simulator's first-step peaks (SimResult::first_step_peak_*: torch.optim creates its state in the first
+// step); none for a result without a first-step replay (then the measured first step is listed, not compared).
 std::optional<Peak> predicted_first_step(const sim::SimResult& r);
 
 // Simulates the fixture's plan (no trace) and compares; the fixture's plan must have parsed.
