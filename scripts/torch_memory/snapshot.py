@@ -184,3 +184,61 @@ def _peak_detail(trace, best, marker_size, marker_function, stream_names):
             "live_blocks": len(live), "by_stream_bytes": by_stream,
             "largest_blocks": [{"size": s, "stream": stream_name(st, stream_names), "frame": describe_frames(fr)}
                                for s, st, fr in blocks]}
+
+
+# ---- the allocator's own history, for replaying it through fsdpsim's allocator model -------------------
+# `compact_allocator_trace` keeps what a caching-allocator replay needs and nothing else: the segments and
+# blocks that existed when recording began (the snapshot taken just before `_record_memory_history`) and,
+# per trace entry, the action, the block's address, the size and the stream. The `alloc` size is the
+# request (orig_size), as the allocator received it; segment and free sizes are blocks'. Markers (phase
+# boundaries) are kept as "marker" entries so a replay can tell the phases apart. Frames are left out.
+ALLOC_TRACE_SCHEMA = "fsdpsim.torch_alloc_trace/1"
+_TRACE_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "segment_map",
+                  "segment_unmap", "oom")
+
+
+def _stream_index(stream, streams, names):
+    key = stream_name(stream, names)
+    if key not in streams:
+        streams.append(key)
+    return streams.index(key)
+
+
+def compact_allocator_trace(initial_snapshot, snapshot, stream_names=None, device=0, marker_size=None,
+                            marker_function=None):
+    """{"schema", "streams": [name], "initial_segments": [{"stream", "size", "blocks": [[size, allocated]]}],
+    "actions": [name], "events": [[action index, addr, size, stream index]]}; a marker is action "marker"."""
+    names = stream_names or {}
+    streams = []
+    segments = []
+    for seg in initial_snapshot.get("segments") or []:
+        if seg.get("device", device) != device:
+            continue
+        blocks = [[int(b.get("size", 0)), 1 if b.get("state") == "active_allocated" else 0]
+                  for b in seg.get("blocks") or []]
+        segments.append({"stream": _stream_index(seg.get("stream", 0), streams, names),
+                         "size": int(seg.get("total_size", 0)), "address": int(seg.get("address", 0)),
+                         "blocks": blocks})
+    segments.sort(key=lambda s: s["address"])
+    actions = list(_TRACE_ACTIONS) + ["marker"]
+    traces = snapshot.get("device_traces") or []
+    trace = traces[device] if device < len(traces) else []
+    markers = set()
+    events = []
+    for entry in trace:
+        action = entry.get("action")
+        addr = entry.get("addr", 0)
+        if marker_size is not None and action == "alloc" and _is_marker(entry, marker_size, marker_function):
+            markers.add(addr)
+            events.append([actions.index("marker"), addr, 0, 0])
+            continue
+        if action in ("free_requested", "free_completed") and addr in markers:
+            if action == "free_completed":
+                markers.discard(addr)
+            continue
+        if action not in _TRACE_ACTIONS:
+            continue
+        events.append([actions.index(action), addr, int(entry.get("size", 0)),
+                       _stream_index(entry.get("stream", 0), streams, names)])
+    return {"schema": ALLOC_TRACE_SCHEMA, "streams": streams, "initial_segments": segments, "actions": actions,
+            "events": events}

@@ -13,7 +13,11 @@ Measurements (all from the caching allocator, c10/cuda/CUDACachingAllocator.cpp)
     allocator's statistics move when the CPU issues an allocation or a free, so they are exact at
     any point of the Python program;
   * the memory history (torch.cuda.memory._record_memory_history, Python frames of allocations) from the
-    first step on, reduced by snapshot.py to a timeline and the blocks alive at the peak.
+    first step on, reduced by snapshot.py to a timeline and the blocks alive at the peak;
+  * with FSDPSIM_TM_ALLOC_TRACE=DIR, the allocator's whole history besides (the segments when recording
+    began, then every action: snapshot.compact_allocator_trace) in DIR/<case>.alloc-trace.json.gz, so that
+    a reserved-memory miss can be traced to the first cudaMalloc where fsdpsim's allocator model and
+    PyTorch's part ways.
 After initialization the cache is emptied (torch.cuda.empty_cache) so step 1 starts from the sharded
 state only, as the simulator does; FSDP1's unit-by-unit materialization would otherwise leave freed
 unsharded blocks cached.
@@ -182,6 +186,11 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
 
         baseline = {"allocated": torch.cuda.memory_allocated(), "reserved": torch.cuda.memory_reserved()}
         step_info, snapshot = {}, None
+        # FSDPSIM_TM_ALLOC_TRACE=DIR: also write the allocator's whole history (the segments when recording
+        # began, then every allocator action) as DIR/<case>.alloc-trace.json.gz, for replaying it through
+        # fsdpsim's caching-allocator model (snapshot.compact_allocator_trace).
+        alloc_trace_dir = os.environ.get("FSDPSIM_TM_ALLOC_TRACE") if trace else None
+        initial_snapshot = torch.cuda.memory._snapshot() if alloc_trace_dir else None
         if oom is None:
             if trace:
                 torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
@@ -197,6 +206,8 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
             if trace:
                 snapshot = torch.cuda.memory._snapshot()
                 torch.cuda.memory._record_memory_history(enabled=None)
+        if alloc_trace_dir and snapshot is not None:
+            _write_alloc_trace(alloc_trace_dir, case, context, initial_snapshot, snapshot, model, p)
         fixture = _assemble(torch, case, info, p, steps, context, profile, gpus_per_node, recorder, step_info,
                             trainable, total, oom, notes, snapshot, baseline, model)
         path = fixtures.write_fixture(fixture, out_dir)
@@ -266,6 +277,24 @@ def _train_step(torch, model, optimizer, p, tokens, labels, loss_fn, recorder, s
     recorder.close()
     torch.cuda.synchronize()
     return {"time_s": round(time.perf_counter() - t0, 3), "loss": float(loss_value.float().item())}
+
+
+def _write_alloc_trace(out_dir, case, context, initial_snapshot, snapshot, model, p):
+    """DIR/<case>.alloc-trace.json.gz: the context block, then snapshot.compact_allocator_trace."""
+    import gzip
+    import json
+    import torch
+    from . import parallel
+    names = parallel.stream_names(model, p.fsdp_version) if model is not None else {}
+    doc = {"context": context, "case": case["name"],
+           **snapshots.compact_allocator_trace(initial_snapshot, snapshot, names, torch.cuda.current_device(),
+                                               MARKER_BYTES, MARKER_FUNCTION)}
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, case["name"] + ".alloc-trace.json.gz")
+    tmp = path + ".tmp"
+    with gzip.open(tmp, "wt", encoding="utf-8") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    os.replace(tmp, path)        # written atomically, as every output
 
 
 def _assemble(torch, case, info, p, steps, context, profile, gpus_per_node, recorder, step_info, trainable, total,

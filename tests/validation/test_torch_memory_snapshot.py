@@ -145,3 +145,34 @@ class Reduction(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class CompactAllocatorTrace(unittest.TestCase):
+    """What a caching-allocator replay reads: the segments at the start, then action, address, size, stream."""
+
+    def test_initial_segments_events_and_markers(self):
+        initial = {"segments": [
+            {"device": 0, "address": 0x9000, "total_size": 2 * MIB, "stream": 0,
+             "blocks": [{"size": 2048, "state": "active_allocated"}, {"size": 2048, "state": "active_allocated"},
+                        {"size": 2 * MIB - 4096, "state": "inactive"}]},
+            {"device": 1, "address": 0x1, "total_size": 2 * MIB, "stream": 0, "blocks": []}]}
+        got = snapshots.compact_allocator_trace(initial, SNAPSHOT, {RS: "reduce_scatter"}, 0, MARKER, MARKER_FN)
+        self.assertEqual(got["schema"], "fsdpsim.torch_alloc_trace/1")
+        self.assertEqual(got["initial_segments"], [{"stream": 0, "size": 2 * MIB, "address": 0x9000,
+                                                    "blocks": [[2048, 1], [2048, 1], [2 * MIB - 4096, 0]]}])
+        self.assertEqual(got["streams"], ["default", "reduce_scatter"])
+        actions = got["actions"]
+        ev = [(actions[a], addr, size, got["streams"][s]) for a, addr, size, s in got["events"]]
+        self.assertEqual(ev[0], ("segment_alloc", 0x10000000, 20 * MIB, "default"))
+        self.assertEqual(ev[1], ("marker", 0x1, 0, "default"))          # the marker's own free entries dropped
+        self.assertEqual(ev[2], ("alloc", 0x100, 1000, "default"))      # the request, not the rounded block
+        self.assertEqual(sum(1 for x in ev if x[0] == "marker"), len(LABELS))
+        rs = [x for x in ev if x[3] == "reduce_scatter"]
+        self.assertEqual(rs[0], ("segment_alloc", 0x20000000, 8 * MIB, "reduce_scatter"))
+        self.assertEqual(rs[1], ("alloc", 0x300, 6 * MIB + 1, "reduce_scatter"))
+        # every non-marker entry of the trace that carries bytes is kept, in order
+        marker_addrs = {x["addr"] for x in TRACE if x["action"] == "alloc" and x["frames"] == MARKER_FRAMES}
+        kept = [x for x in TRACE if x["action"] in ("alloc", "free_requested", "free_completed", "segment_alloc",
+                                                   "segment_free", "segment_map", "segment_unmap", "oom")
+                and x["addr"] not in marker_addrs]
+        self.assertEqual(len(ev) - len(LABELS), len(kept))
