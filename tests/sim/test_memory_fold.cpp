@@ -124,6 +124,62 @@ TEST(MemoryFold, ReplayEqualsCallByCall) {
   std::printf("[ fold ] %d of the cases skipped periods\n", jumped);
 }
 
+TEST(MemoryFold, ATrackerReplayingAgainKeepsItsResultsAndItsSkips) {
+  // A tracker remembers which runs skipped nothing in its last replays and replays them call by call
+  // without recording (sim/memory_fold.cpp, fold_run); a run that skips keeps skipping. Ten replays of
+  // one program on one tracker (as a Simulator's) must each give the call-by-call results and state:
+  // the 70B benchmark plan (no skip), and random plans until one that skips.
+  auto check = [](const CompiledProgram& p, const AllocatorConfig& cfg) {
+    const Replayed plain = replay(p, cfg, false);
+    MemoryTracker t;
+    int replays_that_jumped = 0;
+    for (int i = 0; i < 10; ++i) {
+      t.start(p, cfg, false);
+      t.allocate_persistent();
+      t.replay(p, true);
+      int jumps = t.fold_stats().jumps;
+      if (!t.mirror_steady_step()) {
+        t.begin_steady_step();
+        t.replay(p, true);
+        jumps += t.fold_stats().jumps;
+      }
+      SimResult r;
+      t.fill(r, 0);
+      EXPECT_EQ(t.canonical_state(), plain.state) << "replay " << i;
+      EXPECT_EQ(sim_result_to_json(r).dump(), plain.result) << "replay " << i;
+      if (jumps > 0) ++replays_that_jumped;
+    }
+    return replays_that_jumped;
+  };
+  {
+    CompiledProgram p;
+    OpCosts costs;
+    ASSERT_TRUE(stretched(kCases[0], p, costs));
+    EXPECT_EQ(check(p, allocator_config(kCases[0].plan, 0)), 0);
+  }
+  std::mt19937 rng(random_seed(11, 2));
+  bool found = false;
+  for (int i = 0; i < 400 && !found; ++i) {
+    const std::string model = random_name(rng, kRandomPlanModels), cluster = random_name(rng, kRandomPlanClusters);
+    const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(cluster));
+    const std::string plan = random_plan(rng, hw.cluster().world(), hw.cluster().gpus_per_node);
+    CompiledProgram p;
+    OpCosts costs;
+    try {
+      if (!stretched_program(models::load_model(model), hw, parse_plan(nlohmann::json::parse(plan)), p, costs)) continue;
+    } catch (const InputError&) {
+      continue;
+    }
+    if (p.record_stream_frees) continue;
+    const AllocatorConfig cfg = allocator_config(plan, 0);
+    if (replay(p, cfg, true).stats.jumps == 0) continue;
+    SCOPED_TRACE(model + " on " + cluster + " " + plan);
+    found = true;
+    EXPECT_EQ(check(p, cfg), 10);
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST(MemoryFold, ReplayUnderCapacityPressure) {
   // Capacities around the step's reserved peak: cudaMalloc retries (cache released) and OOMs happen
   // at some point of the step, inside a run or not; a skip must never cross one.
