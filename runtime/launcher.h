@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/args.h"
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::runtime {
 

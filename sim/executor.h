@@ -8,8 +8,8 @@
 #include "calibrate/launch_queue.h"
 #include "common/units.h"
 #include "sim/compiled_program.h"
-#include "sim/step_program.h"
-#include "sim/sim_result.h"
+#include "program/step_program.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::sim {
 
@@ -41,7 +41,7 @@ struct ExecOptions {
   // Bytes the caching allocator may cudaMalloc (GPU memory minus the CUDA/NCCL context); beyond it
   // the allocator releases its cache and retries (SimResult::alloc_retries). 0 = unlimited.
   Bytes memory_capacity = 0;
-  // PYTORCH_CUDA_ALLOC_CONF (sim/caching_allocator.h): expandable_segments, and max_split_size_mb in
+  // PYTORCH_CUDA_ALLOC_CONF (memory/caching_allocator.h): expandable_segments, and max_split_size_mb in
   // bytes (0: PyTorch's default, no limit).
   bool expandable_segments = false;
   Bytes max_split_size = 0;

@@ -25,7 +25,7 @@
 #include "runtime/cuda/emulated_communicator.h"
 #include "runtime/cuda/nccl_communicator.h"
 #include "runtime/worker_common.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 #include "sim/profile_cost_model.h"
 
 using namespace fsdpsim;

@@ -7,7 +7,7 @@
 
 #include "common/errors.h"
 #include "sim/executor.h"
-#include "sim/program_check.h"
+#include "program/program_check.h"
 
 namespace fsdpsim::sim {
 

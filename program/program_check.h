@@ -2,7 +2,7 @@
 // per-op checks inside its own first pass over the ops (it evaluates the same conditions while copying
 // each op's lists, and calls check_op for the error: same checks, same order, same errors).
 #pragma once
-#include "sim/step_program.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::sim::detail {
 

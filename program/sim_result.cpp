@@ -1,4 +1,4 @@
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::sim {
 
