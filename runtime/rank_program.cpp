@@ -5,7 +5,7 @@
 
 #include "common/errors.h"
 #include "runtime/model/param_tensors.h"
-#include "sim/executor.h"
+#include "program/program_check.h"
 #include "program/lower_context.h"
 #include "program/lowering.h"
 

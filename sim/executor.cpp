@@ -1134,19 +1134,6 @@ void Engine::add_span(const Op& op, const std::string& track, const char* kind, 
 
 }  // namespace
 
-TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a,
-                        const std::vector<std::pair<TimeNs, TimeNs>>& b) {
-  TimeNs total = 0;
-  std::size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    TimeNs lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
-    if (hi > lo) total += hi - lo;
-    if (a[i].second < b[j].second) ++i;
-    else ++j;
-  }
-  return total;
-}
-
 namespace {
 
 void Engine::fill_results(SimResult& r) {
