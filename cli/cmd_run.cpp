@@ -11,7 +11,7 @@
 #include "common/output_file.h"
 #include "reports/trace.h"
 #include "runtime/launcher.h"
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::cli {
 

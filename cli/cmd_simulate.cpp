@@ -13,7 +13,7 @@
 #include "models/zoo.h"
 #include "planner/explain.h"
 #include "reports/trace.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 #include "sim/simulator.h"
 
 namespace fsdpsim::cli {

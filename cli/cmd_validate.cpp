@@ -18,7 +18,7 @@
 #include "runtime/compare.h"
 #include "runtime/launcher.h"
 #include "runtime/runtime_plan.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 #include "sim/simulator.h"
 
 namespace fsdpsim::cli {

@@ -8,7 +8,7 @@
 
 #include "calibrate/hardware_profile.h"
 #include "common/errors.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 #include "sim/simulator.h"
 
 namespace fsdpsim::cli {

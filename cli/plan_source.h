@@ -8,7 +8,7 @@
 #include "calibrate/hardware_profile.h"
 #include "models/model_spec.h"
 #include "planner/user_config.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 
 namespace fsdpsim::cli {
 

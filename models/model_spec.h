@@ -125,7 +125,7 @@ Bytes block_backward_grad_bytes(const ModelSpec& m, std::int64_t micro_batch, st
 //    exist (Liger-Kernel's LigerFusedLinearCrossEntropyLoss);
 //  * Chunked: torchtune's CEWithChunkedOutputLoss on TransformerDecoder.chunked_output (torchtune at
 //    30b8519e): the head projects each of `chunks` sequence chunks apart (bf16 logits chunks) and the loss
-//    upcasts and runs F.cross_entropy one chunk at a time (sim/lower_context.h LossMemory, lower_walk.cpp).
+//    upcasts and runs F.cross_entropy one chunk at a time (program/lower_context.h LossMemory, lower_walk.cpp).
 enum class LossImpl { Torch, Fused, FusedLinear, Chunked };
 std::string loss_impl_name(LossImpl l);   // "torch", "fused", "fused_linear", "chunked"
 // torchtune's CEWithChunkedOutputLoss default num_output_chunks (torchtune/modules/loss/ce_chunked_output_loss.py).

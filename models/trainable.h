@@ -89,7 +89,7 @@ struct AdapterMatrix {
 std::vector<AdapterMatrix> lora_adapters(const ModelSpec& m, ModelImpl impl, const LoraShape& l, bool head);
 
 // The trainable set the rule gives for a plan's trainable_fraction (per parameter: what requires_grad
-// says; FSDP1's flat parameters widen it, see sim/lower_context.cpp grad_flows).
+// says; FSDP1's flat parameters widen it, see program/lower_context.cpp grad_flows).
 struct TrainableSet {
   bool all = true;                   // trainable_fraction 1: every parameter trains
   double fraction = 1.0;

@@ -2,7 +2,7 @@
 // allocate or run; anything uncertain is left out, so the bounds stay below the simulation.
 #include "planner/bounds.h"
 
-#include "sim/lower_context.h"
+#include "program/lower_context.h"
 
 #include <algorithm>
 

@@ -32,7 +32,7 @@
 #include "models/model_spec.h"
 #include "models/trainable.h"
 #include "models/wrap_graph.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 
 namespace fsdpsim::planner {
 

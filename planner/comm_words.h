@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "calibrate/hardware_profile.h"
-#include "sim/plan.h"
-#include "sim/sim_result.h"
+#include "program/plan.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::planner {
 
@@ -20,7 +20,7 @@ struct CollectiveUse {
 
 // Every collective kind the plan runs. The shard group (all-gathers, reduce-scatters) spans nodes
 // when mesh_shard > gpus_per_node; the replicate group (all-reduce) when mesh_replicate > 1 on more
-// than one node (sim/plan.h: rank = replicate_index * shard + shard_index).
+// than one node (program/plan.h: rank = replicate_index * shard + shard_index).
 std::vector<CollectiveUse> collective_use(const sim::Plan& p, const sim::SimResult& r, const calibrate::Cluster& cl);
 
 // "all-reduce across the 2 nodes: 3.37 GB per GPU per step (the node's 8 GPUs send 27.0 GB through its

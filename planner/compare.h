@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "calibrate/hardware_profile.h"
-#include "sim/plan.h"
-#include "sim/sim_result.h"
+#include "program/plan.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::planner {
 

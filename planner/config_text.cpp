@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "common/errors.h"
-#include "sim/plan_keys.h"
+#include "program/plan_keys.h"
 
 namespace fsdpsim::planner::config_text {
 

@@ -11,7 +11,7 @@
 
 #include "models/model_spec.h"
 #include "planner/user_config.h"
-#include "sim/plan_keys.h"
+#include "program/plan_keys.h"
 
 namespace fsdpsim::planner::config_text {
 
@@ -40,7 +40,7 @@ KV keyword_arguments(const std::string& args);
 std::string yaml_text(const YAML::Node& n);
 KV yaml_map(const YAML::Node& n);
 
-// Sets a plan key from a config's value through the key's text form (sim/plan_keys.h), as `--fix` reads
+// Sets a plan key from a config's value through the key's text form (program/plan_keys.h), as `--fix` reads
 // it (quotes stripped); an error names `key` and the plan key ("fsdp_config.fsdp_backward_prefetch
 // backward_prefetch").
 void set_plan_key(sim::Plan& p, const std::string& plan_key, const std::string& value, const std::string& key);

@@ -24,7 +24,7 @@
 #include "calibrate/hardware_profile.h"
 #include "models/model_spec.h"
 #include "planner/user_config.h"
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::planner {
 

@@ -5,7 +5,7 @@
 #include "planner/export_fsdp2_body.h"
 #include "planner/exports.h"
 #include "planner/search_space.h"
-#include "sim/plan_keys.h"
+#include "program/plan_keys.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -90,7 +90,7 @@ Export export_accelerate(const ExportInput& in) {
        << "main_process_port: 29500\n"
        << "rdzv_backend: static\n"
        << "same_network: true\n";
-  // fsdp_config's keys as the plan-key table spells them for accelerate (sim/plan_keys.cpp).
+  // fsdp_config's keys as the plan-key table spells them for accelerate (program/plan_keys.cpp).
   const auto key = [](const char* plan_key) { return "  " + sim::section_key(plan_key, sim::Framework::Accelerate) + ": "; };
   os << "fsdp_config:\n"
      << key("fsdp_version") << (v1 ? 1 : 2) << "\n";

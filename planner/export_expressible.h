@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "calibrate/hardware_profile.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 
 namespace fsdpsim::planner {
 

@@ -90,7 +90,7 @@ Export export_lightning(const ExportInput& in) {
       e.unsupported.push_back("grad_sync=true (reduce every micro-batch): the Trainer accumulates inside FSDP's no_sync(); "
                               "reducing every micro-batch needs a Fabric loop without no_backward_sync");
     bool hybrid = p.mesh_replicate > 1 && p.mesh_shard > 1;
-    // FSDPStrategy's keywords as the plan-key table spells them for Lightning (sim/plan_keys.cpp).
+    // FSDPStrategy's keywords as the plan-key table spells them for Lightning (program/plan_keys.cpp).
     const auto kw = [](const char* plan_key) { return "    " + sim::spelling(plan_key, sim::Framework::Lightning) + "="; };
     os << "# fsdpsim export: PyTorch Lightning, target " << e.target << "\n"
        << "# plan: " << in.label << "\n"

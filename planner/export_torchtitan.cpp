@@ -5,7 +5,7 @@
 #include "planner/export_fsdp2_body.h"
 #include "planner/exports.h"
 #include "planner/search_space.h"
-#include "sim/plan_keys.h"
+#include "program/plan_keys.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -56,7 +56,7 @@ Export export_torchtitan(const ExportInput& in) {
   if (p.auto_wrap_policy.kind != models::WrapPolicy::Kind::TransformerBlock)
     e.unsupported.push_back("auto_wrap_policy: torchtitan always shards per transformer block (+ embeddings, [norm, output])");
 
-  // Keys inside their sections as the plan-key table spells them for torchtitan (sim/plan_keys.cpp).
+  // Keys inside their sections as the plan-key table spells them for torchtitan (program/plan_keys.cpp).
   const auto key = [](const char* plan_key) { return sim::section_key(plan_key, sim::Framework::TorchTitan) + " = "; };
   std::ostringstream os;
   os << "# fsdpsim export: " << e.target << "\n"

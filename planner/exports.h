@@ -11,7 +11,7 @@
 
 #include "calibrate/hardware_profile.h"
 #include "models/model_spec.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 
 namespace fsdpsim::planner {
 

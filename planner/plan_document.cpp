@@ -7,7 +7,7 @@
 #include "models/zoo.h"
 #include "planner/exports.h"
 #include "planner/planner.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 
 namespace fsdpsim::planner {
 

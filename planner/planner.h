@@ -14,7 +14,7 @@
 #include "planner/search.h"
 #include "planner/search_space.h"
 #include "planner/sensitivity.h"
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::planner {
 

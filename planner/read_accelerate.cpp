@@ -16,7 +16,7 @@
 #include "planner/config_readers.h"
 #include "planner/config_text.h"
 #include "planner/search_space.h"
-#include "sim/plan_keys.h"
+#include "program/plan_keys.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -42,7 +42,7 @@ void read_strategy(const std::string& key, const std::string& v, sim::Plan& p) {
   set_plan_key(p, "sharding_strategy", s, key);
 }
 
-// fsdp_config's key for a plan key (the table's accelerate spelling, sim/plan_keys.h), and its field.
+// fsdp_config's key for a plan key (the table's accelerate spelling, program/plan_keys.h), and its field.
 std::string fsdp_key(const char* plan_key) { return sim::section_key(plan_key, sim::Framework::Accelerate); }
 std::string fsdp_field(const char* plan_key) { return sim::spelling(plan_key, sim::Framework::Accelerate); }
 
@@ -128,7 +128,7 @@ void read_accelerate(const YAML::Node& root, const models::ModelSpec& model, Use
   if (top.count("distributed_type") && top["distributed_type"] != "FSDP")
     throw InputError("distributed_type", top["distributed_type"], "FSDP (this diagnoses FSDP configurations)");
   p.implementation = models::ModelImpl::HF;   // accelerate trains transformers models
-  // The keys the plan-key table spells for accelerate (sim/plan_keys.cpp): the value given, or nullptr.
+  // The keys the plan-key table spells for accelerate (program/plan_keys.cpp): the value given, or nullptr.
   const auto given = [&f](const char* plan_key) -> const std::string* {
     const auto it = f.find(fsdp_key(plan_key));
     return it == f.end() ? nullptr : &it->second;

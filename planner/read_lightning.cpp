@@ -10,7 +10,7 @@
 #include "planner/config_readers.h"
 #include "planner/config_text.h"
 #include "planner/search_space.h"
-#include "sim/plan_keys.h"
+#include "program/plan_keys.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -49,7 +49,7 @@ void apply_lightning(const KV& strategy, const KV& trainer, const std::string& p
       "accelerator", "parallel_devices", "cluster_environment", "precision_plugin", "process_group", "fsdp_size"};
   for (const auto& [k, v] : strategy) {
     const std::string key = prefix_s + k;
-    // FSDPStrategy's keyword for a plan key, as the plan-key table spells it (sim/plan_keys.cpp).
+    // FSDPStrategy's keyword for a plan key, as the plan-key table spells it (program/plan_keys.cpp).
     const auto is = [&name = k](const char* plan_key) { return name == sim::spelling(plan_key, sim::Framework::Lightning); };
     if (is("sharding_strategy")) {
       set_plan_key(p, "sharding_strategy", last_component(v), key);

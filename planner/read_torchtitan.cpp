@@ -14,7 +14,7 @@
 #include "common/errors.h"
 #include "planner/config_readers.h"
 #include "planner/config_text.h"
-#include "sim/plan_keys.h"
+#include "program/plan_keys.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -74,7 +74,7 @@ class Toml {
   const toml::table& t_;
 };
 
-// The TOML path of a plan key, as the plan-key table spells it for torchtitan (sim/plan_keys.cpp).
+// The TOML path of a plan key, as the plan-key table spells it for torchtitan (program/plan_keys.cpp).
 std::string titan(const char* plan_key) { return sim::spelling(plan_key, sim::Framework::TorchTitan); }
 
 // A dtype key of [training] (default `dflt`).

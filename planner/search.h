@@ -15,7 +15,7 @@
 
 #include "common/units.h"
 #include "planner/search_space.h"
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::planner {
 

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "common/errors.h"
-#include "sim/plan_keys.h"
+#include "program/plan_keys.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -18,7 +18,7 @@ using sim::Plan;
 using sim::ShardingStrategy;
 using AcMode = ActivationCheckpointing::Mode;
 
-// Canonicalizes the value of a `--fix/--exclude` constraint (the key's text form, sim/plan_keys.h), or
+// Canonicalizes the value of a `--fix/--exclude` constraint (the key's text form, program/plan_keys.h), or
 // throws naming the key. "precision" is the planner's own key: a preset sets the three dtypes at once.
 std::string canonicalize(const std::string& key, const std::string& raw, const std::string& field) {
   std::string v = sim::strip_quotes(raw);
@@ -324,7 +324,7 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
               q.seq_len = batch.seq_len;
               q.grad_sync = sync == 1;
               // FSDP's offload_params: params, grads and optimizer state on the CPU, the step on the CPU
-              // (M11; sim/plan.cpp requires optimizer offload with params offload).
+              // (M11; program/plan.cpp requires optimizer offload with params offload).
               q.cpu_offload.params = off == 1;
               q.cpu_offload.optimizer = off == 1;
               q.param_dtype = pr.param;

@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "sim/plan.h"
-#include "sim/plan_keys.h"
+#include "program/plan.h"
+#include "program/plan_keys.h"
 
 namespace fsdpsim::planner {
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "calibrate/hardware_profile.h"
-#include "sim/plan.h"
-#include "sim/sim_result.h"
+#include "program/plan.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::planner {
 

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "models/model_spec.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 
 namespace fsdpsim::planner {
 

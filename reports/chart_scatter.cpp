@@ -24,7 +24,7 @@ std::string classed(const char* prefix, const std::string& v, const char* const 
 }  // namespace
 
 std::string track_class(const std::string& track) {
-  // The simulator's stream names, by the role their color shows (sim/lower_fsdp1.cpp, lower_fsdp2.cpp).
+  // The simulator's stream names, by the role their color shows (program/lower_fsdp1.cpp, lower_fsdp2.cpp).
   static const std::pair<const char*, const char*> alias[] = {
       {"default", "compute"}, {"unshard", "all_gather"}, {"post_backward", "reduce_scatter"},
       {"pre_unshard", "copy_in"}, {"all_gather_copy_in", "copy_in"}};

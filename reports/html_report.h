@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::reports {
 

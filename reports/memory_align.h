@@ -9,7 +9,7 @@
 #pragma once
 #include <vector>
 
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::reports {
 

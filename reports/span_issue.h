@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/units.h"
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::reports {
 
@@ -20,7 +20,7 @@ inline constexpr TimeNs kNoIssue = -1;
 std::vector<TimeNs> issue_times(const std::vector<sim::TraceSpan>& trace);
 
 // The GPU stream that runs the model's compute: PyTorch's "default" stream, as the simulator names it
-// (sim/lower_fsdp*.cpp), or "compute".
+// (program/lower_fsdp*.cpp), or "compute".
 bool is_compute_track(const std::string& track);
 // A collective span: its op kind (the stream names differ between FSDP1 and FSDP2: "unshard",
 // "post_backward" vs "all_gather", "reduce_scatter").

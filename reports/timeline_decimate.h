@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/units.h"
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::reports {
 

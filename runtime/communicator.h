@@ -14,7 +14,7 @@
 #pragma once
 #include <cstdint>
 
-#include "sim/step_program.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::runtime {
 

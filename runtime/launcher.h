@@ -3,7 +3,7 @@
 // next to the fsdpsim executable and launched with
 //   mpirun --allow-run-as-root --oversubscribe -np N WORKER ...   (N > 1; cuda: one GPU per rank)
 //   WORKER ...                                                     (N = 1: no mpirun, no MPI)
-// The worker's result JSON (worker_main.cpp) is read back from a temporary file.
+// The worker's result JSON (workers/run_cpu_main.cpp, run_cuda_main.cpp) is read back from a temporary file.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/args.h"
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::runtime {
 

@@ -3,7 +3,7 @@
 // which runs it at once; the CUDA executor (cuda/cuda_stream_executor.h) on the CPU thread at issue,
 // which enqueues it on the op's CUDA stream (or its group's NCCL stream for a collective).
 #pragma once
-#include "sim/step_program.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::runtime {
 

@@ -6,7 +6,7 @@
 // the key and its value, rather than measured as something it is not.
 #pragma once
 #include "models/model_spec.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 
 namespace fsdpsim::runtime {
 

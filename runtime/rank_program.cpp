@@ -5,9 +5,9 @@
 
 #include "common/errors.h"
 #include "runtime/model/param_tensors.h"
-#include "sim/executor.h"
-#include "sim/lower_context.h"
-#include "sim/lowering.h"
+#include "program/program_check.h"
+#include "program/lower_context.h"
+#include "program/lowering.h"
 
 namespace fsdpsim::runtime {
 
@@ -166,7 +166,7 @@ class Builder {
   }
 
   // Assigns every compute op its segment and every reduce-path op its role, from the program alone
-  // (the lowering's emission order, sim/lower_fsdp{1,2}.cpp): per micro-batch, forwards run segments
+  // (the lowering's emission order, program/lower_fsdp{1,2}.cpp): per micro-batch, forwards run segments
   // 0..S-1, backwards S-1..0; a recompute under FSDP(checkpoint(block)) precedes its segment's
   // backward, under checkpoint(FSDP(block)) the unit's checkpointed segments are recomputed in order.
   void analyze(int world) {

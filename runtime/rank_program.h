@@ -15,9 +15,9 @@
 #include "runtime/model/dims.h"
 #include "runtime/runtime_plan.h"
 #include "runtime/train/synthetic_data.h"
-#include "sim/sim_result.h"
-#include "sim/plan.h"
-#include "sim/step_program.h"
+#include "program/sim_result.h"
+#include "program/plan.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::runtime {
 
@@ -25,7 +25,7 @@ namespace fsdpsim::runtime {
 int predivide_factor(int world);
 // Ops of the gradient-reduction path (copy-in excluded) and the collectives.
 bool is_reduce_path(sim::OpKind k);
-using sim::is_collective;   // (sim/step_program.h)
+using sim::is_collective;   // (program/step_program.h)
 
 // What an op does to data. The program's kind says it for most ops; a copy-in, a copy-out and a cast
 // serve several FSDP steps, told apart by where their input comes from (analyze).

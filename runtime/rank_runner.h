@@ -18,9 +18,9 @@
 #include "runtime/device.h"
 #include "runtime/rank_program.h"
 #include "runtime/train/optimizer.h"
-#include "sim/plan.h"
-#include "sim/sim_result.h"
-#include "sim/step_program.h"
+#include "program/plan.h"
+#include "program/sim_result.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::runtime {
 

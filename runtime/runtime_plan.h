@@ -3,7 +3,7 @@
 // kernels (runtime/layers, runtime/cuda), whose saved activations are one buffer per block laid out as
 // models/model_activations.cpp's formula, not the tensors another implementation would save.
 #pragma once
-#include "sim/plan.h"
+#include "program/plan.h"
 
 namespace fsdpsim::runtime {
 

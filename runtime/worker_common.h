@@ -13,7 +13,7 @@
 #include "common/context.h"
 #include "common/output_file.h"
 #include "common/units.h"
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::runtime {
 

@@ -1,6 +1,6 @@
 // The executor's form of a program (sim/executor.cpp): one small record per op with what the event
 // engine reads, every op's lists in one flat array, and each buffer's caching-allocator facts. The
-// StepProgram (sim/step_program.h) stays the plain data structure both executors share; this is only
+// StepProgram (program/step_program.h) stays the plain data structure both executors share; this is only
 // what the simulator's engine runs. Two producers build it:
 //  * compile_program (sim/executor.h): from a StepProgram, with validate_program's checks;
 //  * the stretch (sim/stretch.h): from the lowering of the same plan with fewer layers (and fewer
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "common/units.h"
-#include "sim/sim_result.h"
-#include "sim/step_program.h"
+#include "program/sim_result.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::sim {
 

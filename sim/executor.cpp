@@ -1,5 +1,5 @@
 // The discrete-event executor (sim/executor.h). It implements the execution semantics written at the
-// top of sim/step_program.h on the event core of sim/event_queue.h:
+// top of program/step_program.h on the event core of sim/event_queue.h:
 //
 //  * CPU: ops are issued in program order. Issuing op i first blocks until every op in cpu_waits has
 //    completed (for CpuOptimizerStep also its `waits`: the CPU cannot step on grads not yet copied),
@@ -109,7 +109,7 @@
 #include "sim/event_queue.h"
 #include "sim/memory_tracker.h"
 #include "sim/peak_location.h"
-#include "sim/program_check.h"
+#include "program/program_check.h"
 
 namespace fsdpsim::sim {
 
@@ -1133,19 +1133,6 @@ void Engine::add_span(const Op& op, const std::string& track, const char* kind, 
 }
 
 }  // namespace
-
-TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a,
-                        const std::vector<std::pair<TimeNs, TimeNs>>& b) {
-  TimeNs total = 0;
-  std::size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    TimeNs lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
-    if (hi > lo) total += hi - lo;
-    if (a[i].second < b[j].second) ++i;
-    else ++j;
-  }
-  return total;
-}
 
 namespace {
 

@@ -8,8 +8,9 @@
 #include "calibrate/launch_queue.h"
 #include "common/units.h"
 #include "sim/compiled_program.h"
-#include "sim/step_program.h"
-#include "sim/sim_result.h"
+#include "program/program_check.h"
+#include "program/step_program.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::sim {
 
@@ -41,7 +42,7 @@ struct ExecOptions {
   // Bytes the caching allocator may cudaMalloc (GPU memory minus the CUDA/NCCL context); beyond it
   // the allocator releases its cache and retries (SimResult::alloc_retries). 0 = unlimited.
   Bytes memory_capacity = 0;
-  // PYTORCH_CUDA_ALLOC_CONF (sim/caching_allocator.h): expandable_segments, and max_split_size_mb in
+  // PYTORCH_CUDA_ALLOC_CONF (memory/caching_allocator.h): expandable_segments, and max_split_size_mb in
   // bytes (0: PyTorch's default, no limit).
   bool expandable_segments = false;
   Bytes max_split_size = 0;
@@ -83,14 +84,10 @@ void fill_op_costs(const StepProgram& program, const CostModel& cost, OpCosts& c
 // of range, a wait on a later op, a buffer allocated twice or freed while not allocated.
 SimResult execute(const StepProgram& program, const CostModel& cost, const ExecOptions& opts = {});
 
-// Length of the intersection of two unions of intervals, each sorted and non-overlapping (exposed
-// communication: compute-stream gaps ∩ collective busy time). The runtimes measure it the same way.
-TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a,
-                        const std::vector<std::pair<TimeNs, TimeNs>>& b);
+// intersect_length (exposed communication), which the runtimes measure the same way: program/sim_result.h.
 // The same with precomputed costs (costs.gpu_ns/cpu_ns sized like program.ops).
 SimResult execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts = {});
-// The ill-formed-program checks of execute() alone (InputError naming the field).
-void validate_program(const StepProgram& program);
+// The ill-formed-program checks of execute() alone: validate_program, program/program_check.h.
 
 // The engine's form of `program` (sim/compiled_program.h), after validate_program's checks (the same
 // InputErrors); `out` keeps its storage. execute(program, ...) is compile_program + execute_compiled.

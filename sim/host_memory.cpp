@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 
-#include "sim/lower_context.h"
+#include "program/lower_context.h"
 
 namespace fsdpsim::sim {
 namespace {

@@ -24,8 +24,8 @@
 #include "common/units.h"
 #include "models/trainable.h"
 #include "models/wrap_graph.h"
-#include "sim/plan.h"
-#include "sim/sim_result.h"
+#include "program/plan.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::sim {
 

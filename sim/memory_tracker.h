@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "sim/caching_allocator.h"
+#include "memory/caching_allocator.h"
 #include "sim/compiled_program.h"
-#include "sim/sim_result.h"
-#include "sim/step_program.h"
+#include "program/sim_result.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::sim {
 

@@ -6,8 +6,8 @@
 #include <initializer_list>
 #include <vector>
 
-#include "sim/sim_result.h"
-#include "sim/step_program.h"
+#include "program/sim_result.h"
+#include "program/step_program.h"
 #include "sim/stretch.h"
 
 namespace fsdpsim::sim {

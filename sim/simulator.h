@@ -8,8 +8,8 @@
 #include "calibrate/hardware_profile.h"
 #include "models/model_spec.h"
 #include "sim/executor.h"
-#include "sim/plan.h"
-#include "sim/sim_result.h"
+#include "program/plan.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::sim {
 

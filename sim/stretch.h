@@ -2,7 +2,7 @@
 // micro-batches, built from the lowering of the same model with L' = L - n*k layers and G' = G - m
 // micro-batches by inserting n copies of one k-layer period and m copies of one micro-batch.
 //
-// Why this is the program the lowering would build for L layers. The lowering (sim/lower_fsdp*.cpp)
+// Why this is the program the lowering would build for L layers. The lowering (program/lower_fsdp*.cpp)
 // walks the transformer blocks one after the other in each phase (persistent state, each micro-batch's
 // forward and backward), and with its sites (lowering::Builder::site) every op and buffer records at
 // which micro-batch and block it was created. Blocks are identical (a ModelSpec has one block shape), so
@@ -40,7 +40,7 @@
 
 #include "sim/compiled_program.h"
 #include "sim/executor.h"
-#include "sim/lower_context.h"
+#include "program/lower_context.h"
 
 namespace fsdpsim::sim {
 

@@ -1,5 +1,5 @@
 // The CPU backend's device memory: the StepProgram's buffers placed by the caching-allocator model
-// itself (sim/caching_allocator.h), so the allocator whose peaks we measure IS the one the simulator
+// itself (memory/caching_allocator.h), so the allocator whose peaks we measure IS the one the simulator
 // models. The model hands out virtual addresses (segments laid out one after another, never reused);
 // we back that address space with one anonymous mapping reserved up front (MAP_NORESERVE: pages
 // become real memory when first touched), so block address a is host address base + a.
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "sim/caching_allocator.h"
-#include "sim/sim_result.h"
-#include "sim/step_program.h"
+#include "memory/caching_allocator.h"
+#include "program/sim_result.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::runtime {
 

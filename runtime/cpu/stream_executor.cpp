@@ -1,7 +1,7 @@
 #include "runtime/cpu/stream_executor.h"
 
 #include "runtime/rank_program.h"
-#include "sim/executor.h"
+#include "program/sim_result.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,5 +1,5 @@
 // Executes a StepProgram's schedule on real threads, with the semantics written at the top of
-// sim/step_program.h: the calling thread is the CPU (issues ops in order, blocks on cpu_waits,
+// program/step_program.h: the calling thread is the CPU (issues ops in order, blocks on cpu_waits,
 // performs allocs before enqueueing and frees after), and each stream is a thread that runs its ops
 // in order once their `waits` have completed. Collectives of one process group additionally run in
 // CPU issue order, one at a time (one NCCL queue per group, F1.4), which keeps every rank's sequence
@@ -12,8 +12,8 @@
 
 #include "runtime/cpu/device_memory.h"
 #include "runtime/op_handler.h"
-#include "sim/sim_result.h"
-#include "sim/step_program.h"
+#include "program/sim_result.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::runtime {
 

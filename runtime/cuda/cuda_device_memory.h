@@ -6,7 +6,7 @@
 // Single-threaded: the executor's CPU thread performs every alloc and free (program semantics).
 #pragma once
 #include "runtime/cpu/device_memory.h"
-#include "sim/step_program.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::runtime::cuda {
 

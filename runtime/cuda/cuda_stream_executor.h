@@ -1,4 +1,4 @@
-// Executes a StepProgram on CUDA streams with the semantics of sim/step_program.h, the CUDA
+// Executes a StepProgram on CUDA streams with the semantics of program/step_program.h, the CUDA
 // counterpart of runtime/cpu/stream_executor.h:
 //  * the calling thread is the CPU: it issues ops in program order, blocks on `cpu_waits`
 //    (cudaEventSynchronize), performs the op's allocs before enqueueing and its frees after;
@@ -21,8 +21,8 @@
 
 #include "runtime/cuda/cuda_device_memory.h"
 #include "runtime/op_handler.h"
-#include "sim/sim_result.h"
-#include "sim/step_program.h"
+#include "program/sim_result.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::runtime::cuda {
 

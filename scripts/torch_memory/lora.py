@@ -1,7 +1,7 @@
 """plan.lora for the harness, without PyTorch: which modules of a recipe's model get adapters, the adapter
 matrices' shapes, the trainable count, and the plans the harness refuses.
 
-The shapes follow the simulator (models/trainable.cpp `lora_adapters`, sim/lower_context.cpp
+The shapes follow the simulator (models/trainable.cpp `lora_adapters`, program/lower_context.cpp
 `lora_shape`): an A of (rank, in) and a B of (out, rank) beside each targeted linear of every block, and
 of the LM head when "head" is targeted; base weights frozen, only the adapters train. A fused q/k/v
 matrix takes one pair over the whole matrix (GPT-2's c_attn; torchtitan, which the simulator models with
@@ -41,7 +41,7 @@ def _plain_mlp(spec):
 
 
 def check_model(spec, p):
-    """sim/lower_context.cpp lora_shape's model-dependent rules, then what the harness does not build."""
+    """program/lower_context.cpp lora_shape's model-dependent rules, then what the harness does not build."""
     lora = p.lora
     if not lora:
         return

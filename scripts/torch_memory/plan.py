@@ -2,7 +2,7 @@
 
 The keys are README.md "Plan keys" plus the issue-19 keys the simulator gains in the same change
 (NEW_KEYS). The harness must build exactly the configuration the simulator means, so the defaults,
-the mesh derivation and the consistency rules follow sim/plan.cpp (`parse_plan`, `resolve_plan`,
+the mesh derivation and the consistency rules follow program/plan.cpp (`parse_plan`, `resolve_plan`,
 `effective_strategy`); a rule there that decides what is built is repeated here, with the same field
 names in the errors. Keys the harness cannot run on its GPU machine (fp8 without torchao, optimizer-only
 offload) are accepted here and refused when a case is run (train.py), naming the field.
@@ -23,7 +23,7 @@ README_KEYS = (
     "cpu_offload", "fp8_all_gather", "trainable_fraction", "optimizer", "auto_wrap_policy", "use_orig_params",
     "cross_entropy", "cross_entropy_chunks") + NEW_KEYS + ("lora",)
 PLAN_KEYS = README_KEYS
-# plan.lora (sim/plan.cpp parse_lora): the canonical targets; "mlp" stands for gate, up, down.
+# plan.lora (program/plan.cpp parse_lora): the canonical targets; "mlp" stands for gate, up, down.
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down", "head")
 
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
@@ -42,8 +42,8 @@ ALLOC_CONF_KEYS = ("backend", "expandable_segments", "max_split_size_mb", "max_n
                    "pinned_use_cuda_host_register", "pinned_num_register_threads")
 # CUDAAllocatorConfig: "max_split_size_mb too small, must be > kLargeBuffer" (kLargeBuffer = 20 MiB).
 MIN_MAX_SPLIT_SIZE_MB = 21
-MAX_MESH = 1 << 20          # sim/plan.cpp kMaxMesh
-MAX_PREFETCH_DEPTH = 16     # sim/plan.cpp kMaxPrefetchDepth
+MAX_MESH = 1 << 20          # program/plan.cpp kMaxMesh
+MAX_PREFETCH_DEPTH = 16     # program/plan.cpp kMaxPrefetchDepth
 MAX_TOKENS_PER_MICRO_BATCH = 1 << 31
 
 
@@ -59,7 +59,7 @@ class Checkpointing:
 
 @dataclasses.dataclass
 class ResolvedPlan:
-    """Every key with its default filled in and the mesh derived (sim/plan.cpp resolve_plan)."""
+    """Every key with its default filled in and the mesh derived (program/plan.cpp resolve_plan)."""
     fsdp_version: int = 2
     mesh_replicate: int = 0
     mesh_shard: int = 0
@@ -274,7 +274,7 @@ def _overrides(v, fsdp_version):
 
 
 def parse_plan(plan):
-    """Checks a plan object (keys, types, ranges, the version rules of sim/plan.cpp parse_plan)."""
+    """Checks a plan object (keys, types, ranges, the version rules of program/plan.cpp parse_plan)."""
     if not isinstance(plan, dict):
         raise InputError("plan", show(plan), "expected a JSON object")
     for key in plan:
@@ -367,7 +367,7 @@ def parse_plan(plan):
 
 
 def _lora(v):
-    """plan.lora, checked as sim/plan.cpp parse_lora checks it (same fields and rules)."""
+    """plan.lora, checked as program/plan.cpp parse_lora checks it (same fields and rules)."""
     field = "plan.lora"
     if not isinstance(v, dict):
         raise InputError(field, show(v), 'expected {"rank": r, "targets": ["q", "v", ...], "dropout": p}')
@@ -398,7 +398,7 @@ def _lora(v):
 
 
 def resolve_plan(plan, world, gpus_per_node, units=None):
-    """parse_plan, then the mesh and the strategy for `world` GPUs (sim/plan.cpp resolve_plan).
+    """parse_plan, then the mesh and the strategy for `world` GPUs (program/plan.cpp resolve_plan).
     `units`: fsdpsim model-info's unit list, to check module_overrides' names."""
     p = parse_plan(plan)
     fsdp1 = p.fsdp_version == 1

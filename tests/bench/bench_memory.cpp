@@ -10,7 +10,7 @@
 //       ffn = 28672 for llama3-70b): the fp32 norm input 4h, normed 2h, q 2h, k 2kv, v 2kv, rotated q 2h,
 //       rotated k 2kv, attention output 2h, the softmax statistics 256 B, o_proj input 2h, second norm
 //       input 4h and output 2h, gate / up / SiLU / product 2ffn each. At 4096 tokens the kv-sized pieces
-//       are 8 MiB: requests of 1-10 MiB share 20 MiB segments (sim/caching_allocator.h). Only buffers of
+//       are 8 MiB: requests of 1-10 MiB share 20 MiB segments (memory/caching_allocator.h). Only buffers of
 //       256 MiB or more are split so (the recomputed tensors of a block, ~1.5 GiB here; a block's input,
 //       all that full AC saves, is one tensor of 64 MiB)
 //   10, 20  equal pieces (6.4 / 3.2 MiB of a 64 MiB buffer: several to a 20 MiB segment)
@@ -27,7 +27,7 @@
 #include "models/zoo.h"
 #include "sim/executor.h"
 #include "sim/memory_tracker.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 #include "sim/simulator.h"
 
 namespace {

@@ -19,10 +19,10 @@
 #include "models/wrap_graph.h"
 #include "models/zoo.h"
 #include "sim/executor.h"
-#include "sim/lowering.h"
-#include "sim/plan.h"
+#include "program/lowering.h"
+#include "program/plan.h"
 #include "sim/profile_cost_model.h"
-#include "sim/lower_context.h"
+#include "program/lower_context.h"
 #include "sim/simulator.h"
 
 namespace {

@@ -9,8 +9,8 @@
 
 #include "models/model_spec.h"
 #include "models/wrap_graph.h"
-#include "sim/lower_context.h"
-#include "sim/plan.h"
+#include "program/lower_context.h"
+#include "program/plan.h"
 
 namespace fsdpsim::devset {
 namespace {

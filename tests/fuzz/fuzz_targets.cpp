@@ -10,7 +10,7 @@
 #include "models/model_info.h"
 #include "models/zoo.h"
 #include "planner/user_config.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 
 namespace fsdpsim::fuzz {
 namespace {

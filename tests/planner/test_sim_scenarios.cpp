@@ -165,7 +165,7 @@ TEST(Scenario, S4ThreeTimesTheMemoryInLightning) {
     EXPECT_EQ((*f)["severity"], "problem") << (*f)["id"];
     // Each costs over 1 GiB, but checkpointing alone saves less here: with nothing wrapped, FSDP1's one flat
     // parameter gets its flat gradient from split_with_sizes_backward's cat at the end of the backward,
-    // beside every parameter's own gradient (sim/lower_fsdp1.cpp), a peak activations no longer add to.
+    // beside every parameter's own gradient (program/lower_fsdp1.cpp), a peak activations no longer add to.
     const double at_least = f == ac ? 256.0 * 1024 * 1024 : 1024.0 * 1024 * 1024;
     EXPECT_GT((*f)["memory_saved_bytes"].get<double>(), at_least) << (*f)["id"];
     EXPECT_NE((*f)["message"].get<std::string>().find("it costs"), std::string::npos) << (*f)["message"];

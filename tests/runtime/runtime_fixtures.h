@@ -12,7 +12,7 @@
 #include "runtime/model/dims.h"
 #include "runtime/train/reference_trainer.h"
 #include "runtime/train/synthetic_data.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 
 namespace fsdpsim::runtime::testing {
 

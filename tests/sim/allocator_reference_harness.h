@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "sim/caching_allocator.h"
+#include "memory/caching_allocator.h"
 
 namespace fsdpsim::sim::testing {
 

@@ -59,7 +59,7 @@ class FixedCostModel : public CostModel {
 
   TimeNs op_time(const Op& op) const override {
     if (op.id >= 0 && op.id < static_cast<int>(c_.by_op.size()) && c_.by_op[op.id] >= 0) return c_.by_op[op.id];
-    // A compute op that runs no kernels (the loss's memory-only ops, sim/lower_walk.cpp) takes no time.
+    // A compute op that runs no kernels (the loss's memory-only ops, program/lower_walk.cpp) takes no time.
     if (op.shared_kernels && op.shared_kernels->empty()) return 0;
     switch (op.kind) {
       case OpKind::Forward: return c_.forward_ns + flops_term(op);

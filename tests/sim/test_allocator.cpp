@@ -1,11 +1,11 @@
-// The caching-allocator model against hand-computed bytes (rules in sim/caching_allocator.h, from
+// The caching-allocator model against hand-computed bytes (rules in memory/caching_allocator.h, from
 // c10/cuda/CUDACachingAllocator.cpp): rounding, pools, splitting, coalescing, per-stream reuse,
 // record_stream delay, cudaMalloc retry at capacity.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
-#include "sim/caching_allocator.h"
+#include "memory/caching_allocator.h"
 
 namespace fsdpsim::sim {
 namespace {

@@ -1,13 +1,13 @@
 // The caching-allocator model with PYTORCH_CUDA_ALLOC_CONF options (expandable_segments, max_split_size_mb)
 // against hand-computed bytes: allocated / reserved after every call, block addresses, and the
-// allocator's segment layout. Rules: sim/caching_allocator.h, from c10/cuda/CUDACachingAllocator.cpp
+// allocator's segment layout. Rules: memory/caching_allocator.h, from c10/cuda/CUDACachingAllocator.cpp
 // (expandable segments map 20 MiB pages in the large pool, 2 MiB in the small one; a free never unmaps;
 // a cache release unmaps the whole pages inside free blocks).
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "sim/caching_allocator.h"
+#include "memory/caching_allocator.h"
 
 namespace fsdpsim::sim {
 namespace {

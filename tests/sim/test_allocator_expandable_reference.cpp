@@ -1,4 +1,4 @@
-// Property test of the caching-allocator model with expandable segments (sim/caching_allocator_expandable.cpp)
+// Property test of the caching-allocator model with expandable segments (memory/caching_allocator_expandable.cpp)
 // against a deliberately naive reference written from the same rules of c10/cuda/CUDACachingAllocator.cpp
 // (get_free_block's grown sizes, find_expandable_block, map_block, unmap_block, release_blocks): each
 // pool's segment as std::map address -> block, its free mapped blocks in one std::set ordered by
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "allocator_reference_harness.h"
-#include "sim/caching_allocator.h"
+#include "memory/caching_allocator.h"
 
 namespace fsdpsim::sim {
 namespace {

@@ -1,4 +1,4 @@
-// Property test of the caching-allocator model (sim/caching_allocator.h) against a deliberately
+// Property test of the caching-allocator model (memory/caching_allocator.h) against a deliberately
 // naive reference written from the same rules: every free block of a pool in one std::set ordered by
 // (size, address) (PyTorch's BlockComparatorSize), segments as std::map address -> block. The fast
 // allocator keeps its pools as size classes and recycles block slots; whatever it does inside, every
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "allocator_reference_harness.h"
-#include "sim/caching_allocator.h"
+#include "memory/caching_allocator.h"
 
 namespace fsdpsim::sim {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "calibrate/hardware_profile.h"
 #include "models/zoo.h"
-#include "sim/caching_allocator.h"
+#include "memory/caching_allocator.h"
 #include "sim/memory_tracker.h"
 #include "sim/simulator.h"
 #include "test_executor_builder.h"

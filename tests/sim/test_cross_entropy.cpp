@@ -8,7 +8,7 @@
 #include "common/errors.h"
 #include "models/model_spec.h"
 #include "models/zoo.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 #include "sim/simulator.h"
 
 namespace fsdpsim::sim {

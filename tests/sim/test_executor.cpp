@@ -1,5 +1,5 @@
 // The discrete-event executor on hand-built programs with fixed costs: every expected nanosecond and
-// byte below is derived by hand in the comment next to it (semantics in sim/step_program.h and at the
+// byte below is derived by hand in the comment next to it (semantics in program/step_program.h and at the
 // top of sim/executor.cpp).
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "sim/step_program.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::sim::testing {
 

@@ -25,10 +25,10 @@
 #include "calibrate/hardware_profile.h"
 #include "models/wrap_graph.h"
 #include "models/zoo.h"
-#include "sim/lowering.h"
-#include "sim/plan.h"
+#include "program/lowering.h"
+#include "program/plan.h"
 #include "sim/simulator.h"
-#include "sim/step_program.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::sim {
 namespace {

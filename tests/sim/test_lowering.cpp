@@ -11,7 +11,7 @@
 #include "models/trainable.h"
 #include "models/wrap_graph.h"
 #include "models/zoo.h"
-#include "sim/lowering.h"
+#include "program/lowering.h"
 #include "test_lowering_fixtures.h"
 
 namespace fsdpsim::sim {

@@ -10,8 +10,8 @@
 
 #include "models/model_spec.h"
 #include "models/wrap_graph.h"
-#include "sim/lowering.h"
-#include "sim/plan.h"
+#include "program/lowering.h"
+#include "program/plan.h"
 
 namespace fsdpsim::sim::testing {
 

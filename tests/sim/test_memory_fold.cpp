@@ -25,9 +25,9 @@
 #include "models/zoo.h"
 #include "random_plans.h"
 #include "sim/executor.h"
-#include "sim/lowering.h"
+#include "program/lowering.h"
 #include "sim/memory_tracker.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 #include "sim/profile_cost_model.h"
 #include "sim/simulator.h"
 

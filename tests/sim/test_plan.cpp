@@ -6,7 +6,7 @@
 #include <string>
 
 #include "common/errors.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 
 namespace fsdpsim::sim {
 namespace {

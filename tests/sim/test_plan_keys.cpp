@@ -1,4 +1,4 @@
-// The plan-key table (sim/plan_keys.h): every key round-trips JSON -> Plan -> JSON, its text form agrees
+// The plan-key table (program/plan_keys.h): every key round-trips JSON -> Plan -> JSON, its text form agrees
 // with its JSON form, its default is what an empty plan prints, and a key given to the FSDP version that
 // does not have it is an InputError naming the key.
 #include <gtest/gtest.h>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "common/errors.h"
-#include "sim/plan.h"
-#include "sim/plan_keys.h"
+#include "program/plan.h"
+#include "program/plan_keys.h"
 
 namespace fsdpsim::sim {
 namespace {

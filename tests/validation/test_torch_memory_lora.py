@@ -144,7 +144,7 @@ class Refusals(unittest.TestCase):
         loras.check_model(spec_of(model), plans.resolve_plan(plan, 8, 8))
 
     def test_the_simulators_model_rules(self):
-        # sim/lower_context.cpp lora_shape
+        # program/lower_context.cpp lora_shape
         self.assertRefused("gpt2", {"lora": {"rank": 8, "targets": ["gate"]}}, "plan.lora.targets")
         self.assertRefused("gpt2", {"lora": {"rank": 8, "targets": ["mlp"]}}, "plan.lora.targets")
         self.accepted("gpt2", {"lora": {"rank": 8, "targets": ["up", "down"]}})

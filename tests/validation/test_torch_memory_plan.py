@@ -100,7 +100,7 @@ class PlanKeys(FieldAssertions):
 
 
 class Resolve(FieldAssertions):
-    """Mesh defaults and strategies as sim/plan.cpp resolve_plan / effective_strategy derive them."""
+    """Mesh defaults and strategies as program/plan.cpp resolve_plan / effective_strategy derive them."""
 
     def test_mesh_defaults(self):
         self.assertEqual((resolve({}).mesh_replicate, resolve({}).mesh_shard), (1, 8))

@@ -8,7 +8,7 @@
 #include "models/kernels.h"
 #include "models/wrap_graph.h"
 #include "models/zoo.h"
-#include "sim/lowering.h"
+#include "program/lowering.h"
 
 namespace fsdpsim::validation {
 

@@ -9,7 +9,7 @@
 
 #include "calibrate/hardware_profile.h"
 #include "models/model_spec.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 
 namespace fsdpsim::validation {
 

@@ -12,7 +12,7 @@ first, as litgpt's LoRALinear does (the simulator's fsdp1_unit_sizes places them
 FSDP1 without use_orig_params flattens each unit into FlatParameters of one requires_grad
 (FlatParamHandle._validate_tensors_to_flatten): move_to_banks gives each block's adapters a module of their
 own, LoraBank, wrapped by FSDP1 apart from the frozen block (the simulator's "one more FlatParameter of
-this unit holding its adapters", sim/lower_context.cpp fsdp1_unit_sizes; torchtune's lora_fsdp_wrap_policy
+this unit holding its adapters", program/lower_context.cpp fsdp1_unit_sizes; torchtune's lora_fsdp_wrap_policy
 wraps the adapters apart too, per adapter linear).
 """
 import torch

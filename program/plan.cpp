@@ -2,7 +2,7 @@
 //
 // Plan keys (JSON; PyTorch's names). Every key is optional; an unknown key is an InputError "plan.<key>".
 // How each key is read, printed, checked against the FSDP version and spelled elsewhere: its descriptor
-// in the table of sim/plan_keys.cpp, in this order.
+// in the table of program/plan_keys.cpp, in this order.
 //
 // | key                      | values                                                      | default            |
 // |--------------------------|-------------------------------------------------------------|--------------------|
@@ -58,7 +58,7 @@
 // Mesh defaults (resolve_plan): FSDP1 FULL_SHARD/SHARD_GRAD_OP -> (1, world); NO_SHARD -> (world, 1);
 // HYBRID_SHARD/_HYBRID_SHARD_ZERO2 -> (world / gpus_per_node, gpus_per_node) (F1.15). FSDP2 -> (1, world),
 // or the same as FSDP1 when sharding_strategy names a hybrid or NO_SHARD strategy.
-#include "sim/plan.h"
+#include "program/plan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -66,7 +66,7 @@
 
 #include "common/errors.h"
 #include "common/json_reader.h"
-#include "sim/plan_keys.h"
+#include "program/plan_keys.h"
 
 namespace fsdpsim::sim {
 namespace {
@@ -328,7 +328,7 @@ Plan resolve_plan(const Plan& in, int gpus, int gpus_per_node) {
   }
 
   // ---- feature / version consistency ----
-  check_versions(p);   // the table's one-version keys (sim/plan_keys.cpp)
+  check_versions(p);   // the table's one-version keys (program/plan_keys.cpp)
   if (dtype_bytes(p.master_weights_dtype) < dtype_bytes(p.param_dtype) ||
       (dtype_bytes(p.master_weights_dtype) == dtype_bytes(p.param_dtype) && p.master_weights_dtype != p.param_dtype))
     throw InputError("plan.master_weights_dtype", std::string(dtype_name(p.master_weights_dtype)),

@@ -31,7 +31,7 @@ struct AllocConf {
 };
 
 // reshard_after_forward as Plan and ModuleOverride hold it: an int code, which the lowering copies into its
-// per-unit table (sim/lower_context.cpp). Write and read it through these names.
+// per-unit table (program/lower_context.cpp). Write and read it through these names.
 namespace raf {
 inline constexpr int kTrue = -1;     // reshard to the shard group after forward (FSDP2's default)
 inline constexpr int kFalse = 0;     // keep the unsharded parameters until backward (the ZeRO-2 variant)

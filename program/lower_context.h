@@ -1,7 +1,7 @@
-// Internals shared by the FSDP1 and FSDP2 lowerings (sim/lower_fsdp1.cpp, sim/lower_fsdp2.cpp):
+// Internals shared by the FSDP1 and FSDP2 lowerings (program/lower_fsdp1.cpp, program/lower_fsdp2.cpp):
 // per-unit sizes (padding rules M1, M6), the forward segment order, kernel lists computed once per
 // lowering, activation sizes, process-group shapes, and a small builder that appends ops in CPU
-// issue order (see sim/step_program.h for the program semantics).
+// issue order (see program/step_program.h for the program semantics).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -16,9 +16,9 @@
 #include "models/model_spec.h"
 #include "models/trainable.h"
 #include "models/wrap_graph.h"
-#include "sim/lowering.h"
-#include "sim/plan.h"
-#include "sim/step_program.h"
+#include "program/lowering.h"
+#include "program/plan.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::sim::lowering {
 

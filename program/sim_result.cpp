@@ -1,4 +1,6 @@
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
+
+#include <algorithm>
 
 namespace fsdpsim::sim {
 
@@ -78,6 +80,19 @@ nlohmann::json sim_result_to_json(const SimResult& r, bool include_trace) {
     j["steady_step_start_ns"] = r.steady_step_start_ns;
   }
   return j;
+}
+
+TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a,
+                        const std::vector<std::pair<TimeNs, TimeNs>>& b) {
+  TimeNs total = 0;
+  std::size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    TimeNs lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) total += hi - lo;
+    if (a[i].second < b[j].second) ++i;
+    else ++j;
+  }
+  return total;
 }
 
 }  // namespace fsdpsim::sim

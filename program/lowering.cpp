@@ -1,12 +1,12 @@
 // FSDP lowering front door: validates the inputs the lowering relies on and dispatches to the FSDP1
-// or FSDP2 lowering (sim/lower_fsdp1.cpp, sim/lower_fsdp2.cpp; shared parts in sim/lower_context.*).
-#include "sim/lowering.h"
+// or FSDP2 lowering (program/lower_fsdp1.cpp, program/lower_fsdp2.cpp; shared parts in program/lower_context.*).
+#include "program/lowering.h"
 
 #include <memory>
 #include <string>
 
 #include "common/errors.h"
-#include "sim/lower_context.h"
+#include "program/lower_context.h"
 
 namespace fsdpsim::sim {
 

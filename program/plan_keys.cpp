@@ -1,6 +1,6 @@
 // The plan-key table (plan_keys.h). The keys' meanings, values and defaults are documented at the top of
 // plan.cpp; this file is how each is read, printed, checked and spelled.
-#include "sim/plan_keys.h"
+#include "program/plan_keys.h"
 
 #include <algorithm>
 #include <cctype>

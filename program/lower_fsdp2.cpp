@@ -11,7 +11,7 @@
 //   reshard          = free the unsharded params (no record_stream); rAF=int keeps a 1/k clone (F2.4)
 //   post_backward    = compute waits on the previous RS; RS copy-in on compute (reduce_dtype); RS on the
 //                      RS stream; [HSDP all_reduce]; fp32 cast on the post-reduce stream (F2.8-F2.10, M8)
-#include "sim/lower_walk.h"
+#include "program/lower_walk.h"
 
 namespace fsdpsim::sim::lowering {
 namespace {

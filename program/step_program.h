@@ -1,6 +1,6 @@
 // The StepProgram: one training step of one rank as FSDP issues it (design.md "The one idea").
 // A plain data structure, independent of any cost model: the simulator executes it against a
-// hardware profile, the runtime executes it on real hardware. Lowering (sim/lowering.h) builds it.
+// hardware profile, the runtime executes it on real hardware. Lowering (program/lowering.h) builds it.
 //
 // Execution semantics (shared by both executors, see note "program semantics" in README):
 //  * ops are listed in CPU issue order; the CPU issues them one after the other;
@@ -24,7 +24,7 @@
 
 #include "common/units.h"
 #include "models/kernels.h"
-#include "sim/sim_result.h"
+#include "program/sim_result.h"
 
 namespace fsdpsim::sim {
 

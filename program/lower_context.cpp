@@ -1,6 +1,6 @@
 // The parts of the lowering both FSDP versions share: sizes, segments, orders, kernels, groups, the
-// op builder, the optimizer step and the step facts. See sim/lower_context.h.
-#include "sim/lower_context.h"
+// op builder, the optimizer step and the step facts. See program/lower_context.h.
+#include "program/lower_context.h"
 
 #include <stdexcept>
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -100,5 +101,11 @@ struct SimResult {
 };
 
 nlohmann::json sim_result_to_json(const SimResult& r, bool include_trace = false);
+
+// Length of the intersection of two unions of intervals, each sorted and non-overlapping (exposed
+// communication: compute-stream gaps ∩ collective busy time). The simulator's executor and the runtimes
+// measure it the same way.
+TimeNs intersect_length(const std::vector<std::pair<TimeNs, TimeNs>>& a,
+                        const std::vector<std::pair<TimeNs, TimeNs>>& b);
 
 }  // namespace fsdpsim::sim

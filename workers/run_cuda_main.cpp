@@ -1,5 +1,5 @@
 // fsdpsim-run-cuda: one rank of the bundled FSDP runtime on the CUDA + NCCL backend, with the
-// options and result JSON of fsdpsim-run-cpu (runtime/mpi/worker_main.cpp). Launched by
+// options and result JSON of fsdpsim-run-cpu (workers/run_cpu_main.cpp). Launched by
 // `fsdpsim run --backend cuda` / `fsdpsim validate --backend cuda` (or by hand) as
 //   mpirun -np N fsdpsim-run-cuda --model M --plan P --out FILE ...   (one GPU per rank: local rank % GPUs)
 // or, for one rank, directly without mpirun (no MPI_Init; NCCL communicators of one rank), or as
@@ -25,7 +25,7 @@
 #include "runtime/cuda/emulated_communicator.h"
 #include "runtime/cuda/nccl_communicator.h"
 #include "runtime/worker_common.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 #include "sim/profile_cost_model.h"
 
 using namespace fsdpsim;

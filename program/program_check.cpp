@@ -1,4 +1,4 @@
-// validate_program (sim/executor.h): the structural checks a StepProgram must pass before either
+// validate_program (program/program_check.h): the structural checks a StepProgram must pass before either
 // executor runs it. Every dependency must point to an earlier op in issue order; with that, the
 // program's dependency graph is acyclic and the executor can never deadlock (the earliest
 // unfinished op always has all its dependencies complete or issuable).
@@ -6,8 +6,7 @@
 #include <string>
 
 #include "common/errors.h"
-#include "sim/executor.h"
-#include "sim/program_check.h"
+#include "program/program_check.h"
 
 namespace fsdpsim::sim {
 

@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "sim/caching_allocator.h"
+#include "memory/caching_allocator.h"
 
 namespace fsdpsim::sim {
 

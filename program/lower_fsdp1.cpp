@@ -11,7 +11,7 @@
 //              its own stream], post-divide, accumulate into the fp32 sharded grad (F1.10-F1.12)
 #include <deque>
 
-#include "sim/lower_walk.h"
+#include "program/lower_walk.h"
 
 namespace fsdpsim::sim::lowering {
 namespace {

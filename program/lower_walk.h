@@ -15,13 +15,13 @@
 //   final callback             queued by the root's pre-backward (F1.13, F2.11)
 //
 // What each hook does is the FSDP version's parameter-group lowering, a subclass: FSDP1's flat-parameter
-// handles (sim/lower_fsdp1.cpp, `FlatParamHandle` + `_runtime_utils.py`) and FSDP2's parameter groups
-// (sim/lower_fsdp2.cpp, `FSDPParamGroup`). A memory or checkpointing rule of the model's compute is written
+// handles (program/lower_fsdp1.cpp, `FlatParamHandle` + `_runtime_utils.py`) and FSDP2's parameter groups
+// (program/lower_fsdp2.cpp, `FSDPParamGroup`). A memory or checkpointing rule of the model's compute is written
 // here once; a rule of how FSDP moves parameters and gradients is written in its version's file.
 #pragma once
 #include <vector>
 
-#include "sim/lower_context.h"
+#include "program/lower_context.h"
 
 namespace fsdpsim::sim::lowering {
 

@@ -3,8 +3,8 @@
 #pragma once
 #include "models/model_spec.h"
 #include "models/wrap_graph.h"
-#include "sim/plan.h"
-#include "sim/step_program.h"
+#include "program/plan.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::sim {
 

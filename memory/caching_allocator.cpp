@@ -1,7 +1,7 @@
 // The caching-allocator model; the rules and their source are listed in caching_allocator.h.
 // Pools are vectors of size classes (see Pool in the header): few distinct sizes with many blocks
 // each in an FSDP step; no tree, so the simulator's hot path has no node allocations.
-#include "sim/caching_allocator.h"
+#include "memory/caching_allocator.h"
 
 #include <algorithm>
 #include <bit>

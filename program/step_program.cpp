@@ -1,4 +1,4 @@
-#include "sim/step_program.h"
+#include "program/step_program.h"
 
 namespace fsdpsim::sim {
 

@@ -35,7 +35,7 @@
 #include "runtime/mpi/mpi_communicator.h"
 #include "runtime/mpi/mpi_lsan.h"
 #include "runtime/worker_common.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 #include "sim/simulator.h"
 
 using namespace fsdpsim;

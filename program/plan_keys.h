@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/json_reader.h"
-#include "sim/plan.h"
+#include "program/plan.h"
 
 namespace fsdpsim::sim {
 

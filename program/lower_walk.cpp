@@ -1,6 +1,6 @@
-// The one lowering walk (sim/lower_walk.h): the step's module walk and the model's compute, for both FSDP
+// The one lowering walk (program/lower_walk.h): the step's module walk and the model's compute, for both FSDP
 // versions. Rule ids (A1-A3, F1.x, F2.x) refer to docs/fsdp-semantics.md.
-#include "sim/lower_walk.h"
+#include "program/lower_walk.h"
 
 namespace fsdpsim::sim::lowering {
 
