@@ -2,7 +2,7 @@
 # Issue 20's CPU validation after calibration: calibrate 2 ranks (full) and validate three times, then 4 ranks
 # (--quick) and validate three times; prints the errors. Usage: cpu-validate-run.sh FSDPSIM_BIN OUTDIR
 # (run it as `nice -n -20` on a machine with nothing else running: reports/validation/cpu-validate-2026-11-26-typical.txt)
-B=${1:-build/fsdpsim}; O=${2:-/tmp/cpu-validate}; mkdir -p "$O"
+B=$(realpath "${1:-build/fsdpsim}"); O=${2:-/tmp/cpu-validate}; mkdir -p "$O"; O=$(realpath "$O")
 P='{"param_dtype":"fp32","reduce_dtype":"fp32","seq_len":64,"micro_batch":2}'
 cd $O
 echo "== ranks 2: calibrate $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
