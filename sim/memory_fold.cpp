@@ -110,7 +110,6 @@ class MemoryFold {
       for (int k = r.frees; k < r.end; k += 2) free(lists_[k], i);
     }
   }
-  void prepare();
   void precompute();
   int free_index(int op, int buffer) const;
   int alloc_index(int op, int buffer) const;
@@ -144,7 +143,6 @@ class MemoryFold {
   const int n_;
   const bool fold_, verify_;
   int run_begin_ = 0, run_end_ = 0, period_ = 0;
-  bool prepared_ = false;               // prepare() done
   int life_ = 0;                        // the longest a buffer of a period lives within the run, in periods
   bool hopeless_ = false;               // the run shows a pattern no memory period matches
   Rec* rec_ = nullptr;                  // the memory period being recorded (null: not recording)
@@ -161,14 +159,6 @@ struct FoldScratch {
   std::vector<int> seg_touch;                                // segment slot -> its touch in that record
   std::vector<int> pile_blocks;
   MemoryFold::Rec recs[3];                                   // fold_run's consecutive memory periods
-  // How the last replays of a run of the same place and shape went (fold_run): how many in a row
-  // skipped nothing.
-  struct RunSeen {
-    int begin, period, count;
-    bool steady;
-    int misses;
-  };
-  std::vector<RunSeen> seen;
 };
 
 FoldScratch& MemoryTracker::fold_scratch() {
@@ -238,26 +228,6 @@ void MemoryFold::free(int buffer, int op) {
   t_.live_[static_cast<int>(b.category)] -= b.bytes;
 }
 
-// What recording needs, made before the replay's first record (a replay that records nothing needs none
-// of it): where buffers are allocated and freed, the persistent buffers' blocks named, no segment stamped.
-void MemoryFold::prepare() {
-  if (prepared_) return;
-  prepared_ = true;
-  precompute();
-  FoldScratch& st = storage();
-  // The persistent buffers' blocks (allocated before the replay) are named too: a segment a period
-  // touches may hold one (a persistent buffer's cached remainder reused). (The others are named by
-  // alloc() as they are allocated, recording or not.)
-  for (int b = 0; b < static_cast<int>(p_.buffers.size()); ++b) {
-    const int blk = t_.block_of_[b];
-    if (!p_.buffers[b].persistent || blk < 0) continue;
-    if (static_cast<std::size_t>(blk) >= st.buffer_of_block.size()) st.buffer_of_block.resize(2 * blk + 64, -1);
-    st.buffer_of_block[blk] = b;
-  }
-  st.seg_stamp.assign(static_cast<std::size_t>(a_.num_segment_slots()) + 64, -100);
-  st.seg_touch.assign(st.seg_stamp.size(), 0);
-}
-
 // Where every buffer is allocated and freed (op, list index): roles are named by them.
 void MemoryFold::precompute() {
   FoldScratch& st = storage();
@@ -294,6 +264,18 @@ void MemoryFold::run() {
     replay_ops(0, n_);
     return;
   }
+  precompute();
+  FoldScratch& st = storage();
+  // The persistent buffers' blocks (allocated before the replay) are named too: a segment a period
+  // touches may hold one (a persistent buffer's cached remainder reused).
+  for (int b = 0; b < static_cast<int>(p_.buffers.size()); ++b) {
+    const int blk = t_.block_of_[b];
+    if (!p_.buffers[b].persistent || blk < 0) continue;
+    if (static_cast<std::size_t>(blk) >= st.buffer_of_block.size()) st.buffer_of_block.resize(2 * blk + 64, -1);
+    st.buffer_of_block[blk] = b;
+  }
+  st.seg_stamp.assign(static_cast<std::size_t>(a_.num_segment_slots()) + 64, -100);
+  st.seg_touch.assign(st.seg_stamp.size(), 0);
   int x = 0;
   for (const PeriodicRun& run : p_.runs) {
     if (run.begin < x || run.period < 1 || run.count < 4) continue;   // (nested in a run done, or too short)
@@ -705,31 +687,6 @@ void MemoryFold::fold_run(const PeriodicRun& run) {
   period_ = run.period;
   run_begin_ = run.begin;
   run_end_ = run.begin + run.period * run.count;
-  int x = run.begin;
-  // Recording costs more than replaying, so a run too short to repay it is replayed call by call.
-  if (run.count < 16) {
-    replay_ops(x, run_end_);
-    return;
-  }
-  // So is a run where the last two replays of a run of the same place and shape, in the same step,
-  // skipped nothing (a tracker replays the same program again and again: a Simulator's next plan, often
-  // of the same model, or the bench's same plan), but every 8th time. Only speed depends on it: a
-  // replay skips only what it proves.
-  std::vector<FoldScratch::RunSeen>& seen = storage().seen;
-  auto it = std::find_if(seen.begin(), seen.end(), [&](const FoldScratch::RunSeen& r) {
-    return r.begin == run.begin && r.period == run.period && r.count == run.count && r.steady == t_.steady_;
-  });
-  if (it == seen.end()) {
-    if (seen.size() >= 64) seen.clear();   // (plans of other shapes: start afresh)
-    it = seen.insert(seen.end(), FoldScratch::RunSeen{run.begin, run.period, run.count, t_.steady_, 0});
-  }
-  FoldScratch::RunSeen& last = *it;
-  if (last.misses >= 2 && last.misses % 8 != 0) {
-    ++last.misses;
-    replay_ops(x, run_end_);
-    return;
-  }
-  prepare();
   const FoldScratch& st = storage();
   life_ = 0;
   for (int i = run.begin; i < run.begin + run.period; ++i)
@@ -753,9 +710,15 @@ void MemoryFold::fold_run(const PeriodicRun& run) {
   }
   // Memory periods of q = 1 period first; then 2 (double-buffered layouts), and as many periods as a
   // buffer lives (buffers rotating among that many segments), each given a few memory periods to match.
-  // A run that shows a pattern no q matches is replayed call by call from there.
+  // Recording costs more than replaying, so a run too short to repay it, or one that shows a pattern no
+  // q matches, is replayed call by call.
   Rec* recs = storage().recs;
+  int x = run.begin;
   hopeless_ = false;
+  if (run.count < 16) {
+    replay_ops(x, run_end_);
+    return;
+  }
   int qs[4] = {1, 2, life_, life_ + 1};
   for (int qi = 0; qi < 4; ++qi) {
     const int q = qs[qi];
@@ -776,14 +739,12 @@ void MemoryFold::fold_run(const PeriodicRun& run) {
         if (m > 0) {
           x += m * span;
           replay_ops(x, run_end_);   // the rest of the run, call by call
-          last.misses = 0;
           return;
         }
       }
     }
   }
   replay_ops(x, run_end_);
-  ++last.misses;
 }
 
 }  // namespace fsdpsim::sim

@@ -125,10 +125,10 @@ TEST(MemoryFold, ReplayEqualsCallByCall) {
 }
 
 TEST(MemoryFold, ATrackerReplayingAgainKeepsItsResultsAndItsSkips) {
-  // A tracker remembers which runs skipped nothing in its last replays and replays them call by call
-  // without recording (sim/memory_fold.cpp, fold_run); a run that skips keeps skipping. Ten replays of
-  // one program on one tracker (as a Simulator's) must each give the call-by-call results and state:
-  // the 70B benchmark plan (no skip), and random plans until one that skips.
+  // A tracker is reused from replay to replay (as a Simulator's is), its fold scratch with it: nothing of
+  // one replay may leak into the next, and a run that skips keeps skipping. Ten replays of one program on
+  // one tracker must each give the call-by-call results and state: the 70B benchmark plan (no skip), and
+  // random plans until one that skips.
   auto check = [](const CompiledProgram& p, const AllocatorConfig& cfg) {
     const Replayed plain = replay(p, cfg, false);
     MemoryTracker t;
