@@ -1,30 +1,87 @@
 #!/usr/bin/env bash
 # One device call on a lent GPU (no carry, no fsdpsim build): PyTorch's own memory over the issue-19
-# matrix (4 case processes packed on the GPU by predicted memory), then per-op timings of a few cases,
-# each alone on the GPU (issue 20). Everything comes back under $OUT:
-#   device.txt, torch_memory_fixtures.tar.gz, torch_memory_logs.tar.gz, torch_memory_summary.json,
-#   ops.tar.gz (<case>.ops.json), profile_ops.log
-# Usage (device tool, repository root): FSDPSIM_GIT_SHA=<sha> scripts/device-reference.sh [MEM_BUDGET_S] [OPS_BUDGET_S]
+# matrix (case processes packed on the GPU by predicted memory), then per-op timings of a few cases, each
+# alone on the GPU (issue 20). Everything comes back under $OUT (at most 8 files):
+#   device.txt, fixtures-1.tar.gz / fixtures-2.tar.gz (the fixtures each phase wrote), logs-1.tar.gz /
+#   logs-2.tar.gz (per-case logs and torch_memory_summary.json), alloc-traces.tar.gz (with --first),
+#   ops.tar.gz (<case>.ops.json and profile_ops.log)
+# Each phase packs its own files as soon as it ends, so a call stopped at its limit still returns them.
+#
+# Usage (device tool, repository root):
+#   FSDPSIM_GIT_SHA=<sha> scripts/device-reference.sh [--remeasure] [--first CASE,...] [--jobs N]
+#       [--mem-budget S] [--first-budget S] [--ops CASE,...] [--ops-budget S]
+#   --remeasure   delete the committed fixtures in the device's copy first, so every case is measured
+#                 with the harness as it is now (the runner otherwise skips a case whose fixture exists)
+#   --first       these cases run first, in their own phase, with the allocator's whole history
+#                 (FSDPSIM_TM_ALLOC_TRACE) written for each; the rest of the matrix follows in phase 2
+#   --ops         the cases whose per-op timings are profiled after the memory matrix (default: none)
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:?OUT must name the folder that comes back}
-mem_budget=${1:-300}
-ops_budget=${2:-150}
+command="scripts/device-reference.sh $*"
+remeasure=0 first="" jobs=4 mem_budget=300 first_budget=150 ops="" ops_budget=120
+while (($#)); do
+  case $1 in
+    --remeasure) remeasure=1; shift ;;
+    --first) first=${2:?--first needs case names}; shift 2 ;;
+    --jobs) jobs=${2:?--jobs needs a count}; shift 2 ;;
+    --mem-budget) mem_budget=${2:?--mem-budget needs seconds}; shift 2 ;;
+    --first-budget) first_budget=${2:?--first-budget needs seconds}; shift 2 ;;
+    --ops) ops=${2:?--ops needs case names}; shift 2 ;;
+    --ops-budget) ops_budget=${2:?--ops-budget needs seconds}; shift 2 ;;
+    *) echo "device-reference: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
 export FSDPSIM_GIT_SHA=${FSDPSIM_GIT_SHA:-unknown}
-mkdir -p "$out/ops"
+fixtures=$here/tests/fixtures/torch_memory
+stage=$(mktemp -d /tmp/device-reference-XXXXXX)
+t0=$(date +%s)
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "fsdpsim git sha: $FSDPSIM_GIT_SHA"
-  echo "command: scripts/device-reference.sh $mem_budget $ops_budget"
+  echo "command: $command"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
   python3 -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])' 2>&1
-  nproc
+  echo "cpus: $(nproc)"
 } > "$out/device.txt"
 cat "$out/device.txt"
-timeout $((mem_budget + 90)) "$here/scripts/gpu-validate.sh" torch-memory --budget-s "$mem_budget" --jobs 4 --no-smoke 2>&1 | tail -80
-echo "== per-op timings"
-PYTHONUNBUFFERED=1 timeout $((ops_budget + 30)) python3 "$here/scripts/torch_memory_reference.py" profile-ops \
-  --cases l1b-fsdp2-w8-tt,l3-8b-fsdp2-sac-s4096-tt,l3-8b-fsdp2-ac-mb2-s8192-tt,l1b-fsdp2-ac-s8192-hf,l1b-fsdp2-mb4-tt,l3-8b-fsdp2-w512-tt,l1b-fsdp2-compile-w8-tt \
-  --out "$out/ops" --budget-s "$ops_budget" --git-sha "$FSDPSIM_GIT_SHA" 2>&1 | tee "$out/profile_ops.log"
-tar -C "$out" -czf "$out/ops.tar.gz" ops && rm -rf "$out/ops"
+[[ $remeasure == 1 ]] && find "$fixtures" -maxdepth 1 -name '*.json' ! -name schema.json -delete
+
+# phase N: run-matrix over the cases given (all when none), then pack the fixtures it wrote and its logs.
+phase() {
+  local n=$1 budget=$2 only=$3
+  local logs=$stage/logs-$n
+  mkdir -p "$logs"
+  touch "$stage/started-$n"
+  local args=(run-matrix --out "$fixtures" --log-dir "$logs" --budget-s "$budget" --git-sha "$FSDPSIM_GIT_SHA"
+              --jobs "$jobs" --no-smoke)
+  [[ -n $only ]] && args+=(--only "$only")
+  echo "== phase $n: budget ${budget}s${only:+, cases $only}"
+  PYTHONUNBUFFERED=1 timeout $((budget + 120)) python3 "$here/scripts/torch_memory_reference.py" "${args[@]}" 2>&1 \
+    | tee "$logs/run.log" | tail -60
+  local new=()
+  while IFS= read -r f; do new+=("$(basename "$f")"); done < <(find "$fixtures" -maxdepth 1 -name '*.json' \
+    ! -name schema.json -newer "$stage/started-$n" | sort)
+  ((${#new[@]})) && tar -C "$fixtures" -czf "$out/fixtures-$n.tar.gz" "${new[@]}"
+  tar -C "$stage" -czf "$out/logs-$n.tar.gz" "logs-$n"
+  echo "phase $n: ${#new[@]} fixtures written in $(($(date +%s) - t0)) s since the start"
+}
+
+if [[ -n $first ]]; then
+  mkdir -p "$stage/alloc-traces"
+  FSDPSIM_TM_ALLOC_TRACE=$stage/alloc-traces phase 1 "$first_budget" "$first"
+  tar -C "$stage" -czf "$out/alloc-traces.tar.gz" alloc-traces
+fi
+left=$((mem_budget - ($(date +%s) - t0)))
+((left > 10)) && phase 2 "$left" ""
+
+if [[ -n $ops ]]; then
+  echo "== per-op timings"
+  mkdir -p "$stage/ops"
+  PYTHONUNBUFFERED=1 timeout $((ops_budget + 60)) python3 "$here/scripts/torch_memory_reference.py" profile-ops \
+    --cases "$ops" --out "$stage/ops" --budget-s "$ops_budget" --git-sha "$FSDPSIM_GIT_SHA" 2>&1 \
+    | tee "$stage/ops/profile_ops.log"
+  tar -C "$stage" -czf "$out/ops.tar.gz" ops
+fi
+echo "device-reference: done in $(($(date +%s) - t0)) s"
 ls -la "$out"
