@@ -37,8 +37,10 @@ void check_against_reference(const std::string& plan_json, bool tied = false, in
   double gmax = 0;
   for (float g : ref.grads) gmax = std::max(gmax, static_cast<double>(std::fabs(g)));
   // fp32 sums over different groupings cancel differently: elements below 1% of the largest gradient
-  // are held to an absolute 1e-7 * max|g| instead of 1e-5 relative.
-  EXPECT_LT(max_rel_error(grads, ref.grads, 1e-2 * gmax), 1e-5) << plan_json;
+  // are held to an absolute 1e-7 * max|g| instead of 3e-5 relative (OpenBLAS's AVX-512 kernels,
+  // OPENBLAS_CORETYPE=SkylakeX, block the GEMMs so that one element differs by 1.1e-5; a wrong or missing
+  // micro-batch term differs by far more than 1e-3).
+  EXPECT_LT(max_rel_error(grads, ref.grads, 1e-2 * gmax), 3e-5) << plan_json;
   EXPECT_LE(max_update_error(flatten(runner.gather_params()), ref.params, 1e-5, 1e-2 * cfg.optimizer.lr), 1.0) << plan_json;
   for (int s = 0; s < steps; ++s) EXPECT_NEAR(losses[s], ref.losses[s], 1e-6 * ref.losses[s]) << plan_json;
 }
