@@ -211,6 +211,14 @@ void read_lightning_script(const std::string& raw_text, const std::string& sourc
   const bool is_trainer = call_arguments(text, "Trainer", targs);
   const bool has_trainer = is_trainer || call_arguments(text, "Fabric", targs);
   const bool fabric = has_trainer && !is_trainer;
+  if (is_trainer && !cfg.plan.free_logits_before_backward) {
+    // Automatic optimization: the closure calls training_step, which returns the loss, and runs backward
+    // on it after training_step has returned: the step's local logits are gone by then. A Fabric loop
+    // (`logits = model(x)`, the loss, fabric.backward) keeps them through backward, the plan's default.
+    cfg.plan.free_logits_before_backward = true;
+    cfg.facts.push_back("Trainer: training_step returns the loss and backward runs after it returns, so the "
+                        "logits are freed before backward (free_logits_before_backward)");
+  }
   KV strategy = has_strategy ? keyword_arguments(sargs) : KV{};
   KV trainer = keyword_arguments(targs);
   if (!has_strategy) {

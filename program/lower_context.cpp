@@ -360,6 +360,40 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::Train
   return s;
 }
 
+std::vector<std::int64_t> fsdp2_param_shards(const models::FsdpUnit& u, int N, const models::TrainableSet& ts,
+                                             std::int64_t expected) {
+  std::vector<std::int64_t> out;
+  if (expected <= 0 || u.tensors.empty() || !placeable(u)) return out;
+  std::int64_t sum = 0;
+  const auto add = [&](std::int64_t chunk) {
+    if (chunk <= 0) return;
+    out.push_back(chunk);
+    sum += chunk;
+  };
+  for (const auto& t : u.tensors) {
+    if (!models::tensor_trains(ts, t.name)) continue;
+    const std::size_t dims = t.shape.size();
+    const std::int64_t dim0 = dims == 0 ? 1 : t.shape[0];
+    if (dim0 <= 0) continue;
+    std::int64_t rest = 1;
+    for (std::size_t i = 1; i < dims; ++i) rest *= t.shape[i];
+    add(ceil_div(dim0, N) * rest);
+  }
+  for_each_adapter(u, ts, [&](std::int64_t numel, std::int64_t dim0) { add(ceil_div(dim0, N) * (numel / dim0)); });
+  if (sum != expected) out.clear();
+  return out;
+}
+
+std::vector<std::int64_t> optimizer_state_tensors(const Context& c, int u) {
+  const std::int64_t optim = c.sizes[u].optim;
+  if (optim <= 0) return {};
+  if (c.plan->fsdp_version == FsdpVersion::FSDP2 && c.plan->implementation != models::ModelImpl::Runtime) {
+    std::vector<std::int64_t> t = fsdp2_param_shards(c.graph->units[u], c.N, c.trainable, optim);
+    if (!t.empty()) return t;
+  }
+  return {optim};
+}
+
 GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, const Plan& plan,
                      const models::TrainableSet& ts) {
   using models::Weight;
@@ -1041,14 +1075,15 @@ void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std:
   const int accesses = plan.optimizer == Optimizer::AdamW ? 7 : 5;
   // torch/optim/adam.py _multi_tensor_adam (foreach, the default): exp_avg_sq_sqrt =
   // torch._foreach_sqrt(exp_avg_sqs) is a new tensor per parameter, alive through the update (the rest is
-  // in place); fused AdamW makes none. One buffer per unit here (the sum of its state tensors), created at
-  // the unit's site so that the stretch repeats it with the unit.
+  // in place); fused AdamW makes none. One per optimizer_state_tensors entry, created at the unit's site so
+  // that the stretch repeats it with the unit.
   std::vector<int> tmp;
   if (plan.optimizer == Optimizer::AdamW && plan.optimizer_impl == OptimizerImpl::Foreach) {
     for (int u = 0; u < static_cast<int>(c.sizes.size()); ++u) {
       if (c.sizes[u].optim <= 0) continue;
       b.site(-1, SitePhase::Step, unit_site_layer(c, u));
-      tmp.push_back(b.buffer("adam_sqrt", u, c.sizes[u].optim * c.bm, MemCategory::OptimizerState, compute));
+      for (std::int64_t numel : optimizer_state_tensors(c, u))
+        tmp.push_back(b.buffer("adam_sqrt", u, numel * c.bm, MemCategory::OptimizerState, compute));
     }
     b.site(-1, SitePhase::Step, -1);
   }

@@ -76,6 +76,11 @@ GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, con
 // The trainable fraction of each unit: 0 for plan.frozen_units (InputError for a name that is no unit),
 // else the plan's trainable_fraction spread over the other units (min(1, f * P / P_not_frozen)).
 std::vector<double> unit_trainable_fractions(const models::WrapGraph& graph, const Plan& plan);
+// FSDP2's sharded trainable parameters of unit u, one numel per parameter in registration order (adapters
+// last), each its dim-0 chunk (M6); empty when the unit is known by its count alone or they do not add up
+// to `expected` (its optim numel).
+std::vector<std::int64_t> fsdp2_param_shards(const models::FsdpUnit& u, int shard_size, const models::TrainableSet& ts,
+                                             std::int64_t expected);
 // The plan's LoRA adapters as models:: sees them (rank 0 without `lora`); InputError for a target the model
 // has not (gate on a plain MLP, the MLP of a mixture of experts) or a rank above an adapted matrix's side.
 models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan);
@@ -294,6 +299,10 @@ models::CheckpointMode layer_checkpoint_mode(const ActivationCheckpointing& ac, 
 models::KernelOptions kernel_options(const Plan& plan);
 // The sums the optimizer step uses, over c.sizes.
 StepTotals step_totals(const Context& c);
+// The optimizer-state tensors of unit u (numel of each; torch.optim keeps a state per parameter it steps):
+// FSDP2's sharded parameters one by one (fsdp2_param_shards); FSDP1's FlatParameter shard, and the bundled
+// runtime's, as one.
+std::vector<std::int64_t> optimizer_state_tensors(const Context& c, int u);
 // A unit's first layer if it is not the root and holds whole transformer blocks only, else -1.
 int block_unit_layer(const models::FsdpUnit& unit);
 // The site layer of unit u's persistent buffers (block_unit_layer of it).

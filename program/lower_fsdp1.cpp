@@ -71,33 +71,16 @@ class FlatParamLowering final : public LoweringWalk {
   // Per segment: the view gradients its backward produces and holds (numel), and the transient ones.
   // A unit whose parts do not account for all its parameters gets none (its flat grad alone, at the cat).
   void plan_view_grads() {
+    const ParamGradParts g = param_grad_parts();
     const int S = static_cast<int>(c_.segments.size());
     const int U = static_cast<int>(c_.sizes.size());
     view_held_.assign(S, 0);
-    view_transient_.assign(S, 0);
-    const models::ParamCounts pc = models::count_params(*c_.model);
-    const bool tied = c_.model->tied_embeddings;
-    const std::int64_t tied_weight = tied ? pc.embedding - pc.positions : 0;
-    std::vector<std::int64_t> held(U, 0);
-    for (int s = 0; s < S; ++s) {
-      const Segment& seg = c_.segments[s];
-      switch (seg.part) {
-        case models::ModulePart::Embedding:
-          if (tied && c_.segments.back().unit == seg.unit) {
-            view_held_[s] = pc.positions;
-            view_transient_[s] = tied_weight;   // added into the head's gradient of the same weight
-          } else {
-            view_held_[s] = pc.embedding;
-          }
-          break;
-        case models::ModulePart::Block: view_held_[s] = pc.per_block; break;
-        case models::ModulePart::FinalNormAndHead: view_held_[s] = pc.final_norm + (tied ? tied_weight : pc.lm_head); break;
-      }
-      held[seg.unit] += view_held_[s];
-    }
+    view_transient_ = g.transient;
+    for (int s = 0; s < S; ++s)
+      for (std::int64_t n : g.held[s]) view_held_[s] += n;
     whole_views_.assign(U, 0);
     for (int u = 0; u < U; ++u)
-      if (held[u] != c_.graph->units[u].params && c_.sizes[u].grad > 0) whole_views_[u] = c_.graph->units[u].params;
+      if (g.unit_held[u] != c_.graph->units[u].params && c_.sizes[u].grad > 0) whole_views_[u] = c_.graph->units[u].params;
     for (int s = 0; s < S; ++s) {
       const int u = c_.segments[s].unit;
       if (whole_views_[u] > 0 || c_.sizes[u].grad <= 0) view_held_[s] = view_transient_[s] = 0;
@@ -320,7 +303,7 @@ class FlatParamLowering final : public LoweringWalk {
 
   // The unit's flat grad (param_dtype) is built after its last backward compute (build_flat_grad).
   // A unit whose parts do not account for its parameters: all its views' gradients at its first backward compute.
-  void autograd_grad(int v) override {
+  void autograd_grad(int v, int /*s*/) override {
     if (whole_views_[v] <= 0 || !state_[v].views.empty()) return;
     state_[v].views.push_back(
         b_.buffer("param_grads", v, whole_views_[v] * c_.bp, MemCategory::UnshardedGrads, compute_));

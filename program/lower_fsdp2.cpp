@@ -61,7 +61,29 @@ class ParamGroupLowering final : public LoweringWalk {
     return c_.graph->units[u].layers.empty() ? c_.bp : 1;
   }
 
-  void begin() override { st_.assign(c_.sizes.size(), {}); }
+  void begin() override {
+    st_.assign(c_.sizes.size(), {});
+    plan_param_grads();
+  }
+
+  // F2.9: every parameter of a group gets its own .grad, allocated by autograd in the backward op that
+  // computes it (the unsharded parameters are leaves: _fsdp_param.py FSDPParam.init_unsharded_param), and
+  // foreach_reduce's chunk_cat reads them all. So the root group's embedding gradient appears only in the
+  // embedding's backward, at the end of the step, not with the head's. Per segment and parameter group
+  // (param_grad_parts) for a group all of whose parameters train; a group with frozen or adapter parameters
+  // (models/trainable.h), and the bundled runtime (one gradient buffer per unit), get theirs whole at the
+  // group's first backward compute.
+  void plan_param_grads() {
+    const ParamGradParts g = param_grad_parts();
+    const int U = static_cast<int>(c_.sizes.size());
+    const bool per_param = plan_.implementation != models::ModelImpl::Runtime;
+    split_.assign(U, false);
+    for (int u = 0; u < U; ++u) split_[u] = per_param && c_.sizes[u].grad > 0 && g.unit_held[u] == c_.sizes[u].grad;
+    seg_grads_ = g.held;
+    seg_transient_ = g.transient;
+    split_now_.assign(U, false);
+    grad_parts_.assign(U, {});
+  }
   const char* shard_name() const override { return "shard"; }
 
 
@@ -263,23 +285,43 @@ class ParamGroupLowering final : public LoweringWalk {
   void begin_backward() override { fresh_grad_.assign(c_.sizes.size(), -1); }
 
   // Inside no_sync without an upcast autograd accumulates into the existing .grad instead of a new one.
-  void autograd_grad(int v) override {
-    if (c_.sizes[v].grad <= 0 || fresh_grad_[v] >= 0) return;
+  // A micro-batch that reduces and starts from no .grad gets the parameters' gradients segment by segment
+  // (segment_grads); the others keep one buffer for the group.
+  void autograd_grad(int v, int /*s*/) override {
+    if (c_.sizes[v].grad <= 0 || fresh_grad_[v] >= 0 || split_now_[v]) return;
     GroupState& g = st_[v];
     if (g.grad >= 0 && !g.grad_upcast) {
       fresh_grad_[v] = g.grad;
       g.grad = -1;
+    } else if (split_[v] && sync_ && g.grad < 0) {
+      split_now_[v] = true;
     } else {
       fresh_grad_[v] = b_.buffer("grad", v, c_.sizes[v].grad * c_.bp, MemCategory::UnshardedGrads, compute_);
     }
   }
   int unsharded_grad(int u) const override { return fresh_grad_[u]; }
 
+  void segment_grads(int s, Op& o) override {
+    const int u = c_.segments[s].unit;
+    if (!split_now_[u]) return;
+    for (std::int64_t numel : seg_grads_[s]) {
+      const int buf = b_.buffer("grad", u, numel * c_.bp, MemCategory::UnshardedGrads, compute_);
+      o.allocs.push_back(buf);
+      b_.write(o, buf);
+      (fresh_grad_[u] < 0 ? fresh_grad_[u] : grad_parts_[u].emplace_back()) = buf;
+    }
+    if (seg_transient_[s] > 0) {
+      transient(o, "grad_tmp", u, seg_transient_[s] * c_.bp, MemCategory::UnshardedGrads);
+      b_.write(o, o.allocs.back());
+    }
+  }
+
   void post_backward(int u) override {
     b_.defer_hook();
     GroupState& g = st_[u];
     int fresh = fresh_grad_[u];
     fresh_grad_[u] = -1;
+    split_now_[u] = false;
     reshard(u, Phase::Backward);   // reshard_after_backward defaults to True
     if (fresh < 0) return;
     if (!sync_) {
@@ -344,6 +386,11 @@ class ParamGroupLowering final : public LoweringWalk {
     b_.write(ci, in);
     ci.copy_bytes = s.grad * src_bytes + s.rs_input * c_.br;   // chunk_cat with the widening cast fused
     ci.frees.push_back({src, -1});                              // the unsharded grads are freed
+    for (int part : grad_parts_[u]) {                           // (each parameter's, when they are apart)
+      b_.read(ci, part);
+      ci.frees.push_back({part, -1});
+    }
+    grad_parts_[u].clear();
     // F2.10: AVG for fp32/bf16 (no divide kernels); fp16 pre/post-divides to avoid overflow.
     const bool divides = plan_.reduce_dtype == Dtype::FP16;
     int out = -1, post_stream = -1, last = -1;
@@ -466,7 +513,11 @@ class ParamGroupLowering final : public LoweringWalk {
 
   int copy_in_ = 1, all_gather_ = 2, reduce_scatter_ = 3, all_reduce_ = -1;
   std::vector<GroupState> st_;
-  std::vector<int> fresh_grad_;
+  std::vector<int> fresh_grad_;                   // the group's (first) unsharded gradient this micro-batch
+  std::vector<bool> split_, split_now_;           // per unit: gradients per parameter (plan_param_grads)
+  std::vector<std::vector<std::int64_t>> seg_grads_;   // per segment: its parameters' gradient numels
+  std::vector<std::int64_t> seg_transient_;       // per segment: a tied weight's second gradient
+  std::vector<std::vector<int>> grad_parts_;      // per unit: the gradients after fresh_grad_ (segment_grads)
   int ag_state_buf_ = -1, ag_state_event_ = -1;   // comm_ctx.all_gather_state
   int prev_rs_input_ = -1, prev_rs_op_ = -1;      // comm_ctx.reduce_scatter_state
   std::vector<int> held_outputs_;                 // HSDP: _all_reduce_state until the end of backward

@@ -48,7 +48,7 @@ void LoweringWalk::add_persistent() {
   const int U = static_cast<int>(c_.sizes.size());
   param_shard_.assign(U, -1);
   grad_shard_.assign(U, -1);
-  optim_.assign(U, -1);
+  optim_.clear();
   for (int u = 0; u < U; ++u) {
     b_.site(-1, SitePhase::Persistent, unit_site_layer(c_, u));
     const UnitSizes& s = c_.sizes[u];
@@ -56,10 +56,18 @@ void LoweringWalk::add_persistent() {
     if (!plan_.cpu_offload.params)
       param_shard_[u] = b_.buffer(shard_name(), u, s.shard * c_.bm, MemCategory::ShardedParams, compute_, true);
     if (!plan_.cpu_offload.optimizer && s.optim > 0) {
-      optim_[u] = b_.buffer("optim", u, s.optim * c_.optimizer_states * c_.bm, MemCategory::OptimizerState, compute_, true);
-      // torch.optim creates its state in the first optimizer.step() (the first step's peak lacks it until
-      // then); the bundled runtime allocates its state up front.
-      if (plan_.implementation != models::ModelImpl::Runtime) b_.first_step_lazy(optim_[u]);
+      // Per parameter, its states in turn (adamw.py _init_group: exp_avg then exp_avg_sq); a FlatParameter's
+      // states as one buffer.
+      const std::vector<std::int64_t> tensors = optimizer_state_tensors(c_, u);
+      const int per_buffer = tensors.size() > 1 ? 1 : c_.optimizer_states;
+      for (std::int64_t numel : tensors)
+        for (int k = 0; k < c_.optimizer_states; k += per_buffer) {
+          const int buf = b_.buffer("optim", u, numel * per_buffer * c_.bm, MemCategory::OptimizerState, compute_, true);
+          optim_.push_back(buf);
+          // torch.optim creates its state in the first optimizer.step() (the first step's peak lacks it until
+          // then); the bundled runtime allocates its state up front.
+          if (plan_.implementation != models::ModelImpl::Runtime) b_.first_step_lazy(buf);
+        }
     }
   }
 }
@@ -165,8 +173,13 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
     if (head) {
       transient(o, "bwd_tmp", seg.unit, c_.final_norm.backward_extra, MemCategory::Activations);
       if (head_grad_ >= 0) o.frees.push_back({head_grad_, -1});   // the logits' gradient from the loss
-      if (logits_ >= 0) o.frees.push_back({logits_, -1});
-      head_grad_ = logits_ = -1;
+      head_grad_ = -1;
+      // Logits a PyTorch loop kept die when backward() returns (backward()); the bundled runtime's head
+      // backward reads them and frees them.
+      if (logits_ >= 0 && plan_.implementation == models::ModelImpl::Runtime) {
+        o.frees.push_back({logits_, -1});
+        logits_ = -1;
+      }
     }
     free_range(o, act_[s]);
     free_range(o, recompute_[s]);
@@ -373,6 +386,36 @@ void LoweringWalk::head_chunks_backward(int s) {
   free_range(cat, act_[s]);
 }
 
+LoweringWalk::ParamGradParts LoweringWalk::param_grad_parts() const {
+  const int S = static_cast<int>(c_.segments.size());
+  ParamGradParts g;
+  g.held.assign(S, {});
+  g.transient.assign(S, 0);
+  g.unit_held.assign(c_.sizes.size(), 0);
+  const models::ParamCounts pc = models::count_params(*c_.model);
+  const bool tied = c_.model->tied_embeddings;
+  const std::int64_t tied_weight = tied ? pc.embedding - pc.positions : 0;
+  for (int s = 0; s < S; ++s) {
+    const Segment& seg = c_.segments[s];
+    std::vector<std::int64_t>& h = g.held[s];
+    switch (seg.part) {
+      case models::ModulePart::Embedding:
+        if (tied && c_.segments.back().unit == seg.unit) {
+          h = {pc.positions};
+          g.transient[s] = tied_weight;
+        } else {
+          h = {pc.embedding};
+        }
+        break;
+      case models::ModulePart::Block: h = {pc.per_block}; break;
+      case models::ModulePart::FinalNormAndHead: h = {pc.final_norm, tied ? tied_weight : pc.lm_head}; break;
+    }
+    std::erase(h, 0);
+    for (std::int64_t n : h) g.unit_held[seg.unit] += n;
+  }
+  return g;
+}
+
 bool LoweringWalk::checkpointed(int s) const {
   const Segment& seg = c_.segments[s];
   return seg.part == models::ModulePart::Block && c_.act_recompute[seg.layer] > 0;
@@ -401,7 +444,7 @@ void LoweringWalk::backward_segment(int s) {
   // Autograd allocates a unit's unsharded gradient at its first backward compute (the segment where its
   // pre-backward fired).
   const int first_new = b_.num_buffers();
-  for (int v : c_.backward_starts[s]) autograd_grad(v);
+  for (int v : c_.backward_starts[s]) autograd_grad(v, s);
   const int last_new = b_.num_buffers();
   emit_compute(s, OpKind::Backward);
   Op& o = b_.at(b_.last_op());
@@ -430,6 +473,11 @@ void LoweringWalk::backward() {
   b_.site(mb_, SitePhase::Backward, -1);
   post_backward(0);   // the root's post-backward runs in the final callback (its inputs need no grad)
   final_callback();
+  // Logits the training loop still references (free_logits_before_backward false: `logits = model(x)`,
+  // the loss, then loss.backward()) are no input of any backward node (the loss saves its own tensors),
+  // so nothing frees them before backward() returns and the step function drops them.
+  if (logits_ >= 0) b_.free_now(logits_);
+  logits_ = -1;
 }
 
 }  // namespace fsdpsim::sim::lowering

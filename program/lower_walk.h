@@ -52,7 +52,8 @@ class LoweringWalk {
   virtual void begin_backward() {}
   // Autograd allocates unit v's unsharded gradient (a buffer id from b_.buffer) or reuses the one it
   // accumulates into; the walk attaches the allocations to the backward compute op.
-  virtual void autograd_grad(int v) = 0;
+  // s: the segment whose backward compute starts unit v's backward.
+  virtual void autograd_grad(int v, int s) = 0;
   virtual int unsharded_grad(int u) const = 0;    // the gradient unit u's backward writes (-1: none)
   virtual int unsharded_params(int u) const = 0;  // the parameters unit u's compute reads (-1: none)
   virtual void post_backward(int u) = 0;
@@ -60,6 +61,19 @@ class LoweringWalk {
   // After segment s's backward compute op `o` is built: gradients autograd produces in it beyond the
   // unit's unsharded gradient (FSDP1: the original parameters' gradients, before the flat one).
   virtual void segment_grads(int /*s*/, Op& /*o*/) {}
+
+  // The parameters' own gradients, segment by segment, as autograd computes them with the original
+  // parameters (FSDP1's views of the flat parameter, FSDP2's unsharded nn.Parameters): the embedding's
+  // (positions only when the table is tied to the head: the tied weight's gradient is the head's) in the
+  // embedding's backward, a block's in its backward, the final norm's and the head's in the head's. A
+  // weight used twice (a tied embedding and LM head) gets its second gradient, the embedding's, added in
+  // place into the first (InputBuffer::accumulate, torch/csrc/autograd/input_buffer.cpp): a transient.
+  struct ParamGradParts {
+    std::vector<std::vector<std::int64_t>> held;   // per segment: numel of each parameter's gradient held
+    std::vector<std::int64_t> transient;           // per segment: numel of the tied weight's second gradient
+    std::vector<std::int64_t> unit_held;           // per unit: the sum of `held` over its segments
+  };
+  ParamGradParts param_grad_parts() const;
 
   // ---- the walk ----
   struct BufferRange {   // buffers with consecutive ids [first, first + n)
@@ -90,7 +104,8 @@ class LoweringWalk {
   std::vector<bool> pre_backward_done_;
   // Per unit: the sharded parameter (persistent, -1 when offloaded) and the sharded gradient (created by the
   // unit's reduction, freed by zero_grad at the step's end; -1 until then).
-  std::vector<int> param_shard_, grad_shard_, optim_;   // per unit (-1: none)
+  std::vector<int> param_shard_, grad_shard_;          // per unit (-1: none)
+  std::vector<int> optim_;                             // the optimizer-state buffers, unit by unit
   int loss_saved_ = -1;                 // the loss's saved tensor (log-probabilities / logsumexp)
   BufferRange loss_chunks_;             // a chunked loss's saved log-probabilities, one buffer per chunk
   int loss_weight_grad_ = -1;           // a fused linear cross-entropy's head-weight gradient, from its forward

@@ -872,7 +872,8 @@ bool Stretcher::map_entries() {
 
 // The lists of op i of other group g, some entries of which name blocks next to the template. They must
 // be in runs: consecutive entries naming blocks of one phase key, a block apart or a few (d, dividing the
-// period), such as the held all-reduce outputs or the offload syncs, one per block. In a run, entries a
+// period), such as the held all-reduce outputs or the offload syncs, one per block, or the same number m
+// per block in a row (a unit's per-parameter optimizer states), which move as one. In a run, entries a
 // period apart must name the same place of their blocks within the checked ones (with every_k
 // checkpointing a buffer may sit elsewhere in a checkpointed block); a run across the inserted layers
 // gets their entries, each naming the place the template's block at its position in the period names.
@@ -909,7 +910,7 @@ bool Stretcher::run_lists(int g, int i) {
         v = block_id(groups_[tg].key, layer + (gl[tg] - base_layer), buf, offset(x));
         if (v != -2) v += mb_move(g, tg, buf);
       }
-      if (!valid(v, !buf, own, frees && s == 1))
+      if (!valid(v, !buf, own, frees && s % 2 == 1))
         return fail("a reference of " + where(i) + " has no valid target in the result");
       runs_.push_back(v);
       runs_src_.push_back(x);
@@ -918,15 +919,28 @@ bool Stretcher::run_lists(int g, int i) {
   };
   const int bounds[5] = {rec.wait_pos, rec.cpu_waits, rec.allocs, rec.frees, rec.end};
   for (int sec = 0; sec < 4; ++sec) {
-    const int begin = bounds[sec], end = bounds[sec + 1], stride = sec == 3 ? 2 : 1;
+    const int begin = bounds[sec], end = bounds[sec + 1], unit = sec == 3 ? 2 : 1;
     const bool frees = sec == 3;
     const std::size_t before = runs_.size();
     for (int e = begin; e < end;) {
+      // Entries naming one block in a row (a unit's per-parameter buffers, such as its optimizer states)
+      // move together: m of them, the run's stride m entries (m = 1: one entry per block).
+      const auto in_block = [&](int x, int y) { return same_key(x, y) && gl[t[y]] == gl[t[x]]; };
+      int m = 1;
+      while (block(e) && e + m * unit < end && in_block(e, e + m * unit)) ++m;
+      const int stride = m * unit;
+      // (a block of exactly m entries starts at x)
+      const auto whole = [&](int x) {
+        if (x + stride > end) return false;
+        for (int z = 1; z < m; ++z)
+          if (!in_block(x, x + z * unit)) return false;
+        return x + stride == end || !in_block(x, x + stride);
+      };
       // The run starting at e: [e, r).
       int r = e + stride, step = 0;
-      if (block(e) && r < end && same_key(e, r) && gl[t[r]] != gl[t[e]]) {
+      if (block(e) && r < end && same_key(e, r) && gl[t[r]] != gl[t[e]] && whole(r)) {
         step = gl[t[r]] - gl[t[e]];
-        while (r < end && same_key(r - stride, r) && gl[t[r]] - gl[t[r - stride]] == step) r += stride;
+        while (r < end && same_key(r - stride, r) && gl[t[r]] - gl[t[r - stride]] == step && whole(r)) r += stride;
       }
       bool near = false;
       for (int x = e; x < r; x += stride) near |= (c[x] & kRun) != 0;
@@ -942,8 +956,10 @@ bool Stretcher::run_lists(int g, int i) {
       const int q = k / d;   // entries a period apart
       for (int x = e; x + q * stride < r; x += stride) {
         const int y = x + q * stride;
-        if (gl[t[x]] >= lo_ && gl[t[x]] < hi_ && gl[t[y]] >= lo_ && gl[t[y]] < hi_ && offset(x) != offset(y))
-          return fail(where(i) + " names blocks next to the template at places that do not repeat with the period");
+        if (gl[t[x]] < lo_ || gl[t[x]] >= hi_ || gl[t[y]] < lo_ || gl[t[y]] >= hi_) continue;
+        for (int z = 0; z < stride; z += unit)
+          if (offset(x + z) != offset(y + z))
+            return fail(where(i) + " names blocks next to the template at places that do not repeat with the period");
       }
       for (int x = e; x < r; x += stride) {
         if (!push(x, stride, -1, frees)) return false;
@@ -969,7 +985,7 @@ bool Stretcher::run_lists(int g, int i) {
             const std::size_t at = first + static_cast<std::size_t>(stride) * (s - 1) + z;
             const std::size_t back = at - static_cast<std::size_t>(stride) * q;
             const int v = runs_[back] + (runs_[first + stride * q + z] - runs_[first + z]);
-            if (!valid(v, !(c[x + z] & kBuf), own, frees && z == 1))
+            if (!valid(v, !(c[x + z] & kBuf), own, frees && z % 2 == 1))
               return fail("a reference of " + where(i) + " has no valid target in the result");
             runs_.push_back(v);
             runs_src_.push_back(x + z);
