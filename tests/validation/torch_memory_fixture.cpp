@@ -216,29 +216,50 @@ Comparison compare_with_simulator(const TorchMemoryFixture& f) {
 
 std::string comparison_table(const std::vector<std::pair<TorchMemoryFixture, Comparison>>& rows) {
   std::ostringstream o;
-  char line[256];
-  std::snprintf(line, sizeof line, "%-40s %-7s %21s %8s %21s %8s %-9s %s\n", "fixture", "outcome",
-                "allocated GiB meas/pred", "err %", "reserved GiB meas/pred", "err %", "fits", "verdict");
+  char line[320];
+  std::snprintf(line, sizeof line, "%-40s %-7s %21s %8s %21s %8s %10s %10s %-9s %s\n", "fixture", "outcome",
+                "allocated GiB meas/pred", "err %", "reserved GiB meas/pred", "err %", "1st alloc%", "1st rsv%",
+                "fits", "verdict");
   o << line;
+  // The summary: per compared metric, how many lie within its tolerance and the mean absolute error.
+  const char* names[4] = {"steady_state.allocated", "steady_state.reserved", "first_step.allocated", "first_step.reserved"};
+  int within[4] = {0, 0, 0, 0}, compared[4] = {0, 0, 0, 0}, fits_agree = 0, fits_total = 0;
+  double abs_sum[4] = {0, 0, 0, 0};
   for (const auto& [f, c] : rows) {
-    std::string cells[2][2];
+    std::string cells[4][2];
     std::string fits = "-";
     for (const auto& m : c.metrics) {
-      const int i = m.name == "steady_state.allocated" ? 0 : m.name == "steady_state.reserved" ? 1 : -1;
-      if (i >= 0) {
-        char err[16];
-        std::snprintf(err, sizeof err, "%+.1f", 100 * m.error);
-        cells[i][0] = gib(m.measured) + " / " + gib(m.predicted);
-        cells[i][1] = err;
+      if (m.name == "fits") {
+        fits = std::string(m.measured > 0 ? "ran" : "OOM") + "/" + (m.predicted > 0 ? "fits" : "OOM");
+        ++fits_total;
+        fits_agree += m.miss ? 0 : 1;
+        continue;
       }
-      if (m.name == "fits") fits = std::string(m.measured > 0 ? "ran" : "OOM") + "/" + (m.predicted > 0 ? "fits" : "OOM");
+      const int i = static_cast<int>(std::find(names, names + 4, m.name) - names);
+      if (i >= 4 || !m.compared) continue;
+      char err[16];
+      std::snprintf(err, sizeof err, "%+.1f", 100 * m.error);
+      cells[i][0] = gib(m.measured) + " / " + gib(m.predicted);
+      cells[i][1] = err;
+      ++compared[i];
+      within[i] += m.miss ? 0 : 1;
+      abs_sum[i] += std::fabs(m.error);
     }
     const std::string verdict = c.failed() ? "MISS" : c.missed() ? "known miss" : "ok";
-    std::snprintf(line, sizeof line, "%-40s %-7s %21s %8s %21s %8s %-9s %s\n", f.name.c_str(), f.outcome.c_str(),
-                  cells[0][0].c_str(), cells[0][1].c_str(), cells[1][0].c_str(), cells[1][1].c_str(), fits.c_str(),
-                  verdict.c_str());
+    std::snprintf(line, sizeof line, "%-40s %-7s %21s %8s %21s %8s %10s %10s %-9s %s\n", f.name.c_str(),
+                  f.outcome.c_str(), cells[0][0].c_str(), cells[0][1].c_str(), cells[1][0].c_str(), cells[1][1].c_str(),
+                  cells[2][1].c_str(), cells[3][1].c_str(), fits.c_str(), verdict.c_str());
     o << line;
   }
+  for (int i = 0; i < 4; ++i) {
+    if (compared[i] == 0) continue;
+    std::snprintf(line, sizeof line, "%-24s within %.0f%% on %d of %d, mean absolute error %.2f%%\n", names[i],
+                  100 * (i % 2 == 0 ? kAllocatedTolerance : kReservedTolerance), within[i], compared[i],
+                  100 * abs_sum[i] / compared[i]);
+    o << line;
+  }
+  std::snprintf(line, sizeof line, "%-24s agree on %d of %d\n", "fits verdicts", fits_agree, fits_total);
+  o << line;
   return o.str();
 }
 
