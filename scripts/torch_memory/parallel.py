@@ -190,9 +190,10 @@ def make_param_init_fn(device):
     unsharded fp32 weights alive through FSDP's construction, and after it: FSDP's auto-wrap leaves this
     function in a reference cycle (wrap.py _post_order_apply's recursive inner function holds the wrap
     function, whose per-module kwargs hold param_init_fn) that only the cyclic garbage collector frees
-    (l1b-fsdp1-lora-r16-qkv-hf, 2026-11-26: 4.6 GiB of original weights alive at step 1). A tie whose
-    modules are materialized in one unit (the LM head and the embedding, both the root's) is kept while
-    the first module holds the new parameter. `param_init_fn.release()` drops the memo (shard_fsdp1 calls
+    (l1b-fsdp1-lora-r16-qkv-hf, 2026-11-26: 4.6 GiB of original weights alive at step 1; on the H200 a
+    gc.collect() after shard_fsdp1 freed them, and this weak memo alone gave the sharded 0.59 GiB and an
+    init peak of 2.55 GiB instead of 6.18). A tie whose modules are materialized in one unit (the LM
+    head and the embedding, both the root's) is kept while the first module holds the new parameter. `param_init_fn.release()` drops the memo (shard_fsdp1 calls
     it once FSDP is built)."""
     memo = {}     # id(meta parameter) -> (the meta parameter, so that its id is not reused; weakref to the new one)
 
