@@ -14,6 +14,7 @@ the collective's work completes are freed as soon as the fake work returns.
 """
 import functools
 import inspect
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -180,20 +181,36 @@ def _init_values(name, t):
 def make_param_init_fn(device):
     """FSDP1's param_init_fn (called once per module of a unit): materializes the module's own meta
     parameters on `device` and initializes them. to_empty per module would untie shared parameters (LM
-    head and embedding): each meta parameter becomes one tensor, put on every module that holds it."""
-    memo = {}
+    head and embedding): each meta parameter becomes one tensor, put on every module that holds it.
+
+    The memo holds the new parameters weakly: with use_orig_params=False FSDP1 flattens a unit into a new
+    FlatParameter and only swaps the modules' attributes for views into it (_flat_param.py
+    FlatParamHandle._use_unsharded_views(as_params=False)); the original nn.Parameter objects keep their
+    full, unsharded storage for as long as anything references them. A strong memo kept every unit's
+    unsharded fp32 weights alive through FSDP's construction, and after it: FSDP's auto-wrap leaves this
+    function in a reference cycle (wrap.py _post_order_apply's recursive inner function holds the wrap
+    function, whose per-module kwargs hold param_init_fn) that only the cyclic garbage collector frees
+    (l1b-fsdp1-lora-r16-qkv-hf, 2026-11-26: 4.6 GiB of original weights alive at step 1; on the H200 a
+    gc.collect() after shard_fsdp1 freed them, and this weak memo alone gave the sharded 0.59 GiB and an
+    init peak of 2.55 GiB instead of 6.18). A tie whose modules are materialized in one unit (the LM
+    head and the embedding, both the root's) is kept while the first module holds the new parameter. `param_init_fn.release()` drops the memo (shard_fsdp1 calls
+    it once FSDP is built)."""
+    memo = {}     # id(meta parameter) -> (the meta parameter, so that its id is not reused; weakref to the new one)
 
     def param_init_fn(module):
         for name, param in list(module.named_parameters(recurse=False)):
             if not param.is_meta:
                 continue
-            if id(param) not in memo:
+            entry = memo.get(id(param))
+            new = entry[1]() if entry is not None else None
+            if new is None:
                 new = nn.Parameter(torch.empty_like(param, device=device), requires_grad=param.requires_grad)
                 with torch.no_grad():
                     _init_values(name, new)
-                memo[id(param)] = (param, new)     # the meta tensor is kept so its id is not reused
-            module._parameters[name] = memo[id(param)][1]
+                memo[id(param)] = (param, weakref.ref(new))
+            module._parameters[name] = new
 
+    param_init_fn.release = memo.clear
     return param_init_fn
 
 
@@ -304,6 +321,9 @@ def shard_fsdp1(model, p, info):
     if p.checkpointing.outside_fsdp:
         model.outside_checkpoint = ckpt
     fsdp = FSDP(model, **kwargs)
+    # param_init_fn outlives FSDP's constructor in a reference cycle (see make_param_init_fn): drop its
+    # memo so that nothing outside FSDP references a parameter FSDP flattened.
+    param_init_fn.release()
     if ckpt and not p.checkpointing.outside_fsdp:
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import apply_activation_checkpointing
         apply_activation_checkpointing(fsdp, checkpoint_wrapper_fn=checkpoint_wrapper_fn(p.checkpointing.mode, early_stop=p.implementation != "torchtitan"),

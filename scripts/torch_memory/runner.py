@@ -187,7 +187,11 @@ def run_matrix(matrix_path, fixtures_dir, log_dir, budget_s, git_sha, only=None,
         with open(os.path.join(log_dir, f"{name}.log"), encoding="utf-8", errors="replace") as f:
             out = f.read()
         if rc == 0 and os.path.exists(q["path"]):
-            rec["status"] = fixtures.read_fixture(q["path"])["outcome"]
+            written = fixtures.read_fixture(q["path"])
+            rec["status"] = written["outcome"]
+            flagged = [n for n in written.get("notes", []) if n.startswith("init memory check")]
+            if flagged:     # train.py: memory after sharding is not what the sharded model accounts for
+                rec["init_memory_check"] = flagged[0]
             errors_in_a_row = 0
             if rec["status"] == "oom" and q["beside"] and not q.get("retried"):
                 rec["status"] = "oom beside other cases: measured again alone"
@@ -200,6 +204,8 @@ def run_matrix(matrix_path, fixtures_dir, log_dir, budget_s, git_sha, only=None,
             if errors_in_a_row >= MAX_ERRORS_IN_A_ROW and not stopped:
                 stopped = f"not started ({MAX_ERRORS_IN_A_ROW} errors in a row before it)"
         print(f"torch-memory: {name}: {rec['status']} in {seconds} s (estimate {rec['estimate_s']} s)", flush=True)
+        if rec.get("init_memory_check"):
+            print(f"torch-memory: {name}: {rec['init_memory_check']}", flush=True)
 
     while queue or running:
         for q in list(running):
@@ -247,6 +253,8 @@ def _print_summary(summary, pending):
         print(f"  {r['name']:42s} {r.get('status', '?'):22s} {r.get('seconds', '-')!s:>7} / {r.get('estimate_s', '-')}")
         if r.get("status") == "error":
             print("    " + r["tail"].replace("\n", "\n    "))
+        if r.get("init_memory_check"):
+            print("    " + r["init_memory_check"])
     if pending:
         print(f"torch-memory: {len(pending)} case(s) left for the next call (run the same command again): "
               + ", ".join(pending))

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from . import fixture as fixtures, lora as loras, matrix as matrices, plan as plans, snapshot as snapshots, specs
+from . import fixture as fixtures, init_check, lora as loras, matrix as matrices, plan as plans, snapshot as snapshots, specs
 from .common import InputError
 
 MARKER_BYTES = 1531                 # an odd size no tensor of the recipes requests (rounds to one 1536 B block)
@@ -141,7 +141,7 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
     context = context_block(torch, git_sha)
     profile = matrices.gpu_profile(context["gpu"]["name"])
     recorder = PhaseRecorder(torch, trace)
-    notes, oom, model, optimizer = [], None, None, None
+    notes, oom, model, optimizer, init_memory = [], None, None, None, None
     trainable = total = 0
     parallel.init_fake_world(case["world"])
     try:
@@ -178,6 +178,11 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
                         peak_reserved_bytes=torch.cuda.max_memory_reserved())
             torch.cuda.empty_cache()
             init.update(end_allocated_bytes=torch.cuda.memory_allocated(), end_reserved_bytes=torch.cuda.memory_reserved())
+            init_memory = _init_memory_check(torch, model, inner, optimizer, tokens, labels, init["end_allocated_bytes"])
+            init_note = init_check.note(init_memory)
+            if init_note:
+                notes.append(init_note)
+                print(f"torch_memory: {case['name']}: {init_note}", file=sys.stderr, flush=True)
         except torch.OutOfMemoryError as e:
             oom = {"step": 0, "micro": 0, "phase": "init", "message": str(e).strip().splitlines()[0][:400]}
             init.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(), peak_reserved_bytes=torch.cuda.max_memory_reserved(),
@@ -209,7 +214,7 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
         if alloc_trace_dir and snapshot is not None:
             _write_alloc_trace(alloc_trace_dir, case, context, initial_snapshot, snapshot, model, p)
         fixture = _assemble(torch, case, info, p, steps, context, profile, gpus_per_node, recorder, step_info,
-                            trainable, total, oom, notes, snapshot, baseline, model)
+                            trainable, total, oom, notes, snapshot, baseline, model, init_memory)
         path = fixtures.write_fixture(fixture, out_dir)
         ops_path = os.environ.get("FSDPSIM_TM_PROFILE_OPS")
         if ops_path and oom is None:
@@ -229,6 +234,19 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
 
 def run_case_record_of(fixture):
     return {k: fixture["case"][k] for k in ("name", "model", "cluster", "world", "plan") if k in fixture["case"]}
+
+
+def _init_memory_check(torch, model, inner, optimizer, tokens, labels, allocated):
+    """init_check: memory_allocated after sharding against the sharded model's local shards and buffers,
+    the RoPE tables, the batches and any optimizer state (none yet for AdamW / SGD). A failed walk is
+    recorded as such, never fails the case."""
+    try:
+        state = [t for s in optimizer.state.values() for t in s.values()] if optimizer is not None else []
+        tensors = init_check.model_tensors(model) + init_check.harness_tensors(inner, tokens, labels) + state
+        expected = init_check.account(init_check.cuda_storages(tensors))
+    except (AttributeError, RuntimeError, TypeError) as e:
+        return {"ok": None, "error": f"{type(e).__name__}: {e}"[:300]}
+    return init_check.compare(allocated, expected)
 
 
 def _optimizer(torch, model, p, notes):
@@ -298,7 +316,7 @@ def _write_alloc_trace(out_dir, case, context, initial_snapshot, snapshot, model
 
 
 def _assemble(torch, case, info, p, steps, context, profile, gpus_per_node, recorder, step_info, trainable, total,
-              oom, notes, snapshot, baseline, model):
+              oom, notes, snapshot, baseline, model, init_memory=None):
     completed = set(step_info)
     step_records = []
     for s in fixtures.steps_from_phases(recorder.phases):
@@ -321,6 +339,8 @@ def _assemble(torch, case, info, p, steps, context, profile, gpus_per_node, reco
     stats = torch.cuda.memory_stats()
     allocator = {"empty_cache_after_init": True,
                  **{k: int(stats.get(k, 0)) for k in ("num_alloc_retries", "num_ooms", "num_device_alloc", "num_device_free")}}
+    if init_memory is not None:
+        allocator["init_memory_check"] = init_memory
     timeline = None
     if snapshot is not None:
         from . import parallel

@@ -31,6 +31,8 @@ with open(os.environ["TM_SYNTHETIC"]) as f:
 del fx["synthetic"], fx["synthetic_reason"]
 fx["case"].update(name=name, plan=plans.explicit_plan(case["plan"]), matrix_plan=case["plan"])
 fx["context"]["pytorch_cuda_alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "<unset>")
+if os.environ.get("TM_INIT_NOTE"):
+    fx["notes"] = fx.get("notes", []) + [os.environ["TM_INIT_NOTE"]]
 fixtures.write_fixture(fx, out)
 '''
 
@@ -94,6 +96,13 @@ class Runner(unittest.TestCase):
         summary, _ = self.run_matrix(logs="logs2")
         self.assertEqual({r["name"]: r["status"] for r in summary["cases"]},
                          {"l1b-fsdp2-w8-tt": "done earlier", "l1b-fsdp1-w8-hf": "error"})
+
+    def test_a_failed_init_memory_check_is_in_the_summary(self):
+        note = "init memory check FAILED: 5.205 GiB allocated after sharding, 0.580 GiB expected"
+        with mock.patch.dict(os.environ, {"TM_INIT_NOTE": note}):
+            summary, _ = self.run_matrix(only=["l1b-fsdp2-w8-tt"])
+        (rec,) = summary["cases"]
+        self.assertEqual((rec["status"], rec["init_memory_check"]), ("ok", note))
 
     def test_a_changed_plan_is_measured_again(self):
         self.run_matrix(only=["l1b-fsdp2-w8-tt"])
