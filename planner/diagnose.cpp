@@ -234,12 +234,44 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
     }
     f = best;
     f.fix = fix_words::activation_checkpointing(cfg, model, best_mode.empty() ? "full" : best_mode);
-    f.message += saving_text(f, base);
     const bool act_heavy = base.peak_allocated > 0 && acts * 10 >= base.peak_allocated * 4;
-    if (f.simulated && (better(f) || (tight && saves_much(f)))) {
-      problem_fixes.push_back([ac = f.fixed_plan.activation_checkpointing](sim::Plan& q) { q.activation_checkpointing = ac; });
+    const auto set_ac = [ac = f.fixed_plan.activation_checkpointing](sim::Plan& q) { q.activation_checkpointing = ac; };
+    // Alone, checkpointing may barely move a peak that another problem sets (a whole-model unit's flat
+    // gradient at the end of the backward, which no activation adds to); after the fixes above it may be
+    // what the plan needs. Then what it costs is measured on top of them.
+    bool after_others = false, needed_after = false;
+    if (f.simulated && !(better(f) || (tight && saves_much(f))) && !problem_fixes.empty()) {
+      try {
+        sim::Plan q = d.plan;
+        for (const auto& fix : problem_fixes) fix(q);
+        q = sim::resolve_plan(q, world, gpn);
+        const sim::SimResult without = run(q);
+        set_ac(q);
+        q = sim::resolve_plan(q, world, gpn);
+        const sim::SimResult with = run(q);
+        const Bytes saved = without.peak_total_device - with.peak_total_device;
+        const bool fits_before = memory_verdict(without, margin).fits, fits_after = memory_verdict(with, margin).fits;
+        const bool tight_before = !fits_before || without.peak_total_device * 10 > d.usable * 9;
+        if (saved * 10 >= without.peak_total_device || (!fits_before && fits_after)) {
+          after_others = true;
+          needed_after = (!fits_before && fits_after) || (tight_before && saved * 10 >= without.peak_total_device);
+          f.fixed_plan = q;
+          f.fixed_result = with;
+          f.fixed_fits_with_margin = fits_after;
+          f.memory_saved = saved;
+          f.gain = gain_text(without, with, margin);
+          f.message += "; with the fixes above applied it costs " + gib_text(saved) + " per GPU (peak " +
+                       gib_text(without.peak_total_device) + " -> " + gib_text(with.peak_total_device) + ")" +
+                       (needed_after ? "" : ", which the plan does not need: it fits with them alone");
+        }
+      } catch (const InputError&) {
+      }
+    }
+    if (!after_others) f.message += saving_text(f, base);
+    if (f.simulated && (needed_after || (!after_others && (better(f) || (tight && saves_much(f)))))) {
+      problem_fixes.push_back(set_ac);
       d.findings.push_back(f);
-    } else if (act_heavy) {
+    } else if (act_heavy || after_others) {
       f.severity = "info";
       d.findings.push_back(f);
     }

@@ -219,7 +219,8 @@ void for_each_adapter(const models::FsdpUnit& u, const models::TrainableSet& ts,
 }  // namespace
 
 UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, bool use_orig_params,
-                           const models::TrainableSet& ts, double unit_fraction) {
+                           const models::TrainableSet& ts, double unit_fraction,
+                           std::vector<std::int64_t>* orig_param_shards) {
   UnitSizes s;
   s.params = u.params;
   // M1: `_get_aligned_numel` = 16 // itemsize; padding goes before a tensor that would start unaligned.
@@ -295,17 +296,23 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
     s.trainable = scaled(u.params, unit_fraction);
     s.grad = use_orig_params ? total : scaled(total, unit_fraction);
     s.optim = ceil_div(s.trainable, N);
-  } else if (trainable == s.params || !use_orig_params) {
-    // every tensor trains, or (no use_orig_params) the unit trains whole or not at all
+  } else if (!use_orig_params || (trainable == s.params && !listed)) {
+    // (no use_orig_params) the unit trains whole or not at all; or every tensor of a unit known by its
+    // count alone trains
     s.trainable = trainable > 0 ? s.params : 0;
     s.grad = trainable > 0 ? total : 0;
     s.optim = ceil_div(s.trainable, N);
   } else {
-    // use_orig_params with frozen tensors: the flat gradient is whole when any tensor trains (M13); the
-    // optimizer steps the trainable tensors' parts of this rank's shard [0, shard) (rank 0's)
-    s.trainable = trainable;
+    // use_orig_params: the flat gradient is whole when any tensor trains (M13); the optimizer steps the
+    // trainable tensors' parts of this rank's shard [0, shard) (rank 0's), one original parameter each
+    // (FlatParamHandle._use_sharded_views: a view of the shard's slice, empty for a tensor outside it)
+    s.trainable = trainable == s.params ? s.params : trainable;
     s.grad = trainable > 0 ? total : 0;
-    for (const Span& t : trained) s.optim += std::max<std::int64_t>(0, std::min(t.offset + t.numel, s.shard) - t.offset);
+    for (const Span& t : trained) {
+      const std::int64_t piece = std::max<std::int64_t>(0, std::min(t.offset + t.numel, s.shard) - t.offset);
+      s.optim += piece;
+      if (orig_param_shards && piece > 0) orig_param_shards->push_back(piece);
+    }
   }
   s.needs_pad = s.grad % N != 0;
   s.grad_shard = ceil_div(s.grad, N);
@@ -387,11 +394,18 @@ std::vector<std::int64_t> fsdp2_param_shards(const models::FsdpUnit& u, int N, c
 std::vector<std::int64_t> optimizer_state_tensors(const Context& c, int u) {
   const std::int64_t optim = c.sizes[u].optim;
   if (optim <= 0) return {};
-  if (c.plan->fsdp_version == FsdpVersion::FSDP2 && c.plan->implementation != models::ModelImpl::Runtime) {
-    std::vector<std::int64_t> t = fsdp2_param_shards(c.graph->units[u], c.N, c.trainable, optim);
-    if (!t.empty()) return t;
+  if (c.plan->implementation == models::ModelImpl::Runtime) return {optim};
+  std::vector<std::int64_t> t;
+  if (c.plan->fsdp_version == FsdpVersion::FSDP2) {
+    t = fsdp2_param_shards(c.graph->units[u], c.N, c.trainable, optim);
+  } else if (c.plan->use_orig_params) {
+    fsdp1_unit_sizes(c.graph->units[u], c.N, c.plan->master_weights_dtype, true, c.trainable, 1.0, &t);
+    std::int64_t sum = 0;
+    for (std::int64_t n : t) sum += n;
+    if (sum != optim) t.clear();
   }
-  return {optim};
+  if (t.empty()) t = {optim};
+  return t;
 }
 
 GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, const Plan& plan,

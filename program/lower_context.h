@@ -44,8 +44,11 @@ struct UnitSizes {
 // the flat parameter's first elements), the whole shard of a unit that trains without use_orig_params
 // (FSDP1 then needs one requires_grad per unit: a unit with a trainable tensor is taken to train whole).
 // A unit described only by its count (no tensor list) takes trainable_fraction of it.
+// `orig_param_shards` (use_orig_params, a listed unit): receives the numel of each trainable tensor's part of
+// rank 0's shard, in flat order (the original parameters the optimizer steps), the empty ones left out.
 UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int shard_size, Dtype flat_dtype, bool use_orig_params,
-                           const models::TrainableSet& ts, double unit_fraction = 1.0);
+                           const models::TrainableSet& ts, double unit_fraction = 1.0,
+                           std::vector<std::int64_t>* orig_param_shards = nullptr);
 // FSDP2 per-parameter dim-0 padding (M6): each tensor's local chunk is ceil(dim0/N) rows; only trainable
 // tensors get gradients, reduce-scatter inputs and optimizer state (D5).
 UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int shard_size, const models::TrainableSet& ts,
@@ -300,8 +303,8 @@ models::KernelOptions kernel_options(const Plan& plan);
 // The sums the optimizer step uses, over c.sizes.
 StepTotals step_totals(const Context& c);
 // The optimizer-state tensors of unit u (numel of each; torch.optim keeps a state per parameter it steps):
-// FSDP2's sharded parameters one by one (fsdp2_param_shards); FSDP1's FlatParameter shard, and the bundled
-// runtime's, as one.
+// FSDP2's sharded parameters one by one (fsdp2_param_shards), FSDP1 use_orig_params' original parameters'
+// parts of the shard (fsdp1_unit_sizes); FSDP1's FlatParameter shard, and the bundled runtime's, as one.
 std::vector<std::int64_t> optimizer_state_tensors(const Context& c, int u);
 // A unit's first layer if it is not the root and holds whole transformer blocks only, else -1.
 int block_unit_layer(const models::FsdpUnit& unit);

@@ -428,8 +428,13 @@ void MemoryFold::end_record(Rec& r) {
       r.foldable = false;   // released (a cudaMalloc retry): not a pattern to repeat
       continue;
     }
-    // (growth and pile segments keep their new buffers beyond the run: named by where they were allocated)
+    // (growth and pile segments keep their new buffers beyond the run: named by where they were allocated;
+    // a record already unfoldable is never matched, so its segments need no capture)
     if (t.kind == kGrowth || t.kind == kPile) {
+      if (!r.foldable) {
+        t.after.clear();
+        continue;
+      }
       capture_growth(t.seg, r.start, t.after);
     } else {
       capture(t.seg, r.end, t.after);
