@@ -157,10 +157,12 @@ class BlockWriter {
     const int x = t_.input("x", T_ * m_.hidden * e_, g_.input_requires_grad);
     const int n = norm(x, "final_norm", Weight::FinalNorm);
     // The LM head's linear saves its input (for its weight's gradient); its output (the logits) is the
-    // loss model's (logits_bytes).
+    // loss model's (logits_bytes). A LoRA adapter on the head (lora below) adds its dropout, mask and A's
+    // output here; its T x V tensors (the base output, B's output, the scaled product and their sum, the
+    // logits) are the lowering's (program/lower_walk.cpp head_lora_forward), as the logits are.
     TapeOp head{OpKind::Matmul, {linear_in(n)}, {out("logits", 0)}};
     head.weight = use(Weight::LmHead);
-    const int logits = t_.add1(head);
+    const int logits = lora(n, t_.add1(head), T_, m_.vocab_size, "lm_head", Weight::LmHead);
     t_.output(logits);
     return std::move(t_);
   }
@@ -320,7 +322,9 @@ class BlockWriter {
   //    (zero_pad: new_zeros + index_copy, a new full-width tensor); the product by the scaling (a Python
   //    float: mul.Scalar saves nothing) is a new tensor, and so is the sum with the pretrained output.
   // Adapters stay in the high precision under float8 (not modelled: a Float8Linear conversion of PEFT's or
-  // torchtune's adapter linears).
+  // torchtune's adapter linears). On the LM head the out_f-wide tensors (B's output, the scaled product, the
+  // sum) are T x V: the tape counts them as 0 bytes, like the head's logits, and the lowering allocates them
+  // one by one (program/lower_walk.cpp head_lora_forward / head_lora_backward).
   int lora(int x, int y, Bytes tokens, Bytes out_f, const char* name, Weight wt) {
     if (!o_.lora.on()) return y;
     const bool head = wt == Weight::LmHead;
@@ -342,11 +346,12 @@ class BlockWriter {
                     out(intern(base + ".lora_mask"), tokens * in_f, true, false)}})[0];
     const int ya = t_.add1(with_weight({OpKind::Matmul, {linear_in(xd)}, {out(intern(base + ".lora_a"), tokens * a->rows * e_)}},
                                        Weight::Adapter));
-    int yb = t_.add1(with_weight({OpKind::Matmul, {linear_in(ya)}, {out(intern(base + ".lora_b"), tokens * b->rows * e_)}},
-                                 Weight::Adapter));
-    if (b->rows < out_f) yb = pointwise({in(yb)}, intern(base + ".lora_pad"), tokens * out_f * e_);
-    const int scaled = pointwise({in(yb)}, intern(base + ".lora_scaled"), tokens * out_f * e_);
-    return pointwise({in(y, GradRule::Alias), in(scaled, GradRule::Alias)}, intern(base + ".lora_sum"), tokens * out_f * e_);
+    const Bytes wide = head ? 0 : tokens * out_f * e_;
+    const Bytes yb_bytes = head ? 0 : tokens * b->rows * e_;
+    int yb = t_.add1(with_weight({OpKind::Matmul, {linear_in(ya)}, {out(intern(base + ".lora_b"), yb_bytes)}}, Weight::Adapter));
+    if (b->rows < out_f) yb = pointwise({in(yb)}, intern(base + ".lora_pad"), wide);
+    const int scaled = pointwise({in(yb)}, intern(base + ".lora_scaled"), wide);
+    return pointwise({in(y, GradRule::Alias), in(scaled, GradRule::Alias)}, intern(base + ".lora_sum"), wide);
   }
   const std::vector<AdapterMatrix>& adapters(bool head) {
     if (!adapters_built_) {

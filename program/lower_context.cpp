@@ -470,7 +470,10 @@ GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, con
     f.layers[i] = {eff[i], rg};
     rg = rg || eff[i] != 0;
   }
-  f.final_part = {outside & (weight_bit(Weight::FinalNorm) | weight_bit(Weight::LmHead)), rg};
+  // (a LoRA adapter on the head trains in the final part: its tape saves A's input and output, its kernels
+  // include the adapter's weight gradients)
+  f.final_part = {outside & (weight_bit(Weight::FinalNorm) | weight_bit(Weight::LmHead) | weight_bit(Weight::Adapter)),
+                  rg};
   f.matmul_trained = models::trained_matmul_fraction(m, plan.implementation, eff,
                                                      (outside & weight_bit(Weight::LmHead)) != 0);
   return f;
@@ -652,7 +655,9 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
     c.notes.push_back("lora: low-rank adapters beside the targeted linears of every block, base weights frozen; "
                       "model FLOPs count the adapters at 6 per parameter and token, and the weight gradients of the "
                       "base matrices that autograd sees trainable; the adapters run in the compute dtype even under "
-                      "float8, and the LM head's adapter path saves nothing in the activation model (approximate)");
+                      "float8; an adapter on the LM head saves its dropout, mask and rank-wide A output, and its "
+                      "vocabulary-wide tensors (base output, B output, scaled product, sum) are allocated one by one "
+                      "(program/lower_walk.cpp head_lora_forward)");
     if (plan.fsdp_version == FsdpVersion::FSDP1 && plan.use_orig_params)
       c.notes.push_back("lora with FSDP1 use_orig_params: each block's FlatParameter holds its adapters beside the frozen "
                         "weights, so it requires grad, every view of it does: the whole unsharded flat gradient, the "

@@ -125,6 +125,7 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
                    : kind == OpKind::Recompute ? c_.rec_kernels[c_.layer_mode[seg.layer]]
                                                : c_.fwd_kernels[part];
   const char* what = kind == OpKind::Forward ? "fwd" : kind == OpKind::Backward ? "bwd" : "recompute";
+  if (kind == OpKind::Backward && seg.part == models::ModulePart::FinalNormAndHead) head_lora_backward();
   Op& o = b_.compute_op(kind, compute_, seg.unit, mb_, what, ks);
   o.kernel_launches = static_cast<int>(ks->size());
   if (const int params = unsharded_params(seg.unit); params >= 0) b_.read(o, params);
@@ -141,21 +142,33 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
     } else if (head) {
       act_[s] = alloc_tensors(o, seg.unit, c_.final_norm.saved);
       transient(o, "fwd_tmp", seg.unit, c_.final_norm.forward_extra, MemCategory::Activations);
+      // (with a LoRA adapter on the head the logits are the adapter's sum, allocated after this op: head_lora_forward)
+      const bool lora = head_lora();
       if (c_.loss.chunked_output) {
         // torchtune's TransformerDecoder.chunked_output: one head matmul, one logits tensor, per chunk
         logits_chunks_ = BufferRange{b_.num_buffers(), c_.loss.chunks()};
-        for (int i = 0; i < c_.loss.chunks(); ++i)
-          o.allocs.push_back(b_.buffer("logits", seg.unit, c_.loss.rows_of(i) * c_.loss.logits_row, MemCategory::Logits,
-                                       compute_));
+        for (int i = 0; i < c_.loss.chunks(); ++i) {
+          const int l =
+              b_.buffer("logits", seg.unit, c_.loss.rows_of(i) * c_.loss.logits_row, MemCategory::Logits, compute_);
+          if (!lora) o.allocs.push_back(l);
+        }
       } else {
         logits_ = b_.buffer("logits", seg.unit, c_.loss.logits, MemCategory::Logits, compute_);
-        o.allocs.push_back(logits_);
+        if (!lora) o.allocs.push_back(logits_);
       }
       // fused linear cross-entropy: one fp32 chunk of logits at a time, and the head weight's gradient
       transient(o, "loss_tmp", seg.unit, c_.loss.forward_transient, MemCategory::Logits);
       if (c_.loss.weight_grad > 0) {
         loss_weight_grad_ = b_.buffer("flce_wgrad", seg.unit, c_.loss.weight_grad, MemCategory::Logits, compute_);
         o.allocs.push_back(loss_weight_grad_);
+      }
+      if (lora) {   // (o is not used past this point: the ops appended below may move it)
+        if (c_.loss.chunked_output) {
+          for (int i = 0; i < c_.loss.chunks(); ++i)
+            head_lora_forward(logits_chunks_.first + i, c_.loss.rows_of(i) * c_.loss.logits_row);
+        } else {
+          head_lora_forward(logits_, c_.loss.logits);
+        }
       }
     }
   } else if (kind == OpKind::Recompute) {
@@ -184,6 +197,55 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
     free_range(o, act_[s]);
     free_range(o, recompute_[s]);
   }
+}
+
+// A LoRA adapter on the LM head (plan.lora.targets "head"; models/block_recipes.cpp lora): the head computes
+// base(x) + B(A(drop(x))) * scaling, as PEFT's (tuners/lora/layer.py Linear.forward: result = result +
+// lora_B(lora_A(dropout(x))) * scaling), torchtune's and litgpt's LoRALinear.forward do, each op out of place.
+// The final norm's tape holds the adapter's dropout, mask and A's output (rank wide); its vocabulary-wide
+// tensors are allocated here, one buffer each, because they set how many logits-sized segments the caching
+// allocator holds: the base output (T x V), B's output (T x V), the product by the scaling (mul.Scalar, a new
+// T x V tensor that saves nothing), all three alive at once; B's output dies when the product is made, then
+// the sum (the logits the loss reads) is a new tensor and the product and the base output die (autograd's
+// AddBackward and MulBackward save neither). Not for a fused linear cross-entropy (it takes the head's weight
+// alone, no adapter path) nor the bundled runtime (no adapters).
+bool LoweringWalk::head_lora() const {
+  return c_.trainable.lora.adapts(models::Weight::LmHead) && c_.loss.impl != models::LossImpl::FusedLinear &&
+         !c_.loss.in_head_op && plan_.implementation != models::ModelImpl::Runtime;
+}
+
+// Two memory-only ops after the head's forward (its GEMMs are in the head's op): "head lora", the three T x V
+// tensors (head_out, lora_b_out, lora_scale) with B's output freed, then "lora sum", the sum `logits` (a
+// buffer the head's op made and did not allocate) with the product and the base output freed. With
+// torchtune's chunked output, once per chunk (`bytes` the chunk's).
+void LoweringWalk::head_lora_forward(int logits, Bytes bytes) {
+  Op& o = loss_op(OpKind::Forward, "head lora");
+  const int base = b_.buffer("head_out", o.unit, bytes, MemCategory::Logits, compute_);
+  const int yb = b_.buffer("lora_b_out", o.unit, bytes, MemCategory::Logits, compute_);
+  const int scaled = b_.buffer("lora_scale", o.unit, bytes, MemCategory::Logits, compute_);
+  o.allocs.push_back(base);
+  o.allocs.push_back(yb);
+  o.allocs.push_back(scaled);
+  o.frees.push_back({yb, -1});
+  Op& sum = loss_op(OpKind::Forward, "lora sum");
+  sum.allocs.push_back(logits);
+  sum.frees.push_back({scaled, -1});
+  sum.frees.push_back({base, -1});
+}
+
+// The head adapter's backward, before the head's backward op: AddBackward hands the logits' gradient to both
+// branches as it is; the adapter's nodes (created after the base matmul, so run first by the engine,
+// engine.h CompareNodeTaskTime) start with MulBackward's grad * scaling, a new T x V tensor that lives while
+// B's matmul backward (rank-wide grad_input, B's V x r weight gradient) reads it, then dies: op "lora bwd",
+// transient lora_sgrad. Only when the adapter trains or the head's input requires grad (otherwise no adapter
+// node runs). Not modelled with torchtune's chunked output (one adapter path per chunk, each chunk's scaled
+// gradient rows x V, in head_chunks_backward's per-chunk order).
+void LoweringWalk::head_lora_backward() {
+  if (!head_lora() || c_.loss.chunked_output) return;
+  const models::GradFlow& f = c_.flows.final_part;
+  if (!f.trains_weight(models::Weight::Adapter) && !f.input_requires_grad) return;
+  Op& o = loss_op(OpKind::Backward, "lora bwd");
+  transient(o, "lora_sgrad", o.unit, c_.loss.logits, MemCategory::Logits);
 }
 
 // cuBLAS workspaces (aten/src/ATen/cuda/CublasHandlePool.cpp, getCurrentCUDABlasHandle): cuBLAS handles

@@ -91,6 +91,9 @@ class LoweringWalk {
   void loss_forward();
   void loss_backward();
   void head_chunks_backward(int s);
+  bool head_lora() const;                       // a LoRA adapter on the LM head (its T x V tensors here)
+  void head_lora_forward(int logits, Bytes bytes);
+  void head_lora_backward();
 
   const Context& c_;
   const Plan& plan_;

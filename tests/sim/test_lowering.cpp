@@ -847,6 +847,92 @@ TEST(LoweringLora, AdapterBytesSavedTensorsAndGradientsByHand) {
   EXPECT_NO_THROW(lower_plan(R"("lora": {"rank": 2, "targets": ["mlp", "o", "k"]})"));
 }
 
+// A LoRA adapter on the LM head (plan.lora.targets "head"), by hand on the tiny model of the test above (hidden 8,
+// vocabulary 32, T = 4 tokens, bf16: a T x V tensor is 4 x 32 x 2 = 256 B; rank 2: A 2 x 8, B 32 x 2). The head
+// computes base(x) + B(A(drop(x))) * scaling out of place (PEFT, torchtune and litgpt LoRALinear.forward), so the
+// caching allocator sees three T x V tensors at once, then the sum: after the head's forward op, a memory-only op
+// "head lora" allocates the base output, B's output and the scaled product (256 B each) and frees B's output; the
+// next, "lora sum", allocates the logits (256 B, the buffer the loss reads) and frees the product and the
+// base output; the head's op itself allocates no logits. (A llama-1b head at 4096 tokens: three 1002 MiB
+// segments, as the measured l1b-fsdp2-lora-r8-all-head-fused history cudaMallocs them.) Backward: "lora bwd",
+// before the head's backward op, holds MulBackward's grad * scaling (256 B) as a transient.
+// Saved by the head (the base weight frozen, so its linear saves nothing): A's input, the final norm's output
+// (4 x 8 x 2 = 64 B), and A's 2-wide output for B (4 x 2 x 2 = 16 B): 80 B more than without the head target;
+// with dropout > 0, A saves the dropout's output (64 B) and the dropout its bool mask (32 B) instead of the norm
+// output: 64 + 32 + 16 = 112 B. (Before 2026-11-26 the final part's GradFlow dropped the Adapter bit, so the
+// head's A saved nothing and its adapter's weight-gradient kernels were missing.)
+TEST(LoweringLora, HeadAdapterVocabularyTensorsOneByOne) {
+  models::ModelSpec m = tiny_spec(2);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  const auto lower_plan = [&](const std::string& lora, const std::string& more = "") {
+    const Plan plan = resolved(R"({"implementation": "hf", "micro_batch": 1, "seq_len": 4, )" + more + R"("lora": )" +
+                                   lora + "}", 2, 2);
+    return lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
+  };
+  const auto saved_sum = [](const StepProgram& p) {
+    Bytes s = 0;
+    for (Bytes b : saved(p, 0)) s += b;
+    return s;
+  };
+  const auto op_named = [](const StepProgram& p, const std::string& name) -> const Op* {
+    for (const Op& o : p.ops)
+      if (o.name.rfind(name, 0) == 0 && (o.name.size() == name.size() || o.name[name.size()] == ' ')) return &o;
+    return nullptr;
+  };
+  const StepProgram none = lower_plan(R"({"rank": 2, "targets": ["q"]})");
+  EXPECT_EQ(op_named(none, "head lora"), nullptr);
+  const Bytes tv = 4 * 32 * 2;
+  for (const bool fsdp1 : {false, true}) {
+    const std::string v = fsdp1 ? R"("fsdp_version": 1, )" : "";
+    const StepProgram base = lower_plan(R"({"rank": 2, "targets": ["q"]})", v);
+    const StepProgram p = lower_plan(R"({"rank": 2, "targets": ["q", "head"]})", v);
+    expect_well_formed(p, fsdp1 ? "fsdp1 head lora" : "fsdp2 head lora");
+    const Op* a = op_named(p, "head lora");
+    const Op* sum = op_named(p, "lora sum");
+    const Op* bwd = op_named(p, "lora bwd");
+    ASSERT_TRUE(a && sum && bwd);
+    EXPECT_EQ(a->kind, OpKind::Forward);
+    EXPECT_EQ(a->unit, 0);
+    EXPECT_EQ(sum->id, a->id + 1);
+    ASSERT_EQ(a->allocs.size(), 3u);
+    std::vector<std::string> names;
+    for (int b : a->allocs) {
+      names.push_back(p.buffers[b].name.substr(0, p.buffers[b].name.find(' ')));
+      EXPECT_EQ(p.buffers[b].bytes, tv);
+      EXPECT_EQ(p.buffers[b].category, MemCategory::Logits);
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"head_out", "lora_b_out", "lora_scale"}));
+    ASSERT_EQ(a->frees.size(), 1u);
+    EXPECT_EQ(a->frees[0].buffer, a->allocs[1]);   // B's output
+    ASSERT_EQ(sum->allocs.size(), 1u);
+    EXPECT_EQ(p.buffers[sum->allocs[0]].name.rfind("logits", 0), 0u);
+    EXPECT_EQ(p.buffers[sum->allocs[0]].bytes, tv);
+    ASSERT_EQ(sum->frees.size(), 2u);
+    EXPECT_EQ(sum->frees[0].buffer, a->allocs[2]);   // the product, then the base output
+    EXPECT_EQ(sum->frees[1].buffer, a->allocs[0]);
+    // the head's own forward op (the op before) allocates no logits
+    const Op& head = p.ops[static_cast<std::size_t>(a->id - 1)];
+    EXPECT_EQ(head.kind, OpKind::Forward);
+    for (int b : head.allocs) EXPECT_NE(p.buffers[b].category, MemCategory::Logits) << p.buffers[b].name;
+    // backward: the scaled gradient, a transient, right before the head's backward op
+    EXPECT_EQ(bwd->kind, OpKind::Backward);
+    ASSERT_EQ(bwd->allocs.size(), 1u);
+    EXPECT_EQ(p.buffers[bwd->allocs[0]].bytes, tv);
+    ASSERT_EQ(bwd->frees.size(), 1u);
+    EXPECT_EQ(bwd->frees[0].buffer, bwd->allocs[0]);
+    const Op& head_bwd = p.ops[static_cast<std::size_t>(bwd->id + 1)];
+    EXPECT_EQ(head_bwd.kind, OpKind::Backward);
+    EXPECT_EQ(head_bwd.unit, 0);
+    // FSDP1 (use_orig_params): the head's adapters make the root's FlatParameter require grad, and every view of
+    // it (M13): the final norm's weight then trains and its mul saves the normalized input, 4 x 8 x 2 = 64 B more.
+    EXPECT_EQ(saved_sum(p) - saved_sum(base), fsdp1 ? 80 + 64 : 80) << (fsdp1 ? "fsdp1" : "fsdp2");
+  }
+  const StepProgram d = lower_plan(R"({"rank": 2, "targets": ["q", "head"], "dropout": 0.1})");
+  const StepProgram dq = lower_plan(R"({"rank": 2, "targets": ["q"], "dropout": 0.1})");
+  expect_well_formed(d, "head lora dropout");
+  EXPECT_EQ(saved_sum(d) - saved_sum(dq), 112);
+}
+
 // cuBLAS workspaces (aten/src/ATen/cuda/CublasHandlePool.cpp): one per (handle, stream), handles per
 // thread: the forward's GEMMs (Python thread) and the backward's (autograd engine thread) each create one
 // on the compute stream at their first GEMM, kept for the process. By hand, a 2-block model with full

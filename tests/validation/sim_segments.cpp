@@ -1,0 +1,213 @@
+// sim_segments: the simulator's caching-allocator segments, one line per cudaMalloc, to set beside a measured
+// allocator history (scripts/torch_memory/trace_segments.py prints PyTorch's) and find the first segment where
+// the two part ways. Not a test: a diagnosis tool.
+//
+//   build/tests/validation/sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES]
+//
+// It lowers the whole program (op and buffer names), runs the executor once for its times, and replays the
+// program's allocations and frees for a first and a steady step through the caching-allocator model as
+// MemoryTracker does (persistent buffers first; first_step_lazy ones only in the first step; a record_stream
+// free's block reusable once its op has completed when the freeing or allocating op is issued). Op times come
+// from the executor's trace (CPU issue span and GPU span of each op, matched by name in program order); the
+// first step's memory is the engine's own replay at those times and the steady step's is replayed from them
+// (sim/memory_tracker.h replay_timed), so the peaks agree unless two spans of one name are told apart wrongly.
+// --ordered: every op before the one issued has completed (a GPU never behind the CPU) instead.
+// --buffers: also every alloc and free of at least MIN_BYTES that makes no segment.
+// Per step it also counts the record_stream frees (FSDP1) whose block the next allocation could reuse and those
+// still waiting on their event then (trace_segments.py --frees counts the measured ones alike).
+// The last line per step compares its reserved peak with what simulate() reports (they agree when the
+// replay is the simulator's).
+#include <cstdio>
+#include <algorithm>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "calibrate/hardware_profile.h"
+#include "common/errors.h"
+#include "common/json_reader.h"
+#include "memory/caching_allocator.h"
+#include "models/wrap_graph.h"
+#include "models/zoo.h"
+#include "program/lower_context.h"
+#include "program/plan.h"
+#include "sim/executor.h"
+#include "sim/profile_cost_model.h"
+#include "sim/simulator.h"
+
+using namespace fsdpsim;
+using namespace fsdpsim::sim;
+
+namespace {
+
+struct Times {
+  std::vector<TimeNs> issue, complete;
+};
+
+// Each op's issue time as the executor's memory sees it (the end of its CPU issue span: the engine allocates
+// and frees when the issue is done, sim/executor.cpp issue_done; an op that costs no CPU time has no span and
+// is issued when the op before it was, or when the CPU stops being blocked before it) and its completion (the
+// end of its GPU span; an op without one, a CPU op or a memory-only op, when it is issued). Spans are matched
+// to ops by name in program order.
+Times op_times(const StepProgram& p, const SimResult& r) {
+  std::map<std::string, std::deque<const TraceSpan*>> cpu, blocked, gpu;
+  const std::string kBlocked = "blocked before ";
+  for (const TraceSpan& s : r.trace) {
+    if (s.track == "cpu") {
+      if (s.name.rfind(kBlocked, 0) == 0) blocked[s.name.substr(kBlocked.size())].push_back(&s);
+      else cpu[s.name].push_back(&s);
+    } else {
+      gpu[s.name].push_back(&s);
+    }
+  }
+  Times t;
+  t.issue.assign(p.ops.size(), 0);
+  t.complete.assign(p.ops.size(), 0);
+  TimeNs last = 0;
+  for (const Op& op : p.ops) {
+    const auto i = static_cast<std::size_t>(op.id);
+    auto& c = cpu[op.name];
+    auto& b = blocked[op.name];
+    auto& g = gpu[op.name];
+    TimeNs issued = last;
+    if (!b.empty() && b.front()->start_ns >= last) {
+      issued = std::max(issued, b.front()->start_ns + b.front()->dur_ns);
+      b.pop_front();
+    }
+    if (!c.empty()) {
+      issued = c.front()->start_ns + c.front()->dur_ns;
+      c.pop_front();
+    }
+    t.issue[i] = last = issued;
+    if (!g.empty()) {
+      t.complete[i] = g.front()->start_ns + g.front()->dur_ns;
+      g.pop_front();
+    } else {
+      t.complete[i] = issued;
+    }
+  }
+  return t;
+}
+
+double mib(Bytes b) { return static_cast<double>(b) / static_cast<double>(kMiB); }
+
+int run(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES]\n");
+    return 2;
+  }
+  bool ordered = false;
+  Bytes min_buffer = -1;
+  for (int i = 4; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--ordered") ordered = true;
+    else if (a == "--buffers" && i + 1 < argc) min_buffer = std::atoll(argv[++i]);
+    else throw InputError(a, a, "--ordered or --buffers MIN_BYTES");
+  }
+  const models::ModelSpec model = models::load_model(argv[1]);
+  const calibrate::Cluster cluster = calibrate::load_cluster(argv[2]);
+  const calibrate::HardwareProfile hw = calibrate::HardwareProfile::for_cluster(cluster);
+  const Plan plan = parse_plan(read_json_file(argv[3], "plan"));
+  const Plan rp = resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
+  const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
+  const models::WrapGraph graph = models::build_wrap_graph(m, rp.auto_wrap_policy);
+  const Topology topo{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes()};
+  const StepProgram p = lowering::lower_with(m, graph, rp, topo, nullptr, /*full=*/true);
+
+  const Bytes capacity = hw.memory_capacity() > hw.cuda_context_bytes() ? hw.memory_capacity() - hw.cuda_context_bytes() : 0;
+  ProfileCostModel cost(hw);
+  ExecOptions eo;
+  eo.memory_capacity = capacity;
+  eo.expandable_segments = rp.alloc_conf.expandable_segments;
+  eo.max_split_size = rp.alloc_conf.max_split_size;
+  const SimResult r = execute(p, cost, eo);
+  const Times t = op_times(p, r);
+
+  AllocatorConfig config{capacity};
+  if (rp.alloc_conf.max_split_size > 0) config.max_split_size = rp.alloc_conf.max_split_size;
+  config.expandable_segments = rp.alloc_conf.expandable_segments;
+  CachingAllocator a(config);
+  std::printf("streams:");
+  for (const Stream& s : p.streams) std::printf(" %d=%s", s.id, s.name.c_str());
+  std::printf("\n");
+  std::vector<int> block(p.buffers.size(), -2);
+  for (const Buffer& b : p.buffers)
+    if (b.persistent && !b.first_step_lazy) block[static_cast<std::size_t>(b.id)] = a.alloc(b.bytes, b.pool_stream);
+  std::printf("persistent buffers: allocated %lld reserved %lld\n", static_cast<long long>(a.stats().allocated),
+              static_cast<long long>(a.stats().reserved));
+  for (int step = 1; step <= 2; ++step) {
+    std::printf("== step %d (%s)\n", step, step == 1 ? "first: optimizer state created in it" : "steady");
+    a.reset_peaks();
+    // pool stream -> record_stream frees whose block the next allocation could reuse, and those still waiting
+    std::map<std::string, std::pair<int, int>> rs;
+    std::vector<std::pair<std::string, int>> waiting;   // frees left pending, until the next allocation
+    for (const Op& op : p.ops) {
+      const auto i = static_cast<std::size_t>(op.id);
+      const auto done = [&](std::int64_t j) {
+        return j < op.id ? ordered || t.complete[static_cast<std::size_t>(j)] <= t.issue[i]
+                         : j == op.id && t.complete[i] <= t.issue[i];
+      };
+      a.process_events(done);
+      for (int id : op.allocs) {
+        const Buffer& b = p.buffers[static_cast<std::size_t>(id)];
+        if (step == 2 && b.first_step_lazy) continue;
+        for (const auto& [name, j] : waiting) (done(j) ? rs[name].first : rs[name].second) += 1;
+        waiting.clear();
+        const Bytes before = a.stats().reserved;
+        block[static_cast<std::size_t>(id)] = a.alloc(b.bytes, b.pool_stream);
+        const Bytes grew = a.stats().reserved - before;
+        if (grew != 0) {
+          std::printf("  op %4d %-16s SEGMENT %+13lld (%8.2f MiB) %-18s for %-12s %12lld B (%8.2f MiB)  allocated %lld "
+                      "reserved %lld\n",
+                      op.id, op.name.c_str(), static_cast<long long>(grew), mib(grew),
+                      p.streams[static_cast<std::size_t>(b.pool_stream)].name.c_str(), b.name.c_str(),
+                      static_cast<long long>(b.bytes), mib(b.bytes), static_cast<long long>(a.stats().allocated),
+                      static_cast<long long>(a.stats().reserved));
+        } else if (min_buffer >= 0 && b.bytes >= min_buffer) {
+          std::printf("      op %4d %-16s alloc %-12s %12lld B %-18s allocated %lld\n", op.id, op.name.c_str(),
+                      b.name.c_str(), static_cast<long long>(b.bytes),
+                      p.streams[static_cast<std::size_t>(b.pool_stream)].name.c_str(),
+                      static_cast<long long>(a.stats().allocated));
+        }
+      }
+      for (const FreeSpec& f : op.frees) {
+        const Buffer& b = p.buffers[static_cast<std::size_t>(f.buffer)];
+        const bool pending = f.reuse_after_op >= 0 && !done(f.reuse_after_op);
+        if (min_buffer >= 0 && b.bytes >= min_buffer)
+          std::printf("      op %4d %-16s free  %-12s %12lld B%s\n", op.id, op.name.c_str(), b.name.c_str(),
+                      static_cast<long long>(b.bytes), pending ? " (record_stream: pending)" : "");
+        if (f.reuse_after_op >= 0) {
+          const std::string& pool = p.streams[static_cast<std::size_t>(b.pool_stream)].name;
+          if (pending) waiting.emplace_back(pool, f.reuse_after_op);
+          else rs[pool].first += 1;
+        }
+        if (pending) a.free_after(block[static_cast<std::size_t>(f.buffer)], f.reuse_after_op);
+        else a.free(block[static_cast<std::size_t>(f.buffer)]);
+        block[static_cast<std::size_t>(f.buffer)] = -2;
+      }
+    }
+    a.process_events([](std::int64_t) { return true; });   // the next step starts once this one has ended
+    for (const auto& [name, c] : rs)
+      std::printf("record_stream frees of %s blocks: %d reusable by the next allocation, %d still waiting\n",
+                  name.c_str(), c.first, c.second);
+    const Bytes simulated = step == 1 ? r.first_step_peak_reserved : r.peak_reserved;
+    std::printf("end of step %d: allocated %lld, reserved %lld; peak reserved %lld (the executor's: %lld%s)\n", step,
+                static_cast<long long>(a.stats().allocated), static_cast<long long>(a.stats().reserved),
+                static_cast<long long>(a.stats().peak_reserved), static_cast<long long>(simulated),
+                a.stats().peak_reserved == simulated ? ", the same" : ", differs");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sim_segments: %s\n", e.what());
+    return 2;
+  }
+}
