@@ -48,7 +48,7 @@ void CachingAllocator::save(Snapshot& s) const {
   for (std::size_t pi = 0; pi < pools_.size(); ++pi) {
     const Pool& p = pools_[pi];
     for (std::size_t i = 0; i < p.sizes.size(); ++i) {
-      const auto& v = p.lists[i];
+      const auto& v = p.list(i);
       if (v.empty()) continue;
       Snapshot::FreeClass c{static_cast<int>(pi), 0, p.sizes[i], static_cast<std::uint32_t>(s.entries_.size()), 0};
       for (const FreeEntry& e : v) {
@@ -98,7 +98,7 @@ void CachingAllocator::restore(const Snapshot& s) {
       h = lower_class(p, c.size);
     }
     const std::size_t i = h.index;
-    auto& v = p.lists[i];
+    auto& v = p.list(i);
     v.assign(s.entries_.begin() + c.begin, s.entries_.begin() + c.end);
     for (const FreeEntry& e : v) blocks_[e.block].cls = static_cast<int>(i);
     mark_nonempty(p, i);
@@ -116,7 +116,7 @@ void CachingAllocator::restore(const Snapshot& s) {
 void CachingAllocator::clear_pool(Pool& p) {
   for (std::size_t w = 0; w < p.nonempty.size(); ++w) {
     for (std::uint64_t m = p.nonempty[w]; m != 0; m &= m - 1)
-      p.lists[(w << 6) + static_cast<std::size_t>(std::countr_zero(m))].clear();
+      p.list((w << 6) + static_cast<std::size_t>(std::countr_zero(m))).clear();
     p.nonempty[w] = 0;
   }
   p.whole = 0;
@@ -174,27 +174,37 @@ auto addr_position(Vec& v, Bytes addr) {
 constexpr std::size_t kCompactClasses = 2048;
 
 void CachingAllocator::compact(Pool& p) {
+  // The non-empty classes keep their order; their lists move to the front of the storage, the others'
+  // storage goes to `spare`.
   std::size_t keep = 0;
   for (std::size_t i = 0; i < p.sizes.size(); ++i) {
-    if (p.lists[i].empty()) continue;
-    if (keep != i) {
-      p.sizes[keep] = p.sizes[i];
-      p.lists[keep].swap(p.lists[i]);
-    }
+    if (p.list(i).empty()) continue;
+    p.sizes[keep] = p.sizes[i];
+    p.slot[keep] = p.slot[i];
     ++keep;
   }
   p.sizes.resize(keep);
-  for (std::size_t i = keep; i < p.lists.size(); ++i)
-    if (p.lists[i].capacity() > 0) p.spare.push_back(std::move(p.lists[i]));
-  p.lists.resize(keep);
+  p.slot.resize(keep);
+  std::vector<std::uint32_t> at(p.lists.size(), UINT32_MAX);
+  for (std::size_t k = 0; k < keep; ++k) at[p.slot[k]] = 0;
+  std::uint32_t n = 0;
+  for (std::size_t j = 0; j < p.lists.size(); ++j) {
+    if (at[j] == UINT32_MAX) continue;
+    if (n != j) p.lists[n].swap(p.lists[j]);
+    at[j] = n++;
+  }
+  for (std::size_t k = 0; k < keep; ++k) p.slot[k] = at[p.slot[k]];
+  for (std::size_t j = n; j < p.lists.size(); ++j)
+    if (p.lists[j].capacity() > 0) p.spare.push_back(std::move(p.lists[j]));
+  p.lists.resize(n);
   recompute_nonempty(p);
   p.hints.fill(Pool::Hint{});   // class indices moved
 }
 
 void CachingAllocator::recompute_nonempty(Pool& p) {
-  p.nonempty.assign((p.lists.size() + 63) / 64, 0);
-  for (std::size_t i = 0; i < p.lists.size(); ++i)
-    if (!p.lists[i].empty()) mark_nonempty(p, i);
+  p.nonempty.assign((p.sizes.size() + 63) / 64, 0);
+  for (std::size_t i = 0; i < p.sizes.size(); ++i)
+    if (!p.list(i).empty()) mark_nonempty(p, i);
 }
 
 void CachingAllocator::add_class(Pool& p, std::size_t at, Bytes size) {
@@ -204,11 +214,12 @@ void CachingAllocator::add_class(Pool& p, std::size_t at, Bytes size) {
   }
   p.sizes.insert(p.sizes.begin() + static_cast<std::ptrdiff_t>(at), size);
   if (!p.spare.empty()) {
-    p.lists.insert(p.lists.begin() + static_cast<std::ptrdiff_t>(at), std::move(p.spare.back()));
+    p.lists.push_back(std::move(p.spare.back()));
     p.spare.pop_back();
   } else {
-    p.lists.insert(p.lists.begin() + static_cast<std::ptrdiff_t>(at), std::vector<FreeEntry>{});
+    p.lists.emplace_back();
   }
+  p.slot.insert(p.slot.begin() + static_cast<std::ptrdiff_t>(at), static_cast<std::uint32_t>(p.lists.size() - 1));
   // The classes from `at` on moved up one index, and so do their bits; the new class is empty.
   if (p.nonempty.size() * 64 < p.sizes.size()) p.nonempty.push_back(0);
   const std::size_t w0 = at >> 6;
@@ -242,7 +253,7 @@ template <bool try_cls, bool maybe_whole>
     }
   }
   blk.cls = static_cast<int>(i);
-  auto& v = p.lists[i];
+  auto& v = p.list(i);
   if (v.empty()) {
     mark_nonempty(p, i);
     v.push_back(FreeEntry{blk.addr, b});
@@ -269,7 +280,7 @@ template <bool try_cls, bool maybe_whole>
     if (i == p.sizes.size() || p.sizes[i] != blk.size) [[unlikely]]
       throw std::logic_error("CachingAllocator: free block missing from its pool");
   }
-  auto& v = p.lists[i];
+  auto& v = p.list(i);
   if (!v.empty() && v.back().block == b) [[likely]] {
     v.pop_back();   // usually the lowest address of its class (the remainder of a block just split)
   } else {
@@ -295,7 +306,7 @@ template <bool try_cls, bool maybe_whole>
     if (size >= config_.max_split_size && found >= size + config_.max_non_split_rounding) return -1;
   }
   // Best fit, ties by address: the lowest address of the smallest fitting size (the class's back).
-  auto& v = p.lists[i];
+  auto& v = p.list(i);
   const int b = v.back().block;
   v.pop_back();
   if (v.empty()) mark_empty(p, i);
@@ -505,9 +516,9 @@ bool CachingAllocator::release_available_cached_blocks(int pool, Bytes size) {
   const Bytes key = std::max(size, config_.max_split_size);
   const std::size_t n = p.sizes.size();
   std::size_t i = class_at_least(p.sizes, key);
-  while (i < n && p.lists[i].empty()) ++i;
+  while (i < n && p.list(i).empty()) ++i;
   if (i < n) {
-    const int b = p.lists[i].back().block;   // the lowest address of the smallest fitting size
+    const int b = p.list(i).back().block;   // the lowest address of the smallest fitting size
     const Block& blk = blocks_[b];
     if (blk.prev >= 0 || blk.next >= 0) return false;
     pool_erase(p, b);
@@ -517,7 +528,7 @@ bool CachingAllocator::release_available_cached_blocks(int pool, Bytes size) {
   Bytes released = 0;
   for (std::size_t c = n; c-- > 0 && released < key;) {
     if (p.sizes[c] < config_.max_split_size) break;
-    auto& v = p.lists[c];
+    auto& v = p.list(c);
     while (!v.empty() && released < key) {
       const int b = v.front().block;   // the highest address of the class
       const Block& blk = blocks_[b];
@@ -542,9 +553,9 @@ void CachingAllocator::release_cached_blocks() {
   // walk stops once its last whole segment is released.
   for (auto& p : pools_) {
     if (p.whole == 0) continue;
-    const std::size_t n = p.lists.size();
+    const std::size_t n = p.sizes.size();
     for (std::size_t c = next_nonempty(p, 0); c < n && p.whole > 0; c = next_nonempty(p, c + 1)) {
-      auto& v = p.lists[c];
+      auto& v = p.list(c);
       bool released = false;
       for (auto e = v.rbegin(); e != v.rend(); ++e) {   // ascending addresses
         Block& blk = blocks_[e->block];
@@ -578,7 +589,7 @@ void CachingAllocator::free_blocks_of_size(int pool, Bytes size, std::vector<int
   const Pool& p = pools_[static_cast<std::size_t>(pool)];
   const std::size_t i = class_at_least(p.sizes, size);
   if (i == p.sizes.size() || p.sizes[i] != size) return;
-  for (auto e = p.lists[i].rbegin(); e != p.lists[i].rend(); ++e) out.push_back(e->block);   // ascending addresses
+  for (auto e = p.list(i).rbegin(); e != p.list(i).rend(); ++e) out.push_back(e->block);   // ascending addresses
 }
 
 int CachingAllocator::alloc_from(int block, Bytes bytes) {
@@ -643,7 +654,7 @@ std::string CachingAllocator::canonical_state() const {
     if (empty) continue;   // (a reset allocator keeps its pools, empty: nothing observable)
     out += "pool " + std::to_string(pi) + " whole " + std::to_string(p.whole) + ":";
     for (std::size_t c = 0; c < p.sizes.size(); ++c)
-      for (auto e = p.lists[c].rbegin(); e != p.lists[c].rend(); ++e) out += " " + std::to_string(p.sizes[c]) + "@" + std::to_string(e->addr);
+      for (auto e = p.list(c).rbegin(); e != p.list(c).rend(); ++e) out += " " + std::to_string(p.sizes[c]) + "@" + std::to_string(e->addr);
     out += "\n";
   }
   out += "next " + std::to_string(next_addr_) + " whole " + std::to_string(cached_whole_segments_) + " pending " +
@@ -673,7 +684,7 @@ Bytes CachingAllocator::cached_free_bytes(int stream) const {
     std::size_t idx = static_cast<std::size_t>(stream) * 2 + small;
     if (idx >= pools_.size()) continue;
     const Pool& p = pools_[idx];
-    for (std::size_t i = 0; i < p.sizes.size(); ++i) total += p.sizes[i] * static_cast<Bytes>(p.lists[i].size());
+    for (std::size_t i = 0; i < p.sizes.size(); ++i) total += p.sizes[i] * static_cast<Bytes>(p.list(i).size());
   }
   return total;
 }

@@ -228,19 +228,25 @@ class CachingAllocator {
   // blocks by DESCENDING address: best fit takes the lowest address from the back in O(1), and the
   // usual frees (backward releases blocks in reverse allocation order) append at the back. The class
   // sizes sit in their own contiguous array (`sizes`, ascending), so finding a class is a short
-  // binary search over a few cache lines; `lists[i]` holds the blocks of size `sizes[i]`.
+  // binary search over a few cache lines; `list(i)` holds the blocks of size `sizes[i]`.
   struct FreeEntry {
     Bytes addr;
     int block;
   };
   struct Pool {
-    // Bit i of the words is set iff lists[i] is not empty (bits at and above sizes.size() are 0): best
+    // Bit i of the words is set iff list(i) is not empty (bits at and above sizes.size() are 0): best
     // fit skips empty classes a word at a time (count-trailing-zeros).
     std::vector<std::uint64_t> nonempty;
     int whole = 0;   // free blocks of this pool that span a whole segment (what release_cached_blocks frees)
     std::vector<Bytes> sizes;                    // distinct, ascending; a class may be empty (see compact)
-    std::vector<std::vector<FreeEntry>> lists;   // parallel to sizes; addr descending
+    // Class i's blocks, addr descending, are lists[slot[i]]: a new class appends its list and inserts its
+    // 4-byte slot, so adding one moves no list (with per-parameter tensors a planner search creates
+    // thousands of classes; shifting a vector of vectors was a fifth of its time).
+    std::vector<std::uint32_t> slot;             // parallel to sizes
+    std::vector<std::vector<FreeEntry>> lists;   // in creation order
     std::vector<std::vector<FreeEntry>> spare;   // emptied lists dropped by compact, their storage kept
+    std::vector<FreeEntry>& list(std::size_t i) { return lists[slot[i]]; }
+    const std::vector<FreeEntry>& list(std::size_t i) const { return lists[slot[i]]; }
     // A small direct-mapped memo of class_at_least(size) for the sizes a step keeps asking about
     // (`exact`: that class has exactly this size). add_class and compact drop every hint (the only times
     // class indices move; with classes kept, both are rare), so a stored hint is always current.

@@ -45,32 +45,32 @@ int CachingAllocator::take_expandable(Bytes size, int pi) {
 int CachingAllocator::find_free_block_expandable(Pool& p, Bytes size) {
   const std::size_t n = p.sizes.size();
   std::size_t ci = class_at_least(p.sizes, size);
-  while (ci < n && p.lists[ci].empty()) ++ci;
+  while (ci < n && p.list(ci).empty()) ++ci;
   if (ci == n) return -1;
-  std::size_t pos = p.lists[ci].size() - 1;   // (a class's blocks are kept address-descending)
+  std::size_t pos = p.list(ci).size() - 1;   // (a class's blocks are kept address-descending)
   const auto unmapped_after = [&](int b) {
     const int nx = blocks_[b].next;
     return nx >= 0 && blocks_[nx].state == State::Unmapped ? blocks_[nx].size : Bytes{0};
   };
   for (;;) {
-    const int b = p.lists[ci][pos].block;
+    const int b = p.list(ci)[pos].block;
     const Bytes grown = unmapped_after(b);
     if (grown == 0) break;   // (its grown size is its size: no later block's is smaller)
     std::size_t ci2 = ci, pos2 = pos;
     if (pos2 > 0) {
       --pos2;
     } else {
-      for (++ci2; ci2 < n && p.lists[ci2].empty(); ++ci2) {
+      for (++ci2; ci2 < n && p.list(ci2).empty(); ++ci2) {
       }
       if (ci2 == n) break;
-      pos2 = p.lists[ci2].size() - 1;
+      pos2 = p.list(ci2).size() - 1;
     }
-    const int b2 = p.lists[ci2][pos2].block;
+    const int b2 = p.list(ci2)[pos2].block;
     if (!(blocks_[b2].size + unmapped_after(b2) < blocks_[b].size + grown)) break;
     ci = ci2;
     pos = pos2;
   }
-  const int b = p.lists[ci][pos].block;
+  const int b = p.list(ci)[pos].block;
   if (split_limits_) {
     const Bytes found = blocks_[b].size;
     if (size < config_.max_split_size && found >= config_.max_split_size) return -1;
@@ -229,8 +229,8 @@ void CachingAllocator::release_expandable_cached_blocks() {
   for (std::size_t pi = 0; pi < pools_.size(); ++pi) {
     Pool& p = pools_[pi];
     release_scratch_.clear();
-    for (std::size_t c = 0; c < p.lists.size(); ++c)
-      for (auto e = p.lists[c].rbegin(); e != p.lists[c].rend(); ++e) release_scratch_.push_back(e->block);
+    for (std::size_t c = 0; c < p.sizes.size(); ++c)
+      for (auto e = p.list(c).rbegin(); e != p.list(c).rend(); ++e) release_scratch_.push_back(e->block);
     for (int b : release_scratch_) unmap_block(b);
   }
 }
