@@ -27,9 +27,13 @@ std::string random_name(std::mt19937& rng, const Names& names) {
 
 // How many random plans a group tries: FSDPSIM_RANDOM_PLANS (a longer run, e.g. after changing the
 // stretch, the engine or the fold), else the group's CI count.
+// FSDPSIM_RANDOM_PLANS_MAX caps it (scripts/sanitize.sh: the sanitized run looks for memory errors on the
+// same paths with fewer plans; the plain run keeps CI's counts).
 inline int random_plan_count(int ci) {
   const char* env = std::getenv("FSDPSIM_RANDOM_PLANS");
-  return env ? std::max(1, std::atoi(env)) : ci;
+  int n = env ? std::max(1, std::atoi(env)) : ci;
+  if (const char* cap = std::getenv("FSDPSIM_RANDOM_PLANS_MAX")) n = std::min(n, std::max(1, std::atoi(cap)));
+  return n;
 }
 
 // A group's seed: FSDPSIM_RANDOM_SEED plus the group's offset, else the group's CI seed.
