@@ -1268,6 +1268,63 @@ TEST(LoweringErrors, ForwardOrderMustBeAPermutation) {
       EXPECT_NE(std::string(e.what()).find(c.field), std::string::npos) << e.what();
     }
   }
+
+}
+
+// Gradients and optimizer state per parameter, by hand, on the tiny llama above (2 blocks, untied head,
+// 1704 parameters: embedding 32 x 8 = 256; per block q 8x8, k 4x8, v 4x8, o 8x8, gate 16x8, up 16x8,
+// down 8x16, two norms of 8 = 592; final norm 8; head 32 x 8 = 256), full training on 2 GPUs, bf16
+// compute (2 B gradients), fp32 master and AdamW state (4 B).
+//   FSDP2: autograd makes each parameter's gradient in the backward op that uses it: the head's op the
+//     final norm's (8 x 2 = 16 B) and the head's (256 x 2 = 512 B), the embedding's op the embedding's
+//     (512 B, at the end of the backward, not with the head's); a block's op its own 592 x 2 = 1184 B.
+//     torch.optim's state per sharded parameter (dim-0 chunks of 2 ranks: q 4 rows x 8 = 32, k 16, v 16,
+//     o 32, gate 64, up 64, down 4 x 16 = 64, norms 4 and 4), exp_avg then exp_avg_sq, x 4 B.
+//   FSDP1 use_orig_params (fp32 flat parameter, every tensor 16-byte aligned already): a block's flat
+//     parameter is 592, rank 0's shard [0, 296) holds q 64, k 32, v 32, o 64 and 104 of gate's 128:
+//     one state pair per part.
+TEST(LoweringGradients, PerParameterGradientsAndOptimizerStateByHand) {
+  models::ModelSpec m = tiny_spec(2);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  ASSERT_EQ(models::count_params(m).total, 1704);
+  const auto lower_plan = [&](const std::string& extra) {
+    const Plan plan = resolved(R"({"implementation": "hf", "micro_batch": 1, "seq_len": 4)" + extra + "}", 2, 2);
+    return lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
+  };
+  // The unsharded gradients each backward op of a unit allocates, op by op.
+  const auto grads = [](const StepProgram& p, int unit) {
+    std::vector<std::vector<Bytes>> v;
+    for (const Op* o : ops_of(p, OpKind::Backward, unit)) {
+      std::vector<Bytes> g;
+      for (int b : allocs_of(p, *o, MemCategory::UnshardedGrads))
+        if (p.buffers[b].name.find("grad_tmp") == std::string::npos) g.push_back(p.buffers[b].bytes);
+      if (!g.empty()) v.push_back(g);
+    }
+    return v;
+  };
+  const auto state = [](const StepProgram& p, int unit) {
+    std::vector<Bytes> v;
+    for (const Buffer& b : p.buffers)
+      if (b.persistent && b.category == MemCategory::OptimizerState && b.unit == unit) v.push_back(b.bytes);
+    return v;
+  };
+  const StepProgram f2 = lower_plan("");
+  expect_well_formed(f2, "fsdp2");
+  EXPECT_EQ(grads(f2, 0), (std::vector<std::vector<Bytes>>{{16, 512}, {512}}));   // head's op, then the embedding's
+  EXPECT_EQ(grads(f2, 1), (std::vector<std::vector<Bytes>>{{1184}}));
+  EXPECT_EQ(state(f2, 1), (std::vector<Bytes>{128, 128, 64, 64, 64, 64, 128, 128, 256, 256, 256, 256, 256, 256, 16, 16, 16, 16}));
+  EXPECT_EQ(state(f2, 0), (std::vector<Bytes>{512, 512, 16, 16, 512, 512}));   // embedding, final norm, head
+  // The copy-in of the root's reduce-scatter reads and frees all three of its gradients.
+  const auto copy_in = ops_of(f2, OpKind::CopyIn, 0);
+  ASSERT_FALSE(copy_in.empty());
+  EXPECT_EQ(copy_in.back()->frees.size(), 3u);
+
+  const StepProgram f1 = lower_plan(R"(, "fsdp_version": 1)");
+  expect_well_formed(f1, "fsdp1");
+  EXPECT_EQ(state(f1, 1), (std::vector<Bytes>{256, 256, 128, 128, 128, 128, 256, 256, 416, 416}));
+  // Without use_orig_params the FlatParameter's shard has one state pair, as one buffer: 296 x 2 x 4 B.
+  const StepProgram f1flat = lower_plan(R"(, "fsdp_version": 1, "use_orig_params": false)");
+  EXPECT_EQ(state(f1flat, 1), (std::vector<Bytes>{296 * 2 * 4}));
 }
 
 }  // namespace
