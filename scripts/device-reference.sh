@@ -15,11 +15,13 @@
 #   --first       these cases run first, in their own phase, with the allocator's whole history
 #                 (FSDPSIM_TM_ALLOC_TRACE) written for each; the rest of the matrix follows in phase 2
 #   --ops         the cases whose per-op timings are profiled after the memory matrix (default: none)
+#   --no-trace    phase 2 records no memory history (run-matrix --no-trace): the CPU runs at its own speed,
+#                 which FSDP1's reserved memory depends on (record_stream frees wait for the GPU)
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:?OUT must name the folder that comes back}
 command="scripts/device-reference.sh $*"
-remeasure=0 first="" jobs=4 mem_budget=300 first_budget=150 ops="" ops_budget=120
+remeasure=0 first="" jobs=4 mem_budget=300 first_budget=150 ops="" ops_budget=120 no_trace=0
 while (($#)); do
   case $1 in
     --remeasure) remeasure=1; shift ;;
@@ -29,6 +31,7 @@ while (($#)); do
     --first-budget) first_budget=${2:?--first-budget needs seconds}; shift 2 ;;
     --ops) ops=${2:?--ops needs case names}; shift 2 ;;
     --ops-budget) ops_budget=${2:?--ops-budget needs seconds}; shift 2 ;;
+    --no-trace) no_trace=1; shift ;;
     *) echo "device-reference: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -49,13 +52,14 @@ cat "$out/device.txt"
 
 # phase N: run-matrix over the cases given (all when none), then pack the fixtures it wrote and its logs.
 phase() {
-  local n=$1 budget=$2 only=$3
+  local n=$1 budget=$2 only=$3 untraced=${4:-0}
   local logs=$stage/logs-$n
   mkdir -p "$logs"
   touch "$stage/started-$n"
   local args=(run-matrix --out "$fixtures" --log-dir "$logs" --budget-s "$budget" --git-sha "$FSDPSIM_GIT_SHA"
               --jobs "$jobs" --no-smoke)
   [[ -n $only ]] && args+=(--only "$only")
+  [[ $untraced == 1 ]] && args+=(--no-trace)
   echo "== phase $n: budget ${budget}s${only:+, cases $only}"
   PYTHONUNBUFFERED=1 timeout $((budget + 120)) python3 "$here/scripts/torch_memory_reference.py" "${args[@]}" 2>&1 \
     | tee "$logs/run.log" | tail -60
@@ -73,7 +77,7 @@ if [[ -n $first ]]; then
   tar -C "$stage" -czf "$out/alloc-traces.tar.gz" alloc-traces
 fi
 left=$((mem_budget - ($(date +%s) - t0)))
-((left > 10)) && phase 2 "$left" ""
+((left > 10)) && phase 2 "$left" "" "$no_trace"
 
 if [[ -n $ops ]]; then
   echo "== per-op timings"

@@ -70,7 +70,7 @@ def cmd_run_matrix(a):
     only = [s for s in a.only.split(",") if s] if a.only else None
     log_dir = a.log_dir or tempfile.mkdtemp(prefix="torch-memory-")
     summary = runner.run_matrix(a.matrix, a.out, log_dir, a.budget_s, a.git_sha, only=only, smoke=not a.no_smoke,
-                                 jobs=a.jobs, gpu_gib=a.gpu_gib)
+                                 jobs=a.jobs, gpu_gib=a.gpu_gib, trace=not a.no_trace)
     print(f"torch_memory_reference: logs and torch_memory_summary.json in {log_dir}")
     return 0 if summary["complete"] else 1
 
@@ -218,6 +218,9 @@ def parser():
     p.add_argument("--git-sha", default="unknown")
     p.add_argument("--only", help="comma-separated case names")
     p.add_argument("--no-smoke", action="store_true")
+    p.add_argument("--no-trace", action="store_true",
+                   help="no memory history in the cases (no timeline; the CPU runs at its own speed, which FSDP1's "
+                        "reserved memory depends on: record_stream frees wait for the GPU)")
     p.add_argument("--jobs", type=int, default=1, help="case processes sharing the GPU, packed by their predicted "
                    "memory (scripts/torch_memory/schedule_hints.json); default 1")
     p.add_argument("--gpu-gib", type=float, help="the GPU's memory for --jobs (default: nvidia-smi's)")

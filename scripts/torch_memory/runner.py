@@ -99,7 +99,7 @@ def case_need_gib(hint):
 
 
 def run_matrix(matrix_path, fixtures_dir, log_dir, budget_s, git_sha, only=None, smoke=True, jobs=1,
-               gpu_gib=None, hints=None):
+               gpu_gib=None, hints=None, trace=True):
     """jobs == 1: one case at a time in matrix order. jobs > 1: up to `jobs` case processes share the GPU
     while their predicted memory (hints) fits it; a case without a hint, or predicted larger than the GPU,
     runs alone; a case that runs out of memory next to others is measured again alone (an OOM next to other
@@ -166,7 +166,7 @@ def run_matrix(matrix_path, fixtures_dir, log_dir, budget_s, git_sha, only=None,
         rec, name = q["record"], q["case"]["name"]
         left = budget_s - (time.monotonic() - start)
         cmd = [sys.executable, SCRIPT, "run-case", "--matrix", matrix_path, "--case", name, "--out", fixtures_dir,
-               "--git-sha", git_sha, "--steps", str(steps)]
+               "--git-sha", git_sha, "--steps", str(steps)] + ([] if trace else ["--no-trace"])
         q["timeout"] = max(10.0, min(rec["estimate_s"] * CASE_TIMEOUT_FACTOR + CASE_TIMEOUT_EXTRA_S, left))
         q["log"] = open(os.path.join(log_dir, f"{name}.log"), "w", encoding="utf-8")
         q["log"].write("+ " + " ".join(cmd) + "\n")

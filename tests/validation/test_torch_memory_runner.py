@@ -33,6 +33,8 @@ fx["case"].update(name=name, plan=plans.explicit_plan(case["plan"]), matrix_plan
 fx["context"]["pytorch_cuda_alloc_conf"] = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "<unset>")
 if os.environ.get("TM_INIT_NOTE"):
     fx["notes"] = fx.get("notes", []) + [os.environ["TM_INIT_NOTE"]]
+if "--no-trace" in args:
+    fx["notes"] = fx.get("notes", []) + ["run-case --no-trace"]
 fixtures.write_fixture(fx, out)
 '''
 
@@ -73,6 +75,15 @@ class Runner(unittest.TestCase):
         summary, _ = self.run_matrix(only=only[1:], jobs=3, gpu_gib=35.0, logs="logs2",
                                      hints={n: 15.0 for n in only})
         self.assertTrue(all(not r.get("ran_beside") for r in summary["cases"]))
+
+    def test_no_trace_reaches_every_case(self):
+        self.run_matrix(only=["l1b-fsdp2-w8-tt"], trace=False)
+        fx = fixtures.read_fixture(os.path.join(self.fixtures_dir, "l1b-fsdp2-w8-tt.json"))
+        self.assertIn("run-case --no-trace", fx.get("notes", []))
+        os.remove(os.path.join(self.fixtures_dir, "l1b-fsdp2-w8-tt.json"))
+        self.run_matrix(only=["l1b-fsdp2-w8-tt"], logs="logs2")
+        fx = fixtures.read_fixture(os.path.join(self.fixtures_dir, "l1b-fsdp2-w8-tt.json"))
+        self.assertNotIn("run-case --no-trace", fx.get("notes", []))
 
     def test_bad_jobs(self):
         with self.assertRaises(runner.InputError):
