@@ -320,7 +320,8 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
   return s;
 }
 
-UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::TrainableSet& ts, double unit_fraction) {
+UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::TrainableSet& ts, double unit_fraction,
+                           std::vector<std::int64_t>* param_shards) {
   const bool frozen = unit_fraction <= 0.0;   // plan.frozen_units
   UnitSizes s;
   s.params = u.params;
@@ -348,6 +349,7 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::Train
       if (frozen || !models::tensor_trains(ts, t.name)) continue;   // D5: a frozen parameter has no .grad
       s.trainable += dim0 * rest;
       s.grad_shard += chunk;
+      if (param_shards) param_shards->push_back(chunk);
     }
   }
   // LoRA adapters: parameters of the unit like any other (per-parameter sharding), the only ones that train
@@ -358,6 +360,7 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::Train
     if (frozen) return;
     s.trainable += numel;
     s.grad_shard += chunk;
+    if (param_shards && chunk > 0) param_shards->push_back(chunk);
   });
   s.shard = shard;
   s.unsharded = shard * N;
@@ -367,44 +370,19 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::Train
   return s;
 }
 
-std::vector<std::int64_t> fsdp2_param_shards(const models::FsdpUnit& u, int N, const models::TrainableSet& ts,
-                                             std::int64_t expected) {
-  std::vector<std::int64_t> out;
-  if (expected <= 0 || u.tensors.empty() || !placeable(u)) return out;
-  std::int64_t sum = 0;
-  const auto add = [&](std::int64_t chunk) {
-    if (chunk <= 0) return;
-    out.push_back(chunk);
-    sum += chunk;
-  };
-  for (const auto& t : u.tensors) {
-    if (!models::tensor_trains(ts, t.name)) continue;
-    const std::size_t dims = t.shape.size();
-    const std::int64_t dim0 = dims == 0 ? 1 : t.shape[0];
-    if (dim0 <= 0) continue;
-    std::int64_t rest = 1;
-    for (std::size_t i = 1; i < dims; ++i) rest *= t.shape[i];
-    add(ceil_div(dim0, N) * rest);
-  }
-  for_each_adapter(u, ts, [&](std::int64_t numel, std::int64_t dim0) { add(ceil_div(dim0, N) * (numel / dim0)); });
-  if (sum != expected) out.clear();
-  return out;
-}
-
 std::vector<std::int64_t> optimizer_state_tensors(const Context& c, int u) {
   const std::int64_t optim = c.sizes[u].optim;
   if (optim <= 0) return {};
   if (c.plan->implementation == models::ModelImpl::Runtime) return {optim};
   std::vector<std::int64_t> t;
   if (c.plan->fsdp_version == FsdpVersion::FSDP2) {
-    t = fsdp2_param_shards(c.graph->units[u], c.N, c.trainable, optim);
+    fsdp2_unit_sizes(c.graph->units[u], c.N, c.trainable, 1.0, &t);
   } else if (c.plan->use_orig_params) {
     fsdp1_unit_sizes(c.graph->units[u], c.N, c.plan->master_weights_dtype, true, c.trainable, 1.0, &t);
-    std::int64_t sum = 0;
-    for (std::int64_t n : t) sum += n;
-    if (sum != optim) t.clear();
   }
-  if (t.empty()) t = {optim};
+  std::int64_t sum = 0;
+  for (std::int64_t n : t) sum += n;
+  if (t.empty() || sum != optim) t = {optim};   // a unit known by its count alone: one state
   return t;
 }
 
@@ -647,6 +625,8 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   const int U = static_cast<int>(graph.units.size());
   c.trainable = plan_trainable_set(model, graph, plan);
   c.sizes = plan_unit_sizes(graph, plan, c.N, c.trainable);
+  c.state_tensors.resize(static_cast<std::size_t>(U));
+  for (int u = 0; u < U; ++u) c.state_tensors[static_cast<std::size_t>(u)] = optimizer_state_tensors(c, u);
   if (!plan.frozen_units.empty())
     c.notes.push_back("frozen_units: no gradient, reduction or optimizer state for those units (their matrices "
                       "stop training after the trainable_fraction rule has picked them; a unit known by its count "
@@ -1101,7 +1081,7 @@ void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std:
     for (int u = 0; u < static_cast<int>(c.sizes.size()); ++u) {
       if (c.sizes[u].optim <= 0) continue;
       b.site(-1, SitePhase::Step, unit_site_layer(c, u));
-      for (std::int64_t numel : optimizer_state_tensors(c, u))
+      for (std::int64_t numel : c.state_tensors[static_cast<std::size_t>(u)])
         tmp.push_back(b.buffer("adam_sqrt", u, numel * c.bm, MemCategory::OptimizerState, compute));
     }
     b.site(-1, SitePhase::Step, -1);

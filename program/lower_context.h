@@ -50,9 +50,10 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int shard_size, Dtype flat
                            const models::TrainableSet& ts, double unit_fraction = 1.0,
                            std::vector<std::int64_t>* orig_param_shards = nullptr);
 // FSDP2 per-parameter dim-0 padding (M6): each tensor's local chunk is ceil(dim0/N) rows; only trainable
-// tensors get gradients, reduce-scatter inputs and optimizer state (D5).
+// tensors get gradients, reduce-scatter inputs and optimizer state (D5). `param_shards` receives each
+// trainable listed tensor's chunk, then each adapter's (the parameters the optimizer steps).
 UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int shard_size, const models::TrainableSet& ts,
-                           double unit_fraction = 1.0);
+                           double unit_fraction = 1.0, std::vector<std::int64_t>* param_shards = nullptr);
 // `unit_fraction` (both): the unit's entry of unit_trainable_fractions: 0 for a unit of plan.frozen_units
 // (nothing of it trains: no gradient, reduction or optimizer state); a unit known by its count alone trains
 // that fraction of itself.
@@ -79,11 +80,6 @@ GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, con
 // The trainable fraction of each unit: 0 for plan.frozen_units (InputError for a name that is no unit),
 // else the plan's trainable_fraction spread over the other units (min(1, f * P / P_not_frozen)).
 std::vector<double> unit_trainable_fractions(const models::WrapGraph& graph, const Plan& plan);
-// FSDP2's sharded trainable parameters of unit u, one numel per parameter in registration order (adapters
-// last), each its dim-0 chunk (M6); empty when the unit is known by its count alone or they do not add up
-// to `expected` (its optim numel).
-std::vector<std::int64_t> fsdp2_param_shards(const models::FsdpUnit& u, int shard_size, const models::TrainableSet& ts,
-                                             std::int64_t expected);
 // The plan's LoRA adapters as models:: sees them (rank 0 without `lora`); InputError for a target the model
 // has not (gate on a plain MLP, the MLP of a mixture of experts) or a rank above an adapted matrix's side.
 models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan);
@@ -233,6 +229,7 @@ struct Context {
   bool reduce_cast = true;          // reduce dtype != param dtype: gradient cast before reduction (F1.10, F2.9)
   int micro_batches = 1;
   std::vector<UnitSizes> sizes;     // per unit
+  std::vector<std::vector<std::int64_t>> state_tensors;   // per unit: optimizer_state_tensors
   // Per unit: reshard_after_forward as Plan::reshard_after_forward encodes it (-1 true, 0 false, k > 1 to
   // k ranks), after plan.module_overrides; the root's is kRootNone unless an override names it (FSDP2's
   // fully_shard leaves the root unsharded after forward: its backward starts right away, F2.6).
@@ -303,7 +300,7 @@ models::KernelOptions kernel_options(const Plan& plan);
 // The sums the optimizer step uses, over c.sizes.
 StepTotals step_totals(const Context& c);
 // The optimizer-state tensors of unit u (numel of each; torch.optim keeps a state per parameter it steps):
-// FSDP2's sharded parameters one by one (fsdp2_param_shards), FSDP1 use_orig_params' original parameters'
+// FSDP2's sharded parameters one by one (fsdp2_unit_sizes), FSDP1 use_orig_params' original parameters'
 // parts of the shard (fsdp1_unit_sizes); FSDP1's FlatParameter shard, and the bundled runtime's, as one.
 std::vector<std::int64_t> optimizer_state_tensors(const Context& c, int u);
 // A unit's first layer if it is not the root and holds whole transformer blocks only, else -1.

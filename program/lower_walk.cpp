@@ -58,7 +58,7 @@ void LoweringWalk::add_persistent() {
     if (!plan_.cpu_offload.optimizer && s.optim > 0) {
       // Per parameter, its states in turn (adamw.py _init_group: exp_avg then exp_avg_sq); a FlatParameter's
       // states as one buffer.
-      const std::vector<std::int64_t> tensors = optimizer_state_tensors(c_, u);
+      const std::vector<std::int64_t>& tensors = c_.state_tensors[static_cast<std::size_t>(u)];
       const int per_buffer = tensors.size() > 1 ? 1 : c_.optimizer_states;
       for (std::int64_t numel : tensors)
         for (int k = 0; k < c_.optimizer_states; k += per_buffer) {
