@@ -183,6 +183,12 @@ def cmd_check_fixtures(a):
     return 0
 
 
+def cmd_add_repeats(a):
+    changed = fixtures.add_repeats(a.dir, a.runs, a.conditions)
+    print(f"added the runs of {a.runs} to {len(changed)} fixture(s): {', '.join(changed) or 'none'}")
+    return 0
+
+
 def cmd_refresh_models(a):
     specs.refresh(a.fsdpsim, a.models_dir)
     print(f"wrote {', '.join(specs.MODELS)} into {a.models_dir}")
@@ -242,6 +248,12 @@ def parser():
     p = sub.add_parser("check-fixtures", help="validate fixtures against the schema (python3-jsonschema)")
     p.add_argument("--dir", default=fixtures.FIXTURE_DIR)
     p.set_defaults(fn=cmd_check_fixtures)
+    p = sub.add_parser("add-repeats", help="add other runs of committed cases (a run-matrix --out folder) to their "
+                       "fixtures' repeats: the comparison then takes the measured range")
+    p.add_argument("--runs", required=True, help="the folder of the other runs' fixtures")
+    p.add_argument("--conditions", required=True, help="how they were run (GPU sharing, memory history, ...)")
+    p.add_argument("--dir", default=fixtures.FIXTURE_DIR)
+    p.set_defaults(fn=cmd_add_repeats)
     p = common(sub.add_parser("refresh-models", help="rewrite the committed model specs"), matrix=False)
     p.add_argument("--fsdpsim", default="build/fsdpsim")
     p.set_defaults(fn=cmd_refresh_models)

@@ -124,3 +124,50 @@ def measured_case_matches(fixture, case):
     c = fixture.get("case", {})
     return (c.get("model") == case["model"] and c.get("world") == case["world"]
             and c.get("matrix_plan", c.get("plan")) == case["plan"])
+
+
+def repeat_entry(run, conditions):
+    """What `repeats` keeps of another run of a fixture's case: when, how, where, and its two peaks."""
+    ctx = run["context"]
+    entry = {"date": ctx["date"], "command": ctx["command"]}
+    if "fsdpsim_git_sha" in ctx:
+        entry["fsdpsim_git_sha"] = ctx["fsdpsim_git_sha"]
+    entry["gpu"] = ctx["gpu"]["name"]
+    entry["torch"] = ctx["torch"]["version"]
+    entry["conditions"] = conditions
+    entry["peaks"] = {k: {"allocated_bytes": run["peaks"][k]["allocated_bytes"],
+                          "reserved_bytes": run["peaks"][k]["reserved_bytes"]} for k in ("first_step", "steady_state")}
+    return entry
+
+
+def add_repeats(fixture_dir, runs_dir, conditions):
+    """Adds each fixture of `runs_dir` (another run of a committed case) to the `repeats` of the committed
+    fixture of the same case in `fixture_dir`. The case, its model spec and its plan must be the ones the
+    committed fixture was measured with, and both runs must have completed (outcome ok); a run already
+    listed (same date and command) is not added twice. Returns the names of the fixtures changed."""
+    if len(conditions) < 10:
+        raise InputError("--conditions", show(conditions), "say how these runs were made (10 characters or more)")
+    changed = []
+    for name in sorted(f for f in os.listdir(runs_dir) if f.endswith(".json") and f != "schema.json"):
+        run = read_fixture(os.path.join(runs_dir, name))
+        path = os.path.join(fixture_dir, name)
+        if not os.path.exists(path):
+            raise InputError(f"{runs_dir}/{name}", show(name), "no committed fixture of that case to add it to")
+        fixture = read_fixture(path)
+        for key in ("model", "model_spec", "world", "plan"):
+            if fixture["case"].get(key) != run["case"].get(key):
+                raise InputError(f"{name}:case.{key}", show(run["case"].get(key)),
+                                 f"the committed fixture was measured with {show(fixture['case'].get(key))}")
+        for which, f in (("committed fixture", fixture), ("run", run)):
+            if f["outcome"] != "ok":
+                raise InputError(f"{name}:outcome", show(f["outcome"]), f"the {which} must have completed (ok)")
+        if run["context"]["date"] == fixture["context"]["date"] and run["context"]["command"] == fixture["context"]["command"]:
+            continue
+        entry = repeat_entry(run, conditions)
+        repeats = fixture.get("repeats", [])
+        if any(r["date"] == entry["date"] and r["command"] == entry["command"] for r in repeats):
+            continue
+        fixture["repeats"] = repeats + [entry]
+        write_fixture(fixture, fixture_dir)
+        changed.append(name)
+    return changed

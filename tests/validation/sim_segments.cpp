@@ -166,10 +166,21 @@ int run(int argc, char** argv) {
                       static_cast<long long>(b.bytes), mib(b.bytes), static_cast<long long>(a.stats().allocated),
                       static_cast<long long>(a.stats().reserved));
         } else if (min_buffer >= 0 && b.bytes >= min_buffer) {
-          std::printf("      op %4d %-16s alloc %-12s %12lld B %-18s allocated %lld\n", op.id, op.name.c_str(),
-                      b.name.c_str(), static_cast<long long>(b.bytes),
+          // The segment the block was cut from (its size: which cached segment a request lands in is
+          // where two replays part ways).
+          Bytes seg_size = 0;
+          std::vector<CachingAllocator::BlockInfo> blocks;
+          for (int seg = 0; seg < a.num_segment_slots() && seg_size == 0; ++seg) {
+            if (!a.segment_live(seg)) continue;
+            blocks.clear();
+            a.segment_blocks(seg, blocks);
+            for (const auto& bi : blocks)
+              if (bi.block == block[static_cast<std::size_t>(id)]) seg_size = a.segment_size(seg);
+          }
+          std::printf("      op %4d %-16s alloc %-12s %12lld B %-18s allocated %lld  in a %.2f MiB segment\n", op.id,
+                      op.name.c_str(), b.name.c_str(), static_cast<long long>(b.bytes),
                       p.streams[static_cast<std::size_t>(b.pool_stream)].name.c_str(),
-                      static_cast<long long>(a.stats().allocated));
+                      static_cast<long long>(a.stats().allocated), mib(seg_size));
         }
       }
       for (const FreeSpec& f : op.frees) {

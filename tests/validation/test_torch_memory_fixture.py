@@ -122,6 +122,48 @@ class Validation(unittest.TestCase):
         self.assertEqual(cm.exception.field, "f.json:peaks.steady_state")
 
 
+class Repeats(unittest.TestCase):
+    """add-repeats: another run of a committed case joins its fixture's repeats (peaks, when, how)."""
+
+    def test_another_run_is_added_once_with_its_peaks_and_conditions(self):
+        fixture, case_def = measured_fixture()
+        run = copy.deepcopy(fixture)
+        run["context"].update(date="2026-11-26T19:00:00Z", command="run-case --no-trace")
+        run["peaks"]["steady_state"]["reserved_bytes"] = 14 * GiB
+        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as runs:
+            fixtures.write_fixture(fixture, d)
+            fixtures.write_fixture(run, runs)
+            self.assertEqual(fixtures.add_repeats(d, runs, "one case process, no memory history"),
+                             [case_def["name"] + ".json"])
+            self.assertEqual(fixtures.add_repeats(d, runs, "one case process, no memory history"), [])  # once
+            back = fixtures.read_fixture(os.path.join(d, case_def["name"] + ".json"))
+        self.assertEqual(len(back["repeats"]), 1)
+        r = back["repeats"][0]
+        self.assertEqual((r["date"], r["command"], r["gpu"], r["torch"], r["conditions"]),
+                         ("2026-11-26T19:00:00Z", "run-case --no-trace", "NVIDIA H100 80GB HBM3", "2.11.0",
+                          "one case process, no memory history"))
+        self.assertEqual(r["peaks"]["steady_state"], {"allocated_bytes": 11 * GiB, "reserved_bytes": 14 * GiB})
+        self.assertEqual(back["peaks"], fixture["peaks"])     # the fixture's own run is unchanged
+
+    def test_a_run_of_another_plan_or_without_a_fixture_is_refused(self):
+        fixture, case_def = measured_fixture()
+        other = copy.deepcopy(fixture)
+        other["case"]["plan"]["micro_batch"] = 7
+        other["context"]["date"] = "later"
+        with tempfile.TemporaryDirectory() as d, tempfile.TemporaryDirectory() as runs:
+            fixtures.write_fixture(other, runs)
+            with self.assertRaises(InputError) as e:     # no committed fixture of that case
+                fixtures.add_repeats(d, runs, "one case process, no memory history")
+            self.assertIn(case_def["name"], str(e.exception))
+            fixtures.write_fixture(fixture, d)
+            with self.assertRaises(InputError) as e:
+                fixtures.add_repeats(d, runs, "one case process, no memory history")
+            self.assertIn("case.plan", str(e.exception))
+            with self.assertRaises(InputError) as e:
+                fixtures.add_repeats(d, runs, "short")
+            self.assertIn("--conditions", str(e.exception))
+
+
 class CommandLine(unittest.TestCase):
     """Bad arguments exit 2 and name the field, before PyTorch is imported."""
 

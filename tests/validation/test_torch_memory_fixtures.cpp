@@ -155,6 +155,79 @@ TEST(TorchMemoryFixtureReader, MatchingFiguresPassAndTheTolerancesHold) {
   EXPECT_NEAR(metric(compare(f, near), "steady_state.allocated").error, 0.020001, 1e-9);
 }
 
+// A fixture measured more than once (`repeats`) is compared with the measured range: a prediction inside it
+// has no error, one outside it is measured from the nearer end, with the same tolerances.
+TEST(TorchMemoryFixtureReader, RepeatedRunsAreComparedAsARange) {
+  Json j = synthetic("synthetic-miss.json");
+  j["peaks"]["steady_state"]["reserved_bytes"] = 1'000'000;
+  j["repeats"] = Json::array({{{"date", "d"}, {"command", "c"}, {"gpu", "g"}, {"torch", "t"},
+                               {"conditions", "alone on the GPU, no history"},
+                               {"peaks", {{"first_step", j["peaks"]["first_step"]},
+                                          {"steady_state", {{"allocated_bytes", j["peaks"]["steady_state"]["allocated_bytes"]},
+                                                            {"reserved_bytes", 1'100'000}}}}}}});
+  const TorchMemoryFixture f = parse_torch_memory_fixture(j, "repeats.json");
+  ASSERT_EQ(f.repeats.size(), 1u);
+  EXPECT_EQ(f.repeats[0].steady.reserved, 1'100'000);
+  sim::SimResult r;
+  r.fits = true;
+  r.peak_allocated = f.steady.allocated;
+  r.peak_reserved = 1'050'000;                       // inside [1,000,000, 1,100,000]
+  Metric m = metric(compare(f, r), "steady_state.reserved");
+  EXPECT_EQ(m.error, 0.0);
+  EXPECT_FALSE(m.miss);
+  EXPECT_EQ(m.measured, 1'000'000.0);                // the fixture's own run
+  EXPECT_EQ(m.measured_lo, 1'000'000.0);
+  EXPECT_EQ(m.measured_hi, 1'100'000.0);
+  r.peak_reserved = 1'133'000;                       // +3.0% of the upper end exactly: inside the tolerance
+  EXPECT_FALSE(metric(compare(f, r), "steady_state.reserved").miss);
+  r.peak_reserved = 1'133'001;
+  m = metric(compare(f, r), "steady_state.reserved");
+  EXPECT_TRUE(m.miss);
+  EXPECT_NEAR(m.error, 33'001.0 / 1'100'000.0, 1e-12);
+  r.peak_reserved = 970'000;                         // -3.0% of the lower end: inside
+  EXPECT_FALSE(metric(compare(f, r), "steady_state.reserved").miss);
+  r.peak_reserved = 969'999;
+  EXPECT_TRUE(metric(compare(f, r), "steady_state.reserved").miss);
+  // Without the repeat, 1,050,000 would be +5% from the fixture's own run: a miss.
+  TorchMemoryFixture alone = f;
+  alone.repeats.clear();
+  r.peak_reserved = 1'050'000;
+  EXPECT_TRUE(metric(compare(alone, r), "steady_state.reserved").miss);
+  // The table marks the fixture (~) and prints the spread of the figures that differ.
+  const std::string table = comparison_table({{f, compare(f, r)}});
+  EXPECT_NE(table.find("+0.0~"), std::string::npos) << table;
+  EXPECT_NE(table.find("runs synthetic-miss (2): steady_state.reserved"), std::string::npos) << table;
+}
+
+TEST(TorchMemoryFixtureReader, MalformedRepeatsNameTheField) {
+  Json good = synthetic("synthetic-miss.json");
+  good["repeats"] = Json::array({{{"date", "d"}, {"command", "c"}, {"gpu", "g"}, {"torch", "t"},
+                                  {"conditions", "alone on the GPU, no history"}, {"peaks", good["peaks"]}}});
+  EXPECT_NO_THROW(parse_torch_memory_fixture(good, "spoiled.json"));
+  struct Case {
+    std::string field;
+    void (*spoil)(Json&);
+  };
+  const std::vector<Case> cases = {
+      {"repeats", [](Json& j) { j["repeats"] = Json::array(); }},
+      {"repeats[0].conditions", [](Json& j) { j["repeats"][0]["conditions"] = "short"; }},
+      {"repeats[0].peaks", [](Json& j) { j["repeats"][0].erase("peaks"); }},
+      {"repeats[0].peaks.steady_state.reserved_bytes",
+       [](Json& j) { j["repeats"][0]["peaks"]["steady_state"]["reserved_bytes"] = -5; }},
+      {"repeats", [](Json& j) { j["outcome"] = "oom"; j["oom"] = {{"phase", "forward"}}; }},
+  };
+  for (const auto& c : cases) {
+    Json j = good;
+    c.spoil(j);
+    try {
+      parse_torch_memory_fixture(j, "spoiled.json");
+      ADD_FAILURE() << "accepted a fixture with a bad " << c.field;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), "spoiled.json: " + c.field) << e.what();
+    }
+  }
+}
+
 // The first step (torch.optim creates its state in it) is compared like the steady state, once the result
 // has one; a result without a first-step replay lists the measured figures uncompared.
 TEST(TorchMemoryFixtureReader, FirstStepPeaksAreComparedWhenTheResultHasThem) {

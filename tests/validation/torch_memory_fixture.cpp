@@ -95,6 +95,25 @@ TorchMemoryFixture parse_unchecked(const Json& j, const std::string& file) {
   } else {
     r.get_object("oom").get_string("phase");
   }
+  if (r.has("repeats")) {
+    if (f.outcome != "ok") throw InputError("repeats", "[...]", "only a fixture whose run completed (outcome ok) has repeats");
+    const Json& a = r.raw("repeats");
+    if (!a.is_array() || a.empty()) throw InputError("repeats", json_value_for_message(a), "a non-empty array");
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const std::string at = "repeats[" + std::to_string(i) + "]";
+      if (!a[i].is_object()) throw InputError(at, json_value_for_message(a[i]), "expected an object");
+      JsonReader e(a[i], at);
+      RepeatRun run;
+      run.date = e.get_string("date");
+      run.conditions = e.get_string("conditions");
+      if (run.conditions.size() < 10)
+        throw InputError(e.field("conditions"), json_value_for_message(e.raw("conditions")), "say how the run was made");
+      JsonReader peaks = e.get_object("peaks");
+      run.first = read_peak(peaks, "first_step");
+      run.steady = read_peak(peaks, "steady_state");
+      f.repeats.push_back(run);
+    }
+  }
   if (r.has("known_miss")) {
     JsonReader k = r.get_object("known_miss");
     f.known_miss = true;
@@ -118,18 +137,38 @@ TorchMemoryFixture parse_unchecked(const Json& j, const std::string& file) {
   return f;
 }
 
-Metric bytes_metric(const std::string& name, Bytes measured, Bytes predicted, double tolerance) {
+// One figure against the measured range [lo, hi] (the fixture's run and its repeats): inside it the error
+// is 0; outside, it is taken from the nearer end, and the tolerance is checked in integer bytes against it:
+// |predicted - nearest| * 1000 <= tolerance_permille * nearest.
+Metric bytes_metric(const std::string& name, Bytes measured, Bytes lo, Bytes hi, Bytes predicted, double tolerance) {
   Metric m;
   m.name = name;
   m.measured = static_cast<double>(measured);
+  m.measured_lo = static_cast<double>(lo);
+  m.measured_hi = static_cast<double>(hi);
   m.predicted = static_cast<double>(predicted);
   m.tolerance = tolerance;
-  m.error = measured > 0 ? (m.predicted - m.measured) / m.measured : (predicted > 0 ? 1.0 : 0.0);
-  // The tolerance is checked in integer bytes: |predicted - measured| * 1000 <= tolerance_permille * measured.
+  const Bytes nearest = predicted < lo ? lo : predicted > hi ? hi : predicted;
+  m.error = nearest > 0 ? static_cast<double>(predicted - nearest) / static_cast<double>(nearest)
+                        : (predicted > 0 ? 1.0 : 0.0);
   const auto permille = static_cast<std::int64_t>(std::llround(tolerance * 1000));
-  const std::int64_t diff = predicted > measured ? predicted - measured : measured - predicted;
-  m.miss = diff * 1000 > permille * measured;
+  const std::int64_t diff = predicted > nearest ? predicted - nearest : nearest - predicted;
+  m.miss = diff * 1000 > permille * nearest;
   return m;
+}
+
+// The range of one figure over the fixture's run and its repeats.
+std::pair<Bytes, Bytes> measured_range(const TorchMemoryFixture& f, bool first_step, bool allocated) {
+  auto pick = [&](const Peak& first, const Peak& steady) {
+    const Peak& p = first_step ? first : steady;
+    return allocated ? p.allocated : p.reserved;
+  };
+  Bytes lo = pick(f.first, f.steady), hi = lo;
+  for (const auto& run : f.repeats) {
+    lo = std::min(lo, pick(run.first, run.steady));
+    hi = std::max(hi, pick(run.first, run.steady));
+  }
+  return {lo, hi};
 }
 
 std::string gib(double bytes) {
@@ -174,21 +213,24 @@ bool Comparison::missed() const {
 Comparison compare(const TorchMemoryFixture& f, const sim::SimResult& r) {
   Comparison c;
   if (f.outcome == "ok") {
-    c.metrics.push_back(bytes_metric("steady_state.allocated", f.steady.allocated, r.peak_allocated, kAllocatedTolerance));
-    c.metrics.push_back(bytes_metric("steady_state.reserved", f.steady.reserved, r.peak_reserved, kReservedTolerance));
     const std::optional<Peak> first = predicted_first_step(r);
-    for (const char* which : {"allocated", "reserved"}) {
-      const bool alloc = std::string(which) == "allocated";
-      if (first) {
-        c.metrics.push_back(bytes_metric(std::string("first_step.") + which, alloc ? f.first.allocated : f.first.reserved,
-                                         alloc ? first->allocated : first->reserved,
+    for (const bool first_step : {false, true}) {
+      for (const bool alloc : {true, false}) {
+        const std::string name = std::string(first_step ? "first_step." : "steady_state.") + (alloc ? "allocated" : "reserved");
+        const Peak& own = first_step ? f.first : f.steady;
+        const Bytes measured = alloc ? own.allocated : own.reserved;
+        if (first_step && !first) {
+          Metric m;
+          m.name = name;
+          m.compared = false;
+          m.measured = m.measured_lo = m.measured_hi = static_cast<double>(measured);
+          c.metrics.push_back(m);
+          continue;
+        }
+        const Peak& pred = first_step ? *first : Peak{r.peak_allocated, r.peak_reserved};
+        const auto [lo, hi] = measured_range(f, first_step, alloc);
+        c.metrics.push_back(bytes_metric(name, measured, lo, hi, alloc ? pred.allocated : pred.reserved,
                                          alloc ? kAllocatedTolerance : kReservedTolerance));
-      } else {
-        Metric m;
-        m.name = std::string("first_step.") + which;
-        m.compared = false;
-        m.measured = static_cast<double>(alloc ? f.first.allocated : f.first.reserved);
-        c.metrics.push_back(m);
       }
     }
   }
@@ -238,7 +280,7 @@ std::string comparison_table(const std::vector<std::pair<TorchMemoryFixture, Com
       const int i = static_cast<int>(std::find(names, names + 4, m.name) - names);
       if (i >= 4 || !m.compared) continue;
       char err[16];
-      std::snprintf(err, sizeof err, "%+.1f", 100 * m.error);
+      std::snprintf(err, sizeof err, "%+.1f%s", 100 * m.error, f.repeats.empty() ? "" : "~");
       cells[i][0] = gib(m.measured) + " / " + gib(m.predicted);
       cells[i][1] = err;
       ++compared[i];
@@ -260,6 +302,22 @@ std::string comparison_table(const std::vector<std::pair<TorchMemoryFixture, Com
   }
   std::snprintf(line, sizeof line, "%-24s agree on %d of %d\n", "fits verdicts", fits_agree, fits_total);
   o << line;
+  // The fixtures measured more than once (~): the spread of each figure that differs between the runs; the
+  // errors above are taken from the nearer end of that range (0 inside it).
+  for (const auto& [f, c] : rows) {
+    if (f.repeats.empty()) continue;
+    std::string spread;
+    for (const auto& m : c.metrics) {
+      if (m.name == "fits" || m.measured_hi <= m.measured_lo) continue;
+      char part[160];
+      std::snprintf(part, sizeof part, "%s%s %s..%s GiB (%.1f%%, predicted %s)", spread.empty() ? "" : "; ", m.name.c_str(),
+                    gib(m.measured_lo).c_str(), gib(m.measured_hi).c_str(), 100 * (m.measured_hi / m.measured_lo - 1),
+                    m.compared ? gib(m.predicted).c_str() : "-");
+      spread += part;
+    }
+    o << "runs " << f.name << " (" << f.repeats.size() + 1 << "): " << (spread.empty() ? "every figure identical" : spread)
+      << "\n";
+  }
   return o.str();
 }
 

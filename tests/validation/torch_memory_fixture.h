@@ -25,6 +25,14 @@ struct Peak {
   Bytes reserved = 0;
 };
 
+// Another run of the fixture's case (its `repeats`, scripts/torch_memory_reference.py add-repeats).
+struct RepeatRun {
+  std::string date;
+  std::string conditions;
+  Peak first;
+  Peak steady;
+};
+
 struct TorchMemoryFixture {
   std::string file;                 // the file name, in every message
   std::string name;                 // case.name
@@ -39,6 +47,7 @@ struct TorchMemoryFixture {
   std::string pending_message;
   Peak steady;                      // peaks.steady_state (outcome ok)
   Peak first;                       // peaks.first_step (outcome ok)
+  std::vector<RepeatRun> repeats;   // outcome ok: other runs; each figure is compared with the measured range
   bool known_miss = false;
   std::string known_miss_reason;
   std::vector<std::string> known_miss_metrics;   // empty: the reason covers every metric
@@ -52,9 +61,12 @@ TorchMemoryFixture parse_torch_memory_fixture(const nlohmann::json& j, const std
 struct Metric {
   std::string name;                 // "steady_state.allocated", "steady_state.reserved", "first_step.*", "fits"
   bool compared = true;
-  double measured = 0;              // bytes (fits: 1 = ran, 0 = OOM)
+  double measured = 0;              // bytes, the fixture's own run (fits: 1 = ran, 0 = OOM)
+  double measured_lo = 0;           // the range over the fixture's run and its repeats (= measured without)
+  double measured_hi = 0;
   double predicted = 0;
-  double error = 0;                 // (predicted - measured) / measured
+  double error = 0;                 // (predicted - nearest) / nearest, nearest the closest end of the range;
+                                    // 0 inside it
   double tolerance = 0;
   bool miss = false;
   bool explained = false;           // a miss covered by the fixture's known_miss
