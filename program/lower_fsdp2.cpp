@@ -11,6 +11,8 @@
 //   reshard          = free the unsharded params (no record_stream); rAF=int keeps a 1/k clone (F2.4)
 //   post_backward    = compute waits on the previous RS; RS copy-in on compute (reduce_dtype); RS on the
 //                      RS stream; [HSDP all_reduce]; fp32 cast on the post-reduce stream (F2.8-F2.10, M8)
+#include <algorithm>
+
 #include "program/lower_walk.h"
 
 namespace fsdpsim::sim::lowering {
@@ -83,6 +85,7 @@ class ParamGroupLowering final : public LoweringWalk {
     seg_transient_ = g.transient;
     split_now_.assign(U, false);
     grad_parts_.assign(U, {});
+    tied_head_grad_.assign(U, -1);
   }
   const char* shard_name() const override { return "shard"; }
 
@@ -304,15 +307,34 @@ class ParamGroupLowering final : public LoweringWalk {
   void segment_grads(int s, Op& o) override {
     const int u = c_.segments[s].unit;
     if (!split_now_[u]) return;
+    int last = -1;
     for (std::int64_t numel : seg_grads_[s]) {
-      const int buf = b_.buffer("grad", u, numel * c_.bp, MemCategory::UnshardedGrads, compute_);
-      o.allocs.push_back(buf);
-      b_.write(o, buf);
-      (fresh_grad_[u] < 0 ? fresh_grad_[u] : grad_parts_[u].emplace_back()) = buf;
+      last = b_.buffer("grad", u, numel * c_.bp, MemCategory::UnshardedGrads, compute_);
+      o.allocs.push_back(last);
+      b_.write(o, last);
+      (fresh_grad_[u] < 0 ? fresh_grad_[u] : grad_parts_[u].emplace_back()) = last;
     }
+    // A tied weight (one leaf used by the embedding and the LM head) gets two gradients; the head's, first,
+    // waits in the leaf's AccumulateGrad input buffer (torch/csrc/autograd/input_buffer.cpp InputBuffer::add,
+    // accumulate) until the embedding's arrives, and the two are summed out of place into a third tensor,
+    // the .grad foreach_reduce reads; both addends are freed then (PyTorch's allocator histories of
+    // l1b-fsdp2-every2-mb4-tt and l1b-fsdp2-ac-s8192-litgpt: three tensors of the tied weight's size live at
+    // once at the embedding's backward). The head's is the last of its segment's (param_grad_parts).
     if (seg_transient_[s] > 0) {
-      transient(o, "grad_tmp", u, seg_transient_[s] * c_.bp, MemCategory::UnshardedGrads);
+      const Bytes bytes = seg_transient_[s] * c_.bp;
+      transient(o, "grad_tmp", u, bytes, MemCategory::UnshardedGrads);
       b_.write(o, o.allocs.back());
+      const int head = tied_head_grad_[u];
+      if (head < 0) return;
+      const int sum = b_.buffer("grad", u, bytes, MemCategory::UnshardedGrads, compute_);
+      o.allocs.push_back(sum);
+      b_.write(o, sum);
+      std::replace(grad_parts_[u].begin(), grad_parts_[u].end(), head, sum);
+      if (fresh_grad_[u] == head) fresh_grad_[u] = sum;
+      o.frees.push_back({head, -1});
+      tied_head_grad_[u] = -1;
+    } else if (c_.model->tied_embeddings && c_.segments[s].part == models::ModulePart::FinalNormAndHead) {
+      tied_head_grad_[u] = last;
     }
   }
 
@@ -518,6 +540,7 @@ class ParamGroupLowering final : public LoweringWalk {
   std::vector<std::vector<std::int64_t>> seg_grads_;   // per segment: its parameters' gradient numels
   std::vector<std::int64_t> seg_transient_;       // per segment: a tied weight's second gradient
   std::vector<std::vector<int>> grad_parts_;      // per unit: the gradients after fresh_grad_ (segment_grads)
+  std::vector<int> tied_head_grad_;               // per unit: the LM head's gradient of a tied weight, until summed
   int ag_state_buf_ = -1, ag_state_event_ = -1;   // comm_ctx.all_gather_state
   int prev_rs_input_ = -1, prev_rs_op_ = -1;      // comm_ctx.reduce_scatter_state
   std::vector<int> held_outputs_;                 // HSDP: _all_reduce_state until the end of backward

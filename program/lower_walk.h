@@ -65,9 +65,10 @@ class LoweringWalk {
   // The parameters' own gradients, segment by segment, as autograd computes them with the original
   // parameters (FSDP1's views of the flat parameter, FSDP2's unsharded nn.Parameters): the embedding's
   // (positions only when the table is tied to the head: the tied weight's gradient is the head's) in the
-  // embedding's backward, a block's in its backward, the final norm's and the head's in the head's. A
-  // weight used twice (a tied embedding and LM head) gets its second gradient, the embedding's, added in
-  // place into the first (InputBuffer::accumulate, torch/csrc/autograd/input_buffer.cpp): a transient.
+  // embedding's backward, a block's in its backward (one per parameter, in the reverse of the block's module
+  // order, as autograd reaches them), the final norm's and the head's in the head's. A weight used twice (a
+  // tied embedding and LM head) gets a second gradient, the embedding's: `transient` (FSDP1 adds it into the
+  // first; FSDP2's leaf sums the two out of place, lower_fsdp2.cpp segment_grads).
   struct ParamGradParts {
     std::vector<std::vector<std::int64_t>> held;   // per segment: numel of each parameter's gradient held
     std::vector<std::int64_t> transient;           // per segment: numel of the tied weight's second gradient

@@ -1319,6 +1319,41 @@ TEST(LoweringGradients, PerParameterGradientsAndOptimizerStateByHand) {
   ASSERT_FALSE(copy_in.empty());
   EXPECT_EQ(copy_in.back()->frees.size(), 3u);
 
+  // A tied head (the embedding's weight, 256 parameters, used twice): FSDP2's leaf gets the head's gradient
+  // (512 B) at the head's op and the embedding's (512 B, transient) at the embedding's, which autograd's
+  // input buffer sums out of place into a third tensor (512 B): three of them live at that op, the two
+  // addends freed by it; the reduce-scatter copy-in reads and frees the final norm's and the sum.
+  models::ModelSpec tied = m;
+  tied.tied_embeddings = true;
+  ASSERT_EQ(models::count_params(tied).total, 1448);
+  {
+    const Plan plan = resolved(R"({"implementation": "hf", "micro_batch": 1, "seq_len": 4})", 2, 2);
+    const StepProgram t = lower(tied, models::build_wrap_graph(tied, plan.auto_wrap_policy), plan, Topology{2, 2});
+    expect_well_formed(t, "fsdp2 tied");
+    EXPECT_EQ(grads(t, 0), (std::vector<std::vector<Bytes>>{{16, 512}, {512}}));
+    std::vector<const Op*> bwd;   // the root's backward ops that allocate gradients: the head's, the embedding's
+    for (const Op* o : ops_of(t, OpKind::Backward, 0))
+      if (!allocs_of(t, *o, MemCategory::UnshardedGrads).empty()) bwd.push_back(o);
+    ASSERT_EQ(bwd.size(), 2u);
+    std::vector<Bytes> emb_allocs;
+    for (int b : allocs_of(t, *bwd[1], MemCategory::UnshardedGrads)) emb_allocs.push_back(t.buffers[b].bytes);
+    EXPECT_EQ(emb_allocs, (std::vector<Bytes>{512, 512}));   // the embedding's gradient, then the sum
+    int head_tied = -1;
+    for (int b : allocs_of(t, *bwd[0], MemCategory::UnshardedGrads))
+      if (t.buffers[b].bytes == 512) head_tied = b;
+    ASSERT_GE(head_tied, 0);
+    int freed_here = 0;
+    for (const FreeSpec& f : bwd[1]->frees)
+      if (t.buffers[f.buffer].category == MemCategory::UnshardedGrads) {
+        ++freed_here;
+        EXPECT_TRUE(f.buffer == head_tied || t.buffers[f.buffer].name.find("grad_tmp") != std::string::npos);
+      }
+    EXPECT_EQ(freed_here, 2);
+    const auto ci = ops_of(t, OpKind::CopyIn, 0);
+    ASSERT_FALSE(ci.empty());
+    EXPECT_EQ(ci.back()->frees.size(), 2u);
+  }
+
   const StepProgram f1 = lower_plan(R"(, "fsdp_version": 1)");
   expect_well_formed(f1, "fsdp1");
   EXPECT_EQ(state(f1, 1), (std::vector<Bytes>{256, 256, 128, 128, 128, 128, 256, 256, 416, 416}));
