@@ -2,6 +2,8 @@
 // versions. Rule ids (A1-A3, F1.x, F2.x) refer to docs/fsdp-semantics.md.
 #include "program/lower_walk.h"
 
+#include <algorithm>
+
 namespace fsdpsim::sim::lowering {
 
 StepProgram LoweringWalk::run() {
@@ -469,7 +471,21 @@ LoweringWalk::ParamGradParts LoweringWalk::param_grad_parts() const {
           h = {pc.embedding};
         }
         break;
-      case models::ModulePart::Block: h = {pc.per_block}; break;
+      case models::ModulePart::Block:
+        // The block's parameters one by one, in the reverse of the forward's module calls (the last
+        // module's backward runs first): FSDP2's unsharded parameters are leaves, each .grad its own tensor.
+        {
+          std::vector<const models::Module*> mods;
+          for (const models::Module& m : c_.graph->modules)
+            if (m.layer == seg.layer && !m.params.empty()) mods.push_back(&m);
+          std::sort(mods.begin(), mods.end(), [](const models::Module* a, const models::Module* b) {
+            return a->exec_index > b->exec_index;
+          });
+          for (const models::Module* m : mods)
+            for (auto t = m->params.rbegin(); t != m->params.rend(); ++t) h.push_back(t->numel());
+        }
+        if (h.empty()) h = {pc.per_block};
+        break;
       case models::ModulePart::FinalNormAndHead: h = {pc.final_norm, tied ? tied_weight : pc.lm_head}; break;
     }
     std::erase(h, 0);

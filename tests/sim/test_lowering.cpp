@@ -1277,7 +1277,8 @@ TEST(LoweringErrors, ForwardOrderMustBeAPermutation) {
 // compute (2 B gradients), fp32 master and AdamW state (4 B).
 //   FSDP2: autograd makes each parameter's gradient in the backward op that uses it: the head's op the
 //     final norm's (8 x 2 = 16 B) and the head's (256 x 2 = 512 B), the embedding's op the embedding's
-//     (512 B, at the end of the backward, not with the head's); a block's op its own 592 x 2 = 1184 B.
+//     (512 B, at the end of the backward, not with the head's); a block's op its own 592 x 2 = 1184 B, one
+//     tensor per parameter.
 //     torch.optim's state per sharded parameter (dim-0 chunks of 2 ranks: q 4 rows x 8 = 32, k 16, v 16,
 //     o 32, gate 64, up 64, down 4 x 16 = 64, norms 4 and 4), exp_avg then exp_avg_sq, x 4 B.
 //   FSDP1 use_orig_params (fp32 flat parameter, every tensor 16-byte aligned already): a block's flat
@@ -1311,7 +1312,9 @@ TEST(LoweringGradients, PerParameterGradientsAndOptimizerStateByHand) {
   const StepProgram f2 = lower_plan("");
   expect_well_formed(f2, "fsdp2");
   EXPECT_EQ(grads(f2, 0), (std::vector<std::vector<Bytes>>{{16, 512}, {512}}));   // head's op, then the embedding's
-  EXPECT_EQ(grads(f2, 1), (std::vector<std::vector<Bytes>>{{1184}}));
+  // a block's op its parameters' one by one, the reverse of the forward's module calls: down, up, gate,
+  // post-attention norm, o, v, k, q, input norm (x 2 B)
+  EXPECT_EQ(grads(f2, 1), (std::vector<std::vector<Bytes>>{{256, 256, 256, 16, 128, 64, 64, 128, 16}}));
   EXPECT_EQ(state(f2, 1), (std::vector<Bytes>{128, 128, 64, 64, 64, 64, 128, 128, 256, 256, 256, 256, 256, 256, 16, 16, 16, 16}));
   EXPECT_EQ(state(f2, 0), (std::vector<Bytes>{512, 512, 16, 16, 512, 512}));   // embedding, final norm, head
   // The copy-in of the root's reduce-scatter reads and frees all three of its gradients.
