@@ -25,6 +25,7 @@ struct GroupState {
   int ag_out = -1;          // all-gather output (until copy-out / the next copy-in)
   int ag_op = -1;
   int unsharded = -1;       // per-param unsharded storage
+  std::vector<int> unsharded_parts;   // a one-rank group's other parameters' (unsharded is the first's)
   int post_forward = -1;    // rAF=int: the 1/k slice kept from forward to backward (F2.4)
   int grad = -1;            // unsharded grads (param_dtype), or the reduce_dtype accumulation (M12)
   bool grad_upcast = false; // `grad` is unsharded_accumulated_grad in reduce_dtype
@@ -89,6 +90,20 @@ class ParamGroupLowering final : public LoweringWalk {
   }
   const char* shard_name() const override { return "shard"; }
 
+  // Each parameter's numel in a group whose tensors are listed and add up to `total` (frozen ones and LoRA
+  // adapters included); empty otherwise, or for the bundled runtime (one buffer per group).
+  std::vector<std::int64_t> param_numels(int u, std::int64_t total) const {
+    std::vector<std::int64_t> v;
+    if (plan_.implementation == models::ModelImpl::Runtime) return v;
+    std::int64_t sum = 0;
+    for (const models::ParamTensor& t : c_.graph->units[u].tensors) {
+      v.push_back(t.numel());
+      sum += t.numel();
+    }
+    if (sum != total) v.clear();
+    return v;
+  }
+
 
   // ---- unshard (F2.2, D2, M7, M11) ----
   void unshard(int u) {
@@ -103,11 +118,21 @@ class ParamGroupLowering final : public LoweringWalk {
     if (!c_.sharded) {
       g.state = ParamState::Unsharded;
       if (!c_.mixed && !offload) return;   // the replicated params are used as they are
-      Op& o = offload ? b_.op(OpKind::H2D, copy_in_, u, mb_, "H2D") : b_.op(OpKind::Cast, copy_in_, u, mb_, "cast");
-      g.unsharded = b_.buffer("params", u, s.shard * c_.bp, MemCategory::UnshardedParams, copy_in_);
+      // A one-rank shard group runs no all-gather (FSDPParamGroup.unshard returns an empty AllGatherResult
+      // when the all-gather group's size is 1) and FSDPParamGroup.wait_for_unshard, on the current stream,
+      // copies each parameter's shard into its own all_gather_outputs storage: one tensor per parameter in
+      // the default stream's pool (PyTorch's allocator history of l1b-fsdp2-w1-hf: no all-gather stream
+      // at all). The bundled runtime keeps one buffer per unit on the copy-in stream.
+      const std::vector<std::int64_t> parts = offload ? std::vector<std::int64_t>{} : param_numels(u, s.shard);
+      const int stream = parts.empty() ? copy_in_ : compute_;
+      Op& o = offload ? b_.op(OpKind::H2D, copy_in_, u, mb_, "H2D") : b_.op(OpKind::Cast, stream, u, mb_, "cast");
       if (!offload) b_.read(o, param_shard_[u]);   // the cast reads the fp32 parameters
-      o.allocs.push_back(g.unsharded);
-      b_.write(o, g.unsharded);
+      for (std::int64_t numel : parts.empty() ? std::vector<std::int64_t>{s.shard} : parts) {
+        const int buf = b_.buffer("params", u, numel * c_.bp, MemCategory::UnshardedParams, stream);
+        o.allocs.push_back(buf);
+        b_.write(o, buf);
+        (g.unsharded < 0 ? g.unsharded : g.unsharded_parts.emplace_back()) = buf;
+      }
       o.copy_bytes = offload ? s.shard * c_.bm : s.shard * (c_.bm + c_.bp);
       g.ag_op = o.id;
       return;
@@ -222,7 +247,9 @@ class ParamGroupLowering final : public LoweringWalk {
       cl.copy_bytes = 2 * numel * ag_bytes(u);
     }
     b_.free_now(g.unsharded);   // storage resize to 0; no record_stream (M10)
+    for (int part : g.unsharded_parts) b_.free_now(part);
     g.unsharded = -1;
+    g.unsharded_parts.clear();
     g.state = g.post_forward >= 0 ? ParamState::PostForwardSharded : ParamState::Sharded;
   }
 

@@ -1365,5 +1365,42 @@ TEST(LoweringGradients, PerParameterGradientsAndOptimizerStateByHand) {
   EXPECT_EQ(state(f1flat, 1), (std::vector<Bytes>{296 * 2 * 4}));
 }
 
+// FSDP2 on a one-rank shard group (one GPU, or HSDP with shard size 1) runs no all-gather: FSDPParamGroup.unshard
+// returns an empty result and wait_for_unshard copies each parameter's shard into its own storage on the
+// current (default) stream. The lowering: one cast op per group on the compute stream, one buffer per
+// parameter (the tiny block: q 64, k 32, v 32, o 64, gate 128, up 128, down 128 and two norms of 8, x 2 B),
+// all freed when the group reshards; no all-gather op.
+TEST(LoweringFsdp2, OneRankGroupUnshardsParameterByParameterOnTheDefaultStream) {
+  models::ModelSpec m = tiny_spec(2);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  const Plan plan = resolved(R"({"implementation": "hf", "micro_batch": 1, "seq_len": 4})", 1, 1);
+  const StepProgram p = lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{1, 1});
+  expect_well_formed(p, "one rank");
+  EXPECT_TRUE(ops_of(p, OpKind::AllGather).empty());
+  const auto casts = ops_of(p, OpKind::Cast, 1);
+  ASSERT_FALSE(casts.empty());
+  EXPECT_EQ(casts.front()->stream, 0);   // the default stream
+  std::vector<Bytes> parts;
+  for (int b : allocs_of(p, *casts.front(), MemCategory::UnshardedParams)) {
+    parts.push_back(p.buffers[b].bytes);
+    EXPECT_EQ(p.buffers[b].pool_stream, 0);
+  }
+  std::vector<Bytes> sorted = parts;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<Bytes>{16, 16, 64, 64, 128, 128, 256, 256, 256}));
+  // every one of them is freed again before the step ends (reshard)
+  int freed = 0;
+  for (const Op& o : p.ops)
+    for (const FreeSpec& f : o.frees)
+      for (int b : allocs_of(p, *casts.front(), MemCategory::UnshardedParams)) freed += f.buffer == b;
+  EXPECT_EQ(freed, static_cast<int>(parts.size()));
+  // The bundled runtime keeps one buffer per group on the copy-in stream.
+  const Plan rt = resolved(R"({"implementation": "runtime", "micro_batch": 1, "seq_len": 4})", 1, 1);
+  const StepProgram q = lower(m, models::build_wrap_graph(m, rt.auto_wrap_policy), rt, Topology{1, 1});
+  const auto rcasts = ops_of(q, OpKind::Cast, 1);
+  ASSERT_FALSE(rcasts.empty());
+  EXPECT_EQ(allocs_of(q, *rcasts.front(), MemCategory::UnshardedParams).size(), 1u);
+}
+
 }  // namespace
 }  // namespace fsdpsim::sim
