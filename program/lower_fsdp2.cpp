@@ -25,7 +25,7 @@ struct GroupState {
   int ag_out = -1;          // all-gather output (until copy-out / the next copy-in)
   int ag_op = -1;
   int unsharded = -1;       // per-param unsharded storage
-  std::vector<int> unsharded_parts;   // a one-rank group's other parameters' (unsharded is the first's)
+  std::vector<int> unsharded_parts;   // the other parameters' (unsharded is the first's, param_numels)
   int post_forward = -1;    // rAF=int: the 1/k slice kept from forward to backward (F2.4)
   int grad = -1;            // unsharded grads (param_dtype), or the reduce_dtype accumulation (M12)
   bool grad_upcast = false; // `grad` is unsharded_accumulated_grad in reduce_dtype
@@ -90,15 +90,19 @@ class ParamGroupLowering final : public LoweringWalk {
   }
   const char* shard_name() const override { return "shard"; }
 
-  // Each parameter's numel in a group whose tensors are listed and add up to `total` (frozen ones and LoRA
-  // adapters included); empty otherwise, or for the bundled runtime (one buffer per group).
+  // Each parameter's unsharded numel, dim 0 padded to a multiple of the shard group (M6), in registration
+  // order: the storages FSDPParam.alloc_all_gather_outputs allocates one by one. Empty when the group's
+  // listed tensors do not add up to `total` (LoRA adapters, a group known by its count) and for the bundled
+  // runtime (one buffer per group).
   std::vector<std::int64_t> param_numels(int u, std::int64_t total) const {
     std::vector<std::int64_t> v;
     if (plan_.implementation == models::ModelImpl::Runtime) return v;
     std::int64_t sum = 0;
     for (const models::ParamTensor& t : c_.graph->units[u].tensors) {
-      v.push_back(t.numel());
-      sum += t.numel();
+      const std::int64_t d0 = t.shape.empty() ? 1 : t.shape[0];
+      const std::int64_t n = d0 <= 0 ? 0 : (d0 + c_.N - 1) / c_.N * c_.N * (t.numel() / d0);
+      v.push_back(n);
+      sum += n;
     }
     if (sum != total) v.clear();
     return v;
@@ -199,10 +203,15 @@ class ParamGroupLowering final : public LoweringWalk {
     if (phase == Phase::Forward) flush_all_gather_state();
     Op& co = b_.op(OpKind::CopyOut, compute_, u, mb_, "copy-out");
     b_.wait(co, g.ag_op);
-    g.unsharded = b_.buffer("params", u, s.unsharded * bag, MemCategory::UnshardedParams, compute_);
-    co.allocs.push_back(g.unsharded);
+    std::vector<std::int64_t> parts = param_numels(u, s.unsharded);
+    if (parts.empty()) parts.push_back(s.unsharded);
+    for (std::int64_t n : parts) {
+      const int buf = b_.buffer("params", u, n * bag, MemCategory::UnshardedParams, compute_);
+      co.allocs.push_back(buf);
+      b_.write(co, buf);
+      (g.unsharded < 0 ? g.unsharded : g.unsharded_parts.emplace_back()) = buf;
+    }
     b_.read(co, g.ag_out);
-    b_.write(co, g.unsharded);
     co.copy_bytes = 2 * s.unsharded * bag;   // split_with_sizes_copy: read the AG output, write the params
     const int event = co.id;
     if (phase == Phase::Forward) {

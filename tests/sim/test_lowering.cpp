@@ -87,7 +87,11 @@ TEST(LoweringFsdp2, FullShardSequenceStreamsAndBytes) {
   EXPECT_EQ(p.buffers[rs[0]->outputs[0]].bytes, 9 * 4);
   auto copy_out = ops_of(p, OpKind::CopyOut, 1);
   EXPECT_TRUE(waits_on(*copy_out[0], ags[0]->id));
-  EXPECT_EQ(p.buffers[copy_out[0]->allocs[0]].bytes, 36 * 2);
+  // The copy-out allocates each parameter's unsharded storage (FSDPParam.alloc_all_gather_outputs): [6,4]
+  // padded to 2 rows x 4 ranks = 32 elements, [3] to 4: 64 and 8 bytes.
+  ASSERT_EQ(copy_out[0]->allocs.size(), 2u);
+  EXPECT_EQ(p.buffers[copy_out[0]->allocs[0]].bytes, 32 * 2);
+  EXPECT_EQ(p.buffers[copy_out[0]->allocs[1]].bytes, 4 * 2);
   EXPECT_EQ(p.buffers[copy_out[0]->allocs[0]].category, MemCategory::UnshardedParams);
   // Root: 8+1+8 = 17 per rank; AG'd only in forward (not resharded after forward, F2.6).
   auto root_ags = ops_of(p, OpKind::AllGather, 0);
