@@ -38,24 +38,18 @@ class FlatParamLowering final : public LoweringWalk {
 
  private:
   void add_streams() override {
-    compute_ = b_.add_stream(StreamRole::Compute, "default");
-    pre_unshard_ = b_.add_stream(StreamRole::CopyIn, "pre_unshard");
-    unshard_ = b_.add_stream(StreamRole::AllGather, "unshard");
-    post_backward_ = b_.add_stream(StreamRole::ReduceScatter, "post_backward");
+    const SideStreams s = add_side_streams("pre_unshard", "unshard", "post_backward", c_.hybrid);
+    pre_unshard_ = s.copy_in;
+    unshard_ = s.all_gather;
+    post_backward_ = s.reduce_scatter;
     // F1.1: the all-reduce stream exists only with HSDP; otherwise it is the default stream.
-    all_reduce_ = c_.hybrid ? b_.add_stream(StreamRole::AllReduce, "all_reduce") : compute_;
+    all_reduce_ = c_.hybrid ? s.all_reduce : compute_;
   }
 
   void notes_after_step() override {
     if (plan_.limit_all_gathers && c_.sharded)
       p_.notes.push_back("FSDP1 rate limiter: at most 2 all-gathers in flight (CPU blocks on the free event of "
                          "the reshard two back, P4)");
-  }
-
-  // ---- persistent sharded state (M2, M11, M13) ----
-  void begin() override {
-    state_.assign(c_.sizes.size(), {});
-    plan_view_grads();
   }
 
   // ---- the flat gradient ----
@@ -70,8 +64,8 @@ class FlatParamLowering final : public LoweringWalk {
   // gets its second gradient added in place into the first (InputBuffer::accumulate): a transient.
   // Per segment: the view gradients its backward produces and holds (numel), and the transient ones.
   // A unit whose parts do not account for all its parameters gets none (its flat grad alone, at the cat).
-  void plan_view_grads() {
-    const ParamGradParts g = param_grad_parts();
+  void begin(const ParamGradParts& g) override {
+    state_.assign(c_.sizes.size(), {});
     const int S = static_cast<int>(c_.segments.size());
     const int U = static_cast<int>(c_.sizes.size());
     view_held_.assign(S, 0);
@@ -111,7 +105,7 @@ class FlatParamLowering final : public LoweringWalk {
 
   // split_with_sizes_backward + AccumulateGrad, before the post-backward hook, on the unshard stream (after
   // the compute stream, the engine's producer-consumer sync): the flat gradient is an unshard-pool block.
-  void build_flat_grad(int u) {
+  void accumulate_grad(int u) override {
     UnitState& st = state_[u];
     const Bytes bytes = c_.sizes[u].grad * c_.bp;
     if (bytes <= 0) return;
@@ -198,10 +192,7 @@ class FlatParamLowering final : public LoweringWalk {
     ag.allocs.push_back(full);
     b_.write(ag, full);
     b_.read(ag, src >= 0 ? src : param_shard_[u]);
-    ag.comm_bytes = s.unsharded * c_.bp;
-    ag.group = CommGroup::Shard;
-    ag.group_size = c_.shard_group.size;
-    ag.nodes_spanned = c_.shard_group.nodes;
+    collective(ag, CommGroup::Shard, s.unsharded * c_.bp);
     // post_unshard frees _mp_shard with record_stream on the unshard stream (M10).
     if (src >= 0) ag.frees.push_back({src, ag.id});
     st.full = full;
@@ -259,7 +250,6 @@ class FlatParamLowering final : public LoweringWalk {
   }
 
   void pre_forward(int u) override {
-    b_.defer_hook();
     unshard(u);
     wait_for_params(u);
     if (plan_.forward_prefetch) {
@@ -268,7 +258,6 @@ class FlatParamLowering final : public LoweringWalk {
     }
   }
   void post_forward(int u) override {
-    b_.defer_hook();
     reshard(u, frees_after_forward(u), compute_);
   }
 
@@ -285,23 +274,20 @@ class FlatParamLowering final : public LoweringWalk {
 
   // A2: checkpoint(FSDP(block)): the recomputed forward runs the unit's pre- and post-forward hooks.
   void pre_recompute(int u) override {
-    b_.defer_hook();
     unshard(u);
     wait_for_params(u);
   }
   void post_recompute(int u) override {
-    b_.defer_hook();
     reshard(u, frees_after_forward(u), compute_);
   }
 
   void pre_backward(int u) override {
-    b_.defer_hook();
     unshard(u);   // F1.9: a second all-gather for units freed after forward
     wait_for_params(u);
     if (plan_.backward_prefetch == BackwardPrefetch::BACKWARD_PRE) prefetch_backward(u);   // P1
   }
 
-  // The unit's flat grad (param_dtype) is built after its last backward compute (build_flat_grad).
+  // The unit's flat grad (param_dtype) is built after its last backward compute (accumulate_grad).
   // A unit whose parts do not account for its parameters: all its views' gradients at its first backward compute.
   void autograd_grad(int v, int /*s*/) override {
     if (whole_views_[v] <= 0 || !state_[v].views.empty()) return;
@@ -311,8 +297,6 @@ class FlatParamLowering final : public LoweringWalk {
   int unsharded_grad(int u) const override { return whole_views_[u] > 0 && !state_[u].views.empty() ? state_[u].views.front() : -1; }
 
   void post_backward(int u) override {
-    build_flat_grad(u);
-    b_.defer_hook();
     // F1.10 (1): sharded strategies free when syncing grads, or always for FULL_SHARD/HYBRID_SHARD;
     // inside no_sync SHARD_GRAD_OP keeps the params (M12).
     bool free = sync_ || c_.strategy == ShardingStrategy::FULL_SHARD || c_.strategy == ShardingStrategy::HYBRID_SHARD;
@@ -360,15 +344,9 @@ class FlatParamLowering final : public LoweringWalk {
     const int post = world / pre;
     if (!c_.sharded) {
       // F1.11: NO_SHARD all-reduces the full grad over every rank, with pre/post divide.
-      divide(u, post_backward_, src, src_numel * c_.br, pre);
-      Op& ar = b_.op(OpKind::AllReduce, post_backward_, u, mb_, "AR");
-      b_.read(ar, src);
-      b_.write(ar, src);
-      ar.comm_bytes = src_numel * c_.br;
-      ar.group = CommGroup::World;
-      ar.group_size = c_.world_group.size;
-      ar.nodes_spanned = c_.world_group.nodes;
-      divide(u, post_backward_, src, src_numel * c_.br, post);
+      if (pre > 1) divide(u, post_backward_, src, src_numel * c_.br);
+      all_reduce(u, post_backward_, src, src_numel * c_.br, CommGroup::World, -1);
+      if (post > 1) divide(u, post_backward_, src, src_numel * c_.br);
       // _cast_grad_to_param_dtype makes no copy for an fp32 flat param: the reduced grad stays as .grad.
       const bool kept = accumulate(u, post_backward_, src, src_numel);
       finish_offload(u, post_backward_, src_numel);
@@ -388,31 +366,21 @@ class FlatParamLowering final : public LoweringWalk {
       src = g;
       drop.push_back(g);
     }
-    divide(u, post_backward_, src, s.rs_input * c_.br, pre);
+    if (pre > 1) divide(u, post_backward_, src, s.rs_input * c_.br);
     Op& rs = b_.op(OpKind::ReduceScatter, post_backward_, u, mb_, "RS");
     int out = b_.buffer("rs_out", u, s.grad_shard * c_.br,
                         reduced_is_grad(u) ? MemCategory::ShardedGrads : MemCategory::CommBuffers, post_backward_);
     rs.allocs.push_back(out);
     b_.read(rs, src);
     b_.write(rs, out);
-    rs.comm_bytes = s.rs_input * c_.br;
-    rs.group = CommGroup::Shard;
-    rs.group_size = c_.shard_group.size;
-    rs.nodes_spanned = c_.shard_group.nodes;
+    collective(rs, CommGroup::Shard, s.rs_input * c_.br);
     int stream = post_backward_;
     if (c_.hybrid) {
       // F1.10: the all-reduce stream waits on post_backward; all_reduce over the replicate (inter-node) group.
-      Op& ar = b_.op(OpKind::AllReduce, all_reduce_, u, mb_, "AR");
-      b_.wait(ar, rs.id);
-      b_.read(ar, out);
-      b_.write(ar, out);
-      ar.comm_bytes = s.grad_shard * c_.br;
-      ar.group = CommGroup::Replicate;
-      ar.group_size = c_.replicate_group.size;
-      ar.nodes_spanned = c_.replicate_group.nodes;
+      all_reduce(u, all_reduce_, out, s.grad_shard * c_.br, CommGroup::Replicate, rs.id);
       stream = all_reduce_;
     }
-    divide(u, stream, out, s.grad_shard * c_.br, post);
+    if (post > 1) divide(u, stream, out, s.grad_shard * c_.br);
     const bool kept = accumulate(u, stream, out, s.grad_shard);
     finish_offload(u, stream, s.grad_shard);
     // _reduce_grad returns: its locals go. The reduce-scatter output, unless it became the sharded grad,
@@ -423,44 +391,16 @@ class FlatParamLowering final : public LoweringWalk {
     st.grad = -1;
   }
 
-  void divide(int u, int stream, int buf, Bytes bytes, int factor) {
-    if (factor <= 1) return;
-    Op& o = b_.op(OpKind::Divide, stream, u, mb_, "div");
-    b_.read(o, buf);
-    b_.write(o, buf);
-    o.copy_bytes = 2 * bytes;   // in place: read + write
-  }
-
-  // The reduced shard itself becomes the sharded gradient (_cast_grad_to_param_dtype makes no copy when
-  // the reduce dtype is the parameters' and _saved_grad_shard is assigned, not added to).
-  bool reduced_is_grad(int u) const {
-    return plan_.reduce_dtype == plan_.master_weights_dtype && grad_shard_[u] < 0 && !plan_.cpu_offload.params;
-  }
-
   // _accumulate_sharded_grad: cast to the fp32 sharded grad, `+=` when one exists from an earlier micro-batch
   // (grad_sync with accumulation). Returns true when `src` itself became the sharded gradient (kept until the
-  // step's end, not released).
+  // step's end, not released): _cast_grad_to_param_dtype makes no copy when the reduce dtype is the
+  // parameters' and _saved_grad_shard is assigned, not added to (reduced_is_grad).
   bool accumulate(int u, int stream, int src, std::int64_t numel) {
     if (reduced_is_grad(u)) {
       grad_shard_[u] = src;
       return true;
     }
-    const bool adding = grad_shard_[u] >= 0;
-    Op& o = b_.op(OpKind::Cast, stream, u, mb_, adding ? "grad acc" : "grad fp32");
-    b_.read(o, src);
-    o.copy_bytes = numel * (c_.br + c_.bm + (adding ? c_.bm : 0));
-    if (plan_.cpu_offload.params) {
-      offload_grad_ = b_.buffer("grad_dev", u, numel * c_.bm, MemCategory::CommBuffers, stream);
-      o.allocs.push_back(offload_grad_);
-      b_.write(o, offload_grad_);
-    } else if (adding) {
-      b_.write(o, grad_shard_[u]);
-    } else {
-      // a new fp32 tensor, allocated in the pool of the stream the reduction finishes on
-      grad_shard_[u] = b_.buffer("grad_shard", u, numel * c_.bm, MemCategory::ShardedGrads, stream);
-      o.allocs.push_back(grad_shard_[u]);
-      b_.write(o, grad_shard_[u]);
-    }
+    cast_to_sharded_grad(u, stream, src, numel, offload_grad_);
     return false;
   }
 
@@ -490,8 +430,8 @@ class FlatParamLowering final : public LoweringWalk {
 
   int pre_unshard_ = 1, unshard_ = 2, post_backward_ = 3, all_reduce_ = 0;
   std::vector<UnitState> state_;
-  std::vector<std::int64_t> view_held_, view_transient_;   // per segment (plan_view_grads)
-  std::vector<std::int64_t> whole_views_;                   // per unit (plan_view_grads)
+  std::vector<std::int64_t> view_held_, view_transient_;   // per segment (begin)
+  std::vector<std::int64_t> whole_views_;                   // per unit (begin)
   std::deque<int> free_events_;        // P4 _FreeEventQueue: compute-stream ops whose completion frees a unit
   int offload_grad_ = -1;
 };

@@ -37,11 +37,11 @@ class ParamGroupLowering final : public LoweringWalk {
 
  private:
   void add_streams() override {
-    compute_ = b_.add_stream(StreamRole::Compute, "default");
-    copy_in_ = b_.add_stream(StreamRole::CopyIn, "all_gather_copy_in");
-    all_gather_ = b_.add_stream(StreamRole::AllGather, "all_gather");
-    reduce_scatter_ = b_.add_stream(StreamRole::ReduceScatter, "reduce_scatter");
-    all_reduce_ = c_.R > 1 ? b_.add_stream(StreamRole::AllReduce, "all_reduce") : -1;
+    const SideStreams s = add_side_streams("all_gather_copy_in", "all_gather", "reduce_scatter", c_.R > 1);
+    copy_in_ = s.copy_in;
+    all_gather_ = s.all_gather;
+    reduce_scatter_ = s.reduce_scatter;
+    all_reduce_ = s.all_reduce;
   }
 
   void notes_before_step() override {
@@ -64,11 +64,6 @@ class ParamGroupLowering final : public LoweringWalk {
     return c_.graph->units[u].layers.empty() ? c_.bp : 1;
   }
 
-  void begin() override {
-    st_.assign(c_.sizes.size(), {});
-    plan_param_grads();
-  }
-
   // F2.9: every parameter of a group gets its own .grad, allocated by autograd in the backward op that
   // computes it (the unsharded parameters are leaves: _fsdp_param.py FSDPParam.init_unsharded_param), and
   // foreach_reduce's chunk_cat reads them all. So the root group's embedding gradient appears only in the
@@ -76,8 +71,8 @@ class ParamGroupLowering final : public LoweringWalk {
   // (param_grad_parts) for a group all of whose parameters train; a group with frozen or adapter parameters
   // (models/trainable.h), and the bundled runtime (one gradient buffer per unit), get theirs whole at the
   // group's first backward compute.
-  void plan_param_grads() {
-    const ParamGradParts g = param_grad_parts();
+  void begin(const ParamGradParts& g) override {
+    st_.assign(c_.sizes.size(), {});
     const int U = static_cast<int>(c_.sizes.size());
     const bool per_param = plan_.implementation != models::ModelImpl::Runtime;
     split_.assign(U, false);
@@ -179,11 +174,7 @@ class ParamGroupLowering final : public LoweringWalk {
     b_.wait(ag, ci.id);
     b_.read(ag, g.ag_out);
     b_.write(ag, g.ag_out);
-    ag.comm_bytes = s.unsharded * bag;
-    const GroupShape& grp = from_post_forward ? c_.post_forward_group : c_.shard_group;
-    ag.group = from_post_forward ? CommGroup::PostForward : CommGroup::Shard;
-    ag.group_size = grp.size;
-    ag.nodes_spanned = grp.nodes;
+    collective(ag, from_post_forward ? CommGroup::PostForward : CommGroup::Shard, s.unsharded * bag);
     g.ag_op = ag.id;
     g.state = ParamState::Gathering;
   }
@@ -272,7 +263,6 @@ class ParamGroupLowering final : public LoweringWalk {
   }
 
   void pre_forward(int u) override {
-    b_.defer_hook();
     unshard(u);
     wait_for_unshard(u, Phase::Forward);
     if (explicit_prefetch()) {   // P6: set_modules_to_forward_prefetch, issued after this group's copy-out
@@ -284,7 +274,6 @@ class ParamGroupLowering final : public LoweringWalk {
   }
 
   void post_forward(int u) override {
-    b_.defer_hook();
     const int raf = c_.reshard_after_forward[u];
     if (u == 0) {
       flush_all_gather_state();   // the root flushes the kept AG output in its post-forward (F2.3)
@@ -298,17 +287,14 @@ class ParamGroupLowering final : public LoweringWalk {
   // ---- backward (F2.7-F2.11, A2, A3) ----
   // A2: checkpoint(fully_shard(block)) re-runs the group's forward (with its hooks) before its backward.
   void pre_recompute(int u) override {
-    b_.defer_hook();
     unshard(u);
     wait_for_unshard(u, Phase::Backward);
   }
   void post_recompute(int u) override {
-    b_.defer_hook();
     if (c_.reshard_after_forward[u] != 0) reshard(u, Phase::Backward);
   }
 
   void pre_backward(int u) override {
-    b_.defer_hook();
     unshard(u);
     wait_for_unshard(u, Phase::Backward);
     if (plan_.backward_prefetch != BackwardPrefetch::NONE) {
@@ -375,7 +361,6 @@ class ParamGroupLowering final : public LoweringWalk {
   }
 
   void post_backward(int u) override {
-    b_.defer_hook();
     GroupState& g = st_[u];
     int fresh = fresh_grad_[u];
     fresh_grad_[u] = -1;
@@ -428,7 +413,7 @@ class ParamGroupLowering final : public LoweringWalk {
     const bool offload = plan_.cpu_offload.params;
     // The reduced output itself becomes the sharded gradient (a view of it, F2.9) unless a cast to the master
     // dtype, an accumulation into an earlier micro-batch's gradient or the offload makes another tensor.
-    const bool out_is_grad = plan_.reduce_dtype == plan_.master_weights_dtype && grad_shard_[u] < 0 && !offload;
+    const bool out_is_grad = reduced_is_grad(u);
     const MemCategory out_category = out_is_grad ? MemCategory::ShardedGrads : MemCategory::CommBuffers;
     // A 1-wide shard dim (NO_SHARD: fully_shard on a (R, 1) mesh): foreach_reduce still allocates the reduce
     // output on the reduce-scatter stream and, with no collective for one rank, copies the RS input into it
@@ -461,14 +446,8 @@ class ParamGroupLowering final : public LoweringWalk {
       rs.allocs.push_back(out);
       b_.read(rs, in);
       b_.write(rs, out);
-      if (c_.sharded) {
-        rs.comm_bytes = s.rs_input * c_.br;
-        rs.group = CommGroup::Shard;
-        rs.group_size = c_.shard_group.size;
-        rs.nodes_spanned = c_.shard_group.nodes;
-      } else {
-        rs.copy_bytes = 2 * s.rs_input * c_.br;
-      }
+      if (c_.sharded) collective(rs, CommGroup::Shard, s.rs_input * c_.br);
+      else rs.copy_bytes = 2 * s.rs_input * c_.br;
       prev_rs_op_ = rs.id;
       prev_rs_input_ = in;
       post_stream = reduce_scatter_;
@@ -476,60 +455,26 @@ class ParamGroupLowering final : public LoweringWalk {
       if (c_.hybrid || (rs_copy && all_reduce_ >= 0)) {
         // F2.9: the all-reduce stream waits on the RS stream; all_reduce over the replicate group (every
         // rank on a 1-wide shard dim). The output is held until the end of backward (_all_reduce_state).
-        Op& ar = b_.op(OpKind::AllReduce, all_reduce_, u, mb_, "AR");
-        b_.wait(ar, rs.id);
-        b_.read(ar, out);
-        b_.write(ar, out);
-        ar.comm_bytes = s.grad_shard * c_.br;
-        const GroupShape& grp = c_.sharded ? c_.replicate_group : c_.world_group;
-        ar.group = c_.sharded ? CommGroup::Replicate : CommGroup::World;
-        ar.group_size = grp.size;
-        ar.nodes_spanned = grp.nodes;
+        const CommGroup group = c_.sharded ? CommGroup::Replicate : CommGroup::World;
+        last = all_reduce(u, all_reduce_, out, s.grad_shard * c_.br, group, rs.id).id;
         post_stream = all_reduce_;
-        last = ar.id;
       }
     } else {
       // Replicated params: the whole gradient is all-reduced over every rank.
       int stream = all_reduce_ >= 0 ? all_reduce_ : reduce_scatter_;
       if (divides) divide(u, stream, in, s.rs_input * c_.br, ci.id);
-      Op& ar = b_.op(OpKind::AllReduce, stream, u, mb_, "AR");
-      if (!divides) b_.wait(ar, ci.id);
-      b_.read(ar, in);
-      b_.write(ar, in);
-      ar.comm_bytes = s.rs_input * c_.br;
-      ar.group = CommGroup::World;
-      ar.group_size = c_.world_group.size;
-      ar.nodes_spanned = c_.world_group.nodes;
+      last = all_reduce(u, stream, in, s.rs_input * c_.br, CommGroup::World, divides ? -1 : ci.id).id;
       out = in;
-      prev_rs_op_ = ar.id;
+      prev_rs_op_ = last;
       prev_rs_input_ = in;
       post_stream = stream;
-      last = ar.id;
     }
     if (divides) last = divide(u, post_stream, out, s.grad_shard * c_.br, -1);
     // Post-reduce: cast to the fp32 (master) dtype into .grad (a new tensor in the post-reduce stream's pool),
     // or accumulate into the existing .grad.
-    const bool adding = grad_shard_[u] >= 0;
     int fp32 = -1;
-    if (out_is_grad) {
-      grad_shard_[u] = out;
-    } else {
-      Op& o = b_.op(OpKind::Cast, post_stream, u, mb_, adding ? "grad acc" : "grad fp32");
-      b_.read(o, out);
-      o.copy_bytes = s.grad_shard * (c_.br + c_.bm + (adding ? c_.bm : 0));
-      if (offload) {
-        fp32 = b_.buffer("grad_dev", u, s.grad_shard * c_.bm, MemCategory::CommBuffers, post_stream);
-        o.allocs.push_back(fp32);
-        b_.write(o, fp32);
-      } else {
-        if (!adding) {
-          grad_shard_[u] = b_.buffer("grad_shard", u, s.grad_shard * c_.bm, MemCategory::ShardedGrads, post_stream);
-          o.allocs.push_back(grad_shard_[u]);
-        }
-        b_.write(o, grad_shard_[u]);
-      }
-      last = o.id;
-    }
+    if (out_is_grad) grad_shard_[u] = out;
+    else last = cast_to_sharded_grad(u, post_stream, out, s.grad_shard, fp32).id;
     if (out == in) {
       prev_rs_op_ = last;                      // in-place AR: the post-reduce still reads the RS input
       if (out_is_grad) prev_rs_input_ = -1;    // ... which is now .grad, kept to the step's end
@@ -545,15 +490,6 @@ class ParamGroupLowering final : public LoweringWalk {
       d.frees.push_back({fp32, -1});
       offload_d2h_.push_back(d.id);
     }
-  }
-
-  int divide(int u, int stream, int buf, Bytes bytes, int wait_on) {
-    Op& o = b_.op(OpKind::Divide, stream, u, mb_, "div");
-    b_.wait(o, wait_on);
-    b_.read(o, buf);
-    b_.write(o, buf);
-    o.copy_bytes = 2 * bytes;
-    return o.id;
   }
 
   // F2.11: the compute stream waits on the post-reduce work and the last RS; held buffers are released;
@@ -572,7 +508,7 @@ class ParamGroupLowering final : public LoweringWalk {
   int copy_in_ = 1, all_gather_ = 2, reduce_scatter_ = 3, all_reduce_ = -1;
   std::vector<GroupState> st_;
   std::vector<int> fresh_grad_;                   // the group's (first) unsharded gradient this micro-batch
-  std::vector<bool> split_, split_now_;           // per unit: gradients per parameter (plan_param_grads)
+  std::vector<bool> split_, split_now_;           // per unit: gradients per parameter (begin)
   std::vector<std::vector<std::int64_t>> seg_grads_;   // per segment: its parameters' gradient numels
   std::vector<std::int64_t> seg_transient_;       // per segment: a tied weight's second gradient
   std::vector<std::vector<int>> grad_parts_;      // per unit: the gradients after fresh_grad_ (segment_grads)

@@ -20,7 +20,7 @@ StepProgram LoweringWalk::run() {
   p_.ops.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 8 + U * 32 + chunks) + 64);
   p_.buffers.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 3 + U * 8 + chunk_buffers) + U * 3);
   add_streams();
-  begin();
+  begin(param_grad_parts());
   add_persistent();
   act_.assign(c_.segments.size(), BufferRange{});
   recompute_.assign(c_.segments.size(), BufferRange{});
@@ -77,19 +77,19 @@ void LoweringWalk::add_persistent() {
 void LoweringWalk::forward() {
   b_.site(mb_, SitePhase::Forward, -1);
   root_pre_forward();
-  pre_forward(0);
+  fire(&LoweringWalk::pre_forward, 0);
   const int S = static_cast<int>(c_.segments.size());
   for (int s = 0; s < S; ++s) {
     b_.site(mb_, SitePhase::Forward, segment_site_layer(c_, s));
-    for (int u : c_.opening[s]) pre_forward(u);
+    for (int u : c_.opening[s]) fire(&LoweringWalk::pre_forward, u);
     emit_compute(s, OpKind::Forward);
-    for (int u : c_.closing[s]) post_forward(u);
+    for (int u : c_.closing[s]) fire(&LoweringWalk::post_forward, u);
   }
   b_.site(mb_, SitePhase::Forward, -1);
   // A loss computed in the model's forward runs before the root's post-forward (which flushes FSDP2's
   // kept all-gather output, F2.3); one computed on the model's output, after it.
   if (c_.loss.inside_model) loss_forward();
-  post_forward(0);
+  fire(&LoweringWalk::post_forward, 0);
   if (!c_.loss.inside_model) loss_forward();
 }
 
@@ -494,6 +494,69 @@ LoweringWalk::ParamGradParts LoweringWalk::param_grad_parts() const {
   return g;
 }
 
+LoweringWalk::SideStreams LoweringWalk::add_side_streams(const char* copy_in, const char* all_gather,
+                                                          const char* reduce_scatter, bool all_reduce) {
+  compute_ = b_.add_stream(StreamRole::Compute, "default");
+  SideStreams s;
+  s.copy_in = b_.add_stream(StreamRole::CopyIn, copy_in);
+  s.all_gather = b_.add_stream(StreamRole::AllGather, all_gather);
+  s.reduce_scatter = b_.add_stream(StreamRole::ReduceScatter, reduce_scatter);
+  if (all_reduce) s.all_reduce = b_.add_stream(StreamRole::AllReduce, "all_reduce");
+  return s;
+}
+
+void LoweringWalk::collective(Op& o, CommGroup group, Bytes bytes) const {
+  const GroupShape& shape = group == CommGroup::Shard       ? c_.shard_group
+                            : group == CommGroup::Replicate ? c_.replicate_group
+                            : group == CommGroup::World     ? c_.world_group
+                                                            : c_.post_forward_group;
+  o.comm_bytes = bytes;
+  o.group = group;
+  o.group_size = shape.size;
+  o.nodes_spanned = shape.nodes;
+}
+
+Op& LoweringWalk::all_reduce(int u, int stream, int buf, Bytes bytes, CommGroup group, int after) {
+  Op& ar = b_.op(OpKind::AllReduce, stream, u, mb_, "AR");
+  b_.wait(ar, after);
+  b_.read(ar, buf);
+  b_.write(ar, buf);
+  collective(ar, group, bytes);
+  return ar;
+}
+
+int LoweringWalk::divide(int u, int stream, int buf, Bytes bytes, int after) {
+  Op& o = b_.op(OpKind::Divide, stream, u, mb_, "div");
+  b_.wait(o, after);
+  b_.read(o, buf);
+  b_.write(o, buf);
+  o.copy_bytes = 2 * bytes;
+  return o.id;
+}
+
+bool LoweringWalk::reduced_is_grad(int u) const {
+  return plan_.reduce_dtype == plan_.master_weights_dtype && grad_shard_[u] < 0 && !plan_.cpu_offload.params;
+}
+
+Op& LoweringWalk::cast_to_sharded_grad(int u, int stream, int src, std::int64_t numel, int& staging) {
+  const bool adding = grad_shard_[u] >= 0;
+  Op& o = b_.op(OpKind::Cast, stream, u, mb_, adding ? "grad acc" : "grad fp32");
+  b_.read(o, src);
+  o.copy_bytes = numel * (c_.br + c_.bm + (adding ? c_.bm : 0));
+  if (plan_.cpu_offload.params) {
+    staging = b_.buffer("grad_dev", u, numel * c_.bm, MemCategory::CommBuffers, stream);
+    o.allocs.push_back(staging);
+    b_.write(o, staging);
+    return o;
+  }
+  if (!adding) {   // a new fp32 tensor, allocated in the pool of the stream the reduction finishes on
+    grad_shard_[u] = b_.buffer("grad_shard", u, numel * c_.bm, MemCategory::ShardedGrads, stream);
+    o.allocs.push_back(grad_shard_[u]);
+  }
+  b_.write(o, grad_shard_[u]);
+  return o;
+}
+
 bool LoweringWalk::checkpointed(int s) const {
   const Segment& seg = c_.segments[s];
   return seg.part == models::ModulePart::Block && c_.act_recompute[seg.layer] > 0;
@@ -506,13 +569,18 @@ void LoweringWalk::walk_pre_backward(int u) {
     bool any = false;
     for (int s = c_.first_seg[u]; s <= c_.last_seg[u]; ++s) any = any || checkpointed(s);
     if (any) {
-      pre_recompute(u);
+      fire(&LoweringWalk::pre_recompute, u);
       for (int s = c_.first_seg[u]; s <= c_.last_seg[u]; ++s)
         if (checkpointed(s)) emit_compute(s, OpKind::Recompute);
-      post_recompute(u);
+      fire(&LoweringWalk::post_recompute, u);
     }
   }
-  pre_backward(u);
+  fire(&LoweringWalk::pre_backward, u);
+}
+
+void LoweringWalk::walk_post_backward(int u) {
+  accumulate_grad(u);
+  fire(&LoweringWalk::post_backward, u);
 }
 
 void LoweringWalk::backward_segment(int s) {
@@ -546,10 +614,10 @@ void LoweringWalk::backward() {
     b_.site(mb_, SitePhase::Backward, segment_site_layer(c_, s));
     for (auto it = c_.closing[s].rbegin(); it != c_.closing[s].rend(); ++it) walk_pre_backward(*it);
     backward_segment(s);
-    for (auto it = c_.opening[s].rbegin(); it != c_.opening[s].rend(); ++it) post_backward(*it);
+    for (auto it = c_.opening[s].rbegin(); it != c_.opening[s].rend(); ++it) walk_post_backward(*it);
   }
   b_.site(mb_, SitePhase::Backward, -1);
-  post_backward(0);   // the root's post-backward runs in the final callback (its inputs need no grad)
+  walk_post_backward(0);   // the root's post-backward runs in the final callback (its inputs need no grad)
   final_callback();
   // Logits the training loop still references (free_logits_before_backward false: `logits = model(x)`,
   // the loss, then loss.backward()) are no input of any backward node (the loss saves its own tensors),

@@ -36,13 +36,29 @@ class LoweringWalk {
   StepProgram run();
 
  protected:
+  // The parameters' own gradients, segment by segment, as autograd computes them with the original
+  // parameters (FSDP1's views of the flat parameter, FSDP2's unsharded nn.Parameters): the embedding's
+  // (positions only when the table is tied to the head: the tied weight's gradient is the head's) in the
+  // embedding's backward, a block's in its backward (one per parameter, in the reverse of the block's module
+  // order, as autograd reaches them), the final norm's and the head's in the head's. A weight used twice (a
+  // tied embedding and LM head) gets a second gradient, the embedding's: `transient` (FSDP1 adds it into the
+  // first; FSDP2's leaf sums the two out of place, lower_fsdp2.cpp segment_grads).
+  struct ParamGradParts {
+    std::vector<std::vector<std::int64_t>> held;   // per segment: numel of each parameter's gradient held
+    std::vector<std::int64_t> transient;           // per segment: numel of the tied weight's second gradient
+    std::vector<std::int64_t> unit_held;           // per unit: the sum of `held` over its segments
+  };
+
   // ---- what the FSDP version does (its parameter-group lowering) ----
-  virtual void add_streams() = 0;        // sets compute_ and the side streams (F1.1, F2.1)
-  virtual void begin() = 0;              // the version's per-unit state, before anything is lowered
+  virtual void add_streams() = 0;        // the streams (add_side_streams, F1.1, F2.1)
+  // The version's per-unit state, before anything is lowered, and how it takes the parameters' gradients.
+  virtual void begin(const ParamGradParts& g) = 0;
   virtual const char* shard_name() const = 0;   // the sharded parameter's name ("flat_shard", "shard")
   virtual void notes_before_step() {}    // notes that precede the optimizer step's
   virtual void notes_after_step() {}
   virtual void root_pre_forward() = 0;   // the side streams wait on the compute stream
+  // The hooks of unit u. The walk charges each one's CPU time (an FSDP hook runs Python) to the next op
+  // the CPU issues (Builder::defer_hook) before the version lowers it.
   virtual void pre_forward(int u) = 0;
   virtual void post_forward(int u) = 0;
   // checkpoint(FSDP(unit)) (A2): the recomputed forward's own pre-forward (unshard) and post-forward.
@@ -56,25 +72,41 @@ class LoweringWalk {
   virtual void autograd_grad(int v, int s) = 0;
   virtual int unsharded_grad(int u) const = 0;    // the gradient unit u's backward writes (-1: none)
   virtual int unsharded_params(int u) const = 0;  // the parameters unit u's compute reads (-1: none)
+  // Autograd's work on unit u's gradient after its last backward compute and before its post-backward
+  // hook (FSDP1: the views' gradients cat into the flat gradient, AccumulateGrad).
+  virtual void accumulate_grad(int /*u*/) {}
   virtual void post_backward(int u) = 0;
   virtual void final_callback() = 0;
   // After segment s's backward compute op `o` is built: gradients autograd produces in it beyond the
   // unit's unsharded gradient (FSDP1: the original parameters' gradients, before the flat one).
   virtual void segment_grads(int /*s*/, Op& /*o*/) {}
 
-  // The parameters' own gradients, segment by segment, as autograd computes them with the original
-  // parameters (FSDP1's views of the flat parameter, FSDP2's unsharded nn.Parameters): the embedding's
-  // (positions only when the table is tied to the head: the tied weight's gradient is the head's) in the
-  // embedding's backward, a block's in its backward (one per parameter, in the reverse of the block's module
-  // order, as autograd reaches them), the final norm's and the head's in the head's. A weight used twice (a
-  // tied embedding and LM head) gets a second gradient, the embedding's: `transient` (FSDP1 adds it into the
-  // first; FSDP2's leaf sums the two out of place, lower_fsdp2.cpp segment_grads).
-  struct ParamGradParts {
-    std::vector<std::vector<std::int64_t>> held;   // per segment: numel of each parameter's gradient held
-    std::vector<std::int64_t> transient;           // per segment: numel of the tied weight's second gradient
-    std::vector<std::int64_t> unit_held;           // per unit: the sum of `held` over its segments
-  };
   ParamGradParts param_grad_parts() const;
+
+  // ---- what both versions' parameter-group lowerings do alike ----
+  // The streams (F1.1, F2.1): the compute stream (compute_), then the side streams under the version's
+  // names: the all-gather's copy-in (cast / H2D), the all-gather, the gradient reduction, and an
+  // all-reduce stream (named "all_reduce") when `all_reduce` (HSDP; else -1).
+  struct SideStreams {
+    int copy_in = -1, all_gather = -1, reduce_scatter = -1, all_reduce = -1;
+  };
+  SideStreams add_side_streams(const char* copy_in, const char* all_gather, const char* reduce_scatter,
+                               bool all_reduce);
+  // Op `o` is a collective over `group` (the mesh's shape of it: Context::shard_group, ...) moving `bytes`.
+  void collective(Op& o, CommGroup group, Bytes bytes) const;
+  // An all-reduce of `buf` (`bytes`) in place over `group` on `stream`, after op `after` (-1: none).
+  Op& all_reduce(int u, int stream, int buf, Bytes bytes, CommGroup group, int after);
+  // An in-place divide of `buf` (`bytes`: read and written) on `stream`, after op `after` (-1: none).
+  // Returns its op id.
+  int divide(int u, int stream, int buf, Bytes bytes, int after = -1);
+  // Unit u's reduced gradient shard itself becomes its sharded gradient (no copy: the reduce dtype is the
+  // master dtype, no earlier micro-batch's gradient to add to, no CPU offload).
+  bool reduced_is_grad(int u) const;
+  // The post-reduce cast of unit u's reduced shard `src` (numel, reduce dtype) to the master dtype on
+  // `stream` (FSDP1 _cast_grad_to_param_dtype / _accumulate_sharded_grad, F1.10; FSDP2 foreach_reduce's
+  // post-reduce, F2.9): into a new sharded gradient in that stream's pool, or `+=` into an earlier
+  // micro-batch's; with CPU offload into a device tensor for the D2H, returned in `staging`.
+  Op& cast_to_sharded_grad(int u, int stream, int src, std::int64_t numel, int& staging);
 
   // ---- the walk ----
   struct BufferRange {   // buffers with consecutive ids [first, first + n)
@@ -123,7 +155,13 @@ class LoweringWalk {
  private:
   void add_persistent();
   void cublas_workspace(Op& o, bool autograd_thread);
+  // Fires a hook of unit u (see pre_forward).
+  void fire(void (LoweringWalk::*hook)(int), int u) {
+    b_.defer_hook();
+    (this->*hook)(u);
+  }
   void walk_pre_backward(int u);
+  void walk_post_backward(int u);
   void backward_segment(int s);
 };
 

@@ -1,6 +1,7 @@
 // What the two runtime workers (fsdpsim-run-cpu under runtime/mpi, fsdpsim-run-cuda under
-// runtime/cuda) share: the command-line options launcher.cpp passes to both, the training loop and the
-// result files (--out, --dump) around a backend's rank runner and communicator.
+// runtime/cuda) share: the command-line options launcher.cpp passes to both, the run's configuration
+// they describe, the training loop and the result files (--out, --dump) around a backend's rank runner
+// and communicator.
 #pragma once
 #include <algorithm>
 #include <string>
@@ -14,11 +15,16 @@
 #include "common/output_file.h"
 #include "common/units.h"
 #include "program/sim_result.h"
+#include "runtime/rank_runner.h"
 
 namespace fsdpsim::runtime {
 
-// model, plan, steps, seed, lr, gpus-per-node, out, dump; `plan_help` says which dtypes the backend takes.
-std::vector<OptionSpec> worker_common_options(const std::string& plan_help);
+// model, plan, steps, seed, lr, gpus-per-node, out, dump, then the backend's own `extra` options;
+// `plan_help` says which dtypes the backend takes.
+std::vector<OptionSpec> worker_options(const std::string& plan_help, std::vector<OptionSpec> extra = {});
+// The run of `world` ranks the common options describe: --model (validated), --plan resolved for `world`
+// ranks and --gpus-per-node (default: all on one node), --seed, --lr. InputError on bad input.
+RunConfig worker_config(const Args& a, int world);
 // {name: [values...]} in the given order.
 nlohmann::json tensors_json(const std::vector<std::pair<std::string, std::vector<float>>>& ts);
 

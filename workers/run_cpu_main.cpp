@@ -28,7 +28,6 @@
 #include "common/errors.h"
 #include "common/output_file.h"
 #include "calibrate/hardware_profile.h"
-#include "models/zoo.h"
 #include "runtime/cpu/rank_runner.h"
 #include "runtime/layers/blas.h"
 #include "runtime/mpi/fault_injection.h"
@@ -42,15 +41,11 @@ using namespace fsdpsim;
 
 namespace {
 
-const std::vector<OptionSpec> kOptions = [] {
-  auto o = runtime::worker_common_options("fp32 dtypes");
-  o.insert(o.end(), {
+const std::vector<OptionSpec> kOptions = runtime::worker_options("fp32 dtypes", {
     {"collective-timeout", true, false,
      "seconds a collective may take before the rank reports it and aborts the job (default: "
      "FSDPSIM_COLLECTIVE_TIMEOUT_S, else 300)", "S"},
-  });
-  return o;
-}();
+});
 
 // Reports a fatal error of this rank and ends the whole job (MPI_Abort makes mpirun stop every
 // rank); without MPI, returns the exit code.
@@ -91,14 +86,7 @@ int run_steps(const Args& a, const runtime::RunConfig& cfg, runtime::Communicato
 }
 
 int run(const Args& a, bool mpi, int rank, int world) {
-  runtime::RunConfig cfg;
-  cfg.model = models::load_model(a.require("model"), "--model");
-  models::validate_model(cfg.model, a.get("model"));
-  const int gpn = static_cast<int>(a.get_int("gpus-per-node", world, 1, 1 << 20));
-  cfg.plan = sim::resolve_plan(sim::load_plan(a.require("plan"), "--plan"), world, gpn);
-  cfg.gpus_per_node = gpn;
-  cfg.seed = static_cast<std::uint64_t>(a.get_int("seed", 1234, 0, INT64_MAX));
-  cfg.optimizer.lr = static_cast<float>(a.get_double("lr", 1e-3, 1e-8, 1.0));
+  runtime::RunConfig cfg = runtime::worker_config(a, world);
   const int steps = static_cast<int>(a.get_int("steps", 3, 1, 100000));
   a.require("out");   // checked before any work
   const double timeout_s = a.get_double("collective-timeout", runtime::collective_timeout_from_env(), 0.001, 1e6);

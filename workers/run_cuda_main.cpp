@@ -19,7 +19,6 @@
 #include "common/context.h"
 #include "common/errors.h"
 #include "common/output_file.h"
-#include "models/zoo.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/cuda_rank_runner.h"
 #include "runtime/cuda/emulated_communicator.h"
@@ -32,9 +31,7 @@ using namespace fsdpsim;
 
 namespace {
 
-const std::vector<OptionSpec> kOptions = [] {
-  auto o = runtime::worker_common_options("param_dtype bf16, fp32 masters");
-  o.insert(o.end(), {
+const std::vector<OptionSpec> kOptions = runtime::worker_options("param_dtype bf16, fp32 masters", {
     {"emulate-world", true, false,
      "run as rank 0 of a W-rank job on this one GPU: true shard sizes and buffers, collectives replaced by local "
      "copies (memory, compute and streams real; communication not); without mpirun", "W"},
@@ -43,9 +40,7 @@ const std::vector<OptionSpec> kOptions = [] {
      "duration on this cluster (name or file; its GPU count must be W), so communication overlaps compute", "C"},
     {"pad-profile", true, false, "with --pad-cluster: the hardware profile of the delays (default: the cluster's built-in one)",
      "FILE"},
-  });
-  return o;
-}();
+});
 
 constexpr const char* kProg = "fsdpsim-run-cuda";
 
@@ -58,14 +53,7 @@ void finalize_mpi() {
 
 
 runtime::RunConfig config_from(const Args& a, int world) {
-  runtime::RunConfig cfg;
-  cfg.model = models::load_model(a.require("model"), "--model");
-  models::validate_model(cfg.model, a.get("model"));
-  const int gpn = static_cast<int>(a.get_int("gpus-per-node", world, 1, 1 << 20));
-  cfg.plan = sim::resolve_plan(sim::load_plan(a.require("plan"), "--plan"), world, gpn);
-  cfg.gpus_per_node = gpn;
-  cfg.seed = static_cast<std::uint64_t>(a.get_int("seed", 1234, 0, INT64_MAX));
-  cfg.optimizer.lr = static_cast<float>(a.get_double("lr", 1e-3, 1e-8, 1.0));
+  runtime::RunConfig cfg = runtime::worker_config(a, world);
   cfg.address_space = 1LL << 50;   // capped by the free device memory
   runtime::cuda::check_cuda_runtime_supports(cfg.model, cfg.plan);
   return cfg;

@@ -5,6 +5,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "runtime/communicator.h"
 #include "runtime/cuda/kernels.h"
 
@@ -12,6 +14,12 @@ namespace fsdpsim::runtime::cuda {
 
 class DeviceCommunicator : public Communicator {
  public:
+  // Creates the stream of the blocking calls: the CUDA device must be set before.
+  DeviceCommunicator();
+  ~DeviceCommunicator() override;
+  DeviceCommunicator(const DeviceCommunicator&) = delete;
+  DeviceCommunicator& operator=(const DeviceCommunicator&) = delete;
+
   // out[n*count] receives every member's in[count] in group-rank order (in may be out + rank*count).
   virtual void all_gather(const void* in, void* out, long count, Elem type, sim::CommGroup g, cudaStream_t s) = 0;
   // out[count] = reduction over members of their in[group_rank*count .. +count).
@@ -21,9 +29,14 @@ class DeviceCommunicator : public Communicator {
   // True when collectives are stand-ins (no data from other ranks).
   virtual bool emulated() const { return false; }
 
-  using Communicator::all_gather;
-  using Communicator::all_reduce;
-  using Communicator::reduce_scatter;
+  // runtime::Communicator's collectives, for the runner's host-side needs: fp32 DEVICE pointers, the
+  // typed call above enqueued on an internal stream and waited for.
+  void all_gather(const float* in, float* out, std::int64_t count, sim::CommGroup g) final;
+  void reduce_scatter(const float* in, float* out, std::int64_t count, sim::CommGroup g, ReduceOp op) final;
+  void all_reduce(float* inout, std::int64_t count, sim::CommGroup g, ReduceOp op) final;
+
+ private:
+  cudaStream_t sync_stream_ = nullptr;
 };
 
 }  // namespace fsdpsim::runtime::cuda

@@ -15,11 +15,6 @@ EmulatedCommunicator::EmulatedCommunicator(int world, int shard_size) : world_(w
   if (world_ < 1 || shard_ < 1 || world_ % shard_ != 0)
     throw std::runtime_error("EmulatedCommunicator: shard size " + std::to_string(shard_) + " does not divide world " +
                              std::to_string(world_));
-  FSDPSIM_CUDA_CHECK(cudaStreamCreateWithFlags(&sync_stream_, cudaStreamNonBlocking));
-}
-
-EmulatedCommunicator::~EmulatedCommunicator() {
-  if (sync_stream_) cudaStreamDestroy(sync_stream_);
 }
 
 int EmulatedCommunicator::group_size(sim::CommGroup g) const {
@@ -48,21 +43,6 @@ void EmulatedCommunicator::reduce_scatter(const void* in, void* out, long count,
 
 void EmulatedCommunicator::all_reduce(void* inout, long count, Elem t, sim::CommGroup g, ReduceOp op, cudaStream_t s) {
   if (op == ReduceOp::Sum && group_size(g) > 1) scale(inout, t, static_cast<float>(group_size(g)), count, s);
-}
-
-void EmulatedCommunicator::all_gather(const float* in, float* out, std::int64_t count, sim::CommGroup g) {
-  all_gather(in, out, count, Elem::F32, g, sync_stream_);
-  FSDPSIM_CUDA_CHECK(cudaStreamSynchronize(sync_stream_));
-}
-
-void EmulatedCommunicator::reduce_scatter(const float* in, float* out, std::int64_t count, sim::CommGroup g, ReduceOp op) {
-  reduce_scatter(in, out, count, Elem::F32, g, op, sync_stream_);
-  FSDPSIM_CUDA_CHECK(cudaStreamSynchronize(sync_stream_));
-}
-
-void EmulatedCommunicator::all_reduce(float* inout, std::int64_t count, sim::CommGroup g, ReduceOp op) {
-  all_reduce(inout, count, Elem::F32, g, op, sync_stream_);
-  FSDPSIM_CUDA_CHECK(cudaStreamSynchronize(sync_stream_));
 }
 
 }  // namespace fsdpsim::runtime::cuda

@@ -18,7 +18,6 @@ namespace fsdpsim::runtime::cuda {
 class EmulatedCommunicator : public DeviceCommunicator {
  public:
   EmulatedCommunicator(int world, int shard_size);
-  ~EmulatedCommunicator() override;
 
   void all_gather(const void* in, void* out, long count, Elem type, sim::CommGroup g, cudaStream_t s) override;
   void reduce_scatter(const void* in, void* out, long count, Elem type, sim::CommGroup g, ReduceOp op,
@@ -30,16 +29,12 @@ class EmulatedCommunicator : public DeviceCommunicator {
   int world() const override { return world_; }
   int group_rank(sim::CommGroup) const override { return 0; }
   int group_size(sim::CommGroup g) const override;
-  void all_gather(const float* in, float* out, std::int64_t count, sim::CommGroup g) override;
-  void reduce_scatter(const float* in, float* out, std::int64_t count, sim::CommGroup g, ReduceOp op) override;
-  void all_reduce(float* inout, std::int64_t count, sim::CommGroup g, ReduceOp op) override;
   void barrier() override {}
   double sum_world(double v) override { return v * world_; }
   double max_world(double v) override { return v; }
 
  private:
   int world_ = 1, shard_ = 1;
-  cudaStream_t sync_stream_ = nullptr;
 };
 
 }  // namespace fsdpsim::runtime::cuda

@@ -51,13 +51,11 @@ NcclCommunicator::NcclCommunicator(int shard_size, bool use_mpi) : mpi_(use_mpi)
     MPI_Comm_free(&shard);
     MPI_Comm_free(&replicate);
   }   // without MPI every group has one member: collectives are local copies, no NCCL communicator
-  FSDPSIM_CUDA_CHECK(cudaStreamCreateWithFlags(&sync_stream_, cudaStreamNonBlocking));
 }
 
 NcclCommunicator::~NcclCommunicator() {
   for (auto& c : comms_)
     if (c) ncclCommDestroy(c);
-  if (sync_stream_) cudaStreamDestroy(sync_stream_);
 }
 
 ncclComm_t NcclCommunicator::comm(sim::CommGroup g) const {
@@ -107,21 +105,6 @@ void NcclCommunicator::reduce_scatter(const void* in, void* out, long count, Ele
 void NcclCommunicator::all_reduce(void* inout, long count, Elem t, sim::CommGroup g, ReduceOp op, cudaStream_t s) {
   if (!mpi_) return;
   FSDPSIM_NCCL_CHECK(ncclAllReduce(inout, inout, static_cast<size_t>(count), nccl_type(t), nccl_op(op), comm(g), s));
-}
-
-void NcclCommunicator::all_gather(const float* in, float* out, std::int64_t count, sim::CommGroup g) {
-  all_gather(in, out, count, Elem::F32, g, sync_stream_);
-  FSDPSIM_CUDA_CHECK(cudaStreamSynchronize(sync_stream_));
-}
-
-void NcclCommunicator::reduce_scatter(const float* in, float* out, std::int64_t count, sim::CommGroup g, ReduceOp op) {
-  reduce_scatter(in, out, count, Elem::F32, g, op, sync_stream_);
-  FSDPSIM_CUDA_CHECK(cudaStreamSynchronize(sync_stream_));
-}
-
-void NcclCommunicator::all_reduce(float* inout, std::int64_t count, sim::CommGroup g, ReduceOp op) {
-  all_reduce(inout, count, Elem::F32, g, op, sync_stream_);
-  FSDPSIM_CUDA_CHECK(cudaStreamSynchronize(sync_stream_));
 }
 
 void NcclCommunicator::barrier() {

@@ -40,14 +40,11 @@ class NcclCommunicator : public DeviceCommunicator {
                       cudaStream_t s) override;
   void all_reduce(void* inout, long count, Elem type, sim::CommGroup g, ReduceOp op, cudaStream_t s) override;
 
-  // ---- runtime::Communicator (fp32 device pointers, blocking) ----
+  // ---- runtime::Communicator (its collectives: DeviceCommunicator's) ----
   int rank() const override { return rank_; }
   int world() const override { return world_; }
   int group_rank(sim::CommGroup g) const override;
   int group_size(sim::CommGroup g) const override;
-  void all_gather(const float* in, float* out, std::int64_t count, sim::CommGroup g) override;
-  void reduce_scatter(const float* in, float* out, std::int64_t count, sim::CommGroup g, ReduceOp op) override;
-  void all_reduce(float* inout, std::int64_t count, sim::CommGroup g, ReduceOp op) override;
   void barrier() override;
   double sum_world(double v) override;
   double max_world(double v) override;
@@ -58,7 +55,6 @@ class NcclCommunicator : public DeviceCommunicator {
   bool mpi_ = false;
   int rank_ = 0, world_ = 1, shard_ = 1;
   std::array<ncclComm_t, 3> comms_{};   // Shard, Replicate, World
-  cudaStream_t sync_stream_ = nullptr;
 };
 
 }  // namespace fsdpsim::runtime::cuda
