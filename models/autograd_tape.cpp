@@ -399,6 +399,10 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
   std::vector<int> slot(tensors_.size(), -1);
   if (graph) slot[at(output_)] = g.make(incoming);
   peak = std::max(peak, live_saved + g.live);
+  // The parameters' gradients created so far (none during the recompute): an op's weight gradient exists
+  // from its own backward on, allocated before its input gradients (the measured order of mm's backward).
+  Bytes grads = 0;
+  Bytes peak_with_grads = peak;
   std::vector<int> to_unref;
   for (int i = n_ops - 1; i >= 0; --i) {
     const TapeOp& op = ops_[at(i)];
@@ -408,6 +412,7 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
     for (int t = first; t < last && out_grad < 0; ++t) out_grad = slot[at(t)];
     to_unref.clear();
     if (out_grad >= 0) {
+      if (op.weight == WeightUse::Trains) grads += op.weight_grad;
       for (std::size_t k = 0; k < op.in.size(); ++k) {
         const TapeIn& in = op.in[k];
         const TapeTensor& tt = tensors_[at(in.tensor)];
@@ -455,6 +460,7 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
         }
       }
       peak = std::max(peak, live_saved + g.live + workspace(op, false));
+      peak_with_grads = std::max(peak_with_grads, live_saved + g.live + workspace(op, false) + grads);
       for (int b : to_unref) g.unref(b);
     }
     for (int t = first; t < last; ++t) {
@@ -468,6 +474,8 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
     }
   }
   c.backward_extra = peak - kept_bytes;
+  c.backward_extra_with_grads = std::max(peak_with_grads, live_saved + g.live + grads) - kept_bytes;
+  c.param_grads = grads;
   return c;
 }
 

@@ -84,6 +84,9 @@ struct TapeOp {
   Bytes fwd_workspace = 0;  // transient during the forward op (float8 casts' fp32 intermediates)
   Bytes bwd_workspace = 0;  // transient during its backward (flash attention's fp32 dq accumulator)
   WeightUse weight = WeightUse::None;
+  // The gradient of the op's parameters (its weight and bias), which its backward creates when they train
+  // (WeightUse::Trains): bytes in the compute dtype, FSDP's unsharded gradient (cost(): param_grads).
+  Bytes weight_grad = 0;
 };
 
 struct TapeTensor {
@@ -120,6 +123,12 @@ struct TapePolicy {
 struct TapeCost {
   Bytes forward_extra = 0;   // peak forward temporaries beyond the kept storages created so far
   Bytes backward_extra = 0;  // peak during the backward (recompute included) minus the kept bytes
+  // The same peak with the parameters' gradients the backward has created so far counted too (each trainable
+  // op's weight_grad from its backward on: autograd computes a weight's gradient in the backward of the op
+  // that uses it, and AccumulateGrad keeps it as .grad), minus the kept bytes; and those gradients' total.
+  // backward_extra_with_grads - param_grads is what the backward needs on top of all its gradients.
+  Bytes backward_extra_with_grads = 0;
+  Bytes param_grads = 0;
 };
 
 class AutogradTape {

@@ -162,6 +162,7 @@ class BlockWriter {
     // logits) are the lowering's (program/lower_walk.cpp head_lora_forward), as the logits are.
     TapeOp head{OpKind::Matmul, {linear_in(n)}, {out("logits", 0)}};
     head.weight = use(Weight::LmHead);
+    head.weight_grad = m_.vocab_size * m_.hidden * e_;
     const int logits = lora(n, t_.add1(head), T_, m_.vocab_size, "lm_head", Weight::LmHead);
     t_.output(logits);
     return std::move(t_);
@@ -170,8 +171,10 @@ class BlockWriter {
  private:
   const char* nm(const char* prefix, const char* leaf) { return intern(std::string(prefix) + "." + leaf); }
   WeightUse use(Weight w) const { return g_.trains_weight(w) ? WeightUse::Trains : WeightUse::Frozen; }
-  TapeOp with_weight(TapeOp op, Weight w) const {
+  // `numel`: the parameters' elements (weight and bias), whose gradient the op's backward creates when w trains.
+  TapeOp with_weight(TapeOp op, Weight w, Bytes numel) const {
     op.weight = use(w);
+    op.weight_grad = numel * e_;
     return op;
   }
   const char* nm_(const char* prefix, const char* leaf) { return intern(std::string(prefix) + "_" + leaf); }
@@ -199,20 +202,21 @@ class BlockWriter {
   // Functions save unconditionally): they save whenever the op records a graph.
   int norm(int x, const char* p, Weight w) {
     const Bytes h = m_.hidden, n = T_ * h;
+    const Bytes ln = m_.norm_bias ? 2 * h : h;   // LayerNorm's weight and bias
     switch (r_.norm) {
       case NormImpl::FusedRms:  // aten::_fused_rms_norm: saves input, rstd (fp32 [T, 1])
-        return t_.add(with_weight({OpKind::Norm, {saved_in(x)}, {out(nm(p, "out"), n * e_), out(nm(p, "rstd"), T_ * kFp32, true, false)}}, w))[0];
+        return t_.add(with_weight({OpKind::Norm, {saved_in(x)}, {out(nm(p, "out"), n * e_), out(nm(p, "rstd"), T_ * kFp32, true, false)}}, w, h))[0];
       case NormImpl::LayerNorm:  // aten::native_layer_norm: saves input, mean, rstd (fp32)
         return t_.add(with_weight({OpKind::Norm, {saved_in(x)},
                                    {out(nm(p, "out"), n * e_), out(nm(p, "mean"), T_ * kFp32, true, false),
-                                    out(nm(p, "rstd"), T_ * kFp32, true, false)}}, w))[0];
+                                    out(nm(p, "rstd"), T_ * kFp32, true, false)}}, w, ln))[0];
       case NormImpl::LigerRms:  // LigerRMSNormFunction: saves X, RSTD (fp32); in-place backward (dX = dY)
         return t_.add(with_weight({OpKind::Kernel, {saved_in(x, GradRule::Alias)},
-                                   {out(nm(p, "out"), n * e_), out(nm(p, "rstd"), T_ * kFp32, true, false)}}, w))[0];
+                                   {out(nm(p, "out"), n * e_), out(nm(p, "rstd"), T_ * kFp32, true, false)}}, w, h))[0];
       case NormImpl::LigerLayerNorm:  // LigerLayerNormFunction: saves X, Mean, RSTD in X.dtype
         return t_.add(with_weight({OpKind::Kernel, {saved_in(x)},
                                    {out(nm(p, "out"), n * e_), out(nm(p, "mean"), T_ * e_, true, false),
-                                    out(nm(p, "rstd"), T_ * e_, true, false)}}, w))[0];
+                                    out(nm(p, "rstd"), T_ * e_, true, false)}}, w, ln))[0];
       case NormImpl::HfLlamaRms:
       case NormImpl::HfGemmaRms:
       case NormImpl::LitgptRms: return python_rms(x, p, w);
@@ -246,6 +250,7 @@ class BlockWriter {
       // self.weight * normed: normed saved for the weight's gradient
       TapeOp w{OpKind::Pointwise, {mul_in(nb)}, {out(nm(p, "out"), n * e_)}};
       w.weight = use(wt);
+      w.weight_grad = h * e_;
       w.bwd_workspace = trains ? n * e_ : 0;  // the weight gradient's (grad * normed) before its sum over tokens
       return t_.add1(w);
     }
@@ -253,6 +258,7 @@ class BlockWriter {
     // weight does, saved by the mul (for normed's gradient)
     TapeOp wcast{OpKind::Pointwise, {}, {out(nm(p, "weight_fp32"), h * kFp32)}};
     wcast.weight = use(wt);
+    wcast.weight_grad = h * e_;   // _to_copy's backward casts the gradient back into the weight's dtype
     const int wf = t_.add1(wcast);
     TapeOp w{OpKind::Pointwise, {mul_in(normed), {wf, GradRule::None, true, SaveIf::OtherInput}},
              {out(nm(p, "out_fp32"), n * kFp32)}};
@@ -268,12 +274,14 @@ class BlockWriter {
   // per gemm), the weight and the input.
   // `wt`: the linear's weight: a frozen one saves no input (mm / addmm save `self` / `mat1` only for the
   // weight's gradient); torchao's Float8Linear is an autograd.Function that saves its input either way.
+  // `copies`: how many such matrices the op multiplies with (torchtitan's grouped experts: one per expert).
   int linear(int x, Bytes tokens, Bytes in_f, Bytes out_f, bool bias, const char* name, Weight wt,
-             OpKind kind = OpKind::Matmul) {
+             OpKind kind = OpKind::Matmul, Bytes copies = 1) {
     const bool f8 = o_.float8 != Float8Recipe::None && kind == OpKind::Matmul && r_.float8_block_linears;
+    const Bytes params = copies * (in_f * out_f + (bias ? out_f : 0));
     if (!f8) {
       const OpKind k = kind == OpKind::Matmul && bias ? OpKind::MatmulBias : kind;  // aten.addmm
-      return lora(x, t_.add1(with_weight({k, {linear_in(x)}, {out(name, tokens * out_f * e_)}}, wt)), tokens,
+      return lora(x, t_.add1(with_weight({k, {linear_in(x)}, {out(name, tokens * out_f * e_)}}, wt, params)), tokens,
                   out_f, name, wt);
     }
     const bool rowwise = o_.float8 == Float8Recipe::Rowwise;
@@ -305,6 +313,7 @@ class BlockWriter {
     const Bytes go = tokens * out_f, xi = tokens * in_f, w = in_f * out_f;
     mm.bwd_workspace = (2 * go + xi + w) * kFp8 + (eager ? std::max({go, xi, w}) * kEagerCastBytesPerElem : 0);
     mm.weight = use(wt);
+    mm.weight_grad = params * e_;   // (the bias's gradient, from the add's backward, counted here too)
     const int y = t_.add1(mm);
     if (!bias) return lora(x, y, tokens, out_f, name, wt);
     return lora(x, pointwise({in(y, GradRule::Alias)}, name, tokens * out_f * e_), tokens, out_f, name, wt);  // + bias
@@ -345,10 +354,11 @@ class BlockWriter {
                    {out(intern(base + ".lora_dropout"), tokens * in_f * e_),
                     out(intern(base + ".lora_mask"), tokens * in_f, true, false)}})[0];
     const int ya = t_.add1(with_weight({OpKind::Matmul, {linear_in(xd)}, {out(intern(base + ".lora_a"), tokens * a->rows * e_)}},
-                                       Weight::Adapter));
+                                       Weight::Adapter, a->numel()));
     const Bytes wide = head ? 0 : tokens * out_f * e_;
     const Bytes yb_bytes = head ? 0 : tokens * b->rows * e_;
-    int yb = t_.add1(with_weight({OpKind::Matmul, {linear_in(ya)}, {out(intern(base + ".lora_b"), yb_bytes)}}, Weight::Adapter));
+    int yb = t_.add1(with_weight({OpKind::Matmul, {linear_in(ya)}, {out(intern(base + ".lora_b"), yb_bytes)}}, Weight::Adapter,
+                                 b->numel()));
     if (b->rows < out_f) yb = pointwise({in(yb)}, intern(base + ".lora_pad"), wide);
     const int scaled = pointwise({in(yb)}, intern(base + ".lora_scaled"), wide);
     return pointwise({in(y, GradRule::Alias), in(scaled, GradRule::Alias)}, intern(base + ".lora_sum"), wide);
@@ -461,30 +471,32 @@ class BlockWriter {
     const Bytes h = m_.hidden, f = m_.ffn_hidden, n = tokens * f;
     const bool bias = m_.mlp_bias;
     const auto wk = [&](Weight w) { return expert ? Weight::Experts : w; };
+    // torchtitan's grouped experts: one grouped GEMM over every expert's matrix (their gradients at once)
+    const Bytes copies = expert && r_.grouped_experts ? m_.n_experts : 1;
     switch (r_.mlp) {
       case MlpImpl::GluUnfused: {  // down(act(gate(x)) * up(x)); act = silu (SwiGLU) or gelu (GeGLU)
-        const int gate = linear(xn, tokens, h, f, bias, nm(p, "gate"), wk(Weight::Gate));
-        int up = r_.up_before_act ? linear(xn, tokens, h, f, bias, nm(p, "up"), wk(Weight::Up)) : -1;
+        const int gate = linear(xn, tokens, h, f, bias, nm(p, "gate"), wk(Weight::Gate), OpKind::Matmul, copies);
+        int up = r_.up_before_act ? linear(xn, tokens, h, f, bias, nm(p, "up"), wk(Weight::Up), OpKind::Matmul, copies) : -1;
         const int act = pointwise({saved_in(gate)}, nm(p, "act"), n * e_);
-        if (up < 0) up = linear(xn, tokens, h, f, bias, nm(p, "up"), wk(Weight::Up));
+        if (up < 0) up = linear(xn, tokens, h, f, bias, nm(p, "up"), wk(Weight::Up), OpKind::Matmul, copies);
         const int prod = pointwise({mul_in(act), mul_in(up)}, nm(p, "prod"), n * e_);
-        return linear(prod, tokens, f, h, bias, nm(p, "down"), wk(Weight::Down));
+        return linear(prod, tokens, f, h, bias, nm(p, "down"), wk(Weight::Down), OpKind::Matmul, copies);
       }
       case MlpImpl::GluLiger: {  // LigerSiLUMulFunction / LigerGELUMulFunction
-        const int gate = linear(xn, tokens, h, f, bias, nm(p, "gate"), wk(Weight::Gate));
-        const int up = linear(xn, tokens, h, f, bias, nm(p, "up"), wk(Weight::Up));
+        const int gate = linear(xn, tokens, h, f, bias, nm(p, "gate"), wk(Weight::Gate), OpKind::Matmul, copies);
+        const int up = linear(xn, tokens, h, f, bias, nm(p, "up"), wk(Weight::Up), OpKind::Matmul, copies);
         const int prod = t_.add1({OpKind::Kernel, {saved_in(gate, GradRule::IntoSaved), saved_in(up, GradRule::IntoSaved)},
                                   {out(nm(p, "prod"), n * e_)}});
-        return linear(prod, tokens, f, h, bias, nm(p, "down"), wk(Weight::Down));
+        return linear(prod, tokens, f, h, bias, nm(p, "down"), wk(Weight::Down), OpKind::Matmul, copies);
       }
       case MlpImpl::PlainGelu: {  // nn.GELU / F.gelu: one kernel saving its input
-        const int fc = linear(xn, tokens, h, f, bias, nm(p, "fc"), wk(Weight::Fc));
+        const int fc = linear(xn, tokens, h, f, bias, nm(p, "fc"), wk(Weight::Fc), OpKind::Matmul, copies);
         const int act = pointwise({saved_in(fc)}, nm(p, "act"), n * e_);
-        return linear(act, tokens, f, h, bias, nm(p, "down"), wk(Weight::Down));
+        return linear(act, tokens, f, h, bias, nm(p, "down"), wk(Weight::Down), OpKind::Matmul, copies);
       }
       case MlpImpl::PlainGeluNew: {
         // NewGELUActivation: 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3)))), op by op
-        const int fc = linear(xn, tokens, h, f, bias, nm(p, "fc"), wk(Weight::Fc));
+        const int fc = linear(xn, tokens, h, f, bias, nm(p, "fc"), wk(Weight::Fc), OpKind::Matmul, copies);
         const int half = pointwise({in(fc)}, nm(p, "gelu_half"), n * e_);
         const int cube = pointwise({saved_in(fc)}, nm(p, "gelu_cube"), n * e_);
         const int cube_s = pointwise({in(cube)}, nm(p, "gelu_cube_scaled"), n * e_);
@@ -493,7 +505,7 @@ class BlockWriter {
         const int th = pointwise({in(inner_s)}, nm(p, "gelu_tanh"), n * e_, /*saved_out=*/true);
         const int one_p = pointwise({in(th, GradRule::Alias)}, nm(p, "gelu_one_plus"), n * e_);
         const int act = pointwise({mul_in(half), mul_in(one_p)}, nm(p, "act"), n * e_);
-        return linear(act, tokens, f, h, bias, nm(p, "down"), wk(Weight::Down));
+        return linear(act, tokens, f, h, bias, nm(p, "down"), wk(Weight::Down), OpKind::Matmul, copies);
       }
     }
     return xn;
@@ -512,7 +524,8 @@ class BlockWriter {
     int router_in = xn;
     if (r_.router_fp32) router_in = cast(xn, T_ * h, e_, kFp32, "moe.router_in_fp32");
     const Bytes logit_bytes = r_.router_fp32 ? kFp32 : e_;
-    const int logits = t_.add1(with_weight({OpKind::RouterMatmul, {linear_in(router_in)}, {out("moe.router_logits", T_ * E * logit_bytes)}}, Weight::Router));
+    const int logits = t_.add1(with_weight({OpKind::RouterMatmul, {linear_in(router_in)}, {out("moe.router_logits", T_ * E * logit_bytes)}},
+                                           Weight::Router, h * E));
     const int probs = pointwise({in(logits)}, "moe.probs", T_ * E * kFp32, /*saved_out=*/true);
     const auto top = t_.add({OpKind::Topk, {in(probs)},
                              {out("moe.topk_val", T_ * k * kFp32), out("moe.topk_idx", T_ * k * kInt64, true, false)}});

@@ -45,6 +45,8 @@ BlockMemory read(const AutogradTape& t, const TapePolicy& p) {
   const TapeCost c = t.cost(p);
   bm.forward_extra = c.forward_extra;
   bm.backward_extra = c.backward_extra;
+  bm.backward_extra_with_grads = c.backward_extra_with_grads;
+  bm.param_grads = c.param_grads;
   return bm;
 }
 

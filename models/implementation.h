@@ -42,6 +42,13 @@ struct BlockMemory {
   // saved tensors as the backward consumes them; the block input's gradient (handed to the previous
   // block) is alive at the end. Parameter gradients are FSDP's accounting, not this one.
   Bytes backward_extra = 0;
+  // The same peak with the weights' gradients counted from the backward op that creates each (models::TapeCost
+  // backward_extra_with_grads), and their total (param_grads: the block's trainable weights in the compute
+  // dtype). With every gradient allocated with the backward, it needs backward_extra_with_grads - param_grads
+  // on top of them: a block's peak comes where its first ops (the MLP's down projection) have made only their
+  // own weight's gradient, not all of them.
+  Bytes backward_extra_with_grads = 0;
+  Bytes param_grads = 0;
 
   Bytes saved_bytes() const;  // sum of `saved`
 };

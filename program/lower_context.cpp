@@ -789,6 +789,8 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
     }
     // backward_extra counts the recompute of a checkpointed block; the walk allocates those tensors itself
     a.backward_extra = std::max<Bytes>(0, mem.backward_extra - recomputed);
+    a.backward_with_grads = std::max<Bytes>(0, mem.backward_extra_with_grads - recomputed);
+    a.param_grads = mem.param_grads;
     return a;
   };
   c.layer_mode.assign(L, 0);
@@ -897,6 +899,7 @@ LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan, bool head_t
       // .grad without a copy (the engine has released the saved tensor by then): the walk frees it just
       // before the head's backward allocates the unit's gradient.
       if (head_trains) l.weight_grad = m.vocab_size * m.hidden * e;
+      l.input_grad = t * m.hidden * e;
       break;
     }
     case models::LossImpl::Chunked: {

@@ -146,6 +146,7 @@ struct LossMemory {
   Bytes saved = 0;               // Torch: log_softmax output; Fused: the logsumexp (T*4); FusedLinear: 0
   Bytes forward_transient = 0;   // FusedLinear: one chunk of fp32 logits
   Bytes weight_grad = 0;         // FusedLinear: the head weight's gradient, computed in the forward (V*C*e)
+  Bytes input_grad = 0;          // FusedLinear: the head input's gradient, computed in the forward (T*C*e, in logits)
   Bytes nll_grad = 0, lsm_grad = 0;   // Torch: the two loss-backward gradients (the saved output's size)
   Bytes logits_grad = 0;         // the gradient the head's backward reads (Torch with upcast: e; Fused: e)
   bool inside_model = false;     // computed in the model's forward (HF with labels): before the root's post-forward
@@ -259,9 +260,13 @@ struct Context {
   // implementation recipe (models::block_memory): the tensors it saves, the tensors a recompute re-creates
   // (the uncheckpointed block's saved tensors this mode does not keep), and the forward's and backward's
   // transients (backward_extra without the recomputed tensors, which the walk allocates one by one).
+  // backward_with_grads / param_grads: the backward's transients when the op allocates the block's weight
+  // gradients with it (models::BlockMemory::backward_extra_with_grads, without the recomputed tensors) and
+  // those gradients' bytes as the tape counts them.
   struct BlockActivations {
     std::vector<models::SavedTensor> saved, recompute;
     Bytes forward_extra = 0, backward_extra = 0;
+    Bytes backward_with_grads = 0, param_grads = 0;
   };
   std::vector<BlockActivations> block_acts;   // [block flow * 3 + mode] (only the pairs some layer uses)
   const BlockActivations& acts(int layer) const {

@@ -94,6 +94,7 @@ class FlatParamLowering final : public LoweringWalk {
       b_.write(o, o.allocs.back());
     }
   }
+  Bytes segment_grad_bytes(int s) const override { return view_held_[s] * c_.bp; }
 
   // The stream autograd runs unit u's split backward and AccumulateGrad on, and so the post-backward hook
   // (engine.cpp evaluate_function guards onto Node::stream(), the stream current when the node's forward

@@ -359,6 +359,13 @@ class ParamGroupLowering final : public LoweringWalk {
       tied_head_grad_[u] = last;
     }
   }
+  Bytes segment_grad_bytes(int s) const override {
+    const int u = c_.segments[s].unit;
+    if (!split_now_[u]) return 0;
+    Bytes n = 0;
+    for (std::int64_t numel : seg_grads_[s]) n += numel;
+    return n * c_.bp;
+  }
 
   void post_backward(int u) override {
     GroupState& g = st_[u];

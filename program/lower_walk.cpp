@@ -117,7 +117,7 @@ void LoweringWalk::transient(Op& o, const char* what, int unit, Bytes bytes, Mem
   o.frees.push_back({t, -1});
 }
 
-void LoweringWalk::emit_compute(int s, OpKind kind) {
+void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
   const Segment& seg = c_.segments[s];
   const int part = static_cast<int>(seg.part);
   // (a Recompute op reruns what its layer's checkpointing mode did not save: Context::rec_kernels; a block's
@@ -177,7 +177,19 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
     recompute_[s] = alloc_tensors(o, seg.unit, a->recompute);
   } else {
     // The backward's gradients and temporaries on top of what is saved (models::BlockMemory::backward_extra).
-    if (block) transient(o, "bwd_tmp", seg.unit, a->backward_extra, MemCategory::Activations);
+    // Autograd computes each weight's gradient in the backward of the op that uses it and AccumulateGrad keeps
+    // it (FSDP2's unsharded parameters' .grad; FSDP1's views' gradients, held by the split's backward node:
+    // torch/csrc/autograd/functions/accumulate_grad.h, input_buffer.cpp), so when this op allocates the
+    // block's gradients (`grads`) they do not all exist at the backward's peak, which comes at its first ops
+    // (the MLP's output projection, with its own weight's gradient only: measured on PyTorch 2.11,
+    // l3-8b-fsdp2-ac-mb2-s8192-fused): the transient is what the backward needs on top of all of them
+    // (models::BlockMemory::backward_extra_with_grads). Without gradients made here (no_sync accumulating
+    // into a kept .grad, a unit whose gradient an earlier segment made) the gradients are not counted.
+    if (block) {
+      Bytes tmp = a->backward_extra;
+      if (grads > 0 && a->param_grads > 0) tmp = std::max<Bytes>(0, a->backward_with_grads - a->param_grads);
+      transient(o, "bwd_tmp", seg.unit, tmp, MemCategory::Activations);
+    }
     if (head && c_.loss.chunked_output) {
       // torchtune's chunked output: the chunks' backward, the split's cat and the final norm's backward come
       // after this op (head_chunks_backward), which holds the head's GEMMs; logits the loop kept die here.
@@ -186,7 +198,21 @@ void LoweringWalk::emit_compute(int s, OpKind kind) {
       return;
     }
     if (head) {
-      transient(o, "bwd_tmp", seg.unit, c_.final_norm.backward_extra, MemCategory::Activations);
+      Bytes tmp = c_.final_norm.backward_extra;
+      if (c_.loss.impl == models::LossImpl::FusedLinear && !c_.loss.in_head_op && logits_ >= 0) {
+        // Liger's fused linear cross-entropy saved the head input's gradient in its forward (what logits_ holds
+        // here: LossMemory::input_grad), and its backward returns that tensor (LigerFusedLinearCrossEntropy-
+        // Function.backward, liger_kernel/ops/fused_linear_cross_entropy.py): it is the gradient the final
+        // norm's backward starts from (in its backward_extra as the head matmul's input gradient), and autograd
+        // drops it once that backward has consumed it (in place into it with Liger's RMSNorm, which then hands
+        // it to the last block as that block's incoming gradient). Measured on PyTorch 2.11
+        // (l3-8b-fsdp2-ac-mb2-s8192-fused, gpt2-fsdp2-w8-fused): freed at the final norm's backward, not held
+        // through the step's backward.
+        tmp = std::max<Bytes>(0, tmp - c_.loss.input_grad);
+        o.frees.push_back({logits_, -1});
+        logits_ = -1;
+      }
+      transient(o, "bwd_tmp", seg.unit, tmp, MemCategory::Activations);
       if (head_grad_ >= 0) o.frees.push_back({head_grad_, -1});   // the logits' gradient from the loss
       head_grad_ = -1;
       // Logits a PyTorch loop kept die when backward() returns (backward()); the bundled runtime's head
@@ -592,7 +618,9 @@ void LoweringWalk::backward_segment(int s) {
   const int first_new = b_.num_buffers();
   for (int v : c_.backward_starts[s]) autograd_grad(v, s);
   const int last_new = b_.num_buffers();
-  emit_compute(s, OpKind::Backward);
+  Bytes grads = segment_grad_bytes(s);
+  for (int buf = first_new; buf < last_new; ++buf) grads += p_.buffers[static_cast<std::size_t>(buf)].bytes;
+  emit_compute(s, OpKind::Backward, grads);
   Op& o = b_.at(b_.last_op());
   for (int buf = first_new; buf < last_new; ++buf) o.allocs.push_back(buf);
   if (const int grad = unsharded_grad(u); grad >= 0) b_.write(o, grad);

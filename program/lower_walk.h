@@ -80,6 +80,9 @@ class LoweringWalk {
   // After segment s's backward compute op `o` is built: gradients autograd produces in it beyond the
   // unit's unsharded gradient (FSDP1: the original parameters' gradients, before the flat one).
   virtual void segment_grads(int /*s*/, Op& /*o*/) {}
+  // The bytes of the gradients segment_grads(s, o) will allocate and keep (not its transients), asked before
+  // the op is built (emit_compute sizes the backward's transient with the gradients it allocates).
+  virtual Bytes segment_grad_bytes(int /*s*/) const { return 0; }
 
   ParamGradParts param_grad_parts() const;
 
@@ -117,7 +120,8 @@ class LoweringWalk {
   void transient(Op& o, const char* what, int unit, Bytes bytes, MemCategory cat);
   void forward();
   void backward();
-  void emit_compute(int s, OpKind kind);
+  // `grads`: for a backward op, the bytes of the parameter gradients it allocates (autograd_grad, segment_grads).
+  void emit_compute(int s, OpKind kind, Bytes grads = 0);
   bool checkpointed(int s) const;
   Op& loss_op(OpKind kind, const char* what);
   int chunk_ce_backward(const LossMemory& l, int i, int saved);   // one chunk's CE backward ops

@@ -84,6 +84,34 @@ TEST(AutogradTape, ResidualGradientAliasesAndAccumulates) {
   EXPECT_EQ(t.cost(t.eager_policy()).backward_extra, 192 - 64);
 }
 
+// Weight gradients as the backward makes them (TapeCost::backward_extra_with_grads): x (100 B) -> mm1
+// (weight gradient 30 B, saves x) -> a (200) -> f (saves a) -> b (50) -> mm2 (weight gradient 70 B, saves b)
+// -> y (100). Saved x + a + b = 350, incoming dy 100: live 450 at the start.
+//   mm2:  its weight's gradient (70) and db 50 -> 500 + 70 = 570; dy and b freed -> 350
+//   f:    da 200 -> 550 (the activation peak, backward_extra 550 - 350 = 200) + 70 = 620; db and a freed -> 300
+//   mm1:  its weight's gradient (100 in all) and dx 100 -> 400 + 100 = 500; da and x freed -> 100 + 100
+// backward_extra_with_grads = 620 - 350 = 270, param_grads 100: the backward needs 170 on top of both
+// gradients, not 200. A frozen mm1 counts no gradient of its own.
+TEST(AutogradTape, WeightGradientsCountFromTheOpThatMakesThemByHand) {
+  for (const bool frozen : {false, true}) {
+    AutogradTape t;
+    const int x = t.input("x", 100);
+    TapeOp m1{OpKind::Matmul, {{x, GradRule::New, true}}, {{"a", 200}}};
+    m1.weight = frozen ? WeightUse::Frozen : WeightUse::Trains;
+    m1.weight_grad = 30;
+    const int a = t.add1(m1);
+    const int b = t.add1({OpKind::Pointwise, {{a, GradRule::New, true}}, {{"b", 50}}});
+    TapeOp m2{OpKind::Matmul, {{b, GradRule::New, true}}, {{"y", 100}}};
+    m2.weight = WeightUse::Trains;
+    m2.weight_grad = 70;
+    t.output(t.add1(m2));
+    const TapeCost c = t.cost(t.eager_policy());
+    EXPECT_EQ(c.backward_extra, 550 - 350) << frozen;
+    EXPECT_EQ(c.backward_extra_with_grads, 620 - 350) << frozen;
+    EXPECT_EQ(c.param_grads, frozen ? 70 : 100);
+  }
+}
+
 TEST(AutogradTape, InPlaceBackwardIntoSavedStorage) {
   AutogradTape t;
   const int x = t.input("x", 100);

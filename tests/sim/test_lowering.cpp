@@ -1037,6 +1037,36 @@ TEST(LoweringLoss, FusedLinearKeepsTheHeadWeightGradientFromItsForward) {
   for (const Buffer& b : frozen.buffers) EXPECT_EQ(b.name.find("flce_wgrad"), std::string::npos);
 }
 
+// What the fused linear cross-entropy keeps besides the head weight's gradient, the head input's gradient
+// (T x C: 2048 tokens x 16 x 2 B, with a T x 4 B row statistic: LossMemory::logits), is the gradient the final
+// norm's backward starts from: the head's backward op frees it, and its transient leaves out that gradient
+// (2048 x 16 x 2 B, in the final norm's backward_extra as the head matmul's input gradient), which this buffer
+// already holds. It is not held to the end of the backward (PyTorch 2.11, l3-8b-fsdp2-ac-mb2-s8192-fused:
+// freed at the final norm's backward).
+TEST(LoweringLoss, FusedLinearHeadInputGradientIsFreedByTheHeadBackward) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  StepProgram p = lower_hand(g, R"({"cross_entropy": "fused_linear"})", 8, 8);
+  expect_well_formed(p, "fused_linear");
+  const Buffer* kept = nullptr;
+  for (const Buffer& b : p.buffers)
+    if (b.name.rfind("logits", 0) == 0) kept = &b;
+  ASSERT_NE(kept, nullptr);
+  EXPECT_EQ(kept->bytes, 2048 * 16 * 2 + 2048 * 4);
+  const Op* head_bwd = nullptr;
+  for (const Op* o : ops_of(p, OpKind::Backward, 0))
+    if (!o->kernel_list().empty()) {
+      head_bwd = o;
+      break;
+    }
+  ASSERT_NE(head_bwd, nullptr);
+  EXPECT_TRUE(frees(*head_bwd, kept->id));
+  const models::BlockMemory fn = models::final_norm_memory(tiny_spec(2), 1, 2048, Dtype::BF16, models::ImplOptions{});
+  Bytes tmp = 0;
+  for (int b : allocs_of(p, *head_bwd, MemCategory::Activations))
+    if (p.buffers[b].name.rfind("bwd_tmp", 0) == 0) tmp += p.buffers[b].bytes;
+  EXPECT_EQ(tmp, fn.backward_extra - 2048 * 16 * 2);
+}
+
 // The Logits bytes alive at each op, in issue order (allocations count before the op's frees: the op's peak),
 // with the op's name and kind.
 struct LiveAt {
@@ -1404,6 +1434,53 @@ TEST(LoweringFsdp2, OneRankGroupUnshardsParameterByParameterOnTheDefaultStream) 
   const auto rcasts = ops_of(q, OpKind::Cast, 1);
   ASSERT_FALSE(rcasts.empty());
   EXPECT_EQ(allocs_of(q, *rcasts.front(), MemCategory::UnshardedParams).size(), 1u);
+}
+
+// The block backward's transient leaves room for the weight gradients the op allocates with it
+// (models::BlockMemory::backward_extra_with_grads, counted by hand in AutogradTape.WeightGradientsCountFrom-
+// TheOpThatMakesThemByHand): on the tiny llama of the test above (592 parameters per block, 1184 B of bf16
+// gradients; micro-batch 1 x 256 tokens, so that the activations outweigh them; Hugging Face's code) each
+// block's backward op allocates its gradients (FSDP2: the parameters' .grad; FSDP1: the views' gradients) and a
+// transient of backward_extra_with_grads - param_grads, whose sum is the tape's peak with the gradients made so
+// far, not backward_extra + all of them.
+// FSDP2 under no_sync without an upcast accumulates into the .grad the first micro-batch made: the second
+// micro-batch's backward allocates no gradient, and its transient is backward_extra.
+TEST(LoweringGradients, BlockBackwardLeavesRoomForTheWeightGradientsItMakes) {
+  models::ModelSpec m = tiny_spec(2);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  const auto lower_plan = [&](const std::string& extra) {
+    const Plan plan = resolved(R"({"implementation": "hf", "micro_batch": 1, "seq_len": 256)" + extra + "}", 2, 2);
+    return lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
+  };
+  const models::BlockMemory bm = models::block_memory(m, 1, 256, Dtype::BF16, models::CheckpointMode::None,
+                                                      models::ImplOptions{models::ModelImpl::HF});
+  ASSERT_EQ(bm.param_grads, 592 * 2);
+  ASSERT_LT(bm.backward_extra_with_grads, bm.backward_extra + bm.param_grads);   // the rule changes something
+  ASSERT_GT(bm.backward_extra_with_grads, bm.param_grads);
+  const auto bwd_tmp = [](const StepProgram& p, const Op& o) {
+    Bytes t = 0;
+    for (int b : allocs_of(p, o, MemCategory::Activations))
+      if (p.buffers[b].name.rfind("bwd_tmp", 0) == 0) t += p.buffers[b].bytes;
+    return t;
+  };
+  for (const char* extra : {"", R"(, "fsdp_version": 1)"}) {
+    const StepProgram p = lower_plan(extra);
+    expect_well_formed(p, extra);
+    for (int unit : {1, 2}) {
+      const auto ops = ops_of(p, OpKind::Backward, unit);
+      ASSERT_EQ(ops.size(), 1u) << extra;
+      EXPECT_EQ(alloc_bytes(p, *ops[0], MemCategory::UnshardedGrads), 592 * 2) << extra;
+      EXPECT_EQ(bwd_tmp(p, *ops[0]), bm.backward_extra_with_grads - bm.param_grads) << extra;
+    }
+  }
+  const StepProgram acc = lower_plan(R"(, "grad_accum": 2, "reduce_dtype": "bf16")");
+  expect_well_formed(acc, "no_sync");
+  const auto ops = ops_of(acc, OpKind::Backward, 1);
+  ASSERT_EQ(ops.size(), 2u);
+  EXPECT_EQ(alloc_bytes(acc, *ops[0], MemCategory::UnshardedGrads), 592 * 2);
+  EXPECT_EQ(bwd_tmp(acc, *ops[0]), bm.backward_extra_with_grads - bm.param_grads);
+  EXPECT_EQ(alloc_bytes(acc, *ops[1], MemCategory::UnshardedGrads), 0);
+  EXPECT_EQ(bwd_tmp(acc, *ops[1]), bm.backward_extra);
 }
 
 }  // namespace
