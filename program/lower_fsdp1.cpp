@@ -370,7 +370,8 @@ class FlatParamLowering final : public LoweringWalk {
     if (pre > 1) divide(u, post_backward_, src, s.rs_input * c_.br);
     Op& rs = b_.op(OpKind::ReduceScatter, post_backward_, u, mb_, "RS");
     int out = b_.buffer("rs_out", u, s.grad_shard * c_.br,
-                        reduced_is_grad(u) ? MemCategory::ShardedGrads : MemCategory::CommBuffers, post_backward_);
+                        reduced_is_grad(u) || offload_keeps_reduced() ? MemCategory::ShardedGrads : MemCategory::CommBuffers,
+                        post_backward_);
     rs.allocs.push_back(out);
     b_.read(rs, src);
     b_.write(rs, out);
@@ -392,26 +393,41 @@ class FlatParamLowering final : public LoweringWalk {
     st.grad = -1;
   }
 
+  // With CPU offload the flat parameter is the fp32 CPU shard when the reduction finishes, so
+  // _cast_grad_to_param_dtype makes no copy of a reduce-dtype (fp32) gradient: the reduced shard itself is
+  // `_saved_grad_shard` (_accumulate_sharded_grad), which _offload_grad copies to the pinned CPU gradient
+  // (torch/distributed/fsdp/_runtime_utils.py) and which stays on the GPU until the final callback.
+  bool offload_keeps_reduced() const { return plan_.cpu_offload.params && c_.br == c_.bm; }
+
   // _accumulate_sharded_grad: cast to the fp32 sharded grad, `+=` when one exists from an earlier micro-batch
   // (grad_sync with accumulation). Returns true when `src` itself became the sharded gradient (kept until the
-  // step's end, not released): _cast_grad_to_param_dtype makes no copy when the reduce dtype is the
-  // parameters' and _saved_grad_shard is assigned, not added to (reduced_is_grad).
+  // step's end, or with CPU offload until the final callback: not released here): _cast_grad_to_param_dtype
+  // makes no copy when the reduce dtype is the parameters' and _saved_grad_shard is assigned, not added to
+  // (reduced_is_grad, offload_keeps_reduced).
   bool accumulate(int u, int stream, int src, std::int64_t numel) {
     if (reduced_is_grad(u)) {
       grad_shard_[u] = src;
+      return true;
+    }
+    if (offload_keeps_reduced()) {
+      offload_grad_ = src;
       return true;
     }
     cast_to_sharded_grad(u, stream, src, numel, offload_grad_);
     return false;
   }
 
-  // M11: with CPU offload the fp32 shard goes to the pinned CPU grad (non_blocking D2H).
+  // M11: with CPU offload the fp32 shard goes to the pinned CPU grad (non_blocking D2H). The GPU shard stays
+  // `_saved_grad_shard` until the final callback (_post_backward_final_callback -> _finalize_params ->
+  // FlatParamHandle.prepare_gradient_for_optim, torch/distributed/fsdp/_flat_param.py: `.grad` becomes
+  // `_cpu_grad` and `_saved_grad_shard` is deleted): measured on PyTorch 2.11 (l1b-fsdp1-offload-w8-hf), one
+  // reduce-scatter output per unit alive to the end of the backward, each in a segment of its own.
   void finish_offload(int u, int stream, std::int64_t numel) {
     if (!plan_.cpu_offload.params || offload_grad_ < 0) return;
     Op& o = b_.op(OpKind::D2H, stream, u, mb_, "grad D2H");
     b_.read(o, offload_grad_);
     o.copy_bytes = numel * c_.bm;
-    o.frees.push_back({offload_grad_, o.id});
+    offload_held_.push_back({offload_grad_, stream});
     offload_grad_ = -1;
   }
 
@@ -427,6 +443,9 @@ class FlatParamLowering final : public LoweringWalk {
       if (c_.hybrid) b_.defer_cpu_wait(b_.last_on(all_reduce_));
       b_.defer_cpu_wait(b_.last_on(compute_));
     }
+    // _finalize_params (prepare_gradient_for_optim) drops the GPU sharded gradients CPU offload kept.
+    for (const auto& [buf, stream] : offload_held_) release_on(buf, stream);
+    offload_held_.clear();
   }
 
   int pre_unshard_ = 1, unshard_ = 2, post_backward_ = 3, all_reduce_ = 0;
@@ -435,6 +454,7 @@ class FlatParamLowering final : public LoweringWalk {
   std::vector<std::int64_t> whole_views_;                   // per unit (begin)
   std::deque<int> free_events_;        // P4 _FreeEventQueue: compute-stream ops whose completion frees a unit
   int offload_grad_ = -1;
+  std::vector<std::pair<int, int>> offload_held_;   // CPU offload: the GPU sharded gradients and their streams
 };
 
 }  // namespace

@@ -1483,5 +1483,37 @@ TEST(LoweringGradients, BlockBackwardLeavesRoomForTheWeightGradientsItMakes) {
   EXPECT_EQ(bwd_tmp(acc, *ops[1]), bm.backward_extra);
 }
 
+// FSDP1 with CPU offload (reduce dtype fp32): the reduce-scatter output is `_saved_grad_shard` itself (no cast:
+// the flat parameter is the fp32 CPU shard), copied to the CPU by the grad D2H and dropped only by the final
+// callback (prepare_gradient_for_optim), so every unit's shard is alive at the end of the backward: on the
+// 2-block hand model over 4 GPUs, the blocks' shards of 28 padded elements (27 over 4, rounded up to 7 each) x
+// 4 B and the root's 68 / 4 = 17 x 4 B, all in the post-backward stream's pool. With a bf16 reduce dtype the
+// fp32 cast is the one kept and the reduce-scatter output is freed at once.
+TEST(LoweringOffload, Fsdp1KeepsTheSavedGradShardUntilTheFinalCallback) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  for (const char* rd : {"fp32", "bf16"}) {
+    const std::string plan = std::string(R"({"fsdp_version": 1, "cpu_offload": true, "reduce_dtype": ")") + rd + "\"}";
+    StepProgram p = lower_hand(g, plan, 4, 4);
+    expect_well_formed(p, plan);
+    const auto d2h = ops_of(p, OpKind::D2H);
+    ASSERT_EQ(d2h.size(), 3u) << plan;
+    // the buffer each D2H reads stays allocated past every D2H
+    int last_d2h = d2h.back()->id;
+    std::vector<Bytes> held;
+    for (const Op* d : d2h) {
+      ASSERT_EQ(d->inputs.size(), 1u);
+      const int buf = d->inputs[0];
+      int freed = -1;
+      for (const Op& o : p.ops)
+        if (frees(o, buf)) freed = o.id;
+      EXPECT_GE(freed, last_d2h) << plan << " " << p.buffers[buf].name;
+      EXPECT_EQ(p.streams[p.buffers[buf].pool_stream].name, "post_backward") << plan;
+      EXPECT_EQ(p.buffers[buf].name.rfind(std::string(rd) == "fp32" ? "rs_out" : "grad_dev", 0), 0u) << plan;
+      held.push_back(p.buffers[buf].bytes);
+    }
+    EXPECT_EQ(held, (std::vector<Bytes>{7 * 4, 7 * 4, 17 * 4})) << plan;
+  }
+}
+
 }  // namespace
 }  // namespace fsdpsim::sim
