@@ -9,6 +9,7 @@
 //              the free event for the rate limiter
 //   reduce   = post_backward: cast to reduce_dtype, pad, pre-divide, reduce_scatter, [HSDP all_reduce on
 //              its own stream], post-divide, accumulate into the fp32 sharded grad (F1.10-F1.12)
+#include <algorithm>
 #include <deque>
 
 #include "program/lower_walk.h"
@@ -61,24 +62,34 @@ class FlatParamLowering final : public LoweringWalk {
   // split_with_sizes_backward (torch/csrc/autograd/FunctionsManual.cpp) cats them into a new flat gradient,
   // which AccumulateGrad steals as flat_param.grad (or adds in place into the .grad that no_sync kept),
   // and only then does FSDP's post-backward hook run. A view used twice (a tied embedding and LM head)
-  // gets its second gradient added in place into the first (InputBuffer::accumulate): a transient.
+  // gets its second gradient (a transient) summed with the first out of place (below).
   // Per segment: the view gradients its backward produces and holds (numel), and the transient ones.
   // A unit whose parts do not account for all its parameters gets none (its flat grad alone, at the cat).
+  // A tied weight's head gradient is a buffer of its own (tied_held_), which the embedding's backward replaces
+  // with the sum of both gradients, allocated in the unshard stream's pool: the tied view's backward node was
+  // made under the unshard stream (FlatParamHandle._use_unsharded_views in _unshard's `with stream(unshard)`),
+  // and InputBuffer::add accumulates on the consumer's stream.
   void begin(const ParamGradParts& g) override {
     state_.assign(c_.sizes.size(), {});
     const int S = static_cast<int>(c_.segments.size());
     const int U = static_cast<int>(c_.sizes.size());
     view_held_.assign(S, 0);
+    tied_held_.assign(S, 0);
     view_transient_ = g.transient;
     for (int s = 0; s < S; ++s)
       for (std::int64_t n : g.held[s]) view_held_[s] += n;
+    if (g.tied_head >= 0) {
+      tied_held_[g.tied_head] = g.tied;
+      view_held_[g.tied_head] -= g.tied;
+    }
     whole_views_.assign(U, 0);
     for (int u = 0; u < U; ++u)
       if (g.unit_held[u] != c_.graph->units[u].params && c_.sizes[u].grad > 0) whole_views_[u] = c_.graph->units[u].params;
     for (int s = 0; s < S; ++s) {
       const int u = c_.segments[s].unit;
-      if (whole_views_[u] > 0 || c_.sizes[u].grad <= 0) view_held_[s] = view_transient_[s] = 0;
+      if (whole_views_[u] > 0 || c_.sizes[u].grad <= 0) view_held_[s] = view_transient_[s] = tied_held_[s] = 0;
     }
+    tied_grad_.assign(U, -1);
   }
 
   void segment_grads(int s, Op& o) override {
@@ -89,12 +100,27 @@ class FlatParamLowering final : public LoweringWalk {
       b_.write(o, g);
       state_[u].views.push_back(g);
     }
+    if (tied_held_[s] > 0) {   // the tied weight's gradient from the head
+      const int g = b_.buffer("tied_grad", u, tied_held_[s] * c_.bp, MemCategory::UnshardedGrads, compute_);
+      o.allocs.push_back(g);
+      b_.write(o, g);
+      state_[u].views.push_back(g);
+      tied_grad_[u] = g;
+    }
     if (view_transient_[s] > 0) {
       transient(o, "param_grad_tmp", u, view_transient_[s] * c_.bp, MemCategory::UnshardedGrads);
       b_.write(o, o.allocs.back());
+      if (tied_grad_[u] >= 0) {   // the sum of the two, out of place on the unshard stream (plan_view_grads)
+        const int sum = b_.buffer("tied_grad_sum", u, view_transient_[s] * c_.bp, MemCategory::UnshardedGrads, unshard_);
+        o.allocs.push_back(sum);
+        b_.write(o, sum);
+        o.frees.push_back({tied_grad_[u], -1});
+        std::replace(state_[u].views.begin(), state_[u].views.end(), tied_grad_[u], sum);
+        tied_grad_[u] = -1;
+      }
     }
   }
-  Bytes segment_grad_bytes(int s) const override { return view_held_[s] * c_.bp; }
+  Bytes segment_grad_bytes(int s) const override { return (view_held_[s] + tied_held_[s]) * c_.bp; }
 
   // The stream autograd runs unit u's split backward and AccumulateGrad on, and so the post-backward hook
   // (engine.cpp evaluate_function guards onto Node::stream(), the stream current when the node's forward
@@ -450,7 +476,8 @@ class FlatParamLowering final : public LoweringWalk {
 
   int pre_unshard_ = 1, unshard_ = 2, post_backward_ = 3, all_reduce_ = 0;
   std::vector<UnitState> state_;
-  std::vector<std::int64_t> view_held_, view_transient_;   // per segment (begin)
+  std::vector<std::int64_t> view_held_, view_transient_, tied_held_;   // per segment (begin)
+  std::vector<int> tied_grad_;                              // per unit: the head's tied-weight gradient
   std::vector<std::int64_t> whole_views_;                   // per unit (begin)
   std::deque<int> free_events_;        // P4 _FreeEventQueue: compute-stream ops whose completion frees a unit
   int offload_grad_ = -1;

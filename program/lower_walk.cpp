@@ -493,6 +493,7 @@ LoweringWalk::ParamGradParts LoweringWalk::param_grad_parts() const {
         if (tied && c_.segments.back().unit == seg.unit) {
           h = {pc.positions};
           g.transient[s] = tied_weight;
+          g.tied_embedding = s;
         } else {
           h = {pc.embedding};
         }
@@ -516,6 +517,10 @@ LoweringWalk::ParamGradParts LoweringWalk::param_grad_parts() const {
     }
     std::erase(h, 0);
     for (std::int64_t n : h) g.unit_held[seg.unit] += n;
+  }
+  if (g.tied_embedding >= 0 && tied_weight > 0 && c_.segments.back().part == models::ModulePart::FinalNormAndHead) {
+    g.tied = tied_weight;
+    g.tied_head = S - 1;
   }
   return g;
 }

@@ -41,12 +41,18 @@ class LoweringWalk {
   // (positions only when the table is tied to the head: the tied weight's gradient is the head's) in the
   // embedding's backward, a block's in its backward (one per parameter, in the reverse of the block's module
   // order, as autograd reaches them), the final norm's and the head's in the head's. A weight used twice (a
-  // tied embedding and LM head) gets a second gradient, the embedding's: `transient` (FSDP1 adds it into the
-  // first; FSDP2's leaf sums the two out of place, lower_fsdp2.cpp segment_grads).
+  // tied embedding and LM head) gets a second gradient, the embedding's: `transient`; autograd sums the two
+  // out of place (InputBuffer::add -> accumulate, torch/csrc/autograd/input_buffer.cpp) on the stream of the
+  // node that consumes them: FSDP2's leaf, the compute stream (lower_fsdp2.cpp segment_grads); FSDP1's view of
+  // the flat parameter, the unshard stream (lower_fsdp1.cpp begin). Measured on PyTorch 2.11:
+  // l1b-fsdp2-every2-mb4-tt, l1b-fsdp1-offload-w8-hf and l1b-fsdp1-shard-grad-op-w8-hf.
   struct ParamGradParts {
     std::vector<std::vector<std::int64_t>> held;   // per segment: numel of each parameter's gradient held
     std::vector<std::int64_t> transient;           // per segment: numel of the tied weight's second gradient
     std::vector<std::int64_t> unit_held;           // per unit: the sum of `held` over its segments
+    std::int64_t tied = 0;                         // the tied weight's numel (0: no tied weight in one unit)
+    int tied_head = -1;                            // its segment whose last `held` entry is the tied weight
+    int tied_embedding = -1;                       // its segment whose `transient` is the second gradient
   };
 
   // ---- what the FSDP version does (its parameter-group lowering) ----

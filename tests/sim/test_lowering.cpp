@@ -283,8 +283,10 @@ TEST(LoweringFsdp1, FlatGradIsTheSplitBackwardCatOnTheUnshardStream) {
   // The post_backward stream waits on the unshard stream (the hook's current stream).
   const Op* first_pb = ops_of(p, OpKind::Cast, 1).back();
   EXPECT_TRUE(waits_on(*first_pb, cat[0]->id));
-  // The root (tied embedding): the head's backward holds the tied weight's gradient and the final norm's
-  // (8x4 + 4 = 36 x 2 B); the embedding's backward adds its own (32 x 2 B) in place: a transient.
+  // The root (tied embedding): the head's backward holds the final norm's gradient (4 x 2 B) and the tied
+  // weight's (8x4 = 32 x 2 B); the embedding's backward makes its own (32 x 2 B, freed in the op) and the sum of
+  // the two, out of place in the unshard stream's pool (the tied view's backward node was made under the
+  // unshard stream), which replaces the head's (LoweringGradients.TiedWeightGradientsSummedOutOfPlace...).
   models::ModelSpec tied = tiny_spec(2);
   tied.vocab_size = 8;
   tied.hidden = 4;
@@ -295,12 +297,16 @@ TEST(LoweringFsdp1, FlatGradIsTheSplitBackwardCatOnTheUnshardStream) {
   ASSERT_GE(rbwd.size(), 2u);   // (the loss's ops,) the head, then the embedding
   rbwd = {rbwd[rbwd.size() - 2], rbwd.back()};
   const auto head_grads = allocs_of(t, *rbwd[0], MemCategory::UnshardedGrads);
-  ASSERT_EQ(head_grads.size(), 1u);
-  EXPECT_EQ(t.buffers[head_grads[0]].bytes, 36 * 2);
+  ASSERT_EQ(head_grads.size(), 2u);
+  EXPECT_EQ(t.buffers[head_grads[0]].bytes, 4 * 2);
+  EXPECT_EQ(t.buffers[head_grads[1]].bytes, 32 * 2);
   const auto emb_grads = allocs_of(t, *rbwd[1], MemCategory::UnshardedGrads);
-  ASSERT_EQ(emb_grads.size(), 1u);
+  ASSERT_EQ(emb_grads.size(), 2u);
   EXPECT_EQ(t.buffers[emb_grads[0]].bytes, 32 * 2);
+  EXPECT_EQ(t.buffers[emb_grads[1]].bytes, 32 * 2);
+  EXPECT_EQ(t.buffers[emb_grads[1]].pool_stream, 2);   // unshard
   EXPECT_TRUE(frees(*rbwd[1], emb_grads[0]));
+  EXPECT_TRUE(frees(*rbwd[1], head_grads[1]));
   expect_well_formed(p, "fsdp1 cat");
   expect_well_formed(t, "fsdp1 tied");
 }
@@ -1481,6 +1487,51 @@ TEST(LoweringGradients, BlockBackwardLeavesRoomForTheWeightGradientsItMakes) {
   EXPECT_EQ(bwd_tmp(acc, *ops[0]), bm.backward_extra_with_grads - bm.param_grads);
   EXPECT_EQ(alloc_bytes(acc, *ops[1], MemCategory::UnshardedGrads), 0);
   EXPECT_EQ(bwd_tmp(acc, *ops[1]), bm.backward_extra);
+}
+
+// A tied embedding and LM head (models: tied_embeddings), FSDP2 and FSDP1, counted by hand on the tiny llama
+// above (V 32 x h 8 = 256 tied parameters, 512 B of bf16 gradient): the head's backward allocates the final
+// norm's gradient (16 B) and the tied weight's (512 B); the embedding's backward allocates its own gradient of
+// the tied weight (512 B, freed in the op) and their sum (512 B, kept), and frees the head's: PyTorch sums the
+// two out of place (InputBuffer::accumulate) on the consumer node's stream, the compute stream for FSDP2's
+// AccumulateGrad, the unshard stream for FSDP1's view of the flat parameter (PyTorch 2.11: allocator
+// histories of l1b-fsdp2-every2-mb4-tt, l1b-fsdp1-offload-w8-hf). The reduction reads the sum.
+TEST(LoweringGradients, TiedWeightGradientsSummedOutOfPlaceOnTheConsumersStream) {
+  models::ModelSpec m = tiny_spec(2);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  m.tied_embeddings = true;
+  const auto lower_plan = [&](const std::string& extra) {
+    const Plan plan = resolved(R"({"implementation": "hf", "micro_batch": 1, "seq_len": 4)" + extra + "}", 2, 2);
+    return lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
+  };
+  for (const bool fsdp1 : {false, true}) {
+    const StepProgram p = lower_plan(fsdp1 ? R"(, "fsdp_version": 1)" : "");
+    const std::string what = fsdp1 ? "fsdp1" : "fsdp2";
+    expect_well_formed(p, what);
+    std::vector<const Op*> bwd;   // the root's backward ops that make gradients: the head's, then the embedding's
+    for (const Op* o : ops_of(p, OpKind::Backward, 0))
+      if (!allocs_of(p, *o, MemCategory::UnshardedGrads).empty()) bwd.push_back(o);
+    ASSERT_EQ(bwd.size(), 2u) << what;
+    std::vector<Bytes> head;
+    for (int b : allocs_of(p, *bwd[0], MemCategory::UnshardedGrads)) head.push_back(p.buffers[b].bytes);
+    EXPECT_EQ(head, (std::vector<Bytes>{16, 512})) << what;
+    const int head_tied = allocs_of(p, *bwd[0], MemCategory::UnshardedGrads).back();
+    const auto emb = allocs_of(p, *bwd[1], MemCategory::UnshardedGrads);
+    ASSERT_EQ(emb.size(), 2u) << what;
+    const Buffer& dense = p.buffers[emb[0]];
+    const Buffer& sum = p.buffers[emb[1]];
+    EXPECT_EQ(dense.bytes, 512) << what;
+    EXPECT_EQ(sum.bytes, 512) << what;
+    EXPECT_EQ(p.streams[dense.pool_stream].name, "default") << what;
+    EXPECT_EQ(p.streams[sum.pool_stream].name, fsdp1 ? "unshard" : "default") << what;
+    EXPECT_TRUE(frees(*bwd[1], emb[0])) << what;
+    EXPECT_TRUE(frees(*bwd[1], head_tied)) << what;
+    EXPECT_FALSE(frees(*bwd[1], emb[1])) << what;
+    // the sum goes on to the reduction: FSDP2's reduce-scatter copy-in, FSDP1's split-backward cat
+    const auto reader = fsdp1 ? ops_of(p, OpKind::CopyOut, 0) : ops_of(p, OpKind::CopyIn, 0);
+    ASSERT_FALSE(reader.empty()) << what;
+    EXPECT_TRUE(frees(*reader.back(), emb[1])) << what;
+  }
 }
 
 // FSDP1 with CPU offload (reduce dtype fp32): the reduce-scatter output is `_saved_grad_shard` itself (no cast:
