@@ -363,6 +363,44 @@ class FusedFunctions(unittest.TestCase):
         # Its gradients are computed in the forward (Liger's way); gradcheck's finite differences still apply.
         self.assertTrue(torch.autograd.gradcheck(lambda x, w: ops.FusedLinearCrossEntropy.apply(x, w, target), (x, w)))
 
+    def test_fused_linear_cross_entropy_keeps_liger_transients(self):
+        # As Liger's: per chunk only the chunk's logits in the compute dtype (they become its gradient in
+        # place); the fp32 math runs in blocks of ROW_ELEMS elements (2 rows of 13 here), never over a chunk.
+        # Values and gradients as plain autograd's.
+        x = torch.randn(9, 4, dtype=torch.float64, requires_grad=True)
+        w = torch.randn(13, 4, dtype=torch.float64, requires_grad=True)
+        target = torch.tensor([1, 0, ops.IGNORE_INDEX, 12, 3, 3, 5, 7, 8])
+        ref_loss = F.cross_entropy(x @ w.t(), target, ignore_index=ops.IGNORE_INDEX)
+        ref = torch.autograd.grad(ref_loss, (x, w))
+        old_rows = ops.FusedLinearCrossEntropy.ROW_ELEMS
+        ops.FusedLinearCrossEntropy.ROW_ELEMS = 26
+        try:
+            loss = ops.FusedLinearCrossEntropy.apply(x, w, target)
+            got = torch.autograd.grad(loss, (x, w))
+            torch.testing.assert_close(loss, ref_loss)
+            for g, r in zip(got, ref):
+                torch.testing.assert_close(g, r)
+            # In bf16 (the training dtype), no fp32 tensor larger than one row block (2 x 13) is created.
+            try:
+                from torch.utils._python_dispatch import TorchDispatchMode
+            except ImportError:
+                return
+            largest = []
+
+            class Sizes(TorchDispatchMode):
+                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                    out = func(*args, **(kwargs or {}))
+                    for o in out if isinstance(out, (tuple, list)) else (out,):
+                        if isinstance(o, torch.Tensor) and o.dtype == torch.float32:
+                            largest.append(o.numel())
+                    return out
+            xb, wb = x.detach().to(torch.bfloat16), w.detach().to(torch.bfloat16)
+            with Sizes():
+                ops.FusedLinearCrossEntropy.apply(xb, wb, target)
+            self.assertLessEqual(max(largest), 26)
+        finally:
+            ops.FusedLinearCrossEntropy.ROW_ELEMS = old_rows
+
     def test_recipe_losses_agree_on_unshifted_labels(self):
         logits = torch.randn(2, 6, 11, dtype=torch.float64)
         labels = torch.randint(0, 11, (2, 6))

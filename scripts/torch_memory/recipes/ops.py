@@ -155,14 +155,23 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
     LigerFusedLinearCrossEntropyFunction (liger_kernel/ops/fused_linear_cross_entropy.py): the full
     logits never exist; the forward computes the input's and the weight's gradients chunk by chunk and
     saves only those (grad_input [T, h], grad_weight like the weight, in its dtype). Chunk size as
-    Liger's: next_power_of_2(ceil(T / ceil(V / h))) tokens. Transient: each chunk's logits in the
-    compute dtype plus their fp32 copy (Liger's kernel keeps the fp32 math in registers)."""
+    Liger's: next_power_of_2(ceil(T / ceil(V / h))) tokens. Transient, as Liger's: each chunk's logits in
+    the compute dtype, which become the chunk's logit gradient in place (Liger's liger_cross_entropy_kernel
+    computes the log-sum-exp and the gradient row by row in registers and writes the gradient over the
+    logits). Here that math runs in fp32 blocks of ROW_ELEMS elements (whole rows), so no chunk-sized fp32
+    tensor exists: an fp32 copy of the chunk and logsumexp's chunk-sized temporary would add 2 x chunk x V
+    x 4 bytes that Liger does not allocate (the fixtures measured before 2026-11-27 with this function,
+    l1b-fsdp2-w512-fused, gpt2-fsdp2-w8-fused and l3-8b-fsdp2-ac-mb2-s8192-fused, hold them: 2 x 512 x
+    128256 x 4 B = 0.49 GiB at l1b-fsdp2-w512-fused's measured peak, which is this forward)."""
+
+    ROW_ELEMS = 1 << 22        # 16 MiB of fp32 per temporary
 
     @staticmethod
     def forward(ctx, x, weight, target):
         tokens, hidden = x.shape
         vocab = weight.shape[0]
         chunk = _next_power_of_2(-(-tokens // -(-vocab // hidden)))
+        rows = max(1, FusedLinearCrossEntropy.ROW_ELEMS // max(vocab, 1))
         grad_input = torch.zeros_like(x)
         grad_weight = torch.zeros_like(weight) if weight.requires_grad else None
         valid_all = target != IGNORE_INDEX
@@ -170,18 +179,21 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
         loss = torch.zeros((), dtype=torch.promote_types(x.dtype, torch.float32), device=x.device)
         for s in range(0, tokens, chunk):
             xc = x[s:s + chunk]
-            t = target[s:s + chunk]
-            valid = valid_all[s:s + chunk]
-            logits = xc @ weight.t()
-            lf = _acc(logits)
-            lse = torch.logsumexp(lf, dim=-1)
-            picked = lf.gather(1, t.clamp(min=0).unsqueeze(1)).squeeze(1)
-            loss += ((lse - picked) * valid).sum()
-            lf.sub_(lse.unsqueeze(1)).exp_()
-            lf.scatter_add_(1, t.clamp(min=0).unsqueeze(1), -valid.unsqueeze(1).to(lf.dtype))
-            lf.mul_(valid.unsqueeze(1)).div_(count)
-            logits.copy_(lf)
-            del lf
+            logits = xc @ weight.t()                       # chunk x V in the compute dtype (Liger's logits_chunk)
+            for r in range(0, logits.shape[0], rows):
+                e = min(r + rows, logits.shape[0])
+                t = target[s + r:s + e]
+                valid = valid_all[s + r:s + e]
+                lr = logits[r:e]
+                lf = _acc(lr)
+                lse = torch.logsumexp(lf, dim=-1)
+                picked = lf.gather(1, t.clamp(min=0).unsqueeze(1)).squeeze(1)
+                loss += ((lse - picked) * valid).sum()
+                lf.sub_(lse.unsqueeze(1)).exp_()
+                lf.scatter_add_(1, t.clamp(min=0).unsqueeze(1), -valid.unsqueeze(1).to(lf.dtype))
+                lf.mul_(valid.unsqueeze(1)).div_(count)
+                lr.copy_(lf)                               # the gradient over the logits, in place
+                del lf
             grad_input[s:s + chunk] = logits @ weight
             if grad_weight is not None:
                 grad_weight.addmm_(logits.t(), xc)
