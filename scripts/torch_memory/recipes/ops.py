@@ -160,7 +160,7 @@ class FusedLinearCrossEntropy(torch.autograd.Function):
     computes the log-sum-exp and the gradient row by row in registers and writes the gradient over the
     logits). Here that math runs in fp32 blocks of ROW_ELEMS elements (whole rows), so no chunk-sized fp32
     tensor exists: an fp32 copy of the chunk and logsumexp's chunk-sized temporary would add 2 x chunk x V
-    x 4 bytes that Liger does not allocate (the fixtures measured before 2026-11-27 with this function,
+    x 4 bytes that Liger does not allocate (the fixtures measured before 2026-11-26 with this function,
     l1b-fsdp2-w512-fused, gpt2-fsdp2-w8-fused and l3-8b-fsdp2-ac-mb2-s8192-fused, hold them: 2 x 512 x
     128256 x 4 B = 0.49 GiB at l1b-fsdp2-w512-fused's measured peak, which is this forward)."""
 
