@@ -20,16 +20,9 @@ done
 sha=${FSDPSIM_GIT_SHA:-unknown}
 ref=$here/scripts/torch_memory_reference.py
 cases=$(python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); print(",".join(c["name"] for c in (m["cases"] if isinstance(m,dict) else m) if "fsdp1" in c["name"]))' "$here/scripts/torch_memory_matrix.json")
-{
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "fsdpsim git sha: $sha"
-  echo "command: scripts/device-fsdp1-passes.sh --missing '$missing' --budget $budget"
-  echo "fsdp1 cases: $cases"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
-  python3 -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])' 2>&1
-  echo "cpus: $(nproc)"
-} > "$out/device.txt"
-cat "$out/device.txt"
+. "$here/scripts/device_context.sh"
+write_device_context "$out/device.txt" "$sha" "scripts/device-fsdp1-passes.sh --missing '$missing' --budget $budget" \
+  "fsdp1 cases: $cases"
 stage=$(mktemp -d /tmp/fsdp1-passes-XXXXXX)
 pass() {  # name, fixture folder, extra args...
   local name=$1 dir=$2; shift 2

@@ -39,15 +39,8 @@ export FSDPSIM_GIT_SHA=${FSDPSIM_GIT_SHA:-unknown}
 fixtures=$here/tests/fixtures/torch_memory
 stage=$(mktemp -d /tmp/device-reference-XXXXXX)
 t0=$(date +%s)
-{
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "fsdpsim git sha: $FSDPSIM_GIT_SHA"
-  echo "command: $command"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
-  python3 -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])' 2>&1
-  echo "cpus: $(nproc)"
-} > "$out/device.txt"
-cat "$out/device.txt"
+. "$here/scripts/device_context.sh"
+write_device_context "$out/device.txt" "$FSDPSIM_GIT_SHA" "$command"
 [[ $remeasure == 1 ]] && find "$fixtures" -maxdepth 1 -name '*.json' ! -name schema.json -delete
 
 # phase N: run-matrix over the cases given (all when none), then pack the fixtures it wrote and its logs.

@@ -21,15 +21,8 @@ done
 sha=${FSDPSIM_GIT_SHA:-unknown}
 ref=$here/scripts/torch_memory_reference.py
 fixtures=$here/tests/fixtures/torch_memory
-{
-  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "fsdpsim git sha: $sha"
-  echo "command: scripts/device-traces.sh $cases${refix:+ --fixtures $refix} --budget $budget"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
-  python3 -c 'import torch, sys; print("torch", torch.__version__, "cuda", torch.version.cuda, "python", sys.version.split()[0])' 2>&1
-  echo "cpus: $(nproc)"
-} > "$out/device.txt"
-cat "$out/device.txt"
+. "$here/scripts/device_context.sh"
+write_device_context "$out/device.txt" "$sha" "scripts/device-traces.sh $cases${refix:+ --fixtures $refix} --budget $budget"
 stage=$(mktemp -d /tmp/device-traces-XXXXXX)
 mkdir -p "$stage/alloc-traces" "$stage/runs" "$stage/logs"
 if [[ -n $refix ]]; then

@@ -45,6 +45,26 @@ const Metric& metric(const Comparison& c, const std::string& name) {
   throw std::runtime_error("no metric " + name);
 }
 
+// A malformed fixture: the field its InputError must name, and how a good fixture is spoiled.
+struct SpoilCase {
+  std::string field;
+  void (*spoil)(Json&);
+};
+
+// Every spoiled copy of `good` is refused with an InputError naming the file and that field.
+void expect_each_spoil_names_its_field(const Json& good, const std::vector<SpoilCase>& cases) {
+  for (const auto& c : cases) {
+    Json j = good;
+    c.spoil(j);
+    try {
+      parse_torch_memory_fixture(j, "spoiled.json");
+      ADD_FAILURE() << "accepted a fixture with a bad " << c.field;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), "spoiled.json: " + c.field) << e.what();
+    }
+  }
+}
+
 TEST(TorchMemoryFixtures, MeasuredFixturesMatchTheSimulator) {
   std::vector<std::pair<TorchMemoryFixture, Comparison>> rows;
   std::vector<std::string> pending;
@@ -204,11 +224,7 @@ TEST(TorchMemoryFixtureReader, MalformedRepeatsNameTheField) {
   good["repeats"] = Json::array({{{"date", "d"}, {"command", "c"}, {"gpu", "g"}, {"torch", "t"},
                                   {"conditions", "alone on the GPU, no history"}, {"peaks", good["peaks"]}}});
   EXPECT_NO_THROW(parse_torch_memory_fixture(good, "spoiled.json"));
-  struct Case {
-    std::string field;
-    void (*spoil)(Json&);
-  };
-  const std::vector<Case> cases = {
+  const std::vector<SpoilCase> cases = {
       {"repeats", [](Json& j) { j["repeats"] = Json::array(); }},
       {"repeats[0].conditions", [](Json& j) { j["repeats"][0]["conditions"] = "short"; }},
       {"repeats[0].peaks", [](Json& j) { j["repeats"][0].erase("peaks"); }},
@@ -216,16 +232,7 @@ TEST(TorchMemoryFixtureReader, MalformedRepeatsNameTheField) {
        [](Json& j) { j["repeats"][0]["peaks"]["steady_state"]["reserved_bytes"] = -5; }},
       {"repeats", [](Json& j) { j["outcome"] = "oom"; j["oom"] = {{"phase", "forward"}}; }},
   };
-  for (const auto& c : cases) {
-    Json j = good;
-    c.spoil(j);
-    try {
-      parse_torch_memory_fixture(j, "spoiled.json");
-      ADD_FAILURE() << "accepted a fixture with a bad " << c.field;
-    } catch (const InputError& e) {
-      EXPECT_EQ(e.field(), "spoiled.json: " + c.field) << e.what();
-    }
-  }
+  expect_each_spoil_names_its_field(good, cases);
 }
 
 // The first step (torch.optim creates its state in it) is compared like the steady state, once the result
@@ -256,11 +263,7 @@ TEST(TorchMemoryFixtureReader, FirstStepPeaksAreComparedWhenTheResultHasThem) {
 // Every malformed fixture is an InputError naming the file and the field.
 TEST(TorchMemoryFixtureReader, MalformedFixturesNameTheFileAndTheField) {
   const Json good = synthetic("synthetic-miss.json");
-  struct Case {
-    std::string field;
-    void (*spoil)(Json&);
-  };
-  const std::vector<Case> cases = {
+  const std::vector<SpoilCase> cases = {
       {"schema", [](Json& j) { j["schema"] = "other/1"; }},
       {"outcome", [](Json& j) { j.erase("outcome"); }},
       {"synthetic_reason", [](Json& j) { j.erase("synthetic_reason"); }},
@@ -277,16 +280,7 @@ TEST(TorchMemoryFixtureReader, MalformedFixturesNameTheFileAndTheField) {
       {"known_miss.metrics", [](Json& j) { j["known_miss"] = {{"reason", "a long enough reason"}, {"metrics", {"speed"}}}; }},
       {"oom", [](Json& j) { j["outcome"] = "oom"; }},
   };
-  for (const auto& c : cases) {
-    Json j = good;
-    c.spoil(j);
-    try {
-      parse_torch_memory_fixture(j, "spoiled.json");
-      ADD_FAILURE() << "accepted a fixture with a bad " << c.field;
-    } catch (const InputError& e) {
-      EXPECT_EQ(e.field(), "spoiled.json: " + c.field) << e.what();
-    }
-  }
+  expect_each_spoil_names_its_field(good, cases);
 }
 
 TEST(TorchMemoryFixtureReader, APlanKeyTheSimulatorDoesNotKnowYetIsPendingNotAnError) {
