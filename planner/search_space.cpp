@@ -372,7 +372,9 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
         p.limit_all_gathers = false;                             // FSDP2 has no rate limiter
         std::vector<int> rafs = {sim::raf::kTrue};
         if (s > 1) rafs.push_back(sim::raf::kFalse);
-        if (s > gpus_per_node && s % gpus_per_node == 0) rafs.push_back(sim::raf::group(gpus_per_node));
+        // hpZ: reshard to the node after forward; not with one GPU per node (a group of 1 is no group size).
+        if (gpus_per_node > 1 && s > gpus_per_node && s % gpus_per_node == 0)
+          rafs.push_back(sim::raf::group(gpus_per_node));
         for (int k : rafs_int)
           if (k > 1 && k < s && s % k == 0 && std::find(rafs.begin(), rafs.end(), k) == rafs.end()) rafs.push_back(k);
         for (int raf : rafs) {

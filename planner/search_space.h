@@ -13,7 +13,8 @@
 //                           (BACKWARD_POST; forward_prefetch=True; limit_all_gathers=False). Fixing
 //                           or excluding any of the three keys searches their full product instead.
 //   FSDP2 reshard_after_forward  true, false, and the int GPUs-per-node when the shard group spans
-//                           nodes (ZeRO++ hpZ, semantics F2.4/F2.12); prefetch_depth 1 and 2.
+//                           nodes of more than one GPU (ZeRO++ hpZ, semantics F2.4/F2.12); prefetch_depth
+//                           1 and 2.
 //   activation_checkpointing none, full, every_2, selective_op (FSDP(AC(block)), semantics A1/A3)
 //   micro_batch x grad_accum every divisor split of the per-GPU batch (global batch / GPUs)
 //   grad_sync               false (no_sync until the last micro-batch) and true, when grad_accum > 1
