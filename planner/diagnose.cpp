@@ -290,9 +290,9 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
     auto change = [r, gpn](sim::Plan& q) {
       q.mesh_replicate = r;
       q.mesh_shard = gpn;
-      if (sim::raf::is_group(q.reshard_after_forward)) q.reshard_after_forward = sim::raf::kTrue;
+      if (q.reshard_after_forward.is_group()) q.reshard_after_forward = sim::ReshardAfterForward::yes();
       const bool zero2 = q.fsdp_version == sim::FsdpVersion::FSDP1 ? q.sharding_strategy == sim::ShardingStrategy::SHARD_GRAD_OP
-                                                                   : sim::raf::keeps(q.reshard_after_forward);
+                                                                   : q.reshard_after_forward.keeps();
       q.sharding_strategy = zero2 ? sim::ShardingStrategy::_HYBRID_SHARD_ZERO2 : sim::ShardingStrategy::HYBRID_SHARD;
     };
     try_fix(f, change);
@@ -314,7 +314,7 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
       q.mesh_replicate = 1;
       q.mesh_shard = world;
       q.sharding_strategy = sim::ShardingStrategy::FULL_SHARD;
-      q.reshard_after_forward = sim::raf::kTrue;
+      q.reshard_after_forward = sim::ReshardAfterForward::yes();
     };
     try_fix(f, change);
     if (d.fits_with_margin) {
@@ -338,7 +338,7 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
       q.mesh_replicate = world;
       q.mesh_shard = 1;
       q.sharding_strategy = sim::ShardingStrategy::NO_SHARD;
-      q.reshard_after_forward = sim::raf::kTrue;
+      q.reshard_after_forward = sim::ReshardAfterForward::yes();
     };
     try_fix(f, change);
     if (f.simulated && f.fixed_fits_with_margin && f.fixed_result.tokens_per_s_per_gpu > base.tokens_per_s_per_gpu * 1.03) {

@@ -41,8 +41,8 @@ Export export_accelerate(const ExportInput& in) {
   if (m == AcMode::EveryK || m == AcMode::SelectiveOp)
     e.unsupported.push_back("activation_checkpointing=" + sim::checkpointing_text(p.activation_checkpointing) +
                             ": fsdp_activation_checkpointing is on/off for every wrapped block; emitted as true (full)");
-  if (!v1 && sim::raf::is_group(p.reshard_after_forward))
-    e.unsupported.push_back("reshard_after_forward=" + std::to_string(p.reshard_after_forward) +
+  if (!v1 && p.reshard_after_forward.is_group())
+    e.unsupported.push_back("reshard_after_forward=" + p.reshard_after_forward.text() +
                             ": fsdp_reshard_after_forward is true/false under FSDP2; emitted as true");
   if (!v1 && p.prefetch_depth > 1)
     e.unsupported.push_back("prefetch_depth=" + std::to_string(p.prefetch_depth) +
@@ -99,7 +99,7 @@ Export export_accelerate(const ExportInput& in) {
     if (st == "_HYBRID_SHARD_ZERO2") st = "HYBRID_SHARD_ZERO2";
     os << key("sharding_strategy") << st << "\n";
   } else {
-    os << key("reshard_after_forward") << yaml_bool(!sim::raf::keeps(p.reshard_after_forward)) << "\n";
+    os << key("reshard_after_forward") << yaml_bool(!p.reshard_after_forward.keeps()) << "\n";
   }
   switch (p.auto_wrap_policy.kind) {
     case models::WrapPolicy::Kind::TransformerBlock:

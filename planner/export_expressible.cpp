@@ -18,7 +18,7 @@ struct Translator {
     if (p.fsdp_version == sim::FsdpVersion::FSDP2) return;
     const ShardingStrategy s = p.sharding_strategy;
     p.fsdp_version = sim::FsdpVersion::FSDP2;
-    p.reshard_after_forward = sim::raf::of_strategy(s);
+    p.reshard_after_forward = sim::ReshardAfterForward::of_strategy(s);
     p.backward_prefetch = sim::BackwardPrefetch::BACKWARD_PRE;
     p.forward_prefetch = false;
     p.limit_all_gathers = false;
@@ -48,9 +48,9 @@ struct Translator {
     note(std::string("grad_sync ") + (v ? "false -> true" : "true -> false") + ": " + why);
   }
   void reshard_bool(const std::string& why) {
-    if (p.fsdp_version != sim::FsdpVersion::FSDP2 || !sim::raf::is_group(p.reshard_after_forward)) return;
-    note("reshard_after_forward " + std::to_string(p.reshard_after_forward) + " -> true: " + why);
-    p.reshard_after_forward = sim::raf::kTrue;
+    if (p.fsdp_version != sim::FsdpVersion::FSDP2 || !p.reshard_after_forward.is_group()) return;
+    note("reshard_after_forward " + p.reshard_after_forward.text() + " -> true: " + why);
+    p.reshard_after_forward = sim::ReshardAfterForward::yes();
   }
   void depth_one(const std::string& why) {
     if (p.fsdp_version != sim::FsdpVersion::FSDP2 || p.prefetch_depth <= 1) return;
@@ -78,10 +78,10 @@ Expressed express_plan(const std::string& fw, const sim::Plan& in, const calibra
     if (p.fsdp_version == sim::FsdpVersion::FSDP2 && p.mesh_replicate > 1 && p.mesh_shard > 1) {
       // ModelParallelStrategy has no replicate dimension (Lightning-AI/pytorch-lightning#21059): the same
       // layout in FSDPStrategy, HYBRID_SHARD with device_mesh.
-      const bool zero2 = sim::raf::keeps(p.reshard_after_forward);
+      const bool zero2 = p.reshard_after_forward.keeps();
       p.fsdp_version = sim::FsdpVersion::FSDP1;
       p.sharding_strategy = zero2 ? ShardingStrategy::_HYBRID_SHARD_ZERO2 : ShardingStrategy::HYBRID_SHARD;
-      p.reshard_after_forward = sim::raf::of(!zero2);
+      p.reshard_after_forward = sim::ReshardAfterForward::of(!zero2);
       p.limit_all_gathers = true;
       p.prefetch_depth = 1;
       t.note("fsdp_version 2 -> 1 (" + sim::strategy_name(p.sharding_strategy) +
@@ -159,7 +159,7 @@ Expressed express_plan(const std::string& fw, const sim::Plan& in, const calibra
     }
     // Reshard "default" keeps the last block; "always" reshards every block: another override is not expressible.
     bool last_only = p.module_overrides.size() == 1 && p.module_overrides[0].module == "last_block" &&
-                     sim::raf::keeps(p.module_overrides[0].reshard_after_forward);
+                     p.module_overrides[0].reshard_after_forward.keeps();
     if (!p.module_overrides.empty() && !last_only) t.no_overrides("torchtitan overrides only the last block (reshard \"default\")");
     if (p.lora.on()) {
       p.lora = sim::LoraPlan{};

@@ -41,12 +41,12 @@ std::string reshard_overrides_code(const sim::Plan& p, const models::ModelSpec& 
   if (p.module_overrides.empty()) return "";
   std::string d = "{";
   for (const auto& o : p.module_overrides) {
-    if (o.reshard_after_forward == sim::raf::kUnset) continue;
+    if (o.reshard_after_forward.is_unset()) continue;
     std::string idx;
     if (o.module == "last_block") idx = std::to_string(m.n_layers - 1);
     else if (auto dot = o.module.rfind('.'); dot != std::string::npos) idx = o.module.substr(dot + 1);
     if (idx.empty() || idx.find_first_not_of("0123456789") != std::string::npos) continue;
-    d += (d.size() > 1 ? ", " : "") + idx + ": " + (sim::raf::keeps(o.reshard_after_forward) ? "False" : "True");
+    d += (d.size() > 1 ? ", " : "") + idx + ": " + (o.reshard_after_forward.keeps() ? "False" : "True");
   }
   return d.size() > 1 ? d + "}" : "";
 }
@@ -84,7 +84,7 @@ std::string fsdp2_sharding_code(const ExportInput& in, const std::string& ind, c
     unsupported.push_back("cpu_offload.optimizer only: FSDP2's CPUOffloadPolicy offloads params, grads and optimizer together");
 
   const auto& ac = p.activation_checkpointing;
-  std::string raf = sim::raf::text(p.reshard_after_forward);
+  std::string raf = p.reshard_after_forward.text();
   if (p.fsdp_version == sim::FsdpVersion::FSDP1) {
     auto s = p.sharding_strategy;
     raf = (s == sim::ShardingStrategy::FULL_SHARD || s == sim::ShardingStrategy::HYBRID_SHARD) ? "true" : "false";

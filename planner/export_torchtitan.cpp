@@ -38,12 +38,12 @@ Export export_torchtitan(const ExportInput& in) {
   // "default": every block resharded after forward except the last (module_overrides last_block false);
   // "always": every block; "never": none.
   const bool last_kept = p.module_overrides.size() == 1 && p.module_overrides[0].module == "last_block" &&
-                         sim::raf::keeps(p.module_overrides[0].reshard_after_forward);
+                         p.module_overrides[0].reshard_after_forward.keeps();
   std::string raf = last_kept ? "default" : "always";
   if (p.fsdp_version == sim::FsdpVersion::FSDP2) {
-    if (sim::raf::keeps(p.reshard_after_forward)) raf = "never";
-    if (sim::raf::is_group(p.reshard_after_forward))
-      e.unsupported.push_back("reshard_after_forward=" + std::to_string(p.reshard_after_forward) +
+    if (p.reshard_after_forward.keeps()) raf = "never";
+    if (p.reshard_after_forward.is_group())
+      e.unsupported.push_back("reshard_after_forward=" + p.reshard_after_forward.text() +
                               ": fsdp_reshard_after_forward is default/always/never; emitted as \"default\"");
     if (p.prefetch_depth > 1)
       e.unsupported.push_back("prefetch_depth=" + std::to_string(p.prefetch_depth) + ": no torchtitan key (default 1-ahead prefetch)");

@@ -101,8 +101,8 @@ FitAnswer fit_plan(const models::ModelSpec& model, const calibrate::HardwareProf
       add("micro_batch " + std::to_string(mb) + " with grad_accum " + std::to_string(ga) + " (the same sequences per step)",
           [mb, ga](sim::Plan& q) { q.micro_batch = mb; q.grad_accum = ga; });
     }
-  if (p.mesh_shard > 1 && p.reshard_after_forward != sim::raf::kTrue && p.fsdp_version == sim::FsdpVersion::FSDP2)
-    add("reshard_after_forward true", [](sim::Plan& q) { q.reshard_after_forward = sim::raf::kTrue; });
+  if (p.mesh_shard > 1 && p.reshard_after_forward != sim::ReshardAfterForward::yes() && p.fsdp_version == sim::FsdpVersion::FSDP2)
+    add("reshard_after_forward true", [](sim::Plan& q) { q.reshard_after_forward = sim::ReshardAfterForward::yes(); });
   if (p.fsdp_version == sim::FsdpVersion::FSDP1 && (p.sharding_strategy == sim::ShardingStrategy::SHARD_GRAD_OP ||
                                                     p.sharding_strategy == sim::ShardingStrategy::_HYBRID_SHARD_ZERO2))
     add(std::string("sharding_strategy ") + (p.mesh_replicate > 1 ? "HYBRID_SHARD" : "FULL_SHARD"), [](sim::Plan& q) {
@@ -126,12 +126,12 @@ FitAnswer fit_plan(const models::ModelSpec& model, const calibrate::HardwareProf
       q.mesh_shard = cl.world();
       q.sharding_strategy = q.sharding_strategy == sim::ShardingStrategy::_HYBRID_SHARD_ZERO2 ? sim::ShardingStrategy::SHARD_GRAD_OP
                                                                                              : sim::ShardingStrategy::FULL_SHARD;
-      if (sim::raf::is_group(q.reshard_after_forward)) q.reshard_after_forward = sim::raf::kTrue;
+      if (q.reshard_after_forward.is_group()) q.reshard_after_forward = sim::ReshardAfterForward::yes();
     });
   if (p.fsdp_version == sim::FsdpVersion::FSDP1)
     add("fsdp_version 2", [](sim::Plan& q) {
       q.fsdp_version = sim::FsdpVersion::FSDP2;
-      q.reshard_after_forward = sim::raf::of_strategy(q.sharding_strategy);
+      q.reshard_after_forward = sim::ReshardAfterForward::of_strategy(q.sharding_strategy);
       q.limit_all_gathers = false;
     });
   for (auto& [what, q] : cand) {

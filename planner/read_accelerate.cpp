@@ -141,7 +141,7 @@ void read_accelerate(const YAML::Node& root, const models::ModelSpec& model, Use
     std::string l = lower(v);
     if (version == 2 || l == "true" || l == "false") {
       bool r = as_bool(key, v);
-      p.reshard_after_forward = sim::raf::of(r);
+      p.reshard_after_forward = sim::ReshardAfterForward::of(r);
       if (version == 1) p.sharding_strategy = r ? sim::ShardingStrategy::FULL_SHARD : sim::ShardingStrategy::SHARD_GRAD_OP;
     } else {
       read_strategy(key, v, p);  // the wizard writes the FSDP1 strategy under this key

@@ -192,13 +192,13 @@ void read_torchtitan(const std::string& text, const std::string& source, const m
   p.mesh_replicate = static_cast<int>(replicate);
   p.mesh_shard = static_cast<int>(shard);  // -1 resolved against the cluster by the caller
   std::string raf = t.get_str(titan("reshard_after_forward"), "default");
-  if (raf == "always") p.reshard_after_forward = sim::raf::kTrue;
-  else if (raf == "never") p.reshard_after_forward = sim::raf::kFalse;
+  if (raf == "always") p.reshard_after_forward = sim::ReshardAfterForward::yes();
+  else if (raf == "never") p.reshard_after_forward = sim::ReshardAfterForward::no();
   else if (raf == "default") {
     // "default" without pipeline parallelism: blocks resharded after forward, the last one not
     // (torchtitan's parallelize.py: the FSDP group used first in backward is not resharded).
-    p.reshard_after_forward = sim::raf::kTrue;
-    p.module_overrides = {sim::ModuleOverride{"last_block", sim::raf::kFalse}};
+    p.reshard_after_forward = sim::ReshardAfterForward::yes();
+    p.module_overrides = {sim::ModuleOverride{"last_block", sim::ReshardAfterForward::no()}};
   } else {
     throw InputError(titan("reshard_after_forward"), raf, "default, always or never");
   }

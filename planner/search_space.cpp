@@ -221,7 +221,7 @@ std::vector<std::pair<int, int>> valid_meshes(int nodes, int gpus_per_node) {
 std::string family_of(const Plan& p, int gpus_per_node) {
   // NO_SHARD is how FSDP spells DDP: the family is named for what users know it as.
   std::string f = effective_strategy(p) == ShardingStrategy::NO_SHARD ? "DDP (NO_SHARD)" : sim::strategy_name(effective_strategy(p));
-  if (p.fsdp_version == FsdpVersion::FSDP2 && sim::raf::is_group(p.reshard_after_forward)) f += " (hpZ)";
+  if (p.fsdp_version == FsdpVersion::FSDP2 && p.reshard_after_forward.is_group()) f += " (hpZ)";
   if (p.mesh_shard > gpus_per_node) f += " across nodes";
   if (p.cpu_offload.params) f += " + CPU offload";
   return f;
@@ -232,7 +232,7 @@ std::string label_of(const Plan& p) {
   std::ostringstream os;
   os << (v1 ? "FSDP1 " : "FSDP2 ") << sim::strategy_name(effective_strategy(p)) << " mesh(" << p.mesh_replicate << ","
      << p.mesh_shard << ")";
-  if (!v1 && p.mesh_shard > 1) os << " rAF=" << sim::raf::text(p.reshard_after_forward);
+  if (!v1 && p.mesh_shard > 1) os << " rAF=" << p.reshard_after_forward.text();
   if (!v1 && p.prefetch_depth != 1) os << " prefetch=" << p.prefetch_depth;
   if (v1 && p.mesh_shard > 1) {
     if (p.backward_prefetch != BackwardPrefetch::BACKWARD_PRE) os << " " << sim::prefetch_name(p.backward_prefetch);
@@ -290,9 +290,10 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
       throw InputError("--fix grad_accum", f->text, "micro_batch x grad_accum must equal the per-GPU batch of " + std::to_string(per_gpu));
     mbs = keep;
   }
-  std::vector<int> rafs_int;   // FSDP2 int reshard_after_forward values beyond the default
+  std::vector<int> rafs_int;   // FSDP2 reshard_after_forward group sizes beyond the default
   if (auto* f = find_fixed(o, "reshard_after_forward"))
-    if (int k = sim::parse_reshard_text("--fix reshard_after_forward", f->value); sim::raf::is_group(k)) rafs_int.push_back(k);
+    if (const int k = sim::parse_reshard_text("--fix reshard_after_forward", f->value).group_size(); k > 0)
+      rafs_int.push_back(k);
   std::vector<int> depths = {1, 2};
   if (auto* f = find_fixed(o, "prefetch_depth")) depths = {std::stoi(f->value)};
 
@@ -351,7 +352,7 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
         else strategies = {ShardingStrategy::HYBRID_SHARD, ShardingStrategy::_HYBRID_SHARD_ZERO2};
         for (auto st : strategies) {
           p.sharding_strategy = st;
-          p.reshard_after_forward = sim::raf::of_strategy(st);
+          p.reshard_after_forward = sim::ReshardAfterForward::of_strategy(st);
           if (st == ShardingStrategy::NO_SHARD) {  // no all-gathers: prefetch knobs do not apply
             p.backward_prefetch = BackwardPrefetch::BACKWARD_PRE;
             p.forward_prefetch = false;
@@ -370,14 +371,15 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
         p.backward_prefetch = BackwardPrefetch::BACKWARD_PRE;  // FSDP2's default behaviour (F2.7)
         p.forward_prefetch = false;
         p.limit_all_gathers = false;                             // FSDP2 has no rate limiter
-        std::vector<int> rafs = {sim::raf::kTrue};
-        if (s > 1) rafs.push_back(sim::raf::kFalse);
+        using Raf = sim::ReshardAfterForward;
+        std::vector<Raf> rafs = {Raf::yes()};
+        if (s > 1) rafs.push_back(Raf::no());
         // hpZ: reshard to the node after forward; not with one GPU per node (a group of 1 is no group size).
-        if (gpus_per_node > 1 && s > gpus_per_node && s % gpus_per_node == 0)
-          rafs.push_back(sim::raf::group(gpus_per_node));
+        if (gpus_per_node > 1 && s > gpus_per_node && s % gpus_per_node == 0) rafs.push_back(Raf::group(gpus_per_node));
         for (int k : rafs_int)
-          if (k > 1 && k < s && s % k == 0 && std::find(rafs.begin(), rafs.end(), k) == rafs.end()) rafs.push_back(k);
-        for (int raf : rafs) {
+          if (k > 1 && k < s && s % k == 0 && std::find(rafs.begin(), rafs.end(), Raf::group(k)) == rafs.end())
+            rafs.push_back(Raf::group(k));
+        for (Raf raf : rafs) {
           p.reshard_after_forward = raf;
           p.sharding_strategy = effective_strategy(p);
           for (int d : (s > 1 ? depths : std::vector<int>{depths.front()})) {

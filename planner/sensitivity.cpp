@@ -35,8 +35,9 @@ void set_strategy(sim::Plan& q, ShardingStrategy fsdp1_strategy, int replicate, 
   q.mesh_replicate = replicate;
   q.mesh_shard = shard;
   q.sharding_strategy = fsdp1_strategy;   // FSDP2 plans carry their derived strategy too; resolve_plan checks it
-  if (q.fsdp_version == sim::FsdpVersion::FSDP2 && sim::raf::is_group(q.reshard_after_forward) && (q.reshard_after_forward >= shard || shard % q.reshard_after_forward != 0))
-    q.reshard_after_forward = sim::raf::kTrue;
+  const int k = q.reshard_after_forward.group_size();   // 0: not a group
+  if (q.fsdp_version == sim::FsdpVersion::FSDP2 && k > 0 && (k >= shard || shard % k != 0))
+    q.reshard_after_forward = sim::ReshardAfterForward::yes();
 }
 
 std::vector<Change> changes_of(const sim::Plan& p, const calibrate::Cluster& cl) {
@@ -69,8 +70,8 @@ std::vector<Change> changes_of(const sim::Plan& p, const calibrate::Cluster& cl)
                                                        : (zero2 ? ShardingStrategy::FULL_SHARD : ShardingStrategy::SHARD_GRAD_OP);
           });
     else
-      add("reshard_after_forward", p.reshard_after_forward == 0 ? "reshard_after_forward true" : "reshard_after_forward false",
-          [&](sim::Plan& q) { q.reshard_after_forward = sim::raf::of(sim::raf::keeps(p.reshard_after_forward)); });
+      add("reshard_after_forward", p.reshard_after_forward.keeps() ? "reshard_after_forward true" : "reshard_after_forward false",
+          [&](sim::Plan& q) { q.reshard_after_forward = sim::ReshardAfterForward::of(p.reshard_after_forward.keeps()); });
   }
   // Prefetching.
   if (v1 && p.mesh_shard > 1) {
@@ -120,12 +121,12 @@ std::vector<Change> changes_of(const sim::Plan& p, const calibrate::Cluster& cl)
   if (v1)
     add("fsdp_version", "FSDP2 (fully_shard)", [&](sim::Plan& q) {
       q.fsdp_version = sim::FsdpVersion::FSDP2;
-      q.reshard_after_forward = sim::raf::of(!zero2);
+      q.reshard_after_forward = sim::ReshardAfterForward::of(!zero2);
       q.limit_all_gathers = false;
       q.forward_prefetch = false;
       q.backward_prefetch = sim::BackwardPrefetch::BACKWARD_PRE;
     });
-  else if (!sim::raf::is_group(p.reshard_after_forward) && !p.fp8_all_gather)
+  else if (!p.reshard_after_forward.is_group() && !p.fp8_all_gather)
     add("fsdp_version", "FSDP1 (FullyShardedDataParallel)", [&](sim::Plan& q) {
       q.fsdp_version = sim::FsdpVersion::FSDP1;
       q.sharding_strategy = st;

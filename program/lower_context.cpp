@@ -665,9 +665,9 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   if (c.block_flows.empty()) c.block_flows.push_back(models::GradFlow{});
   // ---- reshard_after_forward per unit: the plan's, None for the root, then plan.module_overrides ----
   c.reshard_after_forward.assign(U, plan.reshard_after_forward);
-  c.reshard_after_forward[0] = kRootNone;
+  c.reshard_after_forward[0] = ReshardAfterForward::unset();
   for (const ModuleOverride& o : plan.module_overrides) {
-    if (o.reshard_after_forward == -2) continue;
+    if (o.reshard_after_forward.is_unset()) continue;
     const int u = unit_by_name(graph, o.module, model.n_layers);
     if (u < 0) {
       std::string names;
@@ -837,7 +837,7 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.shard_group = {c.N, nodes_of(0, 1, c.N, gpn)};
   c.replicate_group = {c.R, nodes_of(0, c.N, c.R, gpn)};
   c.world_group = {c.W, nodes_of(0, 1, c.W, gpn)};
-  int k = plan.reshard_after_forward > 1 ? plan.reshard_after_forward : c.N;
+  const int k = plan.reshard_after_forward.is_group() ? plan.reshard_after_forward.group_size() : c.N;
   c.post_forward_group = {k, nodes_of(0, 1, k, gpn)};
 }
 

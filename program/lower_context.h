@@ -212,9 +212,6 @@ struct UnitsBySegment {
   }
 };
 
-// Context::reshard_after_forward of a unit nothing set: FSDP2's root (reshard_after_forward=None).
-constexpr int kRootNone = -2;
-
 // Everything about the lowering that does not depend on the op sequence; computed once.
 struct Context {
   const models::ModelSpec* model = nullptr;
@@ -231,10 +228,10 @@ struct Context {
   int micro_batches = 1;
   std::vector<UnitSizes> sizes;     // per unit
   std::vector<std::vector<std::int64_t>> state_tensors;   // per unit: optimizer_state_tensors
-  // Per unit: reshard_after_forward as Plan::reshard_after_forward encodes it (-1 true, 0 false, k > 1 to
-  // k ranks), after plan.module_overrides; the root's is kRootNone unless an override names it (FSDP2's
-  // fully_shard leaves the root unsharded after forward: its backward starts right away, F2.6).
-  std::vector<int> reshard_after_forward;
+  // Per unit: the plan's reshard_after_forward after plan.module_overrides; the root's is unset (None)
+  // unless an override names it (FSDP2's fully_shard leaves the root unsharded after forward: its backward
+  // starts right away, F2.6).
+  std::vector<ReshardAfterForward> reshard_after_forward;
   std::vector<Segment> segments;
   std::vector<int> first_seg, last_seg;      // per unit (root: whole forward)
   std::vector<int> forward_order;            // units in pre-forward order (root first)

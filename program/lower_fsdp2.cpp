@@ -45,7 +45,7 @@ class ParamGroupLowering final : public LoweringWalk {
   }
 
   void notes_before_step() override {
-    if (plan_.reshard_after_forward != 0 && c_.reshard_after_forward[0] == kRootNone)
+    if (!plan_.reshard_after_forward.keeps() && c_.reshard_after_forward[0].is_unset())
       p_.notes.push_back("FSDP2 root group: not resharded after forward (reshard_after_forward=None default for "
                          "the root, F2.6)");
     if (!c_.sharded)
@@ -235,11 +235,11 @@ class ParamGroupLowering final : public LoweringWalk {
     GroupState& g = st_[u];
     if (g.state != ParamState::Unsharded) return;
     const UnitSizes& s = c_.sizes[u];
-    const int k = c_.reshard_after_forward[u];
-    if (c_.sharded && phase == Phase::Forward && k > 1 && s.params > 0) {
+    const ReshardAfterForward raf = c_.reshard_after_forward[u];
+    if (c_.sharded && phase == Phase::Forward && raf.is_group() && s.params > 0) {
       // to_sharded_post_forward clones this rank's 1/k slice (of the AG output) and keeps it for backward.
       Op& cl = b_.op(OpKind::CopyOut, compute_, u, mb_, "clone");
-      std::int64_t numel = s.unsharded / k;
+      std::int64_t numel = s.unsharded / raf.group_size();
       g.post_forward = b_.buffer("post_fwd", u, numel * ag_bytes(u), MemCategory::UnshardedParams, compute_);
       cl.allocs.push_back(g.post_forward);
       b_.read(cl, g.unsharded);
@@ -274,12 +274,12 @@ class ParamGroupLowering final : public LoweringWalk {
   }
 
   void post_forward(int u) override {
-    const int raf = c_.reshard_after_forward[u];
+    const ReshardAfterForward raf = c_.reshard_after_forward[u];
     if (u == 0) {
       flush_all_gather_state();   // the root flushes the kept AG output in its post-forward (F2.3)
-      if (raf == kRootNone || raf == 0) return;   // and is not resharded unless told to (F2.6)
+      if (raf.is_unset() || raf.keeps()) return;   // and is not resharded unless told to (F2.6)
     }
-    if (raf != 0 || !c_.sharded) reshard(u, Phase::Forward);
+    if (!raf.keeps() || !c_.sharded) reshard(u, Phase::Forward);
   }
 
   int unsharded_params(int u) const override { return st_[u].unsharded; }
@@ -291,7 +291,7 @@ class ParamGroupLowering final : public LoweringWalk {
     wait_for_unshard(u, Phase::Backward);
   }
   void post_recompute(int u) override {
-    if (c_.reshard_after_forward[u] != 0) reshard(u, Phase::Backward);
+    if (!c_.reshard_after_forward[u].keeps()) reshard(u, Phase::Backward);
   }
 
   void pre_backward(int u) override {

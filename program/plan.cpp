@@ -248,7 +248,7 @@ ShardingStrategy effective_strategy(const Plan& p) {
   // F2.12: FSDP2 has no strategy enum; a 1-wide shard dim is NO_SHARD (DDP-like), a 2-D mesh is HSDP,
   // and reshard_after_forward=False is the ZeRO-2 variant. An int rAF (hpZ) still reshards after forward.
   if (p.mesh_shard == 1) return ShardingStrategy::NO_SHARD;
-  bool zero2 = raf::keeps(p.reshard_after_forward);
+  bool zero2 = p.reshard_after_forward.keeps();
   if (p.mesh_replicate > 1) return zero2 ? ShardingStrategy::_HYBRID_SHARD_ZERO2 : ShardingStrategy::HYBRID_SHARD;
   if (p.mesh_shard == 0 && (p.sharding_strategy == ShardingStrategy::NO_SHARD || is_hybrid(p.sharding_strategy)))
     return p.sharding_strategy;   // unresolved plan: the user's name
@@ -317,8 +317,8 @@ Plan resolve_plan(const Plan& in, int gpus, int gpus_per_node) {
                                        "use _HYBRID_SHARD_ZERO2 for a 2-D mesh");
     if (is_hybrid(named) && p.mesh_shard == 1 && gpus > 1)
       throw InputError("plan.mesh", m, strategy_name(named) + " needs shard > 1; a 1-wide shard dim is NO_SHARD");
-    int k = p.reshard_after_forward;
-    if (k > 0) {   // an int (a group size; 1 never parses)
+    if (p.reshard_after_forward.is_group()) {
+      const int k = p.reshard_after_forward.group_size();
       if (k >= p.mesh_shard || p.mesh_shard % k != 0)
         throw InputError("plan.reshard_after_forward", std::to_string(k),
                          "an int must divide the shard size " + std::to_string(p.mesh_shard) +

@@ -30,30 +30,44 @@ struct AllocConf {
   bool operator==(const AllocConf&) const = default;
 };
 
-// reshard_after_forward as Plan and ModuleOverride hold it: an int code, which the lowering copies into its
-// per-unit table (program/lower_context.cpp). Write and read it through these names.
-namespace raf {
-inline constexpr int kTrue = -1;     // reshard to the shard group after forward (FSDP2's default)
-inline constexpr int kFalse = 0;     // keep the unsharded parameters until backward (the ZeRO-2 variant)
-inline constexpr int kUnset = -2;    // ModuleOverride: not overridden
-constexpr int of(bool reshard) { return reshard ? kTrue : kFalse; }
-constexpr int group(int k) { return k; }              // k > 1: reshard to groups of k GPUs (hpZ, F2.4)
-constexpr bool is_group(int code) { return code > 1; }
-constexpr bool keeps(int code) { return code == kFalse; }   // the parameters stay unsharded until backward
-// What a sharding strategy means for it (F2.12): false for the ZeRO-2 strategies, true for the others.
-constexpr int of_strategy(ShardingStrategy s) {
-  return of(s != ShardingStrategy::SHARD_GRAD_OP && s != ShardingStrategy::_HYBRID_SHARD_ZERO2);
-}
-// "true", "false" or the group size ("8"): the text form (planner labels, --fix values).
-std::string text(int code);
-}  // namespace raf
+// FSDP2's reshard_after_forward (F2.4, F2.6, F2.12) for the whole model (Plan), one unit (ModuleOverride) or
+// each unit as the lowering sees it (program/lower_context.h): true (reshard to the shard group after forward,
+// FSDP2's default), false (keep the unsharded parameters until backward: the ZeRO-2 variant), a group size
+// k > 1 (reshard to groups of k GPUs: hpZ), or unset (a ModuleOverride that leaves it alone; the lowering's
+// root, whose reshard_after_forward is None). The JSON form is true, false or k; the text form text().
+class ReshardAfterForward {
+ public:
+  static constexpr ReshardAfterForward yes() { return ReshardAfterForward(kTrue); }
+  static constexpr ReshardAfterForward no() { return ReshardAfterForward(kFalse); }
+  static constexpr ReshardAfterForward unset() { return ReshardAfterForward(kUnset); }
+  static constexpr ReshardAfterForward of(bool reshard) { return reshard ? yes() : no(); }
+  // k > 1 (std::invalid_argument otherwise); resolve_plan checks that it divides the shard size.
+  static ReshardAfterForward group(int k);
+  // What a sharding strategy means for it (F2.12): false for the ZeRO-2 strategies, true for the others.
+  static constexpr ReshardAfterForward of_strategy(ShardingStrategy s) {
+    return of(s != ShardingStrategy::SHARD_GRAD_OP && s != ShardingStrategy::_HYBRID_SHARD_ZERO2);
+  }
+
+  constexpr bool is_unset() const { return code_ == kUnset; }
+  constexpr bool keeps() const { return code_ == kFalse; }   // the parameters stay unsharded until backward
+  constexpr bool is_group() const { return code_ > 1; }
+  constexpr int group_size() const { return is_group() ? code_ : 0; }   // k; 0 when not a group
+  // "true", "false" or the group size ("8"): the text form (planner labels, --fix values); "unset".
+  std::string text() const;
+  bool operator==(const ReshardAfterForward&) const = default;
+
+ private:
+  static constexpr int kTrue = -1, kFalse = 0, kUnset = -2;   // else the group size
+  constexpr explicit ReshardAfterForward(int code) : code_(code) {}
+  int code_;
+};
 
 // A setting for one FSDP unit (param group) by its module name, as `fsdpsim model-info` lists the units
 // (e.g. "model.layers.31"), or the alias "last_block". torchtitan's default reshard policy keeps the last
 // block unsharded after forward (its parameters are needed again at once in backward).
 struct ModuleOverride {
   std::string module;
-  int reshard_after_forward = raf::kUnset;   // raf::kUnset = not overridden; kTrue or kFalse (FSDP2 only)
+  ReshardAfterForward reshard_after_forward = ReshardAfterForward::unset();   // yes or no (FSDP2 only)
   bool operator==(const ModuleOverride&) const = default;
 };
 
@@ -98,8 +112,8 @@ struct Plan {
   int mesh_shard = 0;
   // FSDP1: the strategy. FSDP2: derived from reshard_after_forward + mesh (semantics F2.12).
   ShardingStrategy sharding_strategy = ShardingStrategy::FULL_SHARD;
-  // FSDP2 reshard_after_forward (namespace raf): true, false, or an int k > 1 (reshard to groups of k).
-  int reshard_after_forward = raf::kTrue;
+  // FSDP2 reshard_after_forward: true, false, or an int k > 1 (reshard to groups of k).
+  ReshardAfterForward reshard_after_forward = ReshardAfterForward::yes();
   BackwardPrefetch backward_prefetch = BackwardPrefetch::BACKWARD_PRE;
   bool forward_prefetch = false;
   bool limit_all_gathers = true;     // FSDP1 rate limiter (2 in flight)

@@ -13,10 +13,15 @@
 
 namespace fsdpsim::sim {
 
-std::string raf::text(int code) {
-  if (code < 0) return "true";
-  if (code == 0 || code == 1) return "false";
-  return std::to_string(code);
+ReshardAfterForward ReshardAfterForward::group(int k) {
+  if (k < 2) throw std::invalid_argument("ReshardAfterForward::group(" + std::to_string(k) + "): a group has k > 1 GPUs");
+  return ReshardAfterForward(k);
+}
+
+std::string ReshardAfterForward::text() const {
+  if (is_unset()) return "unset";
+  if (is_group()) return std::to_string(code_);
+  return keeps() ? "false" : "true";
 }
 
 namespace {
@@ -198,7 +203,7 @@ std::vector<ModuleOverride> parse_module_overrides(const Json& v) {
     r.check_no_unknown_keys(per_module_keys());
     ModuleOverride m;
     m.module = name;
-    if (r.has("reshard_after_forward")) m.reshard_after_forward = raf::of(r.get_bool("reshard_after_forward"));
+    if (r.has("reshard_after_forward")) m.reshard_after_forward = ReshardAfterForward::of(r.get_bool("reshard_after_forward"));
     out.push_back(std::move(m));
   }
   return out;
@@ -208,7 +213,7 @@ Json module_overrides_json(const std::vector<ModuleOverride>& overrides) {
   Json o = Json::object();
   for (const auto& m : overrides) {
     Json e = Json::object();
-    if (m.reshard_after_forward != raf::kUnset) e["reshard_after_forward"] = !raf::keeps(m.reshard_after_forward);
+    if (!m.reshard_after_forward.is_unset()) e["reshard_after_forward"] = !m.reshard_after_forward.keeps();
     o[m.module] = e;
   }
   return o;
@@ -232,9 +237,9 @@ bool is_zero2(ShardingStrategy s) {
 }
 
 // FSDP2: the strategy is only a name for (rAF, mesh) (F2.12); the reshard_after_forward it implies.
-int implied_reshard(const Plan& p) {
+ReshardAfterForward implied_reshard(const Plan& p) {
   if (p.sharding_strategy == ShardingStrategy::NO_SHARD) return p.reshard_after_forward;
-  return raf::of_strategy(p.sharding_strategy);
+  return ReshardAfterForward::of_strategy(p.sharding_strategy);
 }
 
 // ---- text forms -------------------------------------------------------------------------------
@@ -438,29 +443,30 @@ std::vector<PlanKey> make_table() {
     k.read = [](const JsonReader& r, Plan& p) {
       const Json& v = r.raw("reshard_after_forward");
       if (v.is_boolean()) {
-        p.reshard_after_forward = raf::of(v.get<bool>());
+        p.reshard_after_forward = ReshardAfterForward::of(v.get<bool>());
       } else if (v.is_number_integer()) {
-        p.reshard_after_forward = raf::group(static_cast<int>(r.get_int("reshard_after_forward", 2, kMaxMesh)));
+        p.reshard_after_forward =
+            ReshardAfterForward::group(static_cast<int>(r.get_int("reshard_after_forward", 2, kMaxMesh)));
       } else {
         throw InputError("plan.reshard_after_forward", json_value_for_message(v),
                          "expected true, false or an integer k > 1 that divides the shard size");
       }
       if (p.fsdp_version == FsdpVersion::FSDP2 && r.has("sharding_strategy") &&
-          raf::keeps(p.reshard_after_forward) != raf::keeps(implied_reshard(p)))
+          p.reshard_after_forward.keeps() != implied_reshard(p).keeps())
         throw InputError("plan.sharding_strategy", "\"" + strategy_name(p.sharding_strategy) + "\"",
                          "contradicts reshard_after_forward (FSDP2: FULL_SHARD/HYBRID_SHARD = true, "
                          "SHARD_GRAD_OP/_HYBRID_SHARD_ZERO2 = false)");
     };
     k.write = [](const Plan& p, Json& j) {
       if (p.fsdp_version != FsdpVersion::FSDP2) return;
-      const int c = p.reshard_after_forward;
-      if (raf::is_group(c) || c == 1) j["reshard_after_forward"] = c;
-      else j["reshard_after_forward"] = !raf::keeps(c);
+      const ReshardAfterForward r = p.reshard_after_forward;
+      if (r.is_group()) j["reshard_after_forward"] = r.group_size();
+      else j["reshard_after_forward"] = !r.keeps();
     };
     k.search = S::Searched;
-    k.canonical = [](const std::string& f, const std::string& v) { return raf::text(parse_reshard_text(f, v)); };
+    k.canonical = [](const std::string& f, const std::string& v) { return parse_reshard_text(f, v).text(); };
     k.text = [](const Plan& p) {
-      if (p.fsdp_version == FsdpVersion::FSDP2) return raf::text(p.reshard_after_forward);
+      if (p.fsdp_version == FsdpVersion::FSDP2) return p.reshard_after_forward.text();
       return bool_text(!is_zero2(p.sharding_strategy) && p.sharding_strategy != ShardingStrategy::NO_SHARD);
     };
     k.set = [](Plan& p, const std::string& v, const std::string& f) { p.reshard_after_forward = parse_reshard_text(f, v); };
@@ -722,7 +728,7 @@ std::vector<PlanKey> make_table() {
     k.refused = [](const Plan& p) {
       if (p.fsdp_version != FsdpVersion::FSDP1) return false;
       for (const auto& m : p.module_overrides)
-        if (m.reshard_after_forward != raf::kUnset) return true;
+        if (!m.reshard_after_forward.is_unset()) return true;
       return false;
     };
     k.version_error = "FSDP2 only (FSDP1 sets resharding per sharding_strategy for every unit)";
@@ -810,9 +816,9 @@ void check_versions(const Plan& p) {
     if (!k.refused || !k.refused(p)) continue;
     if (k.name == "module_overrides")   // the field names the overridden unit
       for (const auto& m : p.module_overrides)
-        if (m.reshard_after_forward != raf::kUnset)
+        if (!m.reshard_after_forward.is_unset())
           throw InputError("plan.module_overrides." + m.module + ".reshard_after_forward",
-                           bool_text(!raf::keeps(m.reshard_after_forward)), k.version_error);
+                           bool_text(!m.reshard_after_forward.keeps()), k.version_error);
     throw InputError("plan." + k.name, k.refused_value(p), k.version_error);
   }
 }
@@ -879,12 +885,12 @@ BackwardPrefetch parse_prefetch_text(const std::string& field, const std::string
   throw InputError(field, v, "BACKWARD_PRE, BACKWARD_POST or NONE");
 }
 
-int parse_reshard_text(const std::string& field, const std::string& v) {
+ReshardAfterForward parse_reshard_text(const std::string& field, const std::string& v) {
   std::string l = lower(v);
-  if (l == "true") return raf::kTrue;
-  if (l == "false") return raf::kFalse;
+  if (l == "true") return ReshardAfterForward::yes();
+  if (l == "false") return ReshardAfterForward::no();
   long long k = 0;
-  if (parse_long(l, k) && k >= 2 && k <= 1 << 20) return raf::group(static_cast<int>(k));
+  if (parse_long(l, k) && k >= 2 && k <= 1 << 20) return ReshardAfterForward::group(static_cast<int>(k));
   throw InputError(field, v, "true, false or an int >= 2 (FSDP2: reshard to groups of that size after forward)");
 }
 

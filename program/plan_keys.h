@@ -83,7 +83,7 @@ std::pair<int, int> parse_mesh_text(const std::string& field, const std::string&
 ActivationCheckpointing parse_ac_text(const std::string& field, const std::string& text); // none full every_2 ...
 ShardingStrategy parse_strategy_text(const std::string& field, const std::string& text);  // ShardingStrategy.X too
 BackwardPrefetch parse_prefetch_text(const std::string& field, const std::string& text);  // null/NO_PREFETCH = NONE
-int parse_reshard_text(const std::string& field, const std::string& text);                // true false k (raf code)
+ReshardAfterForward parse_reshard_text(const std::string& field, const std::string& text);   // true false k
 bool parse_bool_text(const std::string& field, const std::string& text);                  // true/1/yes/on ...
 // ASCII case folding, and a value as a shell or a config file may leave it: blanks and quotes around it removed.
 std::string lower(std::string s);

@@ -43,8 +43,8 @@ void check_plan_supported(const sim::Plan& plan, RuntimeBackend backend) {
   if (plan.lora.on())
     throw InputError("plan.lora", "{\"rank\": " + std::to_string(plan.lora.rank) + ", ...}",
                      "no lora" + on + " (its blocks have no adapters)");
-  if (plan.reshard_after_forward > 1)
-    throw InputError("plan.reshard_after_forward", std::to_string(plan.reshard_after_forward),
+  if (plan.reshard_after_forward.is_group())
+    throw InputError("plan.reshard_after_forward", plan.reshard_after_forward.text(),
                      "true or false" + on + " (an int reshards to a sub-group not implemented here)");
   if (plan.activation_checkpointing.mode == sim::ActivationCheckpointing::Mode::SelectiveOp)
     throw InputError("plan.activation_checkpointing", "selective_op", "none, full or every_k" + on);

@@ -63,7 +63,7 @@ TEST(Readers, AccelerateAndLightningYaml) {
   auto a = read_user_config(fixture("accelerate_no_ac.yaml"), {}, kLlama);
   EXPECT_EQ(a.format, "accelerate");
   EXPECT_EQ(a.plan.fsdp_version, sim::FsdpVersion::FSDP2);
-  EXPECT_EQ(a.plan.reshard_after_forward, -1);
+  EXPECT_EQ(a.plan.reshard_after_forward, sim::ReshardAfterForward::yes());
   EXPECT_EQ(a.plan.activation_checkpointing.mode, sim::ActivationCheckpointing::Mode::None);
   EXPECT_EQ(a.plan.micro_batch, 4);
   EXPECT_EQ(a.plan.seq_len, 8192);
@@ -202,7 +202,7 @@ TEST(Readers, TorchtitanCompileFloat8OptimizerSections) {
   EXPECT_EQ(c.plan.implementation, models::ModelImpl::TorchTitan);
   ASSERT_EQ(c.plan.module_overrides.size(), 1u);
   EXPECT_EQ(c.plan.module_overrides[0].module, "last_block");
-  EXPECT_EQ(c.plan.module_overrides[0].reshard_after_forward, 0);
+  EXPECT_EQ(c.plan.module_overrides[0].reshard_after_forward, sim::ReshardAfterForward::no());
   bool named = false;
   for (const auto& w : c.warnings) named = named || w.find("[my_extras]") != std::string::npos;
   EXPECT_TRUE(named);

@@ -84,7 +84,7 @@ std::vector<Fixture> fixtures() {
     p.fsdp_version = sim::FsdpVersion::FSDP2;
     p.mesh_replicate = 2;
     p.mesh_shard = 16;
-    p.reshard_after_forward = 8;
+    p.reshard_after_forward = sim::ReshardAfterForward::group(8);
     p.prefetch_depth = 2;
     p.activation_checkpointing.mode = sim::ActivationCheckpointing::Mode::SelectiveOp;
     p.fp8_all_gather = true;
@@ -106,7 +106,7 @@ std::vector<Fixture> fixtures() {
     p.fp8_all_gather = true;
     p.alloc_conf.expandable_segments = true;
     p.optimizer_impl = sim::OptimizerImpl::Fused;
-    p.module_overrides = {sim::ModuleOverride{"last_block", 0}};
+    p.module_overrides = {sim::ModuleOverride{"last_block", sim::ReshardAfterForward::no()}};
     p.micro_batch = 2;
     p.seq_len = 8192;
     f.push_back({"fsdp2_compile_float8", in});
@@ -256,7 +256,7 @@ TEST(Exports, ExpressiblePlanPerFramework) {
   EXPECT_EQ(e.plan.implementation, models::ModelImpl::TorchTitan);
   // hpZ (rAF 8), prefetch 2, selective op AC: accelerate says which three it changed.
   e = express_plan("accelerate", f[2].in.plan, four);
-  EXPECT_EQ(e.plan.reshard_after_forward, -1);
+  EXPECT_EQ(e.plan.reshard_after_forward, sim::ReshardAfterForward::yes());
   EXPECT_EQ(e.plan.prefetch_depth, 1);
   EXPECT_EQ(e.plan.activation_checkpointing.mode, sim::ActivationCheckpointing::Mode::Full);
   EXPECT_GE(e.changes.size(), 3u);

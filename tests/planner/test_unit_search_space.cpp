@@ -143,7 +143,7 @@ TEST(Labels, ReadableAndCanonical) {
   p.fsdp_version = sim::FsdpVersion::FSDP2;
   p.mesh_replicate = 2;
   p.mesh_shard = 8;
-  p.reshard_after_forward = -1;
+  p.reshard_after_forward = sim::ReshardAfterForward::yes();
   p.micro_batch = 2;
   p.grad_accum = 4;
   EXPECT_EQ(label_of(p), "FSDP2 HYBRID_SHARD mesh(2,8) rAF=true AC=none mb=2 ga=4 no_sync bf16");

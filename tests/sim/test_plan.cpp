@@ -38,7 +38,7 @@ TEST(PlanParse, EmptyObjectGivesDocumentedDefaults) {
   EXPECT_EQ(p.mesh_replicate, 0);
   EXPECT_EQ(p.mesh_shard, 0);
   EXPECT_EQ(p.sharding_strategy, ShardingStrategy::FULL_SHARD);
-  EXPECT_EQ(p.reshard_after_forward, -1);
+  EXPECT_EQ(p.reshard_after_forward, ReshardAfterForward::yes());
   EXPECT_EQ(p.backward_prefetch, BackwardPrefetch::BACKWARD_PRE);
   EXPECT_FALSE(p.forward_prefetch);
   EXPECT_TRUE(p.limit_all_gathers);
@@ -97,8 +97,8 @@ TEST(PlanParse, AlternativeForms) {
   EXPECT_EQ(a.mesh_shard, 4);
   EXPECT_EQ(parse(R"({"backward_prefetch": null})").backward_prefetch, BackwardPrefetch::NONE);
   EXPECT_EQ(parse(R"({"backward_prefetch": "NONE"})").backward_prefetch, BackwardPrefetch::NONE);
-  EXPECT_EQ(parse(R"({"reshard_after_forward": false})").reshard_after_forward, 0);
-  EXPECT_EQ(parse(R"({"reshard_after_forward": 8})").reshard_after_forward, 8);
+  EXPECT_EQ(parse(R"({"reshard_after_forward": false})").reshard_after_forward, ReshardAfterForward::no());
+  EXPECT_EQ(parse(R"({"reshard_after_forward": 8})").reshard_after_forward, ReshardAfterForward::group(8));
   Plan off = parse(R"({"cpu_offload": true})");
   EXPECT_TRUE(off.cpu_offload.params);
   EXPECT_TRUE(off.cpu_offload.optimizer);
@@ -117,8 +117,8 @@ TEST(PlanParse, AlternativeForms) {
   EXPECT_EQ(parse(R"({"auto_wrap_policy": "none"})").auto_wrap_policy.kind, models::WrapPolicy::Kind::None);
   EXPECT_EQ(parse(R"({"param_dtype": "torch.bfloat16"})").param_dtype, Dtype::BF16);
   // FSDP2: a strategy name maps onto reshard_after_forward (F2.12).
-  EXPECT_EQ(parse(R"({"sharding_strategy": "SHARD_GRAD_OP"})").reshard_after_forward, 0);
-  EXPECT_EQ(parse(R"({"sharding_strategy": "HYBRID_SHARD"})").reshard_after_forward, -1);
+  EXPECT_EQ(parse(R"({"sharding_strategy": "SHARD_GRAD_OP"})").reshard_after_forward, ReshardAfterForward::no());
+  EXPECT_EQ(parse(R"({"sharding_strategy": "HYBRID_SHARD"})").reshard_after_forward, ReshardAfterForward::yes());
 }
 
 TEST(PlanParse, BadValuesNameTheField) {
@@ -320,7 +320,7 @@ TEST(PlanParse, ImplementationAndRuntimeKeys) {
   EXPECT_EQ(p.optimizer_impl, OptimizerImpl::Fused);
   ASSERT_EQ(p.module_overrides.size(), 1u);
   EXPECT_EQ(p.module_overrides[0].module, "last_block");
-  EXPECT_EQ(p.module_overrides[0].reshard_after_forward, 0);
+  EXPECT_EQ(p.module_overrides[0].reshard_after_forward, ReshardAfterForward::no());
   // The loop's default follows the implementation: torchtitan's train step deletes `pred` before backward.
   EXPECT_TRUE(*resolve_plan(p, 8, 8).free_logits_before_backward);
   EXPECT_FALSE(*resolve_plan(d, 8, 8).free_logits_before_backward);

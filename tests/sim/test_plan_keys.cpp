@@ -5,6 +5,7 @@
 
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -195,16 +196,27 @@ TEST(PlanKeys, OneVersionKeysAreRefusedByTheOtherVersion) {
             "plan.module_overrides.last_block.prefetch_depth = 2");
 }
 
-TEST(PlanKeys, ReshardAfterForwardCodes) {
-  EXPECT_EQ(raf::of(true), raf::kTrue);
-  EXPECT_EQ(raf::of(false), raf::kFalse);
-  EXPECT_TRUE(raf::is_group(raf::group(8)));
-  EXPECT_FALSE(raf::is_group(raf::kTrue));
-  EXPECT_TRUE(raf::keeps(raf::kFalse));
-  EXPECT_EQ(raf::text(raf::kTrue), "true");
-  EXPECT_EQ(raf::text(raf::kFalse), "false");
-  EXPECT_EQ(raf::text(raf::group(8)), "8");
+TEST(PlanKeys, ReshardAfterForwardValues) {
+  using R = ReshardAfterForward;
+  EXPECT_EQ(R::of(true), R::yes());
+  EXPECT_EQ(R::of(false), R::no());
+  EXPECT_NE(R::yes(), R::unset());
+  EXPECT_TRUE(R::group(8).is_group());
+  EXPECT_EQ(R::group(8).group_size(), 8);
+  EXPECT_EQ(R::yes().group_size(), 0);
+  EXPECT_FALSE(R::yes().is_group());
+  EXPECT_TRUE(R::no().keeps());
+  EXPECT_FALSE(R::unset().keeps());
+  EXPECT_TRUE(R::unset().is_unset());
+  EXPECT_EQ(R::of_strategy(ShardingStrategy::_HYBRID_SHARD_ZERO2), R::no());
+  EXPECT_EQ(R::of_strategy(ShardingStrategy::HYBRID_SHARD), R::yes());
+  EXPECT_THROW(R::group(1), std::invalid_argument);   // 1 is no group size
+  EXPECT_EQ(R::yes().text(), "true");
+  EXPECT_EQ(R::no().text(), "false");
+  EXPECT_EQ(R::group(8).text(), "8");
   EXPECT_EQ(plan_to_json(parse(R"({"reshard_after_forward": 4})"))["reshard_after_forward"], 4);
+  EXPECT_EQ(plan_to_json(parse(R"({"reshard_after_forward": false})"))["reshard_after_forward"], false);
+  EXPECT_EQ(parse_reshard_text("f", "8"), R::group(8));
 }
 
 TEST(PlanKeys, FrameworkSpellingsAreOnePerKey) {
