@@ -311,15 +311,14 @@ struct GradPool {
 
 }  // namespace
 
-TapeCost AutogradTape::cost(const TapePolicy& p) const {
+Bytes AutogradTape::op_workspace(const TapeOp& op, const TapePolicy& p, bool forward) {
+  if (p.compiled && op.kind == OpKind::Pointwise) return 0;
+  return forward ? op.fwd_workspace : op.bwd_workspace;
+}
+
+std::vector<std::vector<int>> AutogradTape::forward_deaths(const TapePolicy& p) const {
   const std::size_t ns = storages_.size();
   const int n_ops = static_cast<int>(ops_.size());
-  const std::size_t input_storage = at(tensors_[at(input_)].storage);
-  const std::size_t output_storage = output_ >= 0 ? at(tensors_[at(output_)].storage) : ns;
-  auto workspace = [&](const TapeOp& op, bool forward) {
-    if (p.compiled && op.kind == OpKind::Pointwise) return Bytes{0};
-    return forward ? op.fwd_workspace : op.bwd_workspace;
-  };
   std::vector<int> last_use(ns);
   for (std::size_t s = 0; s < ns; ++s) last_use[s] = storages_[s].last_use;
   if (p.compiled) {  // a fused kernel reads its inputs until it writes its last output
@@ -340,6 +339,45 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
     const int last = last_use[s];
     if (last >= 0 && last < n_ops) dies[at(last)].push_back(static_cast<int>(s));
   }
+  return dies;
+}
+
+std::vector<ForwardEvent> AutogradTape::forward_events(const TapePolicy& p) const {
+  const std::vector<std::vector<int>> dies = forward_deaths(p);
+  std::vector<ForwardEvent> ev;
+  std::vector<int> temp_of(storages_.size(), -1);
+  int temps = 0;
+  auto make = [&](std::size_t s) {
+    if (p.bytes[s] <= 0) return;
+    if (p.kept[s]) {
+      ev.push_back({ForwardEvent::Kept, static_cast<int>(s), -1, p.bytes[s], -1, storages_[s].name});
+    } else {
+      temp_of[s] = temps;
+      ev.push_back({ForwardEvent::Temp, static_cast<int>(s), temps++, p.bytes[s], -1, storages_[s].name});
+    }
+  };
+  make(at(tensors_[at(input_)].storage));
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    for (std::size_t j = 0; j < ops_[i].out.size(); ++j)
+      if (ops_[i].out[j].view_of < 0) make(at(tensors_[at(first_out_[i]) + j].storage));
+    if (const Bytes w = op_workspace(ops_[i], p, true); w > 0) {
+      ev.push_back({ForwardEvent::Temp, -1, temps, w, -1, "workspace"});
+      ev.push_back({ForwardEvent::FreeTemp, -1, temps++, w, -1, "workspace"});
+    }
+    for (int s : dies[i])
+      if (temp_of[at(s)] >= 0)
+        ev.push_back({ForwardEvent::FreeTemp, s, temp_of[at(s)], p.bytes[at(s)], -1, storages_[at(s)].name});
+  }
+  return ev;
+}
+
+TapeCost AutogradTape::cost(const TapePolicy& p) const {
+  const std::size_t ns = storages_.size();
+  const std::size_t input_storage = at(tensors_[at(input_)].storage);
+  const std::size_t output_storage = output_ >= 0 ? at(tensors_[at(output_)].storage) : ns;
+  auto workspace = [&](const TapeOp& op, bool forward) { return op_workspace(op, p, forward); };
+  const std::vector<std::vector<int>> dies = forward_deaths(p);
+  const int n_ops = static_cast<int>(ops_.size());
   auto created = [&](std::size_t i, auto&& fn) {  // the storages op i allocates
     for (std::size_t j = 0; j < ops_[i].out.size(); ++j)
       if (ops_[i].out[j].view_of < 0) fn(at(tensors_[at(first_out_[i]) + j].storage));

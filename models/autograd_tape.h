@@ -131,6 +131,19 @@ struct TapeCost {
   Bytes param_grads = 0;
 };
 
+// One allocator event of the block's forward, in the order PyTorch makes them (issue 19 item 4: per
+// tensor, in op order): a kept storage created, a temporary created, a temporary freed. AutogradTape::
+// forward_events writes them; the peak of their running sum is the kept bytes so far + forward_extra.
+struct ForwardEvent {
+  enum Kind : std::uint8_t { Kept, Temp, FreeTemp };
+  Kind kind = Temp;
+  int storage = -1;   // the tape storage (Kept, Temp, FreeTemp); -1 for an op's workspace
+  int temp = -1;      // Temp / FreeTemp: the temporary's number, 0, 1, ... in creation order
+  Bytes bytes = 0;
+  int saved = -1;     // Kept: its index among the kept storages (models::BlockMemory::saved), set by the reader
+  const char* name = nullptr;   // the storage's name ("workspace" for an op's workspace)
+};
+
 class AutogradTape {
  public:
   // The block input, created outside. It does not require grad before the step's first trainable weight
@@ -168,8 +181,18 @@ class AutogradTape {
   TapePolicy compiled_policy() const;
 
   TapeCost cost(const TapePolicy& p) const;
+  // The forward's allocations and frees under policy p, in op order: the block input first (kept, or a
+  // temporary the block holds until its last use), then each op's new storages (views share their base;
+  // a zero-byte storage, fused away, is left out) and workspace, then the temporaries that die at that op.
+  // Temporaries still alive at the end (the block output) are not freed here: the caller frees them when
+  // the block's forward ends.
+  std::vector<ForwardEvent> forward_events(const TapePolicy& p) const;
 
  private:
+  // Per forward op, the storages whose last use it is (inductor's fused kernels extend their inputs' lives).
+  std::vector<std::vector<int>> forward_deaths(const TapePolicy& p) const;
+  // A workspace an op needs while it runs (0 for a fused pointwise op when compiled).
+  static Bytes op_workspace(const TapeOp& op, const TapePolicy& p, bool forward);
   // Whether op `op`, recording a graph, saves its input `k` (TapeIn::saved under its SaveIf condition).
   bool saves_input(std::size_t op, std::size_t k) const;
 

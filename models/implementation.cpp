@@ -38,10 +38,15 @@ BlockMemory read(const AutogradTape& t, const TapePolicy& p) {
   BlockMemory bm;
   const auto& storages = t.storages();
   const int input_storage = t.tensors()[static_cast<std::size_t>(t.input_tensor())].storage;
+  std::vector<int> saved_index(storages.size(), -1);
   for (std::size_t s = 0; s < storages.size(); ++s) {
     if (!p.kept[s]) continue;
+    saved_index[s] = static_cast<int>(bm.saved.size());
     bm.saved.push_back({storages[s].name, p.bytes[s], static_cast<int>(s) == input_storage});
   }
+  bm.forward_events = t.forward_events(p);
+  for (ForwardEvent& e : bm.forward_events)
+    if (e.kind == ForwardEvent::Kept) e.saved = saved_index[static_cast<std::size_t>(e.storage)];
   const TapeCost c = t.cost(p);
   bm.forward_extra = c.forward_extra;
   bm.backward_extra = c.backward_extra;

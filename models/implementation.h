@@ -8,6 +8,7 @@
 
 #include "common/dtype.h"
 #include "common/units.h"
+#include "models/autograd_tape.h"
 #include "models/model_spec.h"
 #include "models/trainable.h"
 
@@ -36,6 +37,10 @@ struct BlockMemory {
   // created so far. It includes the block input while the block still holds it when it is not saved,
   // and the block output once created (the next block's input): the block accounts for both.
   Bytes forward_extra = 0;
+  // The forward's allocator events in op order (models::AutogradTape::forward_events), each Kept event
+  // naming its entry of `saved`: the lowering allocates the saved tensors and frees the
+  // temporaries in this order, tensor by tensor (issue 19 item 4). Empty for the bundled runtime's blocks.
+  std::vector<ForwardEvent> forward_events;
   // The peak during the block's backward minus the sum of `saved`: peak = sum(saved) + backward_extra.
   // The walk starts with every saved tensor and the incoming gradient of the block output, includes the
   // recompute of a checkpointed block, allocates activation gradients and kernel workspaces, and frees

@@ -765,6 +765,7 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
     const models::GradFlow& g = c.block_flows[static_cast<std::size_t>(flow)];
     const models::BlockMemory mem = models::block_memory(model, plan.micro_batch, plan.seq_len, act, mode, impl, g);
     a.saved = mem.saved;
+    a.forward_events = mem.forward_events;
     a.forward_extra = mem.forward_extra;
     a.recompute.clear();
     Bytes recomputed = 0;

@@ -262,6 +262,7 @@ struct Context {
   // those gradients' bytes as the tape counts them.
   struct BlockActivations {
     std::vector<models::SavedTensor> saved, recompute;
+    std::vector<models::ForwardEvent> forward_events;   // the forward tensor by tensor (models::BlockMemory)
     Bytes forward_extra = 0, backward_extra = 0;
     Bytes backward_with_grads = 0, param_grads = 0;
   };

@@ -117,6 +117,55 @@ void LoweringWalk::transient(Op& o, const char* what, int unit, Bytes bytes, Mem
   o.frees.push_back({t, -1});
 }
 
+// A forward as PyTorch's allocator sees it (issue 19 item 4): the saved tensors and the temporaries one by one
+// in op order, each temporary freed inside the op at its last use (models::ForwardEvent, FreeSpec
+// free_inside_op), those alive at the end (the block output) after enqueueing. The saved tensors get
+// consecutive buffer ids (the range returned). Without events (the bundled runtime's blocks, whose kernels
+// keep one buffer): the saved tensors, then one transient of forward_extra bytes.
+LoweringWalk::BufferRange LoweringWalk::alloc_forward(Op& o, int unit, const std::vector<models::SavedTensor>& saved,
+                                                      const std::vector<models::ForwardEvent>& events,
+                                                      Bytes forward_extra) {
+  if (events.empty()) {
+    const BufferRange r = alloc_tensors(o, unit, saved);
+    transient(o, "fwd_tmp", unit, forward_extra, MemCategory::Activations);
+    return r;
+  }
+  BufferRange r{b_.num_buffers(), 0};
+  saved_buf_.assign(saved.size(), -1);
+  for (std::size_t i = 0; i < saved.size(); ++i) {
+    if (saved[i].bytes <= 0) continue;
+    saved_buf_[i] = b_.buffer(saved[i].name, unit, saved[i].bytes, MemCategory::Activations, compute_);
+    ++r.n;
+  }
+  temp_buf_.clear();
+  std::size_t inside = 0;   // frees inside the op, placed before every other free of o
+  for (const models::ForwardEvent& e : events) {
+    switch (e.kind) {
+      case models::ForwardEvent::Kept:
+        o.allocs.push_back(saved_buf_.at(static_cast<std::size_t>(e.saved)));
+        saved_buf_[static_cast<std::size_t>(e.saved)] = -1;
+        break;
+      case models::ForwardEvent::Temp:
+        if (static_cast<std::size_t>(e.temp) >= temp_buf_.size()) temp_buf_.resize(static_cast<std::size_t>(e.temp) + 1, -1);
+        temp_buf_[static_cast<std::size_t>(e.temp)] = b_.buffer(e.name, unit, e.bytes, MemCategory::Activations, compute_);
+        o.allocs.push_back(temp_buf_[static_cast<std::size_t>(e.temp)]);
+        break;
+      case models::ForwardEvent::FreeTemp: {
+        int& t = temp_buf_.at(static_cast<std::size_t>(e.temp));
+        o.frees.insert(o.frees.begin() + static_cast<std::ptrdiff_t>(inside++),
+                       FreeSpec{t, free_inside_op(static_cast<int>(o.allocs.size()))});
+        t = -1;
+        break;
+      }
+    }
+  }
+  for (int b : saved_buf_)
+    if (b >= 0) throw std::logic_error("lowering: saved tensor buffer " + std::to_string(b) + " has no forward event");
+  for (int t : temp_buf_)
+    if (t >= 0) o.frees.push_back({t, -1});
+  return r;
+}
+
 void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
   const Segment& seg = c_.segments[s];
   const int part = static_cast<int>(seg.part);
@@ -139,11 +188,10 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
     if (seg.part == models::ModulePart::Embedding && !c_.embedding_saved.empty())
       act_[s] = alloc_tensors(o, seg.unit, c_.embedding_saved);
     if (block) {
-      act_[s] = alloc_tensors(o, seg.unit, a->saved);
-      transient(o, "fwd_tmp", seg.unit, a->forward_extra, MemCategory::Activations);
+      act_[s] = alloc_forward(o, seg.unit, a->saved, a->forward_events, a->forward_extra);
     } else if (head) {
-      act_[s] = alloc_tensors(o, seg.unit, c_.final_norm.saved);
-      transient(o, "fwd_tmp", seg.unit, c_.final_norm.forward_extra, MemCategory::Activations);
+      const models::BlockMemory& fn = c_.final_norm;
+      act_[s] = alloc_forward(o, seg.unit, fn.saved, fn.forward_events, fn.forward_extra);
       // (with a LoRA adapter on the head the logits are the adapter's sum, allocated after this op: head_lora_forward)
       const bool lora = head_lora();
       if (c_.loss.chunked_output) {

@@ -124,6 +124,9 @@ class LoweringWalk {
   BufferRange alloc_tensors(Op& o, int unit, const std::vector<models::SavedTensor>& ts);
   void free_range(Op& o, BufferRange& r);
   void transient(Op& o, const char* what, int unit, Bytes bytes, MemCategory cat);
+  BufferRange alloc_forward(Op& o, int unit, const std::vector<models::SavedTensor>& saved,
+                            const std::vector<models::ForwardEvent>& events, Bytes forward_extra);
+  std::vector<int> saved_buf_, temp_buf_;   // alloc_forward's scratch
   void forward();
   void backward();
   // `grads`: for a backward op, the bytes of the parameter gradients it allocates (autograd_grad, segment_grads).

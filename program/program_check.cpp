@@ -95,13 +95,17 @@ void check_op(const StepProgram& p, int id, int n_streams, int n_buffers) {
       throw InputError(op_field(i, "allocs"), std::to_string(b),
                        "non-persistent or first_step_lazy buffers (persistent ones are allocated before the step)");
   }
+  int prev_reuse = free_inside_op(1);
   for (const FreeSpec& f : op.frees) {
     if (static_cast<unsigned>(f.buffer) >= static_cast<unsigned>(n_buffers))
       throw InputError(op_field(i, "frees.buffer"), std::to_string(f.buffer),
                        "buffer ids in [0, " + std::to_string(n_buffers) + ")");
-    if (f.reuse_after_op < -1 || f.reuse_after_op > id)
+    if (!valid_free_reuse(f.reuse_after_op, prev_reuse, id, static_cast<int>(op.allocs.size())))
       throw InputError(op_field(i, "frees.reuse_after_op"), std::to_string(f.reuse_after_op),
-                       "-1 or the id of an op issued so far (<= " + std::to_string(id) + ")");
+                       "-1, the id of an op issued so far (<= " + std::to_string(id) + "), or a free inside the op "
+                       "(<= -2: after its first -2 - value allocs, between 1 and " + std::to_string(op.allocs.size()) +
+                       ", listed before the other frees, in order)");
+    prev_reuse = f.reuse_after_op;
   }
   if (is_collective(op.kind)) {
     int g = static_cast<int>(op.group);

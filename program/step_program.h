@@ -9,14 +9,16 @@
 //    `kernel_launches` fit in its stream's launch queue (a CUDA stream holds about 1000 pending kernels:
 //    sim/executor.cpp "Launch queue"; the CPU runtime's stream queues are unbounded);
 //  * at issue the CPU performs `allocs` (caching allocator, pool = the buffer's pool_stream; a
-//    first_step_lazy buffer only in the first step), then
-//    enqueues the op on `stream`; after enqueueing it performs `frees`;
+//    first_step_lazy buffer only in the first step), with the frees inside the op (FreeSpec
+//    free_inside_op, listed first in `frees`) between them, then enqueues the op on `stream`; after
+//    enqueueing it performs the other `frees`;
 //  * on the GPU an op starts when its stream has finished the previous op on that stream AND every
 //    op in `waits` has completed (cudaStreamWaitEvent / wait_stream);
 //  * collectives of one process group are serialized on one NCCL queue (semantics F1.4);
 //  * a FreeSpec with reuse_after_op >= 0 models record_stream (FSDP1, semantics M10): the bytes stop
 //    counting as allocated at the free, but the block returns to its pool only when that op completes.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -77,8 +79,24 @@ struct Buffer {
 
 struct FreeSpec {
   int buffer = -1;
-  int reuse_after_op = -1;     // -1: the block is reusable at once; else only after that op completes
+  // -1: freed after enqueueing, the block reusable at once; >= 0: after enqueueing, the block reusable only
+  // after that op completes (record_stream); <= -2 (free_inside_op(k)): freed while the op issues, right
+  // after its first k allocs (a temporary the op makes and drops: PyTorch's forward frees each tensor at
+  // its last use, between the allocations of later ones), reusable at once.
+  int reuse_after_op = -1;
 };
+// The reuse_after_op of a free inside the op, after its first k >= 1 allocs; and back.
+constexpr int free_inside_op(int k) { return -2 - k; }
+constexpr bool is_free_inside_op(int reuse_after_op) { return reuse_after_op <= -2; }
+constexpr int allocs_before_free(int reuse_after_op) { return -2 - reuse_after_op; }
+// Whether a free of op `id` may carry reuse_after_op `r`, given the previous free's (`prev`; for the first
+// free pass free_inside_op(1)) and the op's number of allocs: -1 or an op issued so far; a free inside the op only among the first frees (before every free
+// after enqueueing), after at least one and at most all of the op's allocs, never before an earlier one's.
+constexpr bool valid_free_reuse(int r, int prev, int id, int n_allocs) {
+  if (!is_free_inside_op(r)) return r >= -1 && r <= id;
+  return is_free_inside_op(prev) && allocs_before_free(r) >= std::max(1, allocs_before_free(prev)) &&
+         allocs_before_free(r) <= n_allocs;
+}
 
 struct Op {
   int id = 0;
@@ -109,6 +127,21 @@ struct Op {
   int cpu_hooks = 0;           // framework hooks the CPU runs before issuing this op
   int kernel_launches = 1;     // kernels the CPU launches for this op (its issue cost; its launch-queue slots)
 };
+
+// The allocator calls of op `op` at its issue, in program order: alloc(buffer) for each of `allocs`, with
+// free(spec) for each free inside the op among them; returns the index in `frees` of the first free made
+// after enqueueing.
+template <class Alloc, class Free>
+std::size_t issue_memory(const Op& op, Alloc&& alloc, Free&& free) {
+  std::size_t a = 0, f = 0;
+  for (; f < op.frees.size() && is_free_inside_op(op.frees[f].reuse_after_op); ++f) {
+    for (const auto k = static_cast<std::size_t>(allocs_before_free(op.frees[f].reuse_after_op)); a < k; ++a)
+      alloc(op.allocs[a]);
+    free(op.frees[f]);
+  }
+  for (; a < op.allocs.size(); ++a) alloc(op.allocs[a]);
+  return f;
+}
 
 struct StepProgram {
   std::vector<Stream> streams;   // streams[0] is the compute (default) stream

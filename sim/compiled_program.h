@@ -70,6 +70,20 @@ struct OpRec {
   int launches = 0;
 };
 
+// The allocator calls of compiled op `r` at its issue, in program order (issue_memory, program/step_program.h):
+// alloc(buffer) for each alloc, free(buffer) for each free inside the op among them; returns the list
+// position of the first free made after enqueueing (the frees from there to r.end, as pairs).
+template <class Alloc, class Free>
+inline int issue_memory(const int* lists, const OpRec& r, Alloc&& alloc, Free&& free) {
+  int a = r.allocs, f = r.frees;
+  for (; f < r.end && is_free_inside_op(lists[f + 1]); f += 2) {
+    for (const int k = r.allocs + allocs_before_free(lists[f + 1]); a < k; ++a) alloc(lists[a]);
+    free(lists[f]);
+  }
+  for (; a < r.frees; ++a) alloc(lists[a]);
+  return f;
+}
+
 // A buffer as the caching-allocator model sees it.
 struct CompiledBuffer {
   Bytes bytes = 0;

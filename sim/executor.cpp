@@ -584,9 +584,11 @@ int Engine::queue_wait(int i) const {
 
 void Engine::issue_done(int i, TimeNs now) {
   OpRec& r = rec_[i];
+  int frees_after = r.frees;   // (the frees made after enqueueing start there)
   if (mem_inline_ && r.allocs != r.frees) {
     mem_.process_events([this](std::int64_t ev) { return is_done(static_cast<int>(ev)); });
-    for (int k = r.allocs, e = r.frees; k < e; ++k) mem_.alloc(lists_[k], i, now);
+    frees_after = issue_memory(
+        lists_, r, [&](int b) { mem_.alloc(b, i, now); }, [&](int b) { mem_.free(b, -1, false, i, now); });
   }
   issue_t_[i] = now;
   if (r.flags & kCpuOp) {
@@ -610,7 +612,7 @@ void Engine::issue_done(int i, TimeNs now) {
     try_start(r.stream, now);
   }
   if (mem_inline_) {
-    for (int k = r.frees, e = r.end; k < e; k += 2) {
+    for (int k = frees_after, e = r.end; k < e; k += 2) {
       const int buffer = lists_[k], reuse_after_op = lists_[k + 1];
       const bool reusable = reuse_after_op >= 0 && is_done(reuse_after_op);
       mem_.free(buffer, reuse_after_op, reusable, i, now);
@@ -1252,8 +1254,11 @@ void compile_program(const StepProgram& p, CompiledProgram& cp) {
       out[pos++] = b;
     }
     r.frees = pos;
+    int prev_reuse = free_inside_op(1);
     for (const FreeSpec& fr : op.frees) {
-      ok &= below(fr.buffer, nb) && fr.reuse_after_op >= -1 && fr.reuse_after_op <= i;
+      ok &= below(fr.buffer, nb) &&
+            valid_free_reuse(fr.reuse_after_op, prev_reuse, i, static_cast<int>(op.allocs.size()));
+      prev_reuse = fr.reuse_after_op;
       out[pos] = fr.buffer;
       out[pos + 1] = fr.reuse_after_op;
       record_stream = std::max(record_stream, fr.reuse_after_op);

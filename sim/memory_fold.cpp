@@ -106,8 +106,8 @@ class MemoryFold {
   void replay_ops(int lo, int hi) {
     for (int i = lo; i < hi; ++i) {
       const OpRec& r = ops_[i];
-      for (int k = r.allocs; k < r.frees; ++k) alloc(lists_[k], i);
-      for (int k = r.frees; k < r.end; k += 2) free(lists_[k], i);
+      const int after = issue_memory(lists_, r, [&](int b) { alloc(b, i); }, [&](int b) { free(b, i); });
+      for (int k = after; k < r.end; k += 2) free(lists_[k], i);
     }
   }
   void precompute();

@@ -165,10 +165,8 @@ void MemoryTracker::replay_timed(const CompiledProgram& program, const TimeNs* i
         });
         next_release = later;
       }
-      for (int k = r.allocs; k < r.frees; ++k) alloc(lists[k], i, now);
     }
-    for (int k = r.frees; k < r.end; k += 2) {
-      const int buffer = lists[k], j = lists[k + 1];
+    auto free = [&](int buffer, int j) {
       const int block = block_of_[buffer];
       if (block == kNotLive) [[unlikely]]
         throw_not_live(buffer, i);
@@ -182,7 +180,9 @@ void MemoryTracker::replay_timed(const CompiledProgram& program, const TimeNs* i
       block_of_[buffer] = kNotLive;
       live_[static_cast<int>(bufs_[buffer].category)] -= bufs_[buffer].bytes;
       if (record_timeline_) record_sample(now);
-    }
+    };
+    const int after = issue_memory(lists, r, [&](int b) { alloc(b, i, now); }, [&](int b) { free(b, -1); });
+    for (int k = after; k < r.end; k += 2) free(lists[k], lists[k + 1]);
   }
 }
 

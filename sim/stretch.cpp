@@ -397,10 +397,12 @@ bool Stretcher::read_source() {
       l[pos] = b, t[pos] = tg, im[pos] = b + bs[tg], c[pos] = kBuf, ++pos;
     }
     r.frees = pos;
+    int prev_reuse = free_inside_op(1);
     for (const FreeSpec& fr : op.frees) {
       const bool in = below(fr.buffer, nb);
       const int ro = fr.reuse_after_op;
-      ok &= in & (ro >= -1) & (ro <= i);
+      ok &= in & valid_free_reuse(ro, prev_reuse, i, static_cast<int>(op.allocs.size()));
+      prev_reuse = ro;
       const int tg = in ? bg[fr.buffer] : 0;
       l[pos] = fr.buffer, t[pos] = tg, im[pos] = fr.buffer + bs[tg], c[pos] = kBuf;
       const bool op_in = below(ro, i + 1);

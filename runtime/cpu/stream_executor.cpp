@@ -85,10 +85,12 @@ class Run {
           trace_.push_back({"blocked before " + op.name, "cpu", "cpu_blocked", op.unit, b0, b1 - b0, 0});
         }
         mem_.process_events([&](std::int64_t e) { return done_[static_cast<int>(e)] != 0; });
-        for (int b : op.allocs) mem_.alloc(b, now());
+        const std::size_t frees_after = sim::issue_memory(
+            op, [&](int b) { mem_.alloc(b, now()); }, [&](const sim::FreeSpec& f) { mem_.free(f.buffer, -1, now()); });
         issue_[i] = now();
         queues_[op.stream].push_back(i);
-        for (const auto& f : op.frees) {
+        for (std::size_t k = frees_after; k < op.frees.size(); ++k) {
+          const sim::FreeSpec& f = op.frees[k];
           const bool reusable = f.reuse_after_op < 0 || done_[f.reuse_after_op];
           mem_.free(f.buffer, reusable ? -1 : f.reuse_after_op, now());
         }

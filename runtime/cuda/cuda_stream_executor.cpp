@@ -73,7 +73,8 @@ sim::SimResult CudaStreamExecutor::execute_step(CudaDeviceMemory& mem, OpHandler
       }
     }
     mem.process_events(complete);
-    for (int b : op.allocs) mem.alloc(b, now());
+    const std::size_t frees_after = sim::issue_memory(
+        op, [&](int b) { mem.alloc(b, now()); }, [&](const sim::FreeSpec& f) { mem.free(f.buffer, -1, now()); });
     cudaStream_t ps = streams_.at(op.stream);
     for (int w : op.waits) FSDPSIM_CUDA_CHECK(cudaStreamWaitEvent(ps, end_.at(w), 0));
     cudaStream_t s = ps;
@@ -95,7 +96,8 @@ sim::SimResult CudaStreamExecutor::execute_step(CudaDeviceMemory& mem, OpHandler
     if (s != ps) FSDPSIM_CUDA_CHECK(cudaStreamWaitEvent(ps, end_[i], 0));
     issued[i] = 1;
     issue[i] = now();
-    for (const auto& f : op.frees) {
+    for (std::size_t k = frees_after; k < op.frees.size(); ++k) {
+      const sim::FreeSpec& f = op.frees[k];
       const bool reusable = f.reuse_after_op < 0 || complete(f.reuse_after_op);
       mem.free(f.buffer, reusable ? -1 : f.reuse_after_op, now());
     }

@@ -3,6 +3,7 @@
 // recompute of a checkpointed block, torchtitan's SAC policy and the min-cut partitioner.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,48 @@ TEST(AutogradTape, FullCheckpointRecomputesByHand) {
   // recompute from x 100 + dy 100: a -> 400, b -> 450 (peak), a dies -> 250, y 100 -> 350, dropped;
   // then the eager backward above (peak 400)
   EXPECT_EQ(c.backward_extra, 450 - 100);
+}
+
+// The forward's allocator events in op order (issue 19 item 4): each tensor when its op creates it, each
+// temporary freed at its last use, the output left alive; the temporaries' running peak is forward_extra.
+std::string events_text(const std::vector<ForwardEvent>& ev) {
+  std::string s;
+  for (const ForwardEvent& e : ev) {
+    s += e.kind == ForwardEvent::Kept ? "+K " : e.kind == ForwardEvent::Temp ? "+T " : "-T ";
+    s += std::string(e.name) + " " + std::to_string(e.bytes) + (e.kind == ForwardEvent::Kept ? "" : " #" + std::to_string(e.temp)) + "; ";
+  }
+  return s;
+}
+Bytes temp_peak(const std::vector<ForwardEvent>& ev) {
+  Bytes live = 0, peak = 0;
+  for (const ForwardEvent& e : ev) {
+    if (e.kind == ForwardEvent::Temp) live += e.bytes;
+    if (e.kind == ForwardEvent::FreeTemp) live -= e.bytes;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+TEST(AutogradTape, ForwardEventsInOpOrderByHand) {
+  const AutogradTape t = chain();
+  // eager: x kept; f makes a (a temporary: the cast's input, nothing saves it); the cast makes b (kept by mm)
+  // and is a's last use; mm makes y, the block output, alive past the block
+  const TapePolicy eager = t.eager_policy();
+  const auto ev = t.forward_events(eager);
+  EXPECT_EQ(events_text(ev), "+K x 100; +T a 200 #0; +K b 50; -T a 200 #0; +T y 100 #1; ");
+  EXPECT_EQ(temp_peak(ev), t.cost(eager).forward_extra);
+  // full checkpointing keeps x alone: a and b are temporaries, each freed after its last reader
+  const TapePolicy full = t.full_checkpoint_policy(eager);
+  const auto fev = t.forward_events(full);
+  EXPECT_EQ(events_text(fev), "+K x 100; +T a 200 #0; +T b 50 #1; -T a 200 #0; +T y 100 #2; -T b 50 #1; ");
+  EXPECT_EQ(temp_peak(fev), t.cost(full).forward_extra);   // 250: a and b while the cast runs
+  // a workspace is made and dropped around its op
+  AutogradTape w;
+  const int x = w.input("x", 100);
+  TapeOp op{OpKind::Matmul, {{x, GradRule::New, true}}, {{"y", 100}}};
+  op.fwd_workspace = 30;
+  w.output(w.add1(op));
+  EXPECT_EQ(events_text(w.forward_events(w.eager_policy())), "+K x 100; +T y 100 #0; +T workspace 30 #1; -T workspace 30 #1; ");
 }
 
 TEST(AutogradTape, SelectiveOpKeepsOddMatmulsByHand) {

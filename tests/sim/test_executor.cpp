@@ -481,6 +481,40 @@ TEST(Executor, IllFormedProgramsAreInputErrors) {
   }
 }
 
+// Frees inside an op (FreeSpec free_inside_op: a forward's temporaries, freed at their last use between
+// later allocations) by hand. One op allocates a (40 MiB), b (30 MiB), frees a after those two, then
+// allocates c (40 MiB) and frees b and c after enqueueing; a second op allocates d (40 MiB). Inside the op a
+// and b are live together: peak allocated 70 MiB; c reuses a's freed 40 MiB segment (best fit), so reserved
+// stays 70 MiB (two segments). With all frees after enqueueing, c would need a third segment (110 MiB
+// allocated and reserved). Both memory paths (inline, with the memory timeline; apart) and the fast-forward
+// give the same bytes.
+TEST(Executor, FreesInsideAnOpByHand) {
+  auto program = [](bool inside) {
+    PB b;
+    const int a = b.buffer(40 * kMiB, MemCategory::Activations), bb = b.buffer(30 * kMiB, MemCategory::Activations),
+              c = b.buffer(40 * kMiB, MemCategory::Activations), d = b.buffer(40 * kMiB, MemCategory::Activations);
+    b.op(OpKind::Forward, PB::kCompute);
+    b.last().allocs = {a, bb, c};
+    if (inside) b.last().frees = {FreeSpec{a, free_inside_op(2)}, FreeSpec{bb, -1}, FreeSpec{c, -1}};
+    else b.last().frees = {FreeSpec{a, -1}, FreeSpec{bb, -1}, FreeSpec{c, -1}};
+    b.op(OpKind::Forward, PB::kCompute);
+    b.last().allocs = {d};
+    b.last().frees = {FreeSpec{d, -1}};
+    return b.p;
+  };
+  for (const bool timeline : {true, false}) {
+    ExecOptions o;
+    o.record_memory_timeline = timeline;
+    o.record_trace = timeline;
+    const SimResult r = execute(program(true), FixedCostModel(FixedCosts{}), o);
+    EXPECT_EQ(r.peak_allocated, 70 * kMiB) << timeline;
+    EXPECT_EQ(r.peak_reserved, 70 * kMiB) << timeline;
+    const SimResult after = execute(program(false), FixedCostModel(FixedCosts{}), o);
+    EXPECT_EQ(after.peak_allocated, 110 * kMiB) << timeline;
+    EXPECT_EQ(after.peak_reserved, 110 * kMiB) << timeline;
+  }
+}
+
 // The engine evaluates every per-op and per-buffer check as one yes/no on its fast path and names the
 // failure through validate_program's checks: each condition must still reach its named error (the
 // first one, in validate_program's order, when an op or a buffer breaks several).
@@ -507,6 +541,21 @@ TEST(Executor, EveryCheckNamesItsField) {
   EXPECT_EQ(op_error([](PB& b) { b.at(1).frees = {FreeSpec{-1, -1}}; }), "program.ops[1].frees.buffer");
   EXPECT_EQ(op_error([](PB& b) { b.at(1).frees = {FreeSpec{0, 2}}; }), "program.ops[1].frees.reuse_after_op");
   EXPECT_EQ(op_error([](PB& b) { b.at(1).frees = {FreeSpec{0, -2}}; }), "program.ops[1].frees.reuse_after_op");
+  // frees inside the op: after its first k allocs (1 <= k <= allocs), before the frees after enqueueing
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).frees = {FreeSpec{0, free_inside_op(1)}}; }), "<no error>");
+  EXPECT_EQ(op_error([](PB& b) { b.at(1).frees = {FreeSpec{0, free_inside_op(2)}}; }), "program.ops[1].frees.reuse_after_op");
+  EXPECT_EQ(op_error([](PB& b) {
+              int y = b.buffer(10, MemCategory::Activations);
+              b.at(1).allocs.push_back(y);
+              b.at(1).frees = {FreeSpec{y, -1}, FreeSpec{0, free_inside_op(1)}};
+            }),
+            "program.ops[1].frees.reuse_after_op");
+  EXPECT_EQ(op_error([](PB& b) {
+              int y = b.buffer(10, MemCategory::Activations);
+              b.at(1).allocs.push_back(y);
+              b.at(1).frees = {FreeSpec{y, free_inside_op(2)}, FreeSpec{0, free_inside_op(1)}};
+            }),
+            "program.ops[1].frees.reuse_after_op");
   EXPECT_EQ(op_error([](PB& b) { b.at(1).group = static_cast<CommGroup>(4); }), "program.ops[1].group");
   EXPECT_EQ(op_error([](PB& b) { b.at(1).group_size = 0; }), "program.ops[1].group_size");
   EXPECT_EQ(op_error([](PB& b) { b.at(1).comm_bytes = -1; }), "program.ops[1].comm_bytes");

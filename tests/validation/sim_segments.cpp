@@ -150,9 +150,9 @@ int run(int argc, char** argv) {
                          : j == op.id && t.complete[i] <= t.issue[i];
       };
       a.process_events(done);
-      for (int id : op.allocs) {
+      const auto alloc = [&](int id) {
         const Buffer& b = p.buffers[static_cast<std::size_t>(id)];
-        if (step == 2 && b.first_step_lazy) continue;
+        if (step == 2 && b.first_step_lazy) return;
         for (const auto& [name, j] : waiting) (done(j) ? rs[name].first : rs[name].second) += 1;
         waiting.clear();
         const Bytes before = a.stats().reserved;
@@ -182,8 +182,8 @@ int run(int argc, char** argv) {
                       p.streams[static_cast<std::size_t>(b.pool_stream)].name.c_str(),
                       static_cast<long long>(a.stats().allocated), mib(seg_size));
         }
-      }
-      for (const FreeSpec& f : op.frees) {
+      };
+      const auto free = [&](const FreeSpec& f) {
         const Buffer& b = p.buffers[static_cast<std::size_t>(f.buffer)];
         const bool pending = f.reuse_after_op >= 0 && !done(f.reuse_after_op);
         if (min_buffer >= 0 && b.bytes >= min_buffer)
@@ -197,7 +197,9 @@ int run(int argc, char** argv) {
         if (pending) a.free_after(block[static_cast<std::size_t>(f.buffer)], f.reuse_after_op);
         else a.free(block[static_cast<std::size_t>(f.buffer)]);
         block[static_cast<std::size_t>(f.buffer)] = -2;
-      }
+      };
+      // (in the executors' order: the frees inside the op among its allocs, the others after it)
+      for (std::size_t k = issue_memory(op, alloc, free); k < op.frees.size(); ++k) free(op.frees[k]);
     }
     a.process_events([](std::int64_t) { return true; });   // the next step starts once this one has ended
     for (const auto& [name, c] : rs)
