@@ -121,7 +121,8 @@ int add_norm(TreeBuilder& t, const ModelSpec& m, const Names& n, int parent, con
   return id;
 }
 
-void add_attention(TreeBuilder& t, const ModelSpec& m, const Names& n, int blk, int layer, int exec_rank) {
+void add_attention(TreeBuilder& t, const ModelSpec& m, const Names& n, int blk, int layer, int exec_rank,
+                   bool fused_qkv = false) {
   const std::int64_t h = m.hidden, q = m.n_heads * m.head_dim, kv = m.n_kv_heads * m.head_dim;
   const auto B = ModulePart::Block;
   if (m.model_type == "gpt2") {
@@ -137,6 +138,10 @@ void add_attention(TreeBuilder& t, const ModelSpec& m, const Names& n, int blk, 
     const int at = t.add(blk, n.attn, n.prefix + "Attention", B, layer, exec_rank);
     t.linear(at, "o_proj", "Linear", q, h, m.out_bias, false, B, layer);
     t.linear(at, "qkv_proj", "Linear", h, q + 2 * kv, m.qkv_bias, false, B, layer);
+  } else if (fused_qkv) {   // litgpt's CausalSelfAttention: one qkv linear, then proj (named as Phi-3's)
+    const int at = t.add(blk, n.attn, n.prefix + "Attention", B, layer, exec_rank);
+    t.linear(at, "qkv_proj", "Linear", h, q + 2 * kv, m.qkv_bias, false, B, layer);
+    t.linear(at, "o_proj", "Linear", q, h, m.out_bias, false, B, layer);
   } else {
     const int at = t.add(blk, n.attn, n.prefix + "Attention", B, layer, exec_rank);
     t.linear(at, "q_proj", "Linear", h, q, m.qkv_bias, false, B, layer);
@@ -210,9 +215,13 @@ void add_mlp(TreeBuilder& t, const ModelSpec& m, const Names& n, int blk, int la
 
 }  // namespace
 
-std::vector<Module> build_module_tree(const ModelSpec& m) {
+std::vector<Module> build_module_tree(const ModelSpec& m, ModelImpl impl) {
   const Names n = names_for(m);
   const bool hf_llama = m.model_type != "gpt2" && m.model_type != "mpt";
+  // litgpt's Block (litgpt/model.py): norm_1, attn (one fused qkv linear and proj), norm_2, mlp, registered
+  // in execution order, for the llama-family models with plain blocks (two norms, no q/k norms, dense MLP)
+  const bool litgpt = impl == ModelImpl::LitGPT && hf_llama && m.model_type != "phi3" && m.block_norms == 2 &&
+                      m.qk_norm == QkNorm::None && !m.is_moe();
   TreeBuilder t(n.root_type);
   const int base = t.add(0, n.base, n.base_type, ModulePart::Embedding, -1);
   const int emb = t.add(base, n.embed, m.model_type == "mpt" ? "SharedEmbedding" : "Embedding", ModulePart::Embedding, -1);
@@ -238,6 +247,11 @@ std::vector<Module> build_module_tree(const ModelSpec& m) {
       add_norm(t, m, n, blk, n.post_norm, ModulePart::Block, L, 2);
       add_norm(t, m, n, blk, "pre_feedforward_layernorm", ModulePart::Block, L, 3);
       add_norm(t, m, n, blk, "post_feedforward_layernorm", ModulePart::Block, L, 5);
+    } else if (litgpt) {
+      add_norm(t, m, n, blk, n.in_norm, ModulePart::Block, L, 0);
+      add_attention(t, m, n, blk, L, 1, true);
+      add_norm(t, m, n, blk, n.post_norm, ModulePart::Block, L, 2);
+      add_mlp(t, m, n, blk, L, 3);
     } else if (hf_llama) {  // registered self_attn, mlp, input_layernorm, post_attention_layernorm; run norm, attn, norm, mlp
       add_attention(t, m, n, blk, L, 1);
       add_mlp(t, m, n, blk, L, 3);

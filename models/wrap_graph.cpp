@@ -164,9 +164,9 @@ std::vector<char> choose_wrapped(const std::vector<Module>& mods, const Tree& g,
 
 }  // namespace
 
-WrapGraph build_wrap_graph(const ModelSpec& m, const WrapPolicy& policy) {
+WrapGraph build_wrap_graph(const ModelSpec& m, const WrapPolicy& policy, ModelImpl impl) {
   WrapGraph wg;
-  wg.modules = build_module_tree(m);
+  wg.modules = build_module_tree(m, impl);
   const Tree g = to_graph(wg.modules);
   const std::vector<char> wrapped = choose_wrapped(wg.modules, g, policy);
 

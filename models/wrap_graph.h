@@ -59,8 +59,10 @@ struct WrapGraph {
 };
 
 // The module tree alone (WrapGraph::modules with every Module::unit = 0), HF module naming.
-std::vector<Module> build_module_tree(const ModelSpec& m);
-WrapGraph build_wrap_graph(const ModelSpec& m, const WrapPolicy& policy);
+// `impl`: the code whose modules hold the parameters (litgpt fuses q, k and v into one linear and registers a
+// block's modules in execution order; the others as Hugging Face transformers).
+std::vector<Module> build_module_tree(const ModelSpec& m, ModelImpl impl = ModelImpl::HF);
+WrapGraph build_wrap_graph(const ModelSpec& m, const WrapPolicy& policy, ModelImpl impl = ModelImpl::HF);
 // Parses the CLI form: "block" | "none" | "size:N" | "modules:a,b,..."; InputError(field, text).
 WrapPolicy parse_wrap_policy(const std::string& text, const std::string& field);
 std::string wrap_policy_name(const WrapPolicy& p);

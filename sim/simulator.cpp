@@ -38,26 +38,27 @@ struct WrapGraphCache {
   struct Entry {
     models::ModelSpec model;
     models::WrapPolicy policy;
+    models::ModelImpl impl = models::ModelImpl::HF;
     std::shared_ptr<const models::WrapGraph> graph;
   };
   std::vector<Entry> entries;   // most recent first
 };
 
 std::shared_ptr<const models::WrapGraph> wrap_graph_for(WrapGraphCache& c, const models::ModelSpec& m,
-                                                        const models::WrapPolicy& policy) {
+                                                        const models::WrapPolicy& policy, models::ModelImpl impl) {
   // a search alternates between a few wrap policies, each with the stretch's shorter model (sim/stretch.h)
   constexpr std::size_t kEntries = 8;
   auto& cache = c.entries;
   for (std::size_t i = 0; i < cache.size(); ++i) {
-    if (cache[i].policy == policy && cache[i].model == m) {
+    if (cache[i].policy == policy && cache[i].impl == impl && cache[i].model == m) {
       std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
                   cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);   // most recent first
       return cache.front().graph;
     }
   }
-  auto g = std::make_shared<const models::WrapGraph>(models::build_wrap_graph(m, policy));
+  auto g = std::make_shared<const models::WrapGraph>(models::build_wrap_graph(m, policy, impl));
   if (cache.size() == kEntries) cache.pop_back();
-  cache.insert(cache.begin(), WrapGraphCache::Entry{m, policy, g});
+  cache.insert(cache.begin(), WrapGraphCache::Entry{m, policy, impl, g});
   return g;
 }
 
@@ -291,7 +292,7 @@ bool build_stretched(const models::ModelSpec& m, const models::WrapGraph& graph,
     const int copies = (L - Ls) / k;
     models::ModelSpec ms = m;
     ms.n_layers = Ls;
-    const std::shared_ptr<const models::WrapGraph> small = wrap_graph_for(graphs, ms, rp.auto_wrap_policy);
+    const std::shared_ptr<const models::WrapGraph> small = wrap_graph_for(graphs, ms, rp.auto_wrap_policy, rp.implementation);
     if (!units_line_up(graph, *small, first, k, copies))
       return stats.refused = "units do not repeat", micro_batches_only();
     if (stretch_source(ms, *small, rp, topo, cost, mb_shape(StretchShape{k, first, copies}), mbs ? source_mbs() : 0, st,
@@ -328,7 +329,7 @@ bool Simulator::stretched_program(const models::ModelSpec& model, const calibrat
   const calibrate::Cluster& cluster = hw.cluster();
   const Plan rp = resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
-  const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(s_->graphs, m, rp.auto_wrap_policy);
+  const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(s_->graphs, m, rp.auto_wrap_policy, rp.implementation);
   ProfileCostModel cost(hw);
   Stretched& st = s_->stretched;
   const bool ok = build_stretched(m, *graph, rp, Topology{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes()},
@@ -382,7 +383,7 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
   const Plan rp = resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
   // MPT-style models size their position table by the training sequence length (models/model_spec.h).
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
-  const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(s_->graphs, m, rp.auto_wrap_policy);
+  const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(s_->graphs, m, rp.auto_wrap_policy, rp.implementation);
   const Topology topo{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes()};
 
   const Bytes capacity = hw.memory_capacity();

@@ -207,7 +207,7 @@ nlohmann::json row_plan(const Row& r, const models::ModelSpec& model, bool for_t
   if (note) note->clear();
   if (note && pj.contains("lora")) {
     const sim::Plan parsed = sim::load_plan(pj.dump());
-    const models::WrapGraph g = models::build_wrap_graph(model, parsed.auto_wrap_policy);
+    const models::WrapGraph g = models::build_wrap_graph(model, parsed.auto_wrap_policy, parsed.implementation);
     const models::TrainableSet ts = sim::lowering::plan_trainable_set(model, g, parsed);
     char b[200];
     std::snprintf(b, sizeof b, "LoRA r%lld on %s: %lld trainable parameters", static_cast<long long>(parsed.lora.rank),

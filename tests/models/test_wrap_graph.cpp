@@ -67,6 +67,30 @@ TEST(WrapGraph, TransformerBlockPolicyLlama3) {
   EXPECT_EQ(t[8].name, "model.layers.0.post_attention_layernorm.weight");
 }
 
+// litgpt's parameter layout (implementation "litgpt"): one fused qkv linear per block, (n_head + 2 n_kv) x
+// head_dim rows, and the block's modules registered in execution order (norm_1, attn, norm_2, mlp), as
+// litgpt/model.py's Block and CausalSelfAttention hold them. Same parameter count as the HF layout.
+TEST(WrapGraph, LitgptFusesQkvAndRegistersInExecutionOrder) {
+  const ModelSpec m = load_model("llama3-8b");
+  const WrapGraph g = build_wrap_graph(m, WrapPolicy{}, ModelImpl::LitGPT);
+  expect_consistent(m, g);
+  ASSERT_EQ(g.units.size(), 33u);
+  const auto& t = g.units[1].tensors;
+  ASSERT_EQ(t.size(), 7u);
+  EXPECT_EQ(t[0].name, "model.layers.0.input_layernorm.weight");
+  EXPECT_EQ(t[1].name, "model.layers.0.self_attn.qkv_proj.weight");
+  EXPECT_EQ(t[1].shape, (std::vector<std::int64_t>{4096 + 2 * 1024, 4096}));
+  EXPECT_EQ(t[2].name, "model.layers.0.self_attn.o_proj.weight");
+  EXPECT_EQ(t[3].name, "model.layers.0.post_attention_layernorm.weight");
+  EXPECT_EQ(t[4].name, "model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(t[6].name, "model.layers.0.mlp.down_proj.weight");
+  EXPECT_EQ(g.units[1].params, count_params(m).per_block);
+  // models litgpt has no plain-block layout for keep Hugging Face's (a MoE block)
+  const ModelSpec moe = load_model("mixtral-8x7b");
+  EXPECT_EQ(build_wrap_graph(moe, WrapPolicy{}, ModelImpl::LitGPT).units[1].tensors.size(),
+            build_wrap_graph(moe, WrapPolicy{}).units[1].tensors.size());
+}
+
 TEST(WrapGraph, NonePolicyIsOneRootUnit) {
   const ModelSpec m = load_model("llama3-8b");
   const WrapGraph g = build_wrap_graph(m, policy("none"));

@@ -112,7 +112,7 @@ int run(int argc, char** argv) {
   const Plan plan = parse_plan(read_json_file(argv[3], "plan"));
   const Plan rp = resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
-  const models::WrapGraph graph = models::build_wrap_graph(m, rp.auto_wrap_policy);
+  const models::WrapGraph graph = models::build_wrap_graph(m, rp.auto_wrap_policy, rp.implementation);
   const Topology topo{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes()};
   const StepProgram p = lowering::lower_with(m, graph, rp, topo, nullptr, /*full=*/true);
 

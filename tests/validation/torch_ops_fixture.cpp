@@ -79,7 +79,7 @@ TorchOpsFixture read_torch_ops_fixture(const std::string& path) {
 
 std::map<std::string, ClassFigure> simulated_classes(const TorchOpsFixture& f, const calibrate::HardwareProfile& hw) {
   const models::ModelSpec m = models::with_seq_len(f.model, f.plan.seq_len);
-  const models::WrapGraph graph = models::build_wrap_graph(m, f.plan.auto_wrap_policy);
+  const models::WrapGraph graph = models::build_wrap_graph(m, f.plan.auto_wrap_policy, f.plan.implementation);
   const sim::StepProgram prog = sim::lower(m, graph, f.plan, sim::Topology{f.cluster.world(), f.cluster.gpus_per_node});
   std::map<std::string, ClassFigure> out;
   for (const auto& cls : kOpClasses) out[cls] = ClassFigure{};
