@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "calibrate/hardware_profile.h"
+
 namespace fsdpsim::sim {
 
 // The zoo models and clusters the widest random groups draw from.
@@ -96,6 +98,21 @@ inline std::string random_plan(std::mt19937& rng, int gpus, int gpus_per_node) {
   if (conf == 2) j["alloc_conf"] = "max_split_size_mb:" + std::to_string(64 * pick(1, 8));
   if (conf == 3) j["alloc_conf"] = "expandable_segments:True,max_split_size_mb:512";
   return j.dump();
+}
+
+// One random case of the differential tests: a zoo model and a cluster, the cluster's built-in hardware
+// profile, and a random plan for it (JSON text), drawn in that order.
+struct RandomCase {
+  std::string model, cluster, plan;
+  calibrate::HardwareProfile hw;
+};
+inline RandomCase random_case(std::mt19937& rng) {
+  RandomCase c;
+  c.model = random_name(rng, kRandomPlanModels);
+  c.cluster = random_name(rng, kRandomPlanClusters);
+  c.hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(c.cluster));
+  c.plan = random_plan(rng, c.hw.cluster().world(), c.hw.cluster().gpus_per_node);
+  return c;
 }
 
 }  // namespace fsdpsim::sim

@@ -160,9 +160,8 @@ TEST(MemoryFold, ATrackerReplayingAgainKeepsItsResultsAndItsSkips) {
   std::mt19937 rng(random_seed(11, 2));
   bool found = false;
   for (int i = 0; i < 400 && !found; ++i) {
-    const std::string model = random_name(rng, kRandomPlanModels), cluster = random_name(rng, kRandomPlanClusters);
-    const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(cluster));
-    const std::string plan = random_plan(rng, hw.cluster().world(), hw.cluster().gpus_per_node);
+    const RandomCase rc = random_case(rng);
+    const auto& [model, cluster, plan, hw] = rc;
     CompiledProgram p;
     OpCosts costs;
     try {
@@ -218,9 +217,8 @@ TEST(MemoryFold, EverySkipOfRandomPlansLeavesTheCallByCallState) {
   std::mt19937 rng(random_seed(11, 2));
   int jumped = 0, mirrored = 0, steady_replays = 0;
   for (int i = 0; i < plans; ++i) {
-    const std::string model = random_name(rng, kRandomPlanModels), cluster = random_name(rng, kRandomPlanClusters);
-    const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(cluster));
-    const std::string plan = random_plan(rng, hw.cluster().world(), hw.cluster().gpus_per_node);
+    const RandomCase rc = random_case(rng);
+    const auto& [model, cluster, plan, hw] = rc;
     SCOPED_TRACE(model + " on " + cluster + " " + plan);
     CompiledProgram p;
     OpCosts costs;

@@ -107,16 +107,14 @@ TEST(ReferenceEngine, FastPathsMatchTheReferenceOnRandomPlans) {
   const int kPlans = random_plan_count(24);
   int valid = 0, stretched = 0;
   for (int i = 0; i < kPlans; ++i) {
-    const std::string model = random_name(rng, kRandomPlanModels);
-    const std::string cluster = random_name(rng, kRandomPlanClusters);
-    const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(cluster));
-    const std::string text = random_plan(rng, hw.cluster().world(), hw.cluster().gpus_per_node);
-    SCOPED_TRACE(model + " on " + cluster + " " + text);
-    const models::ModelSpec base = models::load_model(model);
+    const RandomCase rc = random_case(rng);
+    const calibrate::HardwareProfile& hw = rc.hw;
+    SCOPED_TRACE(rc.model + " on " + rc.cluster + " " + rc.plan);
+    const models::ModelSpec base = models::load_model(rc.model);
     SimResult fast;
     Plan plan;
     try {
-      plan = parse_plan(nlohmann::json::parse(text));
+      plan = parse_plan(nlohmann::json::parse(rc.plan));
       fast = simulated(base, hw, plan);
     } catch (const InputError&) {
       continue;

@@ -271,10 +271,8 @@ TEST(Stretch, RandomPlansGiveIdenticalResults) {
   int stretched = 0, valid = 0, sources = 0;
   const int kPlans = random_plan_count(160);
   for (int i = 0; i < kPlans; ++i) {
-    const std::string model = random_name(rng, kRandomPlanModels);
-    const std::string cluster = random_name(rng, kRandomPlanClusters);
-    const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster(cluster));
-    const std::string text = random_plan(rng, hw.cluster().world(), hw.cluster().gpus_per_node);
+    const RandomCase rc = random_case(rng);
+    const auto& [model, cluster, text, hw] = rc;
     SCOPED_TRACE(model + " on " + cluster + " " + text);
     const models::ModelSpec m = models::load_model(model);
     Plan plan;
