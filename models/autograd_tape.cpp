@@ -371,6 +371,41 @@ std::vector<ForwardEvent> AutogradTape::forward_events(const TapePolicy& p) cons
   return ev;
 }
 
+std::vector<ForwardEvent> AutogradTape::recompute_events(const TapePolicy& p) const {
+  std::vector<ForwardEvent> ev;
+  if (!p.recompute) return ev;
+  const std::vector<std::vector<int>> dies = forward_deaths(p);
+  const std::size_t input_storage = at(tensors_[at(input_)].storage);
+  const std::size_t output_storage = output_ >= 0 ? at(tensors_[at(output_)].storage) : storages_.size();
+  std::vector<int> temp_of(storages_.size(), -1);
+  int temps = 0;
+  const auto drop = [&](std::size_t s) {   // (as cost(): what the backward does not need dies)
+    if (temp_of[s] < 0) return;
+    ev.push_back({ForwardEvent::FreeTemp, static_cast<int>(s), temp_of[s], p.bytes[s], -1, storages_[s].name});
+    temp_of[s] = -1;
+  };
+  for (std::size_t i = 0; i < ops_.size(); ++i) {
+    for (std::size_t j = 0; j < ops_[i].out.size(); ++j) {
+      if (ops_[i].out[j].view_of >= 0) continue;
+      const std::size_t s = at(tensors_[at(first_out_[i]) + j].storage);
+      if (p.kept[s] || p.bytes[s] <= 0) continue;
+      if (p.needed[s] && s != input_storage) {
+        ev.push_back({ForwardEvent::Kept, static_cast<int>(s), -1, p.bytes[s], -1, storages_[s].name});
+      } else {
+        temp_of[s] = temps;
+        ev.push_back({ForwardEvent::Temp, static_cast<int>(s), temps++, p.bytes[s], -1, storages_[s].name});
+      }
+    }
+    if (const Bytes w = op_workspace(ops_[i], p, true); w > 0) {
+      ev.push_back({ForwardEvent::Temp, -1, temps, w, -1, "workspace"});
+      ev.push_back({ForwardEvent::FreeTemp, -1, temps++, w, -1, "workspace"});
+    }
+    for (int s : dies[i]) drop(at(s));
+    if (output_storage < storages_.size() && storages_[output_storage].producer == static_cast<int>(i)) drop(output_storage);
+  }
+  return ev;
+}
+
 TapeCost AutogradTape::cost(const TapePolicy& p) const {
   const std::size_t ns = storages_.size();
   const std::size_t input_storage = at(tensors_[at(input_)].storage);
@@ -437,10 +472,12 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
   std::vector<int> slot(tensors_.size(), -1);
   if (graph) slot[at(output_)] = g.make(incoming);
   peak = std::max(peak, live_saved + g.live);
+  Bytes phase_peak = live_saved + g.live;   // the backward's own ops
   // The parameters' gradients created so far (none during the recompute): an op's weight gradient exists
   // from its own backward on, allocated before its input gradients (the measured order of mm's backward).
   Bytes grads = 0;
   Bytes peak_with_grads = peak;
+  Bytes phase_peak_with_grads = phase_peak;
   std::vector<int> to_unref;
   for (int i = n_ops - 1; i >= 0; --i) {
     const TapeOp& op = ops_[at(i)];
@@ -499,6 +536,8 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
       }
       peak = std::max(peak, live_saved + g.live + workspace(op, false));
       peak_with_grads = std::max(peak_with_grads, live_saved + g.live + workspace(op, false) + grads);
+      phase_peak = std::max(phase_peak, live_saved + g.live + workspace(op, false));
+      phase_peak_with_grads = std::max(phase_peak_with_grads, live_saved + g.live + workspace(op, false) + grads);
       for (int b : to_unref) g.unref(b);
     }
     for (int t = first; t < last; ++t) {
@@ -514,6 +553,9 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
   c.backward_extra = peak - kept_bytes;
   c.backward_extra_with_grads = std::max(peak_with_grads, live_saved + g.live + grads) - kept_bytes;
   c.param_grads = grads;
+  c.backward_phase_extra = phase_peak - kept_bytes;
+  c.backward_phase_extra_with_grads = std::max(phase_peak_with_grads, live_saved + g.live + grads) - kept_bytes;
+  c.incoming_grad = incoming;
   return c;
 }
 

@@ -129,6 +129,12 @@ struct TapeCost {
   // backward_extra_with_grads - param_grads is what the backward needs on top of all its gradients.
   Bytes backward_extra_with_grads = 0;
   Bytes param_grads = 0;
+  // The same two for the backward's own ops alone (after the recompute), and the incoming gradient (the
+  // block output's, alive from before a recompute): with the recompute's tensors allocated one by one
+  // (recompute_events), the backward's lumped transient covers only its own part.
+  Bytes backward_phase_extra = 0;
+  Bytes backward_phase_extra_with_grads = 0;
+  Bytes incoming_grad = 0;
 };
 
 // One allocator event of the block's forward, in the order PyTorch makes them (issue 19 item 4: per
@@ -187,6 +193,11 @@ class AutogradTape {
   // Temporaries still alive at the end (the block output) are not freed here: the caller frees them when
   // the block's forward ends.
   std::vector<ForwardEvent> forward_events(const TapePolicy& p) const;
+  // A checkpointed block's recompute (p.recompute), in op order: the storages the policy did not keep are
+  // created again; those the backward needs (p.needed) stay (Kept events: the recomputed saved tensors), the
+  // others are temporaries freed at their last use, the recomputed block output as soon as it is made.
+  // Empty without a recompute.
+  std::vector<ForwardEvent> recompute_events(const TapePolicy& p) const;
 
  private:
   // Per forward op, the storages whose last use it is (inductor's fused kernels extend their inputs' lives).

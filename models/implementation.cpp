@@ -52,6 +52,10 @@ BlockMemory read(const AutogradTape& t, const TapePolicy& p) {
   bm.backward_extra = c.backward_extra;
   bm.backward_extra_with_grads = c.backward_extra_with_grads;
   bm.param_grads = c.param_grads;
+  bm.recompute_events = t.recompute_events(p);
+  bm.backward_phase_extra = c.backward_phase_extra;
+  bm.backward_phase_extra_with_grads = c.backward_phase_extra_with_grads;
+  bm.incoming_grad = c.incoming_grad;
   return bm;
 }
 

@@ -54,6 +54,11 @@ struct BlockMemory {
   // own weight's gradient, not all of them.
   Bytes backward_extra_with_grads = 0;
   Bytes param_grads = 0;
+  // A checkpointed block's recompute tensor by tensor (models::AutogradTape::recompute_events: Kept events are
+  // the recomputed saved tensors, named as the uncheckpointed block's `saved` entries), and the backward's
+  // peaks without the recompute (TapeCost backward_phase_extra*) with the incoming gradient they include.
+  std::vector<ForwardEvent> recompute_events;
+  Bytes backward_phase_extra = 0, backward_phase_extra_with_grads = 0, incoming_grad = 0;
 
   Bytes saved_bytes() const;  // sum of `saved`
 };

@@ -791,6 +791,23 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
     // backward_extra counts the recompute of a checkpointed block; the walk allocates those tensors itself
     a.backward_extra = std::max<Bytes>(0, mem.backward_extra - recomputed);
     a.backward_with_grads = std::max<Bytes>(0, mem.backward_extra_with_grads - recomputed);
+    a.recompute_events.clear();
+    a.incoming_grad = 0;
+    if (!mem.recompute_events.empty() && plan.implementation != models::ModelImpl::Runtime) {
+      // The recompute tensor by tensor (its temporaries freed inside its op), holding the incoming gradient
+      // from its start: the backward's transient is then its own ops' peak beyond those.
+      a.recompute_events = mem.recompute_events;
+      for (models::ForwardEvent& e : a.recompute_events) {
+        if (e.kind != models::ForwardEvent::Kept) continue;
+        for (std::size_t k = 0; k < a.recompute.size() && e.saved < 0; ++k)
+          if (std::strcmp(a.recompute[k].name, e.name) == 0) e.saved = static_cast<int>(k);
+        if (e.saved < 0)
+          throw std::logic_error(std::string("lowering: recomputed tensor ") + e.name + " is not in the block's recompute list");
+      }
+      a.incoming_grad = mem.incoming_grad;
+      a.backward_extra = std::max<Bytes>(0, mem.backward_phase_extra - recomputed - a.incoming_grad);
+      a.backward_with_grads = std::max<Bytes>(0, mem.backward_phase_extra_with_grads - recomputed - a.incoming_grad);
+    }
     a.param_grads = mem.param_grads;
     return a;
   };

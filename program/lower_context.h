@@ -263,6 +263,10 @@ struct Context {
   struct BlockActivations {
     std::vector<models::SavedTensor> saved, recompute;
     std::vector<models::ForwardEvent> forward_events;   // the forward tensor by tensor (models::BlockMemory)
+    // The recompute tensor by tensor (Kept events name their entry of `recompute`), and the incoming gradient
+    // it holds for the backward (0 without recompute events: then backward_extra covers the recompute)
+    std::vector<models::ForwardEvent> recompute_events;
+    Bytes incoming_grad = 0;
     Bytes forward_extra = 0, backward_extra = 0;
     Bytes backward_with_grads = 0, param_grads = 0;
   };

@@ -24,6 +24,7 @@ StepProgram LoweringWalk::run() {
   add_persistent();
   act_.assign(c_.segments.size(), BufferRange{});
   recompute_.assign(c_.segments.size(), BufferRange{});
+  grad_in_.assign(c_.segments.size(), -1);
   notes_before_step();
   for (int mb = 0; mb < c_.micro_batches; ++mb) {
     mb_ = mb;
@@ -222,7 +223,17 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
       }
     }
   } else if (kind == OpKind::Recompute) {
-    recompute_[s] = alloc_tensors(o, seg.unit, a->recompute);
+    if (block && !a->recompute_events.empty()) {
+      // The block output's gradient exists before the recompute starts (the unpack hook of the block's first
+      // backward node triggers it); the recompute's tensors one by one, its temporaries freed inside the op.
+      if (a->incoming_grad > 0) {
+        grad_in_[s] = b_.buffer("grad_in", seg.unit, a->incoming_grad, MemCategory::Activations, compute_);
+        o.allocs.push_back(grad_in_[s]);
+      }
+      recompute_[s] = alloc_forward(o, seg.unit, a->recompute, a->recompute_events, 0);
+    } else {
+      recompute_[s] = alloc_tensors(o, seg.unit, a->recompute);
+    }
   } else {
     // The backward's gradients and temporaries on top of what is saved (models::BlockMemory::backward_extra).
     // Autograd computes each weight's gradient in the backward of the op that uses it and AccumulateGrad keeps
@@ -272,6 +283,8 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
     }
     free_range(o, act_[s]);
     free_range(o, recompute_[s]);
+    if (grad_in_[s] >= 0) o.frees.push_back({grad_in_[s], -1});
+    grad_in_[s] = -1;
   }
 }
 

@@ -149,6 +149,7 @@ class LoweringWalk {
   int mb_ = 0;
   bool sync_ = true;                    // this micro-batch reduces gradients (grad_sync or the last one)
   std::vector<BufferRange> act_, recompute_;   // per segment: saved / recomputed activations
+  std::vector<int> grad_in_;                   // per segment: the incoming gradient a recompute holds (-1: none)
   int logits_ = -1;                     // the head's output, held until the head's backward or freed earlier
   std::vector<bool> pre_backward_done_;
   // Per unit: the sharded parameter (persistent, -1 when offloaded) and the sharded gradient (created by the

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "common/errors.h"
@@ -507,7 +508,15 @@ TEST(LoweringCheckpointing, OutsideFsdpAddsOneAllGatherPerUnit) {
       for (const auto& t : bm.saved) v.push_back(t.bytes);
       return v;
     };
-    EXPECT_EQ(alloc_bytes(inside, *rc[0], MemCategory::Activations), recomputed);
+    // The recompute: the incoming gradient (held from its start, freed by the block's backward), then the
+    // recomputed tensors one by one, its temporaries freed inside it (models::AutogradTape::recompute_events).
+    ASSERT_FALSE(full.recompute_events.empty());
+    const auto kept_by_recompute = saved_allocs(inside, *rc[0]);
+    ASSERT_FALSE(kept_by_recompute.empty());
+    EXPECT_EQ(kept_by_recompute.front(), full.incoming_grad);   // grad_in
+    EXPECT_EQ(std::accumulate(kept_by_recompute.begin() + 1, kept_by_recompute.end(), Bytes{0}), recomputed);
+    EXPECT_GT(rc[0]->frees.size(), 0u);
+    for (const FreeSpec& f : rc[0]->frees) EXPECT_TRUE(is_free_inside_op(f.reuse_after_op));
     EXPECT_EQ(saved_allocs(inside, *ops_of(inside, OpKind::Forward, 1)[0]), bytes_of(full));
     EXPECT_EQ(saved_allocs(none, *ops_of(none, OpKind::Forward, 1)[0]), bytes_of(all));
     expect_well_formed(inside, "inside");
