@@ -79,7 +79,7 @@ Bytes temp_peak(const std::vector<ForwardEvent>& ev) {
   return peak;
 }
 
-TEST(AutogradTape, ForwardEventsInOpOrderByHand) {
+TEST(AutogradTape, ForwardAndRecomputeEventsInOpOrderByHand) {
   const AutogradTape t = chain();
   // eager: x kept; f makes a (a temporary: the cast's input, nothing saves it); the cast makes b (kept by mm)
   // and is a's last use; mm makes y, the block output, alive past the block
@@ -92,6 +92,14 @@ TEST(AutogradTape, ForwardEventsInOpOrderByHand) {
   const auto fev = t.forward_events(full);
   EXPECT_EQ(events_text(fev), "+K x 100; +T a 200 #0; +T b 50 #1; -T a 200 #0; +T y 100 #2; -T b 50 #1; ");
   EXPECT_EQ(temp_peak(fev), t.cost(full).forward_extra);   // 250: a and b while the cast runs
+  // the recompute of the checkpointed chain: x is kept (not made again); a, which the backward does not read,
+  // is a temporary again; b, which mm's backward reads, is kept for the backward; the recomputed output y
+  // is dropped as soon as it is made. Nothing without a recompute.
+  EXPECT_EQ(events_text(t.recompute_events(full)), "+T a 200 #0; +K b 50; -T a 200 #0; +T y 100 #1; -T y 100 #1; ");
+  EXPECT_TRUE(t.recompute_events(eager).empty());
+  // the backward's own peak (400, above) without the recompute's (450), with the incoming dy (100)
+  EXPECT_EQ(t.cost(full).backward_phase_extra, 400 - 100);
+  EXPECT_EQ(t.cost(full).incoming_grad, 100);
   // a workspace is made and dropped around its op
   AutogradTape w;
   const int x = w.input("x", 100);
