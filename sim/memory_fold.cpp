@@ -47,7 +47,7 @@ class MemoryFold {
  public:
   MemoryFold(MemoryTracker& t, const CompiledProgram& p, bool fold, bool verify)
       : t_(t), a_(t.allocator_), p_(p), ops_(p.ops.data()), lists_(p.lists.data()), n_(p.num_ops()), fold_(fold),
-        verify_(verify) {}
+        verify_(verify), st_(&t.fold_scratch()), block_of_(t.block_of_.data()), bufs_(t.bufs_) {}
   void run();
 
  private:
@@ -102,6 +102,7 @@ class MemoryFold {
 
   // ---- replay primitives ----
   void alloc(int buffer, int op);
+  void after_alloc(int buffer, int op, int block, Bytes reserved);   // the mirror's note and the record's
   void free(int buffer, int op);
   void replay_ops(int lo, int hi) {
     for (int i = lo; i < hi; ++i) {
@@ -149,6 +150,9 @@ class MemoryFold {
   int stamp_now_ = 0;
   std::vector<std::pair<int, Bytes>> min_req_;   // per pool: the smallest rounded request of a period
   std::vector<CachingAllocator::BlockInfo> tmp_;
+  FoldScratch* const st_;               // storage() (the tracker's, created at construction)
+  int* const block_of_;                 // t_.block_of_ (sized by start(), never resized during a replay)
+  const CompiledBuffer* const bufs_;    // t_.bufs_
 };
 
 // Storage kept by the tracker between replays (a replay allocates nothing once it has grown).
@@ -159,7 +163,46 @@ struct FoldScratch {
   std::vector<int> seg_touch;                                // segment slot -> its touch in that record
   std::vector<int> pile_blocks;
   MemoryFold::Rec recs[3];                                   // fold_run's consecutive memory periods
+  // The program free_op / alloc_op were computed for in this run (MemoryTracker::start forgets it): the
+  // steady step replays the program the first step did, so it reuses them.
+  const CompiledProgram* precomputed_for = nullptr;
 };
+
+// (MemoryTracker::start_run: a new run, whose program may lie where the last one did)
+void forget_fold_precompute(FoldScratch& s) { s.precomputed_for = nullptr; }
+
+// The replay's per-call path (inline into replay_ops). What only recording or the mirrored steady step
+// needs is out of line (after_alloc), behind one test.
+inline void MemoryFold::alloc(int buffer, int op) {
+  if (block_of_[buffer] != kNotLive) [[unlikely]] {
+    if (t_.steady_ && bufs_[buffer].first_step_lazy) return;   // (MemoryTracker::alloc)
+    t_.throw_already_live(buffer, op);
+  }
+  const CompiledBuffer& b = bufs_[buffer];
+  const Bytes reserved = a_.stats().reserved;
+  const int block = a_.alloc(b.bytes, b.pool_stream);
+  block_of_[buffer] = block;
+  t_.live_[static_cast<int>(b.category)] += b.bytes;
+  if (block >= 0) {
+    if (static_cast<std::size_t>(block) >= st_->buffer_of_block.size()) [[unlikely]]
+      st_->buffer_of_block.resize(2 * block + 64, -1);
+    st_->buffer_of_block[static_cast<std::size_t>(block)] = buffer;
+  }
+  t_.note_peaks(op);
+  if (rec_ != nullptr || (t_.mirror_.ok && !t_.steady_)) [[unlikely]]
+    after_alloc(buffer, op, block, reserved);
+}
+inline void MemoryFold::free(int buffer, int op) {
+  const int block = block_of_[buffer];
+  if (block == kNotLive) [[unlikely]]
+    t_.throw_not_live(buffer, op);
+  if (rec_ != nullptr && block >= 0) [[unlikely]]
+    touch(a_.block_segment(block), buffer, op, false, block);
+  a_.free_live(block);
+  block_of_[buffer] = kNotLive;
+  const CompiledBuffer& b = bufs_[buffer];
+  t_.live_[static_cast<int>(b.category)] -= b.bytes;
+}
 
 FoldScratch& MemoryTracker::fold_scratch() {
   if (!fold_scratch_) fold_scratch_.reset(new FoldScratch);
@@ -167,7 +210,7 @@ FoldScratch& MemoryTracker::fold_scratch() {
 }
 void MemoryTracker::FoldScratchDeleter::operator()(FoldScratch* s) const { delete s; }
 
-FoldScratch& MemoryFold::storage() const { return t_.fold_scratch(); }
+FoldScratch& MemoryFold::storage() const { return *st_; }
 
 void MemoryTracker::replay(const CompiledProgram& program, bool fold, bool verify) {
   fold_stats_ = FoldStats{};
@@ -176,23 +219,9 @@ void MemoryTracker::replay(const CompiledProgram& program, bool fold, bool verif
   f.run();
 }
 
-void MemoryFold::alloc(int buffer, int op) {
-  FoldScratch& st = storage();
-  if (t_.block_of_[buffer] != kNotLive) [[unlikely]] {
-    if (t_.steady_ && t_.bufs_[buffer].first_step_lazy) return;   // (MemoryTracker::alloc)
-    t_.throw_already_live(buffer, op);
-  }
-  const CompiledBuffer& b = t_.bufs_[buffer];
-  const Bytes reserved = a_.stats().reserved;
-  const int block = a_.alloc(b.bytes, b.pool_stream);
-  t_.block_of_[buffer] = block;
-  t_.live_[static_cast<int>(b.category)] += b.bytes;
-  if (block >= 0) {
-    if (static_cast<std::size_t>(block) >= st.buffer_of_block.size()) st.buffer_of_block.resize(2 * block + 64, -1);
-    st.buffer_of_block[block] = buffer;
-  }
+void MemoryFold::after_alloc(int buffer, int op, int block, Bytes reserved) {
+  const CompiledBuffer& b = bufs_[buffer];
   const AllocatorStats& s = a_.stats();
-  t_.note_peaks(op);
   if (t_.mirror_.ok && !t_.steady_) {
     if (rec_ && b.first_step_lazy) t_.mirror_.ok = false;   // (the shadow moves with skips only where none lies)
     t_.mirror_note(buffer, op, block, reserved);
@@ -215,17 +244,6 @@ void MemoryFold::alloc(int buffer, int op) {
     }
     if (block >= 0) touch(a_.block_segment(block), buffer, op, true, block);
   }
-}
-
-void MemoryFold::free(int buffer, int op) {
-  const int block = t_.block_of_[buffer];
-  if (block == kNotLive) [[unlikely]]
-    t_.throw_not_live(buffer, op);
-  if (rec_ && block >= 0) touch(a_.block_segment(block), buffer, op, false, block);
-  a_.free_live(block);
-  t_.block_of_[buffer] = kNotLive;
-  const CompiledBuffer& b = t_.bufs_[buffer];
-  t_.live_[static_cast<int>(b.category)] -= b.bytes;
 }
 
 // Where every buffer is allocated and freed (op, list index): roles are named by them.
@@ -264,15 +282,22 @@ void MemoryFold::run() {
     replay_ops(0, n_);
     return;
   }
-  precompute();
   FoldScratch& st = storage();
+  // (The first step's replay computes them; the steady step's, of the same program in the same run, reuses them.)
+  if (!t_.steady_ || st.precomputed_for != &p_) {
+    precompute();
+    st.precomputed_for = &p_;
+  }
   // The persistent buffers' blocks (allocated before the replay) are named too: a segment a period
   // touches may hold one (a persistent buffer's cached remainder reused).
-  for (int b = 0; b < static_cast<int>(p_.buffers.size()); ++b) {
-    const int blk = t_.block_of_[b];
-    if (!p_.buffers[b].persistent || blk < 0) continue;
+  const CompiledBuffer* const bufs = p_.buffers.data();
+  const int nb = static_cast<int>(p_.buffers.size());
+  for (int b = 0; b < nb; ++b) {
+    if (!bufs[b].persistent) continue;
+    const int blk = block_of_[b];
+    if (blk < 0) continue;
     if (static_cast<std::size_t>(blk) >= st.buffer_of_block.size()) st.buffer_of_block.resize(2 * blk + 64, -1);
-    st.buffer_of_block[blk] = b;
+    st.buffer_of_block[static_cast<std::size_t>(blk)] = b;
   }
   st.seg_stamp.assign(static_cast<std::size_t>(a_.num_segment_slots()) + 64, -100);
   st.seg_touch.assign(st.seg_stamp.size(), 0);
