@@ -31,8 +31,6 @@ void MemoryTracker::start(const CompiledProgram& program, const AllocatorConfig&
   start_run(static_cast<int>(program.buffers.size()), program.num_ops(), config, record_timeline);
 }
 
-void forget_fold_precompute(FoldScratch& s);   // (sim/memory_fold.cpp)
-
 void MemoryTracker::start_run(int num_buffers, int num_ops, const AllocatorConfig& config, bool record_timeline) {
   if (fold_scratch_) forget_fold_precompute(*fold_scratch_);
   num_bufs_ = num_buffers;

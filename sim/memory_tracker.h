@@ -28,6 +28,8 @@
 namespace fsdpsim::sim {
 
 struct FoldScratch;   // the memory fold's storage, kept between replays (sim/memory_fold.cpp)
+// Drops what the fold precomputed for the run's program (sim/memory_fold.cpp; a new run may bring another).
+void forget_fold_precompute(FoldScratch& s);
 
 class MemoryTracker {
  public:
