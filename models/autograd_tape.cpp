@@ -342,21 +342,32 @@ std::vector<std::vector<int>> AutogradTape::forward_deaths(const TapePolicy& p) 
   return dies;
 }
 
-std::vector<ForwardEvent> AutogradTape::forward_events(const TapePolicy& p) const {
-  const std::vector<std::vector<int>> dies = forward_deaths(p);
+// One walk for both event lists. The forward: the block input first (kept, or a temporary the block holds), then
+// each op's new storages, kept or temporary as the policy keeps them. The recompute: only what the policy did
+// not keep is made again, kept for the backward when it needs it, and the recomputed output is dropped at once.
+// Temporaries die at their last use (inductor's fused kernels extend it: forward_deaths).
+std::vector<ForwardEvent> AutogradTape::events(const TapePolicy& p, bool recompute) const {
   std::vector<ForwardEvent> ev;
-  std::vector<int> temp_of(storages_.size(), -1);
+  if (recompute && !p.recompute) return ev;
+  const std::vector<std::vector<int>> dies = forward_deaths(p);
+  const std::size_t ns = storages_.size();
+  const std::size_t input_storage = at(tensors_[at(input_)].storage);
+  const std::size_t output_storage = output_ >= 0 ? at(tensors_[at(output_)].storage) : ns;
+  std::vector<int> temp_of(ns, -1);
   int temps = 0;
-  auto make = [&](std::size_t s) {
-    if (p.bytes[s] <= 0) return;
-    if (p.kept[s]) {
-      ev.push_back({ForwardEvent::Kept, static_cast<int>(s), -1, p.bytes[s], -1, storages_[s].name});
-    } else {
-      temp_of[s] = temps;
-      ev.push_back({ForwardEvent::Temp, static_cast<int>(s), temps++, p.bytes[s], -1, storages_[s].name});
-    }
+  const auto make = [&](std::size_t s) {
+    if (p.bytes[s] <= 0 || (recompute && p.kept[s])) return;
+    const bool keep = recompute ? p.needed[s] && s != input_storage : p.kept[s] != 0;
+    if (!keep) temp_of[s] = temps;
+    ev.push_back({keep ? ForwardEvent::Kept : ForwardEvent::Temp, static_cast<int>(s), keep ? -1 : temps++, p.bytes[s],
+                  -1, storages_[s].name});
   };
-  make(at(tensors_[at(input_)].storage));
+  const auto drop = [&](std::size_t s) {
+    if (temp_of[s] < 0) return;
+    ev.push_back({ForwardEvent::FreeTemp, static_cast<int>(s), temp_of[s], p.bytes[s], -1, storages_[s].name});
+    temp_of[s] = -1;
+  };
+  if (!recompute) make(input_storage);
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     for (std::size_t j = 0; j < ops_[i].out.size(); ++j)
       if (ops_[i].out[j].view_of < 0) make(at(tensors_[at(first_out_[i]) + j].storage));
@@ -364,44 +375,8 @@ std::vector<ForwardEvent> AutogradTape::forward_events(const TapePolicy& p) cons
       ev.push_back({ForwardEvent::Temp, -1, temps, w, -1, "workspace"});
       ev.push_back({ForwardEvent::FreeTemp, -1, temps++, w, -1, "workspace"});
     }
-    for (int s : dies[i])
-      if (temp_of[at(s)] >= 0)
-        ev.push_back({ForwardEvent::FreeTemp, s, temp_of[at(s)], p.bytes[at(s)], -1, storages_[at(s)].name});
-  }
-  return ev;
-}
-
-std::vector<ForwardEvent> AutogradTape::recompute_events(const TapePolicy& p) const {
-  std::vector<ForwardEvent> ev;
-  if (!p.recompute) return ev;
-  const std::vector<std::vector<int>> dies = forward_deaths(p);
-  const std::size_t input_storage = at(tensors_[at(input_)].storage);
-  const std::size_t output_storage = output_ >= 0 ? at(tensors_[at(output_)].storage) : storages_.size();
-  std::vector<int> temp_of(storages_.size(), -1);
-  int temps = 0;
-  const auto drop = [&](std::size_t s) {   // (as cost(): what the backward does not need dies)
-    if (temp_of[s] < 0) return;
-    ev.push_back({ForwardEvent::FreeTemp, static_cast<int>(s), temp_of[s], p.bytes[s], -1, storages_[s].name});
-    temp_of[s] = -1;
-  };
-  for (std::size_t i = 0; i < ops_.size(); ++i) {
-    for (std::size_t j = 0; j < ops_[i].out.size(); ++j) {
-      if (ops_[i].out[j].view_of >= 0) continue;
-      const std::size_t s = at(tensors_[at(first_out_[i]) + j].storage);
-      if (p.kept[s] || p.bytes[s] <= 0) continue;
-      if (p.needed[s] && s != input_storage) {
-        ev.push_back({ForwardEvent::Kept, static_cast<int>(s), -1, p.bytes[s], -1, storages_[s].name});
-      } else {
-        temp_of[s] = temps;
-        ev.push_back({ForwardEvent::Temp, static_cast<int>(s), temps++, p.bytes[s], -1, storages_[s].name});
-      }
-    }
-    if (const Bytes w = op_workspace(ops_[i], p, true); w > 0) {
-      ev.push_back({ForwardEvent::Temp, -1, temps, w, -1, "workspace"});
-      ev.push_back({ForwardEvent::FreeTemp, -1, temps++, w, -1, "workspace"});
-    }
     for (int s : dies[i]) drop(at(s));
-    if (output_storage < storages_.size() && storages_[output_storage].producer == static_cast<int>(i)) drop(output_storage);
+    if (recompute && output_storage < ns && storages_[output_storage].producer == static_cast<int>(i)) drop(output_storage);
   }
   return ev;
 }

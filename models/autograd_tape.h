@@ -192,16 +192,17 @@ class AutogradTape {
   // a zero-byte storage, fused away, is left out) and workspace, then the temporaries that die at that op.
   // Temporaries still alive at the end (the block output) are not freed here: the caller frees them when
   // the block's forward ends.
-  std::vector<ForwardEvent> forward_events(const TapePolicy& p) const;
+  std::vector<ForwardEvent> forward_events(const TapePolicy& p) const { return events(p, false); }
   // A checkpointed block's recompute (p.recompute), in op order: the storages the policy did not keep are
   // created again; those the backward needs (p.needed) stay (Kept events: the recomputed saved tensors), the
   // others are temporaries freed at their last use, the recomputed block output as soon as it is made.
   // Empty without a recompute.
-  std::vector<ForwardEvent> recompute_events(const TapePolicy& p) const;
+  std::vector<ForwardEvent> recompute_events(const TapePolicy& p) const { return events(p, true); }
 
  private:
   // Per forward op, the storages whose last use it is (inductor's fused kernels extend their inputs' lives).
   std::vector<std::vector<int>> forward_deaths(const TapePolicy& p) const;
+  std::vector<ForwardEvent> events(const TapePolicy& p, bool recompute) const;
   // A workspace an op needs while it runs (0 for a fused pointwise op when compiled).
   static Bytes op_workspace(const TapeOp& op, const TapePolicy& p, bool forward);
   // Whether op `op`, recording a graph, saves its input `k` (TapeIn::saved under its SaveIf condition).
