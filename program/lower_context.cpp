@@ -775,34 +775,22 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
                                               impl, g).saved_bytes();
       recomputed = std::max<Bytes>(0, none - mem.saved_bytes());
       a.recompute.push_back({"recomp", recomputed});
-    } else if (mode != models::CheckpointMode::None) {
-      // what the recompute re-creates: the uncheckpointed block's saved tensors this mode did not keep
-      const models::BlockMemory none = models::block_memory(model, plan.micro_batch, plan.seq_len, act,
-                                                            models::CheckpointMode::None, impl, g);
-      for (const models::SavedTensor& t : none.saved) {
-        bool kept = false;
-        for (const models::SavedTensor& k : mem.saved) kept = kept || std::strcmp(k.name, t.name) == 0;
-        if (!kept) {
-          a.recompute.push_back(t);
-          recomputed += t.bytes;
-        }
-      }
     }
     // backward_extra counts the recompute of a checkpointed block; the walk allocates those tensors itself
     a.backward_extra = std::max<Bytes>(0, mem.backward_extra - recomputed);
     a.backward_with_grads = std::max<Bytes>(0, mem.backward_extra_with_grads - recomputed);
-    a.recompute_events.clear();
+    a.recompute_events = mem.recompute_events;   // (none for the bundled runtime's blocks)
     a.incoming_grad = 0;
-    if (!mem.recompute_events.empty() && plan.implementation != models::ModelImpl::Runtime) {
-      // The recompute tensor by tensor (its temporaries freed inside its op), holding the incoming gradient
-      // from its start: the backward's transient is then its own ops' peak beyond those.
-      a.recompute_events = mem.recompute_events;
+    if (!a.recompute_events.empty()) {
+      // The recompute tensor by tensor (models::AutogradTape::recompute_events): what it makes again and keeps
+      // for the backward is the block's recompute list (the uncheckpointed block's saved tensors this mode did
+      // not keep), its temporaries are freed inside its op, and it holds the incoming gradient from its start:
+      // the backward's transient is then its own ops' peak beyond those.
       for (models::ForwardEvent& e : a.recompute_events) {
         if (e.kind != models::ForwardEvent::Kept) continue;
-        for (std::size_t k = 0; k < a.recompute.size() && e.saved < 0; ++k)
-          if (std::strcmp(a.recompute[k].name, e.name) == 0) e.saved = static_cast<int>(k);
-        if (e.saved < 0)
-          throw std::logic_error(std::string("lowering: recomputed tensor ") + e.name + " is not in the block's recompute list");
+        e.saved = static_cast<int>(a.recompute.size());
+        a.recompute.push_back({e.name, e.bytes});
+        recomputed += e.bytes;
       }
       a.incoming_grad = mem.incoming_grad;
       a.backward_extra = std::max<Bytes>(0, mem.backward_phase_extra - recomputed - a.incoming_grad);
