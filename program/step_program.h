@@ -90,8 +90,9 @@ constexpr int free_inside_op(int k) { return -2 - k; }
 constexpr bool is_free_inside_op(int reuse_after_op) { return reuse_after_op <= -2; }
 constexpr int allocs_before_free(int reuse_after_op) { return -2 - reuse_after_op; }
 // Whether a free of op `id` may carry reuse_after_op `r`, given the previous free's (`prev`; for the first
-// free pass free_inside_op(1)) and the op's number of allocs: -1 or an op issued so far; a free inside the op only among the first frees (before every free
-// after enqueueing), after at least one and at most all of the op's allocs, never before an earlier one's.
+// free pass free_inside_op(1)) and the op's number of allocs: -1 or an op issued so far; a free inside the op
+// only among the first frees (before every free after enqueueing), after at least one and at most all of the
+// op's allocs, never before an earlier one's.
 constexpr bool valid_free_reuse(int r, int prev, int id, int n_allocs) {
   if (!is_free_inside_op(r)) return r >= -1 && r <= id;
   return is_free_inside_op(prev) && allocs_before_free(r) >= std::max(1, allocs_before_free(prev)) &&
