@@ -54,9 +54,6 @@ def runnable(p, field="plan"):
         raise InputError(f"{field}.backward_prefetch", '"NONE"',
                          "FSDP2 has no API that turns its default backward prefetch off (an empty "
                          "set_modules_to_backward_prefetch list falls back to the default)")
-    if p.cross_entropy == "chunked":
-        raise InputError(f"{field}.cross_entropy", '"chunked"',
-                         "no recipe here builds torchtune's TransformerDecoder.chunked_output + CEWithChunkedOutputLoss yet")
     if p.fsdp_version == 1 and not p.use_orig_params and p.trainable_fraction < 1.0:
         raise InputError(f"{field}.use_orig_params", "false",
                          "frozen weight matrices inside a unit need use_orig_params true (FSDP1 flattens a unit into one "
@@ -85,6 +82,9 @@ def check_case(case, index, models_dir=specs.MODELS_DIR):
         runnable(p)
         spec = info["model"]
         loras.check_model(spec, p)
+        if p.cross_entropy == "chunked" and spec["model_type"] != "llama":
+            raise InputError("plan.cross_entropy", '"chunked"',
+                             "torchtune's TransformerDecoder.chunked_output is built in the llama recipe only")
         if spec["positions"] == "learned" and p.seq_len > spec["max_positions"]:
             raise InputError("plan.seq_len", str(p.seq_len), f"at most {spec['max_positions']} (learned positions)")
     except InputError as e:

@@ -12,8 +12,8 @@ import subprocess
 from .common import InputError, load_json, show, write_json_atomic
 
 MODELS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models")
-# Zoo models of the matrix; tiny-llama is the smoke test's (each code path in seconds).
-MODELS = ("llama-1b", "llama3-8b", "gpt2", "tiny-llama")
+# Zoo models of the matrix (llama3-70b: torchtune's 70B LoRA row, gt0449, at W=8); tiny-llama is the smoke test's (each code path in seconds).
+MODELS = ("llama-1b", "llama3-8b", "llama3-70b", "gpt2", "tiny-llama")
 # Which implementation recipes build which model family (recipes/).
 RECIPES_BY_TYPE = {"llama": ("torchtitan", "hf", "litgpt", "fused"), "gpt2": ("hf", "fused")}
 # model-info keys kept beside the model itself (the estimate and the built-model check use them).

@@ -233,7 +233,9 @@ class LlamaForCausalLM(nn.Module):
         self.rope = ()                      # set by setup_rope on the device (plain tensors, not buffers)
         # HF computes the loss inside LlamaForCausalLM.forward; Liger's fused linear cross-entropy needs
         # the head's weight, so it is computed there too. torchtitan and litgpt compute it outside.
-        self.loss_inside = self.recipe == "hf" or self.cross_entropy == "fused_linear"
+        # torchtune's chunked output is followed by its loss in the recipe, outside the model.
+        self.loss_inside = (self.recipe == "hf" and self.cross_entropy != "chunked") or self.cross_entropy == "fused_linear"
+        self.loss_chunks = plan.cross_entropy_chunks
 
     def setup_rope(self, device, seq_len, compute_dtype):
         hd = self.spec["head_dim"]
@@ -276,6 +278,10 @@ class LlamaForCausalLM(nn.Module):
         if self.cross_entropy == "fused_linear":
             self.phase_hook("loss")
             return None, ops.FusedLinearCrossEntropy.apply(h.flatten(0, 1), self.lm_head.weight, labels.flatten())
+        if self.cross_entropy == "chunked":
+            # torchtune/modules/transformer.py TransformerDecoder.chunked_output: the output projection of
+            # each sequence chunk, a list of [B, S/n, V] logits in the compute dtype
+            return [self.lm_head(c) for c in h.chunk(self.loss_chunks, dim=1)], None
         logits = self.lm_head(h)                                          # B S V in the compute dtype
         if self.loss_inside:
             self.phase_hook("loss")

@@ -1,5 +1,6 @@
 """The loss as each recipe computes it from the logits (plan key cross_entropy = "torch"), or a fused
-loss (cross_entropy = "fused": ops.FusedCrossEntropy). "fused_linear" never materializes logits and is
+loss (cross_entropy = "fused": ops.FusedCrossEntropy), or torchtune's chunked output and loss (cross_entropy =
+"chunked": the model returns a list of logits chunks). "fused_linear" never materializes logits and is
 computed inside the model's forward (ops.FusedLinearCrossEntropy)."""
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,19 @@ def litgpt_loss(logits, targets):
     return torch.cat(chunks).sum() / non_masked.maximum(torch.ones_like(non_masked))
 
 
+def torchtune_chunked_loss(logits, labels):
+    """torchtune/modules/loss/ce_chunked_output_loss.py CEWithChunkedOutputLoss: `logits` is the list that
+    TransformerDecoder.chunked_output makes (one [B, S/n, V] tensor per sequence chunk, compute dtype); the
+    labels are split the same way, each chunk upcast to fp32 on its own and summed, the total divided by the
+    non-ignored count (the recipe's shifted labels: the harness's labels are already the targets)."""
+    total = (labels != IGNORE_INDEX).sum()
+    loss = 0.0
+    for lc, tc in zip(logits, labels.chunk(len(logits), dim=1)):
+        loss = loss + F.cross_entropy(lc.reshape(-1, lc.size(-1)).float(), tc.reshape(-1),
+                                      ignore_index=IGNORE_INDEX, reduction="sum")
+    return loss / total
+
+
 def fused_loss(logits, labels):
     return FusedCrossEntropy.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
@@ -52,4 +66,6 @@ def loss_fn(implementation, cross_entropy):
         return None
     if cross_entropy == "fused":
         return fused_loss
+    if cross_entropy == "chunked":
+        return torchtune_chunked_loss
     return RECIPE_LOSS[implementation]
