@@ -360,7 +360,7 @@ std::vector<ForwardEvent> AutogradTape::events(const TapePolicy& p, bool recompu
     const bool keep = recompute ? p.needed[s] && s != input_storage : p.kept[s] != 0;
     if (!keep) temp_of[s] = temps;
     ev.push_back({keep ? ForwardEvent::Kept : ForwardEvent::Temp, static_cast<int>(s), keep ? -1 : temps++, p.bytes[s],
-                  -1, storages_[s].name});
+                  -1, storages_[s].name, !recompute && s == input_storage, !recompute && s == output_storage});
   };
   const auto drop = [&](std::size_t s) {
     if (temp_of[s] < 0) return;

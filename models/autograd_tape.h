@@ -148,6 +148,9 @@ struct ForwardEvent {
   Bytes bytes = 0;
   int saved = -1;     // Kept: its index among the kept storages (models::BlockMemory::saved), set by the reader
   const char* name = nullptr;   // the storage's name ("workspace" for an op's workspace)
+  // The forward's block input (made first: it exists before the block, the previous module's output) and
+  // the block output (a Temp never freed inside: the next module's input). Recompute events mark neither.
+  bool input = false, output = false;
 };
 
 class AutogradTape {

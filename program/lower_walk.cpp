@@ -86,6 +86,10 @@ void LoweringWalk::forward() {
     emit_compute(s, OpKind::Forward);
     for (int u : c_.closing[s]) fire(&LoweringWalk::post_forward, u);
   }
+  if (carried_ >= 0) {   // (a model without a final norm and head: the last block's output dies here)
+    b_.free_now(carried_);
+    carried_ = -1;
+  }
   b_.site(mb_, SitePhase::Forward, -1);
   // A loss computed in the model's forward runs before the root's post-forward (which flushes FSDP2's
   // kept all-gather output, F2.3); one computed on the model's output, after it.
@@ -107,7 +111,14 @@ LoweringWalk::BufferRange LoweringWalk::alloc_tensors(Op& o, int unit, const std
 
 void LoweringWalk::free_range(Op& o, BufferRange& r) {
   for (int i = 0; i < r.n; ++i) o.frees.push_back({r.first + i, -1});
+  if (r.extra >= 0) o.frees.push_back({r.extra, -1});
   r = BufferRange{};
+}
+
+void LoweringWalk::drop_carried(Op& o) {
+  if (carried_ < 0) return;
+  o.frees.push_back({carried_, -1});
+  carried_ = -1;
 }
 
 // A transient of op `o`: allocated at its issue, freed once it is enqueued (its peak within the op).
@@ -123,33 +134,53 @@ void LoweringWalk::transient(Op& o, const char* what, int unit, Bytes bytes, Mem
 // free_inside_op), those alive at the end (the block output) after enqueueing. The saved tensors get
 // consecutive buffer ids (the range returned). Without events (the bundled runtime's blocks, whose kernels
 // keep one buffer): the saved tensors, then one transient of forward_extra bytes.
+// The block input is the previous block's output (take_input with a carried output of its size): PyTorch
+// allocated it inside the previous block's forward, before that unit's reshard and the next all-gather's
+// buffers, and it stays where it was put; saved (a checkpoint's input), it joins the range as `extra`.
 LoweringWalk::BufferRange LoweringWalk::alloc_forward(Op& o, int unit, const std::vector<models::SavedTensor>& saved,
                                                       const std::vector<models::ForwardEvent>& events,
-                                                      Bytes forward_extra) {
+                                                      Bytes forward_extra, bool take_input, bool carry_output) {
   if (events.empty()) {
     const BufferRange r = alloc_tensors(o, unit, saved);
     transient(o, "fwd_tmp", unit, forward_extra, MemCategory::Activations);
+    drop_carried(o);
     return r;
   }
+  const models::ForwardEvent* input = nullptr;
+  for (const models::ForwardEvent& e : events)
+    if (e.input) input = &e;
+  const int taken = take_input && input && carried_ >= 0 && carried_bytes_ == input->bytes ? carried_ : -1;
+  if (taken >= 0) carried_ = -1;
   BufferRange r{b_.num_buffers(), 0};
   saved_buf_.assign(saved.size(), -1);
   for (std::size_t i = 0; i < saved.size(); ++i) {
     if (saved[i].bytes <= 0) continue;
+    if (taken >= 0 && input->kind == models::ForwardEvent::Kept && static_cast<int>(i) == input->saved) {
+      saved_buf_[i] = r.extra = taken;
+      continue;
+    }
     saved_buf_[i] = b_.buffer(saved[i].name, unit, saved[i].bytes, MemCategory::Activations, compute_);
     ++r.n;
   }
   temp_buf_.clear();
+  int output_temp = -1;
+  Bytes output_bytes = 0;
   std::size_t inside = 0;   // frees inside the op, placed before every other free of o
   for (const models::ForwardEvent& e : events) {
     switch (e.kind) {
       case models::ForwardEvent::Kept:
-        o.allocs.push_back(saved_buf_.at(static_cast<std::size_t>(e.saved)));
+        if (&e != input || taken < 0) o.allocs.push_back(saved_buf_.at(static_cast<std::size_t>(e.saved)));
         saved_buf_[static_cast<std::size_t>(e.saved)] = -1;
         break;
       case models::ForwardEvent::Temp:
         if (static_cast<std::size_t>(e.temp) >= temp_buf_.size()) temp_buf_.resize(static_cast<std::size_t>(e.temp) + 1, -1);
+        if (&e == input && taken >= 0) {
+          temp_buf_[static_cast<std::size_t>(e.temp)] = taken;
+          break;
+        }
         temp_buf_[static_cast<std::size_t>(e.temp)] = b_.buffer(e.name, unit, e.bytes, MemCategory::Activations, compute_);
         o.allocs.push_back(temp_buf_[static_cast<std::size_t>(e.temp)]);
+        if (e.output && carry_output) output_temp = e.temp, output_bytes = e.bytes;
         break;
       case models::ForwardEvent::FreeTemp: {
         int& t = temp_buf_.at(static_cast<std::size_t>(e.temp));
@@ -162,8 +193,16 @@ LoweringWalk::BufferRange LoweringWalk::alloc_forward(Op& o, int unit, const std
   }
   for (int b : saved_buf_)
     if (b >= 0) throw std::logic_error("lowering: saved tensor buffer " + std::to_string(b) + " has no forward event");
-  for (int t : temp_buf_)
-    if (t >= 0) o.frees.push_back({t, -1});
+  drop_carried(o);   // (one nobody took: freed after this op, as before)
+  for (std::size_t t = 0; t < temp_buf_.size(); ++t) {
+    if (temp_buf_[t] < 0) continue;
+    if (static_cast<int>(t) == output_temp) {
+      carried_ = temp_buf_[t];
+      carried_bytes_ = output_bytes;
+    } else {
+      o.frees.push_back({temp_buf_[t], -1});
+    }
+  }
   return r;
 }
 
@@ -186,13 +225,22 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
   const Context::BlockActivations* a = block ? &c_.acts(seg.layer) : nullptr;
   if (kind == OpKind::Forward) {
     // What autograd saves, tensor by tensor in forward order, then the forward's own temporaries.
-    if (seg.part == models::ModulePart::Embedding && !c_.embedding_saved.empty())
-      act_[s] = alloc_tensors(o, seg.unit, c_.embedding_saved);
+    if (seg.part == models::ModulePart::Embedding) {
+      if (!c_.embedding_saved.empty()) act_[s] = alloc_tensors(o, seg.unit, c_.embedding_saved);
+      // Its output is the first block's input, made here, before that block's all-gather (carried to it).
+      if (s + 1 < static_cast<int>(c_.segments.size()) && c_.segments[s + 1].part == models::ModulePart::Block)
+        for (const models::ForwardEvent& e : c_.acts(c_.segments[s + 1].layer).forward_events)
+          if (e.input) {
+            carried_ = b_.buffer("embed_out", seg.unit, e.bytes, MemCategory::Activations, compute_);
+            carried_bytes_ = e.bytes;
+            o.allocs.push_back(carried_);
+          }
+    }
     if (block) {
-      act_[s] = alloc_forward(o, seg.unit, a->saved, a->forward_events, a->forward_extra);
+      act_[s] = alloc_forward(o, seg.unit, a->saved, a->forward_events, a->forward_extra, true, true);
     } else if (head) {
       const models::BlockMemory& fn = c_.final_norm;
-      act_[s] = alloc_forward(o, seg.unit, fn.saved, fn.forward_events, fn.forward_extra);
+      act_[s] = alloc_forward(o, seg.unit, fn.saved, fn.forward_events, fn.forward_extra, true, false);
       // (with a LoRA adapter on the head the logits are the adapter's sum, allocated after this op: head_lora_forward)
       const bool lora = head_lora();
       if (c_.loss.chunked_output) {

@@ -118,15 +118,24 @@ class LoweringWalk {
   Op& cast_to_sharded_grad(int u, int stream, int src, std::int64_t numel, int& staging);
 
   // ---- the walk ----
-  struct BufferRange {   // buffers with consecutive ids [first, first + n)
+  struct BufferRange {   // buffers with consecutive ids [first, first + n), and `extra` (-1: none)
     int first = -1, n = 0;
+    int extra = -1;      // a saved block input that is the previous module's output (alloc_forward's carry)
   };
   BufferRange alloc_tensors(Op& o, int unit, const std::vector<models::SavedTensor>& ts);
   void free_range(Op& o, BufferRange& r);
   void transient(Op& o, const char* what, int unit, Bytes bytes, MemCategory cat);
+  // take_input: the forward's input is the previous module's output (carried_, when its size matches);
+  // carry_output: this forward's output stays allocated as the next module's input.
   BufferRange alloc_forward(Op& o, int unit, const std::vector<models::SavedTensor>& saved,
-                            const std::vector<models::ForwardEvent>& events, Bytes forward_extra);
+                            const std::vector<models::ForwardEvent>& events, Bytes forward_extra,
+                            bool take_input = false, bool carry_output = false);
+  void drop_carried(Op& o);   // a carried output nobody takes: freed after o
   std::vector<int> saved_buf_, temp_buf_;   // alloc_forward's scratch
+  // A block forward's output, alive from the op that made it to the next module's forward, which takes it
+  // as its input (PyTorch's block output is the next block's input tensor, not a new one): -1 when none.
+  int carried_ = -1;
+  Bytes carried_bytes_ = 0;
   void forward();
   void backward();
   // `grads`: for a backward op, the bytes of the parameter gradients it allocates (autograd_grad, segment_grads).

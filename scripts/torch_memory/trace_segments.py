@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Replays a compact allocator history (snapshot.compact_allocator_trace, reports/.../alloc-traces.tar.gz)
-and prints, per phase, the segments PyTorch's caching allocator cudaMalloc'ed (size, stream, and the request
-that caused it) with allocated/reserved at that moment. The simulator's side: build/tests/validation/sim_segments
+and prints, per phase, the segments PyTorch's caching allocator cudaMalloc'ed, or the pages it mapped onto
+an expandable segment (size, stream, and the request that caused it) with allocated/reserved at that moment. The simulator's side: build/tests/validation/sim_segments
 (the same list from fsdpsim's program and allocator model), to find the first segment where they part ways.
 
     python3 scripts/torch_memory/trace_segments.py TRACE.alloc-trace.json.gz [--fixture FIXTURE.json]
@@ -56,20 +56,26 @@ def main():
             phase += 1
             print(f"== {name(phase)}  allocated {allocated} reserved {reserved}")
             continue
-        if act == "segment_alloc":
+        if act in ("segment_alloc", "segment_map"):
+            # segment_map: expandable segments map more pages onto the stream's one segment (counted as
+            # reserved like a new segment; several maps before one alloc are summed)
             reserved += size
-            pending_seg = (i, size, streams[si], addr)
+            kind = "SEGMENT" if act == "segment_alloc" else "MAP    "
+            if pending_seg is not None and pending_seg[4] == kind:
+                pending_seg = (pending_seg[0], pending_seg[1] + size, streams[si], addr, kind)
+            else:
+                pending_seg = (i, size, streams[si], addr, kind)
             continue
-        if act == "segment_free":
+        if act in ("segment_free", "segment_unmap"):
             reserved -= size
-            print(f"   [{i}] SEGMENT FREE {size} {streams[si]}")
+            print(f"   [{i}] {'SEGMENT FREE' if act == 'segment_free' else 'UNMAP'} {size} {streams[si]}")
             continue
         if act == "alloc":
             allocated += size
             live[addr] = (size, si)
             if pending_seg is not None:
-                j, ssize, sname, saddr = pending_seg
-                print(f"   [{j}] SEGMENT {ssize:>13} ({ssize/2**20:9.2f} MiB) {sname:<20} for alloc {size} "
+                j, ssize, sname, saddr, kind = pending_seg
+                print(f"   [{j}] {kind} {ssize:>13} ({ssize/2**20:9.2f} MiB) {sname:<20} for alloc {size} "
                       f"({size/2**20:.2f} MiB) -> allocated {allocated} reserved {reserved}")
                 pending_seg = None
             elif show:

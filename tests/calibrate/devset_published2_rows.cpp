@@ -93,7 +93,10 @@ const std::vector<Row> kRows = {
      "after forward (FSDP2 root); lora_finetune_distributed.py `del logits` before backward; loss "
      "CEWithChunkedOutputLoss (8 chunks) -> cross_entropy chunked, 8 chunks (the frozen output: no weight "
      "gradient); approximate: the compiled compute_cross_entropy modelled as eager; figure read as peak allocated "
-     "in GiB",
+     "in GiB; PyTorch 2.11 itself, on this plan at W = 8 (H200, fake process group, 2026-11-27; fixtures "
+     "l70b-fsdp2-lora-r16-qkv-ac-mb2-hf and -compile), allocates 30.46 GiB without compile and 30.22 GiB with it, "
+     "the simulator 30.46 and 29.83: the gap to the README's 27.6 GiB lies between this reading of the run and the "
+     "published run, not in the model of the plan",
      nullptr, TimeMetric::TokensPerSecond},
     {"gt0450", "", "", "", MemoryKind::Allocated, "", "", "QLoRA (4-bit NF4 base weights) is not modelled"},
     {"gt0451", "", "", "", MemoryKind::Allocated, "", "", "RTX 4090 24GB: no built-in GPU profile / cluster"},

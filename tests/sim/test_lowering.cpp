@@ -55,11 +55,13 @@ void expect_well_formed(const StepProgram& p, const std::string& what) {
       ASSERT_GE(alloc_at[f.buffer], 0) << what << " freed before alloc: " << p.buffers[f.buffer].name;
       ASSERT_EQ(free_at[f.buffer], -1) << what << " freed twice: " << p.buffers[f.buffer].name << " at " << o.name;
       ASSERT_LE(f.reuse_after_op, o.id) << what;
-      if (is_free_inside_op(f.reuse_after_op)) {   // a temporary of this op, freed after its first k allocs
+      if (is_free_inside_op(f.reuse_after_op)) {   // freed after the op's first k allocs
         const auto k = static_cast<std::ptrdiff_t>(allocs_before_free(f.reuse_after_op));
         ASSERT_TRUE(k >= 1 && k <= static_cast<std::ptrdiff_t>(o.allocs.size())) << what << " " << o.name;
-        ASSERT_NE(std::find(o.allocs.begin(), o.allocs.begin() + k, f.buffer), o.allocs.begin() + k)
-            << what << " " << o.name << " frees " << p.buffers[f.buffer].name << " before allocating it";
+        // a temporary of this op (allocated among those k), or a tensor an earlier op made (a block's input)
+        if (alloc_at[f.buffer] == o.id)
+          ASSERT_NE(std::find(o.allocs.begin(), o.allocs.begin() + k, f.buffer), o.allocs.begin() + k)
+              << what << " " << o.name << " frees " << p.buffers[f.buffer].name << " before allocating it";
       }
       free_at[f.buffer] = o.id;
     }
@@ -462,6 +464,8 @@ TEST(LoweringStrategies, ShardGradOpGathersOncePerUnit) {
   }
 }
 
+std::vector<Bytes> saved(const StepProgram& p, int unit);   // (below, with the frozen-weight tests)
+
 TEST(LoweringCheckpointing, OutsideFsdpAddsOneAllGatherPerUnit) {
   auto g = block_graph(kRoot, {kBlock, kBlock});
   for (int version : {1, 2}) {
@@ -517,8 +521,8 @@ TEST(LoweringCheckpointing, OutsideFsdpAddsOneAllGatherPerUnit) {
     EXPECT_EQ(std::accumulate(kept_by_recompute.begin() + 1, kept_by_recompute.end(), Bytes{0}), recomputed);
     EXPECT_GT(rc[0]->frees.size(), 0u);
     for (const FreeSpec& f : rc[0]->frees) EXPECT_TRUE(is_free_inside_op(f.reuse_after_op));
-    EXPECT_EQ(saved_allocs(inside, *ops_of(inside, OpKind::Forward, 1)[0]), bytes_of(full));
-    EXPECT_EQ(saved_allocs(none, *ops_of(none, OpKind::Forward, 1)[0]), bytes_of(all));
+    EXPECT_EQ(saved(inside, 1), bytes_of(full));
+    EXPECT_EQ(saved(none, 1), bytes_of(all));
     expect_well_formed(inside, "inside");
     expect_well_formed(outside, "outside");
   }
@@ -673,14 +677,21 @@ TEST(LoweringOffload, Fsdp1MixedPrecisionH2DStagesTheFp32Shard) {
 // The tensors a unit's forward ops save (their Activations buffers the op does not free itself: not the
 // forward's temporaries, nor the cuBLAS workspace), and the weight-gradient kernels its backward ops run: the
 // LoRA tests count both by hand.
+// What unit `unit`'s forward leaves for its backward: the activations forward ops made (in allocation order)
+// that the unit's own backward-side ops free. A block's input is the previous module's output, made by that
+// module's forward op (LoweringWalk's carry): it counts for the block that saves it, not for its producer.
 std::vector<Bytes> saved(const StepProgram& p, int unit) {
+  std::vector<char> freed_by_unit(p.buffers.size(), 0);
+  for (const Op& o : p.ops)
+    if (o.kind != OpKind::Forward && o.unit == unit)
+      for (const FreeSpec& f : o.frees) freed_by_unit[static_cast<std::size_t>(f.buffer)] = 1;
   std::vector<Bytes> v;
-  for (const Op* o : ops_of(p, OpKind::Forward, unit))
-    for (int b : allocs_of(p, *o, MemCategory::Activations)) {
-      const bool temporary =
-          std::any_of(o->frees.begin(), o->frees.end(), [&](const FreeSpec& f) { return f.buffer == b; });
-      if (!temporary && p.buffers[b].name.rfind("cublas_ws", 0) != 0) v.push_back(p.buffers[b].bytes);
-    }
+  for (const Op& o : p.ops) {
+    if (o.kind != OpKind::Forward) continue;
+    for (int b : allocs_of(p, o, MemCategory::Activations))
+      if (freed_by_unit[static_cast<std::size_t>(b)] && p.buffers[b].name.rfind("cublas_ws", 0) != 0)
+        v.push_back(p.buffers[b].bytes);
+  }
   return v;
 }
 
@@ -772,8 +783,9 @@ TEST(LoweringFrozen, SavedActivationsGradientsAndStateByHandFsdp1AndFsdp2) {
 //   FSDP2: sharded grads = 2 x llround(34 x 0.5) x 4 B = 136 B (each block's shard: ceil(16/8) x 16 + 2 = 34).
 // A block's forward as PyTorch's allocator sees it (issue 19 item 4): its saved tensors and temporaries one
 // by one, in the order of models::AutogradTape::forward_events, each temporary freed inside the op right after
-// the alloc its last reader made (FreeSpec free_inside_op), the block output after enqueueing. The tiny llama
-// of the frozen-weight test, everything trainable, Hugging Face's code, no checkpointing.
+// the alloc its last reader made (FreeSpec free_inside_op). The block's input is the previous module's output
+// tensor (made by that module's op, not again here) and its output stays allocated as the next module's
+// input. The tiny llama of the frozen-weight test, everything trainable, Hugging Face's code, no checkpointing.
 TEST(LoweringActivations, BlockForwardAllocatesTensorByTensorInOpOrder) {
   models::ModelSpec m = tiny_spec(2);
   m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
@@ -783,31 +795,69 @@ TEST(LoweringActivations, BlockForwardAllocatesTensorByTensorInOpOrder) {
   const models::BlockMemory bm = models::block_memory(m, 1, 4, Dtype::BF16, models::CheckpointMode::None,
                                                       {models::ModelImpl::HF}, models::GradFlow{});
   ASSERT_FALSE(bm.forward_events.empty());
+  ASSERT_TRUE(bm.forward_events.front().input);
+  ASSERT_EQ(bm.forward_events.front().kind, models::ForwardEvent::Temp);   // (no checkpoint: x is not saved)
+  const Bytes x_bytes = bm.forward_events.front().bytes;
+  EXPECT_EQ(x_bytes, 4 * 8 * 2);   // T x hidden, bf16
   const auto fwd = ops_of(p, OpKind::Forward, 2);
   ASSERT_EQ(fwd.size(), 1u);
   const Op& o = *fwd[0];
-  // the op's allocations after the cuBLAS workspace (none on this second block), in the events' order
+  // the op's allocations after the cuBLAS workspace (none on this second block), in the events' order, its
+  // input excepted
   std::vector<Bytes> want, got;
   for (const auto& e : bm.forward_events)
-    if (e.kind != models::ForwardEvent::FreeTemp) want.push_back(e.bytes);
+    if (e.kind != models::ForwardEvent::FreeTemp && !e.input) want.push_back(e.bytes);
   for (int b : o.allocs)
     if (p.buffers[b].name.rfind("cublas_ws", 0) != 0) got.push_back(p.buffers[b].bytes);
   EXPECT_EQ(got, want);
-  // replayed in the executors' order, the temporaries' peak is the block's forward_extra and what stays is
-  // the saved tensors plus the block output (freed after enqueueing)
-  Bytes temps = 0, peak = 0;
-  const auto is_temp = [&](int b) {
-    return std::any_of(o.frees.begin(), o.frees.end(), [&](const FreeSpec& f) { return f.buffer == b; });
+
+  // The hand-off: the embedding's op makes the first block's input; each block's op leaves its output
+  // allocated, and the next module's forward op frees it (here every input dies inside the next forward, at
+  // its last reader: the residual add of a block, the final norm's upcast).
+  std::vector<char> freed_in_forward(p.buffers.size(), 0);
+  for (const Op& op : p.ops)
+    if (op.kind == OpKind::Forward)
+      for (const FreeSpec& f : op.frees) freed_in_forward[static_cast<std::size_t>(f.buffer)] = 1;
+  const auto made_by = [&](const Op& op) {   // what op leaves for a later forward op to free
+    std::vector<int> v;
+    for (int b : op.allocs)
+      if (freed_in_forward[static_cast<std::size_t>(b)] &&
+          std::none_of(op.frees.begin(), op.frees.end(), [&](const FreeSpec& f) { return f.buffer == b; }))
+        v.push_back(b);
+    return v;
   };
+  const auto frees_inside = [&](const Op& op, int b) {
+    return std::any_of(op.frees.begin(), op.frees.end(),
+                       [&](const FreeSpec& f) { return f.buffer == b && is_free_inside_op(f.reuse_after_op); });
+  };
+  const auto emb = ops_of(p, OpKind::Forward, 0);
+  ASSERT_GE(emb.size(), 2u);   // the embedding, then the final norm and head (root unit; then the loss)
+  const Op& b1 = *ops_of(p, OpKind::Forward, 1)[0];
+  for (const auto& [producer, consumer] :
+       {std::pair<const Op*, const Op*>{emb[0], &b1}, {&b1, &o}, {&o, emb[1]}}) {
+    const std::vector<int> out = made_by(*producer);
+    ASSERT_EQ(out.size(), 1u) << producer->name;
+    EXPECT_TRUE(frees_inside(*consumer, out[0])) << consumer->name << " takes " << p.buffers[out[0]].name;
+    EXPECT_EQ(std::count(consumer->allocs.begin(), consumer->allocs.end(), out[0]), 0) << consumer->name;
+  }
+
+  // Replayed in the executors' order from the input on, the bytes not saved for the backward peak at the
+  // block's forward_extra (its input, temporaries and output), and what the backward frees is bm's saved bytes.
+  std::vector<char> kept(p.buffers.size(), 0);
+  for (const Op& op : p.ops)
+    if (op.kind != OpKind::Forward && op.unit == 2)
+      for (const FreeSpec& f : op.frees) kept[static_cast<std::size_t>(f.buffer)] = 1;
+  Bytes live = x_bytes, peak = x_bytes;
   const std::size_t after = issue_memory(
       o,
       [&](int b) {
-        if (!is_temp(b)) return;
-        temps += p.buffers[b].bytes;
-        peak = std::max(peak, temps);
+        if (kept[static_cast<std::size_t>(b)] || p.buffers[b].name.rfind("cublas_ws", 0) == 0) return;
+        live += p.buffers[b].bytes;
+        peak = std::max(peak, live);
       },
-      [&](const FreeSpec& f) { temps -= p.buffers[f.buffer].bytes; });
+      [&](const FreeSpec& f) { live -= p.buffers[f.buffer].bytes; });
   EXPECT_EQ(peak, bm.forward_extra);
+  EXPECT_EQ(live, x_bytes);   // the output, left for the final norm
   int inside = 0;
   for (const auto& f : o.frees) inside += is_free_inside_op(f.reuse_after_op) ? 1 : 0;
   EXPECT_EQ(static_cast<int>(after), inside);

@@ -2,7 +2,7 @@
 // allocator history (scripts/torch_memory/trace_segments.py prints PyTorch's) and find the first segment where
 // the two part ways. Not a test: a diagnosis tool.
 //
-//   build/tests/validation/sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES]
+//   build/tests/validation/sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES] [--layout]
 //
 // It lowers the whole program (op and buffer names), runs the executor once for its times, and replays the
 // program's allocations and frees for a first and a steady step through the caching-allocator model as
@@ -13,6 +13,10 @@
 // (sim/memory_tracker.h replay_timed), so the peaks agree unless two spans of one name are told apart wrongly.
 // --ordered: every op before the one issued has completed (a GPU never behind the CPU) instead.
 // --buffers: also every alloc and free of at least MIN_BYTES that makes no segment.
+// --layout: after each alloc that grows the reserved bytes (and each one --buffers prints), the layout of the segment it landed in, in
+// address order (blocks of 8 MiB and more, free ranges of 2 MiB and more, the rest summed in brackets; the
+// new block marked *): with expandable segments, which free range sat at the end decides how much is mapped
+// (trace_segments.py --layout EVENT prints PyTorch's alike).
 // Per step it also counts the record_stream frees (FSDP1) whose block the next allocation could reuse and those
 // still waiting on their event then (trace_segments.py --frees counts the measured ones alike).
 // The last line per step compares its reserved peak with what simulate() reports (they agree when the
@@ -93,18 +97,48 @@ Times op_times(const StepProgram& p, const SimResult& r) {
 
 double mib(Bytes b) { return static_cast<double>(b) / static_cast<double>(kMiB); }
 
+// --layout: the segment holding `block`, in address order (see the header comment for the format).
+void print_layout(const CachingAllocator& a, int block) {
+  const int seg = a.block_segment(block);
+  std::vector<CachingAllocator::BlockInfo> blocks;
+  a.segment_blocks(seg, blocks);
+  std::string line;
+  Bytes small = 0;
+  const auto flush_small = [&] {
+    if (small == 0) return;
+    char buf[48];
+    std::snprintf(buf, sizeof buf, " | [%.1f small]", mib(small));
+    line += buf;
+    small = 0;
+  };
+  for (const auto& b : blocks) {
+    if (b.size >= 8 * kMiB || (b.free && b.size >= 2 * kMiB)) {
+      flush_small();
+      char buf[48];
+      std::snprintf(buf, sizeof buf, " | %s%.1f%s", b.free ? "FREE " : "", mib(b.size), b.block == block ? "*" : "");
+      line += buf;
+    } else {
+      small += b.size;
+    }
+  }
+  flush_small();
+  std::printf("      segment of %.1f MiB:%s\n", mib(a.segment_size(seg)), line.empty() ? "" : line.c_str() + 2);
+}
+
 int run(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES]\n");
+    std::fprintf(stderr, "usage: sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES] [--layout]\n");
     return 2;
   }
   bool ordered = false;
   Bytes min_buffer = -1;
+  bool layout = false;
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--ordered") ordered = true;
     else if (a == "--buffers" && i + 1 < argc) min_buffer = std::atoll(argv[++i]);
-    else throw InputError(a, a, "--ordered or --buffers MIN_BYTES");
+    else if (a == "--layout") layout = true;
+    else throw InputError(a, a, "--ordered, --buffers MIN_BYTES or --layout");
   }
   const models::ModelSpec model = models::load_model(argv[1]);
   const calibrate::Cluster cluster = calibrate::load_cluster(argv[2]);
@@ -165,6 +199,7 @@ int run(int argc, char** argv) {
                       p.streams[static_cast<std::size_t>(b.pool_stream)].name.c_str(), b.name.c_str(),
                       static_cast<long long>(b.bytes), mib(b.bytes), static_cast<long long>(a.stats().allocated),
                       static_cast<long long>(a.stats().reserved));
+          if (layout) print_layout(a, block[static_cast<std::size_t>(id)]);
         } else if (min_buffer >= 0 && b.bytes >= min_buffer) {
           // The segment the block was cut from (its size: which cached segment a request lands in is
           // where two replays part ways).
@@ -181,6 +216,7 @@ int run(int argc, char** argv) {
                       op.name.c_str(), b.name.c_str(), static_cast<long long>(b.bytes),
                       p.streams[static_cast<std::size_t>(b.pool_stream)].name.c_str(),
                       static_cast<long long>(a.stats().allocated), mib(seg_size));
+          if (layout) print_layout(a, block[static_cast<std::size_t>(id)]);
         }
       };
       const auto free = [&](const FreeSpec& f) {
