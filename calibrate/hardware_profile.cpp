@@ -359,6 +359,9 @@ nlohmann::json HardwareProfile::context() const { return impl_->context; }
 Bytes HardwareProfile::memory_capacity() const { return impl_->capacity; }
 Bytes HardwareProfile::cuda_context_bytes() const { return impl_->context_bytes; }
 Bytes HardwareProfile::cublas_workspace_bytes() const { return impl_->cublas_workspace; }
+int HardwareProfile::cuda_sm_count() const {
+  return impl_->cublas_workspace > 0 ? static_cast<int>(impl_->cp.sm_count) : 0;
+}
 
 // ---- compute ----
 double HardwareProfile::peak_flops(Dtype dtype) const {

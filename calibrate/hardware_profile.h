@@ -61,6 +61,9 @@ class HardwareProfile {
   // One cuBLAS workspace (memory.cublas_workspace_mib, 0 when the profile has none): PyTorch allocates
   // one per (cuBLAS handle, stream) from the caching allocator at that pair's first GEMM and keeps it.
   Bytes cublas_workspace_bytes() const;
+  // The CUDA device's multiprocessors (gpu.gemm.sm_count), which PyTorch's reduction kernels size their
+  // staging buffers by (models/cuda_reduce.h); 0 for a CPU profile (one without a cuBLAS workspace).
+  int cuda_sm_count() const;
 
   // ---- compute (single kernel, alone on the GPU) ----
   double peak_flops(Dtype dtype) const;   // dense peak FLOP/s for MFU (H100 SXM bf16 = 989e12)

@@ -38,6 +38,8 @@
 //    float8_training_tensor.py _ToFloat8ConstrFunc (x.to(float32) * scale, clamp, .to(fp8)).
 #include "models/block_recipes.h"
 
+#include "models/cuda_reduce.h"
+
 #include <algorithm>
 #include <mutex>
 #include <string>
@@ -281,8 +283,12 @@ class BlockWriter {
     const Bytes params = copies * (in_f * out_f + (bias ? out_f : 0));
     if (!f8) {
       const OpKind k = kind == OpKind::Matmul && bias ? OpKind::MatmulBias : kind;  // aten.addmm
-      return lora(x, t_.add1(with_weight({k, {linear_in(x)}, {out(name, tokens * out_f * e_)}}, wt, params)), tokens,
-                  out_f, name, wt);
+      TapeOp mm = with_weight({k, {linear_in(x)}, {out(name, tokens * out_f * e_)}}, wt, params);
+      // AddmmBackward0's bias gradient, grad.sum_to_size(bias): a sum over the tokens whose CUDA kernel
+      // stages partial sums in a buffer from the caching allocator while it runs (models/cuda_reduce.h)
+      if (k == OpKind::MatmulBias && mm.weight == WeightUse::Trains)
+        mm.bwd_workspace = cuda_sum_rows_staging_bytes(tokens * copies, out_f, o_.sm_count);
+      return lora(x, t_.add1(mm), tokens, out_f, name, wt);
     }
     const bool rowwise = o_.float8 == Float8Recipe::Rowwise;
     const bool eager = !o_.compile;

@@ -80,9 +80,11 @@ struct MemoKey {
   bool final_norm = false;
   GradFlow flow;
   LoraShape lora;
+  int sm_count = 0;
   bool operator==(const MemoKey& o) const {
-    return std::tie(micro_batch, seq_len, act, mode, impl, compile, float8, final_norm) ==
-               std::tie(o.micro_batch, o.seq_len, o.act, o.mode, o.impl, o.compile, o.float8, o.final_norm) &&
+    return std::tie(micro_batch, seq_len, act, mode, impl, compile, float8, final_norm, sm_count) ==
+               std::tie(o.micro_batch, o.seq_len, o.act, o.mode, o.impl, o.compile, o.float8, o.final_norm,
+                        o.sm_count) &&
            flow == o.flow && lora == o.lora && model == o.model;
   }
 };
@@ -94,7 +96,7 @@ const BlockMemory& memoized(const MemoKey& key) {
   thread_local std::size_t next = 0;
   for (const auto& [k, v] : cache)
     if (k == key) return v;
-  const ImplOptions o{key.impl, key.compile, key.float8, key.lora};
+  const ImplOptions o{key.impl, key.compile, key.float8, key.lora, key.sm_count};
   const std::int64_t tokens = key.micro_batch * key.seq_len;
   BlockMemory bm;
   if (key.final_norm) {
@@ -133,14 +135,15 @@ BlockMemory block_memory(const ModelSpec& m, std::int64_t micro_batch, std::int6
     bm.saved.push_back({"act", block_saved_activation_bytes(m, micro_batch, seq_len, act, mode)});
     return bm;
   }
-  return memoized({m, micro_batch, seq_len, act, mode, o.impl, o.compile, o.float8, false, g, o.lora});
+  return memoized({m, micro_batch, seq_len, act, mode, o.impl, o.compile, o.float8, false, g, o.lora, o.sm_count});
 }
 
 BlockMemory final_norm_memory(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype act,
                               const ImplOptions& o, const GradFlow& g) {
   validate(m, micro_batch, seq_len);
   if (o.impl == ModelImpl::Runtime) return {};   // the runtime's final-norm activations are scratch
-  return memoized({m, micro_batch, seq_len, act, CheckpointMode::None, o.impl, o.compile, o.float8, true, g, o.lora});
+  return memoized({m, micro_batch, seq_len, act, CheckpointMode::None, o.impl, o.compile, o.float8, true, g, o.lora,
+                   o.sm_count});
 }
 
 bool loss_upcasts_logits(const ModelSpec& /*m*/, const ImplOptions& o) { return o.impl != ModelImpl::LitGPT; }

@@ -19,6 +19,9 @@ struct ImplOptions {
   bool compile = false;                         // torch.compile (inductor) on each block
   Float8Recipe float8 = Float8Recipe::None;     // torchao Float8Linear on the block's nn.Linear layers
   LoraShape lora{};                             // LoRA adapters (models/trainable.h)
+  // The GPU's multiprocessors: PyTorch's reduction kernels size their cross-block staging buffers by it
+  // (a biased linear's bias gradient, models/cuda_reduce.h); 0: none (no CUDA device, the bundled runtime).
+  int sm_count = 0;
 };
 
 struct SavedTensor {

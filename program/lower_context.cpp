@@ -754,7 +754,7 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
 
   // ---- activations (saved per block under its checkpointing mode, models/implementation.h) ----
   const auto& ac = plan.activation_checkpointing;
-  const models::ImplOptions impl{plan.implementation, plan.compile, plan.float8, c.trainable.lora};
+  const models::ImplOptions impl{plan.implementation, plan.compile, plan.float8, c.trainable.lora, c.topo.sm_count};
   c.block_acts.resize(c.block_flows.size() * 3);
   std::vector<char> known(c.block_acts.size(), 0);
   const auto block_acts = [&](int flow, models::CheckpointMode mode) -> const Context::BlockActivations& {

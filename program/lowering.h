@@ -13,6 +13,9 @@ struct Topology {
   int gpus_per_node = 1;
   // One cuBLAS workspace (HardwareProfile::cublas_workspace_bytes; 0: none, as on the CPU runtime).
   Bytes cublas_workspace = 0;
+  // The GPU's multiprocessors (HardwareProfile::cuda_sm_count; 0: no CUDA device): the staging buffers of
+  // PyTorch's reduction kernels depend on it (models/cuda_reduce.h).
+  int sm_count = 0;
 };
 
 // `plan` must have gone through resolve_plan(). Deterministic: same input, same program.

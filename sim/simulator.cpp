@@ -332,7 +332,7 @@ bool Simulator::stretched_program(const models::ModelSpec& model, const calibrat
   const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(s_->graphs, m, rp.auto_wrap_policy, rp.implementation);
   ProfileCostModel cost(hw);
   Stretched& st = s_->stretched;
-  const bool ok = build_stretched(m, *graph, rp, Topology{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes()},
+  const bool ok = build_stretched(m, *graph, rp, Topology{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes(), hw.cuda_sm_count()},
                                   cost, st, s_->graphs, stats, s_->ws);
   if (why) *why = stats.refused;
   if (stats_out) *stats_out = stats;
@@ -384,7 +384,7 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
   // MPT-style models size their position table by the training sequence length (models/model_spec.h).
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
   const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(s_->graphs, m, rp.auto_wrap_policy, rp.implementation);
-  const Topology topo{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes()};
+  const Topology topo{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes(), hw.cuda_sm_count()};
 
   const Bytes capacity = hw.memory_capacity();
   const Bytes context = hw.cuda_context_bytes();

@@ -3,6 +3,7 @@
 // the two part ways. Not a test: a diagnosis tool.
 //
 //   build/tests/validation/sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES] [--layout]
+//       [--peak]
 //
 // It lowers the whole program (op and buffer names), runs the executor once for its times, and replays the
 // program's allocations and frees for a first and a steady step through the caching-allocator model as
@@ -17,6 +18,8 @@
 // address order (blocks of 8 MiB and more, free ranges of 2 MiB and more, the rest summed in brackets; the
 // new block marked *): with expandable segments, which free range sat at the end decides how much is mapped
 // (trace_segments.py --layout EVENT prints PyTorch's alike).
+// --peak: at each step's peak of allocated bytes, the live buffers by size and name (trace_segments.py
+// --peak prints PyTorch's live blocks at its peak alike).
 // Per step it also counts the record_stream frees (FSDP1) whose block the next allocation could reuse and those
 // still waiting on their event then (trace_segments.py --frees counts the measured ones alike).
 // The last line per step compares its reserved peak with what simulate() reports (they agree when the
@@ -27,6 +30,7 @@
 #include <deque>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "calibrate/hardware_profile.h"
@@ -97,6 +101,32 @@ Times op_times(const StepProgram& p, const SimResult& r) {
 
 double mib(Bytes b) { return static_cast<double>(b) / static_cast<double>(kMiB); }
 
+// --peak: the live buffers at a step's peak, grouped by (bytes, name without the unit, pool), largest total
+// first (>= 4 MiB).
+void print_live(const StepProgram& p, const std::vector<char>& live, Bytes allocated, const std::string& op) {
+  std::map<std::tuple<Bytes, std::string, int>, int> groups;
+  for (const Buffer& b : p.buffers) {
+    if (!live[static_cast<std::size_t>(b.id)]) continue;
+    std::string name = b.name;   // (without its unit: " u12")
+    if (const auto sp = name.rfind(" u"); sp != std::string::npos && sp + 2 < name.size() &&
+                                          name.find_first_not_of("0123456789", sp + 2) == std::string::npos)
+      name.resize(sp);
+    ++groups[{b.bytes, name, b.pool_stream}];
+  }
+  std::vector<std::pair<Bytes, std::string>> rows;
+  for (const auto& [key, n] : groups) {
+    const auto& [bytes, name, pool] = key;
+    if (bytes * n < 4 * kMiB) continue;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "  %12lld x%-4d %-18s %-20s %10.1f MiB", static_cast<long long>(bytes), n,
+                  p.streams[static_cast<std::size_t>(pool)].name.c_str(), name.c_str(), mib(bytes * n));
+    rows.emplace_back(bytes * n, buf);
+  }
+  std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::printf("peak allocated %lld at op %s; live buffers:\n", static_cast<long long>(allocated), op.c_str());
+  for (const auto& r : rows) std::printf("%s\n", r.second.c_str());
+}
+
 // --layout: the segment holding `block`, in address order (see the header comment for the format).
 void print_layout(const CachingAllocator& a, int block) {
   const int seg = a.block_segment(block);
@@ -127,18 +157,19 @@ void print_layout(const CachingAllocator& a, int block) {
 
 int run(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES] [--layout]\n");
+    std::fprintf(stderr, "usage: sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES] [--layout] [--peak]\n");
     return 2;
   }
   bool ordered = false;
   Bytes min_buffer = -1;
-  bool layout = false;
+  bool layout = false, peak_list = false;
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--ordered") ordered = true;
     else if (a == "--buffers" && i + 1 < argc) min_buffer = std::atoll(argv[++i]);
     else if (a == "--layout") layout = true;
-    else throw InputError(a, a, "--ordered, --buffers MIN_BYTES or --layout");
+    else if (a == "--peak") peak_list = true;
+    else throw InputError(a, a, "--ordered, --buffers MIN_BYTES, --layout or --peak");
   }
   const models::ModelSpec model = models::load_model(argv[1]);
   const calibrate::Cluster cluster = calibrate::load_cluster(argv[2]);
@@ -147,7 +178,7 @@ int run(int argc, char** argv) {
   const Plan rp = resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
   const models::WrapGraph graph = models::build_wrap_graph(m, rp.auto_wrap_policy, rp.implementation);
-  const Topology topo{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes()};
+  const Topology topo{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes(), hw.cuda_sm_count()};
   const StepProgram p = lowering::lower_with(m, graph, rp, topo, nullptr, /*full=*/true);
 
   const Bytes capacity = hw.memory_capacity() > hw.cuda_context_bytes() ? hw.memory_capacity() - hw.cuda_context_bytes() : 0;
@@ -176,6 +207,11 @@ int run(int argc, char** argv) {
     a.reset_peaks();
     // pool stream -> record_stream frees whose block the next allocation could reuse, and those still waiting
     std::map<std::string, std::pair<int, int>> rs;
+    std::vector<char> live(p.buffers.size(), 0);   // --peak: the step's live buffers, and those at its peak
+    for (const Buffer& b : p.buffers) live[static_cast<std::size_t>(b.id)] = b.persistent && block[static_cast<std::size_t>(b.id)] >= 0;
+    std::vector<char> at_peak;
+    Bytes peak_alloc = -1;
+    std::string peak_op;
     std::vector<std::pair<std::string, int>> waiting;   // frees left pending, until the next allocation
     for (const Op& op : p.ops) {
       const auto i = static_cast<std::size_t>(op.id);
@@ -191,6 +227,12 @@ int run(int argc, char** argv) {
         waiting.clear();
         const Bytes before = a.stats().reserved;
         block[static_cast<std::size_t>(id)] = a.alloc(b.bytes, b.pool_stream);
+        live[static_cast<std::size_t>(id)] = 1;
+        if (peak_list && a.stats().allocated > peak_alloc) {
+          peak_alloc = a.stats().allocated;
+          at_peak = live;
+          peak_op = op.name;
+        }
         const Bytes grew = a.stats().reserved - before;
         if (grew != 0) {
           std::printf("  op %4d %-16s SEGMENT %+13lld (%8.2f MiB) %-18s for %-12s %12lld B (%8.2f MiB)  allocated %lld "
@@ -230,6 +272,7 @@ int run(int argc, char** argv) {
           if (pending) waiting.emplace_back(pool, f.reuse_after_op);
           else rs[pool].first += 1;
         }
+        live[static_cast<std::size_t>(f.buffer)] = 0;
         if (pending) a.free_after(block[static_cast<std::size_t>(f.buffer)], f.reuse_after_op);
         else a.free(block[static_cast<std::size_t>(f.buffer)]);
         block[static_cast<std::size_t>(f.buffer)] = -2;
@@ -238,6 +281,7 @@ int run(int argc, char** argv) {
       for (std::size_t k = issue_memory(op, alloc, free); k < op.frees.size(); ++k) free(op.frees[k]);
     }
     a.process_events([](std::int64_t) { return true; });   // the next step starts once this one has ended
+    if (peak_list && !at_peak.empty()) print_live(p, at_peak, peak_alloc, peak_op);
     for (const auto& [name, c] : rs)
       std::printf("record_stream frees of %s blocks: %d reusable by the next allocation, %d still waiting\n",
                   name.c_str(), c.first, c.second);
