@@ -57,7 +57,7 @@ const char* intern(const std::string& s) {
 }
 
 enum class NormImpl { FusedRms, LayerNorm, HfLlamaRms, HfGemmaRms, LitgptRms, LigerRms, LigerLayerNorm };
-enum class QkvImpl { Separate, FusedViews, FusedCopies };
+enum class QkvImpl { Separate, FusedViews };
 enum class RopeImpl { None, RotateHalf, RotateHalfCat, Complex, LigerInPlace };
 enum class AttnImpl { FlashSdpa, Flex };
 enum class MlpImpl { GluUnfused, GluLiger, PlainGelu, PlainGeluNew };
@@ -87,7 +87,9 @@ Recipe recipe_for(const ModelSpec& m, ModelImpl impl) {
   switch (impl) {
     case ModelImpl::TorchTitan:
       r.norm = rms ? NormImpl::FusedRms : NormImpl::LayerNorm;
-      r.qkv = QkvImpl::FusedCopies;
+      // wq, wk, wv: torchtitan's stock QKVLinear (its FusedQKVLinear, one wqkv, is an option; checkpoints keep
+      // the stock layout). Under op-level SAC the three are three mms: q and v kept, k recomputed.
+      r.qkv = QkvImpl::Separate;
       r.rope = rotary ? RopeImpl::Complex : RopeImpl::None;
       r.attn = AttnImpl::Flex;
       r.mlp = plain ? MlpImpl::PlainGelu : MlpImpl::GluUnfused;
@@ -391,17 +393,10 @@ class BlockWriter {
       v = linear(xn, T_, h, g * d, m_.qkv_bias, "attn.v", Weight::V);
     } else {
       const int qkv = linear(xn, T_, h, (a + 2 * g) * d, m_.qkv_bias, "attn.qkv", Weight::QKV);
-      const bool copies = r_.qkv == QkvImpl::FusedCopies;
       // split: views of qkv; its backward concatenates the three gradients into a new qkv-sized one
-      const auto parts = t_.add({OpKind::View, {in(qkv)},
-                                 {view(copies ? "attn.q_view" : "attn.q", qb, qkv), view(copies ? "attn.k_view" : "attn.k", kb, qkv),
-                                  view(copies ? "attn.v_view" : "attn.v", kb, qkv)}});
+      const auto parts =
+          t_.add({OpKind::View, {in(qkv)}, {view("attn.q", qb, qkv), view("attn.k", kb, qkv), view("attn.v", kb, qkv)}});
       q = parts[0], k = parts[1], v = parts[2];
-      if (copies) {  // torchtitan FusedQKVLinear: reshape(...).contiguous() of each strided split
-        q = pointwise({in(q, GradRule::Alias)}, "attn.q", qb);
-        k = pointwise({in(k, GradRule::Alias)}, "attn.k", kb);
-        v = pointwise({in(v, GradRule::Alias)}, "attn.v", kb);
-      }
     }
     int qr = q, kr = k;
     switch (r_.rope) {

@@ -4,17 +4,13 @@ matrices' shapes, the trainable count, and the plans the harness refuses.
 The shapes follow the simulator (models/trainable.cpp `lora_adapters`, program/lower_context.cpp
 `lora_shape`): an A of (rank, in) and a B of (out, rank) beside each targeted linear of every block, and
 of the LM head when "head" is targeted; base weights frozen, only the adapters train. A fused q/k/v
-matrix takes one pair over the whole matrix (GPT-2's c_attn; torchtitan, which the simulator models with
-a fused wqkv), except litgpt's LoRAQKVLinear: one A of (rank x #enabled parts, in) and one B of (the
+matrix takes one pair over the whole matrix (GPT-2's c_attn), except litgpt's LoRAQKVLinear: one A of (rank x #enabled parts, in) and one B of (the
 enabled parts' widths summed, rank). recipes/adapters.py builds them.
 
 Each entry of block_adapters / head_adapters:
   kind    "linear": a LoRALinear around the base module at `module` (an nn.Linear or GPT-2's Conv1D);
           "qkv_parts": litgpt's grouped adapter around the fused qkv linear at `module`, `parts` the
           enabled (name, width) pairs in q, k, v order;
-          "qkv_joint": torchtitan: one pair over the concatenated q/k/v outputs of the separate q_proj,
-          k_proj, v_proj that the harness's torchtitan recipe holds (recipes/llama.py SeparateQKV), added
-          to each projection's output;
   module  the path inside the block (or in the model, for the head);
   base    the simulator's Weight of the adapted matrix (Q, K, V, QKV, Out, Gate, Up, Fc, Down, LmHead);
   a, b    (rows, cols) of A and B as nn.Parameter stores them.
@@ -31,7 +27,7 @@ def _recipe_qkv(spec, implementation):
     "separate", "fused" (one matrix, one pair) or "litgpt" (LoRAQKVLinear)."""
     if implementation == "litgpt":
         return "litgpt"
-    if implementation == "torchtitan" or spec["model_type"] in ("gpt2", "mpt"):
+    if spec["model_type"] in ("gpt2", "mpt"):
         return "fused"
     return "separate"
 
@@ -95,10 +91,7 @@ def block_adapters(spec, implementation, lora):
             out.append({"kind": "qkv_parts", "module": "self_attn.qkv", "base": "QKV", "a": (r * len(parts), h),
                         "b": (sum(w for _, w in parts), r), "parts": parts})
         elif qkv == "fused":
-            if gpt2:
-                pair("linear", "attn.c_attn", "QKV", h, (a + 2 * g) * d)
-            else:
-                pair("qkv_joint", "self_attn", "QKV", h, (a + 2 * g) * d, parts=list(widths))
+            pair("linear", "attn.c_attn", "QKV", h, (a + 2 * g) * d)
         else:
             for n, w in widths:
                 if n in on:

@@ -236,9 +236,10 @@ TEST(Implementation, FullRecomputeByHandForTheFusedRecipe) {
 }
 
 TEST(Implementation, SelectiveOpByHand) {
-  // torchtitan: mm order wqkv(1, saved) wo(2) w1(3, saved) w3(4) w2(5, saved); flex attention saved.
+  // torchtitan (stock QKVLinear: wq, wk, wv): mm order wq(1, saved) wk(2) wv(3, saved) wo(4) w1(5, saved) w3(6)
+  // w2(7, saved), torchtitan's _custom_policy counting every aten.mm of the block; flex attention saved.
   const BlockMemory tt = block(tiny_llama(), CheckpointMode::SelectiveOp, ModelImpl::TorchTitan);
-  EXPECT_EQ(entries(tt), (Entries{{"x", 64}, {"attn.qkv", 128}, {"attn.out", 64}, {"attn.lse", 32},
+  EXPECT_EQ(entries(tt), (Entries{{"x", 64}, {"attn.q", 64}, {"attn.v", 32}, {"attn.out", 64}, {"attn.lse", 32},
                                   {"mlp.gate", 128}, {"mlp.down", 64}}));
   // HF: q(1, saved) k(2) v(3, saved) o(4) gate(5, saved) up(6) down(7, saved).
   const BlockMemory hf = block(tiny_llama(), CheckpointMode::SelectiveOp, ModelImpl::HF);
@@ -285,7 +286,7 @@ TEST(Implementation, CompileSavesTheMinCutByHand) {
   // Liger's kernels are opaque to the partitioner: compiling changes nothing but h <-> wo's output (a tie).
   EXPECT_EQ(block(tiny_llama(), CheckpointMode::None, ModelImpl::Fused, true).saved_bytes(), 896);
   // Checkpointing modes keep what they keep, compiled or not.
-  EXPECT_EQ(block(tiny_llama(), CheckpointMode::SelectiveOp, ModelImpl::TorchTitan, true).saved_bytes(), 480);
+  EXPECT_EQ(block(tiny_llama(), CheckpointMode::SelectiveOp, ModelImpl::TorchTitan, true).saved_bytes(), 448);
   EXPECT_EQ(block(tiny_llama(), CheckpointMode::Full, ModelImpl::TorchTitan, true).saved_bytes(), 64);
 }
 
@@ -300,14 +301,15 @@ TEST(Implementation, Float8SavesTheHighPrecisionInputByHand) {
   //   the eager cast's working set: x.to(float32) and x * scale, 8 B per element: 8 * 128 = 1024 B.
   EXPECT_EQ(f8.forward_extra, 64 + 4 + 2 + 128 + 4 + 1024);
   // SelectiveOp: torchtitan's policy saves aten.max (the tensorwise amax, a 0-dim bf16 tensor): input
-  // and weight amax for each of the 5 linears -> 10 * 2 B on top of the bf16 480.
+  // and weight amax for each of the 7 linears (wq, wk, wv, wo, w1, w3, w2) -> 14 * 2 B on top of the bf16 448
+  // (SelectiveOpByHand).
   const auto sac = block(tiny_llama(), CheckpointMode::SelectiveOp, ModelImpl::TorchTitan, false, Float8Recipe::Tensorwise);
-  EXPECT_EQ(sac.saved_bytes(), 480 + 10 * 2);
-  EXPECT_TRUE(contains(names(sac), "attn.qkv.in_amax"));
+  EXPECT_EQ(sac.saved_bytes(), 448 + 14 * 2);
+  EXPECT_TRUE(contains(names(sac), "attn.k.in_amax"));
   EXPECT_TRUE(contains(names(sac), "mlp.down.w_amax"));
   // rowwise takes torch.amax along a dim (aten.amax, not in the policy): nothing more is saved
   EXPECT_EQ(block(tiny_llama(), CheckpointMode::SelectiveOp, ModelImpl::TorchTitan, false, Float8Recipe::Rowwise).saved_bytes(),
-            480);
+            448);
   // GPT-2's Conv1D is not an nn.Linear: torchao does not convert it
   EXPECT_EQ(block(tiny_gpt2(), CheckpointMode::SelectiveOp, ModelImpl::HF, false, Float8Recipe::Tensorwise).saved_bytes(),
             block(tiny_gpt2(), CheckpointMode::SelectiveOp, ModelImpl::HF).saved_bytes());
@@ -368,9 +370,9 @@ TEST(Implementation, Llama3_8bPerTokenByRecipe) {
   //   from the buffer): x, norm out, q_rope, out, wo out, norm out 49,152 + k_rope, v 4,096 + lse 128
   //   + 2 rstd 8 + gate, up, prod 86,016 = 139,400
   EXPECT_EQ(per_token(ModelImpl::TorchTitan, CheckpointMode::None, true), 139'400);
-  // SelectiveOp: x + wqkv out 12,288 + attention 8,192 + 128 + gate 28,672 + w2 out 8,192 = 65,664 (torchtitan);
-  //   HF: x + q 8,192 + v 2,048 + 8,192 + 128 + 28,672 + 8,192 = 63,616
-  EXPECT_EQ(per_token(ModelImpl::TorchTitan, CheckpointMode::SelectiveOp), 65'664);
+  // SelectiveOp, torchtitan and HF alike (wq, wk, wv separate): x + q 8,192 + v 2,048 + attention 8,192 + 128
+  //   + gate 28,672 + w2 out 8,192 = 63,616
+  EXPECT_EQ(per_token(ModelImpl::TorchTitan, CheckpointMode::SelectiveOp), 63'616);
   EXPECT_EQ(per_token(ModelImpl::HF, CheckpointMode::SelectiveOp), 63'616);
   EXPECT_EQ(per_token(ModelImpl::LitGPT, CheckpointMode::Full), 8'192);
 }

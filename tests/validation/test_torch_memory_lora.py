@@ -34,12 +34,12 @@ LLAMA3_70B = {"model_type": "llama", "mlp": "swiglu", "n_experts": 0, "hidden": 
 LLAMA2_7B = {"model_type": "llama", "mlp": "swiglu", "n_experts": 0, "hidden": 4096, "n_heads": 32, "n_kv_heads": 32,
              "head_dim": 128, "ffn_hidden": 11008, "n_layers": 32, "vocab_size": 32000}
 SIMULATOR_COUNTS = [
-    ("llama-1b", "torchtitan", ["q", "k", "v"], 1310720),
+    ("llama-1b", "torchtitan", ["q", "k", "v"], 2359296),
     ("llama-1b", "hf", ["q", "k", "v"], 2359296),
     ("llama-1b", "litgpt", ["q", "k", "v"], 2359296),
     ("llama-1b", "litgpt", ["q", "v"], 1703936),
     ("llama-1b", "fused", ["q", "k", "v", "o", "mlp", "head"], 13357056),
-    ("llama-1b", "torchtitan", ["q", "o", "mlp", "head"], 12308480),
+    ("llama-1b", "torchtitan", ["q", "o", "mlp", "head"], 12046336),
     ("llama-1b", "litgpt", ["k", "o", "down", "head"], 6410240),
     ("llama3-8b", "hf", ["q", "v"], 6815744),
     ("gpt2", "hf", ["q", "o", "up", "down", "head"], 3175696),
@@ -58,13 +58,11 @@ class Adapters(unittest.TestCase):
         self.assertEqual([e["module"] for e in adapters("llama-1b", "fused", ["v", "o", "mlp"])],
                          ["self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"])
 
-    def test_torchtitan_adapts_q_k_v_as_one_fused_matrix(self):
-        # the simulator's torchtitan recipe holds q, k, v in one matrix (block_matrices: QKV): one pair over it,
-        # whichever of q, k, v is targeted
-        for targets in (["q"], ["q", "k", "v"]):
-            (e,) = adapters("llama-1b", "torchtitan", targets)
-            self.assertEqual((e["kind"], e["module"], e["a"], e["b"]), ("qkv_joint", "self_attn", (16, 2048), (3072, 16)))
-            self.assertEqual(e["parts"], [("q", 2048), ("k", 512), ("v", 512)])
+    def test_torchtitan_adapts_each_projection(self):
+        # torchtitan's stock attention has wq, wk, wv (the simulator's recipe too: block_matrices Q, K, V): one
+        # pair beside each targeted projection, as on Hugging Face's
+        self.assertEqual(adapters("llama-1b", "torchtitan", ["q", "k", "v"]), adapters("llama-1b", "hf", ["q", "k", "v"]))
+        self.assertEqual([e["module"] for e in adapters("llama-1b", "torchtitan", ["q"])], ["self_attn.q_proj"])
 
     def test_litgpt_groups_the_enabled_parts(self):
         (e,) = adapters("llama-1b", "litgpt", ["q", "v"], rank=8)
@@ -121,7 +119,7 @@ class TrainableCounts(unittest.TestCase):
     def test_the_run_expects_base_plus_adapters(self):
         info = specs.load_model_info("llama-1b")
         p = plans.resolve_plan({"lora": {"rank": 16, "targets": ["q", "k", "v"]}}, 8, 8, info["units"])
-        self.assertEqual(train.expected_params(info, p), (info["params_total"] + 1310720, 1310720))
+        self.assertEqual(train.expected_params(info, p), (info["params_total"] + 2359296, 2359296))
         p = plans.resolve_plan({"lora": {"rank": 16, "targets": ["q"]}, "frozen_units": ["last_block"]}, 8, 8, info["units"])
         self.assertEqual(train.expected_params(info, p)[1], None)
         self.assertEqual(train.expected_params(info, plans.resolve_plan({}, 8, 8)), (info["params_total"], None))

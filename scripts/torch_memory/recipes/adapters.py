@@ -87,22 +87,6 @@ class LoRAQKVParts(Adapted):
         return self.base(x) + torch.cat(full, dim=-1) * self.scaling
 
 
-class JointQKVAdapter(Adapted):
-    """torchtitan: the simulator holds q, k and v in one fused matrix with one adapter pair over it; the
-    harness's torchtitan recipe computes them with three linears (recipes/llama.py SeparateQKV), so the
-    pair's update, (H + 2 KV) hd wide, is split into the q, k and v parts and added to each projection's
-    output (SeparateQKV._torchtitan)."""
-
-    def __init__(self, like, n_in, n_out, rank, dropout, scaling, widths):
-        super().__init__()
-        self._init_adapter((rank, n_in), (n_out, rank), dropout, scaling, like)
-        self.widths = list(widths)
-
-    def forward(self, x):
-        a, b = self.adapter()
-        return (F.linear(F.linear(self.adapter_input(x), a), b) * self.scaling).split(self.widths, dim=-1)
-
-
 class LoraBank(nn.Module):
     """The adapters of one block as one module, for FSDP1 without use_orig_params. The block runs its body
     through the bank (forward(fn, *args) = fn(*args)): FSDP's pre-forward unshards the adapters' FlatParameter
@@ -132,12 +116,6 @@ def _attach(parent, entry, lora, scaling):
     elif entry["kind"] == "qkv_parts":
         layout = ((n, w) for n, w in zip("qkv", _litgpt_widths(parent)))
         made = _swap(parent, entry["module"], lambda base: LoRAQKVParts(base, rank, dropout, scaling, entry["parts"], layout))
-    elif entry["kind"] == "qkv_joint":
-        attn = parent.get_submodule(entry["module"])
-        if not hasattr(attn, "qkv_lora") or attn.recipe != "torchtitan":
-            raise RuntimeError(f"{type(attn).__name__} has no joint q/k/v adapter slot (torchtitan's SeparateQKV has)")
-        attn.qkv_lora = made = JointQKVAdapter(attn.q_proj.weight, entry["a"][1], entry["b"][0], rank, dropout, scaling,
-                                               [w for _, w in entry["parts"]])
     else:
         raise AssertionError(entry["kind"])
     shapes = (tuple(made.lora_a.shape), tuple(made.lora_b.shape))

@@ -82,7 +82,6 @@ class SeparateQKV(nn.Module):
         self.k_proj = _linear(d, kv * hd, dtype, spec["qkv_bias"])
         self.v_proj = _linear(d, kv * hd, dtype, spec["qkv_bias"])
         self.o_proj = _linear(h * hd, d, dtype, spec["out_bias"])
-        self.qkv_lora = None      # torchtitan + plan.lora: one adapter pair over q|k|v (recipes/adapters.py)
 
     def forward(self, x, *rope):
         if self.recipe == "torchtitan":
@@ -93,9 +92,6 @@ class SeparateQKV(nn.Module):
         # torchtitan models/common/attention.py GQAttention + rope.py ComplexRoPE + ScaledDotProductAttention
         bs, seqlen, _ = x.shape
         xq, xk, xv = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        if self.qkv_lora is not None:
-            dq, dk, dv = self.qkv_lora(x)
-            xq, xk, xv = xq + dq, xk + dk, xv + dv
         xq = xq.view(bs, seqlen, -1, self.head_dim)                       # B S H hd
         xk = xk.view(bs, seqlen, -1, self.head_dim)                       # B S KV hd
         xv = xv.view(bs, seqlen, -1, self.head_dim)
