@@ -5,12 +5,14 @@ an expandable segment (size, stream, and the request that caused it) with alloca
 (the same list from fsdpsim's program and allocator model), to find the first segment where they part ways.
 
     python3 scripts/torch_memory/trace_segments.py TRACE.alloc-trace.json.gz [--fixture FIXTURE.json]
-        [--allocs [--phase N ...] [--min-mib X]] [--frees]
+        [--allocs [--phase N ...] [--min-mib X]] [--frees] [--layout EVENT] [--peak STEP]
 
 --allocs also prints every alloc/free of a phase (size, stream, address) for a closer look; --frees counts,
 per stream, the frees whose block was reusable at once (free_completed before the next allocation) and those
 that waited on a record_stream event (free_completed only after later allocations): how far the CPU ran ahead
-of the GPU where FSDP1 frees a side-stream block the compute stream still uses."""
+of the GPU where FSDP1 frees a side-stream block the compute stream still uses. --layout EVENT prints each
+stream's segments just before an event, --peak STEP the live blocks at a step's peak (the simulator's side of
+both: sim_segments --layout / --peak)."""
 import argparse
 import gzip
 import json
@@ -24,10 +26,24 @@ def main():
     ap.add_argument("--phase", type=int, action="append", help="with --allocs: only these phase numbers")
     ap.add_argument("--min-mib", type=float, default=0.0, help="with --allocs: only requests >= this size")
     ap.add_argument("--frees", action="store_true", help="count immediate and deferred (record_stream) frees per stream")
+    ap.add_argument("--layout", type=int, metavar="EVENT",
+                    help="only the layout of each stream's segments just before event EVENT (sim_segments --layout)")
+    ap.add_argument("--peak", type=int, metavar="STEP",
+                    help="only the live blocks at step STEP's peak of allocated bytes (sim_segments --peak)")
     a = ap.parse_args()
     opener = gzip.open if a.trace.endswith(".gz") else open
     with opener(a.trace, "rt") as f:
         t = json.load(f)
+    if a.layout is not None:
+        print_layout(t, a.layout)
+        return
+    if a.peak is not None:
+        step_labels = None
+        if a.fixture:
+            with open(a.fixture) as f:
+                step_labels = [p["step"] for p in json.load(f)["phases"]]
+        print_peak(t, a.peak, step_labels)
+        return
     labels = None
     if a.fixture:
         with open(a.fixture) as f:
@@ -90,6 +106,107 @@ def main():
     print(f"end: allocated {allocated} reserved {reserved}")
     if a.frees:
         free_summary(t)
+
+
+MIB = 2 ** 20
+
+
+def _initial_live(t):
+    """addr -> (size, stream) of the blocks live in the initial segments, and the segments as (addr, size, stream)."""
+    live, segments = {}, []
+    for seg in t["initial_segments"]:
+        addr = seg["address"]
+        segments.append((seg["address"], seg["size"], seg["stream"]))
+        for size, used in seg["blocks"]:
+            if used:
+                live[addr] = (size, seg["stream"])
+            addr += size
+    return live, segments
+
+
+def _runs(segments):
+    """Mapped ranges of one stream merged where they touch (an expandable segment grows by maps at its end)."""
+    out = []
+    for addr, size in sorted(segments):
+        if out and out[-1][0] + out[-1][1] == addr:
+            out[-1][1] += size
+        else:
+            out.append([addr, size])
+    return out
+
+
+def print_layout(t, before):
+    """Each stream's segments (maps of an expandable segment merged) just before event `before`, in address
+    order: blocks of 8 MiB and more, free ranges of 2 MiB and more, the rest summed in brackets (the format of
+    build/tests/validation/sim_segments --layout)."""
+    acts, streams = t["actions"], t["streams"]
+    live, segments = _initial_live(t)
+    for ai, addr, size, si in t["events"][:max(0, before)]:
+        act = acts[ai]
+        if act in ("segment_alloc", "segment_map"):
+            segments.append((addr, size, si))
+        elif act in ("segment_free", "segment_unmap"):
+            segments = [x for x in segments if x[0] != addr]
+        elif act == "alloc":
+            live[addr] = (size, si)
+        elif act == "free_completed":
+            live.pop(addr, None)
+    for si, name in enumerate(streams):
+        for base, size in _runs([(a, n) for a, n, s in segments if s == si]):
+            items, pos = [], base
+            for addr in sorted(x for x in live if base <= x < base + size and live[x][1] == si):
+                if addr > pos:
+                    items.append(("free", addr - pos))
+                items.append(("live", live[addr][0]))
+                pos = addr + live[addr][0]
+            if pos < base + size:
+                items.append(("free", base + size - pos))
+            parts, small = [], 0
+            for kind, n in items:
+                if n >= 8 * MIB or (kind == "free" and n >= 2 * MIB):
+                    if small:
+                        parts.append(f"[{small / MIB:.1f} small]")
+                        small = 0
+                    parts.append(f"{'FREE ' if kind == 'free' else ''}{n / MIB:.1f}")
+                else:
+                    small += n
+            if small:
+                parts.append(f"[{small / MIB:.1f} small]")
+            print(f"{name} segment of {size / MIB:.1f} MiB: " + " | ".join(parts))
+
+
+def print_peak(t, step, phase_steps=None):
+    """The live blocks at step `step`'s peak of allocated bytes, grouped by size and stream (>= 4 MiB in all).
+    Phase k starts at the k-th marker; `phase_steps` (the fixture's phases' steps; phase 0 is init) says which
+    phases are the step's, else five phases per step (forward, loss, backward, optimizer, zero_grad)."""
+    acts, streams = t["actions"], t["streams"]
+    markers = [i for i, e in enumerate(t["events"]) if acts[e[0]] == "marker"]
+    if phase_steps is None:
+        phase_steps = [0] + [1 + k // 5 for k in range(len(markers))]
+    mine = [k for k, st in enumerate(phase_steps) if st == step and 1 <= k <= len(markers)]
+    if not mine:
+        raise SystemExit(f"trace_segments: --peak {step}: no phase of that step in the trace")
+    lo = markers[mine[0] - 1]
+    hi = markers[mine[-1]] if mine[-1] < len(markers) else len(t["events"])
+    live, _ = _initial_live(t)
+    allocated = sum(n for n, _ in live.values())
+    best, at, best_live = -1, -1, {}
+    for i, (ai, addr, size, si) in enumerate(t["events"][:hi]):
+        act = acts[ai]
+        if act == "alloc":
+            live[addr] = (size, si)
+            allocated += size
+            if lo < i < hi and allocated > best:
+                best, at, best_live = allocated, i, dict(live)
+        elif act == "free_completed" and addr in live:
+            allocated -= live.pop(addr)[0]
+    print(f"step {step}: peak allocated {best} at event {at}; live blocks:")
+    groups = {}
+    for size, si in best_live.values():
+        groups[(size, si)] = groups.get((size, si), 0) + 1
+    for (size, si), n in sorted(groups.items(), key=lambda kv: -kv[0][0] * kv[1]):
+        if size * n >= 4 * MIB:
+            print(f"  {size:>12} x{n:<4} {streams[si]:<20} {size * n / MIB:10.1f} MiB")
 
 
 def free_summary(t):

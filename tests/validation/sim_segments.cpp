@@ -127,11 +127,18 @@ void print_live(const StepProgram& p, const std::vector<char>& live, Bytes alloc
   for (const auto& r : rows) std::printf("%s\n", r.second.c_str());
 }
 
-// --layout: the segment holding `block`, in address order (see the header comment for the format).
+// --layout: the segment holding `block`, in address order (see the header comment for the format). An
+// expandable segment's last block is its unmapped rest of the address range: left out, and the size printed is
+// what is mapped.
 void print_layout(const CachingAllocator& a, int block) {
   const int seg = a.block_segment(block);
   std::vector<CachingAllocator::BlockInfo> blocks;
   a.segment_blocks(seg, blocks);
+  Bytes size = a.segment_size(seg);
+  if (a.segment_expandable(seg) && !blocks.empty()) {
+    size -= blocks.back().size;
+    blocks.pop_back();
+  }
   std::string line;
   Bytes small = 0;
   const auto flush_small = [&] {
@@ -152,7 +159,8 @@ void print_layout(const CachingAllocator& a, int block) {
     }
   }
   flush_small();
-  std::printf("      segment of %.1f MiB:%s\n", mib(a.segment_size(seg)), line.empty() ? "" : line.c_str() + 2);
+  std::printf("      segment of %.1f MiB%s:%s\n", mib(size), a.segment_expandable(seg) ? " (expandable, mapped)" : "",
+              line.empty() ? "" : line.c_str() + 2);
 }
 
 int run(int argc, char** argv) {
