@@ -17,8 +17,10 @@ HBM_BYTES_PER_S = 3.0e12
 # device, fully_shard / FSDP wrapping, materializing the shards, and at the end the memory snapshot's
 # conversion and the fixture. Assumption.
 FIXED_S = 12.0
-# torch.compile of one transformer block (all blocks share the compiled code). Assumption.
-COMPILE_S = 90.0
+# torch.compile of one transformer block (all blocks share the compiled code). Measured on the H200
+# (2026-11-27, reports/validation/torch-memory-2026-11-27): llama3-70b's compiled LoRA case ran its first step in
+# 18.2 s against 2.7 s for the next ones, the whole case in 38-39 s (the estimate was 123 s with 90 here).
+COMPILE_S = 20.0
 # Python hooks of FSDP per unit per forward/backward pass (PT#173680 measured ~1 ms per FSDP2 group).
 HOOK_S_PER_UNIT = 1.0e-3
 # AdamW on the CPU (CPU offload), parameters per second with foreach on a 16-core host. Assumption.
