@@ -86,10 +86,7 @@ void LoweringWalk::forward() {
     emit_compute(s, OpKind::Forward);
     for (int u : c_.closing[s]) fire(&LoweringWalk::post_forward, u);
   }
-  if (carried_ >= 0) {   // (a model without a final norm and head: the last block's output dies here)
-    b_.free_now(carried_);
-    carried_ = -1;
-  }
+  drop_carried();   // (a model without a final norm and head: the last block's output dies here)
   b_.site(mb_, SitePhase::Forward, -1);
   // A loss computed in the model's forward runs before the root's post-forward (which flushes FSDP2's
   // kept all-gather output, F2.3); one computed on the model's output, after it.
@@ -115,10 +112,16 @@ void LoweringWalk::free_range(Op& o, BufferRange& r) {
   r = BufferRange{};
 }
 
-void LoweringWalk::drop_carried(Op& o) {
-  if (carried_ < 0) return;
-  o.frees.push_back({carried_, -1});
+void LoweringWalk::drop_carried() {
+  b_.free_now(carried_);   // (after the op emitted last; none when carried_ is -1)
   carried_ = -1;
+}
+
+// The forward's block-input event (ForwardEvent::input), or null.
+static const models::ForwardEvent* input_event(const std::vector<models::ForwardEvent>& events) {
+  for (const models::ForwardEvent& e : events)
+    if (e.input) return &e;
+  return nullptr;
 }
 
 // A transient of op `o`: allocated at its issue, freed once it is enqueued (its peak within the op).
@@ -143,12 +146,10 @@ LoweringWalk::BufferRange LoweringWalk::alloc_forward(Op& o, int unit, const std
   if (events.empty()) {
     const BufferRange r = alloc_tensors(o, unit, saved);
     transient(o, "fwd_tmp", unit, forward_extra, MemCategory::Activations);
-    drop_carried(o);
+    drop_carried();
     return r;
   }
-  const models::ForwardEvent* input = nullptr;
-  for (const models::ForwardEvent& e : events)
-    if (e.input) input = &e;
+  const models::ForwardEvent* input = input_event(events);
   const int taken = take_input && input && carried_ >= 0 && carried_bytes_ == input->bytes ? carried_ : -1;
   if (taken >= 0) carried_ = -1;
   BufferRange r{b_.num_buffers(), 0};
@@ -193,7 +194,7 @@ LoweringWalk::BufferRange LoweringWalk::alloc_forward(Op& o, int unit, const std
   }
   for (int b : saved_buf_)
     if (b >= 0) throw std::logic_error("lowering: saved tensor buffer " + std::to_string(b) + " has no forward event");
-  drop_carried(o);   // (one nobody took: freed after this op, as before)
+  drop_carried();   // (one nobody took: freed after this op, as before)
   for (std::size_t t = 0; t < temp_buf_.size(); ++t) {
     if (temp_buf_[t] < 0) continue;
     if (static_cast<int>(t) == output_temp) {
@@ -228,13 +229,15 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
     if (seg.part == models::ModulePart::Embedding) {
       if (!c_.embedding_saved.empty()) act_[s] = alloc_tensors(o, seg.unit, c_.embedding_saved);
       // Its output is the first block's input, made here, before that block's all-gather (carried to it).
-      if (s + 1 < static_cast<int>(c_.segments.size()) && c_.segments[s + 1].part == models::ModulePart::Block)
-        for (const models::ForwardEvent& e : c_.acts(c_.segments[s + 1].layer).forward_events)
-          if (e.input) {
-            carried_ = b_.buffer("embed_out", seg.unit, e.bytes, MemCategory::Activations, compute_);
-            carried_bytes_ = e.bytes;
-            o.allocs.push_back(carried_);
-          }
+      const models::ForwardEvent* in =
+          s + 1 < static_cast<int>(c_.segments.size()) && c_.segments[s + 1].part == models::ModulePart::Block
+              ? input_event(c_.acts(c_.segments[s + 1].layer).forward_events)
+              : nullptr;
+      if (in) {
+        carried_ = b_.buffer("embed_out", seg.unit, in->bytes, MemCategory::Activations, compute_);
+        carried_bytes_ = in->bytes;
+        o.allocs.push_back(carried_);
+      }
     }
     if (block) {
       act_[s] = alloc_forward(o, seg.unit, a->saved, a->forward_events, a->forward_extra, true, true);

@@ -130,7 +130,7 @@ class LoweringWalk {
   BufferRange alloc_forward(Op& o, int unit, const std::vector<models::SavedTensor>& saved,
                             const std::vector<models::ForwardEvent>& events, Bytes forward_extra,
                             bool take_input = false, bool carry_output = false);
-  void drop_carried(Op& o);   // a carried output nobody takes: freed after o
+  void drop_carried();   // a carried output nobody takes: freed after the op emitted last
   std::vector<int> saved_buf_, temp_buf_;   // alloc_forward's scratch
   // A block forward's output, alive from the op that made it to the next module's forward, which takes it
   // as its input (PyTorch's block output is the next block's input tensor, not a new one): -1 when none.

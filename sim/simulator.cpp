@@ -332,7 +332,7 @@ bool Simulator::stretched_program(const models::ModelSpec& model, const calibrat
   const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(s_->graphs, m, rp.auto_wrap_policy, rp.implementation);
   ProfileCostModel cost(hw);
   Stretched& st = s_->stretched;
-  const bool ok = build_stretched(m, *graph, rp, Topology{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes(), hw.cuda_sm_count()},
+  const bool ok = build_stretched(m, *graph, rp, topology_of(hw),
                                   cost, st, s_->graphs, stats, s_->ws);
   if (why) *why = stats.refused;
   if (stats_out) *stats_out = stats;
@@ -345,6 +345,10 @@ bool Simulator::stretched_program(const models::ModelSpec& model, const calibrat
 bool stretched_program(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
                        CompiledProgram& program, OpCosts& costs, std::string* why, SimulateStats* stats) {
   return Simulator().stretched_program(model, hw, plan, program, costs, why, stats);
+}
+
+Topology topology_of(const calibrate::HardwareProfile& hw) {
+  return Topology{hw.cluster().world(), hw.cluster().gpus_per_node, hw.cublas_workspace_bytes(), hw.cuda_sm_count()};
 }
 
 SimResult simulate(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const Plan& plan,
@@ -384,7 +388,7 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
   // MPT-style models size their position table by the training sequence length (models/model_spec.h).
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
   const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(s_->graphs, m, rp.auto_wrap_policy, rp.implementation);
-  const Topology topo{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes(), hw.cuda_sm_count()};
+  const Topology topo = topology_of(hw);
 
   const Bytes capacity = hw.memory_capacity();
   const Bytes context = hw.cuda_context_bytes();

@@ -8,10 +8,15 @@
 #include "calibrate/hardware_profile.h"
 #include "models/model_spec.h"
 #include "sim/executor.h"
+#include "program/lowering.h"
 #include "program/plan.h"
 #include "program/sim_result.h"
 
 namespace fsdpsim::sim {
+
+// The cluster and device a profile describes, as the lowering takes them (world, GPUs per node, the cuBLAS
+// workspace, the SM count): what simulate() lowers with.
+Topology topology_of(const calibrate::HardwareProfile& hw);
 
 struct SimOptions {
   bool record_trace = true;          // per-op spans (off in the planner's inner loop)

@@ -126,7 +126,7 @@ TEST(ReferenceEngine, FastPathsMatchTheReferenceOnRandomPlans) {
     const models::ModelSpec m = models::with_seq_len(base, rp.seq_len);
     const models::WrapGraph g = models::build_wrap_graph(m, rp.auto_wrap_policy, rp.implementation);
     const StepProgram prog =
-        lower(m, g, rp, Topology{hw.cluster().world(), hw.cluster().gpus_per_node, hw.cublas_workspace_bytes(), hw.cuda_sm_count()});
+        lower(m, g, rp, topology_of(hw));
     const OpCosts costs = compute_op_costs(prog, ProfileCostModel(hw));
     ExecOptions eo;
     eo.record_trace = false;

@@ -40,7 +40,7 @@ void whole_program(const Case& c, CompiledProgram& out, OpCosts& costs) {
   const auto& cl = hw.cluster();
   const Plan rp = resolve_plan(parse_plan(nlohmann::json::parse(c.plan)), cl.world(), cl.gpus_per_node);
   const models::ModelSpec m = models::with_seq_len(models::load_model(c.model), rp.seq_len);
-  const StepProgram p = lower(m, models::build_wrap_graph(m, rp.auto_wrap_policy), rp, Topology{cl.world(), cl.gpus_per_node, hw.cublas_workspace_bytes(), hw.cuda_sm_count()});
+  const StepProgram p = lower(m, models::build_wrap_graph(m, rp.auto_wrap_policy), rp, topology_of(hw));
   compile_program(p, out);
   out.notes = p.notes;
   ProfileCostModel cost(hw);

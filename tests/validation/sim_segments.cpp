@@ -186,7 +186,7 @@ int run(int argc, char** argv) {
   const Plan rp = resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
   const models::WrapGraph graph = models::build_wrap_graph(m, rp.auto_wrap_policy, rp.implementation);
-  const Topology topo{cluster.world(), cluster.gpus_per_node, hw.cublas_workspace_bytes(), hw.cuda_sm_count()};
+  const Topology topo = topology_of(hw);
   const StepProgram p = lowering::lower_with(m, graph, rp, topo, nullptr, /*full=*/true);
 
   const Bytes capacity = hw.memory_capacity() > hw.cuda_context_bytes() ? hw.memory_capacity() - hw.cuda_context_bytes() : 0;
