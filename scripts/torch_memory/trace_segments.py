@@ -34,25 +34,22 @@ def main():
     opener = gzip.open if a.trace.endswith(".gz") else open
     with opener(a.trace, "rt") as f:
         t = json.load(f)
+    phases = None
+    if a.fixture:
+        with open(a.fixture) as f:
+            phases = json.load(f)["phases"]
     if a.layout is not None:
         print_layout(t, a.layout)
         return
     if a.peak is not None:
-        step_labels = None
-        if a.fixture:
-            with open(a.fixture) as f:
-                step_labels = [p["step"] for p in json.load(f)["phases"]]
-        print_peak(t, a.peak, step_labels)
+        print_peak(t, a.peak, [p["step"] for p in phases] if phases else None)
         return
-    labels = None
-    if a.fixture:
-        with open(a.fixture) as f:
-            fx = json.load(f)
-        labels = [f"s{p['step']}.{p['phase']}" for p in fx["phases"]]
+    labels = [f"s{p['step']}.{p['phase']}" for p in phases] if phases else None
     acts = t["actions"]
     streams = t["streams"]
-    reserved = sum(s["size"] for s in t["initial_segments"])
-    allocated = sum(b[0] for s in t["initial_segments"] for b in s["blocks"] if b[1])
+    initial_live, initial_segments = _initial_live(t)
+    reserved = sum(size for _, size, _ in initial_segments)
+    allocated = sum(size for size, _ in initial_live.values())
     print(f"initial: {len(t['initial_segments'])} segments, reserved {reserved} allocated {allocated}")
     for s in t["initial_segments"]:
         live = [b[0] for b in s["blocks"] if b[1]]
