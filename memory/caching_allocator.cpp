@@ -583,6 +583,18 @@ void CachingAllocator::segment_blocks(int seg, std::vector<BlockInfo>& out) cons
   }
 }
 
+void CachingAllocator::all_blocks(std::vector<BlockState>& out) const {
+  out.clear();
+  for (const Segment& sg : segments_) {
+    if (!sg.live) continue;
+    for (int b = sg.first; b >= 0; b = blocks_[b].next) {
+      const Block& blk = blocks_[b];
+      const std::uint8_t st = blk.state == State::Free ? 0 : blk.state == State::Allocated ? 1 : blk.state == State::Pending ? 2 : 3;
+      out.push_back(BlockState{b, blk.addr, blk.size, blk.requested, st});
+    }
+  }
+}
+
 void CachingAllocator::free_blocks_of_size(int pool, Bytes size, std::vector<int>& out) const {
   out.clear();
   if (pool < 0 || static_cast<std::size_t>(pool) >= pools_.size()) return;

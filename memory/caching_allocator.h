@@ -181,6 +181,23 @@ class CachingAllocator {
   void append_segment(int pool, Bytes size, const std::vector<std::pair<Bytes, Bytes>>& blocks, std::vector<int>& ids);
   // Overwrites the statistics (after a sequence of the calls above that stands for many alloc/free calls).
   void set_stats(const AllocatorStats& s) { stats_ = s; }
+  // ---- for the executor's fast-forward with memory replayed with the issues (sim/memory_shift.cpp) ----
+  // A block as a comparison of two moments sees it: state 0 free, 1 allocated, 2 waiting on a
+  // record_stream event, 3 anything else (an expandable segment's unmapped range).
+  struct BlockState {
+    int block;
+    Bytes addr, size, requested;
+    std::uint8_t state;
+  };
+  // Every block of every live segment, segment slot after slot, each segment's in address order.
+  void all_blocks(std::vector<BlockState>& out) const;
+  // The blocks waiting on a record_stream event, in the order process_events visits them: (block, event).
+  int num_pending() const { return static_cast<int>(pending_.size()); }
+  std::pair<int, std::int64_t> pending_at(int k) const { return {pending_[k].block, pending_[k].event}; }
+  // Every pending block now waits on the event d later (the same wait, d ops on).
+  void shift_pending_events(std::int64_t d) {
+    for (Pending& x : pending_) x.event += d;
+  }
 
   // The allocator's observable state as text, independent of block ids and storage (tests compare two
   // allocators that must be indistinguishable): live segments by address with their blocks (address,

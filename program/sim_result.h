@@ -55,6 +55,12 @@ struct SimulateStats {
   int source_micro_batches = 0;      // and micro-batches
   int sources = 0;                   // shorter models lowered and tried (refused ones included)
   std::string refused;               // why the stretch was not used ("" when it was, or was not tried)
+  // What the engine's fast paths skipped (sim/executor.h ExecStats): timing jumps, the memory fold's
+  // jumps, jumps that moved the memory replayed with the issues, the steady step's periods so skipped.
+  int time_jumps = 0;
+  int memory_fold_jumps = 0;
+  int memory_shift_jumps = 0;
+  int steady_periods_shifted = 0;
 };
 
 struct SimResult {

@@ -75,9 +75,22 @@
 // shifted or equivalent), and, if it waits for room at b, the queue's ops up to the one it waits for;
 // the ops' launches are compared where the GPU's are (the queue walks read those). The jump marks the
 // skipped periods' ops issued, each a period after the op p before it, and moves the CPU's op, block and
-// blocked time. Where memory is replayed with the issues (record_stream frees: FSDP1; a timeline) the
-// CPU's allocations depend on the GPU's progress, and the fast-forward waits until the CPU is done: a
-// run whose CPU blocks until late (FSDP1's rate limiter, or its launch queues) has little to skip.
+// blocked time. With a memory timeline the fast-forward waits until the CPU is done (every sample is
+// recorded).
+//
+// Memory with the issues. Where memory is replayed with the issues (record_stream frees: FSDP1) the
+// CPU's allocations depend on the GPU's progress, and the memory is part of the compared state: the
+// snapshot also holds the allocator's blocks with the buffer in each and the event each pending block
+// waits on (MemoryTracker::Shape, sim/memory_shift.cpp), the checks add the issued ops' allocations and
+// frees (the same buffer facts, each freed buffer the one p ops after, each record_stream free's op
+// behaving alike: ff_same_memory), and the jump renames the period's buffers and pending events m·p ops
+// on (MemoryTracker::shift_periods); it is recorded, and the steady step's replay (replay_timed) skips
+// the same periods where its memory and times repeat there too. Such periods are whole micro-batches:
+// inside one, a block's activations make the memory grow, so a run of blocks never repeats it.
+// Long periods. A micro-batch has more compute-stream boundaries than the ring of recent snapshots
+// holds, so the run of whole micro-batches (the longest run of the stretched program whose periods
+// span many boundaries) gets one snapshot per period as the compute stream enters it, compared with the
+// period's before (ff_long); with memory apart this skips whole micro-batches of the timing as well.
 //
 // Definitions of the outputs:
 //  * step_time_ns: the latest completion of any op (GPU or CPU), from t = 0 when the CPU starts.
@@ -215,6 +228,9 @@ class Engine {
     TimeNs blocked_total = 0;
     TimeNs cpu_start = 0;                 // an issue in progress (IssueDone pending): its start - t
     std::vector<std::int64_t> queued;
+    // Memory replayed with the issues while the CPU issues ("Memory with the issues" at the top).
+    bool has_mem = false;
+    MemoryTracker::Shape mem;
   };
   struct FfLite {
     TimeNs t;
@@ -223,6 +239,7 @@ class Engine {
     int comm_active, events, slow;
     int cpu_lead;                // cpu_op_ - the compute head (-1: the CPU is done)
     std::int64_t queued0;        // the compute stream's launch queue (0: the CPU is done)
+    Bytes allocated, reserved;   // (memory with the issues, the CPU issuing; else 0)
   };
   static constexpr int kFfSnaps = 5;
   void ff_boundary(TimeNs now);
@@ -233,6 +250,7 @@ class Engine {
   bool ff_same_wait(int w, int w2, int d, const FfSnap& a, bool strict) const;
   bool ff_cpu_equivalent(int x, int x2, int d, const FfSnap& a, bool strict) const;
   bool ff_cpu_periods(const FfSnap& a, const FfSnap& b, int d, bool strict) const;
+  bool ff_same_memory(int x, int x2, int d, const FfSnap& a, bool strict) const;
   int ff_run_jump(const FfSnap& a, const FfSnap& b, int p, int m);
   void ff_jump(const FfSnap& a, const FfSnap& b, int p, int m);
   int list_start(int i) const { return i == 0 ? 0 : rec_[i - 1].end; }
@@ -252,6 +270,9 @@ class Engine {
   MemoryTracker mem_;
   // Memory is replayed with the CPU's issues (else in a pass of its own before the run: see run()).
   bool mem_inline_ = true;
+  bool mem_ff_ = false;             // mem_inline_ without a timeline, fast-forward on: jumps move the memory
+  const CompiledProgram* cp_ = nullptr;
+  std::vector<MemoryTracker::PeriodJump> mem_jumps_;   // those jumps, for the steady step
   std::vector<TimeNs> complete_t_;  // (mem_inline_) each op's completion time, for the steady step
   bool fast_issue_ = false;         // !mem_inline_ && !trace_on_ (cpu_begin's tight loop)
   EventQueue<Ev> q_;
@@ -308,6 +329,13 @@ class Engine {
   FfSnap ff_[kFfSnaps];             // ring of the latest boundary snapshots
   int ff_count_ = 0, ff_next_ = 0;
   FfLite ff_lite_[kFfSnaps] = {};   // ring of the latest boundaries' scalars (all of them)
+  // Long periods (memory with the issues): whole micro-batches, whose compute-stream boundaries are too
+  // many for the ring; one snapshot per period of the run, as the compute stream enters it.
+  const PeriodicRun* long_run_ = nullptr;
+  int long_next_ = 0;               // the first op of the next period to snapshot
+  int long_count_ = 0;              // snapshots in long_ (0..2; the newest at long_[1])
+  FfSnap long_[2];
+  bool ff_long(TimeNs now);
   int ff_lite_count_ = 0, ff_lite_next_ = 0;
   std::vector<std::uint8_t> ff_moving_;   // per stream (scratch of a match)
   ExecStats stats_;
@@ -408,6 +436,8 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
   started0_ = false;
   ff_count_ = ff_next_ = 0;
   ff_lite_count_ = ff_lite_next_ = 0;
+  long_run_ = nullptr;
+  long_count_ = 0;
   stats_ = ExecStats{};
 
   // The op states were reset by link(); the per-op times are written before they are read
@@ -435,6 +465,15 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
   // either way, so every memory figure is the same.
   mem_inline_ = o.record_memory_timeline || cp.record_stream_frees;
   fast_issue_ = !mem_inline_ && !trace_on_;
+  mem_ff_ = mem_inline_ && !o.record_memory_timeline && ff_on_;
+  cp_ = &cp;
+  mem_jumps_.clear();
+  if (mem_ff_ || (ff_on_ && fast_issue_)) {
+    // The longest run whose periods hold more compute-stream boundaries than the ring keeps.
+    for (const PeriodicRun& r : cp.runs)
+      if (r.period >= 8 * kFfSnaps && r.count >= 4 && (!long_run_ || r.period > long_run_->period)) long_run_ = &r;
+    if (long_run_) long_next_ = long_run_->begin;
+  }
   if (!mem_inline_) {
     const bool fold = o.fast_forward && !trace_on_;
     mem_.replay(cp, fold);
@@ -460,7 +499,7 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
         complete(ev.op, now);
         if (started0_) {
           started0_ = false;
-          if (ff_on_ && (cpu_op_ == n_ || fast_issue_)) ff_boundary(now);
+          if (ff_on_ && (cpu_op_ == n_ || fast_issue_ || mem_ff_)) ff_boundary(now);
         }
         break;
       case EvType::IssueDone:
@@ -481,7 +520,8 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
   }
   if (mem_inline_) {
     mem_.begin_steady_step();
-    mem_.replay_timed(cp, issue_t_.data(), complete_t_.data(), step_end_);
+    mem_.replay_timed(cp, issue_t_.data(), complete_t_.data(), step_end_, mem_jumps_);
+    stats_.steady_periods_shifted = mem_.steady_periods_shifted();
   }
 
   if (o.stats) *o.stats = stats_;
@@ -716,15 +756,20 @@ void Engine::ff_boundary(TimeNs now) {
   // later than with full snapshots everywhere).
   if (stream_head_[0] >= n_) return;   // the compute stream is done (a start seen during a CPU event)
   const bool cpu_done = cpu_op_ == n_;
+  if (long_run_ && !cpu_done && stream_head_[0] >= long_next_ && ff_long(now)) return;
+  if (mem_ff_ && !cpu_done) return;   // (block periods: the memory grows with the activations)
+  const bool mem = mem_ff_ && !cpu_done;
   const FfLite l{now, stream_head_[0], gpu_ns_[stream_head_[0]], compute_prev_end_ - now, comm_active_,
                  static_cast<int>(q_.size()), static_cast<int>(running_slowable_.size()),
-                 cpu_done ? -1 : cpu_op_ - stream_head_[0], cpu_done ? 0 : queued_[0]};
+                 cpu_done ? -1 : cpu_op_ - stream_head_[0], cpu_done ? 0 : queued_[0],
+                 mem ? mem_.stats().allocated : 0, mem ? mem_.stats().reserved : 0};
   bool repeats = false;
   for (int k = 0; k < ff_lite_count_ && !repeats; ++k) {
     const FfLite& a = ff_lite_[k];
     repeats = l.head0 > a.head0 && l.t > a.t && l.head0_ns == a.head0_ns && l.prev_end == a.prev_end &&
               l.comm_active == a.comm_active && l.events == a.events && l.slow == a.slow &&
-              l.cpu_lead == a.cpu_lead && l.queued0 == a.queued0;
+              l.cpu_lead == a.cpu_lead && l.queued0 == a.queued0 && l.allocated == a.allocated &&
+              l.reserved == a.reserved;
   }
   ff_lite_[ff_lite_next_] = l;
   ff_lite_next_ = (ff_lite_next_ + 1) % kFfSnaps;
@@ -743,7 +788,10 @@ void Engine::ff_boundary(TimeNs now) {
         a.comm_active != b.comm_active || a.events.size() != b.events.size() || a.slow.size() != b.slow.size() ||
         !ff_same_shape(a, b, p))
       continue;
-    const int m = ff_max_jump(a, b, p);
+    if (b.has_mem && !(a.has_mem && mem_.shape_repeats(a.mem, b.mem, p))) continue;
+    int m = ff_max_jump(a, b, p);
+    if (b.has_mem)
+      while (m > 0 && !mem_.can_shift(a.mem, b.mem, p, m)) --m;
     if (m <= 0) continue;
     ff_jump(a, b, p, m);
     ff_count_ = ff_next_ = 0;   // every boundary seen so far describes the past
@@ -751,6 +799,44 @@ void Engine::ff_boundary(TimeNs now) {
     return;
   }
   if (ff_count_ < kFfSnaps - 1) ++ff_count_;
+}
+
+// A snapshot as the compute stream enters a period of long_run_, compared with the one a period before;
+// returns whether it jumped.
+bool Engine::ff_long(TimeNs now) {
+  const PeriodicRun& run = *long_run_;
+  const int h = stream_head_[0], end = run.begin + run.period * run.count;
+  if (h >= end) {
+    long_run_ = nullptr;
+    return false;
+  }
+  long_next_ = h + run.period - (h - run.begin) % run.period;   // (the next period's first op)
+  if (h < run.begin) return false;
+  if (long_count_ == 2) std::swap(long_[0], long_[1]);
+  FfSnap& b = long_[long_count_ == 2 ? 1 : long_count_];
+  if (!ff_take(b, now)) {
+    long_count_ = 0;
+    return false;
+  }
+  if (long_count_ < 2) ++long_count_;
+  if (long_count_ < 2) return false;
+  const FfSnap& a = long_[0];
+  const int p = b.heads[0] - a.heads[0];
+  if (p != run.period || b.t <= a.t || a.head0_ns != b.head0_ns || a.compute_prev_end != b.compute_prev_end ||
+      a.comm_active != b.comm_active || a.events.size() != b.events.size() || a.slow.size() != b.slow.size() ||
+      !ff_same_shape(a, b, p))
+    return false;
+  if (b.has_mem && !(a.has_mem && mem_.shape_repeats(a.mem, b.mem, p))) return false;
+  int m = ff_max_jump(a, b, p);
+  if (b.has_mem)
+    while (m > 0 && !mem_.can_shift(a.mem, b.mem, p, m)) --m;
+  if (m <= 0) return false;
+  ff_jump(a, b, p, m);
+  long_count_ = 0;
+  long_next_ = stream_head_[0] + run.period - (stream_head_[0] - run.begin) % run.period;
+  ff_count_ = ff_next_ = 0;
+  ff_lite_count_ = ff_lite_next_ = 0;
+  return true;
 }
 
 bool Engine::ff_take(FfSnap& s, TimeNs now) {
@@ -788,11 +874,17 @@ bool Engine::ff_take(FfSnap& s, TimeNs now) {
   s.blocked_queue = cpu_blocked_ && cpu_blocked_queue_;
   s.blocked_since = cpu_blocked_ ? cpu_blocked_since_ - now : 0;
   s.blocked_total = cpu_blocked_total_;
+  s.has_mem = false;
   if (cpu_op_ == n_) {
     if (!only_completions) return false;
     s.queued.clear();
   } else {
     s.queued.assign(queued_.begin(), queued_.end());
+    if (mem_ff_) {
+      mem_.begin_shapes(*cp_);
+      mem_.capture_shape(s.mem);
+      s.has_mem = true;
+    }
   }
   std::sort(s.events.begin(), s.events.end(),
             [](const FfEvent& x, const FfEvent& y) { return x.dt != y.dt ? x.dt < y.dt : x.seq < y.seq; });
@@ -1035,6 +1127,29 @@ bool Engine::ff_cpu_equivalent(int x, int x2, int d, const FfSnap& a, bool stric
       if (dep_[k].stream != dep_[k2].stream) return false;
     if (k >= 0 || k2 >= 0) return false;
   }
+  return !mem_ff_ || ff_same_memory(x, x2, d, a, strict);
+}
+
+// Op x2 = x + d allocates and frees as op x does, one period on (memory with the issues): buffers of the
+// same facts in the same order, each freed buffer the one playing the role of x's d ops later, the
+// same frees inside the op, and each record_stream free waiting on an op that behaves alike
+// (ff_same_wait: whether it has completed at the free decides whether the block is reusable at once).
+bool Engine::ff_same_memory(int x, int x2, int d, const FfSnap& a, bool strict) const {
+  const OpRec& r = rec_[x];
+  const OpRec& r2 = rec_[x2];
+  if (r2.frees - r2.allocs != r.frees - r.allocs || r2.end - r2.frees != r.end - r.frees) return false;
+  const CompiledBuffer* bufs = cp_->buffers.data();
+  for (int k = r.allocs, k2 = r2.allocs; k < r.frees; ++k, ++k2)
+    if (!(bufs[lists_[k2]] == bufs[lists_[k]])) return false;
+  for (int k = r.frees, k2 = r2.frees; k < r.end; k += 2, k2 += 2) {
+    if (!mem_.shifted_buffer(lists_[k], lists_[k2], d)) return false;
+    const int u = lists_[k + 1], u2 = lists_[k2 + 1];
+    if (is_free_inside_op(u) || u < 0 || is_free_inside_op(u2) || u2 < 0) {
+      if (u2 != u) return false;
+    } else if (!ff_same_wait(u, u2, d, a, strict)) {
+      return false;
+    }
+  }
   return true;
 }
 
@@ -1075,10 +1190,17 @@ void Engine::ff_jump(const FfSnap& a, const FfSnap& b, int p, int m) {
       issue_t_[x] = issue_t_[x - p] + period;
       if (rec_[x].flags & kCpuOp) {
         rec_[x].state = kDone;
+        if (mem_inline_) complete_t_[x] = complete_t_[x - p] + period;
         ++skipped;
       } else {
         rec_[x].state = kIssued;
       }
+    }
+    if (b.has_mem) {
+      if (!mem_.shift_periods(a.mem, b.mem, p, m, /*waited=*/true))
+        throw std::logic_error("fast-forward: the memory cannot be moved by the periods checked");
+      mem_jumps_.push_back(MemoryTracker::PeriodJump{a.cpu_op, b.cpu_op, p, m});
+      ++stats_.memory_shift_jumps;
     }
     cpu_op_ += dp;
     ++stats_.jumps_while_issuing;
@@ -1096,6 +1218,7 @@ void Engine::ff_jump(const FfSnap& a, const FfSnap& b, int p, int m) {
     const int h = b.heads[s], target = h + dp;
     for (int i = h; i != target; i = rec_[i].next_in_stream) {
       rec_[i].state = kDone;
+      if (mem_inline_) complete_t_[i] = complete_t_[i - p] + period;   // (for the steady step's replay)
       ++skipped;
     }
     if (b.head_state[s] == kRunning) {

@@ -34,6 +34,10 @@ struct ExecStats {
   int jumps_while_issuing = 0;   // jumps made while the CPU was still issuing (sim/executor.cpp)
   int memory_jumps = 0;          // times the memory replay skipped repeated periods (sim/memory_fold.cpp)
   int memory_periods_skipped = 0;
+  // With memory replayed with the issues (record_stream): jumps that moved the memory too, and the
+  // steady step's skips of the same periods (sim/memory_shift.cpp).
+  int memory_shift_jumps = 0;
+  int steady_periods_shifted = 0;
 };
 
 struct ExecOptions {

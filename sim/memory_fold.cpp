@@ -466,9 +466,11 @@ void MemoryFold::end_record(Rec& r) {
       // A buffer of this period that outlives the run, in a segment reused every period (accumulated
       // no_sync gradients carved from cached segments): not a shape the skip knows; no memory period
       // length will match, so the run is replayed call by call from here.
+      // (A buffer allocated after the run, e.g. the optimizer's state the first step created, sits
+      // there from before the period: the steady step meets it.)
       if (t.kind == kCyclic)
         for (const Entry& e : t.after)
-          if (e.role == 2 && storage().alloc_op[e.a] >= r.start) hopeless_ = true;
+          if (e.role == 2 && storage().alloc_op[e.a] >= r.start && storage().alloc_op[e.a] < r.end) hopeless_ = true;
     }
   }
   r.stats = a_.stats();

@@ -46,6 +46,8 @@ void MemoryTracker::start_run(int num_buffers, int num_ops, const AllocatorConfi
     for (std::size_t j = 0; j < 8; ++j) map[i + j] = kNotLive;
   for (; i < n; ++i) map[i] = kNotLive;
   waited_on_.assign(static_cast<std::size_t>(num_ops), 0);
+  shapes_.on = false;
+  shapes_.program = nullptr;
   ready_ = false;
   live_ = {};
   live_at_peak_ = {};
@@ -143,7 +145,7 @@ void MemoryTracker::begin_steady_step() {
 }
 
 void MemoryTracker::replay_timed(const CompiledProgram& program, const TimeNs* issue_ns, const TimeNs* complete_ns,
-                                 TimeNs step_start_ns) {
+                                 TimeNs step_start_ns, const std::vector<PeriodJump>& jumps) {
   const OpRec* ops = program.ops.data();
   const int* lists = program.lists.data();
   const int n = program.num_ops();
@@ -151,7 +153,34 @@ void MemoryTracker::replay_timed(const CompiledProgram& program, const TimeNs* i
   // event n + j. `next_release`: the earliest completion a pending block of this step waits on (the
   // scan of the pending list only runs once an issue has reached it).
   TimeNs next_release = allocator_.has_pending() ? 0 : kNever;
+  steady_shifted_ = 0;
+  if (!jumps.empty()) begin_shapes(program);
+  std::size_t nj = 0;   // the next of the first step's jumps
+  std::size_t a_for = jumps.size();   // the jump whose first moment steady_a_ holds
   for (int i = 0; i < n; ++i) {
+    // The first step's jumps: the memory at the same two ops, then, if it repeats and so do the times,
+    // the same periods skipped (memory_shift.cpp).
+    while (nj < jumps.size() && i > jumps[nj].b) ++nj;
+    if (nj < jumps.size()) {
+      const PeriodJump& J = jumps[nj];
+      if (i == J.a) {
+        capture_shape(steady_a_);
+        a_for = nj;
+      } else if (i == J.b && a_for == nj) {
+        ++nj;
+        capture_shape(steady_b_);
+        if (shape_repeats(steady_a_, steady_b_, J.p)) {
+          int m = steady_timing_periods(program, issue_ns, complete_ns, i, J.p, J.m);
+          while (m > 0 && !can_shift(steady_a_, steady_b_, J.p, m)) --m;
+          if (m > 0 && shift_periods(steady_a_, steady_b_, J.p, m, /*waited=*/false)) {
+            steady_shifted_ += m;
+            i += m * J.p;
+            next_release = allocator_.has_pending() ? 0 : kNever;
+            if (i >= n) break;
+          }
+        }
+      }
+    }
     const OpRec& r = ops[i];
     const TimeNs issue = issue_ns[i], now = step_start_ns + issue;
     if (r.allocs != r.frees) {
@@ -185,6 +214,51 @@ void MemoryTracker::replay_timed(const CompiledProgram& program, const TimeNs* i
     const int after = issue_memory(lists, r, [&](int b) { alloc(b, i, now); }, [&](int b) { free(b, -1); });
     for (int k = after; k < r.end; k += 2) free(lists[k], lists[k + 1]);
   }
+}
+
+// The largest m' <= m such that ops [x, x + m'·p) of the steady step see the times as the ops p before
+// them do: issued one period D later, each free reusable at once exactly when its counterpart was (else
+// waiting on an op that completes D after the counterpart's), and each event a block waits on at x
+// completing D after the one its counterpart waited on, period after period.
+int MemoryTracker::steady_timing_periods(const CompiledProgram& program, const TimeNs* issue_ns,
+                                         const TimeNs* complete_ns, int x, int p, int m) const {
+  const OpRec* ops = program.ops.data();
+  const int* lists = program.lists.data();
+  const int n = program.num_ops();
+  if (x < p) return 0;
+  const TimeNs D = issue_ns[x] - issue_ns[x - p];
+  m = std::min(m, (n - x) / p);
+  // The events blocks wait on at x: this step's ops (a first-step event is complete: not a period's).
+  for (int k = 0, np = allocator_.num_pending(); k < np; ++k) {
+    const std::int64_t ev = allocator_.pending_at(k).second;
+    if (ev < n) return 0;
+    const int op = static_cast<int>(ev - n);
+    for (int j = 1; j <= m; ++j) {
+      const int o2 = op + j * p;
+      if (o2 >= n || complete_ns[o2] - complete_ns[o2 - p] != D) {
+        m = j - 1;
+        break;
+      }
+    }
+  }
+  auto reusable = [&](int i, int j) {
+    return j < 0 || (j < i ? complete_ns[j] <= issue_ns[i] : (ops[i].flags & kCpuOp) != 0);
+  };
+  for (int i = x, e = x + m * p; i < e; ++i) {
+    const OpRec& r = ops[i];
+    const OpRec& r0 = ops[i - p];
+    if (issue_ns[i] - issue_ns[i - p] != D || r.end - r.frees != r0.end - r0.frees) return (i - x) / p;
+    for (int k = r.frees, k0 = r0.frees; k < r.end; k += 2, k0 += 2) {
+      const int j = lists[k + 1], j0 = lists[k0 + 1];
+      if (is_free_inside_op(j) || is_free_inside_op(j0)) {
+        if (j != j0) return (i - x) / p;
+        continue;
+      }
+      const bool now = reusable(i, j);
+      if (now != reusable(i - p, j0) || (!now && complete_ns[j] - complete_ns[j0] != D)) return (i - x) / p;
+    }
+  }
+  return m;
 }
 
 std::string MemoryTracker::canonical_state() const {

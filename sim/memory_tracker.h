@@ -76,7 +76,10 @@ class MemoryTracker {
       throw_already_live(buffer, op);
     }
     const CompiledBuffer& b = bufs_[buffer];
-    block_of_[buffer] = allocator_.alloc(b.bytes, b.pool_stream);
+    const int block = allocator_.alloc(b.bytes, b.pool_stream);
+    block_of_[buffer] = block;
+    if (shapes_.on && block >= 0) [[unlikely]]
+      note_block(block, buffer);
     live_[static_cast<int>(b.category)] += b.bytes;
     after_change(op, now);
   }
@@ -128,8 +131,54 @@ class MemoryTracker {
   // every op of the first step complete (the steady step starts when the first step's last op ends).
   // An op's frees see an op j < i complete iff complete_ns[j] <= issue_ns[i], op i itself only if it
   // runs on the CPU (as the engine's issue does); its allocations see ops j < i alike.
+  // `jumps`: the periods the first step's fast-forward moved the memory by (memory_shift.cpp); where the
+  // steady step's memory and times repeat there too, it skips them likewise.
+  struct PeriodJump {
+    int a = 0, b = 0;   // the CPU's op at the two moments compared (b = a + p)
+    int p = 0, m = 0;   // ops per period, periods skipped after b
+  };
   void replay_timed(const CompiledProgram& program, const TimeNs* issue_ns, const TimeNs* complete_ns,
-                    TimeNs step_start_ns);
+                    TimeNs step_start_ns, const std::vector<PeriodJump>& jumps = {});
+  int steady_periods_shifted() const { return steady_shifted_; }
+  // ---- repeated periods of a run whose memory follows the issues (sim/memory_shift.cpp) ----
+  // The executor's fast-forward skips periods while the CPU still issues (and allocates): it compares
+  // the memory at two moments p ops apart and, where the second is the first one period on, moves it
+  // by whole periods instead of replaying them; replay_timed does the same in the steady step.
+  // The memory at one moment, as those comparisons see it.
+  struct Shape {
+    AllocatorStats stats;
+    std::array<Bytes, kNumMemCategories> live{};
+    std::vector<CachingAllocator::BlockState> blocks;   // every block of every live segment
+    std::vector<std::int64_t> tags;                     // per block: its buffer (allocated), its event (pending), else -1
+    std::vector<std::pair<Bytes, std::int64_t>> pending;   // (address, event), in the allocator's order
+  };
+  // Starts the bookkeeping the comparisons need for `program` (the run's): which block holds which
+  // buffer, where each buffer is allocated. Cheap to call again.
+  void begin_shapes(const CompiledProgram& program);
+  void capture_shape(Shape& s) const;
+  // Buffer x2 plays buffer x's role d ops later: allocated d ops after x, at the same place of the
+  // op's alloc list, with the same facts (persistent buffers have no such role).
+  bool shifted_buffer(int x, int x2, int d) const {
+    const ShapeIndex& ix = shapes_;
+    return x2 >= 0 && x2 < num_bufs_ && ix.alloc_op[x] >= 0 && ix.alloc_op[x2] == ix.alloc_op[x] + d &&
+           ix.alloc_idx[x2] == ix.alloc_idx[x] && bufs_[x2] == bufs_[x];
+  }
+  // The buffer playing x's role d ops later (-1: none).
+  int shift_buffer(int x, int d) const;
+  // b, captured p ops after a, is a's memory one period on: the same segments and blocks, each
+  // allocated block holding the same buffer or the one playing its role p ops later, each pending block
+  // waiting on the event p ops after a's, the same statistics but the number of allocations (peaks
+  // may have been reached in between: a repeated period reaches no higher), the same live bytes.
+  bool shape_repeats(const Shape& a, const Shape& b, int p) const;
+  // Moves the memory from b (which repeated a) to b shifted by m periods of p ops, as replaying them
+  // would leave it: each block holding a buffer of the period holds the one m periods on, each pending
+  // block waits on the event m·p ops on, the allocation count grows by m deltas. `waited` (the
+  // engine's inline replay): the new events are marked waited on. Returns false, changing nothing,
+  // where a buffer m periods on does not exist.
+  bool shift_periods(const Shape& a, const Shape& b, int p, int m, bool waited);
+  // Whether shift_periods(a, b, p, m, ...) finds every buffer it renames.
+  bool can_shift(const Shape& a, const Shape& b, int p, int m) const;
+
   // The allocator's canonical_state() plus, for each live buffer, its block's address and size (tests).
   std::string canonical_state() const;
 
@@ -227,6 +276,25 @@ class MemoryTracker {
   };
   std::vector<PersistentAlloc> persistent_;
   CachingAllocator::Snapshot after_persistent_;
+  // Shapes (begin_shapes): off until a run asks for them.
+  struct ShapeIndex {
+    bool on = false;
+    const CompiledProgram* program = nullptr;
+    std::vector<int> buffer_of_block;   // allocator block -> the buffer in it (valid while allocated)
+    std::vector<int> alloc_op, alloc_idx;   // per buffer: the op allocating it and its place there (-1: persistent)
+    std::vector<std::pair<int, int>> moves; // (shift_periods' scratch)
+  };
+  ShapeIndex shapes_;
+  int steady_shifted_ = 0;          // periods replay_timed skipped
+  Shape steady_a_, steady_b_;       // (replay_timed's scratch)
+  // replay_timed's check that ops [x, x + m·p) see their times as the ops p before them do.
+  int steady_timing_periods(const CompiledProgram& program, const TimeNs* issue_ns, const TimeNs* complete_ns,
+                            int x, int p, int m) const;
+  void note_block(int block, int buffer) {
+    if (static_cast<std::size_t>(block) >= shapes_.buffer_of_block.size())
+      shapes_.buffer_of_block.resize(2 * static_cast<std::size_t>(block) + 64, -1);
+    shapes_.buffer_of_block[static_cast<std::size_t>(block)] = buffer;
+  }
 };
 
 // Keeps at most max_samples samples: the series is cut into buckets and each keeps its sample with

@@ -401,6 +401,8 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
   eo.expandable_segments = rp.alloc_conf.expandable_segments;   // PYTORCH_CUDA_ALLOC_CONF
   eo.max_split_size = rp.alloc_conf.max_split_size;
   eo.workspace = &s_->ws;
+  ExecStats es;
+  eo.stats = &es;
 
   SimResult r;
   double hw_flops = 0;
@@ -426,6 +428,10 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
     tokens_per_rank = prog.tokens_per_rank;
     lowering::recycle(prog, recycler);   // prog is not used past this point
   }
+  stats.time_jumps = es.jumps;
+  stats.memory_fold_jumps = es.memory_jumps;
+  stats.memory_shift_jumps = es.memory_shift_jumps;
+  stats.steady_periods_shifted = es.steady_periods_shifted;
   r.simulate_stats = std::move(stats);
 
   // ---- memory ----

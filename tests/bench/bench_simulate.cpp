@@ -35,10 +35,22 @@ struct Case {
   sim::Plan plan;
 };
 
-// A plan that exercises most of the lowering: FSDP2, full activation checkpointing, two micro-batches
-// of gradient accumulation, and for the 1024-GPU case HSDP (replicate 16, shard 64 = 8 nodes).
+// Cases 0 and 1: a plan that exercises most of the lowering: FSDP2, full activation checkpointing, two
+// micro-batches of gradient accumulation, and for the 1024-GPU case HSDP (replicate 16, shard 64 = 8
+// nodes). Case 2: what the default `fsdpsim plan` recommends for llama3-8b on 8 H100s (FSDP1 with the
+// rate limiter, so record_stream and the memory replayed inline with the timing; 64 micro-batches).
 Case make_case(int which) {
   Case c;
+  if (which == 2) {
+    c.model = models::load_model("llama3-8b");
+    c.hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster("8xH100-SXM"));
+    c.plan = sim::parse_plan(nlohmann::json::parse(R"({"fsdp_version": 1, "sharding_strategy": "FULL_SHARD",
+        "mesh": {"replicate": 1, "shard": 8}, "activation_checkpointing": "selective_op", "micro_batch": 1,
+        "grad_accum": 64, "grad_sync": true, "seq_len": 8192, "use_orig_params": true,
+        "limit_all_gathers": true, "backward_prefetch": "BACKWARD_PRE", "implementation": "hf"})"));
+    if (const char* e = std::getenv("BENCHPLAN")) c.plan = sim::parse_plan(nlohmann::json::parse(e));
+    return c;
+  }
   if (which == 0) {
     c.model = models::load_model("llama3-8b");
     c.hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster("8xH100-SXM"));
@@ -61,7 +73,9 @@ Case make_case(int which) {
   return c;
 }
 
-const char* case_name(int which) { return which == 0 ? "llama3-8b/8xH100" : "llama3-70b/1024xH100"; }
+const char* case_name(int which) {
+  return which == 0 ? "llama3-8b/8xH100" : which == 1 ? "llama3-70b/1024xH100" : "llama3-8b/8xH100 FSDP1 ga=64";
+}
 
 sim::StepProgram lower_case(const Case& c, const models::WrapGraph& g) {
   const auto& cl = c.hw.cluster();
@@ -148,17 +162,17 @@ BENCHMARK(BM_WrapGraph)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Lower)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Execute)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_CostExecute)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_Simulate)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Simulate)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
 
-// --steps=CASE,N: no Google Benchmark run; simulate() case CASE (0 = 8B, 1 = 70B) twice to warm the
+// --steps=CASE,N: no Google Benchmark run; simulate() case CASE (0 = 8B, 1 = 70B, 2 = the default plan's FSDP1 recommendation) twice to warm the
 // per-thread caches, then N times with callgrind's collection switched on around those N calls only;
 // then prints what the fast paths did on that case (stretch, timing fast-forward, memory fold).
 // Run it under `valgrind --tool=callgrind --collect-atstart=no`: the collected instruction count
 // divided by N is the cost of one steady-state simulate() (deterministic, unlike wall clock).
 int run_steps(const char* arg) {
   int which = 0, n = 0;
-  if (std::sscanf(arg, "%d,%d", &which, &n) != 2 || which < 0 || which > 1 || n < 1) {
-    std::fprintf(stderr, "--steps=CASE,N: CASE 0 or 1, N >= 1 (got \"%s\")\n", arg);
+  if (std::sscanf(arg, "%d,%d", &which, &n) != 2 || which < 0 || which > 2 || n < 1) {
+    std::fprintf(stderr, "--steps=CASE,N: CASE 0, 1 or 2, N >= 1 (got \"%s\")\n", arg);
     return 2;
   }
   Case c = make_case(which);
@@ -185,10 +199,11 @@ int run_steps(const char* arg) {
     sim::ExecStats st;
     eo.stats = &st;
     if (stretched) sim::execute_compiled(prog, costs, eo);
-    std::printf("stretched %d (%s): %zu runs; jumps %d, ops fast-forwarded %d, memory jumps %d, "
-                "memory periods skipped %d\n",
-                stretched ? 1 : 0, why.c_str(), prog.runs.size(), st.jumps, st.ops_fast_forwarded,
-                st.memory_jumps, st.memory_periods_skipped);
+    std::printf("stretched %d (%s): %zu runs; jumps %d (%d while the CPU issues, %d moving the memory), ops "
+                "fast-forwarded %d, memory jumps %d, memory periods skipped %d, steady-step periods skipped %d\n",
+                stretched ? 1 : 0, why.c_str(), prog.runs.size(), st.jumps, st.jumps_while_issuing,
+                st.memory_shift_jumps, st.ops_fast_forwarded, st.memory_jumps, st.memory_periods_skipped,
+                st.steady_periods_shifted);
     for (const auto& r : prog.runs) std::printf("  run begin %d period %d count %d\n", r.begin, r.period, r.count);
   }
   return 0;

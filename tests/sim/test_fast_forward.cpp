@@ -22,6 +22,7 @@
 #include "program/lowering.h"
 #include "program/plan.h"
 #include "sim/profile_cost_model.h"
+#include "sim/simulator.h"
 #include "test_executor_builder.h"
 #include "test_lowering_fixtures.h"
 #include "zoo_cases.h"
@@ -85,6 +86,65 @@ TEST(FastForward, LoweredZooProgramsGiveIdenticalResults) {
     }
   }
   EXPECT_GE(acted, 6);
+}
+
+// Gradient accumulation: the stretched program's run of whole micro-batches (hundreds of ops a period,
+// more compute-stream boundaries than the snapshot ring holds) is snapshotted once a period. With FSDP1's
+// record_stream frees the memory is replayed with the issues, so a jump moves it too (sim/memory_shift.cpp)
+// and the steady step's replay skips the same periods; with FSDP2 the timing skips whole micro-batches
+// while the CPU issues and the memory fold skips them in both steps. Every figure equals the run without
+// the fast-forward, with and without a memory timeline (with one, no memory is moved).
+TEST(FastForward, WholeMicroBatchesGiveIdenticalResults) {
+  struct Case {
+    const char* plan;
+    bool fsdp1;
+  };
+  const Case cases[] = {
+      {R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","grad_accum":16,"limit_all_gathers":true})", true},
+      {R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","grad_accum":16,"grad_sync":false,)"
+       R"("activation_checkpointing":"full"})", true},
+      {R"({"fsdp_version":1,"sharding_strategy":"SHARD_GRAD_OP","grad_accum":16,"limit_all_gathers":false})", true},
+      {R"({"fsdp_version":2,"grad_accum":24,"activation_checkpointing":"selective_op"})", false},
+  };
+  const models::ModelSpec m = models::load_model("llama-1b");
+  const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster("8xH100-SXM"));
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.plan);
+    CompiledProgram prog;
+    OpCosts costs;
+    std::string why;
+    ASSERT_TRUE(stretched_program(m, hw, parse_plan(nlohmann::json::parse(c.plan)), prog, costs, &why)) << why;
+    bool long_run = false;
+    for (const PeriodicRun& r : prog.runs) long_run = long_run || (r.period >= 40 && r.count >= 8);
+    ASSERT_TRUE(long_run) << "a run of whole micro-batches";
+    for (const bool timeline : {false, true}) {
+      ExecOptions off;
+      off.record_trace = false;
+      off.record_memory_timeline = timeline;
+      off.memory_capacity = hw.memory_capacity() - hw.cuda_context_bytes();
+      off.fast_forward = false;
+      ExecOptions on = off;
+      on.fast_forward = true;
+      ExecStats st;
+      on.stats = &st;
+      const std::string a = sim_result_to_json(execute_compiled(prog, costs, off)).dump();
+      const std::string b = sim_result_to_json(execute_compiled(prog, costs, on)).dump();
+      EXPECT_EQ(a, b) << (timeline ? "with a memory timeline" : "without a timeline");
+      if (timeline) {
+        EXPECT_EQ(st.memory_shift_jumps, 0);
+        continue;
+      }
+      // Most ops are skipped: all but a few of the 16 to 24 micro-batches.
+      EXPECT_GT(st.ops_fast_forwarded, prog.num_ops() / 2);
+      if (c.fsdp1) {
+        EXPECT_GE(st.memory_shift_jumps, 1);
+        EXPECT_GE(st.steady_periods_shifted, 6);
+      } else {
+        EXPECT_EQ(st.memory_shift_jumps, 0);
+        EXPECT_GE(st.memory_periods_skipped, 16);
+      }
+    }
+  }
 }
 
 TEST(FastForward, LoweredProgramsWithTiedFixedCostsGiveIdenticalResults) {

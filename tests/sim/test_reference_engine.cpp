@@ -105,7 +105,7 @@ SimResult simulated(const models::ModelSpec& m, const calibrate::HardwareProfile
 TEST(ReferenceEngine, FastPathsMatchTheReferenceOnRandomPlans) {
   std::mt19937 rng(random_seed(20261126u, 7));
   const int kPlans = random_plan_count(24);
-  int valid = 0, stretched = 0;
+  int valid = 0, stretched = 0, shifted = 0, steady_shifted = 0;
   for (int i = 0; i < kPlans; ++i) {
     const RandomCase rc = random_case(rng);
     const calibrate::HardwareProfile& hw = rc.hw;
@@ -121,6 +121,8 @@ TEST(ReferenceEngine, FastPathsMatchTheReferenceOnRandomPlans) {
     }
     ++valid;
     stretched += fast.simulate_stats.stretched ? 1 : 0;
+    shifted += fast.simulate_stats.memory_shift_jumps > 0 ? 1 : 0;
+    steady_shifted += fast.simulate_stats.steady_periods_shifted > 0 ? 1 : 0;
     // The full lowering with simulate()'s costs and allocator options, run op by op.
     const Plan rp = resolve_plan(plan, hw.cluster().world(), hw.cluster().gpus_per_node);
     const models::ModelSpec m = models::with_seq_len(base, rp.seq_len);
@@ -141,7 +143,9 @@ TEST(ReferenceEngine, FastPathsMatchTheReferenceOnRandomPlans) {
     EXPECT_EQ(figures(execute(prog, costs, eo)), ref) << "execute(), memory inline";
   }
   EXPECT_GE(valid, kPlans / 3);
-  std::printf("[ reference ] %d valid random plans (%d stretched) matched op by op\n", valid, stretched);
+  std::printf("[ reference ] %d valid random plans (%d stretched; %d moved the memory replayed with the issues by "
+              "whole periods, %d in the steady step too) matched op by op\n",
+              valid, stretched, shifted, steady_shifted);
 }
 
 }  // namespace
