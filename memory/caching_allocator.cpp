@@ -583,16 +583,28 @@ void CachingAllocator::segment_blocks(int seg, std::vector<BlockInfo>& out) cons
   }
 }
 
-void CachingAllocator::all_blocks(std::vector<BlockState>& out) const {
+void CachingAllocator::all_blocks(std::vector<BlockState>& out, std::vector<Bytes>& segment_sizes) const {
   out.clear();
+  segment_sizes.clear();
+  // (segments_ is in creation order, which is address order: add_segment takes the next address, and
+  // an expandable segment's range is reserved whole when it is created)
   for (const Segment& sg : segments_) {
     if (!sg.live) continue;
+    const int rank = static_cast<int>(segment_sizes.size());
+    segment_sizes.push_back(sg.size);
     for (int b = sg.first; b >= 0; b = blocks_[b].next) {
       const Block& blk = blocks_[b];
       const std::uint8_t st = blk.state == State::Free ? 0 : blk.state == State::Allocated ? 1 : blk.state == State::Pending ? 2 : 3;
-      out.push_back(BlockState{b, blk.addr, blk.size, blk.requested, st});
+      out.push_back(BlockState{b, rank, blk.addr - sg.base, blk.size, blk.requested, st});
     }
   }
+}
+
+std::pair<int, Bytes> CachingAllocator::block_place(int b) const {
+  const int seg = blocks_[b].segment;
+  int rank = 0;
+  for (int k = 0; k < seg; ++k) rank += segments_[k].live ? 1 : 0;
+  return {rank, blocks_[b].addr - segments_[seg].base};
 }
 
 void CachingAllocator::free_blocks_of_size(int pool, Bytes size, std::vector<int>& out) const {

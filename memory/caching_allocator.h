@@ -182,15 +182,22 @@ class CachingAllocator {
   // Overwrites the statistics (after a sequence of the calls above that stands for many alloc/free calls).
   void set_stats(const AllocatorStats& s) { stats_ = s; }
   // ---- for the executor's fast-forward with memory replayed with the issues (sim/memory_shift.cpp) ----
-  // A block as a comparison of two moments sees it: state 0 free, 1 allocated, 2 waiting on a
-  // record_stream event, 3 anything else (an expandable segment's unmapped range).
+  // A block as a comparison of two moments sees it: its live segment's rank (the segments in address
+  // order, which is the order they were created in), its offset there, state 0 free, 1 allocated, 2
+  // waiting on a record_stream event, 3 anything else (an expandable segment's unmapped range).
+  // Best fit, splits and merges depend on addresses only through that order, so two moments with the
+  // same blocks at the same offsets of segments of the same sizes in the same order evolve alike.
   struct BlockState {
     int block;
-    Bytes addr, size, requested;
+    int segment;             // rank among the live segments
+    Bytes offset, size, requested;
     std::uint8_t state;
   };
-  // Every block of every live segment, segment slot after slot, each segment's in address order.
-  void all_blocks(std::vector<BlockState>& out) const;
+  // Every block of every live segment, segment after segment in address order, each segment's in address
+  // order; `segment_sizes` gets the live segments' sizes in that order.
+  void all_blocks(std::vector<BlockState>& out, std::vector<Bytes>& segment_sizes) const;
+  // The rank and offset all_blocks gives block b.
+  std::pair<int, Bytes> block_place(int b) const;
   // The blocks waiting on a record_stream event, in the order process_events visits them: (block, event).
   int num_pending() const { return static_cast<int>(pending_.size()); }
   std::pair<int, std::int64_t> pending_at(int k) const { return {pending_[k].block, pending_[k].event}; }

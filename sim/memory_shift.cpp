@@ -8,12 +8,14 @@
 // one it read between them); shape_repeats proves the first: the same segments cut into the same
 // blocks, every allocated block holding the same buffer as at a (one that no op of the period touches:
 // it stays) or the one playing its role p ops later, every pending block waiting on the event p ops
-// after a's. The ops of the next period then make the same calls on congruent blocks (their lists are
+// after a's. (Segments are compared by their order, not their addresses: see CachingAllocator::BlockState.) The ops of the next period then make the same calls on congruent blocks (their lists are
 // the period's shifted: checked by the caller), so they leave the state of b one period on; by
 // induction, m periods on, which is what shift_periods writes: the same blocks, each period buffer
-// renamed m periods on, each pending event m·p ops on, the allocation count m deltas on. Nothing else
-// moves: a repeated period allocates and frees as much as it did (no new segment, the same allocated and
-// reserved bytes), and its peaks were reached already between a and b.
+// renamed m periods on, each pending event m·p ops on, the counts of calls, retries and OOMs m deltas on.
+// Nothing else moves: a repeated period ends with what it started with (the same segments, allocated and
+// reserved bytes; one that released the cache and cudaMalloc'ed again ends with its segments at new
+// addresses, which are not observable but through their order, the same), and its peaks were reached
+// already between a and b.
 #include <stdexcept>
 
 #include "sim/memory_tracker.h"
@@ -56,7 +58,7 @@ int MemoryTracker::shift_buffer(int x, int d) const {
 void MemoryTracker::capture_shape(Shape& s) const {
   s.stats = allocator_.stats();
   s.live = live_;
-  allocator_.all_blocks(s.blocks);
+  allocator_.all_blocks(s.blocks, s.segment_sizes);
   s.tags.resize(s.blocks.size());
   for (std::size_t k = 0; k < s.blocks.size(); ++k)
     s.tags[k] = s.blocks[k].state == 1 ? shapes_.buffer_of_block[static_cast<std::size_t>(s.blocks[k].block)] : -1;
@@ -64,26 +66,30 @@ void MemoryTracker::capture_shape(Shape& s) const {
   s.pending.resize(static_cast<std::size_t>(np));
   for (int k = 0; k < np; ++k) {
     const auto [blk, ev] = allocator_.pending_at(k);
-    s.pending[static_cast<std::size_t>(k)] = {allocator_.block_address(blk), ev};
+    const auto [rank, offset] = allocator_.block_place(blk);
+    s.pending[static_cast<std::size_t>(k)] = Shape::Pending{rank, offset, ev};
   }
 }
 
 bool MemoryTracker::shape_repeats(const Shape& a, const Shape& b, int p) const {
   const AllocatorStats &x = a.stats, &y = b.stats;
   if (x.allocated != y.allocated || x.requested != y.requested || x.reserved != y.reserved || x.pending != y.pending ||
-      x.num_device_alloc != y.num_device_alloc || x.num_device_free != y.num_device_free ||
-      x.num_alloc_retries != y.num_alloc_retries || x.num_ooms != y.num_ooms || a.live != b.live ||
-      a.blocks.size() != b.blocks.size() || a.pending.size() != b.pending.size())
+      a.live != b.live || a.segment_sizes != b.segment_sizes || a.blocks.size() != b.blocks.size() ||
+      a.pending.size() != b.pending.size())
     return false;
   for (std::size_t k = 0; k < a.blocks.size(); ++k) {
     const auto &u = a.blocks[k], &v = b.blocks[k];
-    if (u.addr != v.addr || u.size != v.size || u.requested != v.requested || u.state != v.state) return false;
+    if (u.segment != v.segment || u.offset != v.offset || u.size != v.size || u.requested != v.requested ||
+        u.state != v.state)
+      return false;
     if (u.state == 1 && a.tags[k] != b.tags[k] &&
         !shifted_buffer(static_cast<int>(a.tags[k]), static_cast<int>(b.tags[k]), p))
       return false;
   }
-  for (std::size_t k = 0; k < a.pending.size(); ++k)
-    if (a.pending[k].first != b.pending[k].first || b.pending[k].second != a.pending[k].second + p) return false;
+  for (std::size_t k = 0; k < a.pending.size(); ++k) {
+    const Shape::Pending &u = a.pending[k], &v = b.pending[k];
+    if (u.segment != v.segment || u.offset != v.offset || v.event != u.event + p) return false;
+  }
   return true;
 }
 
@@ -124,7 +130,12 @@ bool MemoryTracker::shift_periods(const Shape& a, const Shape& b, int p, int m, 
     ready_ = true;   // (a scan at the next allocation releases what has completed: none sooner)
   }
   AllocatorStats s = allocator_.stats();
-  s.num_allocs += m * (b.stats.num_allocs - a.stats.num_allocs);
+  const AllocatorStats &x = a.stats, &y = b.stats;
+  s.num_allocs += m * (y.num_allocs - x.num_allocs);
+  s.num_device_alloc += m * (y.num_device_alloc - x.num_device_alloc);
+  s.num_device_free += m * (y.num_device_free - x.num_device_free);
+  s.num_alloc_retries += m * (y.num_alloc_retries - x.num_alloc_retries);
+  s.num_ooms += m * (y.num_ooms - x.num_ooms);
   allocator_.set_stats(s);
   return true;
 }

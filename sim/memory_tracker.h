@@ -149,8 +149,14 @@ class MemoryTracker {
     AllocatorStats stats;
     std::array<Bytes, kNumMemCategories> live{};
     std::vector<CachingAllocator::BlockState> blocks;   // every block of every live segment
-    std::vector<std::int64_t> tags;                     // per block: its buffer (allocated), its event (pending), else -1
-    std::vector<std::pair<Bytes, std::int64_t>> pending;   // (address, event), in the allocator's order
+    std::vector<Bytes> segment_sizes;                   // the live segments, in address order
+    std::vector<std::int64_t> tags;                     // per block: its buffer (allocated), else -1
+    struct Pending {
+      int segment;
+      Bytes offset;
+      std::int64_t event;
+    };
+    std::vector<Pending> pending;                       // in the allocator's order
   };
   // Starts the bookkeeping the comparisons need for `program` (the run's): which block holds which
   // buffer, where each buffer is allocated. Cheap to call again.
@@ -165,14 +171,18 @@ class MemoryTracker {
   }
   // The buffer playing x's role d ops later (-1: none).
   int shift_buffer(int x, int d) const;
-  // b, captured p ops after a, is a's memory one period on: the same segments and blocks, each
-  // allocated block holding the same buffer or the one playing its role p ops later, each pending block
-  // waiting on the event p ops after a's, the same statistics but the number of allocations (peaks
-  // may have been reached in between: a repeated period reaches no higher), the same live bytes.
+  // b, captured p ops after a, is a's memory one period on: live segments of the same sizes in the same
+  // order cut into the same blocks (where they lie does not matter: see CachingAllocator::BlockState;
+  // a period that releases the cache and cudaMallocs again leaves its segments at new addresses), each
+  // allocated block holding the same buffer or the one playing its role p ops later, each pending
+  // block waiting on the event p ops after a's, the same allocated, requested, reserved and pending
+  // bytes and live bytes per category (the counts of calls, retries and OOMs may grow; peaks may have
+  // been reached in between: a repeated period reaches no higher).
   bool shape_repeats(const Shape& a, const Shape& b, int p) const;
   // Moves the memory from b (which repeated a) to b shifted by m periods of p ops, as replaying them
   // would leave it: each block holding a buffer of the period holds the one m periods on, each pending
-  // block waits on the event m·p ops on, the allocation count grows by m deltas. `waited` (the
+  // block waits on the event m·p ops on, the counts of calls, retries and OOMs grow by m deltas (the
+  // segments keep their addresses: only their order is observable). `waited` (the
   // engine's inline replay): the new events are marked waited on. Returns false, changing nothing,
   // where a buffer m periods on does not exist.
   bool shift_periods(const Shape& a, const Shape& b, int p, int m, bool waited);

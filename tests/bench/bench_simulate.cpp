@@ -38,7 +38,8 @@ struct Case {
 // Cases 0 and 1: a plan that exercises most of the lowering: FSDP2, full activation checkpointing, two
 // micro-batches of gradient accumulation, and for the 1024-GPU case HSDP (replicate 16, shard 64 = 8
 // nodes). Case 2: what the default `fsdpsim plan` recommends for llama3-8b on 8 H100s (FSDP1 with the
-// rate limiter, so record_stream and the memory replayed inline with the timing; 64 micro-batches).
+// rate limiter, so record_stream and the memory replayed inline with the timing; 64 micro-batches);
+// FSDPSIM_BENCH_PLAN (a plan's JSON) replaces case 2's plan, to measure another one on the same model.
 Case make_case(int which) {
   Case c;
   if (which == 2) {
@@ -48,7 +49,7 @@ Case make_case(int which) {
         "mesh": {"replicate": 1, "shard": 8}, "activation_checkpointing": "selective_op", "micro_batch": 1,
         "grad_accum": 64, "grad_sync": true, "seq_len": 8192, "use_orig_params": true,
         "limit_all_gathers": true, "backward_prefetch": "BACKWARD_PRE", "implementation": "hf"})"));
-    if (const char* e = std::getenv("BENCHPLAN")) c.plan = sim::parse_plan(nlohmann::json::parse(e));
+    if (const char* e = std::getenv("FSDPSIM_BENCH_PLAN")) c.plan = sim::parse_plan(nlohmann::json::parse(e));
     return c;
   }
   if (which == 0) {
