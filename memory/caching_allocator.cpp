@@ -600,13 +600,6 @@ void CachingAllocator::all_blocks(std::vector<BlockState>& out, std::vector<Byte
   }
 }
 
-std::pair<int, Bytes> CachingAllocator::block_place(int b) const {
-  const int seg = blocks_[b].segment;
-  int rank = 0;
-  for (int k = 0; k < seg; ++k) rank += segments_[k].live ? 1 : 0;
-  return {rank, blocks_[b].addr - segments_[seg].base};
-}
-
 void CachingAllocator::free_blocks_of_size(int pool, Bytes size, std::vector<int>& out) const {
   out.clear();
   if (pool < 0 || static_cast<std::size_t>(pool) >= pools_.size()) return;

@@ -196,8 +196,6 @@ class CachingAllocator {
   // Every block of every live segment, segment after segment in address order, each segment's in address
   // order; `segment_sizes` gets the live segments' sizes in that order.
   void all_blocks(std::vector<BlockState>& out, std::vector<Bytes>& segment_sizes) const;
-  // The rank and offset all_blocks gives block b.
-  std::pair<int, Bytes> block_place(int b) const;
   // The blocks waiting on a record_stream event, in the order process_events visits them: (block, event).
   int num_pending() const { return static_cast<int>(pending_.size()); }
   std::pair<int, std::int64_t> pending_at(int k) const { return {pending_[k].block, pending_[k].event}; }

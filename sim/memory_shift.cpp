@@ -64,10 +64,18 @@ void MemoryTracker::capture_shape(Shape& s) const {
     s.tags[k] = s.blocks[k].state == 1 ? shapes_.buffer_of_block[static_cast<std::size_t>(s.blocks[k].block)] : -1;
   const int np = allocator_.num_pending();
   s.pending.resize(static_cast<std::size_t>(np));
+  if (np == 0) return;
+  // Where each pending block lies (its entry in s.blocks, found through a block -> entry map).
+  std::vector<int>& entry = shapes_.entry_of_block;
+  for (std::size_t k = 0; k < s.blocks.size(); ++k) {
+    const auto blk = static_cast<std::size_t>(s.blocks[k].block);
+    if (blk >= entry.size()) entry.resize(2 * blk + 64, -1);
+    entry[blk] = static_cast<int>(k);
+  }
   for (int k = 0; k < np; ++k) {
     const auto [blk, ev] = allocator_.pending_at(k);
-    const auto [rank, offset] = allocator_.block_place(blk);
-    s.pending[static_cast<std::size_t>(k)] = Shape::Pending{rank, offset, ev};
+    const CachingAllocator::BlockState& b = s.blocks[static_cast<std::size_t>(entry[static_cast<std::size_t>(blk)])];
+    s.pending[static_cast<std::size_t>(k)] = Shape::Pending{b.segment, b.offset, ev};
   }
 }
 

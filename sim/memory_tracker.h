@@ -293,6 +293,7 @@ class MemoryTracker {
     std::vector<int> buffer_of_block;   // allocator block -> the buffer in it (valid while allocated)
     std::vector<int> alloc_op, alloc_idx;   // per buffer: the op allocating it and its place there (-1: persistent)
     std::vector<std::pair<int, int>> moves; // (shift_periods' scratch)
+    mutable std::vector<int> entry_of_block;   // (capture_shape's scratch)
   };
   ShapeIndex shapes_;
   int steady_shifted_ = 0;          // periods replay_timed skipped
