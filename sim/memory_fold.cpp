@@ -114,7 +114,7 @@ class MemoryFold {
   void precompute();
   int free_index(int op, int buffer) const;
   int alloc_index(int op, int buffer) const;
-  void fold_run(const PeriodicRun& run);
+  bool fold_run(const PeriodicRun& run);   // whether it skipped periods
   // ---- recording ----
   void begin_record(Rec& r, int start, int end);
   void end_record(Rec& r);
@@ -162,6 +162,7 @@ struct FoldScratch {
   std::vector<int> seg_stamp;                                // segment slot -> the record that last touched it
   std::vector<int> seg_touch;                                // segment slot -> its touch in that record
   std::vector<int> pile_blocks;
+  std::vector<std::uint8_t> folded;                          // per run of the program: the first step skipped periods
   MemoryFold::Rec recs[3];                                   // fold_run's consecutive memory periods
   // The program free_op / alloc_op were computed for in this run (MemoryTracker::start forgets it): the
   // steady step replays the program the first step did, so it reuses them.
@@ -169,7 +170,10 @@ struct FoldScratch {
 };
 
 // (MemoryTracker::start_run: a new run, whose program may lie where the last one did)
-void forget_fold_precompute(FoldScratch& s) { s.precomputed_for = nullptr; }
+void forget_fold_precompute(FoldScratch& s) {
+  s.precomputed_for = nullptr;
+  s.folded.clear();
+}
 
 // The replay's per-call path (inline into replay_ops). What only recording or the mirrored steady step
 // needs is out of line (after_alloc), behind one test.
@@ -301,12 +305,23 @@ void MemoryFold::run() {
   }
   st.seg_stamp.assign(static_cast<std::size_t>(a_.num_segment_slots()) + 64, -100);
   st.seg_touch.assign(st.seg_stamp.size(), 0);
+  // The steady step tries only the runs the first step folded: recording a run costs more than replaying
+  // it, and one whose first step never repeated (a run of blocks whose activations pile up) does not
+  // repeat in the steady step either. (A cost rule: either way every call is exact.)
+  const bool steady = t_.steady_ && st.folded.size() == p_.runs.size();
+  if (!steady) st.folded.assign(p_.runs.size(), 0);
   int x = 0;
-  for (const PeriodicRun& run : p_.runs) {
+  for (std::size_t k = 0; k < p_.runs.size(); ++k) {
+    const PeriodicRun& run = p_.runs[k];
     if (run.begin < x || run.period < 1 || run.count < 4) continue;   // (nested in a run done, or too short)
     replay_ops(x, run.begin);
-    fold_run(run);
     x = run.begin + run.period * run.count;
+    if (steady && !st.folded[k]) {
+      replay_ops(run.begin, x);
+      continue;
+    }
+    const bool folded = fold_run(run);
+    if (!steady) st.folded[k] = folded ? 1 : 0;
   }
   replay_ops(x, n_);
 }
@@ -715,7 +730,7 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
   return m;
 }
 
-void MemoryFold::fold_run(const PeriodicRun& run) {
+bool MemoryFold::fold_run(const PeriodicRun& run) {
   period_ = run.period;
   run_begin_ = run.begin;
   run_end_ = run.begin + run.period * run.count;
@@ -749,7 +764,7 @@ void MemoryFold::fold_run(const PeriodicRun& run) {
   hopeless_ = false;
   if (run.count < 16) {
     replay_ops(x, run_end_);
-    return;
+    return false;
   }
   int qs[4] = {1, 2, life_, life_ + 1};
   for (int qi = 0; qi < 4; ++qi) {
@@ -771,12 +786,13 @@ void MemoryFold::fold_run(const PeriodicRun& run) {
         if (m > 0) {
           x += m * span;
           replay_ops(x, run_end_);   // the rest of the run, call by call
-          return;
+          return true;
         }
       }
     }
   }
   replay_ops(x, run_end_);
+  return false;
 }
 
 }  // namespace fsdpsim::sim
