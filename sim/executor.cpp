@@ -810,8 +810,11 @@ bool Engine::ff_long(TimeNs now) {
     long_run_ = nullptr;
     return false;
   }
+  if (h < run.begin) {
+    long_next_ = run.begin;
+    return false;
+  }
   long_next_ = h + run.period - (h - run.begin) % run.period;   // (the next period's first op)
-  if (h < run.begin) return false;
   if (long_count_ == 2) std::swap(long_[0], long_[1]);
   FfSnap& b = long_[long_count_ == 2 ? 1 : long_count_];
   if (!ff_take(b, now)) {
