@@ -239,7 +239,6 @@ class Engine {
     int comm_active, events, slow;
     int cpu_lead;                // cpu_op_ - the compute head (-1: the CPU is done)
     std::int64_t queued0;        // the compute stream's launch queue (0: the CPU is done)
-    Bytes allocated, reserved;   // (memory with the issues, the CPU issuing; else 0)
   };
   static constexpr int kFfSnaps = 5;
   void ff_boundary(TimeNs now);
@@ -757,19 +756,18 @@ void Engine::ff_boundary(TimeNs now) {
   if (stream_head_[0] >= n_) return;   // the compute stream is done (a start seen during a CPU event)
   const bool cpu_done = cpu_op_ == n_;
   if (long_run_ && !cpu_done && stream_head_[0] >= long_next_ && ff_long(now)) return;
-  if (mem_ff_ && !cpu_done) return;   // (block periods: the memory grows with the activations)
-  const bool mem = mem_ff_ && !cpu_done;
+  // With memory moved by the jumps, only whole micro-batches (above): inside one, the activations make
+  // the memory grow block after block, so no block period repeats it.
+  if (mem_ff_ && !cpu_done) return;
   const FfLite l{now, stream_head_[0], gpu_ns_[stream_head_[0]], compute_prev_end_ - now, comm_active_,
                  static_cast<int>(q_.size()), static_cast<int>(running_slowable_.size()),
-                 cpu_done ? -1 : cpu_op_ - stream_head_[0], cpu_done ? 0 : queued_[0],
-                 mem ? mem_.stats().allocated : 0, mem ? mem_.stats().reserved : 0};
+                 cpu_done ? -1 : cpu_op_ - stream_head_[0], cpu_done ? 0 : queued_[0]};
   bool repeats = false;
   for (int k = 0; k < ff_lite_count_ && !repeats; ++k) {
     const FfLite& a = ff_lite_[k];
     repeats = l.head0 > a.head0 && l.t > a.t && l.head0_ns == a.head0_ns && l.prev_end == a.prev_end &&
               l.comm_active == a.comm_active && l.events == a.events && l.slow == a.slow &&
-              l.cpu_lead == a.cpu_lead && l.queued0 == a.queued0 && l.allocated == a.allocated &&
-              l.reserved == a.reserved;
+              l.cpu_lead == a.cpu_lead && l.queued0 == a.queued0;
   }
   ff_lite_[ff_lite_next_] = l;
   ff_lite_next_ = (ff_lite_next_ + 1) % kFfSnaps;
@@ -788,10 +786,7 @@ void Engine::ff_boundary(TimeNs now) {
         a.comm_active != b.comm_active || a.events.size() != b.events.size() || a.slow.size() != b.slow.size() ||
         !ff_same_shape(a, b, p))
       continue;
-    if (b.has_mem && !(a.has_mem && mem_.shape_repeats(a.mem, b.mem, p))) continue;
-    int m = ff_max_jump(a, b, p);
-    if (b.has_mem)
-      while (m > 0 && !mem_.can_shift(a.mem, b.mem, p, m)) --m;
+    const int m = ff_max_jump(a, b, p);   // (no memory here: ring snapshots are taken with memory apart or the CPU done)
     if (m <= 0) continue;
     ff_jump(a, b, p, m);
     ff_count_ = ff_next_ = 0;   // every boundary seen so far describes the past
