@@ -583,21 +583,37 @@ void CachingAllocator::segment_blocks(int seg, std::vector<BlockInfo>& out) cons
   }
 }
 
-void CachingAllocator::all_blocks(std::vector<BlockState>& out, std::vector<Bytes>& segment_sizes) const {
+void CachingAllocator::all_blocks(std::vector<BlockState>& out, std::vector<SegmentState>& segments) const {
   out.clear();
-  segment_sizes.clear();
+  segments.clear();
   // (segments_ is in creation order, which is address order: add_segment takes the next address, and
   // an expandable segment's range is reserved whole when it is created)
-  for (const Segment& sg : segments_) {
+  for (int k = 0; k < static_cast<int>(segments_.size()); ++k) {
+    const Segment& sg = segments_[k];
     if (!sg.live) continue;
-    const int rank = static_cast<int>(segment_sizes.size());
-    segment_sizes.push_back(sg.size);
+    const int rank = static_cast<int>(segments.size());
+    segments.push_back(SegmentState{k, sg.base, sg.size});
     for (int b = sg.first; b >= 0; b = blocks_[b].next) {
       const Block& blk = blocks_[b];
       const std::uint8_t st = blk.state == State::Free ? 0 : blk.state == State::Allocated ? 1 : blk.state == State::Pending ? 2 : 3;
       out.push_back(BlockState{b, rank, blk.addr - sg.base, blk.size, blk.requested, st});
     }
   }
+}
+
+void CachingAllocator::relocate(const std::vector<std::pair<int, Bytes>>& moves, Bytes next_delta) {
+  for (const auto& [seg, d] : moves) {
+    Segment& sg = segments_[static_cast<std::size_t>(seg)];
+    if (!sg.live || sg.expandable) throw std::logic_error("CachingAllocator::relocate: not a live cudaMalloc'ed segment");
+    // (a free block's place in its pool depends on its address: out, moved, in again)
+    for (int b = sg.first; b >= 0; b = blocks_[b].next)
+      if (blocks_[b].state == State::Free) pool_erase(pools_[blocks_[b].pool], b);
+    sg.base += d;
+    for (int b = sg.first; b >= 0; b = blocks_[b].next) blocks_[b].addr += d;
+    for (int b = sg.first; b >= 0; b = blocks_[b].next)
+      if (blocks_[b].state == State::Free) pool_insert<false, true>(pools_[blocks_[b].pool], b);
+  }
+  next_addr_ += next_delta;
 }
 
 void CachingAllocator::free_blocks_of_size(int pool, Bytes size, std::vector<int>& out) const {

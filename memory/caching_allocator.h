@@ -193,9 +193,17 @@ class CachingAllocator {
     Bytes offset, size, requested;
     std::uint8_t state;
   };
+  struct SegmentState {
+    int slot;
+    Bytes base, size;
+  };
   // Every block of every live segment, segment after segment in address order, each segment's in address
-  // order; `segment_sizes` gets the live segments' sizes in that order.
-  void all_blocks(std::vector<BlockState>& out, std::vector<Bytes>& segment_sizes) const;
+  // order; `segments` gets the live segments in that order.
+  void all_blocks(std::vector<BlockState>& out, std::vector<SegmentState>& segments) const;
+  // Moves live segments to other addresses, keeping their blocks, states and every statistic (a caller
+  // that stands for calls which would have cudaMalloc'ed them elsewhere: (slot, bytes to add)), and the
+  // next segment's address by next_delta. The caller keeps the segments in address order.
+  void relocate(const std::vector<std::pair<int, Bytes>>& moves, Bytes next_delta);
   // The blocks waiting on a record_stream event, in the order process_events visits them: (block, event).
   int num_pending() const { return static_cast<int>(pending_.size()); }
   std::pair<int, std::int64_t> pending_at(int k) const { return {pending_[k].block, pending_[k].event}; }

@@ -54,6 +54,7 @@ class MemoryFold {
   friend struct FoldScratch;
   FoldScratch& storage() const;
   static constexpr int kNotLive = MemoryTracker::kNotLive;
+  static constexpr int kShapePeriod = 40;   // ops: a run of periods this long holds whole micro-batches
   static constexpr int kNever = INT_MAX;
   enum Kind : std::uint8_t { kCyclic, kGrowth, kConsumed, kPile };
 
@@ -115,6 +116,10 @@ class MemoryFold {
   int free_index(int op, int buffer) const;
   int alloc_index(int op, int buffer) const;
   bool fold_run(const PeriodicRun& run);   // whether it skipped periods
+  // Runs of whole micro-batches: the memory compared at period boundaries (MemoryTracker::Shape); returns
+  // the op up to which the run is done, and sets `skipped`.
+  int shape_run(const PeriodicRun& run, bool& skipped);
+  bool same_lists(int x, int p) const;
   // ---- recording ----
   void begin_record(Rec& r, int start, int end);
   void end_record(Rec& r);
@@ -163,6 +168,7 @@ struct FoldScratch {
   std::vector<int> seg_touch;                                // segment slot -> its touch in that record
   std::vector<int> pile_blocks;
   std::vector<std::uint8_t> folded;                          // per run of the program: the first step skipped periods
+  MemoryTracker::Shape shape_a, shape_b;                     // (shape_run's)
   MemoryFold::Rec recs[3];                                   // fold_run's consecutive memory periods
   // The program free_op / alloc_op were computed for in this run (MemoryTracker::start forgets it): the
   // steady step replays the program the first step did, so it reuses them.
@@ -320,7 +326,16 @@ void MemoryFold::run() {
       replay_ops(run.begin, x);
       continue;
     }
-    const bool folded = fold_run(run);
+    bool folded = false;
+    if (run.period >= kShapePeriod && run.count >= 8) {
+      // Whole micro-batches: compared at their boundaries first (no recording); what that does not
+      // match goes to the recorded fold.
+      const int y = shape_run(run, folded);
+      if (!folded && y < x) folded = fold_run(PeriodicRun{y, run.period, (x - y) / run.period});
+      else if (y < x) replay_ops(y, x);
+    } else {
+      folded = fold_run(run);
+    }
     if (!steady) st.folded[k] = folded ? 1 : 0;
   }
   replay_ops(x, n_);
@@ -728,6 +743,76 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
                              std::to_string(run_end_) + ") left another state than replaying them");
   }
   return m;
+}
+
+// Ops [x, x + p) allocate and free as ops [x - p, x) did, one period on: buffers of the same facts, each
+// freed buffer the one playing its role p ops later, the same frees inside the op (the run's guarantee,
+// CompiledProgram::runs, carries it to every later period: roles named by shift stay shifts).
+bool MemoryFold::same_lists(int x, int p) const {
+  for (int i = x - p; i < x; ++i) {
+    const OpRec& r = ops_[i];
+    const OpRec& r2 = ops_[i + p];
+    if (r2.frees - r2.allocs != r.frees - r.allocs || r2.end - r2.frees != r.end - r.frees) return false;
+    for (int k = r.allocs, k2 = r2.allocs; k < r.frees; ++k, ++k2)
+      if (!(bufs_[lists_[k2]] == bufs_[lists_[k]])) return false;
+    for (int k = r.frees, k2 = r2.frees; k < r.end; k += 2, k2 += 2)
+      if (!t_.shifted_buffer(lists_[k], lists_[k2], p) || lists_[k2 + 1] != lists_[k + 1]) return false;
+  }
+  return true;
+}
+
+// The memory at consecutive period boundaries of a run of whole micro-batches: where the state at x is
+// the state at x - p one period on (MemoryTracker::shape_repeats; no free waits on GPU work here, so
+// the calls alone decide it) and the period's calls repeat, every later period repeats it too
+// (sim/memory_shift.cpp's argument, without the times), and the remaining periods are applied at once
+// (MemoryTracker::shift_periods). Unlike fold_run it records nothing per call, and it compares whole
+// allocator states, so a period that releases the cache and cudaMallocs again (a plan past its memory)
+// still repeats; a run whose state grows period by period is left to fold_run.
+int MemoryFold::shape_run(const PeriodicRun& run, bool& skipped) {
+  FoldScratch& st = storage();
+  const int p = run.period, end = run.begin + p * run.count;
+  skipped = false;
+  t_.begin_shapes(p_);
+  MemoryTracker::Shape* a = &st.shape_a;
+  MemoryTracker::Shape* b = &st.shape_b;
+  int x = run.begin;
+  bool have = false;
+  for (int tries = 0; tries < 5 && x + p <= end; ++tries) {
+    t_.capture_shape(*b, &st.buffer_of_block);
+    if (have && t_.shape_repeats(*a, *b, p) && same_lists(x, p)) {
+      int m = (end - x) / p;
+      while (m > 0 && !t_.can_shift(*a, *b, p, m)) --m;
+      if (m > 0) {
+        // (the mirrored steady step learns from every allocation of the first step: not from skipped ones)
+        if (!t_.steady_) t_.mirror_.ok = false;
+        t_.shift_periods(*a, *b, p, m, /*waited=*/false, &st.buffer_of_block);
+        ++t_.fold_stats_.jumps;
+        t_.fold_stats_.periods_skipped += m;
+        skipped = true;
+        if (verify_) {
+          // The state a call-by-call replay reaches at the same op, to the last block and address.
+          MemoryTracker ref;
+          ref.start(p_, a_.config(), false);
+          ref.allocate_persistent();
+          MemoryFold f(ref, p_, false, false);
+          if (t_.steady_) {
+            f.replay_ops(0, n_);
+            ref.begin_steady_step();
+          }
+          f.replay_ops(0, x + m * p);
+          if (ref.canonical_state() != t_.canonical_state())
+            throw std::logic_error("memory fold: moving " + std::to_string(m) + " periods of " + std::to_string(p) +
+                                   " ops at op " + std::to_string(x) + " left another state than replaying them");
+        }
+        return x + m * p;
+      }
+    }
+    std::swap(a, b);
+    have = true;
+    replay_ops(x, x + p);
+    x += p;
+  }
+  return x;
 }
 
 bool MemoryFold::fold_run(const PeriodicRun& run) {

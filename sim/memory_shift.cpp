@@ -8,15 +8,18 @@
 // one it read between them); shape_repeats proves the first: the same segments cut into the same
 // blocks, every allocated block holding the same buffer as at a (one that no op of the period touches:
 // it stays) or the one playing its role p ops later, every pending block waiting on the event p ops
-// after a's. (Segments are compared by their order, not their addresses: see CachingAllocator::BlockState.) The ops of the next period then make the same calls on congruent blocks (their lists are
+// after a's. (Best fit, splits and merges see addresses only through their order, CachingAllocator::BlockState:
+// a segment may lie one period's worth of addresses on, cudaMalloc'ed again after a cache release.) The ops of the next period then make the same calls on congruent blocks (their lists are
 // the period's shifted: checked by the caller), so they leave the state of b one period on; by
 // induction, m periods on, which is what shift_periods writes: the same blocks, each period buffer
-// renamed m periods on, each pending event m·p ops on, the counts of calls, retries and OOMs m deltas on.
-// Nothing else moves: a repeated period ends with what it started with (the same segments, allocated and
-// reserved bytes; one that released the cache and cudaMalloc'ed again ends with its segments at new
-// addresses, which are not observable but through their order, the same), and its peaks were reached
-// already between a and b.
+// renamed m periods on, each pending event m·p ops on, the counts of calls, retries and OOMs m deltas on,
+// and each segment cudaMalloc'ed again every period (with the next address) m periods' worth of addresses
+// on, where the calls would have put it. Nothing else moves: a repeated period ends with what it started
+// with (the same segments, allocated and reserved bytes), and its peaks were reached already between a
+// and b. The memory fold uses the same comparison at the boundaries of a run of whole micro-batches
+// (sim/memory_fold.cpp shape_run), where the calls alone decide the memory.
 #include <stdexcept>
+#include <string>
 
 #include "sim/memory_tracker.h"
 
@@ -55,13 +58,15 @@ int MemoryTracker::shift_buffer(int x, int d) const {
   return bufs_[x2] == bufs_[x] ? x2 : -1;
 }
 
-void MemoryTracker::capture_shape(Shape& s) const {
+void MemoryTracker::capture_shape(Shape& s, const std::vector<int>* buffer_of_block) const {
   s.stats = allocator_.stats();
   s.live = live_;
-  allocator_.all_blocks(s.blocks, s.segment_sizes);
+  allocator_.all_blocks(s.blocks, s.segments);
+  s.next_address = allocator_.next_address();
   s.tags.resize(s.blocks.size());
+  const std::vector<int>& map = buffer_of_block ? *buffer_of_block : shapes_.buffer_of_block;
   for (std::size_t k = 0; k < s.blocks.size(); ++k)
-    s.tags[k] = s.blocks[k].state == 1 ? shapes_.buffer_of_block[static_cast<std::size_t>(s.blocks[k].block)] : -1;
+    s.tags[k] = s.blocks[k].state == 1 ? map[static_cast<std::size_t>(s.blocks[k].block)] : -1;
   const int np = allocator_.num_pending();
   s.pending.resize(static_cast<std::size_t>(np));
   if (np == 0) return;
@@ -82,9 +87,16 @@ void MemoryTracker::capture_shape(Shape& s) const {
 bool MemoryTracker::shape_repeats(const Shape& a, const Shape& b, int p) const {
   const AllocatorStats &x = a.stats, &y = b.stats;
   if (x.allocated != y.allocated || x.requested != y.requested || x.reserved != y.reserved || x.pending != y.pending ||
-      a.live != b.live || a.segment_sizes != b.segment_sizes || a.blocks.size() != b.blocks.size() ||
+      a.live != b.live || a.segments.size() != b.segments.size() || a.blocks.size() != b.blocks.size() ||
       a.pending.size() != b.pending.size())
     return false;
+  // The same sizes in the same order; each segment where it was, or cudaMalloc'ed again one period's
+  // worth of addresses on (a period that releases the cache and cudaMallocs again).
+  const Bytes dnext = b.next_address - a.next_address;
+  for (std::size_t k = 0; k < a.segments.size(); ++k) {
+    const auto &u = a.segments[k], &v = b.segments[k];
+    if (u.size != v.size || (v.base != u.base && v.base - u.base != dnext)) return false;
+  }
   for (std::size_t k = 0; k < a.blocks.size(); ++k) {
     const auto &u = a.blocks[k], &v = b.blocks[k];
     if (u.segment != v.segment || u.offset != v.offset || u.size != v.size || u.requested != v.requested ||
@@ -108,7 +120,8 @@ bool MemoryTracker::can_shift(const Shape& a, const Shape& b, int p, int m) cons
   return true;
 }
 
-bool MemoryTracker::shift_periods(const Shape& a, const Shape& b, int p, int m, bool waited) {
+bool MemoryTracker::shift_periods(const Shape& a, const Shape& b, int p, int m, bool waited,
+                                  std::vector<int>* buffer_of_block) {
   const int d = m * p;
   if (!can_shift(a, b, p, m)) return false;   // (nothing changed)
   // (Renamed in two passes: a buffer m periods on may be one of those renamed, when buffers live longer
@@ -126,6 +139,7 @@ bool MemoryTracker::shift_periods(const Shape& a, const Shape& b, int p, int m, 
       throw std::logic_error("memory shift: buffer " + std::to_string(new_buf) + " would be live twice");
     block_of_[new_buf] = blk;
     note_block(blk, new_buf);
+    if (buffer_of_block) (*buffer_of_block)[static_cast<std::size_t>(blk)] = new_buf;
   }
   allocator_.shift_pending_events(d);
   if (waited) {
@@ -137,6 +151,13 @@ bool MemoryTracker::shift_periods(const Shape& a, const Shape& b, int p, int m, 
     }
     ready_ = true;   // (a scan at the next allocation releases what has completed: none sooner)
   }
+  // Segments cudaMalloc'ed again every period lie m periods' worth of addresses further on.
+  std::vector<std::pair<int, Bytes>>& moved = shapes_.relocations;
+  moved.clear();
+  for (std::size_t k = 0; k < b.segments.size(); ++k)
+    if (b.segments[k].base != a.segments[k].base)
+      moved.emplace_back(b.segments[k].slot, m * (b.segments[k].base - a.segments[k].base));
+  allocator_.relocate(moved, m * (b.next_address - a.next_address));
   AllocatorStats s = allocator_.stats();
   const AllocatorStats &x = a.stats, &y = b.stats;
   s.num_allocs += m * (y.num_allocs - x.num_allocs);

@@ -149,7 +149,8 @@ class MemoryTracker {
     AllocatorStats stats;
     std::array<Bytes, kNumMemCategories> live{};
     std::vector<CachingAllocator::BlockState> blocks;   // every block of every live segment
-    std::vector<Bytes> segment_sizes;                   // the live segments, in address order
+    std::vector<CachingAllocator::SegmentState> segments;   // the live segments, in address order
+    Bytes next_address = 0;                             // where the next segment would go
     std::vector<std::int64_t> tags;                     // per block: its buffer (allocated), else -1
     struct Pending {
       int segment;
@@ -161,7 +162,9 @@ class MemoryTracker {
   // Starts the bookkeeping the comparisons need for `program` (the run's): which block holds which
   // buffer, where each buffer is allocated. Cheap to call again.
   void begin_shapes(const CompiledProgram& program);
-  void capture_shape(Shape& s) const;
+  // (`buffer_of_block`: which buffer each allocated block holds, where the caller keeps that map itself:
+  // the memory fold's replay; by default the tracker's own, kept since begin_shapes)
+  void capture_shape(Shape& s, const std::vector<int>* buffer_of_block = nullptr) const;
   // Buffer x2 plays buffer x's role d ops later: allocated d ops after x, at the same place of the
   // op's alloc list, with the same facts (persistent buffers have no such role).
   bool shifted_buffer(int x, int x2, int d) const {
@@ -172,8 +175,8 @@ class MemoryTracker {
   // The buffer playing x's role d ops later (-1: none).
   int shift_buffer(int x, int d) const;
   // b, captured p ops after a, is a's memory one period on: live segments of the same sizes in the same
-  // order cut into the same blocks (where they lie does not matter: see CachingAllocator::BlockState;
-  // a period that releases the cache and cudaMallocs again leaves its segments at new addresses), each
+  // order cut into the same blocks, each where it was or one period's worth of addresses on (a period
+  // that releases the cache and cudaMallocs again leaves its segments at new addresses), each
   // allocated block holding the same buffer or the one playing its role p ops later, each pending
   // block waiting on the event p ops after a's, the same allocated, requested, reserved and pending
   // bytes and live bytes per category (the counts of calls, retries and OOMs may grow; peaks may have
@@ -181,11 +184,12 @@ class MemoryTracker {
   bool shape_repeats(const Shape& a, const Shape& b, int p) const;
   // Moves the memory from b (which repeated a) to b shifted by m periods of p ops, as replaying them
   // would leave it: each block holding a buffer of the period holds the one m periods on, each pending
-  // block waits on the event m·p ops on, the counts of calls, retries and OOMs grow by m deltas (the
-  // segments keep their addresses: only their order is observable). `waited` (the
+  // block waits on the event m·p ops on, the counts of calls, retries and OOMs grow by m deltas, and the
+  // segments cudaMalloc'ed again every period lie m periods' worth of addresses on. `waited` (the
   // engine's inline replay): the new events are marked waited on. Returns false, changing nothing,
   // where a buffer m periods on does not exist.
-  bool shift_periods(const Shape& a, const Shape& b, int p, int m, bool waited);
+  bool shift_periods(const Shape& a, const Shape& b, int p, int m, bool waited,
+                     std::vector<int>* buffer_of_block = nullptr);
   // Whether shift_periods(a, b, p, m, ...) finds every buffer it renames.
   bool can_shift(const Shape& a, const Shape& b, int p, int m) const;
 
@@ -293,6 +297,7 @@ class MemoryTracker {
     std::vector<int> buffer_of_block;   // allocator block -> the buffer in it (valid while allocated)
     std::vector<int> alloc_op, alloc_idx;   // per buffer: the op allocating it and its place there (-1: persistent)
     std::vector<std::pair<int, int>> moves; // (shift_periods' scratch)
+    std::vector<std::pair<int, Bytes>> relocations;
     mutable std::vector<int> entry_of_block;   // (capture_shape's scratch)
   };
   ShapeIndex shapes_;

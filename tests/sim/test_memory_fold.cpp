@@ -213,7 +213,9 @@ TEST(MemoryFold, EverySkipOfRandomPlansLeavesTheCallByCallState) {
   // (FSDPSIM_RANDOM_PLANS / FSDPSIM_RANDOM_SEED for a longer run than CI's), at the GPU's capacity and
   // at 80% of it. The steady step is mirrored from the first where that is proven (sim/memory_steady.cpp)
   // and must then equal both its folded and its call-by-call replay, to the last block and statistic.
-  const int plans = random_plan_count(400);
+  // (250 plans in CI: since runs of whole micro-batches are compared at their boundaries a third of them
+  // skip periods, and each skip is verified by a replay from the start; 400 took ~200 s here.)
+  const int plans = random_plan_count(250);
   std::mt19937 rng(random_seed(11, 2));
   int jumped = 0, mirrored = 0, steady_replays = 0;
   for (int i = 0; i < plans; ++i) {
@@ -272,7 +274,7 @@ TEST(MemoryFold, EverySkipOfRandomPlansLeavesTheCallByCallState) {
       if (jumps > 0) ++jumped;
     }
   }
-  EXPECT_GE(jumped, plans / 20);   // (measured: 43 of 400 since issue 19's per-tensor memory; 2/3 before)
+  EXPECT_GE(jumped, plans / 20);   // (measured: 134 of 400 since whole micro-batches are compared; 43 before)
   // (most random plans retry cudaMalloc at these capacities, set allocator options or give a steady step that
   // differs from the first)
   // (the mirror needs lazy buffers in segments of their own and no best fit a later segment could take:
