@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <string>
 
 #include "memory/caching_allocator.h"
 
@@ -206,6 +207,40 @@ TEST(Allocator, ZeroBytesIsNullAndErrorsAreReported) {
   EXPECT_THROW(a.free(b), std::invalid_argument);
   EXPECT_THROW(a.free_after(b, 3), std::invalid_argument);
   EXPECT_THROW(a.free(12345), std::invalid_argument);
+}
+
+
+// relocate (the fast-forward's stand-in for periods that cudaMalloc'ed a segment again elsewhere): the
+// segment's blocks move with it, its free blocks take their new places in best fit's (size, address)
+// order, the next cudaMalloc goes where the moved next address says, and no statistic changes.
+TEST(Allocator, RelocatedSegmentsKeepTheirBlocksAndTakeTheirNewAddressesInBestFit) {
+  CachingAllocator a;
+  const int x = a.alloc(12 * kMiB, 0);   // segment 0 at 0 (12 MiB: >= 10 MiB, rounded to 2 MiB)
+  const int y = a.alloc(12 * kMiB, 0);   // segment 1 at 12 MiB
+  const int z = a.alloc(5 * kMiB, 0);    // segment 2 at 24 MiB: 20 MiB, split (15 MiB cached)
+  EXPECT_EQ(a.block_address(y), 12 * kMiB);
+  EXPECT_EQ(a.block_address(z), 24 * kMiB);
+  a.free(y);
+  const AllocatorStats before = a.stats();
+  a.relocate({{a.block_segment(y), 100 * kMiB}, {a.block_segment(z), 100 * kMiB}}, 100 * kMiB);
+  EXPECT_EQ(a.block_address(z), 124 * kMiB);   // an allocated block moves with its segment
+  EXPECT_EQ(a.next_address(), 144 * kMiB);
+  EXPECT_EQ(a.stats().reserved, before.reserved);
+  EXPECT_EQ(a.stats().num_device_alloc, before.num_device_alloc);
+  // The pool lists the moved free blocks at their new addresses (12 MiB at 112 MiB, 15 MiB at 129 MiB).
+  const std::string state = a.canonical_state();
+  EXPECT_NE(state.find(" 12582912@117440512"), std::string::npos) << state;
+  EXPECT_NE(state.find(" 15728640@135266304"), std::string::npos) << state;
+  EXPECT_EQ(state.find("@12582912"), std::string::npos) << state;
+  a.free(x);
+  // Two free 12 MiB segments, at 0 and at 112 MiB: best fit takes the lower address first.
+  EXPECT_EQ(a.block_address(a.alloc(12 * kMiB, 0)), 0);
+  EXPECT_EQ(a.block_address(a.alloc(12 * kMiB, 0)), 112 * kMiB);
+  // The split-off 15 MiB of segment 2 moved too.
+  EXPECT_EQ(a.block_address(a.alloc(15 * kMiB, 0)), 129 * kMiB);
+  // A new segment goes to the moved next address.
+  EXPECT_EQ(a.block_address(a.alloc(12 * kMiB, 0)), 144 * kMiB);
+  EXPECT_EQ(a.stats().num_device_alloc, 4);
 }
 
 }  // namespace
