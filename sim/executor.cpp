@@ -250,6 +250,7 @@ class Engine {
   bool ff_cpu_equivalent(int x, int x2, int d, const FfSnap& a, bool strict) const;
   bool ff_cpu_periods(const FfSnap& a, const FfSnap& b, int d, bool strict) const;
   bool ff_same_memory(int x, int x2, int d, const FfSnap& a, bool strict) const;
+  bool ff_try(const FfSnap& a, const FfSnap& b);
   int ff_run_jump(const FfSnap& a, const FfSnap& b, int p, int m);
   void ff_jump(const FfSnap& a, const FfSnap& b, int p, int m);
   int list_start(int i) const { return i == 0 ? 0 : rec_[i - 1].end; }
@@ -778,22 +779,29 @@ void Engine::ff_boundary(TimeNs now) {
   FfSnap& b = ff_[cur];
   if (!ff_take(b, now)) return;
   ff_next_ = (cur + 1) % kFfSnaps;
-  for (int k = 1; k <= ff_count_; ++k) {
-    const FfSnap& a = ff_[(cur - k + kFfSnaps) % kFfSnaps];
-    const int p = b.heads[0] - a.heads[0];
-    // (the cheap tests first: most candidates differ in one of these)
-    if (p <= 0 || b.t <= a.t || a.head0_ns != b.head0_ns || a.compute_prev_end != b.compute_prev_end ||
-        a.comm_active != b.comm_active || a.events.size() != b.events.size() || a.slow.size() != b.slow.size() ||
-        !ff_same_shape(a, b, p))
-      continue;
-    const int m = ff_max_jump(a, b, p);   // (no memory here: ring snapshots are taken with memory apart or the CPU done)
-    if (m <= 0) continue;
-    ff_jump(a, b, p, m);
-    ff_count_ = ff_next_ = 0;   // every boundary seen so far describes the past
-    ff_lite_count_ = ff_lite_next_ = 0;
-    return;
-  }
+  for (int k = 1; k <= ff_count_; ++k)
+    if (ff_try(ff_[(cur - k + kFfSnaps) % kFfSnaps], b)) return;
   if (ff_count_ < kFfSnaps - 1) ++ff_count_;
+}
+
+// Jumps if snapshot b repeats a, shifted by the compute stream's ops between them (and the memory with
+// it, where the snapshots hold it), by as many periods as the checks allow; returns whether it did.
+bool Engine::ff_try(const FfSnap& a, const FfSnap& b) {
+  const int p = b.heads[0] - a.heads[0];
+  // (the cheap tests first: most candidates differ in one of these)
+  if (p <= 0 || b.t <= a.t || a.head0_ns != b.head0_ns || a.compute_prev_end != b.compute_prev_end ||
+      a.comm_active != b.comm_active || a.events.size() != b.events.size() || a.slow.size() != b.slow.size() ||
+      !ff_same_shape(a, b, p))
+    return false;
+  if (b.has_mem && !(a.has_mem && mem_.shape_repeats(a.mem, b.mem, p))) return false;
+  int m = ff_max_jump(a, b, p);
+  if (b.has_mem)
+    while (m > 0 && !mem_.can_shift(a.mem, b.mem, p, m)) --m;
+  if (m <= 0) return false;
+  ff_jump(a, b, p, m);
+  ff_count_ = ff_next_ = 0;   // every boundary seen so far describes the past
+  ff_lite_count_ = ff_lite_next_ = 0;
+  return true;
 }
 
 // A snapshot as the compute stream enters a period of long_run_, compared with the one a period before;
@@ -818,22 +826,11 @@ bool Engine::ff_long(TimeNs now) {
   }
   if (long_count_ < 2) ++long_count_;
   if (long_count_ < 2) return false;
-  const FfSnap& a = long_[0];
-  const int p = b.heads[0] - a.heads[0];
-  if (p != run.period || b.t <= a.t || a.head0_ns != b.head0_ns || a.compute_prev_end != b.compute_prev_end ||
-      a.comm_active != b.comm_active || a.events.size() != b.events.size() || a.slow.size() != b.slow.size() ||
-      !ff_same_shape(a, b, p))
-    return false;
-  if (b.has_mem && !(a.has_mem && mem_.shape_repeats(a.mem, b.mem, p))) return false;
-  int m = ff_max_jump(a, b, p);
-  if (b.has_mem)
-    while (m > 0 && !mem_.can_shift(a.mem, b.mem, p, m)) --m;
-  if (m <= 0) return false;
-  ff_jump(a, b, p, m);
+  // (a block-period jump of the ring in between moves the timing only, as the run would: the two
+  // snapshots still compare)
+  if (b.heads[0] - long_[0].heads[0] != run.period || !ff_try(long_[0], b)) return false;
   long_count_ = 0;
   long_next_ = stream_head_[0] + run.period - (stream_head_[0] - run.begin) % run.period;
-  ff_count_ = ff_next_ = 0;
-  ff_lite_count_ = ff_lite_next_ = 0;
   return true;
 }
 

@@ -144,6 +144,14 @@ void MemoryTracker::begin_steady_step() {
   allocated_peak_op_ = reserved_peak_op_ = -1;   // (at the step's start until an allocation passes it)
 }
 
+namespace {
+// replay_timed: whether op i's free of a block whose record_stream op is j (-1: none) makes it reusable at
+// once: j has completed by i's issue (op i itself only if it runs on the CPU, as the engine's issue does).
+bool reusable_at_issue(const OpRec* ops, const TimeNs* issue_ns, const TimeNs* complete_ns, int i, int j) {
+  return j < 0 || (j < i ? complete_ns[j] <= issue_ns[i] : (ops[i].flags & kCpuOp) != 0);
+}
+}  // namespace
+
 void MemoryTracker::replay_timed(const CompiledProgram& program, const TimeNs* issue_ns, const TimeNs* complete_ns,
                                  TimeNs step_start_ns, const std::vector<PeriodJump>& jumps) {
   const OpRec* ops = program.ops.data();
@@ -200,7 +208,7 @@ void MemoryTracker::replay_timed(const CompiledProgram& program, const TimeNs* i
       const int block = block_of_[buffer];
       if (block == kNotLive) [[unlikely]]
         throw_not_live(buffer, i);
-      const bool reusable = j < 0 || (j < i ? complete_ns[j] <= issue : (r.flags & kCpuOp) != 0);
+      const bool reusable = reusable_at_issue(ops, issue_ns, complete_ns, i, j);
       if (reusable) {
         allocator_.free_live(block);
       } else {
@@ -241,9 +249,7 @@ int MemoryTracker::steady_timing_periods(const CompiledProgram& program, const T
       }
     }
   }
-  auto reusable = [&](int i, int j) {
-    return j < 0 || (j < i ? complete_ns[j] <= issue_ns[i] : (ops[i].flags & kCpuOp) != 0);
-  };
+  auto reusable = [&](int i, int j) { return reusable_at_issue(ops, issue_ns, complete_ns, i, j); };
   for (int i = x, e = x + m * p; i < e; ++i) {
     const OpRec& r = ops[i];
     const OpRec& r0 = ops[i - p];
