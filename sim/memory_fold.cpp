@@ -163,7 +163,6 @@ class MemoryFold {
 // Storage kept by the tracker between replays (a replay allocates nothing once it has grown).
 struct FoldScratch {
   std::vector<int> free_op, alloc_op;                        // per buffer: the op freeing / allocating it
-  std::vector<int> buffer_of_block;                          // allocator block -> the buffer in it
   std::vector<int> seg_stamp;                                // segment slot -> the record that last touched it
   std::vector<int> seg_touch;                                // segment slot -> its touch in that record
   std::vector<int> pile_blocks;
@@ -194,9 +193,7 @@ inline void MemoryFold::alloc(int buffer, int op) {
   block_of_[buffer] = block;
   t_.live_[static_cast<int>(b.category)] += b.bytes;
   if (block >= 0) {
-    if (static_cast<std::size_t>(block) >= st_->buffer_of_block.size()) [[unlikely]]
-      st_->buffer_of_block.resize(2 * block + 64, -1);
-    st_->buffer_of_block[static_cast<std::size_t>(block)] = buffer;
+    t_.note_block(block, buffer);
   }
   t_.note_peaks(op);
   if (rec_ != nullptr || (t_.mirror_.ok && !t_.steady_)) [[unlikely]]
@@ -306,8 +303,7 @@ void MemoryFold::run() {
     if (!bufs[b].persistent) continue;
     const int blk = block_of_[b];
     if (blk < 0) continue;
-    if (static_cast<std::size_t>(blk) >= st.buffer_of_block.size()) st.buffer_of_block.resize(2 * blk + 64, -1);
-    st.buffer_of_block[static_cast<std::size_t>(blk)] = b;
+    t_.note_block(blk, b);
   }
   st.seg_stamp.assign(static_cast<std::size_t>(a_.num_segment_slots()) + 64, -100);
   st.seg_touch.assign(st.seg_stamp.size(), 0);
@@ -414,7 +410,6 @@ int MemoryFold::stamp_of(int seg) const {
 
 template <class Role>
 void MemoryFold::capture_with(int seg, std::vector<Entry>& out, Role role) {
-  const FoldScratch& st = storage();
   out.clear();
   tmp_.clear();
   a_.segment_blocks(seg, tmp_);
@@ -422,7 +417,7 @@ void MemoryFold::capture_with(int seg, std::vector<Entry>& out, Role role) {
     Entry e;
     e.size = bi.size;
     e.requested = bi.requested;
-    if (!bi.free) role(e, st.buffer_of_block[bi.block]);
+    if (!bi.free) role(e, t_.buffer_of_block_[static_cast<std::size_t>(bi.block)]);
     out.push_back(e);
   }
 }
@@ -654,8 +649,7 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
         const int buf = lists_[ops_[base + t.event].allocs + t.index];
         const int blk = a_.alloc_from(st.pile_blocks[static_cast<std::size_t>(pile_next++)], t_.bufs_[buf].bytes);
         t_.block_of_[buf] = blk;
-        if (static_cast<std::size_t>(blk) >= st.buffer_of_block.size()) st.buffer_of_block.resize(2 * blk + 64, -1);
-        st.buffer_of_block[blk] = buf;
+        t_.note_block(blk, buf);
       } else if (t.kind == kGrowth) {
         blocks.clear();
         for (const Entry& e : t.after) blocks.emplace_back(e.size, e.role == 3 ? e.requested : 0);
@@ -665,8 +659,7 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
           if (e.role != 3) continue;
           const int buf = lists_[ops_[base + e.a].allocs + e.b];
           t_.block_of_[buf] = ids[k];
-          if (static_cast<std::size_t>(ids[k]) >= st.buffer_of_block.size()) st.buffer_of_block.resize(2 * ids[k] + 64, -1);
-          st.buffer_of_block[ids[k]] = buf;
+          t_.note_block(ids[k], buf);
         }
       }
     }
@@ -680,11 +673,11 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
       const Entry& e = t.after[k];
       if (e.role != 1) continue;
       const int blk = tmp_[k].block;
-      const int old_buf = st.buffer_of_block[blk];
+      const int old_buf = t_.buffer_of_block_[static_cast<std::size_t>(blk)];
       const int new_buf = lists_[ops_[x_end + e.a].frees + 2 * e.b];
       t_.block_of_[old_buf] = kNotLive;
       t_.block_of_[new_buf] = blk;
-      st.buffer_of_block[blk] = new_buf;
+      t_.note_block(blk, new_buf);
     }
   }
   // Statistics: m deltas on; the peaks where the last skipped period's maxima lie.
@@ -778,14 +771,14 @@ int MemoryFold::shape_run(const PeriodicRun& run, bool& skipped) {
   int x = run.begin;
   bool have = false;
   for (int tries = 0; tries < 5 && x + p <= end; ++tries) {
-    t_.capture_shape(*b, &st.buffer_of_block);
+    t_.capture_shape(*b);
     if (have && t_.shape_repeats(*a, *b, p) && same_lists(x, p)) {
       int m = (end - x) / p;
       while (m > 0 && !t_.can_shift(*a, *b, p, m)) --m;
       if (m > 0) {
         // (the mirrored steady step learns from every allocation of the first step: not from skipped ones)
         if (!t_.steady_) t_.mirror_.ok = false;
-        t_.shift_periods(*a, *b, p, m, /*waited=*/false, &st.buffer_of_block);
+        t_.shift_periods(*a, *b, p, m, /*waited=*/false);
         ++t_.fold_stats_.jumps;
         t_.fold_stats_.periods_skipped += m;
         skipped = true;

@@ -39,7 +39,8 @@ void MemoryTracker::begin_shapes(const CompiledProgram& program) {
       ix.alloc_op[static_cast<std::size_t>(lists[k])] = i;
       ix.alloc_idx[static_cast<std::size_t>(lists[k])] = k - ops[i].allocs;
     }
-  // The blocks of the buffers live now (allocate_persistent's, and any allocated before this call).
+  // The blocks of the buffers live now (allocate_persistent's, and any allocated before this call; the
+  // memory fold's replay notes every block itself).
   for (int b = 0; b < num_bufs_; ++b)
     if (block_of_[b] >= 0) note_block(block_of_[b], b);
 }
@@ -58,15 +59,14 @@ int MemoryTracker::shift_buffer(int x, int d) const {
   return bufs_[x2] == bufs_[x] ? x2 : -1;
 }
 
-void MemoryTracker::capture_shape(Shape& s, const std::vector<int>* buffer_of_block) const {
+void MemoryTracker::capture_shape(Shape& s) const {
   s.stats = allocator_.stats();
   s.live = live_;
   allocator_.all_blocks(s.blocks, s.segments);
   s.next_address = allocator_.next_address();
   s.tags.resize(s.blocks.size());
-  const std::vector<int>& map = buffer_of_block ? *buffer_of_block : shapes_.buffer_of_block;
   for (std::size_t k = 0; k < s.blocks.size(); ++k)
-    s.tags[k] = s.blocks[k].state == 1 ? map[static_cast<std::size_t>(s.blocks[k].block)] : -1;
+    s.tags[k] = s.blocks[k].state == 1 ? buffer_of_block_[static_cast<std::size_t>(s.blocks[k].block)] : -1;
   const int np = allocator_.num_pending();
   s.pending.resize(static_cast<std::size_t>(np));
   if (np == 0) return;
@@ -120,8 +120,7 @@ bool MemoryTracker::can_shift(const Shape& a, const Shape& b, int p, int m) cons
   return true;
 }
 
-bool MemoryTracker::shift_periods(const Shape& a, const Shape& b, int p, int m, bool waited,
-                                  std::vector<int>* buffer_of_block) {
+bool MemoryTracker::shift_periods(const Shape& a, const Shape& b, int p, int m, bool waited) {
   const int d = m * p;
   if (!can_shift(a, b, p, m)) return false;   // (nothing changed)
   // (Renamed in two passes: a buffer m periods on may be one of those renamed, when buffers live longer
@@ -139,7 +138,6 @@ bool MemoryTracker::shift_periods(const Shape& a, const Shape& b, int p, int m, 
       throw std::logic_error("memory shift: buffer " + std::to_string(new_buf) + " would be live twice");
     block_of_[new_buf] = blk;
     note_block(blk, new_buf);
-    if (buffer_of_block) (*buffer_of_block)[static_cast<std::size_t>(blk)] = new_buf;
   }
   allocator_.shift_pending_events(d);
   if (waited) {

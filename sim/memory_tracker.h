@@ -160,11 +160,10 @@ class MemoryTracker {
     std::vector<Pending> pending;                       // in the allocator's order
   };
   // Starts the bookkeeping the comparisons need for `program` (the run's): which block holds which
-  // buffer, where each buffer is allocated. Cheap to call again.
+  // buffer (buffer_of_block_, from now on noted by alloc() too), where each buffer is allocated. Cheap
+  // to call again.
   void begin_shapes(const CompiledProgram& program);
-  // (`buffer_of_block`: which buffer each allocated block holds, where the caller keeps that map itself:
-  // the memory fold's replay; by default the tracker's own, kept since begin_shapes)
-  void capture_shape(Shape& s, const std::vector<int>* buffer_of_block = nullptr) const;
+  void capture_shape(Shape& s) const;
   // Buffer x2 plays buffer x's role d ops later: allocated d ops after x, at the same place of the
   // op's alloc list, with the same facts (persistent buffers have no such role).
   bool shifted_buffer(int x, int x2, int d) const {
@@ -188,8 +187,7 @@ class MemoryTracker {
   // segments cudaMalloc'ed again every period lie m periods' worth of addresses on. `waited` (the
   // engine's inline replay): the new events are marked waited on. Returns false, changing nothing,
   // where a buffer m periods on does not exist.
-  bool shift_periods(const Shape& a, const Shape& b, int p, int m, bool waited,
-                     std::vector<int>* buffer_of_block = nullptr);
+  bool shift_periods(const Shape& a, const Shape& b, int p, int m, bool waited);
   // Whether shift_periods(a, b, p, m, ...) finds every buffer it renames.
   bool can_shift(const Shape& a, const Shape& b, int p, int m) const;
 
@@ -294,7 +292,6 @@ class MemoryTracker {
   struct ShapeIndex {
     bool on = false;
     const CompiledProgram* program = nullptr;
-    std::vector<int> buffer_of_block;   // allocator block -> the buffer in it (valid while allocated)
     std::vector<int> alloc_op, alloc_idx;   // per buffer: the op allocating it and its place there (-1: persistent)
     std::vector<std::pair<int, int>> moves; // (shift_periods' scratch)
     std::vector<std::pair<int, Bytes>> relocations;
@@ -306,10 +303,13 @@ class MemoryTracker {
   // replay_timed's check that ops [x, x + m·p) see their times as the ops p before them do.
   int steady_timing_periods(const CompiledProgram& program, const TimeNs* issue_ns, const TimeNs* complete_ns,
                             int x, int p, int m) const;
+  // Allocator block -> the buffer in it (valid while the block is allocated and noted): kept by the
+  // memory fold's replay for every allocation, and by alloc() while shapes are on.
+  std::vector<int> buffer_of_block_;
   void note_block(int block, int buffer) {
-    if (static_cast<std::size_t>(block) >= shapes_.buffer_of_block.size())
-      shapes_.buffer_of_block.resize(2 * static_cast<std::size_t>(block) + 64, -1);
-    shapes_.buffer_of_block[static_cast<std::size_t>(block)] = buffer;
+    if (static_cast<std::size_t>(block) >= buffer_of_block_.size()) [[unlikely]]
+      buffer_of_block_.resize(2 * static_cast<std::size_t>(block) + 64, -1);
+    buffer_of_block_[static_cast<std::size_t>(block)] = buffer;
   }
 };
 
