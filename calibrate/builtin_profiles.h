@@ -15,7 +15,7 @@ struct EmbeddedFile {
 // Defined in the generated builtin_profiles_data.cpp.
 const std::vector<EmbeddedFile>& embedded_profile_files();
 
-std::vector<std::string> builtin_gpu_names();      // "A100-40GB", "A100-80GB", "B200", "CPU", "H100-SXM", "H200"
+std::vector<std::string> builtin_gpu_names();      // "A100-40GB", "A100-80GB", "B200", "CPU", "H100-SXM", "H200", "RTX4090"
 std::vector<std::string> builtin_fabric_names();   // intra- and inter-node fabrics
 std::vector<std::string> builtin_fabric_names(const std::string& kind);  // "intra_node" or "inter_node"
 bool is_builtin_gpu(const std::string& name);

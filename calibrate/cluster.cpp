@@ -2,9 +2,10 @@
 //   one node:    <gpus>x<GPU>[-<intra fabric>][-<inter fabric>]            e.g. 8xH100-SXM, 8xA100-80GB-PCIe4, 2xCPU
 //   many nodes:  <nodes>x<gpus_per_node>x<GPU>[-<intra fabric>]-<inter fabric>   e.g. 16x8xA100-80GB-IB-HDR200
 // The GPU's default intra-node fabric applies when none is named (NVLink3 for A100, NVLink4 for
-// H100/H200, NVLink5 for B200, shared memory for CPU ranks). NICs per node default to the inter
-// fabric's (one per GPU for IB/RoCE, one per node for Ethernet), capped at the GPUs per node. A file may
-// also set `host_memory_gib`, the host RAM of one node (default: the GPU profile's typical node).
+// H100/H200, NVLink5 for B200, PCIe4 for RTX4090, shared memory for CPU ranks). NICs per node default
+// to the inter fabric's (one per GPU for IB/RoCE, one per node for Ethernet), capped at the GPUs per
+// node. A file may also set `host_memory_gib`, the host RAM of one node (default: the GPU profile's
+// typical node; none for RTX4090, whose host memory is then not checked).
 #include <algorithm>
 #include <cctype>
 #include <string>
@@ -164,7 +165,7 @@ Cluster load_cluster(const std::string& name_or_path, const std::string& field) 
 std::vector<std::string> builtin_cluster_examples() {
   return {"8xH100-SXM",           "8xA100-80GB",          "8xA100-40GB",          "8xH200",
           "8xB200",               "4xA100-80GB-PCIe4",    "2x8xH100-SXM-IB-NDR400", "4x8xH100-SXM-IB-NDR400",
-          "16x8xA100-80GB-IB-HDR200", "8x8xA100-80GB-RoCE-200G", "2x8xH100-SXM-ETH-10G", "2xCPU"};
+          "16x8xA100-80GB-IB-HDR200", "8x8xA100-80GB-RoCE-200G", "2x8xH100-SXM-ETH-10G", "4xRTX4090", "2xCPU"};
 }
 
 }  // namespace fsdpsim::calibrate

@@ -18,7 +18,7 @@ int cmd_profile(const Argv& argv) {
   if (a.help() || a.positional().empty()) {
     std::cout << usage_text("profile show FILE|NAME",
                             "Summarize a hardware profile: a calibrated profile file, a cluster name (8xH100-SXM, "
-                            "2x8xH100-SXM-IB-NDR400) or a built-in GPU (H100-SXM, A100-80GB, A100-40GB, H200, B200, CPU).",
+                            "2x8xH100-SXM-IB-NDR400) or a built-in GPU (H100-SXM, A100-80GB, A100-40GB, H200, B200, RTX4090, CPU).",
                             kOptions);
     return a.help() ? 0 : kExitBadInput;
   }

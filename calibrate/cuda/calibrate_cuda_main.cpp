@@ -63,6 +63,9 @@ std::string builtin_match(const cudaDeviceProp& p) {
   if (n.find("H200") != std::string::npos) return "H200";
   if (n.find("B200") != std::string::npos) return "B200";
   if (n.find("A100") != std::string::npos) return gib > 60 ? "A100-80GB" : "A100-40GB";
+  // GeForce RTX 4090 (AD102, 128 SMs); the 4090 D (114 SMs) and the 4090 Laptop GPU (AD103, 76 SMs)
+  // also carry "4090" in their names but not the RTX4090 profile's peaks.
+  if (n.find("4090") != std::string::npos && p.multiProcessorCount == 128) return "RTX4090";
   return "";
 }
 

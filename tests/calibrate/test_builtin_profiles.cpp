@@ -46,7 +46,7 @@ TEST(BuiltinProfiles, TheWalkerCatchesAnUnsourcedNumber) {
 }
 
 TEST(BuiltinProfiles, ExpectedCatalog) {
-  for (const char* g : {"A100-40GB", "A100-80GB", "H100-SXM", "H200", "B200"}) EXPECT_TRUE(is_builtin_gpu(g)) << g;
+  for (const char* g : {"A100-40GB", "A100-80GB", "H100-SXM", "H200", "B200", "RTX4090"}) EXPECT_TRUE(is_builtin_gpu(g)) << g;
   for (const char* f : {"NVLink3-NVSwitch", "NVLink4-NVSwitch", "NVLink5-NVSwitch", "PCIe4", "PCIe5", "IB-HDR200",
                         "IB-NDR400", "RoCE-200G", "RoCE-400G", "ETH-100G", "ETH-25G", "ETH-10G"})
     EXPECT_TRUE(is_builtin_fabric(f)) << f;
@@ -76,6 +76,29 @@ TEST(BuiltinProfiles, SpecSheetNumbers) {
   EXPECT_NEAR(to_gib(a100.memory_capacity()), 79.25, 1e-6);
   EXPECT_NEAR(to_gib(HardwareProfile::for_cluster(load_cluster("8xA100-40GB")).memory_capacity()), 39.50, 1e-6);
   EXPECT_GT(h100.cuda_context_bytes(), 0);
+}
+
+TEST(BuiltinProfiles, Rtx4090) {
+  // GeForce RTX 4090: one PCIe card per GPU, no NVLink, so a cluster name without a fabric gets PCIe4.
+  Cluster c = load_cluster("2xRTX4090");
+  EXPECT_EQ(c.gpu, "RTX4090");
+  EXPECT_EQ(c.intra_node, "PCIe4");
+  EXPECT_EQ(c.world(), 2);
+  auto p = HardwareProfile::for_cluster(c);
+  // Dense peaks, Ada whitepaper: the "with FP32 Accumulate" rows (GeForce runs them at half the FP16-accumulate rate).
+  EXPECT_DOUBLE_EQ(p.peak_flops(Dtype::BF16), 165.2e12);
+  EXPECT_DOUBLE_EQ(p.peak_flops(Dtype::FP16), 165.2e12);
+  EXPECT_DOUBLE_EQ(p.peak_flops(Dtype::FP32), 82.6e12);
+  // Memory in GiB as torch reports it: 23.64 GiB of the 24564 MiB nvidia-smi shows.
+  EXPECT_NEAR(to_gib(p.memory_capacity()), 23.64, 1e-6);
+  EXPECT_EQ(p.cuda_sm_count(), 128);
+  EXPECT_EQ(p.cublas_workspace_bytes(), static_cast<Bytes>(8.125 * static_cast<double>(kMiB)));   // sm_89 < 9.0
+  // No typical node: the host RAM is unknown (a cluster file's host_memory_gib sets it).
+  EXPECT_EQ(p.host_memory_per_node(), 0);
+  EXPECT_GT(p.cpu_optimizer_bytes_per_s(), 0);
+  auto four = HardwareProfile::for_cluster(load_cluster("4xRTX4090"));
+  EXPECT_EQ(four.memory_capacity(), p.memory_capacity());
+  EXPECT_GT(four.collective_time(CollectiveOp::AllGather, kGiB, 4, 1), 0);
 }
 
 TEST(BuiltinProfiles, ToJsonRoundTripsThroughFromFile) {

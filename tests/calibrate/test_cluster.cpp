@@ -23,6 +23,9 @@ TEST(Cluster, SingleNodeName) {
   EXPECT_EQ(load_cluster("4xA100-40GB").gpu, "A100-40GB");
   EXPECT_EQ(load_cluster("8xB200").intra_node, "NVLink5-NVSwitch");
   EXPECT_EQ(load_cluster("8xH200").intra_node, "NVLink4-NVSwitch");
+  EXPECT_EQ(load_cluster("2xRTX4090").intra_node, "PCIe4");   // GeForce: no NVLink
+  EXPECT_EQ(load_cluster("4xRTX4090").world(), 4);
+  EXPECT_EQ(load_cluster("2x4xRTX4090-ETH-100G").inter_node, "ETH-100G");
 }
 
 TEST(Cluster, CpuRanks) {

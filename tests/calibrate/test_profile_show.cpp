@@ -18,6 +18,10 @@ TEST(ProfileShow, ByGpuAndClusterName) {
     EXPECT_NE(s.find(needle), std::string::npos) << needle << "\n" << s;
   auto q = load_profile_for_show("2x8xA100-80GB-IB-HDR200", "profile show");
   EXPECT_NE(profile_summary(q).find("IB-HDR200"), std::string::npos);
+  std::string r = profile_summary(load_profile_for_show("RTX4090", "profile show"));
+  for (const char* needle : {"RTX4090", "intra-node PCIe4", "165.2", "23.64 GiB", "Ada GPU Architecture whitepaper",
+                             "assumption, not fitted for this GPU"})
+    EXPECT_NE(r.find(needle), std::string::npos) << needle << "\n" << r;
 }
 
 TEST(ProfileShow, ByFileRoundTrip) {
