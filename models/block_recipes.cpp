@@ -83,7 +83,7 @@ Recipe recipe_for(const ModelSpec& m, ModelImpl impl) {
   const bool rms = m.norm == NormKind::RMSNorm;
   const bool rotary = m.positions == PositionKind::Rotary;
   const bool plain = m.mlp == MlpKind::Plain;
-  const bool hf_fused_qkv = m.model_type == "gpt2" || m.model_type == "mpt";
+  const bool hf_fused_qkv = m.model_type == "gpt2" || m.model_type == "mpt" || m.model_type == "gpt_neox";
   switch (impl) {
     case ModelImpl::TorchTitan:
       r.norm = rms ? NormImpl::FusedRms : NormImpl::LayerNorm;
@@ -149,6 +149,18 @@ class BlockWriter {
     const int x = t_.input("x", T_ * h * e_, g_.input_requires_grad);
     const int n1 = norm(x, "attn_norm", Weight::AttnNorm);
     const int attn = dropout(attention(n1), "attn.resid_drop");
+    if (m_.parallel_residual) {
+      // Both branches read x (litgpt Block.forward with parallel_residual: x = self.mlp(n_2) + attention_output
+      // + x, n_2 = n_1 with shared_attention_norm; HF GPTNeoXLayer: mlp_output + attn_output + hidden_states;
+      // HF PhiDecoderLayer: attn_outputs + feed_forward_hidden_states + residual): the attention's output
+      // lives through the MLP, the two branches are summed first (a new tensor), then x is added.
+      const int n2 = m_.block_norms == 1 ? n1 : norm(x, "mlp_norm", Weight::MlpNorm);
+      const int ffn = dropout(m_.is_moe() ? moe(n2) : mlp(n2, T_, "mlp"), "mlp.resid_drop");
+      const int sum = t_.add1({OpKind::Pointwise, {in(ffn, GradRule::Alias), in(attn, GradRule::Alias)}, {out("h", T_ * h * e_)}});
+      const int y = t_.add1({OpKind::Pointwise, {in(sum, GradRule::Alias), in(x, GradRule::Alias)}, {out("out", T_ * h * e_)}});
+      t_.output(y);
+      return std::move(t_);
+    }
     const int hres = t_.add1({OpKind::Pointwise, {in(x, GradRule::Alias), in(attn, GradRule::Alias)}, {out("h", T_ * h * e_)}});
     const int n2 = norm(hres, "mlp_norm", Weight::MlpNorm);
     const int ffn = dropout(m_.is_moe() ? moe(n2) : mlp(n2, T_, "mlp"), "mlp.resid_drop");
@@ -453,17 +465,27 @@ class BlockWriter {
 
   // HF rotate_half / litgpt apply_rope: (x * cos) + (cat(-x2, x1) * sin); litgpt then copies the
   // result with torch.cat((roped, x[..., n_elem:])). Slices' backward allocates a full-size zero tensor.
+  // Partial rotary (ModelSpec::rotary_dim < head_dim: HF GPTNeoXAttention / PhiAttention, litgpt with
+  // rotary_percentage < 1) rotates the slice x[..., :rotary_dim] and concatenates the pass-through
+  // x[..., rotary_dim:] back (torch.cat: a new full-size tensor), in HF's code as in litgpt's.
   int rotate_half(int x, Bytes xb, const char* p, bool litgpt) {
-    auto step_cos = [&] { return pointwise({in(x)}, nm_(p, "cos"), xb); };
+    const bool partial = m_.rope_dims() < m_.head_dim;
+    const Bytes rb = xb / m_.head_dim * m_.rope_dims();   // the rotated slice's bytes
+    const int xr = partial ? t_.add1({OpKind::View, {in(x)}, {view(nm_(p, "rot_in"), rb, x)}}) : x;
+    auto step_cos = [&] { return pointwise({in(xr)}, nm_(p, "cos"), rb); };
     int xc = litgpt ? -1 : step_cos();
-    const int x1 = t_.add1({OpKind::View, {in(x)}, {view(nm_(p, "x1"), xb / 2, x)}});
-    const int x2 = t_.add1({OpKind::View, {in(x)}, {view(nm_(p, "x2"), xb / 2, x)}});
-    const int neg = pointwise({in(x2)}, nm_(p, "neg"), xb / 2);
-    const int rot = pointwise({in(neg, GradRule::Alias), in(x1, GradRule::Alias)}, nm_(p, "rot"), xb);
+    const int x1 = t_.add1({OpKind::View, {in(xr)}, {view(nm_(p, "x1"), rb / 2, xr)}});
+    const int x2 = t_.add1({OpKind::View, {in(xr)}, {view(nm_(p, "x2"), rb / 2, xr)}});
+    const int neg = pointwise({in(x2)}, nm_(p, "neg"), rb / 2);
+    const int rot = pointwise({in(neg, GradRule::Alias), in(x1, GradRule::Alias)}, nm_(p, "rot"), rb);
     if (litgpt) xc = step_cos();
-    const int rs = pointwise({in(rot)}, nm_(p, "rot_sin"), xb);
-    const int roped = pointwise({in(xc, GradRule::Alias), in(rs, GradRule::Alias)}, nm_(p, litgpt ? "roped" : "rope"), xb);
-    return litgpt ? pointwise({in(roped, GradRule::Alias)}, nm_(p, "rope"), xb) : roped;
+    const int rs = pointwise({in(rot)}, nm_(p, "rot_sin"), rb);
+    const bool cat = litgpt || partial;
+    const int roped = pointwise({in(xc, GradRule::Alias), in(rs, GradRule::Alias)}, nm_(p, cat ? "roped" : "rope"), rb);
+    if (!cat) return roped;
+    if (!partial) return pointwise({in(roped, GradRule::Alias)}, nm_(p, "rope"), xb);
+    const int pass = t_.add1({OpKind::View, {in(x)}, {view(nm_(p, "pass"), xb - rb, x)}});
+    return pointwise({in(roped, GradRule::Alias), in(pass, GradRule::Alias)}, nm_(p, "rope"), xb);
   }
 
   // ---- MLP ------------------------------------------------------------------------------------

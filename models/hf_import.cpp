@@ -1,5 +1,5 @@
 // Hugging Face config.json import (ecosystem.md section 3), model types llama, mistral, qwen2, gemma,
-// mixtral, gemma2, phi3, qwen3, olmo2, gpt2, and llm-foundry's mpt. The file is read as-is: keys this importer does not use
+// mixtral, gemma2, phi3, qwen3, olmo2, gpt2, gpt_neox, phi, and llm-foundry's mpt. The file is read as-is: keys this importer does not use
 // (torch_dtype, rope_theta, rms_norm_eps, architectures, sliding_window, ...) are ignored on purpose,
 // because they change neither the parameter count nor FLOPs nor activation bytes, and real configs
 // carry dozens of them. Keys it does use are type-checked and named in errors as SOURCE:key.
@@ -7,12 +7,13 @@
 // Defaults for absent keys are the transformers / llm-foundry config-class defaults:
 //   num_key_value_heads -> num_attention_heads; head_dim -> hidden_size / num_attention_heads;
 //   tie_word_embeddings -> true for gemma, gemma2 (GemmaConfig, Gemma2Config) and gpt2/mpt, false for
-//   llama, mistral, qwen2, mixtral, phi3, qwen3, olmo2; head_dim absent: qwen3 128 (Qwen3Config), gemma2
+//   llama, mistral, qwen2, mixtral, phi3, qwen3, olmo2, gpt_neox, phi; head_dim absent: qwen3 128 (Qwen3Config), gemma2
 //   256 (Gemma2Config); gpt2 n_inner null -> 4 * n_embd, n_positions -> 1024; mpt expansion_ratio 4,
 //   max_seq_len 2048, no_bias false, learned_pos_emb true (MPTConfig).
 // Size fields (hidden, layers, heads, vocab, intermediate size, experts) are required: a default
 // would silently describe another model.
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "common/errors.h"
@@ -185,6 +186,94 @@ void import_gpt2(const Cfg& c, ModelSpec& m) {
   m.attn_dropout = c.opt_double("attn_pdrop", 0.1);
 }
 
+// hidden / heads, with the error naming the heads key (no head_dim key in these configs).
+std::int64_t head_dim_of(const Cfg& c, const ModelSpec& m, const char* heads_key, const char* hidden_key) {
+  if (m.n_heads <= 0) throw InputError(c.field(heads_key), std::to_string(m.n_heads), "an integer >= 1");
+  if (m.hidden % m.n_heads != 0)
+    throw InputError(c.field(heads_key), std::to_string(m.n_heads),
+                     std::string("a divisor of ") + hidden_key + " (" + std::to_string(m.hidden) + ")");
+  return m.hidden / m.n_heads;
+}
+
+// The rotated dimensions of a head: int(head_dim * fraction), as GPTNeoXRotaryEmbedding / PhiRotaryEmbedding
+// compute them (the fraction in (0, 1]; an odd result cannot be rotated in pairs).
+std::int64_t rotary_dims(const Cfg& c, const char* key, double fraction, std::int64_t head_dim) {
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", fraction);
+    throw InputError(c.field(key), buf, "a fraction of the head dimension in (0, 1]");
+  }
+  const auto r = static_cast<std::int64_t>(static_cast<double>(head_dim) * fraction);
+  if (r < 2 || r % 2 != 0)
+    throw InputError(c.field(key), std::to_string(fraction),
+                     "a fraction giving an even number >= 2 of rotated dimensions (head_dim " + std::to_string(head_dim) +
+                         " gives " + std::to_string(r) + ")");
+  return r == head_dim ? 0 : r;
+}
+
+// GPT-NeoX (transformers modeling_gpt_neox.py; GPTNeoXConfig defaults): one query_key_value linear and
+// dense, both with bias (attention_bias true); LayerNorm with bias; MLP dense_h_to_4h -> gelu ->
+// dense_4h_to_h with biases; RoPE on rotary_pct of each head (the rest concatenated back); with
+// use_parallel_residual (default true) y = x + attn(ln_1(x)) + mlp(ln_2(x)); embed_out untied by default;
+// hidden_dropout drops the embeddings and both branches (post_attention_dropout, post_mlp_dropout).
+void import_gpt_neox(const Cfg& c, ModelSpec& m) {
+  m.block_class = "GPTNeoXLayer";
+  m.hidden = c.req_int({"hidden_size"}, "gpt_neox");
+  m.n_layers = c.req_int({"num_hidden_layers"}, "gpt_neox");
+  m.n_heads = c.req_int({"num_attention_heads"}, "gpt_neox");
+  m.vocab_size = c.req_int({"vocab_size"}, "gpt_neox");
+  m.ffn_hidden = c.req_int({"intermediate_size"}, "gpt_neox");
+  m.n_kv_heads = m.n_heads;
+  m.head_dim = head_dim_of(c, m, "num_attention_heads", "hidden_size");
+  m.max_positions = c.opt_int({"max_position_embeddings"}, 2048);
+  m.tied_embeddings = c.opt_bool("tie_word_embeddings", false);
+  m.hidden_act = c.opt_string({"hidden_act"}, "gelu");
+  const bool bias = c.opt_bool("attention_bias", true);
+  m.qkv_bias = m.out_bias = bias;
+  m.mlp_bias = true;
+  m.norm = NormKind::LayerNorm;
+  m.mlp = MlpKind::Plain;
+  m.positions = PositionKind::Rotary;
+  const char* frac_key = c.has("partial_rotary_factor") ? "partial_rotary_factor" : "rotary_pct";
+  m.rotary_dim = rotary_dims(c, frac_key, c.opt_double(frac_key, 0.25), m.head_dim);
+  m.parallel_residual = c.opt_bool("use_parallel_residual", true);
+  m.resid_dropout = m.embd_dropout = c.opt_double("hidden_dropout", 0.0);
+  m.attn_dropout = c.opt_double("attention_dropout", 0.0);
+}
+
+// Phi (transformers modeling_phi.py; PhiConfig defaults): q_proj, k_proj, v_proj, dense with biases; one
+// LayerNorm (input_layernorm) feeding attention and MLP in parallel, y = x + attn(ln(x)) + mlp(ln(x));
+// MLP fc1 -> gelu_new -> fc2 with biases; RoPE on partial_rotary_factor (0.5) of each head; final_layernorm;
+// lm_head with a bias; resid_pdrop on both branches, embd_pdrop after the embedding.
+void import_phi(const Cfg& c, ModelSpec& m) {
+  m.block_class = "PhiDecoderLayer";
+  m.hidden = c.req_int({"hidden_size"}, "phi");
+  m.n_layers = c.req_int({"num_hidden_layers"}, "phi");
+  m.n_heads = c.req_int({"num_attention_heads"}, "phi");
+  m.vocab_size = c.req_int({"vocab_size"}, "phi");
+  m.ffn_hidden = c.req_int({"intermediate_size"}, "phi");
+  m.head_dim = head_dim_of(c, m, "num_attention_heads", "hidden_size");
+  // num_key_value_heads: null or absent -> num_attention_heads (PhiConfig)
+  m.n_kv_heads = c.has("num_key_value_heads") && !c.raw("num_key_value_heads").is_null()
+                     ? c.opt_int({"num_key_value_heads"}, m.n_heads) : m.n_heads;
+  if (c.opt_bool("qk_layernorm", false))
+    throw InputError(c.field("qk_layernorm"), "true", "false (Phi's per-head LayerNorms on q and k are not modelled)");
+  m.max_positions = c.opt_int({"max_position_embeddings"}, 2048);
+  m.tied_embeddings = c.opt_bool("tie_word_embeddings", false);
+  m.hidden_act = c.opt_string({"hidden_act"}, "gelu_new");
+  m.qkv_bias = m.out_bias = m.mlp_bias = true;
+  m.lm_head_bias = !m.tied_embeddings;
+  m.norm = NormKind::LayerNorm;
+  m.mlp = MlpKind::Plain;
+  m.positions = PositionKind::Rotary;
+  m.rotary_dim = rotary_dims(c, "partial_rotary_factor", c.opt_double("partial_rotary_factor", 0.5), m.head_dim);
+  m.parallel_residual = true;
+  m.block_norms = 1;
+  m.resid_dropout = c.opt_double("resid_pdrop", 0.0);
+  m.embd_dropout = c.opt_double("embd_pdrop", 0.0);
+  m.attn_dropout = c.opt_double("attention_dropout", 0.0);
+}
+
 // llm-foundry MPT (MPTConfig; also transformers' mpt model_type, which shares the keys).
 void import_mpt(const Cfg& c, const Json& j, ModelSpec& m) {
   m.block_class = "MPTBlock";
@@ -237,7 +326,8 @@ ModelSpec import_hf_config(const nlohmann::json& config, const std::string& sour
   if (!config.is_object())
     throw InputError(source, json_value_for_message(config), "a JSON object (a Hugging Face config.json)");
   Cfg c(config, source);
-  static const char* kAllowed = "one of llama, mistral, qwen2, gemma, mixtral, gemma2, phi3, qwen3, olmo2, gpt2, mpt";
+  static const char* kAllowed =
+      "one of llama, mistral, qwen2, gemma, mixtral, gemma2, phi3, qwen3, olmo2, gpt2, gpt_neox, phi, mpt";
   if (!c.has("model_type")) throw InputError(c.field("model_type"), "<missing>", kAllowed);
   const std::string type = c.opt_string({"model_type"}, "");
   ModelSpec m;
@@ -249,6 +339,10 @@ ModelSpec import_hf_config(const nlohmann::json& config, const std::string& sour
     import_llama_family(c, type, m);
   } else if (type == "gpt2") {
     import_gpt2(c, m);
+  } else if (type == "gpt_neox") {
+    import_gpt_neox(c, m);
+  } else if (type == "phi") {
+    import_phi(c, m);
   } else if (type == "mpt") {
     import_mpt(c, config, m);
   } else {

@@ -169,8 +169,9 @@ void mlp(Ctx& c, const std::string& prefix, std::int64_t tokens, std::int64_t co
   const bool moe = m.is_moe();
   const auto trains = [&](Weight w) { return c.trains(moe ? Weight::Experts : w); };
   if (m.mlp == MlpKind::Plain) {
-    const std::string fc = moe ? "w1" : (gpt2_naming(m) ? "c_fc" : "up_proj");
-    const std::string fc2 = moe ? "w2" : (gpt2_naming(m) ? "c_proj" : "down_proj");
+    const bool neox = m.model_type == "gpt_neox", phi = m.model_type == "phi";
+    const std::string fc = moe ? "w1" : gpt2_naming(m) ? "c_fc" : neox ? "dense_h_to_4h" : phi ? "fc1" : "up_proj";
+    const std::string fc2 = moe ? "w2" : gpt2_naming(m) ? "c_proj" : neox ? "dense_4h_to_h" : phi ? "fc2" : "down_proj";
     if (!c.backward) {
       const std::int64_t base = c.mm_count;
       auto saved = [&](std::int64_t j) { return sac_saved_copies(base, 2, j, count, m.mlp_bias); };
@@ -247,7 +248,7 @@ void moe(Ctx& c, bool in_rg) {
   }
 }
 
-bool fused_qkv(const ModelSpec& m) { return gpt2_naming(m) || mpt_naming(m); }
+bool fused_qkv(const ModelSpec& m) { return gpt2_naming(m) || mpt_naming(m) || m.model_type == "gpt_neox"; }
 
 // Whether the q, k, v projections' weights train: the recipe's Q/K/V or fused QKV matrix (the kernel list
 // names HF's separate projections, or GPT-2's / MPT's fused one, whatever the recipe fuses).
@@ -263,8 +264,9 @@ bool qkv_adapted(const Ctx& c) {
 void attention_part(Ctx& c, bool in_rg) {
   const ModelSpec& m = c.m;
   const std::int64_t h = m.hidden, a = m.n_heads, g = m.n_kv_heads, d = m.head_dim;
-  const std::string qkv = gpt2_naming(m) ? "c_attn" : "Wqkv";
-  const std::string o = gpt2_naming(m) ? "c_proj" : (mpt_naming(m) ? "out_proj" : "o_proj");
+  const bool neox = m.model_type == "gpt_neox";
+  const std::string qkv = gpt2_naming(m) ? "c_attn" : neox ? "query_key_value" : "Wqkv";
+  const std::string o = gpt2_naming(m) ? "c_proj" : mpt_naming(m) ? "out_proj" : neox || m.model_type == "phi" ? "dense" : "o_proj";
   // LoRA: a fused-qkv adapter (litgpt's LoRAQKVLinear; GPT-2's / MPT's fused matrix) is laid out once
   // for the three projections (adapter() finds nothing for the bases a recipe does not adapt)
   const auto qkv_adapters = [&](bool rg) {
@@ -316,7 +318,46 @@ void dropout(Ctx& c, const std::string& name, double p) {
 // The block's backward follows c.flow (models/trainable.h): a gradient is computed for a tensor that
 // requires grad (an input gradient only where the input does, a weight gradient only where the weight
 // trains); a block whose output does not require grad has no backward at all.
+// A parallel-residual block (ModelSpec::parallel_residual): y = x + attn(norm_1(x)) + mlp(norm_2(x)), norm_2 =
+// norm_1 when the block has one norm. Forward: the MLP's norm reads x (no residual add before it), and the two
+// branches are summed, then x is added (two adds). Backward: both branches receive y's gradient as it is; the
+// shared norm's output gradient sums the attention's and the MLP's input gradients; x's gradient sums the
+// norms' and the residual's.
+void parallel_block(Ctx& c) {
+  const ModelSpec& m = c.m;
+  const std::int64_t qkv_uses = fused_qkv(m) ? 1 : 3;
+  const bool shared = m.block_norms == 1;
+  const double p = m.resid_dropout;
+  if (!c.backward) {
+    norm(c, "input_norm", true);
+    attention_part(c, true);
+    dropout(c, "attn.resid_drop", p);
+    if (!shared) norm(c, "post_attention_norm", true);
+    if (m.is_moe()) moe(c, true);
+    else mlp(c, "", c.T, 1, true);
+    dropout(c, "mlp.resid_drop", p);
+    residual_add(c, "branch_add");
+    residual_add(c, "residual_add");
+    return;
+  }
+  const bool x_rg = c.flow.input_requires_grad;
+  const bool n1_rg = x_rg || c.trains(Weight::AttnNorm);
+  const bool n2_rg = shared ? n1_rg : x_rg || c.trains(Weight::MlpNorm);
+  dropout(c, "mlp.resid_drop", p);
+  if (m.is_moe()) moe(c, n2_rg);
+  else mlp(c, "", c.T, 1, n2_rg);
+  if (!shared && x_rg) norm(c, "post_attention_norm", c.trains(Weight::MlpNorm), mlp_input_uses(m));
+  dropout(c, "attn.resid_drop", p);
+  attention_part(c, n1_rg);
+  if (x_rg) norm(c, "input_norm", c.trains(Weight::AttnNorm), qkv_uses + (shared ? mlp_input_uses(m) : 0), /*residual=*/true);
+  if (x_rg && !shared) residual_add(c, "norm_grad_add");   // x's gradient: both norms' and the residual's
+}
+
 void block(Ctx& c) {
+  if (c.m.parallel_residual) {
+    parallel_block(c);
+    return;
+  }
   const std::int64_t qkv_uses = fused_qkv(c.m) ? 1 : 3;
   const double p = c.m.resid_dropout;
   if (!c.backward) {

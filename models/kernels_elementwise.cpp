@@ -140,7 +140,13 @@ void norm(KernelBuilder& b, const std::string& name, bool wgrad, std::int64_t gr
 void residual_add(KernelBuilder& b, const std::string& name) { b.elementwise(name, 3 * b.act(), MemoryClass::Residual); }
 
 void rotary(KernelBuilder& b) {
-  const std::int64_t q = b.T * b.m.n_heads * b.m.head_dim, k = b.T * b.m.n_kv_heads * b.m.head_dim;
+  // (partial rotary: the rotated slices; the torch.cat that joins the pass-through back is one copy each)
+  const std::int64_t rd = b.m.rope_dims();
+  const std::int64_t q = b.T * b.m.n_heads * rd, k = b.T * b.m.n_kv_heads * rd;
+  if (rd < b.m.head_dim && b.eager() && b.opt.implementation != ModelImpl::Fused) {
+    const Bytes whole = b.T * (b.m.n_heads + b.m.n_kv_heads) * b.m.head_dim * b.e;
+    b.elementwise(b.backward ? "rope_cat_bwd" : "rope_cat", 2 * whole, MemoryClass::Copy);
+  }
   if (!b.eager() || b.opt.implementation == ModelImpl::Fused) {
     b.elementwise(b.backward ? "rope_bwd" : "rope", 2 * (q + k) * b.e, MemoryClass::Rotary);   // read + write q and k
     return;

@@ -47,6 +47,9 @@ nlohmann::json model_to_json(const ModelSpec& m) {
   j["resid_dropout"] = m.resid_dropout;
   j["embd_dropout"] = m.embd_dropout;
   j["attn_dropout"] = m.attn_dropout;
+  j["parallel_residual"] = m.parallel_residual;
+  j["rotary_dim"] = m.positions == PositionKind::Rotary ? m.rope_dims() : 0;
+  j["lm_head_bias"] = m.lm_head_bias;
   return j;
 }
 

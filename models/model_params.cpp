@@ -11,7 +11,7 @@
 //   norms      block_norms per block (2: pre-attention, pre-MLP; gemma2 4), plus the q/k norms:
 //              per head [d] twice (qwen3) or over the whole projections [a*d] + [g*d] (olmo2)
 // Outside blocks: token embedding [V, h], learned positions [P, h], final norm, LM head [V, h]
-// (0 when tied: the head reuses the embedding's weight).
+// (0 when tied: the head reuses the embedding's weight) and its bias [V] where it has one (Phi).
 #include "models/model_spec.h"
 
 namespace fsdpsim::models {
@@ -64,7 +64,7 @@ ParamCounts count_params(const ModelSpec& m) {
   c.positions = m.positions == PositionKind::Learned ? m.max_positions * h : 0;
   c.embedding = V * h + c.positions;
   c.final_norm = norm_params(m);
-  c.lm_head = m.tied_embeddings ? 0 : V * h;
+  c.lm_head = (m.tied_embeddings ? 0 : V * h) + (m.lm_head_bias ? V : 0);
   c.total = c.embedding + c.blocks + c.final_norm + c.lm_head;
   c.matmul_active = m.n_layers * (attn_weights + mlp_matmul_active) + V * h;
   return c;

@@ -58,6 +58,15 @@ struct ModelSpec {
   double resid_dropout = 0.0;
   double embd_dropout = 0.0;
   double attn_dropout = 0.0;
+  // Parallel attention and MLP (GPT-NeoX's use_parallel_residual, Phi, litgpt's parallel_residual): both
+  // branches read the block's input, y = x + attn(norm_1(x)) + mlp(norm_2(x)); with block_norms = 1 one norm
+  // feeds both (Phi's input_layernorm, litgpt's shared_attention_norm).
+  bool parallel_residual = false;
+  // Head dimensions RoPE rotates (GPT-NeoX rotary_pct, Phi partial_rotary_factor, litgpt rotary_percentage
+  // times head_dim); 0 = all of head_dim. The rest passes through and is concatenated back (a copy).
+  std::int64_t rotary_dim = 0;
+  bool lm_head_bias = false;     // Phi's lm_head is nn.Linear(bias=True)
+  std::int64_t rope_dims() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
 
   bool is_moe() const { return n_experts > 0; }
   // Field-by-field (defaulted, so new fields are compared too): sim::simulate keys its per-thread

@@ -4,7 +4,11 @@
 //     input_layernorm, post_attention_layernorm}, model.norm, lm_head;
 //   gpt2: transformer.{wte, wpe, h.N.{ln_1, attn.{c_attn, c_proj}, ln_2, mlp.{c_fc, c_proj}}, ln_f}, lm_head;
 //   mpt (llm-foundry): transformer.{wte, wpe, blocks.N.{norm_1, attn.{Wqkv, out_proj}, norm_2,
-//     ffn.{up_proj, down_proj}}, norm_f} (lm_head only when untied).
+//     ffn.{up_proj, down_proj}}, norm_f} (lm_head only when untied);
+//   gpt_neox (modeling_gpt_neox.py): gpt_neox.{embed_in, layers.N.{input_layernorm, post_attention_layernorm,
+//     attention.{query_key_value, dense}, mlp.{dense_h_to_4h, dense_4h_to_h}}, final_layer_norm}, embed_out;
+//   phi (modeling_phi.py): model.{embed_tokens, layers.N.{self_attn.{q_proj, k_proj, v_proj, dense},
+//     mlp.{fc1, fc2}, input_layernorm}, final_layernorm}, lm_head (with a bias).
 // Children are listed in registration order (= named_parameters order, which FSDP1 flattens in);
 // exec_index records the order forward() calls them (a llama layer registers self_attn before
 // input_layernorm but runs the norm first). Parameter-free modules (dropout, activations, rotary
@@ -94,6 +98,12 @@ Names names_for(const ModelSpec& m) {
     n = {"GPT2", "GPT2LMHeadModel", "transformer", "GPT2Model", "wte", "wpe", "h", "ln_f", "ln_1", "attn", "ln_2", "mlp"};
   } else if (m.model_type == "mpt") {
     n = {"MPT", "MPTForCausalLM", "transformer", "MPTModel", "wte", "wpe", "blocks", "norm_f", "norm_1", "attn", "norm_2", "ffn"};
+  } else if (m.model_type == "gpt_neox") {
+    n = {"GPTNeoX", "GPTNeoXForCausalLM", "gpt_neox", "GPTNeoXModel", "embed_in", "", "layers", "final_layer_norm",
+         "input_layernorm", "attention", "post_attention_layernorm", "mlp"};
+  } else if (m.model_type == "phi") {
+    n = {"Phi", "PhiForCausalLM", "model", "PhiModel", "embed_tokens", "", "layers", "final_layernorm",
+         "input_layernorm", "self_attn", "", "mlp"};
   } else {
     std::string p = m.block_class;
     const std::string suffix = "DecoderLayer";
@@ -134,6 +144,16 @@ void add_attention(TreeBuilder& t, const ModelSpec& m, const Names& n, int blk, 
                          layer, exec_rank);
     t.linear(at, "Wqkv", "Linear", h, q + 2 * kv, m.qkv_bias, false, B, layer);
     t.linear(at, "out_proj", "Linear", q, h, m.out_bias, false, B, layer);
+  } else if (m.model_type == "gpt_neox" && !fused_qkv) {   // GPTNeoXAttention: query_key_value, dense
+    const int at = t.add(blk, n.attn, "GPTNeoXAttention", B, layer, exec_rank);
+    t.linear(at, "query_key_value", "Linear", h, q + 2 * kv, m.qkv_bias, false, B, layer);
+    t.linear(at, "dense", "Linear", q, h, m.out_bias, false, B, layer);
+  } else if (m.model_type == "phi" && !fused_qkv) {   // PhiAttention: q_proj, k_proj, v_proj, dense
+    const int at = t.add(blk, n.attn, "PhiAttention", B, layer, exec_rank);
+    t.linear(at, "q_proj", "Linear", h, q, m.qkv_bias, false, B, layer);
+    t.linear(at, "k_proj", "Linear", h, kv, m.qkv_bias, false, B, layer);
+    t.linear(at, "v_proj", "Linear", h, kv, m.qkv_bias, false, B, layer);
+    t.linear(at, "dense", "Linear", q, h, m.out_bias, false, B, layer);
   } else if (m.model_type == "phi3") {   // Phi3Attention: o_proj, then the fused qkv_proj
     const int at = t.add(blk, n.attn, n.prefix + "Attention", B, layer, exec_rank);
     t.linear(at, "o_proj", "Linear", q, h, m.out_bias, false, B, layer);
@@ -167,6 +187,12 @@ void add_mlp_body(TreeBuilder& t, const ModelSpec& m, int parent, int layer, boo
     if (m.model_type == "gpt2") {
       t.linear(parent, "c_fc", "Conv1D", h, f, m.mlp_bias, conv, B, layer);
       t.linear(parent, "c_proj", "Conv1D", f, h, m.mlp_bias, conv, B, layer);
+    } else if (m.model_type == "gpt_neox") {
+      t.linear(parent, "dense_h_to_4h", "Linear", h, f, m.mlp_bias, false, B, layer);
+      t.linear(parent, "dense_4h_to_h", "Linear", f, h, m.mlp_bias, false, B, layer);
+    } else if (m.model_type == "phi") {
+      t.linear(parent, "fc1", "Linear", h, f, m.mlp_bias, false, B, layer);
+      t.linear(parent, "fc2", "Linear", f, h, m.mlp_bias, false, B, layer);
     } else {
       t.linear(parent, expert ? "w1" : "up_proj", "Linear", h, f, m.mlp_bias, false, B, layer);
       t.linear(parent, expert ? "w2" : "down_proj", "Linear", f, h, m.mlp_bias, false, B, layer);
@@ -217,10 +243,13 @@ void add_mlp(TreeBuilder& t, const ModelSpec& m, const Names& n, int blk, int la
 
 std::vector<Module> build_module_tree(const ModelSpec& m, ModelImpl impl) {
   const Names n = names_for(m);
-  const bool hf_llama = m.model_type != "gpt2" && m.model_type != "mpt";
+  const bool hf_llama = m.model_type != "gpt2" && m.model_type != "mpt" && m.model_type != "gpt_neox" && m.model_type != "phi";
   // litgpt's Block (litgpt/model.py): norm_1, attn (one fused qkv linear and proj), norm_2, mlp, registered
   // in execution order, for the llama-family models with plain blocks (two norms, no q/k norms, dense MLP)
-  const bool litgpt = impl == ModelImpl::LitGPT && hf_llama && m.model_type != "phi3" && m.block_norms == 2 &&
+  // (and for GPT-NeoX / Phi shapes: litgpt's parallel_residual Block, norm_2 absent with shared_attention_norm)
+  const bool litgpt_shape = hf_llama || m.model_type == "gpt_neox" || m.model_type == "phi";
+  const bool litgpt = impl == ModelImpl::LitGPT && litgpt_shape && m.model_type != "phi3" &&
+                      (m.block_norms == 2 || (m.parallel_residual && m.block_norms == 1)) &&
                       m.qk_norm == QkNorm::None && !m.is_moe();
   TreeBuilder t(n.root_type);
   const int base = t.add(0, n.base, n.base_type, ModulePart::Embedding, -1);
@@ -250,8 +279,17 @@ std::vector<Module> build_module_tree(const ModelSpec& m, ModelImpl impl) {
     } else if (litgpt) {
       add_norm(t, m, n, blk, n.in_norm, ModulePart::Block, L, 0);
       add_attention(t, m, n, blk, L, 1, true);
-      add_norm(t, m, n, blk, n.post_norm, ModulePart::Block, L, 2);
+      if (m.block_norms == 2) add_norm(t, m, n, blk, n.post_norm.empty() ? "norm_2" : n.post_norm, ModulePart::Block, L, 2);
       add_mlp(t, m, n, blk, L, 3);
+    } else if (m.model_type == "gpt_neox") {   // registered both norms, attention, mlp; run norm, attn, norm, mlp
+      add_norm(t, m, n, blk, n.in_norm, ModulePart::Block, L, 0);
+      add_norm(t, m, n, blk, n.post_norm, ModulePart::Block, L, 2);
+      add_attention(t, m, n, blk, L, 1);
+      add_mlp(t, m, n, blk, L, 3);
+    } else if (m.model_type == "phi") {   // registered self_attn, mlp, input_layernorm; run the norm, attn, mlp
+      add_attention(t, m, n, blk, L, 1);
+      add_mlp(t, m, n, blk, L, 2);
+      add_norm(t, m, n, blk, n.in_norm, ModulePart::Block, L, 0);
     } else if (hf_llama) {  // registered self_attn, mlp, input_layernorm, post_attention_layernorm; run norm, attn, norm, mlp
       add_attention(t, m, n, blk, L, 1);
       add_mlp(t, m, n, blk, L, 3);
@@ -267,8 +305,9 @@ std::vector<Module> build_module_tree(const ModelSpec& m, ModelImpl impl) {
   add_norm(t, m, n, base, n.norm_f, ModulePart::FinalNormAndHead, -1, -1);
   // MPT has no lm_head module when tied (it calls F.linear on wte.weight); HF models keep a tied one.
   if (!(m.model_type == "mpt" && m.tied_embeddings)) {
-    const int head = t.add(0, "lm_head", "Linear", ModulePart::FinalNormAndHead, -1);
+    const int head = t.add(0, m.model_type == "gpt_neox" ? "embed_out" : "lm_head", "Linear", ModulePart::FinalNormAndHead, -1);
     if (!m.tied_embeddings) t.param(head, "weight", {m.vocab_size, m.hidden});
+    if (m.lm_head_bias) t.param(head, "bias", {m.vocab_size});
   }
   return t.finish();
 }

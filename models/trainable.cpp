@@ -141,10 +141,11 @@ TrainableSet lora_trainable_set(const ModelSpec& m, ModelImpl impl, const LoraSh
 }
 
 // Names as models/module_tree.cpp builds them: "<base>.<layers>.<N>.<module path>.<param>" with the
-// blocks under model.layers (llama family), transformer.h (gpt2) or transformer.blocks (mpt).
+// blocks under model.layers (llama family, phi), transformer.h (gpt2), transformer.blocks (mpt) or
+// gpt_neox.layers (gpt_neox).
 TensorWeight tensor_weight(const std::string& name) {
   TensorWeight t;
-  static const char* const kBlockLists[] = {"model.layers.", "transformer.h.", "transformer.blocks."};
+  static const char* const kBlockLists[] = {"model.layers.", "transformer.h.", "transformer.blocks.", "gpt_neox.layers."};
   for (const char* list : kBlockLists) {
     const std::string prefix(list);
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
@@ -171,9 +172,11 @@ TensorWeight tensor_weight(const std::string& name) {
       t.weights = weight_bit(Weight::K) | weight_bit(Weight::QKV);
     } else if (contains(rest, "v_proj.")) {
       t.weights = weight_bit(Weight::V) | weight_bit(Weight::QKV);
-    } else if (contains(rest, "qkv_proj.") || contains(rest, "c_attn.") || contains(rest, "Wqkv.")) {
+    } else if (contains(rest, "qkv_proj.") || contains(rest, "c_attn.") || contains(rest, "Wqkv.") ||
+               contains(rest, "query_key_value.")) {
       t.weights = kAttentionWeights;
-    } else if (contains(rest, "o_proj.") || contains(rest, "out_proj.") || contains(rest, "attn.c_proj.")) {
+    } else if (contains(rest, "o_proj.") || contains(rest, "out_proj.") || contains(rest, "attn.c_proj.") ||
+               contains(rest, "attention.dense.") || contains(rest, "self_attn.dense.")) {
       t.weights = weight_bit(Weight::Out);
     } else if (contains(rest, "gate_up_proj.")) {
       t.weights = weight_bit(Weight::Gate) | weight_bit(Weight::Up);
@@ -181,16 +184,17 @@ TensorWeight tensor_weight(const std::string& name) {
       t.weights = weight_bit(Weight::Gate);
     } else if (contains(rest, "up_proj.")) {
       t.weights = weight_bit(Weight::Up) | weight_bit(Weight::Fc);   // MPT's plain MLP names its first up_proj
-    } else if (contains(rest, "c_fc.")) {
+    } else if (contains(rest, "c_fc.") || contains(rest, "dense_h_to_4h.") || contains(rest, "mlp.fc1.")) {
       t.weights = weight_bit(Weight::Fc);
-    } else if (contains(rest, "down_proj.") || contains(rest, "mlp.c_proj.")) {
+    } else if (contains(rest, "down_proj.") || contains(rest, "mlp.c_proj.") || contains(rest, "dense_4h_to_h.") ||
+               contains(rest, "mlp.fc2.")) {
       t.weights = weight_bit(Weight::Down);
     }
     return t;
   }
   // Outside the blocks: the embeddings (and learned positions), the final norm, the LM head.
   if (contains(name, "lora_")) t.weights = weight_bit(Weight::Adapter);
-  else if (contains(name, "lm_head")) t.weights = weight_bit(Weight::LmHead);
+  else if (contains(name, "lm_head") || contains(name, "embed_out")) t.weights = weight_bit(Weight::LmHead);
   else if (contains(name, "embed") || contains(name, "wte") || contains(name, "wpe")) t.weights = weight_bit(Weight::Embedding);
   else t.weights = weight_bit(Weight::FinalNorm);
   return t;

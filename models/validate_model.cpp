@@ -54,6 +54,15 @@ void validate_model(const ModelSpec& m, const std::string& source) {
   if (m.n_heads % m.n_kv_heads != 0)
     throw InputError(source + ":" + k.kv, std::to_string(m.n_kv_heads),
                      "a divisor of " + std::string(k.heads) + " (" + std::to_string(m.n_heads) + ")");
+  if (m.rotary_dim != 0) {
+    const char* key = m.model_type == "gpt_neox" ? "rotary_pct" : "partial_rotary_factor";
+    if (m.positions != PositionKind::Rotary || m.rotary_dim < 2 || m.rotary_dim > m.head_dim || m.rotary_dim % 2 != 0)
+      throw InputError(source + ":" + key, std::to_string(m.rotary_dim) + " rotated dimensions",
+                       "an even number of dimensions in [2, head_dim = " + std::to_string(m.head_dim) + "] (rotary positions)");
+  }
+  if (m.parallel_residual && m.block_norms != 1 && m.block_norms != 2)
+    throw InputError(source + ":use_parallel_residual", "true",
+                     "a block of one shared norm or two pre-norms (this block has " + std::to_string(m.block_norms) + ")");
   if (m.n_experts != 0 || m.experts_top_k != 0) {
     check_range(source, k.experts, m.n_experts, 1, kMaxExperts);
     check_range(source, k.top_k, m.experts_top_k, 1, m.n_experts);

@@ -12,6 +12,9 @@ Dims runtime_dims(const models::ModelSpec& m, std::int64_t micro_batch, std::int
   if (m.norm != models::NormKind::RMSNorm) throw InputError("model.norm", "LayerNorm", what + " (RMSNorm)");
   if (m.mlp != models::MlpKind::SwiGLU) throw InputError("model.mlp", m.mlp == models::MlpKind::GeGLU ? "GeGLU" : "Plain", what + " (SwiGLU MLP)");
   if (m.positions != models::PositionKind::Rotary) throw InputError("model.positions", "learned", what + " (rotary positions)");
+  if (m.parallel_residual) throw InputError("model.parallel_residual", "true", what + " (sequential blocks)");
+  if (m.rope_dims() != m.head_dim)
+    throw InputError("model.rotary_dim", std::to_string(m.rotary_dim), what + " (RoPE on the whole head)");
   if (m.is_moe()) throw InputError("model.n_experts", std::to_string(m.n_experts), what + " (dense MLP, n_experts = 0)");
   if (m.n_kv_heads <= 0 || m.n_heads % m.n_kv_heads != 0)
     throw InputError("model.n_kv_heads", std::to_string(m.n_kv_heads), "a positive divisor of n_heads");

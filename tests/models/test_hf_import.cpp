@@ -245,3 +245,70 @@ TEST(HfImport, NewTypesModuleTreesAgreeWithTheCounts) {
     EXPECT_EQ(n, count_params(m).total) << f;
   }
 }
+
+// EleutherAI/pythia-160m (GPT-NeoX): 162,322,944 parameters. embed_in 50304 x 768 = 38,633,472; per block 2
+// LayerNorms 3,072 + query_key_value 768 x 2304 + 2304 + dense 768^2 + 768 + dense_h_to_4h 768 x 3072 + 3072 +
+// dense_4h_to_h 3072 x 768 + 768 = 7,087,872, x 12 = 85,054,464; final LayerNorm 1,536; embed_out 38,633,472.
+TEST(HfImport, GptNeoxParallelResidualAndPartialRotary) {
+  Json j = Json::parse(R"({"model_type":"gpt_neox","hidden_size":768,"intermediate_size":3072,"num_hidden_layers":12,
+      "num_attention_heads":12,"rotary_pct":0.25,"rotary_emb_base":10000,"use_parallel_residual":true,
+      "vocab_size":50304,"max_position_embeddings":2048,"hidden_act":"gelu","layer_norm_eps":1e-05,
+      "tie_word_embeddings":false,"attention_dropout":0.0,"hidden_dropout":0.0,"torch_dtype":"float16"})");
+  const ModelSpec m = import_hf_config(j, "pythia");
+  EXPECT_EQ(m.block_class, "GPTNeoXLayer");
+  EXPECT_TRUE(m.parallel_residual);
+  EXPECT_EQ(m.block_norms, 2);
+  EXPECT_EQ(m.rotary_dim, 16);   // int(64 * 0.25)
+  EXPECT_TRUE(m.qkv_bias && m.out_bias && m.mlp_bias);
+  EXPECT_EQ(m.norm, NormKind::LayerNorm);
+  EXPECT_EQ(m.mlp, MlpKind::Plain);
+  EXPECT_EQ(count_params(m).per_block, 7'087'872);
+  EXPECT_EQ(count_params(m).total, 162'322'944);
+  std::int64_t n = 0;
+  bool head = false;
+  for (const auto& mod : build_module_tree(m)) {
+    for (const auto& p : mod.params) n += p.numel();
+    head = head || mod.name == "embed_out";
+  }
+  EXPECT_EQ(n, count_params(m).total);
+  EXPECT_TRUE(head);
+  // use_parallel_residual false: the sequential block; rotary_pct 1: all of the head (rotary_dim 0)
+  j["use_parallel_residual"] = false;
+  j["rotary_pct"] = 1.0;
+  const ModelSpec s = import_hf_config(j, "pythia");
+  EXPECT_FALSE(s.parallel_residual);
+  EXPECT_EQ(s.rotary_dim, 0);
+  EXPECT_EQ(s.rope_dims(), 64);
+}
+
+TEST(HfImport, PhiSharedNormHeadBiasAndItsErrors) {
+  const ModelSpec m = load_model("phi-1.5");
+  EXPECT_EQ(m.model_type, "phi");
+  EXPECT_EQ(m.block_class, "PhiDecoderLayer");
+  EXPECT_TRUE(m.parallel_residual);
+  EXPECT_EQ(m.block_norms, 1);
+  EXPECT_EQ(m.rotary_dim, 32);
+  EXPECT_EQ(m.n_kv_heads, 32);   // num_key_value_heads null -> the heads
+  EXPECT_TRUE(m.lm_head_bias);
+  EXPECT_EQ(count_params(m).lm_head, 51200 * 2048 + 51200);
+  Json j = Json::parse(R"({"model_type":"phi","hidden_size":2048,"intermediate_size":8192,"num_hidden_layers":24,
+      "num_attention_heads":32,"vocab_size":51200,"qk_layernorm":true})");
+  try {
+    import_hf_config(j, "cfg");
+    FAIL() << "qk_layernorm accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "cfg:qk_layernorm");
+  }
+  j["qk_layernorm"] = false;
+  for (double bad : {0.3, 1.5, 0.0}) {   // 0.3 * 64 = 19.2 -> 19 (odd); 1.5 and 0 out of (0, 1]
+    j["partial_rotary_factor"] = bad;
+    try {
+      import_hf_config(j, "cfg");
+      FAIL() << "partial_rotary_factor " << bad << " accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), "cfg:partial_rotary_factor") << bad;
+    }
+  }
+  j.erase("partial_rotary_factor");
+  EXPECT_EQ(import_hf_config(j, "cfg").rotary_dim, 32);   // PhiConfig's default 0.5
+}

@@ -199,6 +199,96 @@ TEST(Implementation, HfGpt2KeepsTheWholeQkvAndGeluNewChain) {
   EXPECT_EQ(bm.saved_bytes(), 608 + 5 * 256);
 }
 
+namespace {
+// Phi shaped (HF PhiDecoderLayer): one LayerNorm feeding attention and MLP in parallel, separate q, k, v and
+// dense with biases, RoPE on half of each head (rotary_dim 2 of head_dim 4), fc1 -> gelu_new -> fc2; MHA.
+ModelSpec tiny_phi() {
+  ModelSpec m = tiny_gpt2();
+  m.model_type = "phi";
+  m.ffn_hidden = 16;
+  m.positions = PositionKind::Rotary;
+  m.conv1d_weights = false;
+  m.parallel_residual = true;
+  m.block_norms = 1;
+  m.rotary_dim = 2;
+  return m;
+}
+// GPT-NeoX shaped (HF GPTNeoXLayer, use_parallel_residual): two LayerNorms on x, one query_key_value linear,
+// RoPE on half of each head, exact GELU.
+ModelSpec tiny_neox() {
+  ModelSpec m = tiny_phi();
+  m.model_type = "gpt_neox";
+  m.block_norms = 2;
+  m.hidden_act = "gelu";
+  return m;
+}
+}  // namespace
+
+// T = 4, h = 8, a = g = 2, d = 4 (q, k, v: 64 each), f = 16 (f-wide: 128), rotary_dim 2: the rotated slices are
+// half of q and k (32), and torch.cat((q_rot, q_pass)) makes q and k whole again (64), which SDPA saves.
+TEST(Implementation, HfPhiParallelBlockByHand) {
+  const BlockMemory bm = block(tiny_phi(), CheckpointMode::None, ModelImpl::HF);
+  EXPECT_EQ(entries(bm), (Entries{
+                             {"x", 64},               // native_layer_norm saves its input (the one norm)
+                             {"attn_norm.out", 64},   // q/k/v_proj's input and fc1's: one tensor
+                             {"attn_norm.mean", 16},
+                             {"attn_norm.rstd", 16},
+                             {"attn.v", 64},          // v_proj output, saved by SDPA
+                             {"attn.q_rope", 64},     // cat((q_embed, q_pass))
+                             {"attn.k_rope", 64},
+                             {"attn.out", 64},
+                             {"attn.lse", 32},
+                             {"mlp.fc", 128},         // the gelu_new chain as in GPT-2 (pow saves x)
+                             {"mlp.gelu_half", 128},
+                             {"mlp.gelu_tanh", 128},
+                             {"mlp.gelu_one_plus", 128},
+                             {"mlp.act", 128},        // fc2's input
+                         }));
+  // no second norm and no h-wide residual between the branches: 64+64+16+16 + 4*64+32 + 5*128 = 1088
+  EXPECT_EQ(bm.saved_bytes(), 1088);
+}
+
+TEST(Implementation, HfGptNeoxParallelBlockByHand) {
+  const BlockMemory bm = block(tiny_neox(), CheckpointMode::None, ModelImpl::HF);
+  EXPECT_EQ(entries(bm), (Entries{
+                             {"x", 64},               // both LayerNorms save x: one storage
+                             {"attn_norm.out", 64},
+                             {"attn_norm.mean", 16},
+                             {"attn_norm.rstd", 16},
+                             {"attn.qkv", 192},       // query_key_value output: SDPA saves the v view of it
+                             {"attn.q_rope", 64},
+                             {"attn.k_rope", 64},
+                             {"attn.out", 64},
+                             {"attn.lse", 32},
+                             {"mlp_norm.out", 64},    // dense_h_to_4h's input
+                             {"mlp_norm.mean", 16},
+                             {"mlp_norm.rstd", 16},
+                             {"mlp.fc", 128},         // exact GELU saves its input
+                             {"mlp.act", 128},        // dense_4h_to_h's input
+                         }));
+  EXPECT_EQ(bm.saved_bytes(), 64 + 64 + 16 + 16 + 192 + 64 + 64 + 64 + 32 + 64 + 16 + 16 + 128 + 128);
+}
+
+// litgpt's Block with parallel_residual and shared_attention_norm (its phi-1_5 config): the fused qkv linear,
+// apply_rope on q[..., :rope_n_elem] and torch.cat with the rest, GptNeoxMLP (fc -> F.gelu -> proj).
+TEST(Implementation, LitgptSharedNormParallelBlockByHand) {
+  const BlockMemory bm = block(tiny_phi(), CheckpointMode::None, ModelImpl::LitGPT);
+  EXPECT_EQ(entries(bm), (Entries{
+                             {"x", 64},
+                             {"attn_norm.out", 64},
+                             {"attn_norm.mean", 16},
+                             {"attn_norm.rstd", 16},
+                             {"attn.qkv", 192},       // the fused qkv output: SDPA's v is a view of it
+                             {"attn.q_rope", 64},
+                             {"attn.k_rope", 64},
+                             {"attn.out", 64},
+                             {"attn.lse", 32},
+                             {"mlp.fc", 128},         // F.gelu(approximate="tanh"): one kernel saving its input
+                             {"mlp.act", 128},
+                         }));
+  EXPECT_EQ(bm.saved_bytes(), 64 + 64 + 16 + 16 + 192 + 64 + 64 + 64 + 32 + 128 + 128);
+}
+
 // GPT-2's resid_pdrop (GPT2Attention.resid_dropout after c_proj, GPT2MLP.dropout after its c_proj):
 // native_dropout saves a bool mask of its [T, h] input, 1 byte per element: T*h = 32 bytes each, in
 // forward order after the branch output it masks. With p = 0 nothing changes.

@@ -23,6 +23,12 @@ TEST(Params, EveryZooModelExact) {
       {"mpt-760m", 760'470'528},      {"mpt-1b", 1'315'950'592},       {"mpt-3b", 2'651'837'440},
       {"mpt-7b", 6'658'859'008},      {"mpt-13b", 12'853'954'560},     {"mpt-30b", 29'975'214'080},
       {"mpt-70b", 64'862'437'376},
+      // By hand from the configs (the cards round: "1.3B", "3B"): phi-1.5 = embedding 51200 x 2048 + 24 x
+      // (LayerNorm 2 x 2048 + q, k, v, dense 4 x (2048^2 + 2048) + fc1 2048 x 8192 + 8192 + fc2 8192 x 2048 +
+      // 2048) + final LayerNorm 4096 + lm_head 51200 x 2048 + its bias 51200; StableLM-Base-Alpha-3B = embed_in
+      // 50688 x 4096 + 16 x (2 LayerNorms 4 x 4096 + query_key_value 4096 x 12288 + 12288 + dense 4096^2 +
+      // 4096 + dense_h_to_4h 4096 x 16384 + 16384 + dense_4h_to_h 16384 x 4096 + 4096) + final 8192 + embed_out.
+      {"phi-1.5", 1'418'270'720},     {"stablelm-alpha-3b", 3'637'321'728},
   };
   EXPECT_EQ(zoo_names().size(), expected.size());
   for (const auto& name : zoo_names()) {
