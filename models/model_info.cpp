@@ -138,6 +138,13 @@ std::string model_info_text(const ModelSpec& spec, const ModelInfoRequest& req) 
     << ", biases qkv/out/mlp " << md["qkv_bias"] << "/" << md["out_bias"] << "/" << md["mlp_bias"];
   if (md["n_experts"].get<std::int64_t>() > 0)
     o << ", MoE " << md["n_experts"] << " experts top-" << md["experts_top_k"];
+  if (md["parallel_residual"].get<bool>())
+    o << "\n  parallel block: attention and MLP both read the block input ("
+      << (md["block_norms"].get<std::int64_t>() == 1 ? "one shared norm" : "a norm each") << ")";
+  if (md["positions"] == "rotary" && md["rotary_dim"] != md["head_dim"])
+    o << (md["parallel_residual"].get<bool>() ? "; " : "\n  ") << "RoPE on " << md["rotary_dim"] << " of "
+      << md["head_dim"] << " head dims";
+  if (md["lm_head_bias"].get<bool>()) o << "; lm_head has a bias";
   o << "\n\nParameters (exact)\n"
     << "  total          " << i64("params_total") << "\n"
     << "  embedding      " << i64("params_embedding") << "\n"
