@@ -368,7 +368,7 @@ double HardwareProfile::peak_flops(Dtype dtype) const {
   double p = impl_->cp.peak_flops[static_cast<int>(dtype)];
   if (p <= 0)
     throw InputError("dtype", std::string(dtype_name(dtype)), impl_->cluster.gpu + " has no " + std::string(dtype_name(dtype)) +
-                                                                   " compute in its profile (e.g. no fp8 tensor cores before Hopper)");
+                                                                   " compute in its profile (e.g. fp8 tensor cores: Ada sm_89, Hopper and later)");
   return p;
 }
 
@@ -380,7 +380,8 @@ TimeNs HardwareProfile::gemm_time(std::int64_t m, std::int64_t n, std::int64_t k
   if (dtype == Dtype::FP8 && impl_->cp.peak_flops[static_cast<int>(Dtype::FP8)] <= 0)
     // fp8 GEMMs come only from torchao float8 training (plan key float8): name it.
     throw InputError("plan.float8", "(fp8 GEMMs on " + impl_->cluster.gpu + ")",
-                     "float8 training needs fp8 tensor cores (H100, H200, B200: Hopper or later); " +
+                     "float8 training needs fp8 tensor cores (Ada sm_89, Hopper and later; the built-in profiles with fp8: H100, "
+                     "H200, B200); " +
                          impl_->cluster.gpu + " has none in its profile: use float8 \"none\"");
   peak_flops(dtype);   // unsupported dtype -> InputError
   return model_gemm_time(impl_->cp, m, n, k, dtype);

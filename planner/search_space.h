@@ -45,7 +45,7 @@ struct PrecisionPreset {
   bool fp8_all_gather = false;
   std::string meaning;     // one line for --help and the report
   // torchao float8 compute (plan key float8); fp8_all_gather implies tensorwise. A GPU without fp8
-  // tensor cores (before Hopper) makes such a candidate invalid (InputError naming plan.float8).
+  // tensor cores in its profile (A100; the RTX4090 profile lists no fp8 peak) makes such a candidate invalid (InputError naming plan.float8).
   models::Float8Recipe float8 = models::Float8Recipe::None;
 };
 const std::vector<PrecisionPreset>& precision_presets();
