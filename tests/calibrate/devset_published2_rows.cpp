@@ -46,18 +46,16 @@ const char* kLitgptAssumes =
     "figure = max_memory_allocated/1e9 over the whole run -> max(first, steady) peak allocated";
 
 // The same table's Phi-1.5 and StableLM-Base-Alpha-3B rows (litgpt's configs: parallel_residual, LayerNorm,
-// GptNeoxMLP, partial RoPE; Phi-1.5 with shared_attention_norm; lit_gpt/config.py at 8641822): their tokenizers
-// (Phi-1.5: CodeGen's GPT-2-style BPE, 51k; StableLM: GPT-NeoX's BPE, 50k) cut alpaca into fewer tokens than
-// Llama-2's 32k SentencePiece; the record gives only the table's range of longest samples, 1044-1304 tokens:
-// these rows take its lower end, 1044 (an assumption, not measured: the sentence below says so).
+// GptNeoxMLP, partial RoPE; Phi-1.5 with shared_attention_norm; lit_gpt/config.py at 8641822). resource-tables.md
+// (e567dbe) gives each tokenizer's longest alpaca sample, the one the first micro-batch is forced to: phi1.5 1044
+// tokens, StableLM Alpha 1034 (Llama 2 1304).
 const char* kLitgptSmallVocabAssumes =
     "litgpt finetune/lora.py (8641822): FSDP1 FULL_SHARD use_orig_params, full AC per Block, bf16-true, AdamW; "
     "grad_accum = 128 / micro_batch under fabric.no_backward_sync -> FSDP no_sync; root frozen (lora_head False); "
-    "litgpt's parallel-residual Block with partial RoPE (Phi-1.5: one shared norm); seq_len = 1044, the lower end "
-    "of the record's 'max 1044-1304 tokens' taken for these ~50k-vocabulary BPE tokenizers (not measured: the "
-    "longest alpaca sample for this tokenizer is not in the record; at 1304, the Llama-2 rows' length, these rows "
-    "read +0.7% to +9.3% instead); figure = max_memory_allocated/1e9 over the whole run -> max(first, steady) peak "
-    "allocated";
+    "litgpt's parallel-residual Block with partial RoPE (Phi-1.5: one shared norm); seq_len = the longest alpaca "
+    "sample for the model's tokenizer, as resource-tables.md states it (phi1.5 1044, StableLM Alpha 1034 tokens), for "
+    "every micro-batch (only the first is forced to it); figure = max_memory_allocated/1e9 over the whole run -> "
+    "max(first, steady) peak allocated";
 
 // Time (litgpt's "time for 1k iterations"): finetune/lora.py's loop counts one iteration per micro-batch
 // (iter_num over get_batch of micro_batch_size samples; the optimizer steps every 128 / micro_batch of them),
@@ -177,11 +175,11 @@ const std::vector<Row> kRows = {
      kLitgptSmallVocabAssumes, nullptr, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch, kLitgptTimeAssumes},
     {"gt0509", "phi-1.5", "2xA100-40GB", LITGPT_PLAN(4, 1044, 32), MemoryKind::Allocated, "FSDP1 LoRA AC mb4 s1044 bf16-true",
      kLitgptSmallVocabAssumes, nullptr, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch, kLitgptTimeAssumes},
-    {"gt0510", "stablelm-alpha-3b", "2xA100-40GB", LITGPT_PLAN(1, 1044, 128), MemoryKind::Allocated, "FSDP1 LoRA AC mb1 s1044 bf16-true",
+    {"gt0510", "stablelm-alpha-3b", "2xA100-40GB", LITGPT_PLAN(1, 1034, 128), MemoryKind::Allocated, "FSDP1 LoRA AC mb1 s1034 bf16-true",
      kLitgptSmallVocabAssumes, nullptr, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch, kLitgptTimeAssumes},
-    {"gt0511", "stablelm-alpha-3b", "2xA100-40GB", LITGPT_PLAN(2, 1044, 64), MemoryKind::Allocated, "FSDP1 LoRA AC mb2 s1044 bf16-true",
+    {"gt0511", "stablelm-alpha-3b", "2xA100-40GB", LITGPT_PLAN(2, 1034, 64), MemoryKind::Allocated, "FSDP1 LoRA AC mb2 s1034 bf16-true",
      kLitgptSmallVocabAssumes, nullptr, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch, kLitgptTimeAssumes},
-    {"gt0512", "stablelm-alpha-3b", "2xA100-40GB", LITGPT_PLAN(4, 1044, 32), MemoryKind::Allocated, "FSDP1 LoRA AC mb4 s1044 bf16-true",
+    {"gt0512", "stablelm-alpha-3b", "2xA100-40GB", LITGPT_PLAN(4, 1034, 32), MemoryKind::Allocated, "FSDP1 LoRA AC mb4 s1034 bf16-true",
      kLitgptSmallVocabAssumes, nullptr, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch, kLitgptTimeAssumes},
     {"gt0513", "llama2-7b", "2xA100-40GB", LITGPT_PLAN(1, 1304, 128), MemoryKind::Allocated, "FSDP1 LoRA AC mb1 s1304 bf16-true",
      kLitgptAssumes, nullptr, TimeMetric::SecondsPerMicroBatchIteration, kLitgptTimePatch,
