@@ -68,6 +68,15 @@ class Cfg {
   std::string src_;
 };
 
+// The size keys transformers' configs share (required: a default would describe another model).
+void read_sizes(const Cfg& c, const std::string& type, ModelSpec& m) {
+  m.hidden = c.req_int({"hidden_size"}, type);
+  m.n_layers = c.req_int({"num_hidden_layers"}, type);
+  m.n_heads = c.req_int({"num_attention_heads"}, type);
+  m.vocab_size = c.req_int({"vocab_size"}, type);
+  m.ffn_hidden = c.req_int({"intermediate_size"}, type);
+}
+
 MlpKind gated_kind(const Cfg& c, const std::string& act, const std::string& key) {
   if (act.find("gelu") != std::string::npos) return MlpKind::GeGLU;
   if (act == "silu" || act == "swish") return MlpKind::SwiGLU;
@@ -110,11 +119,7 @@ void import_llama_family(const Cfg& c, const std::string& type, ModelSpec& m) {
   for (const auto& k : kTypes)
     if (type == k.type) t = &k;
   m.block_class = t->cls;
-  m.hidden = c.req_int({"hidden_size"}, type);
-  m.n_layers = c.req_int({"num_hidden_layers"}, type);
-  m.n_heads = c.req_int({"num_attention_heads"}, type);
-  m.vocab_size = c.req_int({"vocab_size"}, type);
-  m.ffn_hidden = c.req_int({"intermediate_size"}, type);
+  read_sizes(c, type, m);
   m.n_kv_heads = c.opt_int({"num_key_value_heads"}, m.n_heads);
   if (c.has("head_dim")) {
     m.head_dim = c.opt_int({"head_dim"}, 0);
@@ -218,11 +223,7 @@ std::int64_t rotary_dims(const Cfg& c, const char* key, double fraction, std::in
 // hidden_dropout drops the embeddings and both branches (post_attention_dropout, post_mlp_dropout).
 void import_gpt_neox(const Cfg& c, ModelSpec& m) {
   m.block_class = "GPTNeoXLayer";
-  m.hidden = c.req_int({"hidden_size"}, "gpt_neox");
-  m.n_layers = c.req_int({"num_hidden_layers"}, "gpt_neox");
-  m.n_heads = c.req_int({"num_attention_heads"}, "gpt_neox");
-  m.vocab_size = c.req_int({"vocab_size"}, "gpt_neox");
-  m.ffn_hidden = c.req_int({"intermediate_size"}, "gpt_neox");
+  read_sizes(c, "gpt_neox", m);
   m.n_kv_heads = m.n_heads;
   m.head_dim = head_dim_of(c, m, "num_attention_heads", "hidden_size");
   m.max_positions = c.opt_int({"max_position_embeddings"}, 2048);
@@ -247,11 +248,7 @@ void import_gpt_neox(const Cfg& c, ModelSpec& m) {
 // lm_head with a bias; resid_pdrop on both branches, embd_pdrop after the embedding.
 void import_phi(const Cfg& c, ModelSpec& m) {
   m.block_class = "PhiDecoderLayer";
-  m.hidden = c.req_int({"hidden_size"}, "phi");
-  m.n_layers = c.req_int({"num_hidden_layers"}, "phi");
-  m.n_heads = c.req_int({"num_attention_heads"}, "phi");
-  m.vocab_size = c.req_int({"vocab_size"}, "phi");
-  m.ffn_hidden = c.req_int({"intermediate_size"}, "phi");
+  read_sizes(c, "phi", m);
   m.head_dim = head_dim_of(c, m, "num_attention_heads", "hidden_size");
   // num_key_value_heads: null or absent -> num_attention_heads (PhiConfig)
   m.n_kv_heads = c.has("num_key_value_heads") && !c.raw("num_key_value_heads").is_null()
