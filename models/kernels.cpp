@@ -343,11 +343,20 @@ void parallel_block(Ctx& c) {
   const bool x_rg = c.flow.input_requires_grad;
   const bool n1_rg = x_rg || c.trains(Weight::AttnNorm);
   const bool n2_rg = shared ? n1_rg : x_rg || c.trains(Weight::MlpNorm);
-  dropout(c, "mlp.resid_drop", p);
-  if (m.is_moe()) moe(c, n2_rg);
-  else mlp(c, "", c.T, 1, n2_rg);
-  if (!shared && x_rg) norm(c, "post_attention_norm", c.trains(Weight::MlpNorm), mlp_input_uses(m));
-  dropout(c, "attn.resid_drop", p);
+  const bool attn_rg = n1_rg || q_trains(c) || k_trains(c) || v_trains(c) || qkv_adapted(c) || c.trains(Weight::Out) ||
+                       c.adapted(Weight::Out);
+  constexpr WeightMask kMlp = weight_bit(Weight::Gate) | weight_bit(Weight::Up) | weight_bit(Weight::Fc) |
+                              weight_bit(Weight::Down) | weight_bit(Weight::Router) | weight_bit(Weight::Experts);
+  const bool mlp_rg = n2_rg || (c.flow.trains & kMlp) != 0 || c.adapted(Weight::Gate) || c.adapted(Weight::Up) ||
+                      c.adapted(Weight::Fc) || c.adapted(Weight::Down);
+  if (!attn_rg && !mlp_rg) return;   // the output does not require grad: no backward
+  if (mlp_rg) {
+    dropout(c, "mlp.resid_drop", p);
+    if (m.is_moe()) moe(c, n2_rg);
+    else mlp(c, "", c.T, 1, n2_rg);
+  }
+  if (!shared && n2_rg) norm(c, "post_attention_norm", c.trains(Weight::MlpNorm), mlp_input_uses(m));
+  if (attn_rg) dropout(c, "attn.resid_drop", p);
   attention_part(c, n1_rg);
   if (x_rg) norm(c, "input_norm", c.trains(Weight::AttnNorm), qkv_uses + (shared ? mlp_input_uses(m) : 0), /*residual=*/true);
   if (x_rg && !shared) residual_add(c, "norm_grad_add");   // x's gradient: both norms' and the residual's

@@ -140,16 +140,19 @@ void norm(KernelBuilder& b, const std::string& name, bool wgrad, std::int64_t gr
 void residual_add(KernelBuilder& b, const std::string& name) { b.elementwise(name, 3 * b.act(), MemoryClass::Residual); }
 
 void rotary(KernelBuilder& b) {
-  // (partial rotary: the rotated slices; the torch.cat that joins the pass-through back is one copy each)
+  if (!b.eager() || b.opt.implementation == ModelImpl::Fused) {
+    // one kernel reads and writes the whole of q and k (a partial rotation's pass-through dimensions included)
+    const std::int64_t qf = b.T * b.m.n_heads * b.m.head_dim, kf = b.T * b.m.n_kv_heads * b.m.head_dim;
+    b.elementwise(b.backward ? "rope_bwd" : "rope", 2 * (qf + kf) * b.e, MemoryClass::Rotary);
+    return;
+  }
+  // Eager: the chain on the rotated dimensions; a partial rotation (rotary_dim < head_dim) adds the torch.cat
+  // that joins the pass-through dimensions back (reads and writes the whole of q and k).
   const std::int64_t rd = b.m.rope_dims();
   const std::int64_t q = b.T * b.m.n_heads * rd, k = b.T * b.m.n_kv_heads * rd;
-  if (rd < b.m.head_dim && b.eager() && b.opt.implementation != ModelImpl::Fused) {
+  if (rd < b.m.head_dim) {
     const Bytes whole = b.T * (b.m.n_heads + b.m.n_kv_heads) * b.m.head_dim * b.e;
     b.elementwise(b.backward ? "rope_cat_bwd" : "rope_cat", 2 * whole, MemoryClass::Copy);
-  }
-  if (!b.eager() || b.opt.implementation == ModelImpl::Fused) {
-    b.elementwise(b.backward ? "rope_bwd" : "rope", 2 * (q + k) * b.e, MemoryClass::Rotary);   // read + write q and k
-    return;
   }
   const bool complex = b.opt.implementation == ModelImpl::TorchTitan;
   for (const auto& [tensor, elems] : {std::pair<const char*, std::int64_t>{"rope_q", q}, {"rope_k", k}}) {

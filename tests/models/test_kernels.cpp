@@ -335,3 +335,38 @@ TEST(Kernels, FullRecomputeStopsEarlyUnlessTorchtitan) {
   EXPECT_TRUE(recompute_kernels(m, ModulePart::FinalNormAndHead, 1, 8, Dtype::BF16, CheckpointMode::Full).empty());
   EXPECT_TRUE(recompute_kernels(m, ModulePart::Block, 1, 8, Dtype::BF16, CheckpointMode::None).empty());
 }
+
+// A parallel-residual block runs the same GEMMs as a sequential block of the same shapes; its forward adds the
+// two branches and then the residual (two adds), and Phi's one shared norm runs once (forward and backward). The
+// HF recipe's eager partial RoPE adds the torch.cat that joins the pass-through dimensions back.
+TEST(Kernels, ParallelBlocksKeepTheGemmsAndCountTheirNormsAndAdds) {
+  auto count = [](const std::vector<KernelDesc>& ks, const std::string& name) {
+    int n = 0;
+    for (const auto& k : ks) n += k.name == name ? 1 : 0;
+    return n;
+  };
+  KernelOptions hf;
+  hf.implementation = ModelImpl::HF;
+  for (const char* name : {"phi-1.5", "stablelm-alpha-3b"}) {
+    SCOPED_TRACE(name);
+    const ModelSpec par = load_model(name);
+    ModelSpec seq = par;
+    seq.parallel_residual = false;
+    seq.block_norms = 2;
+    const int norms = par.block_norms == 1 ? 0 : 1;
+    const auto fp = forward_kernels(par, ModulePart::Block, 1, 1024, Dtype::BF16);
+    const auto fs = forward_kernels(seq, ModulePart::Block, 1, 1024, Dtype::BF16);
+    EXPECT_DOUBLE_EQ(gemm_flops(fp), gemm_flops(fs));
+    EXPECT_EQ(count(fp, "branch_add"), 1);
+    EXPECT_EQ(count(fs, "branch_add"), 0);
+    EXPECT_EQ(count(fp, "post_attention_norm"), norms);
+    const auto bp = backward_kernels(par, ModulePart::Block, 1, 1024, Dtype::BF16, true);
+    const auto bs = backward_kernels(seq, ModulePart::Block, 1, 1024, Dtype::BF16, true);
+    EXPECT_DOUBLE_EQ(gemm_flops(bp), gemm_flops(bs));
+    EXPECT_EQ(count(bp, "post_attention_norm_bwd"), norms);
+    EXPECT_EQ(count(bp, "norm_grad_add"), norms);   // x's gradient from both norms
+    EXPECT_EQ(count(forward_kernels(par, ModulePart::Block, 1, 1024, Dtype::BF16, hf), "rope_cat"), 1);
+    EXPECT_EQ(count(backward_kernels(par, ModulePart::Block, 1, 1024, Dtype::BF16, true, hf), "rope_cat_bwd"), 1);
+    EXPECT_EQ(count(forward_kernels(load_model("llama3-8b"), ModulePart::Block, 1, 1024, Dtype::BF16, hf), "rope_cat"), 0);
+  }
+}
