@@ -70,7 +70,10 @@ SavedPerToken saved_none(const ModelSpec& m, const BlockShape& x) {
   SavedPerToken p;
   p.input = x.h * x.e;
   p.attention = (x.h + (x.a + 2 * x.g) * x.d + x.a * x.d) * x.e + norm_stats_bytes(m) + 4 * x.a;
-  p.mlp = 2 * x.h * x.e + norm_stats_bytes(m);
+  // the MLP's norm: its input (the residual h) and output; a parallel block's norm_2 reads x (counted as the
+  // input), and one shared norm (Phi) adds nothing
+  p.mlp = !m.parallel_residual ? 2 * x.h * x.e + norm_stats_bytes(m)
+          : m.block_norms == 1 ? 0.0 : x.h * x.e + norm_stats_bytes(m);
   if (m.is_moe()) {
     p.mlp += x.k * (2 * x.h + mlp_saved_elems(m, x.f)) * x.e + 4 * x.E + 8 * x.k + 4 * x.k;
   } else {
