@@ -20,14 +20,19 @@ std::string torch_dtype(Dtype d) {
 std::string block_list_path(const models::ModelSpec& m) {
   if (m.model_type == "gpt2") return "model.transformer.h";
   if (m.model_type == "mpt") return "model.transformer.blocks";
+  if (m.model_type == "gpt_neox") return "model.gpt_neox.layers";
   return "model.model.layers";
 }
 
 std::string peft_lora_config(const models::ModelSpec& m, const sim::LoraPlan& l, std::vector<std::string>& notes) {
   // Module names as the Hugging Face models register them (PEFT matches target_modules by name suffix):
   // Llama-like q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; GPT-2 attn.c_attn (q, k and v
-  // in one Conv1D), attn.c_proj, mlp.c_fc, mlp.c_proj; MPT attn.Wqkv, attn.out_proj, ffn.up_proj, ffn.down_proj.
+  // in one Conv1D), attn.c_proj, mlp.c_fc, mlp.c_proj; MPT attn.Wqkv, attn.out_proj, ffn.up_proj, ffn.down_proj;
+  // GPT-NeoX attention.query_key_value (q, k, v in one), attention.dense, mlp.dense_h_to_4h, mlp.dense_4h_to_h;
+  // Phi q_proj, k_proj, v_proj, self_attn.dense, mlp.fc1, mlp.fc2.
   const bool gpt2 = m.model_type == "gpt2", mpt = m.model_type == "mpt";
+  const bool neox = m.model_type == "gpt_neox", phi = m.model_type == "phi";
+  const char* fused_qkv = gpt2 ? "c_attn" : mpt ? "Wqkv" : "query_key_value";
   std::vector<std::string> mods;
   bool fused_named = false;
   const auto add = [&](const std::string& s) {
@@ -35,26 +40,26 @@ std::string peft_lora_config(const models::ModelSpec& m, const sim::LoraPlan& l,
   };
   for (const std::string& t : l.targets) {
     if (t == "q" || t == "k" || t == "v") {
-      if (gpt2 || mpt) {
-        add(gpt2 ? "c_attn" : "Wqkv");
+      if (gpt2 || mpt || neox) {
+        add(fused_qkv);
         fused_named = true;
       } else {
         add(t + "_proj");
       }
     } else if (t == "o") {
-      add(gpt2 ? "attn.c_proj" : mpt ? "out_proj" : "o_proj");
+      add(gpt2 ? "attn.c_proj" : mpt ? "out_proj" : neox ? "attention.dense" : phi ? "self_attn.dense" : "o_proj");
     } else if (t == "gate") {
       add("gate_proj");
     } else if (t == "up") {
-      add(gpt2 ? "c_fc" : "up_proj");
+      add(gpt2 ? "c_fc" : neox ? "dense_h_to_4h" : phi ? "fc1" : "up_proj");
     } else if (t == "down") {
-      add(gpt2 ? "mlp.c_proj" : "down_proj");
+      add(gpt2 ? "mlp.c_proj" : neox ? "dense_4h_to_h" : phi ? "fc2" : "down_proj");
     } else if (t == "head") {
       add("lm_head");
     }
   }
   if (fused_named && !(l.adapts("q") && l.adapts("k") && l.adapts("v")))
-    notes.push_back(std::string("lora targets: ") + (gpt2 ? "c_attn" : "Wqkv") +
+    notes.push_back(std::string("lora targets: ") + fused_qkv +
                     " holds q, k and v in one module: PEFT adapts all three (as fsdpsim simulates for this model)");
   std::string list;
   for (const auto& s : mods) list += (list.empty() ? "\"" : ", \"") + s + "\"";
@@ -82,7 +87,8 @@ std::string block_class_name(const models::ModelSpec& m) {
 }
 
 std::string block_import_line(const models::ModelSpec& m) {
-  static const char* kTypes[] = {"llama", "mistral", "qwen2", "gemma", "gpt2", "mixtral", "gemma2", "phi3", "qwen3", "olmo2"};
+  static const char* kTypes[] = {"llama", "mistral", "qwen2", "gemma", "gpt2", "mixtral", "gemma2", "phi3", "qwen3", "olmo2",
+                                 "gpt_neox", "phi"};
   for (const char* t : kTypes)
     if (m.model_type == t)
       return "from transformers.models." + m.model_type + ".modeling_" + m.model_type + " import " + block_class_name(m);

@@ -327,4 +327,20 @@ TEST(UnitExports, LoraIsSpelledOrNoted) {
   Export ga = export_accelerate(g);
   EXPECT_NE(ga.text.find(R"(target_modules=["c_attn"])"), std::string::npos) << ga.text;
   EXPECT_TRUE(noted(ga, "c_attn holds q, k and v"));
+  // GPT-NeoX's fused query_key_value and its dense projections; Phi's separate q/k/v, dense, fc1 and fc2; each
+  // block class imported from its transformers module.
+  g.plan.lora.targets = {"q", "v", "o", "up", "down"};
+  g.model.model_type = "gpt_neox";
+  g.model.block_class = "GPTNeoXLayer";
+  Export gn = export_accelerate(g);
+  EXPECT_NE(gn.text.find(R"(target_modules=["query_key_value", "attention.dense", "dense_h_to_4h", "dense_4h_to_h"])"),
+            std::string::npos) << gn.text;
+  EXPECT_TRUE(noted(gn, "query_key_value holds q, k and v"));
+  EXPECT_NE(export_lightning(g).text.find("from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXLayer"),
+            std::string::npos);
+  g.model.model_type = "phi";
+  g.model.block_class = "PhiDecoderLayer";
+  Export ph = export_accelerate(g);
+  EXPECT_NE(ph.text.find(R"(target_modules=["q_proj", "v_proj", "self_attn.dense", "fc1", "fc2"])"), std::string::npos)
+      << ph.text;
 }
