@@ -29,6 +29,9 @@ TEST(Params, EveryZooModelExact) {
       // 50688 x 4096 + 16 x (2 LayerNorms 4 x 4096 + query_key_value 4096 x 12288 + 12288 + dense 4096^2 +
       // 4096 + dense_h_to_4h 4096 x 16384 + 16384 + dense_4h_to_h 16384 x 4096 + 4096) + final 8192 + embed_out.
       {"phi-1.5", 1'418'270'720},     {"stablelm-alpha-3b", 3'637'321'728},
+      // Llama-3.1-405B (HF card: 405B): embedding and head 2 x 128256 x 16384 + 126 x (q, o 2 x 16384^2 + k, v
+      // 2 x 16384 x 1024 + MLP 3 x 16384 x 53248 + 2 norms 2 x 16384) + final norm 16384.
+      {"llama3.1-405b", 405'853'388'800},
   };
   EXPECT_EQ(zoo_names().size(), expected.size());
   for (const auto& name : zoo_names()) {
