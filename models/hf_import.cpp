@@ -164,6 +164,15 @@ void import_llama_family(const Cfg& c, const std::string& type, ModelSpec& m) {
   }
 }
 
+// hidden / heads, the error naming the file's heads key (configs without a head_dim key).
+std::int64_t head_dim_of(const Cfg& c, const ModelSpec& m, const char* heads_key, const char* hidden_key) {
+  if (m.n_heads <= 0) throw InputError(c.field(heads_key), std::to_string(m.n_heads), "an integer >= 1");
+  if (m.hidden % m.n_heads != 0)
+    throw InputError(c.field(heads_key), std::to_string(m.n_heads),
+                     std::string("a divisor of ") + hidden_key + " (" + std::to_string(m.hidden) + ")");
+  return m.hidden / m.n_heads;
+}
+
 void import_gpt2(const Cfg& c, ModelSpec& m) {
   m.block_class = "GPT2Block";
   m.hidden = c.req_int({"n_embd", "hidden_size"}, "gpt2");
@@ -171,10 +180,7 @@ void import_gpt2(const Cfg& c, ModelSpec& m) {
   m.n_heads = c.req_int({"n_head", "num_attention_heads"}, "gpt2");
   m.vocab_size = c.req_int({"vocab_size"}, "gpt2");
   m.n_kv_heads = m.n_heads;  // GPT-2 is multi-head attention
-  if (m.n_heads <= 0) throw InputError(c.field("n_head"), std::to_string(m.n_heads), "an integer >= 1");
-  if (m.hidden % m.n_heads != 0)
-    throw InputError(c.field("n_head"), std::to_string(m.n_heads), "a divisor of n_embd (" + std::to_string(m.hidden) + ")");
-  m.head_dim = m.hidden / m.n_heads;
+  m.head_dim = head_dim_of(c, m, "n_head", "n_embd");
   m.ffn_hidden = c.opt_int({"n_inner", "intermediate_size"}, 4 * m.hidden);  // n_inner null -> 4 * n_embd
   m.max_positions = c.opt_int({"n_positions", "max_position_embeddings"}, 1024);
   m.tied_embeddings = c.opt_bool("tie_word_embeddings", true);
@@ -189,15 +195,6 @@ void import_gpt2(const Cfg& c, ModelSpec& m) {
   m.resid_dropout = c.opt_double("resid_pdrop", 0.1);
   m.embd_dropout = c.opt_double("embd_pdrop", 0.1);
   m.attn_dropout = c.opt_double("attn_pdrop", 0.1);
-}
-
-// hidden / heads, with the error naming the heads key (no head_dim key in these configs).
-std::int64_t head_dim_of(const Cfg& c, const ModelSpec& m, const char* heads_key, const char* hidden_key) {
-  if (m.n_heads <= 0) throw InputError(c.field(heads_key), std::to_string(m.n_heads), "an integer >= 1");
-  if (m.hidden % m.n_heads != 0)
-    throw InputError(c.field(heads_key), std::to_string(m.n_heads),
-                     std::string("a divisor of ") + hidden_key + " (" + std::to_string(m.hidden) + ")");
-  return m.hidden / m.n_heads;
 }
 
 // The rotated dimensions of a head: int(head_dim * fraction), as GPTNeoXRotaryEmbedding / PhiRotaryEmbedding
@@ -278,10 +275,7 @@ void import_mpt(const Cfg& c, const Json& j, ModelSpec& m) {
   m.n_layers = c.req_int({"n_layers"}, "mpt");
   m.n_heads = c.req_int({"n_heads"}, "mpt");
   m.vocab_size = c.req_int({"vocab_size"}, "mpt");
-  if (m.n_heads <= 0) throw InputError(c.field("n_heads"), std::to_string(m.n_heads), "an integer >= 1");
-  if (m.hidden % m.n_heads != 0)
-    throw InputError(c.field("n_heads"), std::to_string(m.n_heads), "a divisor of d_model (" + std::to_string(m.hidden) + ")");
-  m.head_dim = m.hidden / m.n_heads;
+  m.head_dim = head_dim_of(c, m, "n_heads", "d_model");
   m.n_kv_heads = m.n_heads;
   if (c.has("attn_config")) {
     const Json& ac = c.raw("attn_config");

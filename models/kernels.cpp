@@ -248,6 +248,14 @@ void moe(Ctx& c, bool in_rg) {
   }
 }
 
+// Whether the MLP's (or MoE's) output requires grad: its input does, or one of its weights trains or is adapted.
+bool mlp_out_rg(const Ctx& c, bool in_rg) {
+  constexpr WeightMask kMlp = weight_bit(Weight::Gate) | weight_bit(Weight::Up) | weight_bit(Weight::Fc) |
+                              weight_bit(Weight::Down) | weight_bit(Weight::Router) | weight_bit(Weight::Experts);
+  return in_rg || (c.flow.trains & kMlp) != 0 || c.adapted(Weight::Gate) || c.adapted(Weight::Up) ||
+         c.adapted(Weight::Fc) || c.adapted(Weight::Down);
+}
+
 bool fused_qkv(const ModelSpec& m) { return gpt2_naming(m) || mpt_naming(m) || m.model_type == "gpt_neox"; }
 
 // Whether the q, k, v projections' weights train: the recipe's Q/K/V or fused QKV matrix (the kernel list
@@ -345,10 +353,7 @@ void parallel_block(Ctx& c) {
   const bool n2_rg = shared ? n1_rg : x_rg || c.trains(Weight::MlpNorm);
   const bool attn_rg = n1_rg || q_trains(c) || k_trains(c) || v_trains(c) || qkv_adapted(c) || c.trains(Weight::Out) ||
                        c.adapted(Weight::Out);
-  constexpr WeightMask kMlp = weight_bit(Weight::Gate) | weight_bit(Weight::Up) | weight_bit(Weight::Fc) |
-                              weight_bit(Weight::Down) | weight_bit(Weight::Router) | weight_bit(Weight::Experts);
-  const bool mlp_rg = n2_rg || (c.flow.trains & kMlp) != 0 || c.adapted(Weight::Gate) || c.adapted(Weight::Up) ||
-                      c.adapted(Weight::Fc) || c.adapted(Weight::Down);
+  const bool mlp_rg = mlp_out_rg(c, n2_rg);
   if (!attn_rg && !mlp_rg) return;   // the output does not require grad: no backward
   if (mlp_rg) {
     dropout(c, "mlp.resid_drop", p);
@@ -385,10 +390,7 @@ void block(Ctx& c) {
   const bool attn_rg = n1_rg || q_trains(c) || k_trains(c) || v_trains(c) || qkv_adapted(c);
   const bool h_rg = x_rg || attn_rg || c.trains(Weight::Out) || c.adapted(Weight::Out);
   const bool n2_rg = h_rg || c.trains(Weight::MlpNorm);
-  constexpr WeightMask kMlp = weight_bit(Weight::Gate) | weight_bit(Weight::Up) | weight_bit(Weight::Fc) |
-                              weight_bit(Weight::Down) | weight_bit(Weight::Router) | weight_bit(Weight::Experts);
-  const bool y_rg = n2_rg || (c.flow.trains & kMlp) != 0 || c.adapted(Weight::Gate) || c.adapted(Weight::Up) ||
-                    c.adapted(Weight::Fc) || c.adapted(Weight::Down);
+  const bool y_rg = mlp_out_rg(c, n2_rg);
   if (!y_rg) return;
   dropout(c, "mlp.resid_drop", p);   // the MLP's output requires grad exactly when y does
   if (c.m.is_moe()) moe(c, n2_rg);
