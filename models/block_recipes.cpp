@@ -39,6 +39,7 @@
 #include "models/block_recipes.h"
 
 #include "models/cuda_reduce.h"
+#include "models/nf4.h"
 
 #include <algorithm>
 #include <mutex>
@@ -297,7 +298,21 @@ class BlockWriter {
     const Bytes params = copies * (in_f * out_f + (bias ? out_f : 0));
     if (!f8) {
       const OpKind k = kind == OpKind::Matmul && bias ? OpKind::MatmulBias : kind;  // aten.addmm
-      TapeOp mm = with_weight({k, {linear_in(x)}, {out(name, tokens * out_f * e_)}}, wt, params);
+      std::vector<TapeIn> ins{linear_in(x)};
+      // QLoRA (models/nf4.h): LinearNF4 dequantizes the NF4 weight into a new compute-dtype tensor that the
+      // matmul reads and that dies after it (a non-differentiable output: only the NF4 weight is saved), and
+      // dequantizes it again in its backward for the input's gradient. Eager, get_original_weight's locals
+      // peak at 14 bytes per element (the output's 2 among them); compiled, the fused kernel writes the output
+      // alone (a pointwise op's workspace counts nothing under compile).
+      const bool nf4 = o_.lora.nf4 && kind == OpKind::Matmul && copies == 1 && wt != Weight::LmHead;
+      const Bytes w_elems = in_f * out_f;
+      if (nf4) {
+        TapeOp dq{OpKind::Pointwise, {}, {out(intern(std::string(name) + ".weight_dequant"), w_elems * e_, false, false)}};
+        dq.fwd_workspace = w_elems * (kNf4EagerDequantPeakPerElem - e_);
+        ins.push_back(in(t_.add1(dq), GradRule::None));
+      }
+      TapeOp mm = with_weight({k, ins, {out(name, tokens * out_f * e_)}}, wt, params);
+      if (nf4) mm.bwd_workspace = w_elems * (o_.compile ? e_ : kNf4EagerDequantPeakPerElem);
       // AddmmBackward0's bias gradient, grad.sum_to_size(bias): a sum over the tokens whose CUDA kernel
       // stages partial sums in a buffer from the caching allocator while it runs (models/cuda_reduce.h)
       if (k == OpKind::MatmulBias && mm.weight == WeightUse::Trains)

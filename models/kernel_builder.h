@@ -57,6 +57,8 @@ struct KernelBuilder {
   void linear(const std::string& name, std::int64_t in, std::int64_t outf, bool wgrad, std::int64_t tokens = -1,
               std::int64_t count = 1, bool bias = false, bool float8_allowed = true, std::int64_t sac_saved = -1,
               bool dgrad = true);
+  // QLoRA: the kernels that dequantize an NF4 weight of `elems` elements into the compute dtype (models/nf4.h).
+  void nf4_dequant(const std::string& name, std::int64_t elems);
   // LoRA adapters beside the linear(s) of base weight `base` (models/trainable.h lora_adapters; nothing
   // when none): forward dropout (p > 0), A and B GEMMs, litgpt's zero-pad, the scaling and the sum with the
   // base output; backward their gradients: A's and B's weight gradients when the adapters train, B's input

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "models/kernel_builder.h"
+#include "models/nf4.h"
 
 namespace fsdpsim::models {
 namespace detail {
@@ -78,6 +79,10 @@ void KernelBuilder::linear(const std::string& name, std::int64_t in, std::int64_
                            std::int64_t count, bool bias, bool float8_allowed, std::int64_t sac_saved, bool dgrad) {
   const std::int64_t t = tokens < 0 ? T : tokens;
   const bool fp8 = float8_allowed && opt.float8 != Float8Recipe::None;
+  // QLoRA: a block linear's NF4 weight is dequantized before its forward GEMM and before its input-gradient
+  // GEMM (models/nf4.h; the LM head and a MoE router, float8_allowed false, stay in bf16).
+  const bool nf4 = opt.lora.nf4 && float8_allowed && count == 1;
+  if (nf4 && (!backward || dgrad)) nf4_dequant(name, in * outf);
   if (!backward) {
     // torchtitan's op-level SAC policy (fsdp-semantics.md A4, model_activations.cpp): a bias-free matmul
     // (aten.mm) is counted in forward order within the block and saved when its number is odd;
@@ -96,6 +101,24 @@ void KernelBuilder::linear(const std::string& name, std::int64_t in, std::int64_
   if (fp8) float8_casts(name, t, in, outf, count, wgrad);
   if (dgrad) gemm(name + "_dgrad", t, in, outf, count, dtype, fp8);
   if (wgrad) gemm(name + "_wgrad", outf, in, t, count, dtype, fp8);
+}
+
+void KernelBuilder::nf4_dequant(const std::string& name, std::int64_t elems) {
+  if (opt.compile) {   // one fused kernel: read the NF4 bytes, write the compute dtype
+    elementwise(name + ".nf4_dequant", nf4_bytes(elems) + elems * e, MemoryClass::Copy);
+    return;
+  }
+  // get_original_weight's eager chain (models/nf4.h kNf4EagerDequant*): per half of the elements, the shift
+  // or mask, the int64 cast, the table lookup, the scalers' flatten and the scaling; then the stack.
+  const std::int64_t half = elems / 2;
+  for (const char* part : {".nf4_hi", ".nf4_lo"}) {
+    elementwise(name + part + "_unpack", 2 * half, MemoryClass::Copy);        // uint8 -> uint8
+    elementwise(name + part + "_to_long", half + 8 * half, MemoryClass::Copy); // uint8 -> int64
+    elementwise(name + part + "_lookup", 8 * half + half * e, MemoryClass::Copy);
+    elementwise(name + part + "_scalers", half * e, MemoryClass::Copy);       // the expanded scalers, flattened
+    elementwise(name + part + "_scale", 3 * half * e, MemoryClass::Copy);
+  }
+  elementwise(name + ".nf4_stack", 2 * elems * e, MemoryClass::Copy);
 }
 
 void KernelBuilder::adapter(const std::string& name, Weight base, std::int64_t outf, bool in_rg) {

@@ -200,6 +200,15 @@ TensorWeight tensor_weight(const std::string& name) {
   return t;
 }
 
+bool tensor_nf4(const LoraShape& l, const std::string& name) {
+  if (!l.nf4 || name.ends_with(".bias")) return false;
+  const TensorWeight t = tensor_weight(name);
+  constexpr WeightMask kLinears = weight_bit(Weight::Q) | weight_bit(Weight::K) | weight_bit(Weight::V) |
+                                  weight_bit(Weight::QKV) | weight_bit(Weight::Out) | weight_bit(Weight::Gate) |
+                                  weight_bit(Weight::Up) | weight_bit(Weight::Fc) | weight_bit(Weight::Down);
+  return t.layer >= 0 && (t.weights & kLinears) != 0 && (t.weights & ~kLinears) == 0;
+}
+
 bool tensor_trains(const TrainableSet& s, const std::string& name) {
   if (s.all) return true;
   const TensorWeight t = tensor_weight(name);

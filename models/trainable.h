@@ -67,6 +67,7 @@ struct LoraShape {
   WeightMask targets = 0;     // the adapted base weights: Q, K, V, Out, Gate, Up and Fc, Down, LmHead
   bool dropout = false;       // lora_dropout > 0: nn.Dropout runs in the adapter path (p = 0 returns x itself,
                               // aten/src/ATen/native/Dropout.cpp _dropout_impl)
+  bool nf4 = false;           // QLoRA: every block linear's frozen base weight is an NF4Tensor (models/nf4.h)
   bool on() const { return rank > 0; }
   bool adapts(Weight w) const { return rank > 0 && (targets & weight_bit(w)) != 0; }
   bool operator==(const LoraShape&) const = default;
@@ -120,6 +121,11 @@ struct TensorWeight {
   WeightMask weights = 0;
 };
 TensorWeight tensor_weight(const std::string& name);
+// Whether that tensor is stored in NF4 under `l` (QLoRA): a weight matrix of a block's linears (q, k, v or the
+// fused qkv, the attention output, the MLP's), not a bias, a norm, an adapter, the embedding or the LM head
+// (torchtune's lora_llama3_1 leaves its output projection in bf16: "quantize_base is not applied to final
+// output_proj"; bitsandbytes' Hugging Face integration skips the LM head).
+bool tensor_nf4(const LoraShape& l, const std::string& name);
 // Whether that tensor requires grad under `s` (a tensor of a kind `s` trains in its block).
 bool tensor_trains(const TrainableSet& s, const std::string& name);
 

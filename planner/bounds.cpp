@@ -66,7 +66,9 @@ MemoryBound Bounds::memory(const sim::Plan& p) const {
     const std::int64_t per_rank = total / shard;
     // (frozen_units take their blocks' matrices or adapters out of the set: no lower bound on what is left)
     const std::int64_t trainable = ts.all ? per_rank : p.frozen_units.empty() ? ts.trainable / shard : 0;
-    m.sharded_params = per_rank * master;
+    // (QLoRA: an NF4 weight holds more than half a byte per element, models/nf4.h; half a byte bounds every
+    // parameter from below)
+    m.sharded_params = p.lora.quantize_nf4 ? per_rank / 2 : per_rank * master;
     m.sharded_grads = trainable * grad_b;
     const int states = p.optimizer == sim::Optimizer::AdamW ? 2 : 1;
     const bool rank_share_unknown = !ts.all && p.fsdp_version == sim::FsdpVersion::FSDP1 && p.use_orig_params;
@@ -80,7 +82,9 @@ MemoryBound Bounds::memory(const sim::Plan& p) const {
   // one holds); never more than what the simulator charges for the plan's loss.
   m.logits = std::min(p.micro_batch * p.seq_len * model_.vocab_size * dtype_bytes(act),
                       models::logits_bytes(model_, p.micro_batch, p.seq_len, act, p.cross_entropy));
-  if (shard > 1) m.unsharded_unit = head_unit_params_ * (p.fp8_all_gather ? 1 : dtype_bytes(p.param_dtype));
+  if (shard > 1)
+    m.unsharded_unit = p.lora.quantize_nf4 ? head_unit_params_ / 2
+                                           : head_unit_params_ * (p.fp8_all_gather ? 1 : dtype_bytes(p.param_dtype));
   return m;
 }
 

@@ -201,6 +201,14 @@ Export export_fsdp2(const ExportInput& in) {
        << "from peft import LoraConfig, get_peft_model\n"
        << "model = get_peft_model(model, " << peft_lora_config(in.model, p.lora, e.unsupported)
        << ")  # lora_alpha: yours\n";
+    if (p.lora.quantize_nf4)
+      os << "# QLoRA (plan.lora.quantize_base nf4): each block linear's frozen weight as torchao's NF4Tensor before\n"
+         << "# fully_shard, as torchtune's qlora_* builders make them (not your LM head: it stays bf16)\n"
+         << "from torchao.dtypes.nf4tensor import linear_nf4, to_nf4\n"
+         << "for block in transformer_blocks(model):  # your blocks\n"
+         << "    for lin in [m for m in block.modules() if isinstance(m, torch.nn.Linear) and not m.weight.requires_grad]:\n"
+         << "        lin.weight = torch.nn.Parameter(to_nf4(lin.weight.detach()), requires_grad=False)\n"
+         << "        lin.forward = lambda x, lin=lin: linear_nf4(x, lin.weight)\n";
   }
   os << mesh_code(p);
   std::vector<std::string> body_notes;

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/errors.h"
+#include "models/nf4.h"
 
 namespace fsdpsim::sim::lowering {
 namespace {
@@ -331,6 +332,10 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::Train
   std::int64_t shard = 0;
   if (u.tensors.empty() || !placeable(u)) {
     // known by its count (or unplaceable names): its fraction trains
+    if (ts.lora.nf4 && u.params > 0)
+      throw InputError("plan.lora.quantize_base", "\"nf4\"",
+                       "unit " + (u.name.empty() ? std::string("<root>") : u.name) +
+                           " is known by its parameter count alone: which of its tensors are NF4 weights is unknown");
     for_each_tensor(u, [&](std::int64_t numel, std::int64_t dim0) {
       if (dim0 > 0) shard += ceil_div(dim0, N) * (numel / dim0);
     });
@@ -346,6 +351,18 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::Train
       for (std::size_t i = 1; i < dims; ++i) rest *= t.shape[i];
       const std::int64_t chunk = ceil_div(dim0, N) * rest;
       shard += chunk;
+      if (models::tensor_nf4(ts.lora, t.name)) {
+        // nf4_split splits each inner tensor of the NF4Tensor evenly (models/nf4.h): the rows must divide
+        // among the ranks and each rank's part must hold whole scaler blocks, or PyTorch stops at the split.
+        if (dim0 % N != 0 || chunk % models::kNf4Quantum != 0)
+          throw InputError("plan.lora.quantize_base", "\"nf4\"",
+                           t.name + " (" + std::to_string(dim0) + " x " + std::to_string(rest) + ") does not split into " +
+                               std::to_string(N) + " NF4 shards: torchao's nf4_split needs the rows divisible by the "
+                               "shard count and each shard's elements by " + std::to_string(models::kNf4Quantum) +
+                               " (64-element blocks, 256 scalers per factor)");
+        s.nf4_shard += chunk;
+        s.nf4_shard_bytes += models::nf4_bytes(chunk);
+      }
       if (frozen || !models::tensor_trains(ts, t.name)) continue;   // D5: a frozen parameter has no .grad
       s.trainable += dim0 * rest;
       s.grad_shard += chunk;
@@ -364,6 +381,8 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::Train
   });
   s.shard = shard;
   s.unsharded = shard * N;
+  s.nf4_unsharded = s.nf4_shard * N;
+  s.nf4_unsharded_bytes = s.nf4_shard_bytes * N;   // (each weight's N equal shards: nf4_bytes is linear in them)
   s.grad = s.trainable;                       // D5: only trainable params have .grad
   s.rs_input = s.grad_shard * N;
   s.optim = s.grad_shard;
@@ -510,6 +529,27 @@ models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan) {
   if (!plan.lora.on()) return l;
   l.rank = plan.lora.rank;
   l.dropout = plan.lora.dropout > 0.0;
+  l.nf4 = plan.lora.quantize_nf4;
+  if (l.nf4) {
+    // What is modelled of QLoRA (models/nf4.h): torchao's NF4Tensor under FSDP2, pure low-precision training.
+    const auto refuse = [](const std::string& why) {
+      throw InputError("plan.lora.quantize_base", "\"nf4\"", why);
+    };
+    if (plan.fsdp_version != FsdpVersion::FSDP2)
+      refuse("NF4 base weights are modelled under FSDP2 (torchao's NF4Tensor shards as a DTensor); FSDP1 with "
+             "bitsandbytes' packed storage keeps its quantization state replicated on every rank and is not modelled: "
+             "set fsdp_version 2");
+    if (plan.float8 != models::Float8Recipe::None || plan.fp8_all_gather)
+      refuse("float8 compute or all-gathers do not apply to NF4 base weights: set float8 none and fp8_all_gather false");
+    if (plan.cpu_offload.params || plan.cpu_offload.optimizer)
+      refuse("CPU offload of NF4 base weights is not modelled: set cpu_offload false");
+    if (plan.master_weights_dtype != plan.param_dtype)
+      refuse("QLoRA is modelled with its adapters in the compute dtype (pure " + std::string(dtype_name(plan.param_dtype)) +
+             " training, as torchtune's and litgpt's QLoRA recipes run): set master_weights_dtype to the param_dtype");
+    if (m.is_moe()) refuse("NF4 experts of a mixture of experts are not modelled");
+    if (plan.implementation == models::ModelImpl::Runtime)
+      refuse("the bundled runtime has no NF4 weights (implementation runtime)");
+  }
   const bool plain = m.mlp == models::MlpKind::Plain;
   for (const std::string& t : plan.lora.targets) {
     if (m.is_moe() && (t == "gate" || t == "up" || t == "down"))
@@ -638,6 +678,21 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
                       "float8; an adapter on the LM head saves its dropout, mask and rank-wide A output, and its "
                       "vocabulary-wide tensors (base output, B output, scaled product, sum) are allocated one by one "
                       "(program/lower_walk.cpp head_lora_forward)");
+    if (c.trainable.lora.nf4)
+      c.notes.push_back(plan.compile
+                            ? "lora.quantize_base nf4 (QLoRA): every block linear's base weight is a torchao NF4Tensor (0.516 "
+                              "bytes per element: 4-bit codes, int8 scalers per 64, a factor per 256 scalers; its 34 bytes of "
+                              "table and mean per weight left out), sharded, all-gathered and kept unsharded as such; each "
+                              "linear dequantizes it into a compute-dtype copy for its forward and again for its input "
+                              "gradient, in one fused kernel under compile; the LM head, embedding and norms stay in the "
+                              "compute dtype"
+                            : "lora.quantize_base nf4 (QLoRA): every block linear's base weight is a torchao NF4Tensor (0.516 "
+                              "bytes per element: 4-bit codes, int8 scalers per 64, a factor per 256 scalers; its 34 bytes of "
+                              "table and mean per weight left out), sharded, all-gathered and kept unsharded as such; each "
+                              "linear dequantizes it into a compute-dtype copy for its forward and again for its input "
+                              "gradient, eagerly: get_original_weight's int64 and bf16 temporaries peak at 14 bytes per "
+                              "element of the weight, in 11 kernels (compile fuses them into one); the LM head, embedding "
+                              "and norms stay in the compute dtype");
     if (plan.fsdp_version == FsdpVersion::FSDP1 && plan.use_orig_params)
       c.notes.push_back("lora with FSDP1 use_orig_params: each block's FlatParameter holds its adapters beside the frozen "
                         "weights, so it requires grad, every view of it does: the whole unsharded flat gradient, the "

@@ -13,6 +13,7 @@
 //                      RS stream; [HSDP all_reduce]; fp32 cast on the post-reduce stream (F2.8-F2.10, M8)
 #include <algorithm>
 
+#include "models/nf4.h"
 #include "program/lower_walk.h"
 
 namespace fsdpsim::sim::lowering {
@@ -25,7 +26,7 @@ struct GroupState {
   int ag_out = -1;          // all-gather output (until copy-out / the next copy-in)
   int ag_op = -1;
   int unsharded = -1;       // per-param unsharded storage
-  std::vector<int> unsharded_parts;   // the other parameters' (unsharded is the first's, param_numels)
+  std::vector<int> unsharded_parts;   // the other parameters' (unsharded is the first's, param_parts)
   int post_forward = -1;    // rAF=int: the 1/k slice kept from forward to backward (F2.4)
   int grad = -1;            // unsharded grads (param_dtype), or the reduce_dtype accumulation (M12)
   bool grad_upcast = false; // `grad` is unsharded_accumulated_grad in reduce_dtype
@@ -89,14 +90,15 @@ class ParamGroupLowering final : public LoweringWalk {
   // order: the storages FSDPParam.alloc_all_gather_outputs allocates one by one. Empty when the group's
   // listed tensors do not add up to `total` (LoRA adapters, a group known by its count) and for the bundled
   // runtime (one buffer per group).
-  std::vector<std::int64_t> param_numels(int u, std::int64_t total) const {
-    std::vector<std::int64_t> v;
+  // Each parameter's bytes at `per_elem` bytes per element (an NF4 weight at its NF4 bytes, models/nf4.h).
+  std::vector<Bytes> param_parts(int u, std::int64_t total, Bytes per_elem) const {
+    std::vector<Bytes> v;
     if (plan_.implementation == models::ModelImpl::Runtime) return v;
     std::int64_t sum = 0;
     for (const models::ParamTensor& t : c_.graph->units[u].tensors) {
       const std::int64_t d0 = t.shape.empty() ? 1 : t.shape[0];
       const std::int64_t n = d0 <= 0 ? 0 : (d0 + c_.N - 1) / c_.N * c_.N * (t.numel() / d0);
-      v.push_back(n);
+      v.push_back(models::tensor_nf4(c_.trainable.lora, t.name) ? models::nf4_bytes(n) : n * per_elem);
       sum += n;
     }
     if (sum != total) v.clear();
@@ -122,12 +124,12 @@ class ParamGroupLowering final : public LoweringWalk {
       // copies each parameter's shard into its own all_gather_outputs storage: one tensor per parameter in
       // the default stream's pool (PyTorch's allocator history of l1b-fsdp2-w1-hf: no all-gather stream
       // at all). The bundled runtime keeps one buffer per unit on the copy-in stream.
-      const std::vector<std::int64_t> parts = offload ? std::vector<std::int64_t>{} : param_numels(u, s.shard);
+      const std::vector<Bytes> parts = offload ? std::vector<Bytes>{} : param_parts(u, s.shard, c_.bp);
       const int stream = parts.empty() ? copy_in_ : compute_;
       Op& o = offload ? b_.op(OpKind::H2D, copy_in_, u, mb_, "H2D") : b_.op(OpKind::Cast, stream, u, mb_, "cast");
       if (!offload) b_.read(o, param_shard_[u]);   // the cast reads the fp32 parameters
-      for (std::int64_t numel : parts.empty() ? std::vector<std::int64_t>{s.shard} : parts) {
-        const int buf = b_.buffer("params", u, numel * c_.bp, MemCategory::UnshardedParams, stream);
+      for (Bytes bytes : parts.empty() ? std::vector<Bytes>{s.shard_bytes(c_.bp)} : parts) {
+        const int buf = b_.buffer("params", u, bytes, MemCategory::UnshardedParams, stream);
         o.allocs.push_back(buf);
         b_.write(o, buf);
         (g.unsharded < 0 ? g.unsharded : g.unsharded_parts.emplace_back()) = buf;
@@ -139,10 +141,10 @@ class ParamGroupLowering final : public LoweringWalk {
     const Bytes bag = ag_bytes(u);
     const bool from_post_forward = g.state == ParamState::PostForwardSharded;
     int src = -1;
-    std::int64_t src_numel = s.shard;
+    Bytes src_bytes = s.shard_bytes(bag);
     if (from_post_forward) {
       src = g.post_forward;
-      src_numel = s.unsharded / c_.post_forward_group.size;
+      src_bytes = s.unsharded_bytes(bag) / c_.post_forward_group.size;
     } else {
       if (offload) {
         Op& h = b_.op(OpKind::H2D, copy_in_, u, mb_, "H2D");
@@ -154,27 +156,27 @@ class ParamGroupLowering final : public LoweringWalk {
       if (c_.mixed || bag != c_.bm) {
         // D2: with mixed precision (or fp8, D4) a foreach cast into a flat low-precision buffer first.
         Op& cast = b_.op(OpKind::Cast, copy_in_, u, mb_, "cast");
-        int buf = b_.buffer("ag_in", u, s.shard * bag, MemCategory::CommBuffers, copy_in_);
+        int buf = b_.buffer("ag_in", u, s.shard_bytes(bag), MemCategory::CommBuffers, copy_in_);
         cast.allocs.push_back(buf);
         b_.read(cast, src >= 0 ? src : param_shard_[u]);
         b_.write(cast, buf);
-        cast.copy_bytes = s.shard * (c_.bm + bag);
+        cast.copy_bytes = s.shard_bytes(c_.bm) + s.shard_bytes(bag);
         if (src >= 0) cast.frees.push_back({src, -1});
         src = buf;
       }
     }
     Op& ci = b_.op(OpKind::CopyIn, copy_in_, u, mb_, "copy-in");
-    g.ag_out = b_.buffer("ag_out", u, s.unsharded * bag, MemCategory::CommBuffers, copy_in_);
+    g.ag_out = b_.buffer("ag_out", u, s.unsharded_bytes(bag), MemCategory::CommBuffers, copy_in_);
     ci.allocs.push_back(g.ag_out);
     b_.read(ci, src >= 0 ? src : param_shard_[u]);
     b_.write(ci, g.ag_out);
-    ci.copy_bytes = 2 * src_numel * bag;   // read the shard, write this rank's slice
+    ci.copy_bytes = 2 * src_bytes;   // read the shard, write this rank's slice
     if (src >= 0 && !from_post_forward) ci.frees.push_back({src, -1});
     Op& ag = b_.op(OpKind::AllGather, all_gather_, u, mb_, "AG");
     b_.wait(ag, ci.id);
     b_.read(ag, g.ag_out);
     b_.write(ag, g.ag_out);
-    collective(ag, from_post_forward ? CommGroup::PostForward : CommGroup::Shard, s.unsharded * bag);
+    collective(ag, from_post_forward ? CommGroup::PostForward : CommGroup::Shard, s.unsharded_bytes(bag));
     g.ag_op = ag.id;
     g.state = ParamState::Gathering;
   }
@@ -194,16 +196,16 @@ class ParamGroupLowering final : public LoweringWalk {
     if (phase == Phase::Forward) flush_all_gather_state();
     Op& co = b_.op(OpKind::CopyOut, compute_, u, mb_, "copy-out");
     b_.wait(co, g.ag_op);
-    std::vector<std::int64_t> parts = param_numels(u, s.unsharded);
-    if (parts.empty()) parts.push_back(s.unsharded);
-    for (std::int64_t n : parts) {
-      const int buf = b_.buffer("params", u, n * bag, MemCategory::UnshardedParams, compute_);
+    std::vector<Bytes> parts = param_parts(u, s.unsharded, bag);
+    if (parts.empty()) parts.push_back(s.unsharded_bytes(bag));
+    for (Bytes bytes : parts) {
+      const int buf = b_.buffer("params", u, bytes, MemCategory::UnshardedParams, compute_);
       co.allocs.push_back(buf);
       b_.write(co, buf);
       (g.unsharded < 0 ? g.unsharded : g.unsharded_parts.emplace_back()) = buf;
     }
     b_.read(co, g.ag_out);
-    co.copy_bytes = 2 * s.unsharded * bag;   // split_with_sizes_copy: read the AG output, write the params
+    co.copy_bytes = 2 * s.unsharded_bytes(bag);   // split_with_sizes_copy: read the AG output, write the params
     const int event = co.id;
     if (phase == Phase::Forward) {
       // Implicit prefetch (P5): keep this AG output until the next group's wait_for_unshard.
@@ -239,12 +241,12 @@ class ParamGroupLowering final : public LoweringWalk {
     if (c_.sharded && phase == Phase::Forward && raf.is_group() && s.params > 0) {
       // to_sharded_post_forward clones this rank's 1/k slice (of the AG output) and keeps it for backward.
       Op& cl = b_.op(OpKind::CopyOut, compute_, u, mb_, "clone");
-      std::int64_t numel = s.unsharded / raf.group_size();
-      g.post_forward = b_.buffer("post_fwd", u, numel * ag_bytes(u), MemCategory::UnshardedParams, compute_);
+      const Bytes bytes = s.unsharded_bytes(ag_bytes(u)) / raf.group_size();
+      g.post_forward = b_.buffer("post_fwd", u, bytes, MemCategory::UnshardedParams, compute_);
       cl.allocs.push_back(g.post_forward);
       b_.read(cl, g.unsharded);
       b_.write(cl, g.post_forward);
-      cl.copy_bytes = 2 * numel * ag_bytes(u);
+      cl.copy_bytes = 2 * bytes;
     }
     b_.free_now(g.unsharded);   // storage resize to 0; no record_stream (M10)
     for (int part : g.unsharded_parts) b_.free_now(part);

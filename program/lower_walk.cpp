@@ -57,7 +57,7 @@ void LoweringWalk::add_persistent() {
     const UnitSizes& s = c_.sizes[u];
     if (s.params == 0) continue;
     if (!plan_.cpu_offload.params)
-      param_shard_[u] = b_.buffer(shard_name(), u, s.shard * c_.bm, MemCategory::ShardedParams, compute_, true);
+      param_shard_[u] = b_.buffer(shard_name(), u, s.shard_bytes(c_.bm), MemCategory::ShardedParams, compute_, true);
     if (!plan_.cpu_offload.optimizer && s.optim > 0) {
       // Per parameter, its states in turn (adamw.py _init_group: exp_avg then exp_avg_sq); a FlatParameter's
       // states as one buffer.

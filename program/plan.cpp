@@ -82,10 +82,11 @@ std::string mesh_text(int r, int s) { return "(" + std::to_string(r) + ", " + st
 }  // namespace
 
 LoraPlan parse_lora(const Json& v, const std::string& field) {
-  const char* expected = "expected {\"rank\": r, \"targets\": [\"q\", \"v\", ...], \"dropout\": p}";
+  const char* expected =
+      "expected {\"rank\": r, \"targets\": [\"q\", \"v\", ...], \"dropout\": p, \"quantize_base\": \"nf4\" | \"none\"}";
   if (!v.is_object()) throw InputError(field, json_value_for_message(v), expected);
   JsonReader r(v, field);
-  r.check_no_unknown_keys({"rank", "targets", "dropout"});
+  r.check_no_unknown_keys({"rank", "targets", "dropout", "quantize_base"});
   LoraPlan l;
   if (!r.has("rank")) throw InputError(field + ".rank", "<missing>", "the adapters' rank, an integer >= 1");
   l.rank = r.get_int("rank", 1, 65536);
@@ -115,6 +116,14 @@ LoraPlan parse_lora(const Json& v, const std::string& field) {
   }
   for (std::size_t i = 0; i < on.size(); ++i)
     if (on[i]) l.targets.push_back(lora_target_names()[i]);
+  if (r.has("quantize_base")) {
+    const Json& q = r.raw("quantize_base");
+    const std::string s = q.is_string() ? q.get<std::string>() : "";
+    if (s != "nf4" && s != "none")
+      throw InputError(field + ".quantize_base", json_value_for_message(q),
+                       "expected \"nf4\" (QLoRA: 4-bit NormalFloat base weights) or \"none\"");
+    l.quantize_nf4 = s == "nf4";
+  }
   return l;
 }
 

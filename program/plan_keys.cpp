@@ -340,16 +340,23 @@ PlanKey dtype_key(std::string name, Dtype Plan::*field) {
   return k;
 }
 
-// `--fix lora=<rank>:<target>,<target>...[:<dropout>]` (e.g. 16:q,k,v or 8:q,v:0.05), or the plan's JSON object.
-LoraPlan parse_lora_text(const std::string& v, const std::string& field) {
-  const std::string what = "<rank>:<targets>[:<dropout>], e.g. 16:q,v or 8:q,v:0.05, or the plan's {\"rank\": ...}";
-  if (!v.empty() && v[0] == '{') return parse_lora(parse_json_text(v, field), field);
+// `--fix lora=<rank>:<target>,<target>...[:<dropout>][:nf4]` (e.g. 16:q,k,v or 8:q,v:0.05 or 16:q,v:0:nf4), or
+// the plan's JSON object.
+LoraPlan parse_lora_text(const std::string& text, const std::string& field) {
+  const std::string what =
+      "<rank>:<targets>[:<dropout>][:nf4], e.g. 16:q,v or 8:q,v:0.05 or 16:q,v:0:nf4 (QLoRA), or the plan's {\"rank\": ...}";
+  if (!text.empty() && text[0] == '{') return parse_lora(parse_json_text(text, field), field);
   Json j;
+  std::string v = text;
+  if (v.size() > 4 && v.ends_with(":nf4")) {
+    j["quantize_base"] = "nf4";
+    v.resize(v.size() - 4);
+  }
   const auto c1 = v.find(':');
-  if (c1 == std::string::npos) throw InputError(field, v, what);
+  if (c1 == std::string::npos) throw InputError(field, text, what);
   const auto c2 = v.find(':', c1 + 1);
   long long rank = 0;
-  if (!parse_long(v.substr(0, c1), rank)) throw InputError(field, v, what);
+  if (!parse_long(v.substr(0, c1), rank)) throw InputError(field, text, what);
   j["rank"] = rank;
   j["targets"] = Json::array();
   const std::string targets = v.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1);
@@ -363,7 +370,7 @@ LoraPlan parse_lora_text(const std::string& v, const std::string& field) {
     char* e = nullptr;
     const std::string d = v.substr(c2 + 1);
     const double dropout = std::strtod(d.c_str(), &e);
-    if (d.empty() || *e != '\0') throw InputError(field, v, what);
+    if (d.empty() || *e != '\0') throw InputError(field, text, what);
     j["dropout"] = dropout;
   }
   return parse_lora(j, field);
@@ -754,7 +761,9 @@ std::vector<PlanKey> make_table() {
         throw InputError("plan.trainable_fraction", json_value_for_message(r.raw("trainable_fraction")), kLoraOrFraction);
     };
     k.write = [](const Plan& p, Json& j) {
-      if (p.lora.on()) j["lora"] = {{"rank", p.lora.rank}, {"targets", p.lora.targets}, {"dropout", p.lora.dropout}};
+      if (!p.lora.on()) return;
+      j["lora"] = {{"rank", p.lora.rank}, {"targets", p.lora.targets}, {"dropout", p.lora.dropout}};
+      if (p.lora.quantize_nf4) j["lora"]["quantize_base"] = "nf4";
     };
     k.search = S::Base;
     k.set = [](Plan& p, const std::string& v, const std::string& f) {

@@ -372,8 +372,17 @@ def _lora(v):
     if not isinstance(v, dict):
         raise InputError(field, show(v), 'expected {"rank": r, "targets": ["q", "v", ...], "dropout": p}')
     for key in v:
-        if key not in ("rank", "targets", "dropout"):
-            raise InputError(f"{field}.{key}", show(v[key]), "unknown key; lora keys: rank, targets, dropout")
+        if key not in ("rank", "targets", "dropout", "quantize_base"):
+            raise InputError(f"{field}.{key}", show(v[key]), "unknown key; lora keys: rank, targets, dropout, quantize_base")
+    quantize = v.get("quantize_base", "none")
+    if quantize not in ("none", "nf4"):
+        raise InputError(f"{field}.quantize_base", show(quantize),
+                         'expected "nf4" (QLoRA: 4-bit NormalFloat base weights) or "none"')
+    if quantize == "nf4":
+        # The harness builds its models from plain nn.Linear layers in the compute dtype; NF4 weights need torchao's
+        # NF4Tensor (not installed where the harness runs), so a QLoRA plan is not measured here.
+        raise InputError(f"{field}.quantize_base", show(quantize),
+                         '"none": the harness builds bf16 base weights (torchao\'s NF4Tensor is not part of it)')
     rank = v.get("rank")
     if rank is None:
         raise InputError(f"{field}.rank", "<missing>", "the adapters' rank, an integer >= 1")

@@ -110,7 +110,24 @@ const std::vector<Row> kRows = {
      "the simulator 30.46 and 29.83: the gap to the README's 27.6 GiB lies between this reading of the run and the "
      "published run, not in the model of the plan",
      nullptr, TimeMetric::TokensPerSecond},
-    {"gt0450", "", "", "", MemoryKind::Allocated, "", "", "QLoRA (4-bit NF4 base weights) is not modelled"},
+    {"gt0450", "llama3.1-405b", "8xA100-80GB",
+     R"({"fsdp_version":2,"micro_batch":2,"seq_len":2048,"activation_checkpointing":"full","compile":true,
+         "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
+         "optimizer_impl":"fused","free_logits_before_backward":true,"frozen_units":["root"],
+         "lora":{"rank":16,"targets":["q","k","v","o","mlp"],"dropout":0.0,"quantize_base":"nf4"}})",
+     MemoryKind::Allocated, "FSDP2 QLoRA(NF4) AC mb2 s2048 bf16",
+     "Llama 3.1 405B as llama3.1-405b; A100 80GB (assumed); batch 2, packed 2048, compile (the README table's note); "
+     "llama3_1/405B_qlora.yaml (30b8519): qlora_llama3_1_405b, LoRA r16 on q, k, v, output_proj and the MLP "
+     "(apply_lora_to_mlp; lora_dropout the builder's 0.0), every block linear an NF4Tensor (torchao to_nf4, block 64, "
+     "scalers per 256), the output projection, embedding and norms bf16; fused AdamW; loss torch.nn.CrossEntropyLoss "
+     "on the .float() logits, `del logits` before backward; lora_finetune_distributed.py shard_model: fully_shard per "
+     "layers.i and the root (embedding, norm, output: frozen, kept gathered from forward to backward as FSDP2 then "
+     "did for the root); the compiled layers dequantize in one fused kernel; figure read as peak allocated in GiB (the "
+     "README prints 'GB' on this row, GiB on the others); uncertain: the plan as described cannot allocate less than "
+     "about 48.7 GiB: its NF4 shards (126 x 1,644,032,000 B / 8 = 24.11 GiB), the root's shard (0.98 GiB), the "
+     "checkpointed layer inputs (126 x 2 x 2048 x 16384 x 2 B = 15.75 GiB) and the root's gathered embedding and "
+     "output (7.83 GiB) alone; at the config's batch_size 1 the prediction is 47.46 GiB",
+     nullptr, TimeMetric::TokensPerSecond},
     {"gt0451", "llama2-7b", "2xRTX4090",
      R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","micro_batch":4,"seq_len":512,"activation_checkpointing":"none",
          "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16","grad_accum":32,

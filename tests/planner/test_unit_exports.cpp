@@ -313,6 +313,25 @@ TEST(UnitExports, LoraIsSpelledOrNoted) {
             std::string::npos)
       << lt.text;
   EXPECT_NE(lt.text.find(peft), std::string::npos);
+  // QLoRA: the fsdp2 export turns the blocks' frozen linears into torchao NF4Tensors before fully_shard; accelerate
+  // and Lightning (bitsandbytes' 4-bit layers) keep bf16 base weights and say so.
+  {
+    ExportInput q = in;
+    q.plan.fsdp_version = sim::FsdpVersion::FSDP2;
+    q.plan.lora.quantize_nf4 = true;
+    Export qf = export_fsdp2(q);
+    EXPECT_NE(qf.text.find("to_nf4(lin.weight.detach())"), std::string::npos) << qf.text;
+    EXPECT_NE(qf.text.find("linear_nf4(x, lin.weight)"), std::string::npos) << qf.text;
+    for (const char* fw : {"accelerate", "lightning"}) {
+      const Expressed x = express_plan(fw, q.plan, cluster(1, 8));
+      EXPECT_FALSE(x.plan.lora.quantize_nf4) << fw;
+      EXPECT_TRUE(x.plan.lora.on()) << fw;
+      bool said = false;
+      for (const auto& c : x.changes) said = said || c.find("lora.quantize_base nf4 -> none") != std::string::npos;
+      EXPECT_TRUE(said) << fw;
+    }
+    EXPECT_TRUE(express_plan("fsdp2", q.plan, cluster(1, 8)).plan.lora.quantize_nf4);
+  }
   // express_plan: torchtitan drops the adapters; accelerate keeps them and needs use_orig_params under FSDP1.
   Expressed e = express_plan("torchtitan", in.plan, cluster(1, 8));
   EXPECT_FALSE(e.plan.lora.on());

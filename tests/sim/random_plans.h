@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <initializer_list>
 #include <iterator>
 #include <random>
@@ -97,6 +98,21 @@ inline std::string random_plan(std::mt19937& rng, int gpus, int gpus_per_node) {
   if (conf == 1) j["alloc_conf"] = "expandable_segments:True";
   if (conf == 2) j["alloc_conf"] = "max_split_size_mb:" + std::to_string(64 * pick(1, 8));
   if (conf == 3) j["alloc_conf"] = "expandable_segments:True,max_split_size_mb:512";
+  // LoRA and QLoRA adapters, drawn from the plan drawn so far rather than from rng, so that the plans each CI
+  // seed gave before they existed stay the same: one plan in six without trainable_fraction gets adapters,
+  // half of those under FSDP2 with NF4 base weights (some then invalid: FSDP1, offload, fp32 master weights,
+  // a shard count the weights do not split into).
+  const std::size_t h = std::hash<std::string>{}(j.dump());
+  if (h % 6 == 0 && !j.contains("trainable_fraction")) {
+    static const char* const kTargets[][3] = {{"q", "v", ""}, {"q", "k", "v"}, {"mlp", "o", ""}};
+    const auto& t = kTargets[(h / 6) % 3];
+    nlohmann::json targets = nlohmann::json::array();
+    for (const char* x : t)
+      if (*x) targets.push_back(x);
+    j["lora"] = {{"rank", 8 << ((h / 18) % 3)}, {"targets", targets}, {"dropout", (h / 54) % 2 ? 0.05 : 0.0}};
+    if ((h / 108) % 2) j["lora"]["quantize_base"] = "nf4";
+    if ((h / 216) % 2) j["frozen_units"] = {"root"};
+  }
   return j.dump();
 }
 

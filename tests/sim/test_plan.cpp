@@ -383,6 +383,16 @@ TEST(PlanParse, LoraKeyAndItsErrors) {
   EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q", "qkv_proj"]}})"), "plan.lora.targets");
   EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q"], "dropout": 1.0}})"), "plan.lora.dropout");
   EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q"], "alpha": 16}})"), "plan.lora.alpha");
+  // QLoRA: quantize_base "nf4" (written back only when set), "none", anything else an error naming the field
+  const Plan q = parse(R"({"lora": {"rank": 16, "targets": ["q", "v"], "quantize_base": "nf4"}})");
+  EXPECT_TRUE(q.lora.quantize_nf4);
+  EXPECT_FALSE(p.lora.quantize_nf4);
+  EXPECT_EQ(plan_to_json(q)["lora"]["quantize_base"], "nf4");
+  EXPECT_FALSE(plan_to_json(p)["lora"].contains("quantize_base"));
+  EXPECT_EQ(parse_plan(plan_to_json(q)).lora, q.lora);
+  EXPECT_FALSE(parse(R"({"lora": {"rank": 16, "targets": ["q"], "quantize_base": "none"}})").lora.quantize_nf4);
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q"], "quantize_base": "int4"}})"), "plan.lora.quantize_base");
+  EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q"], "quantize_base": true}})"), "plan.lora.quantize_base");
   EXPECT_EQ(error_field(R"({"lora": {"rank": 8, "targets": ["q"]}, "trainable_fraction": 0.1})"),
             "plan.trainable_fraction");
   try {

@@ -146,6 +146,14 @@ TEST(PlanKeys, TextFormsTakeTheUsersSpellings) {
   plan_key("lora").set(p, "16:q,v:0.1", "--fix lora");
   EXPECT_EQ(p.lora.rank, 16);
   EXPECT_EQ(p.lora.targets, (std::vector<std::string>{"q", "v"}));
+  EXPECT_FALSE(p.lora.quantize_nf4);
+  plan_key("lora").set(p, "16:q,v:0:nf4", "--fix lora");   // QLoRA, with and without the dropout
+  EXPECT_TRUE(p.lora.quantize_nf4);
+  EXPECT_DOUBLE_EQ(p.lora.dropout, 0.0);
+  plan_key("lora").set(p, "8:q,k,v:nf4", "--fix lora");
+  EXPECT_TRUE(p.lora.quantize_nf4);
+  EXPECT_EQ(p.lora.targets, (std::vector<std::string>{"q", "k", "v"}));
+  EXPECT_THROW(plan_key("lora").set(p, "8:q,v:0:nf5", "--fix lora"), InputError);
   plan_key("auto_wrap_policy").set(p, "min_num_params:1000", "--fix auto_wrap_policy");
   EXPECT_EQ(p.auto_wrap_policy.min_num_params, 1000);
   try {

@@ -42,6 +42,8 @@ class PlanKeys(FieldAssertions):
         self.assertField({"lora": {"rank": 0, "targets": ["q"]}}, "plan.lora.rank")
         self.assertField({"lora": {"rank": 8, "targets": ["qq"]}}, "plan.lora.targets")
         self.assertField({"lora": {"rank": 8, "targets": ["q"], "dropout": 1}}, "plan.lora.dropout")
+        self.assertField({"lora": {"rank": 8, "targets": ["q"], "quantize_base": "int4"}}, "plan.lora.quantize_base")
+        self.assertField({"lora": {"rank": 8, "targets": ["q"], "quantize_base": "nf4"}}, "plan.lora.quantize_base")
         self.assertField({"lora": {"rank": 8, "targets": ["q"]}, "trainable_fraction": 0.1}, "plan.trainable_fraction")
         self.assertEqual(resolve({"lora": {"rank": 8, "targets": ["q"]}, "frozen_units": ["root"]}, 8, None).lora["rank"], 8)
 
