@@ -119,11 +119,22 @@ void read_lora(const std::string& text, UserConfig& cfg) {
       throw InputError("lora_dropout", v, "a probability in [0, 1)");
     }
   }
+  // QLoRA: torchtune's qlora_* builders (or a builder's quantize_base: True) make torchao NF4 base weights, which
+  // are modelled; bitsandbytes' 4-bit layers (transformers' BitsAndBytesConfig, litgpt's --quantize bnb.nf4) are not.
+  std::string quantize;
+  const bool torchtune_nf4 = how.rfind("torchtune", 0) == 0 &&
+                             (std::regex_search(text, std::regex(R"(\.qlora_[A-Za-z0-9_]+)")) ||
+                              (value("quantize_base", quantize) && truthy(quantize)));
+  if (torchtune_nf4) j["quantize_base"] = "nf4";
+  if (std::regex_search(text, std::regex(R"(load_in_4bit\s*=\s*True|bnb\.nf4|bnb_4bit)")))
+    cfg.warnings.push_back("bitsandbytes 4-bit base weights are not modelled (their quantization state stays replicated "
+                           "on every rank under FSDP1): the plan keeps the base weights in the compute dtype");
   cfg.plan.lora = sim::parse_lora(j, "lora (" + how + ")");
   std::string targets;
   for (const auto& t : cfg.plan.lora.targets) targets += (targets.empty() ? "" : ", ") + t;
   cfg.facts.push_back("LoRA rank " + std::to_string(cfg.plan.lora.rank) + " on " + targets + " read from " + how +
-                      " -> plan lora (adapters train, base weights frozen)");
+                      " -> plan lora (adapters train, base weights frozen" +
+                      (torchtune_nf4 ? ", NF4 base weights: lora.quantize_base nf4)" : ")"));
 }
 
 }  // namespace
