@@ -304,6 +304,15 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
   if (dtype_fixed) precisions = precision_presets();
   else
     for (const auto& n : o.precisions) precisions.push_back(find_precision_preset(n, "--precision"));
+  // QLoRA (lora.quantize_base nf4) is modelled under FSDP2 in pure low precision, without float8 or offload
+  // (program/lower_context.cpp lora_shape): only such candidates; bf16-true when the list has none.
+  const bool nf4 = o.base.lora.quantize_nf4;
+  if (nf4) {
+    std::erase_if(precisions, [](const PrecisionPreset& pr) {
+      return pr.master != pr.param || pr.fp8_all_gather || pr.float8 != models::Float8Recipe::None;
+    });
+    if (precisions.empty()) precisions.push_back(find_precision_preset("bf16-true", "--precision"));
+  }
 
   const auto knobs = fsdp1_knob_sets(o);
   std::vector<Plan> plans;
@@ -313,7 +322,7 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
         for (int sync = 0; sync < 2; ++sync) {
           std::int64_t ga = per_gpu / mb;
           if (sync == 1 && ga == 1) continue;
-          for (int off = 0; off < 2; ++off) {
+          for (int off = 0; off < (nf4 ? 1 : 2); ++off) {
             // FSDP1 CPU offload cannot accumulate gradients outside no_sync (semantics M11).
             if (off && sync && p.fsdp_version == FsdpVersion::FSDP1) continue;
             for (const auto& pr : precisions) {
@@ -340,6 +349,7 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
   };
 
   for (int version : {1, 2}) {
+    if (version == 1 && nf4) continue;
     for (auto [r, s] : meshes) {
       Plan p = o.base;
       p.fsdp_version = version == 1 ? FsdpVersion::FSDP1 : FsdpVersion::FSDP2;
