@@ -76,7 +76,13 @@ void print_summary(std::ostream& os, const models::ModelSpec& model, const calib
      << ", mesh (replicate " << p.mesh_replicate << ", shard " << p.mesh_shard << "), micro_batch "
      << p.micro_batch << " x seq_len " << p.seq_len << " x grad_accum " << p.grad_accum << ", param_dtype "
      << dtype_name(p.param_dtype) << ", reduce_dtype " << dtype_name(p.reduce_dtype) << ", AC "
-     << sim::checkpointing_name(p.activation_checkpointing) << "\n\n";
+     << sim::checkpointing_name(p.activation_checkpointing);
+  if (p.lora.on()) {
+    std::string targets;
+    for (const auto& t : p.lora.targets) targets += (targets.empty() ? "" : ",") + t;
+    os << ", " << (p.lora.quantize_nf4 ? "QLoRA (NF4 base weights)" : "LoRA") << " r" << p.lora.rank << " on " << targets;
+  }
+  os << "\n\n";
 
   os << "Memory per GPU (GiB = 2^30 bytes)\n";
   os << "  peak allocated (live tensors)     " << gib(r.peak_allocated) << "\n";
