@@ -306,13 +306,19 @@ class BlockWriter {
       // alone (a pointwise op's workspace counts nothing under compile).
       const bool nf4 = o_.lora.nf4 && kind == OpKind::Matmul && copies == 1 && wt != Weight::LmHead;
       const Bytes w_elems = in_f * out_f;
+      // bitsandbytes (FSDP1): one CUDA kernel (a library call inductor does not fuse) after the fp32 absmax.
+      const bool bnb = o_.lora.nf4_bnb;
       if (nf4) {
-        TapeOp dq{OpKind::Pointwise, {}, {out(intern(std::string(name) + ".weight_dequant"), w_elems * e_, false, false)}};
-        dq.fwd_workspace = w_elems * (kNf4EagerDequantPeakPerElem - e_);
+        TapeOp dq{bnb ? OpKind::Kernel : OpKind::Pointwise, {},
+                  {out(intern(std::string(name) + ".weight_dequant"), w_elems * e_, false, false)}};
+        dq.fwd_workspace = bnb ? bnb4_absmax_fp32_bytes(w_elems) : w_elems * (kNf4EagerDequantPeakPerElem - e_);
         ins.push_back(in(t_.add1(dq), GradRule::None));
       }
       TapeOp mm = with_weight({k, ins, {out(name, tokens * out_f * e_)}}, wt, params);
-      if (nf4) mm.bwd_workspace = w_elems * (o_.compile ? e_ : kNf4EagerDequantPeakPerElem);
+      if (nf4)
+        mm.bwd_workspace = bnb         ? w_elems * e_ + bnb4_absmax_fp32_bytes(w_elems)
+                           : o_.compile ? w_elems * e_
+                                        : w_elems * kNf4EagerDequantPeakPerElem;
       // AddmmBackward0's bias gradient, grad.sum_to_size(bias): a sum over the tokens whose CUDA kernel
       // stages partial sums in a buffer from the caching allocator while it runs (models/cuda_reduce.h)
       if (k == OpKind::MatmulBias && mm.weight == WeightUse::Trains)

@@ -104,6 +104,12 @@ void KernelBuilder::linear(const std::string& name, std::int64_t in, std::int64_
 }
 
 void KernelBuilder::nf4_dequant(const std::string& name, std::int64_t elems) {
+  if (opt.lora.nf4_bnb) {   // bitsandbytes: the absmax's second level into fp32, then the codes into the dtype
+    const std::int64_t blocks = (elems + kNf4BlockSize - 1) / kNf4BlockSize;
+    elementwise(name + ".bnb4_absmax", blocks + bnb4_absmax_fp32_bytes(elems), MemoryClass::Copy);
+    elementwise(name + ".bnb4_dequant", elems / 2 + bnb4_absmax_fp32_bytes(elems) + elems * e, MemoryClass::Copy);
+    return;
+  }
   if (opt.compile) {   // one fused kernel: read the NF4 bytes, write the compute dtype
     elementwise(name + ".nf4_dequant", nf4_bytes(elems) + elems * e, MemoryClass::Copy);
     return;

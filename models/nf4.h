@@ -22,6 +22,16 @@
 // 14 bytes per element at its peak, and the flatten copies of the expanded scalers (bf16, N / 2, one at a time)
 // on top while each half is scaled. Compiled (inductor), the dequantization is one fused kernel writing the
 // output alone.
+//
+// bitsandbytes' layout (FSDP1, the Hugging Face / accelerate and Answer.AI QLoRA path; bitsandbytes
+// functional.py quantize_4bit / dequantize_4bit at 8b3c0f3, Params4bit in nn/modules.py): the packed codes are
+// the parameter, stored in `bnb_4bit_quant_storage` (the flat parameter's dtype, so that FSDP1 can flatten it:
+// N / (2 x its item size) elements, N / 2 bytes); the QuantState is a plain attribute of the module, not a
+// parameter, so every rank keeps all of it: with double quantization (bnb_4bit_use_double_quant, the QLoRA
+// paper's setting) uint8 absmax per 64 elements (N / 64 bytes), an fp32 absmax per 256 of those (N / 4096 bytes),
+// the 256-entry fp32 code of that second level and the 16-entry NF4 code (1088 bytes per weight). The forward
+// (MatMul4Bit) dequantizes the absmax into fp32 (N / 16 bytes, freed on return) and the codes in one CUDA kernel
+// into a new compute-dtype weight; its backward does it again for the input's gradient.
 #pragma once
 #include <cstdint>
 
@@ -38,6 +48,17 @@ constexpr std::int64_t kNf4Quantum = kNf4BlockSize * kNf4ScalerBlockSize;   // 1
 constexpr Bytes nf4_bytes(std::int64_t numel) {
   return numel / 2 + numel / kNf4BlockSize + 2 * (numel / kNf4Quantum);
 }
+
+// bitsandbytes: the packed codes' elements in a `storage_bytes`-wide dtype, the QuantState bytes each rank holds
+// (double quantization), and the fp32 absmax the dequantization makes first.
+constexpr std::int64_t bnb4_packed_numel(std::int64_t numel, Bytes storage_bytes) {
+  return (numel + 1) / (2 * storage_bytes);
+}
+constexpr Bytes bnb4_quant_state_bytes(std::int64_t numel) {
+  const std::int64_t blocks = (numel + kNf4BlockSize - 1) / kNf4BlockSize;
+  return blocks + 4 * ((blocks + 255) / 256) + 4 * 256 + 4 * 16;
+}
+constexpr Bytes bnb4_absmax_fp32_bytes(std::int64_t numel) { return 4 * ((numel + kNf4BlockSize - 1) / kNf4BlockSize); }
 
 // The eager dequantization's peak (get_original_weight, above) per element, the output included, and the
 // largest of the short-lived copies on top of it: the first half's expanded scalers flattened (N / 2 elements

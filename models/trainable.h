@@ -67,7 +67,8 @@ struct LoraShape {
   WeightMask targets = 0;     // the adapted base weights: Q, K, V, Out, Gate, Up and Fc, Down, LmHead
   bool dropout = false;       // lora_dropout > 0: nn.Dropout runs in the adapter path (p = 0 returns x itself,
                               // aten/src/ATen/native/Dropout.cpp _dropout_impl)
-  bool nf4 = false;           // QLoRA: every block linear's frozen base weight is an NF4Tensor (models/nf4.h)
+  bool nf4 = false;           // QLoRA: every block linear's frozen base weight is stored in NF4 (models/nf4.h):
+  bool nf4_bnb = false;       // as bitsandbytes' Params4bit (FSDP1) rather than torchao's NF4Tensor (FSDP2)
   bool on() const { return rank > 0; }
   bool adapts(Weight w) const { return rank > 0 && (targets & weight_bit(w)) != 0; }
   bool operator==(const LoraShape&) const = default;

@@ -177,14 +177,16 @@ Expressed express_plan(const std::string& fw, const sim::Plan& in, const calibra
     t.note("use_orig_params false -> true: LoRA adapters in a block's FSDP1 unit need use_orig_params (frozen and "
            "trainable tensors in one FlatParameter); each block's whole flat gradient is then kept (M13)");
   }
-  // QLoRA: Lightning (litgpt's --quantize bnb.nf4) and accelerate (transformers' BitsAndBytesConfig) quantize
-  // through bitsandbytes, whose Params4bit keeps its quantization state outside the parameter (replicated on
-  // every rank under FSDP1): not the torchao NF4Tensor that is modelled (models/nf4.h).
-  if (p.lora.quantize_nf4 && (fw == "accelerate" || fw == "lightning")) {
+  // QLoRA: accelerate quantizes through transformers' BitsAndBytesConfig (bitsandbytes' Params4bit), modelled under
+  // FSDP1 (models/nf4.h), not under fully_shard; Lightning's bitsandbytes precision plugin with its FSDP strategies
+  // is not modelled. torchao's NF4Tensor under fully_shard (torchtune's QLoRA) is the fsdp2 export's.
+  if (p.lora.quantize_nf4 && (fw == "lightning" || (fw == "accelerate" && p.fsdp_version == sim::FsdpVersion::FSDP2))) {
     p.lora.quantize_nf4 = false;
-    t.note("lora.quantize_base nf4 -> none: " + fw + " quantizes through bitsandbytes (Params4bit, its quantization "
-           "state replicated per rank), which is not modelled; torchao's NF4Tensor under fully_shard (torchtune's "
-           "QLoRA, the fsdp2 export) is");
+    t.note("lora.quantize_base nf4 -> none: " +
+           std::string(fw == "lightning" ? "Lightning's bitsandbytes precision under its FSDP strategies"
+                                         : "bitsandbytes' 4-bit parameters under accelerate's FSDP2") +
+           " are not modelled (QLoRA is: torchao's NF4Tensor under fully_shard, the fsdp2 export; bitsandbytes under "
+           "FSDP1, accelerate's fsdp_version 1)");
   }
   // torchtune's chunked loss needs its model code: CEWithChunkedOutputLoss takes the list of logits chunks that
   // TransformerDecoder.chunked_output returns (torchtune/modules/transformer.py); none of these front-ends runs

@@ -186,6 +186,9 @@ Export export_lightning(const ExportInput& in) {
      << "# DataLoader(batch_size=" << p.micro_batch << "): the micro-batch per GPU, sequences of " << p.seq_len
      << " tokens\n";
   if (!alloc_conf_line(p).empty()) os << "# launch with " << alloc_conf_line(p) << " in the environment\n";
+  if (p.lora.on() && p.lora.quantize_nf4)
+    e.unsupported.push_back("lora.quantize_base nf4: Lightning's bitsandbytes precision under its FSDP strategies is not "
+                            "modelled (the accelerate export spells bitsandbytes' QLoRA under FSDP1)");
   if (p.lora.on()) {
     // Lightning has no LoRA of its own: litgpt (on Lightning Fabric) has, and PEFT adapts a Hugging Face model
     os << "# LoRA (plan.lora): with litgpt (Lightning Fabric, FSDP1 use_orig_params): litgpt finetune lora "

@@ -304,7 +304,7 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
   if (dtype_fixed) precisions = precision_presets();
   else
     for (const auto& n : o.precisions) precisions.push_back(find_precision_preset(n, "--precision"));
-  // QLoRA (lora.quantize_base nf4) is modelled under FSDP2 in pure low precision, without float8 or offload
+  // QLoRA (lora.quantize_base nf4) is modelled in pure low precision, without float8 or offload
   // (program/lower_context.cpp lora_shape): only such candidates; bf16-true when the list has none.
   const bool nf4 = o.base.lora.quantize_nf4;
   if (nf4) {
@@ -349,7 +349,6 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
   };
 
   for (int version : {1, 2}) {
-    if (version == 1 && nf4) continue;
     for (auto [r, s] : meshes) {
       Plan p = o.base;
       p.fsdp_version = version == 1 ? FsdpVersion::FSDP1 : FsdpVersion::FSDP2;

@@ -119,22 +119,27 @@ void read_lora(const std::string& text, UserConfig& cfg) {
       throw InputError("lora_dropout", v, "a probability in [0, 1)");
     }
   }
-  // QLoRA: torchtune's qlora_* builders (or a builder's quantize_base: True) make torchao NF4 base weights, which
-  // are modelled; bitsandbytes' 4-bit layers (transformers' BitsAndBytesConfig, litgpt's --quantize bnb.nf4) are not.
+  // QLoRA: torchtune's qlora_* builders (or a builder's quantize_base: True) make torchao NF4 base weights.
   std::string quantize;
   const bool torchtune_nf4 = how.rfind("torchtune", 0) == 0 &&
                              (std::regex_search(text, std::regex(R"(\.qlora_[A-Za-z0-9_]+)")) ||
                               (value("quantize_base", quantize) && truthy(quantize)));
-  if (torchtune_nf4) j["quantize_base"] = "nf4";
-  if (std::regex_search(text, std::regex(R"(load_in_4bit\s*=\s*True|bnb\.nf4|bnb_4bit)")))
-    cfg.warnings.push_back("bitsandbytes 4-bit base weights are not modelled (their quantization state stays replicated "
-                           "on every rank under FSDP1): the plan keeps the base weights in the compute dtype");
+  // bitsandbytes' NF4 (transformers' BitsAndBytesConfig, litgpt's bnb.nf4): modelled under FSDP1 (models/nf4.h)
+  const bool bnb4 = std::regex_search(text, std::regex(R"(load_in_4bit\s*[=:]\s*[Tt]rue|bnb\.nf4)"));
+  const bool bnb_fp4 = std::regex_search(text, std::regex(R"(bnb_4bit_quant_type\s*[=:]\s*["']?fp4)"));
+  const bool bnb_nf4 = bnb4 && !bnb_fp4 && cfg.plan.fsdp_version == sim::FsdpVersion::FSDP1;
+  if (torchtune_nf4 || bnb_nf4) j["quantize_base"] = "nf4";
+  if (bnb4 && !bnb_nf4)
+    cfg.warnings.push_back(std::string("bitsandbytes 4-bit base weights ") +
+                           (bnb_fp4 ? "in FP4 are not modelled (NF4 is)"
+                                    : "under FSDP2 are not modelled (under FSDP1 they are)") +
+                           ": the plan keeps the base weights in the compute dtype");
   cfg.plan.lora = sim::parse_lora(j, "lora (" + how + ")");
   std::string targets;
   for (const auto& t : cfg.plan.lora.targets) targets += (targets.empty() ? "" : ", ") + t;
   cfg.facts.push_back("LoRA rank " + std::to_string(cfg.plan.lora.rank) + " on " + targets + " read from " + how +
                       " -> plan lora (adapters train, base weights frozen" +
-                      (torchtune_nf4 ? ", NF4 base weights: lora.quantize_base nf4)" : ")"));
+                      (torchtune_nf4 || bnb_nf4 ? ", NF4 base weights: lora.quantize_base nf4)" : ")"));
 }
 
 }  // namespace

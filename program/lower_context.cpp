@@ -242,6 +242,10 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
   };
   const bool listed = !u.tensors.empty() && placeable(u);
   const bool frozen = unit_fraction <= 0.0;   // plan.frozen_units
+  if (ts.lora.nf4 && !listed && u.params > 0)
+    throw InputError("plan.lora.quantize_base", "\"nf4\"",
+                     "unit " + (u.name.empty() ? std::string("<root>") : u.name) +
+                         " is known by its parameter count alone: which of its tensors are NF4 weights is unknown");
   // LoRA adapters: with use_orig_params they are tensors of the unit's FlatParameter (litgpt's Block holds
   // its LoRALinear's lora_A, lora_B beside the frozen weights), placed before the first adapted weight of
   // each block (LoRALinear registers lora_A, lora_B as its own parameters, named before its child
@@ -270,6 +274,12 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
           placed[slot] = 1;
           for (const models::AdapterMatrix& a : in_block ? ts.block_adapters : ts.head_adapters) add(a.numel(), !frozen);
         }
+      }
+      if (models::tensor_nf4(ts.lora, t.name)) {
+        // bitsandbytes' packed codes in the flat dtype (bnb_4bit_quant_storage), the QuantState beside them
+        add(models::bnb4_packed_numel(t.numel(), dtype_bytes(flat_dtype)), false);
+        s.nf4_replicated_bytes += models::bnb4_quant_state_bytes(t.numel());
+        continue;
       }
       add(t.numel(), !frozen && models::tensor_trains(ts, t.name));
     }
@@ -535,10 +545,9 @@ models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan) {
     const auto refuse = [](const std::string& why) {
       throw InputError("plan.lora.quantize_base", "\"nf4\"", why);
     };
-    if (plan.fsdp_version != FsdpVersion::FSDP2)
-      refuse("NF4 base weights are modelled under FSDP2 (torchao's NF4Tensor shards as a DTensor); FSDP1 with "
-             "bitsandbytes' packed storage keeps its quantization state replicated on every rank and is not modelled: "
-             "set fsdp_version 2");
+    // FSDP2: torchao's NF4Tensor (torchtune); FSDP1: bitsandbytes' Params4bit in the flat parameter's dtype
+    // (bnb_4bit_quant_storage), its QuantState on every rank (models/nf4.h).
+    l.nf4_bnb = plan.fsdp_version == FsdpVersion::FSDP1;
     if (plan.float8 != models::Float8Recipe::None || plan.fp8_all_gather)
       refuse("float8 compute or all-gathers do not apply to NF4 base weights: set float8 none and fp8_all_gather false");
     if (plan.cpu_offload.params || plan.cpu_offload.optimizer)
@@ -678,7 +687,14 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
                       "float8; an adapter on the LM head saves its dropout, mask and rank-wide A output, and its "
                       "vocabulary-wide tensors (base output, B output, scaled product, sum) are allocated one by one "
                       "(program/lower_walk.cpp head_lora_forward)");
-    if (c.trainable.lora.nf4)
+    if (c.trainable.lora.nf4 && c.trainable.lora.nf4_bnb)
+      c.notes.push_back("lora.quantize_base nf4 (QLoRA) under FSDP1: bitsandbytes' Params4bit, its packed codes N / 4 elements "
+                        "of the flat parameter's dtype (bnb_4bit_quant_storage), sharded and gathered as such; its "
+                        "double-quantized QuantState (absmax per 64, a second level per 256, codes: about 0.016 bytes per "
+                        "element), a module attribute FSDP does not shard, whole on every rank; each linear dequantizes "
+                        "its weight (fp32 absmax, then a compute-dtype copy, two CUDA kernels) for its forward and again "
+                        "for its input gradient; the LM head, embedding and norms stay in the compute dtype");
+    else if (c.trainable.lora.nf4)
       c.notes.push_back(plan.compile
                             ? "lora.quantize_base nf4 (QLoRA): every block linear's base weight is a torchao NF4Tensor (0.516 "
                               "bytes per element: 4-bit codes, int8 scalers per 64, a factor per 256 scalers; its 34 bytes of "

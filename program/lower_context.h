@@ -34,7 +34,9 @@ struct UnitSizes {
   std::int64_t optim = 0;           // numel per optimizer state (trainable, sharded)
   bool needs_pad = false;           // FSDP1: grad % N != 0 -> F.pad copy before the reduce-scatter (F1.10)
   // QLoRA (lora.quantize_base nf4, FSDP2): the part of `shard` / `unsharded` (numel) stored as NF4Tensors, and
-  // its bytes (models/nf4.h); every other element takes the bytes of its dtype.
+  // its bytes (models/nf4.h); every other element takes the bytes of its dtype. FSDP1 (bitsandbytes): the packed
+  // codes are ordinary flat-parameter elements; their QuantState, outside FSDP, is on every rank whole.
+  Bytes nf4_replicated_bytes = 0;
   std::int64_t nf4_shard = 0, nf4_unsharded = 0;
   Bytes nf4_shard_bytes = 0, nf4_unsharded_bytes = 0;
   Bytes shard_bytes(Bytes per_elem) const { return (shard - nf4_shard) * per_elem + nf4_shard_bytes; }

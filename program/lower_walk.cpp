@@ -58,6 +58,10 @@ void LoweringWalk::add_persistent() {
     if (s.params == 0) continue;
     if (!plan_.cpu_offload.params)
       param_shard_[u] = b_.buffer(shard_name(), u, s.shard_bytes(c_.bm), MemCategory::ShardedParams, compute_, true);
+    // QLoRA under FSDP1: bitsandbytes' QuantState of the unit's weights, a module attribute FSDP does not shard
+    // (models/nf4.h): whole on every rank.
+    if (s.nf4_replicated_bytes > 0)
+      b_.buffer("nf4_quant_state", u, s.nf4_replicated_bytes, MemCategory::ShardedParams, compute_, true);
     if (!plan_.cpu_offload.optimizer && s.optim > 0) {
       // Per parameter, its states in turn (adamw.py _init_group: exp_avg then exp_avg_sq); a FlatParameter's
       // states as one buffer.

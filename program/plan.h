@@ -81,7 +81,7 @@ struct LoraPlan {
   double dropout = 0.0;               // lora_dropout
   // QLoRA (`quantize_base: "nf4"`): the frozen base weights of the blocks' linears are stored as 4-bit NormalFloat
   // with double-quantized scales (torchao NF4Tensor, torchtune's qlora_* builders) and dequantized to the
-  // compute dtype by each linear (models/nf4.h). FSDP2 only.
+  // compute dtype by each linear (models/nf4.h); under FSDP1, bitsandbytes' Params4bit layout instead.
   bool quantize_nf4 = false;
   bool on() const { return rank > 0; }
   bool adapts(const std::string& target) const {

@@ -235,7 +235,7 @@ TEST(Readers, LoraFromLitgptTorchtuneAndPeft) {
   EXPECT_EQ(c.plan.lora.rank, 16);
   EXPECT_EQ(c.plan.lora.targets, (std::vector<std::string>{"q", "k", "v", "gate", "up", "down"}));
   EXPECT_FALSE(c.plan.lora.quantize_nf4);
-  // torchtune's QLoRA builders: NF4 base weights (modelled); bitsandbytes' 4-bit layers: a warning, bf16 weights
+  // torchtune's QLoRA builders: NF4 base weights; bitsandbytes' under FSDP1 too, under FSDP2 a warning
   c = parse_user_config_text(head + "model:\n  _component_: torchtune.models.llama3_1.qlora_llama3_1_405b\n"
                                     "  lora_attn_modules: ['q_proj', 'v_proj']\n  lora_rank: 16\n  lora_dropout: 0.05\n",
                              "accelerate", "x.yaml", kLlama);
@@ -244,12 +244,15 @@ TEST(Readers, LoraFromLitgptTorchtuneAndPeft) {
   c = parse_user_config_text(head + "model:\n  lora_attn_modules: ['q_proj']\n  lora_rank: 8\n  quantize_base: True\n",
                              "accelerate", "x.yaml", kLlama);
   EXPECT_TRUE(c.plan.lora.quantize_nf4);
-  c = parse_user_config_text(strat + "bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\")\n"
-                                     "cfg = LoraConfig(r=4, target_modules=[\"q_proj\"])\n",
-                             "lightning", "x.py", kLlama);
+  const std::string bnb = "bnb = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\")\n"
+                          "cfg = LoraConfig(r=4, target_modules=[\"q_proj\"])\n";
+  c = parse_user_config_text(strat + bnb, "lightning", "x.py", kLlama);   // FSDP1: modelled
+  EXPECT_TRUE(c.plan.lora.quantize_nf4);
+  c = parse_user_config_text(head + "# train.py:\n# " + bnb.substr(0, bnb.find('\n') + 1) + "# " + bnb.substr(bnb.find('\n') + 1),
+                             "accelerate", "x.yaml", kLlama);   // FSDP2: not
   EXPECT_FALSE(c.plan.lora.quantize_nf4);
   bool warned = false;
-  for (const auto& w : c.warnings) warned = warned || w.find("bitsandbytes 4-bit") != std::string::npos;
+  for (const auto& w : c.warnings) warned = warned || w.find("bitsandbytes 4-bit base weights under FSDP2") != std::string::npos;
   EXPECT_TRUE(warned);
   c = parse_user_config_text(strat + "cfg = LoraConfig(r=4, lora_alpha=8, target_modules=[\"q_proj\", \"o_proj\"], "
                                      "lora_dropout=0.1)\n",

@@ -313,8 +313,8 @@ TEST(UnitExports, LoraIsSpelledOrNoted) {
             std::string::npos)
       << lt.text;
   EXPECT_NE(lt.text.find(peft), std::string::npos);
-  // QLoRA: the fsdp2 export turns the blocks' frozen linears into torchao NF4Tensors before fully_shard; accelerate
-  // and Lightning (bitsandbytes' 4-bit layers) keep bf16 base weights and say so.
+  // QLoRA: the fsdp2 export turns the blocks' frozen linears into torchao NF4Tensors before fully_shard; Lightning,
+  // and accelerate under FSDP2, keep bf16 base weights and say so; accelerate under FSDP1 spells bitsandbytes'.
   {
     ExportInput q = in;
     q.plan.fsdp_version = sim::FsdpVersion::FSDP2;
@@ -331,6 +331,15 @@ TEST(UnitExports, LoraIsSpelledOrNoted) {
       EXPECT_TRUE(said) << fw;
     }
     EXPECT_TRUE(express_plan("fsdp2", q.plan, cluster(1, 8)).plan.lora.quantize_nf4);
+    // FSDP1 in accelerate: bitsandbytes' 4-bit weights (modelled), spelled as transformers' BitsAndBytesConfig
+    q.plan.fsdp_version = sim::FsdpVersion::FSDP1;
+    q.plan.use_orig_params = true;
+    EXPECT_TRUE(express_plan("accelerate", q.plan, cluster(1, 8)).plan.lora.quantize_nf4);
+    Export qa = export_accelerate(q);
+    EXPECT_NE(qa.text.find("bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.bfloat16, "
+                           "bnb_4bit_quant_storage=torch.bfloat16"),
+              std::string::npos)
+        << qa.text;
   }
   // express_plan: torchtitan drops the adapters; accelerate keeps them and needs use_orig_params under FSDP1.
   Expressed e = express_plan("torchtitan", in.plan, cluster(1, 8));

@@ -996,7 +996,14 @@ TEST(LoweringLora, AdapterBytesSavedTensorsAndGradientsByHand) {
 //    compiled none. The kernels: 11 eager ones per weight, or one fused one reading the NF4 bytes and writing bf16
 //    (q: 33800 + 131072 = 164872 B).
 //  * A weight whose shard does not hold whole scaler blocks cannot be split (nf4_split asserts): an input error,
-//    as are FSDP1, float8, CPU offload, fp32 master weights and the bundled runtime.
+//    as are float8, CPU offload, fp32 master weights and the bundled runtime.
+//  * FSDP1 (bitsandbytes, use_orig_params): the packed codes are bf16 elements of the flat parameter, N / 4 of them
+//    (q: 16384, gate: 32768), after the 2048 adapter elements placed before q_proj, with the norms' 512:
+//    2048 + 4 x 16384 + 3 x 32768 + 512 = 166400 elements, 83200 per rank (166400 B); the QuantState, whole on each
+//    rank: per weight N / 64 uint8 absmax, 4 B per 256 of those and 1088 B of codes: q 1024 + 16 + 1088 = 2128 B,
+//    gate 2048 + 32 + 1088 = 3168 B, 18016 B per block. Sharded params 2 x (166400 + 18016) + 33024 (the root's
+//    33024 elements over 2 ranks) = 401856 B; a block's all-gather 332800 B. Each dequantization makes the fp32
+//    absmax (q: 4096 B) beside the 131072 B copy, in two kernels (the codes' one moves 32768 + 4096 + 131072 B).
 TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
   models::ModelSpec m = tiny_spec(2);
   m.hidden = 256, m.n_heads = 4, m.n_kv_heads = 4, m.head_dim = 64, m.ffn_hidden = 512, m.vocab_size = 64;
@@ -1044,6 +1051,7 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
   // (eager) its 12 B-per-element temporaries as a workspace.
   const Plan plan = resolved("{" + base + R"("lora": {"rank": 2, "targets": ["q", "v"], "quantize_base": "nf4"}})", 2, 2);
   const models::LoraShape shape = lowering::lora_shape(m, plan);
+  EXPECT_FALSE(shape.nf4_bnb);
   EXPECT_TRUE(shape.nf4);
   for (bool compile : {false, true}) {
     const models::ImplOptions o{models::ModelImpl::HF, compile, models::Float8Recipe::None, shape, 132};
@@ -1061,12 +1069,41 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
     EXPECT_EQ(after_q, want) << compile;
   }
 
+  // FSDP1: bitsandbytes' layout
+  const StepProgram f1 = lower_plan(R"("fsdp_version": 1, )");
+  expect_well_formed(f1, "qlora fsdp1");
+  EXPECT_EQ(models::bnb4_quant_state_bytes(65536), 2128);
+  EXPECT_EQ(persistent_bytes(f1, MemCategory::ShardedParams), 2 * (166400 + 18016) + 33024);
+  EXPECT_EQ(ops_of(f1, OpKind::AllGather, 1)[0]->comm_bytes, 332800);
+  bool bnb_kernel = false;
+  for (const Op* o : ops_of(f1, OpKind::Forward, 1))
+    for (const auto& k : o->kernel_list())
+      if (k.name == "q_proj.bnb4_dequant") {
+        bnb_kernel = true;
+        EXPECT_EQ(k.bytes, 32768 + 4096 + 131072);
+      }
+  EXPECT_TRUE(bnb_kernel);
+  {
+    const Plan p1 = resolved("{" + base + R"("fsdp_version": 1, "lora": {"rank": 2, "targets": ["q", "v"], "quantize_base": "nf4"}})", 2, 2);
+    const models::LoraShape s1 = lowering::lora_shape(m, p1);
+    EXPECT_TRUE(s1.nf4_bnb);
+    const models::ImplOptions o{models::ModelImpl::HF, false, models::Float8Recipe::None, s1, 132};
+    const models::BlockMemory bm =
+        models::block_memory(m, 1, 4, Dtype::BF16, models::CheckpointMode::None, o, models::GradFlow{});
+    std::vector<Bytes> after_q;
+    for (std::size_t i = 0; i + 1 < bm.forward_events.size(); ++i)
+      if (bm.forward_events[i].kind == models::ForwardEvent::Temp &&
+          std::string(bm.forward_events[i].name) == "attn.q.weight_dequant")
+        after_q = {bm.forward_events[i].bytes, bm.forward_events[i + 1].bytes};
+    EXPECT_EQ(after_q, (std::vector<Bytes>{131072, 4096}));
+  }
+
   // Refused: a shard without whole scaler blocks (4 ranks: q's 64-row shards hold 16384 elements, fine; 8 ranks: 8192),
   // and what is not modelled with NF4 weights.
   EXPECT_NO_THROW(lower_plan("", 4));
   EXPECT_THROW(lower_plan("", 8), InputError);
   const std::string mixed = R"("implementation": "hf", "micro_batch": 1, "seq_len": 4, "param_dtype": "bf16", )";
-  for (const std::string& bad : {base + R"("fsdp_version": 1, )", base + R"("float8": "tensorwise", )",
+  for (const std::string& bad : {base + R"("float8": "tensorwise", )",
                                  base + R"("cpu_offload": true, )", mixed + R"("master_weights_dtype": "fp32", )"}) {
     try {
       const Plan bp = resolved("{" + bad + R"("lora": {"rank": 2, "targets": ["q", "v"], "quantize_base": "nf4"}})", 2, 2);
