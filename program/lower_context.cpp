@@ -460,6 +460,9 @@ GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, con
         continue;
       }
       for (const auto& t : u.tensors) {
+        // (bitsandbytes' MatMul4Bit returns no gradient for its packed weight: no weight-gradient GEMM, nothing
+        // saved for one, though the view requires grad)
+        if (models::tensor_nf4(ts.lora, t.name)) continue;
         const models::TensorWeight tw = models::tensor_weight(t.name);
         if (tw.layer >= 0 && tw.layer < L) eff[static_cast<std::size_t>(tw.layer)] |= tw.weights;
         else if (tw.layer < 0) outside |= tw.weights;
@@ -550,8 +553,11 @@ models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan) {
     l.nf4_bnb = plan.fsdp_version == FsdpVersion::FSDP1;
     if (plan.float8 != models::Float8Recipe::None || plan.fp8_all_gather)
       refuse("float8 compute or all-gathers do not apply to NF4 base weights: set float8 none and fp8_all_gather false");
-    if (plan.cpu_offload.params || plan.cpu_offload.optimizer)
-      refuse("CPU offload of NF4 base weights is not modelled: set cpu_offload false");
+    // FSDP1's offload moves the flat parameter's elements (bitsandbytes' packed codes among them) and leaves the
+    // QuantState on the GPU, where the dequantization kernel reads it; FSDP2's offload of NF4Tensors is not modelled.
+    if ((plan.cpu_offload.params || plan.cpu_offload.optimizer) && plan.fsdp_version == FsdpVersion::FSDP2)
+      refuse("CPU offload of torchao's NF4 base weights under FSDP2 is not modelled: set cpu_offload false (under "
+             "FSDP1, bitsandbytes' layout, it is)");
     if (plan.master_weights_dtype != plan.param_dtype)
       refuse("QLoRA is modelled with its adapters in the compute dtype (pure " + std::string(dtype_name(plan.param_dtype)) +
              " training, as torchtune's and litgpt's QLoRA recipes run): set master_weights_dtype to the param_dtype");

@@ -84,7 +84,20 @@ class FlatParamLowering final : public LoweringWalk {
     }
     whole_views_.assign(U, 0);
     for (int u = 0; u < U; ++u)
-      if (g.unit_held[u] != c_.graph->units[u].params && c_.sizes[u].grad > 0) whole_views_[u] = c_.graph->units[u].params;
+      if (g.unit_listed[u] != c_.graph->units[u].params && c_.sizes[u].grad > 0) whole_views_[u] = c_.graph->units[u].params;
+    // LoRA without use_orig_params: the adapters are a FlatParameter of their own and the base one does not
+    // require grad, so the base's views get no gradient (a view of a tensor that does not require grad does not
+    // either); the adapters' views do (their split backward cats them into the adapters' flat gradient).
+    if (c_.trainable.lora.on() && !plan_.use_orig_params) {
+      std::int64_t block = 0, head = 0;
+      for (const models::AdapterMatrix& a : c_.trainable.block_adapters) block += a.numel();
+      for (const models::AdapterMatrix& a : c_.trainable.head_adapters) head += a.numel();
+      for (int s = 0; s < S; ++s) {
+        const models::ModulePart part = c_.segments[s].part;
+        view_held_[s] = part == models::ModulePart::Block ? block : part == models::ModulePart::FinalNormAndHead ? head : 0;
+        view_transient_[s] = tied_held_[s] = 0;
+      }
+    }
     for (int s = 0; s < S; ++s) {
       const int u = c_.segments[s].unit;
       if (whole_views_[u] > 0 || c_.sizes[u].grad <= 0) view_held_[s] = view_transient_[s] = tied_held_[s] = 0;

@@ -598,6 +598,7 @@ LoweringWalk::ParamGradParts LoweringWalk::param_grad_parts() const {
   g.held.assign(S, {});
   g.transient.assign(S, 0);
   g.unit_held.assign(c_.sizes.size(), 0);
+  g.unit_listed.assign(c_.sizes.size(), 0);
   const models::ParamCounts pc = models::count_params(*c_.model);
   const bool tied = c_.model->tied_embeddings;
   const std::int64_t tied_weight = tied ? pc.embedding - pc.positions : 0;
@@ -617,6 +618,8 @@ LoweringWalk::ParamGradParts LoweringWalk::param_grad_parts() const {
       case models::ModulePart::Block:
         // The block's parameters one by one, in the reverse of the forward's module calls (the last
         // module's backward runs first): FSDP2's unsharded parameters are leaves, each .grad its own tensor.
+        // An NF4 weight (QLoRA) gets none: torchao's LinearNF4 and bitsandbytes' MatMul4Bit return no gradient
+        // for it, and split_with_sizes_backward fills its part of FSDP1's flat gradient with zeros.
         {
           std::vector<const models::Module*> mods;
           for (const models::Module& m : c_.graph->modules)
@@ -625,12 +628,20 @@ LoweringWalk::ParamGradParts LoweringWalk::param_grad_parts() const {
             return a->exec_index > b->exec_index;
           });
           for (const models::Module* m : mods)
-            for (auto t = m->params.rbegin(); t != m->params.rend(); ++t) h.push_back(t->numel());
+            for (auto t = m->params.rbegin(); t != m->params.rend(); ++t) {
+              g.unit_listed[seg.unit] += t->numel();
+              if (!models::tensor_nf4(c_.trainable.lora, t->name)) h.push_back(t->numel());
+            }
+          if (mods.empty()) {   // a block known by its count
+            h = {pc.per_block};
+            g.unit_listed[seg.unit] += pc.per_block;
+          }
         }
-        if (h.empty()) h = {pc.per_block};
         break;
       case models::ModulePart::FinalNormAndHead: h = {pc.final_norm, tied ? tied_weight : pc.lm_head}; break;
     }
+    if (seg.part != models::ModulePart::Block)
+      for (std::int64_t n : h) g.unit_listed[seg.unit] += n;
     std::erase(h, 0);
     for (std::int64_t n : h) g.unit_held[seg.unit] += n;
   }

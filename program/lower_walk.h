@@ -50,6 +50,7 @@ class LoweringWalk {
     std::vector<std::vector<std::int64_t>> held;   // per segment: numel of each parameter's gradient held
     std::vector<std::int64_t> transient;           // per segment: numel of the tied weight's second gradient
     std::vector<std::int64_t> unit_held;           // per unit: the sum of `held` over its segments
+    std::vector<std::int64_t> unit_listed;         // per unit: the numel of all its listed tensors (held or not)
     std::int64_t tied = 0;                         // the tied weight's numel (0: no tied weight in one unit)
     int tied_head = -1;                            // its segment whose last `held` entry is the tied weight
     int tied_embedding = -1;                       // its segment whose `transient` is the second gradient

@@ -963,6 +963,18 @@ TEST(LoweringLora, AdapterBytesSavedTensorsAndGradientsByHand) {
   EXPECT_EQ(category_bytes(f1n, MemCategory::ShardedGrads), 2 * 28 * 4);
   EXPECT_EQ(persistent_bytes(f1n, MemCategory::OptimizerState), 2 * 28 * 2 * 4);
   EXPECT_EQ(wgrads(f1n, 1), adapters);
+  // The gradients autograd holds for the flat parameters' views until their split backward: with use_orig_params
+  // every view of the block's FlatParameter (its 592 base elements, bf16: 1184 B); without it the base
+  // FlatParameter does not require grad and neither do its views: only the adapters' 56 (112 B). (Before
+  // 2026-11-27 the base's 1184 B were held here too.)
+  const auto view_grads = [](const StepProgram& p, int unit) {
+    std::vector<Bytes> v;
+    for (const Buffer& b : p.buffers)
+      if (b.unit == unit && std::string(b.name).rfind("param_grad", 0) == 0) v.push_back(b.bytes);
+    return v;
+  };
+  EXPECT_EQ(view_grads(f1n, 1), std::vector<Bytes>{112});
+  EXPECT_EQ(view_grads(f1, 1), std::vector<Bytes>{1184});
 
   // litgpt's LoRAQKVLinear (lit_gpt/lora.py at 8641822): one A of (2 x 2 parts, 8) = 32 and one B of (8 + 4, 2)
   // = 24 on the fused qkv: FSDP2 chunks A 2 x 8 + B 6 x 2 = 28 per block, 224 B in all; one pair of adapter
@@ -1083,6 +1095,19 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
         EXPECT_EQ(k.bytes, 32768 + 4096 + 131072);
       }
   EXPECT_TRUE(bnb_kernel);
+  // use_orig_params: the block's FlatParameter requires grad (its adapters), so its norms' views get weight
+  // gradients (M13), but MatMul4Bit returns none for a packed weight: no base linear's weight-gradient GEMM, and
+  // the gradients held for the split backward are the norms' alone (2 x 256 bf16: 1024 B).
+  const std::vector<std::string> adapters_wgrad = {"q_proj.lora_b_wgrad", "q_proj.lora_a_wgrad", "v_proj.lora_b_wgrad",
+                                                   "v_proj.lora_a_wgrad"};
+  for (const std::string& w : wgrads(f1, 1))
+    EXPECT_TRUE(std::find(adapters_wgrad.begin(), adapters_wgrad.end(), w) != adapters_wgrad.end() ||
+                w.find("norm") != std::string::npos)
+        << w;
+  std::vector<Bytes> held;
+  for (const Buffer& b : f1.buffers)
+    if (b.unit == 1 && std::string(b.name).rfind("param_grad", 0) == 0) held.push_back(b.bytes);
+  EXPECT_EQ(held, std::vector<Bytes>{1024});
   {
     const Plan p1 = resolved("{" + base + R"("fsdp_version": 1, "lora": {"rank": 2, "targets": ["q", "v"], "quantize_base": "nf4"}})", 2, 2);
     const models::LoraShape s1 = lowering::lora_shape(m, p1);
