@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -91,6 +92,14 @@ const std::vector<GoldenCase>& cases() {
       {"l70b_a100_offload", "llama3-70b", "16x8xA100-80GB-IB-HDR200",
        R"({"fsdp_version":1,"cpu_offload":true,"activation_checkpointing":"full"})"},
       {"mixtral_fsdp2", "mixtral-8x7b", "4x8xH100-SXM-IB-NDR400", R"({"activation_checkpointing":"full"})"},
+      // QLoRA: torchao's NF4 under FSDP2 (torchtune's shape, compiled) and bitsandbytes' under FSDP1 (adapters apart)
+      {"l70b_fsdp2_qlora", "llama3-70b", "8xA100-80GB",
+       R"({"activation_checkpointing":"full","compile":true,"param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
+           "frozen_units":["root"],"lora":{"rank":16,"targets":["q","k","v","o","mlp"],"quantize_base":"nf4"}})"},
+      {"l8b_fsdp1_qlora_bnb", "llama3-8b", "2xRTX4090",
+       R"({"fsdp_version":1,"use_orig_params":false,"activation_checkpointing":"full","param_dtype":"bf16","reduce_dtype":"bf16",
+           "master_weights_dtype":"bf16","micro_batch":2,"frozen_units":["root"],
+           "lora":{"rank":8,"targets":["q","v"],"dropout":0.05,"quantize_base":"nf4"}})"},
   };
   return k;
 }
@@ -237,9 +246,12 @@ TEST(GoldenThreads, ConcurrentInterleavedCallsMatchSequential) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t)
     threads.emplace_back([&, t] {
-      // Each thread walks the cases in a different order (reverse, strided) to mix cache contents.
+      // Each thread walks the cases in a different order (reverse, strided) to mix cache contents; a stride
+      // coprime with the number of cases visits each once.
+      std::size_t stride = 2 * static_cast<std::size_t>(t) + 1;
+      while (std::gcd(stride, cs.size()) != 1) stride += 2;
       for (std::size_t k = 0; k < cs.size(); ++k) {
-        std::size_t i = t == 0 ? cs.size() - 1 - k : (k * (2 * t + 1)) % cs.size();
+        std::size_t i = t == 0 ? cs.size() - 1 - k : (k * stride) % cs.size();
         got[t][i] = run(i);
       }
     });
