@@ -304,8 +304,8 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
   if (dtype_fixed) precisions = precision_presets();
   else
     for (const auto& n : o.precisions) precisions.push_back(find_precision_preset(n, "--precision"));
-  // QLoRA (lora.quantize_base nf4) is modelled in pure low precision, without float8 or offload
-  // (program/lower_context.cpp lora_shape): only such candidates; bf16-true when the list has none.
+  // QLoRA (lora.quantize_base nf4) is modelled in pure low precision, without float8, and with CPU offload under
+  // FSDP1 only (program/lower_context.cpp lora_shape): only such candidates; bf16-true when the list has none.
   const bool nf4 = o.base.lora.quantize_nf4;
   if (nf4) {
     std::erase_if(precisions, [](const PrecisionPreset& pr) {
@@ -322,9 +322,11 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
         for (int sync = 0; sync < 2; ++sync) {
           std::int64_t ga = per_gpu / mb;
           if (sync == 1 && ga == 1) continue;
-          for (int off = 0; off < (nf4 ? 1 : 2); ++off) {
+          for (int off = 0; off < 2; ++off) {
             // FSDP1 CPU offload cannot accumulate gradients outside no_sync (semantics M11).
             if (off && sync && p.fsdp_version == FsdpVersion::FSDP1) continue;
+            // (QLoRA offload is modelled for bitsandbytes' FSDP1 layout only)
+            if (off && nf4 && p.fsdp_version == FsdpVersion::FSDP2) continue;
             for (const auto& pr : precisions) {
               if (pr.fp8_all_gather && p.fsdp_version == FsdpVersion::FSDP1) continue;
               Plan q = p;
