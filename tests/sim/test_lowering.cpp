@@ -1008,7 +1008,7 @@ TEST(LoweringLora, AdapterBytesSavedTensorsAndGradientsByHand) {
 //    compiled none. The kernels: 11 eager ones per weight, or one fused one reading the NF4 bytes and writing bf16
 //    (q: 33800 + 131072 = 164872 B).
 //  * A weight whose shard does not hold whole scaler blocks cannot be split (nf4_split asserts): an input error,
-//    as are float8, CPU offload, fp32 master weights and the bundled runtime.
+//    as are float8, CPU offload under FSDP2, fp32 master weights and the bundled runtime.
 //  * FSDP1 (bitsandbytes, use_orig_params): the packed codes are bf16 elements of the flat parameter, N / 4 of them
 //    (q: 16384, gate: 32768), after the 2048 adapter elements placed before q_proj, with the norms' 512:
 //    2048 + 4 x 16384 + 3 x 32768 + 512 = 166400 elements, 83200 per rank (166400 B); the QuantState, whole on each
@@ -1127,6 +1127,11 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
   // and what is not modelled with NF4 weights.
   EXPECT_NO_THROW(lower_plan("", 4));
   EXPECT_THROW(lower_plan("", 8), InputError);
+  // CPU offload: bitsandbytes' FSDP1 layout offloads its flat parameter (the QuantState stays on the GPU: still
+  // 2 x 18016 B of sharded_params category there); torchao's under FSDP2 is refused (below).
+  const StepProgram off = lower_plan(R"("fsdp_version": 1, "cpu_offload": true, )");
+  expect_well_formed(off, "qlora fsdp1 offload");
+  EXPECT_EQ(persistent_bytes(off, MemCategory::ShardedParams), 2 * 18016);
   const std::string mixed = R"("implementation": "hf", "micro_batch": 1, "seq_len": 4, "param_dtype": "bf16", )";
   for (const std::string& bad : {base + R"("float8": "tensorwise", )",
                                  base + R"("cpu_offload": true, )", mixed + R"("master_weights_dtype": "fp32", )"}) {
