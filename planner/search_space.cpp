@@ -239,6 +239,7 @@ std::string label_of(const Plan& p) {
     if (p.forward_prefetch) os << " forward_prefetch";
     if (!p.limit_all_gathers) os << " limit_all_gathers=False";
   }
+  if (v1 && !p.use_orig_params) os << " use_orig_params=False";
   os << " AC=" << sim::checkpointing_text(p.activation_checkpointing) << " mb=" << p.micro_batch << " ga=" << p.grad_accum;
   if (p.grad_accum > 1) os << (p.grad_sync ? " sync" : " no_sync");
   if (p.cpu_offload.params) os << " offload";
@@ -315,8 +316,11 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
   }
 
   const auto knobs = fsdp1_knob_sets(o);
+  // LoRA under FSDP1: use_orig_params false too, unless the user fixed it (the adapters then form FlatParameters
+  // of their own and the frozen base keeps no flat gradient: torchtune's and PEFT's FSDP1 wrapping).
+  const bool both_orig = o.base.lora.on() && !find_fixed(o, "use_orig_params");
   std::vector<Plan> plans;
-  auto emit_rest = [&](Plan p) {  // AC x micro-batch x sync x offload x precision
+  auto emit_combos = [&](Plan p) {  // AC x micro-batch x sync x offload x precision
     for (const auto& ac : acs)
       for (auto mb : mbs)
         for (int sync = 0; sync < 2; ++sync) {
@@ -349,6 +353,14 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
           }
         }
   };
+  auto emit_rest = [&](Plan p) {
+    emit_combos(p);
+    if (both_orig && p.fsdp_version == FsdpVersion::FSDP1 && p.use_orig_params) {
+      p.use_orig_params = false;
+      emit_combos(p);
+    }
+  };
+
 
   for (int version : {1, 2}) {
     for (auto [r, s] : meshes) {

@@ -49,6 +49,32 @@ TEST(Enumerate, ExactCountOneNodeOfTwo) {
   EXPECT_EQ(c[0].id, "c0000");
 }
 
+// LoRA: FSDP1 candidates with use_orig_params true and false (unless fixed), FSDP2's unchanged (the 180 FSDP1 and 120
+// FSDP2 candidates of the space above become 360 + 120). QLoRA: only pure low precision (bf16-true replaces the
+// default list's bf16), no FSDP2 offload: FSDP1 keeps its 180 per use_orig_params value, FSDP2 loses the 60 with
+// offload (mb 1 ga 2 sync, mb 1 ga 2 no_sync and mb 2, each x 4 AC x 5 FSDP2 layouts): 360 + 60.
+TEST(Enumerate, LoraSearchesUseOrigParamsAndQloraStaysModelled) {
+  SpaceOptions o = small_space(4, 2);
+  o.base.lora.rank = 8;
+  o.base.lora.targets = {"q", "v"};
+  auto c = enumerate_candidates(o, 1, 2);
+  EXPECT_EQ(c.size(), 480u);
+  int without = 0;
+  for (const auto& x : c) without += x.plan.fsdp_version == sim::FsdpVersion::FSDP1 && !x.plan.use_orig_params;
+  EXPECT_EQ(without, 180);
+  SpaceOptions fixed = o;
+  fixed.fixed.push_back(parse_constraint("use_orig_params=true", "--fix"));
+  apply_base_constraint(fixed.base, fixed.fixed.back());
+  EXPECT_EQ(enumerate_candidates(fixed, 1, 2).size(), 300u);
+  o.base.lora.quantize_nf4 = true;
+  c = enumerate_candidates(o, 1, 2);
+  EXPECT_EQ(c.size(), 420u);
+  for (const auto& x : c) {
+    EXPECT_EQ(x.plan.master_weights_dtype, x.plan.param_dtype) << x.label;
+    EXPECT_FALSE(x.plan.cpu_offload.params && x.plan.fsdp_version == sim::FsdpVersion::FSDP2) << x.label;
+  }
+}
+
 TEST(Enumerate, EveryValidMeshAppearsForBothVersions) {
   auto c = enumerate_candidates(small_space(16, 16), 2, 8);
   std::set<std::pair<int, int>> v1, v2;
