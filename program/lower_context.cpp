@@ -15,6 +15,14 @@
 namespace fsdpsim::sim::lowering {
 namespace {
 
+// QLoRA needs each unit's tensor list to know which of its tensors are NF4 weights (models::tensor_nf4).
+void refuse_unlisted_nf4(const models::FsdpUnit& u) {
+  if (u.params <= 0) return;
+  throw InputError("plan.lora.quantize_base", "\"nf4\"",
+                   "unit " + (u.name.empty() ? std::string("<root>") : u.name) +
+                       " is known by its parameter count alone: which of its tensors are NF4 weights is unknown");
+}
+
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 std::int64_t scaled(std::int64_t n, double f) {
@@ -242,10 +250,7 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
   };
   const bool listed = !u.tensors.empty() && placeable(u);
   const bool frozen = unit_fraction <= 0.0;   // plan.frozen_units
-  if (ts.lora.nf4 && !listed && u.params > 0)
-    throw InputError("plan.lora.quantize_base", "\"nf4\"",
-                     "unit " + (u.name.empty() ? std::string("<root>") : u.name) +
-                         " is known by its parameter count alone: which of its tensors are NF4 weights is unknown");
+  if (ts.lora.nf4 && !listed) refuse_unlisted_nf4(u);
   // LoRA adapters: with use_orig_params they are tensors of the unit's FlatParameter (litgpt's Block holds
   // its LoRALinear's lora_A, lora_B beside the frozen weights), placed before the first adapted weight of
   // each block (LoRALinear registers lora_A, lora_B as its own parameters, named before its child
@@ -342,10 +347,7 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::Train
   std::int64_t shard = 0;
   if (u.tensors.empty() || !placeable(u)) {
     // known by its count (or unplaceable names): its fraction trains
-    if (ts.lora.nf4 && u.params > 0)
-      throw InputError("plan.lora.quantize_base", "\"nf4\"",
-                       "unit " + (u.name.empty() ? std::string("<root>") : u.name) +
-                           " is known by its parameter count alone: which of its tensors are NF4 weights is unknown");
+    if (ts.lora.nf4) refuse_unlisted_nf4(u);
     for_each_tensor(u, [&](std::int64_t numel, std::int64_t dim0) {
       if (dim0 > 0) shard += ceil_div(dim0, N) * (numel / dim0);
     });
@@ -544,7 +546,7 @@ models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan) {
   l.dropout = plan.lora.dropout > 0.0;
   l.nf4 = plan.lora.quantize_nf4;
   if (l.nf4) {
-    // What is modelled of QLoRA (models/nf4.h): torchao's NF4Tensor under FSDP2, pure low-precision training.
+    // What is modelled of QLoRA (models/nf4.h): pure low-precision training, no float8, offload under FSDP1 only.
     const auto refuse = [](const std::string& why) {
       throw InputError("plan.lora.quantize_base", "\"nf4\"", why);
     };
