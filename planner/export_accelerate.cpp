@@ -77,7 +77,7 @@ Export export_accelerate(const ExportInput& in) {
                             "are not modelled (use fsdp_version 1 here, or torchao's NF4 in the fsdp2 export)");
   if (p.lora.on() && p.lora.quantize_nf4 && v1) {
     // QLoRA under FSDP1: bitsandbytes' 4-bit weights stored in the flat parameter's dtype (models/nf4.h)
-    const std::string dt = p.param_dtype == Dtype::FP32 ? "torch.float32" : p.param_dtype == Dtype::FP16 ? "torch.float16" : "torch.bfloat16";
+    const std::string dt = torch_dtype(p.param_dtype);
     os << "# QLoRA base weights in your script: AutoModelForCausalLM.from_pretrained(..., torch_dtype=" << dt << ",\n"
        << "#   quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=\"nf4\",\n"
        << "#   bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=" << dt << ", bnb_4bit_quant_storage=" << dt << "))\n";
