@@ -43,15 +43,20 @@ std::pair<std::string, Bytes> MemoryBound::largest_component() const {
   consider("saved activations", activations);
   consider("logits", logits);
   consider("the head's unsharded FSDP unit", unsharded_unit);
+  consider("the units kept unsharded after forward", kept_unsharded);
+  consider("the gradients carried across micro-batches", carried_grads);
+  consider("the loss's backward", loss_backward);
   return best;
 }
 
 Bounds::Bounds(const models::ModelSpec& model, const calibrate::HardwareProfile& hw, const models::WrapPolicy& policy)
     : model_(model), hw_(hw), counts_(models::count_params(model)) {
   models::WrapGraph g = models::build_wrap_graph(model, policy);
-  for (const auto& u : g.units)
+  for (const auto& u : g.units) {
+    unit_params_ += u.params;
     if (std::find(u.parts.begin(), u.parts.end(), models::ModulePart::FinalNormAndHead) != u.parts.end())
       head_unit_params_ = std::max(head_unit_params_, u.params);
+  }
 }
 
 MemoryBound Bounds::memory(const sim::Plan& p) const {
@@ -82,9 +87,30 @@ MemoryBound Bounds::memory(const sim::Plan& p) const {
   // one holds); never more than what the simulator charges for the plan's loss.
   m.logits = std::min(p.micro_batch * p.seq_len * model_.vocab_size * dtype_bytes(act),
                       models::logits_bytes(model_, p.micro_batch, p.seq_len, act, p.cross_entropy));
-  if (shard > 1)
-    m.unsharded_unit = p.lora.quantize_nf4 ? head_unit_params_ / 2
-                                           : head_unit_params_ * (p.fp8_all_gather ? 1 : dtype_bytes(p.param_dtype));
+  // An unsharded parameter's bytes per element: NF4 more than half a byte, fp8 all-gather one.
+  auto unsharded_bytes = [&](std::int64_t params) {
+    return p.lora.quantize_nf4 ? params / 2 : params * (p.fp8_all_gather ? 1 : dtype_bytes(p.param_dtype));
+  };
+  if (shard > 1) {
+    m.unsharded_unit = unsharded_bytes(head_unit_params_);
+    const bool keeps = p.fsdp_version == sim::FsdpVersion::FSDP1
+                           ? sim::ReshardAfterForward::of_strategy(p.sharding_strategy).keeps()
+                           : p.reshard_after_forward.keeps() && p.module_overrides.empty();
+    if (keeps) m.kept_unsharded = unsharded_bytes(unit_params_ - head_unit_params_);
+    // FSDP2 reshard_after_forward k (hpZ): resharded to groups of k, each unit's 1/k kept until its backward
+    else if (p.fsdp_version == sim::FsdpVersion::FSDP2 && p.reshard_after_forward.is_group() && p.module_overrides.empty())
+      m.kept_unsharded = unsharded_bytes(unit_params_ - head_unit_params_) / p.reshard_after_forward.group_size();
+  }
+  if (p.grad_accum > 1 && ts.all) {
+    // (offload: the sharded gradients go to the CPU; no_sync's unsharded ones stay on the GPU)
+    if (!p.grad_sync) m.carried_grads = total * std::min(grad_b, dtype_bytes(p.param_dtype));
+    else if (!p.cpu_offload.params) m.carried_grads = m.sharded_grads;
+  }
+  if (p.cross_entropy == models::LossImpl::Torch && p.implementation != models::ModelImpl::Runtime) {
+    const sim::lowering::LossMemory l = sim::lowering::loss_memory(model_, p, ts.all);
+    if (l.chunk_rows == 0 && !l.chunked_output)
+      m.loss_backward = (l.free_logits ? 0 : l.logits) + l.saved + l.nll_grad + l.lsm_grad;
+  }
   return m;
 }
 

@@ -56,8 +56,10 @@ nlohmann::json plan_document(const PlanRequest& req, const PlanOutcome& out) {
                    {"candidates_invalid", st.invalid},
                    {"seconds", deterministic ? 0.0 : st.seconds},
                    {"threads", st.threads},
-                   {"pruning", "memory lower bound (persistent sharded state, saved activations, logits, the head's "
-                               "unsharded unit; no allocator slack) against capacity less the margin; then plans "
+                   {"pruning", "memory lower bound (persistent sharded state, saved activations, logits or the loss's "
+                               "backward, the head's unsharded unit, units kept unsharded after forward, gradients "
+                               "carried across micro-batches; no allocator slack) against capacity less the margin; "
+                               "then plans "
                                "dominated on both memory and throughput by an already simulated plan are skipped"}};
   // Candidates in rank order; positions (rank - 1) index "candidates" followed by the rows of
   // "other_candidates". The first ranks are written in full (plan, result, why); the rest as one
