@@ -3,6 +3,7 @@
 #include "planner/bounds.h"
 
 #include "program/lower_context.h"
+#include "program/optimizer_state.h"
 
 #include <algorithm>
 
@@ -75,9 +76,11 @@ MemoryBound Bounds::memory(const sim::Plan& p) const {
     // parameter from below)
     m.sharded_params = p.lora.quantize_nf4 ? per_rank / 2 : per_rank * master;
     m.sharded_grads = trainable * grad_b;
-    const int states = p.optimizer == sim::Optimizer::AdamW ? 2 : 1;
+    const int states = sim::optimizer_state_count(p.optimizer);
     const bool rank_share_unknown = !ts.all && p.fsdp_version == sim::FsdpVersion::FSDP1 && p.use_orig_params;
-    m.optimizer_state = p.cpu_offload.optimizer || rank_share_unknown ? 0 : states * trainable * master;
+    m.optimizer_state = p.cpu_offload.optimizer || rank_share_unknown
+                            ? 0
+                            : states * sim::optimizer_state_lower_bound(p.optimizer, trainable, master);
   }
   const Dtype act = p.param_dtype;
   for (std::int64_t l = 0; l < model_.n_layers && ts.all; ++l)

@@ -11,6 +11,7 @@
 
 #include "common/errors.h"
 #include "models/nf4.h"
+#include "program/optimizer_state.h"
 
 namespace fsdpsim::sim::lowering {
 namespace {
@@ -402,14 +403,18 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::Train
 }
 
 std::vector<std::int64_t> optimizer_state_tensors(const Context& c, int u) {
-  const std::int64_t optim = c.sizes[u].optim;
+  return optimizer_state_tensors(c.graph->units[u], *c.plan, c.N, c.trainable, c.sizes[u].optim);
+}
+
+std::vector<std::int64_t> optimizer_state_tensors(const models::FsdpUnit& unit, const Plan& plan, int N,
+                                                  const models::TrainableSet& ts, std::int64_t optim) {
   if (optim <= 0) return {};
-  if (c.plan->implementation == models::ModelImpl::Runtime) return {optim};
+  if (plan.implementation == models::ModelImpl::Runtime) return {optim};
   std::vector<std::int64_t> t;
-  if (c.plan->fsdp_version == FsdpVersion::FSDP2) {
-    fsdp2_unit_sizes(c.graph->units[u], c.N, c.trainable, 1.0, &t);
-  } else if (c.plan->use_orig_params) {
-    fsdp1_unit_sizes(c.graph->units[u], c.N, c.plan->master_weights_dtype, true, c.trainable, 1.0, &t);
+  if (plan.fsdp_version == FsdpVersion::FSDP2) {
+    fsdp2_unit_sizes(unit, N, ts, 1.0, &t);
+  } else if (plan.use_orig_params) {
+    fsdp1_unit_sizes(unit, N, plan.master_weights_dtype, true, ts, 1.0, &t);
   }
   std::int64_t sum = 0;
   for (std::int64_t n : t) sum += n;
@@ -677,7 +682,8 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.mixed = plan.master_weights_dtype != plan.param_dtype;
   c.reduce_cast = plan.reduce_dtype != plan.param_dtype;
   c.micro_batches = static_cast<int>(plan.grad_accum);
-  c.optimizer_states = plan.optimizer == Optimizer::AdamW ? 2 : 1;   // AdamW exp_avg + exp_avg_sq; SGD momentum
+  check_optimizer(plan);
+  c.optimizer_states = optimizer_state_count(plan.optimizer);   // AdamW exp_avg + exp_avg_sq; SGD momentum
 
   const int U = static_cast<int>(graph.units.size());
   c.trainable = plan_trainable_set(model, graph, plan);
@@ -926,6 +932,19 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.post_forward_group = {k, nodes_of(0, 1, k, gpn)};
 }
 
+void check_optimizer(const Plan& plan) {
+  if (!optimizer_is_low_bit(plan.optimizer)) return;
+  const std::string value = plan_to_json(plan)["optimizer"].dump();
+  const auto refuse = [&](const std::string& why) { throw InputError("plan.optimizer", value, why); };
+  if (plan.implementation == models::ModelImpl::Runtime)
+    refuse("the bundled runtime steps torch.optim's AdamW or SGD (implementation runtime)");
+  if (plan.cpu_offload.params || plan.cpu_offload.optimizer)
+    refuse("a low-bit or paged optimizer with CPU offload is not modelled: set cpu_offload false");
+  if (optimizer_is_bitsandbytes(plan.optimizer) && plan.fsdp_version == FsdpVersion::FSDP2)
+    refuse("bitsandbytes' optimizers over FSDP2's DTensor parameters are not modelled: use fsdp_version 1, or "
+           "torchao_adamw8bit / torchao_adamw4bit (torchao's low-bit AdamWs step DTensors' local shards)");
+}
+
 LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan, bool head_trains) {
   LossMemory l;
   l.impl = plan.cross_entropy;
@@ -1109,13 +1128,21 @@ Op& Builder::new_op() {
 }
 
 // ---------------------------------------------------------------------------------------------
+void add_unit_step_totals(const Context& c, int u, std::int64_t copies, StepTotals& t) {
+  const UnitSizes& s = c.sizes[static_cast<std::size_t>(u)];
+  t.optim += copies * s.optim;
+  t.shard += copies * s.shard;
+  if (s.optim > 0) t.groups += static_cast<int>(copies);
+  if (optimizer_is_low_bit(c.plan->optimizer))
+    for (std::int64_t n : c.state_tensors[static_cast<std::size_t>(u)]) {
+      t.low_bit_step_bytes += copies * optimizer_step_bytes(c.plan->optimizer, n, c.bm);
+      t.low_bit_tensors += static_cast<int>(copies);   // one kernel per tensor (bitsandbytes' update, torchao's compiled step)
+    }
+}
+
 StepTotals step_totals(const Context& c) {
   StepTotals t;
-  for (const auto& s : c.sizes) {
-    t.optim += s.optim;
-    t.shard += s.shard;
-    if (s.optim > 0) ++t.groups;
-  }
+  for (int u = 0; u < static_cast<int>(c.sizes.size()); ++u) add_unit_step_totals(c, u, 1, t);
   return t;
 }
 
@@ -1159,7 +1186,8 @@ void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std:
   }
   // Fused/foreach AdamW per element: read param, grad, exp_avg, exp_avg_sq; write param and both states
   // (7 accesses); SGD with momentum: read param, grad, buffer; write param, buffer (5). In master dtype.
-  const int accesses = plan.optimizer == Optimizer::AdamW ? 7 : 5;
+  // A low-bit optimizer moves its states' codes and scales instead, tensor by tensor (optimizer_step_bytes).
+  const int accesses = optimizer_state_count(plan.optimizer) == 2 ? 7 : 5;
   // torch/optim/adam.py _multi_tensor_adam (foreach, the default): exp_avg_sq_sqrt =
   // torch._foreach_sqrt(exp_avg_sqs) is a new tensor per parameter, alive through the update (the rest is
   // in place); fused AdamW makes none. One per optimizer_state_tensors entry, created at the unit's site so
@@ -1177,6 +1205,10 @@ void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std:
   Op& o = b.op(OpKind::OptimizerStep, compute, -1, c.micro_batches - 1, "optim step");
   o.copy_bytes = numel * c.bm * accesses;
   o.kernel_launches = std::max(1, groups);   // about one multi-tensor-apply launch per param group
+  if (optimizer_is_low_bit(plan.optimizer)) {
+    o.copy_bytes = totals.low_bit_step_bytes;
+    o.kernel_launches = std::max(1, totals.low_bit_tensors);
+  }
   // The optimizer state torch.optim creates in its first step (adamw.py / sgd.py _init_group: exp_avg and
   // exp_avg_sq, or momentum_buffer, zeros_like each parameter), before the update's temporaries.
   for (int id : optim_bufs)
@@ -1203,6 +1235,16 @@ void fill_facts(const Context& c, StepProgram& p) {
                             (c.trainable.lora.on() ? 6.0 * static_cast<double>(c.trainable.trainable) : 0.0)) *
                            static_cast<double>(p.tokens_per_rank);
   for (const auto& n : c.notes) p.notes.push_back(n);
+  if (optimizer_is_low_bit(c.plan->optimizer)) {
+    std::string note = "optimizer " + optimizer_class(c.plan->optimizer) + ": its state laid out per tensor as its source "
+                       "does (program/optimizer_state.h), created at the first step; one kernel per tensor, no "
+                       "temporaries";
+    if (optimizer_is_bitsandbytes(c.plan->optimizer))
+      note += " (the torch.cuda.synchronize() bitsandbytes calls after each tensor's update is not timed)";
+    else
+      note += " (torch.compile'd single_param_adam, assumed fused into one kernel)";
+    p.notes.push_back(note);
+  }
 }
 
 }  // namespace fsdpsim::sim::lowering

@@ -131,6 +131,9 @@ struct StepTotals {
   std::int64_t optim = 0;    // optimizer-state numel per state (trainable, sharded), all units
   std::int64_t shard = 0;    // sharded param numel, all units
   int groups = 0;            // units with optimizer state
+  // A low-bit optimizer (program/optimizer_state.h): what its step moves and the tensors it steps one by one.
+  Bytes low_bit_step_bytes = 0;
+  int low_bit_tensors = 0;
 };
 
 // What the LM head's output and the loss allocate (issue 19 item 1; fsdp-semantics.md §9), for one
@@ -185,6 +188,9 @@ struct LossMemory {
 };
 // `head_trains`: the LM head's weight requires grad (a fused linear cross-entropy then computes its gradient).
 LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan, bool head_trains = true);
+// Refuses (InputError "plan.optimizer") a low-bit or paged optimizer where it is not modelled: the bundled
+// runtime, CPU offload, bitsandbytes under FSDP2.
+void check_optimizer(const Plan& plan);
 
 // Storage recycled from one lowering to the next, owned by the caller (a sim::Simulator keeps one).
 // A lowered llama3-70b step has ~2,300 ops, each with up to seven small vectors, and ~2,000 buffers:
@@ -314,10 +320,16 @@ models::CheckpointMode layer_checkpoint_mode(const ActivationCheckpointing& ac, 
 models::KernelOptions kernel_options(const Plan& plan);
 // The sums the optimizer step uses, over c.sizes.
 StepTotals step_totals(const Context& c);
+// Adds `copies` times unit u's share to `t` (the stretch adds the units of the blocks it does not lower).
+void add_unit_step_totals(const Context& c, int u, std::int64_t copies, StepTotals& t);
 // The optimizer-state tensors of unit u (numel of each; torch.optim keeps a state per parameter it steps):
 // FSDP2's sharded parameters one by one (fsdp2_unit_sizes), FSDP1 use_orig_params' original parameters'
 // parts of the shard (fsdp1_unit_sizes); FSDP1's FlatParameter shard, and the bundled runtime's, as one.
 std::vector<std::int64_t> optimizer_state_tensors(const Context& c, int u);
+// The same for one unit of a plan with `optim` state elements per state (UnitSizes::optim): the tensors the
+// optimizer steps on a rank (per parameter under FSDP2 and FSDP1 use_orig_params, else the FlatParameter).
+std::vector<std::int64_t> optimizer_state_tensors(const models::FsdpUnit& unit, const Plan& plan, int N,
+                                                  const models::TrainableSet& ts, std::int64_t optim);
 // A unit's first layer if it is not the root and holds whole transformer blocks only, else -1.
 int block_unit_layer(const models::FsdpUnit& unit);
 // The site layer of unit u's persistent buffers (block_unit_layer of it).

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "program/optimizer_state.h"
+
 namespace fsdpsim::sim::lowering {
 
 StepProgram LoweringWalk::run() {
@@ -66,15 +68,27 @@ void LoweringWalk::add_persistent() {
       // Per parameter, its states in turn (adamw.py _init_group: exp_avg then exp_avg_sq); a FlatParameter's
       // states as one buffer.
       const std::vector<std::int64_t>& tensors = c_.state_tensors[static_cast<std::size_t>(u)];
-      const int per_buffer = tensors.size() > 1 ? 1 : c_.optimizer_states;
-      for (std::int64_t numel : tensors)
-        for (int k = 0; k < c_.optimizer_states; k += per_buffer) {
-          const int buf = b_.buffer("optim", u, numel * per_buffer * c_.bm, MemCategory::OptimizerState, compute_, true);
-          optim_.push_back(buf);
-          // torch.optim creates its state in the first optimizer.step() (the first step's peak lacks it until
-          // then); the bundled runtime allocates its state up front.
-          if (plan_.implementation != models::ModelImpl::Runtime) b_.first_step_lazy(buf);
-        }
+      // torch.optim creates its state in the first optimizer.step() (the first step's peak lacks it until
+      // then); the bundled runtime allocates its state up front.
+      const auto add = [&](const char* name, Bytes bytes) {
+        const int buf = b_.buffer(name, u, bytes, MemCategory::OptimizerState, compute_, true);
+        optim_.push_back(buf);
+        if (plan_.implementation != models::ModelImpl::Runtime) b_.first_step_lazy(buf);
+      };
+      if (optimizer_is_low_bit(plan_.optimizer)) {
+        // Each state of each tensor: its values or codes, then its block scales, as separate tensors; a
+        // paged optimizer's large values live in unified memory, outside the allocator (Context notes).
+        for (std::int64_t numel : tensors)
+          for (int k = 0; k < c_.optimizer_states; ++k) {
+            const OptimizerStateBytes sb = optimizer_state_bytes(plan_.optimizer, numel, c_.bm);
+            if (sb.values > 0) add("optim", sb.values);
+            if (sb.scales > 0) add("opt_scales", sb.scales);
+          }
+      } else {
+        const int per_buffer = tensors.size() > 1 ? 1 : c_.optimizer_states;
+        for (std::int64_t numel : tensors)
+          for (int k = 0; k < c_.optimizer_states; k += per_buffer) add("optim", numel * per_buffer * c_.bm);
+      }
     }
   }
 }

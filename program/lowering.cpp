@@ -66,9 +66,7 @@ StepProgram lower_for_stretch(const models::ModelSpec& model, const models::Wrap
     for (int u = 0; u < static_cast<int>(c.sizes.size()); ++u) {
       const int l = unit_site_layer(c, u);
       if (l < first || l >= first + period) continue;
-      totals.optim += static_cast<std::int64_t>(copies) * c.sizes[u].optim;
-      totals.shard += static_cast<std::int64_t>(copies) * c.sizes[u].shard;
-      if (c.sizes[u].optim > 0) totals.groups += copies;
+      add_unit_step_totals(c, u, copies, totals);
     }
     c.full = false;
     c.sites = &sites;

@@ -27,7 +27,11 @@
 // | cpu_offload              | true/false (= params) or {"params": bool, "optimizer": bool}| false              |
 // | fp8_all_gather           | true/false (FSDP2 + torchao float8, param_dtype bf16, D4)   | false              |
 // | trainable_fraction       | (0, 1]: that share trains as whole block matrices (D5, M13) | 1                  |
-// | optimizer                | "adamw" (2 states) or "sgd" (momentum, 1 state)             | "adamw"            |
+// | optimizer                | "adamw" (2 states), "sgd" (momentum, 1 state), or a low-bit | "adamw"            |
+// |                          | or paged AdamW: "bnb_adamw8bit", "bnb_paged_adamw",         |                    |
+// |                          | "bnb_paged_adamw8bit" (bitsandbytes, FSDP1),                |                    |
+// |                          | "torchao_adamw8bit", "torchao_adamw4bit"                    |                    |
+// |                          | (program/optimizer_state.h)                                 |                    |
 // | auto_wrap_policy         | "transformer_block", "none", {"min_num_params": N},         | "transformer_block"|
 // |                          | {"modules": ["layers.*", ...]}                              |                    |
 // | use_orig_params          | true/false (FSDP1 only: alignment padding, M1; M13)         | true               |

@@ -18,7 +18,9 @@ namespace fsdpsim::sim {
 enum class FsdpVersion { FSDP1 = 1, FSDP2 = 2 };
 enum class ShardingStrategy { FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, _HYBRID_SHARD_ZERO2 };
 enum class BackwardPrefetch { BACKWARD_PRE, BACKWARD_POST, NONE };
-enum class Optimizer { AdamW, SGD };   // SGD = with momentum (one state)
+// SGD = with momentum (one state). The low-bit and paged AdamWs (program/optimizer_state.h): bitsandbytes'
+// AdamW8bit, PagedAdamW (32-bit states) and PagedAdamW8bit; torchao.optim's AdamW8bit and AdamW4bit.
+enum class Optimizer { AdamW, SGD, BnbAdamW8bit, BnbPagedAdamW, BnbPagedAdamW8bit, TorchaoAdamW8bit, TorchaoAdamW4bit };
 // torch.optim's implementations: foreach (the default when neither flag is set) makes temporaries the
 // size of the state lists it processes; fused runs one kernel per tensor group and makes none.
 enum class OptimizerImpl { Foreach, Fused };

@@ -604,8 +604,16 @@ std::vector<PlanKey> make_table() {
     t.push_back(std::move(k));
   }
   {
-    PlanKey k = enum_key("optimizer", &Plan::optimizer, Names<Optimizer>{{{Optimizer::AdamW, "adamw"}, {Optimizer::SGD, "sgd"}}},
-                         "adamw or sgd");
+    PlanKey k = enum_key("optimizer", &Plan::optimizer,
+                         Names<Optimizer>{{{Optimizer::AdamW, "adamw"},
+                                           {Optimizer::SGD, "sgd"},
+                                           {Optimizer::BnbAdamW8bit, "bnb_adamw8bit"},
+                                           {Optimizer::BnbPagedAdamW, "bnb_paged_adamw"},
+                                           {Optimizer::BnbPagedAdamW8bit, "bnb_paged_adamw8bit"},
+                                           {Optimizer::TorchaoAdamW8bit, "torchao_adamw8bit"},
+                                           {Optimizer::TorchaoAdamW4bit, "torchao_adamw4bit"}}},
+                         "adamw, sgd, bnb_adamw8bit, bnb_paged_adamw, bnb_paged_adamw8bit, torchao_adamw8bit or "
+                         "torchao_adamw4bit");
     k.search = S::Base;
     const auto set = k.set;
     k.set = [set](Plan& p, const std::string& v, const std::string& f) { set(p, lower(v) == "adam" ? "adamw" : v, f); };

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "program/lower_context.h"
+#include "program/optimizer_state.h"
 
 namespace fsdpsim::sim {
 namespace {
@@ -57,7 +58,7 @@ HostMemory host_memory(const models::WrapGraph& graph, const Plan& rp, int gpus_
   if (!rp.cpu_offload.params && !rp.cpu_offload.optimizer) return h;
   const int N = rp.mesh_shard > 0 ? rp.mesh_shard : 1;
   const Bytes bm = dtype_bytes(rp.master_weights_dtype);
-  const int states = rp.optimizer == Optimizer::AdamW ? 2 : 1;   // exp_avg + exp_avg_sq; SGD momentum
+  const int states = optimizer_state_count(rp.optimizer);   // exp_avg + exp_avg_sq; SGD momentum
   const bool fsdp1 = rp.fsdp_version == FsdpVersion::FSDP1;
   const std::vector<double> fractions = lowering::unit_trainable_fractions(graph, rp);
   for (std::size_t i = 0; i < graph.units.size(); ++i) {
@@ -104,6 +105,24 @@ void apply_host_memory(const HostMemory& h, const calibrate::HardwareProfile& hw
                       gib(r.host_capacity_per_node) + " GiB host RAM of " + node +
                       " (offloaded params, grads and optimizer states of every rank of the node)");
   }
+}
+
+Bytes paged_optimizer_bytes(const models::WrapGraph& graph, const Plan& rp, const models::TrainableSet& ts) {
+  if (!optimizer_is_paged(rp.optimizer) || rp.cpu_offload.params || rp.cpu_offload.optimizer) return 0;
+  const int N = rp.mesh_shard > 0 ? rp.mesh_shard : 1;
+  const Bytes bm = dtype_bytes(rp.master_weights_dtype);
+  const bool fsdp1 = rp.fsdp_version == FsdpVersion::FSDP1;
+  const std::vector<double> fractions = lowering::unit_trainable_fractions(graph, rp);
+  Bytes paged = 0;
+  for (std::size_t i = 0; i < graph.units.size(); ++i) {
+    const models::FsdpUnit& u = graph.units[i];
+    if (u.params == 0) continue;
+    const lowering::UnitSizes s = fsdp1 ? lowering::fsdp1_unit_sizes(u, N, rp.master_weights_dtype, rp.use_orig_params, ts, fractions[i])
+                                        : lowering::fsdp2_unit_sizes(u, N, ts, fractions[i]);
+    for (std::int64_t n : lowering::optimizer_state_tensors(u, rp, N, ts, s.optim))
+      paged += optimizer_state_count(rp.optimizer) * optimizer_state_bytes(rp.optimizer, n, bm).paged;
+  }
+  return paged;
 }
 
 }  // namespace fsdpsim::sim

@@ -41,6 +41,10 @@ struct HostMemory {
 HostMemory host_memory(const models::WrapGraph& graph, const Plan& rp, int gpus_per_node,
                        const models::TrainableSet& ts = {});
 
+// A paged optimizer's state in CUDA unified memory per rank (program/optimizer_state.h): outside PyTorch's
+// allocator, so in neither the allocated nor the reserved figures. 0 for any other optimizer.
+Bytes paged_optimizer_bytes(const models::WrapGraph& graph, const Plan& rp, const models::TrainableSet& ts);
+
 // Writes the host figures into `r` (host_memory_per_node, host_capacity_per_node), marks a plan that
 // needs more host memory than a node has as not fitting (with a note naming both figures and the
 // node), and notes how the CPU optimizer step was costed when the plan offloads.

@@ -445,6 +445,12 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
   r.breakdown_at_peak[mem_category_name(MemCategory::CudaContext)] = context;
   const models::TrainableSet trainable = lowering::plan_trainable_set(m, *graph, rp);
   apply_host_memory(host_memory(*graph, rp, cluster.gpus_per_node, trainable), hw, rp, r);   // CPU offload's host RAM
+  if (const Bytes paged = paged_optimizer_bytes(*graph, rp, trainable); paged > 0)
+    r.notes.push_back("paged optimizer state: " + fmt("%.2f", to_gib(paged)) +
+                      " GiB per GPU in CUDA unified memory (bitsandbytes F.get_paged, cudaMallocManaged), outside "
+                      "PyTorch's allocator: not in allocated, reserved or the fits verdict; the driver keeps it on the "
+                      "GPU while there is room and pages it to host memory when the GPU runs short (that page traffic "
+                      "is not timed)");
 
   // ---- throughput ----
   const int world = rp.mesh_replicate * rp.mesh_shard;

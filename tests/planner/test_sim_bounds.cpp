@@ -53,8 +53,12 @@ void check_space(const std::string& model_name, const std::string& cluster_name,
   EXPECT_EQ(checked, static_cast<int>(cands.size()));
   // Each term of the bound is put to the test by some plans of every space.
   EXPECT_GT(kept, 0);
-  if (trainable_fraction >= 1.0 && !lora) EXPECT_GT(carried, 0);   // (counted with every weight trained)
-  if (!lora) EXPECT_GT(loss_moment, 0);
+  if (trainable_fraction >= 1.0 && !lora) {
+    EXPECT_GT(carried, 0);   // (counted with every weight trained)
+  }
+  if (!lora) {
+    EXPECT_GT(loss_moment, 0);
+  }
 }
 
 }  // namespace

@@ -113,6 +113,14 @@ inline std::string random_plan(std::mt19937& rng, int gpus, int gpus_per_node) {
     if ((h / 108) % 2) j["lora"]["quantize_base"] = "nf4";
     if ((h / 216) % 2) j["frozen_units"] = {"root"};
   }
+  // The low-bit and paged AdamWs (program/optimizer_state.h), drawn the same way: one plan in five (some then
+  // invalid: bitsandbytes under FSDP2, CPU offload, the runtime implementation).
+  const std::size_t g = std::hash<std::string>{}(j.dump() + "optimizer");
+  if (g % 5 == 0 && !j.contains("optimizer")) {
+    static const char* const kLowBit[] = {"bnb_adamw8bit", "bnb_paged_adamw", "bnb_paged_adamw8bit",
+                                          "torchao_adamw8bit", "torchao_adamw4bit"};
+    j["optimizer"] = kLowBit[(g / 5) % 5];
+  }
   return j.dump();
 }
 
