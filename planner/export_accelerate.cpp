@@ -85,7 +85,8 @@ Export export_accelerate(const ExportInput& in) {
   if (p.lora.on())
     os << "# LoRA in your script (PEFT), before accelerator.prepare: from peft import LoraConfig, get_peft_model;\n"
        << "#   model = get_peft_model(model, " << peft << ")  # lora_alpha scales the update only: yours\n";
-  os << "# optimizer in your script: " << optimizer_code(p, "model.parameters()") << "\n";
+  os << "# optimizer in your script: " << optimizer_code(p, "model.parameters()")
+     << (optimizer_import(p).empty() ? "" : "  # " + optimizer_import(p).substr(0, optimizer_import(p).size() - 1)) << "\n";
   if (!alloc_conf_line(p).empty()) os << "# launch: " << alloc_conf_line(p) << " accelerate launch --config_file this.yaml train.py\n";
   os << "compute_environment: LOCAL_MACHINE\n"
      << "distributed_type: FSDP\n"

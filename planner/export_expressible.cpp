@@ -2,6 +2,7 @@
 #include "planner/export_expressible.h"
 
 #include "planner/search_space.h"
+#include "program/optimizer_state.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -154,8 +155,9 @@ Expressed express_plan(const std::string& fw, const sim::Plan& in, const calibra
       p.reduce_dtype = Dtype::FP32;
     }
     if (p.optimizer != sim::Optimizer::AdamW) {
+      t.note("optimizer " + sim::plan_to_json(p)["optimizer"].get<std::string>() +
+             " -> adamw: torchtitan builds torch.optim's Adam or AdamW");
       p.optimizer = sim::Optimizer::AdamW;
-      t.note("optimizer sgd -> adamw: torchtitan builds Adam or AdamW");
     }
     // Reshard "default" keeps the last block; "always" reshards every block: another override is not expressible.
     bool last_only = p.module_overrides.size() == 1 && p.module_overrides[0].module == "last_block" &&
@@ -196,6 +198,15 @@ Expressed express_plan(const std::string& fw, const sim::Plan& in, const calibra
     p.cross_entropy_chunks = models::kDefaultLossChunks;
     t.note("cross_entropy chunked -> torch: torchtune's CEWithChunkedOutputLoss needs torchtune's TransformerDecoder "
            "(chunked_output); this front-end computes the cross-entropy over the whole logits");
+  }
+  // bitsandbytes' optimizers are modelled over FSDP1's plain-tensor parameters only (program/optimizer_state.h):
+  // an export that moved the plan to FSDP2 takes torchao's AdamW of the same state width instead.
+  if (sim::optimizer_is_bitsandbytes(p.optimizer) && p.fsdp_version == sim::FsdpVersion::FSDP2) {
+    const std::string was = sim::plan_to_json(p)["optimizer"].get<std::string>();
+    p.optimizer = p.optimizer == sim::Optimizer::BnbPagedAdamW ? sim::Optimizer::AdamW : sim::Optimizer::TorchaoAdamW8bit;
+    t.note("optimizer " + was + " -> " + sim::plan_to_json(p)["optimizer"].get<std::string>() +
+           ": bitsandbytes' optimizers over FSDP2's DTensor parameters are not modelled (torchao's low-bit AdamWs "
+           "step their local shards)");
   }
   // FSDP1 with CPU offload accumulates only inside no_sync (PyTorch FSDP docs; semantics M11).
   if (p.fsdp_version == sim::FsdpVersion::FSDP1 && p.cpu_offload.params)

@@ -5,6 +5,7 @@
 #include "planner/export_fsdp2_body.h"
 #include "planner/exports.h"
 #include "planner/search_space.h"
+#include "program/optimizer_state.h"
 
 namespace fsdpsim::planner {
 
@@ -52,10 +53,18 @@ std::string reshard_overrides_code(const sim::Plan& p, const models::ModelSpec& 
 }
 
 std::string optimizer_code(const sim::Plan& p, const std::string& params) {
+  // A low-bit or paged AdamW: its class (program/optimizer_state.h), imported by optimizer_import.
+  if (sim::optimizer_is_low_bit(p.optimizer)) return sim::optimizer_class(p.optimizer) + "(" + params + ", lr=3e-4)";
   // torch.optim: foreach is the default implementation on CUDA; fused=True runs one kernel per group.
   const std::string impl = p.optimizer_impl == sim::OptimizerImpl::Fused ? ", fused=True" : "";
   if (p.optimizer == sim::Optimizer::SGD) return "torch.optim.SGD(" + params + ", lr=1e-2, momentum=0.9" + impl + ")";
   return "torch.optim.AdamW(" + params + ", lr=3e-4" + impl + ")";
+}
+
+std::string optimizer_import(const sim::Plan& p) {
+  if (sim::optimizer_is_bitsandbytes(p.optimizer)) return "import bitsandbytes\n";
+  if (sim::optimizer_is_torchao(p.optimizer)) return "import torchao.optim\n";
+  return "";
 }
 
 // The sharding code, indented by `ind`, sharding `root` over the mesh variable `mesh_var`.
@@ -181,7 +190,8 @@ Export export_fsdp2(const ExportInput& in) {
      << " --nproc_per_node " << in.cluster.gpus_per_node << " train.py\n"
      << "import torch\n"
      << "from torch.distributed.device_mesh import init_device_mesh\n"
-     << "from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard\n";
+     << "from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard\n"
+     << optimizer_import(p);
   auto m = p.activation_checkpointing.mode;
   if (m == AcMode::Full || m == AcMode::EveryK)
     os << "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper\n";

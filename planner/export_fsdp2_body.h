@@ -18,5 +18,7 @@ std::string float8_conversion_code(const sim::Plan& p, const std::string& indent
 std::string reshard_overrides_code(const sim::Plan& p, const models::ModelSpec& m);
 // "torch.optim.AdamW(params, lr=3e-4, fused=True)": the plan's optimizer and implementation.
 std::string optimizer_code(const sim::Plan& p, const std::string& params);
+// The import line optimizer_code's class needs ("import bitsandbytes\n", "import torchao.optim\n"), or "".
+std::string optimizer_import(const sim::Plan& p);
 
 }  // namespace fsdpsim::planner

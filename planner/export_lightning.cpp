@@ -98,6 +98,7 @@ Export export_lightning(const ExportInput& in) {
        << "import lightning as L\n"
        << "from lightning.pytorch.strategies import FSDPStrategy\n"
        << "from torch.distributed.fsdp import BackwardPrefetch" << (mp.empty() ? "" : ", MixedPrecision") << "\n"
+       << optimizer_import(p)
        << (p.float8 != models::Float8Recipe::None ? "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n" : "")
        << block_import_line(in.model) << "\n\n"
        << "strategy = FSDPStrategy(\n"
@@ -158,7 +159,8 @@ Export export_lightning(const ExportInput& in) {
        << "import torch\n"
        << "import lightning as L\n"
        << "from lightning.pytorch.strategies import ModelParallelStrategy\n"
-       << "from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard\n";
+       << "from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard\n"
+       << optimizer_import(p);
     if (m == AcMode::Full || m == AcMode::EveryK)
       os << "from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper\n";
     if (p.fp8_all_gather || p.float8 != models::Float8Recipe::None)

@@ -12,6 +12,7 @@
 #include "common/json_reader.h"
 #include "planner/config_readers.h"
 #include "planner/config_text.h"
+#include "program/optimizer_state.h"
 
 namespace fsdpsim::planner {
 namespace {
@@ -142,6 +143,72 @@ void read_lora(const std::string& text, UserConfig& cfg) {
                       (torchtune_nf4 || bnb_nf4 ? ", NF4 base weights: lora.quantize_base nf4)" : ")"));
 }
 
+// The optimizer a config or script builds (plan key `optimizer`, program/optimizer_state.h): a class path, as
+// torchtune's `optimizer: _component_:`, LightningCLI's `class_path:` or a script's constructor call spells it,
+// else Hugging Face TrainingArguments' `optim` (transformers' OptimizerNames). What is not modelled is kept as
+// torch.optim's AdamW with a warning.
+void read_optimizer(const std::string& text, UserConfig& cfg) {
+  using O = sim::Optimizer;
+  struct Name {
+    const char* name;
+    O o;
+  };
+  static const std::regex class_re(
+      R"((bitsandbytes\.optim|bnb\.optim|torchao\.optim|torchao\.prototype\.low_bit_optim|torch\.optim)\.([A-Z][A-Za-z0-9_]*))");
+  static const std::regex hf_re(R"((?:^|[\s,(])optim\s*[=:]\s*["']?([A-Za-z0-9_]+))");
+  std::smatch m;
+  std::string how, what;
+  O o = O::AdamW;
+  bool known = false, fused = false;
+  if (std::regex_search(text, m, class_re)) {
+    const std::string lib = m[1].str(), cls = m[2].str();
+    how = lib + "." + cls;
+    static const std::vector<Name> bnb = {{"AdamW8bit", O::BnbAdamW8bit},       {"Adam8bit", O::BnbAdamW8bit},
+                                          {"PagedAdamW8bit", O::BnbPagedAdamW8bit}, {"PagedAdam8bit", O::BnbPagedAdamW8bit},
+                                          {"PagedAdamW", O::BnbPagedAdamW},         {"PagedAdamW32bit", O::BnbPagedAdamW},
+                                          {"PagedAdam", O::BnbPagedAdamW},          {"PagedAdam32bit", O::BnbPagedAdamW}};
+    static const std::vector<Name> ao = {{"AdamW8bit", O::TorchaoAdamW8bit}, {"Adam8bit", O::TorchaoAdamW8bit},
+                                         {"AdamW4bit", O::TorchaoAdamW4bit}, {"Adam4bit", O::TorchaoAdamW4bit}};
+    static const std::vector<Name> torch = {{"AdamW", O::AdamW}, {"Adam", O::AdamW}, {"SGD", O::SGD}};
+    const std::vector<Name>& names = lib.rfind("torchao", 0) == 0 ? ao : lib == "torch.optim" ? torch : bnb;
+    for (const Name& n : names)
+      if (cls == n.name) o = n.o, known = true;
+    fused = lib == "torch.optim" && std::regex_search(text, std::regex(R"(fused\s*[=:]\s*[Tt]rue)"));
+  } else if (std::regex_search(text, m, hf_re)) {
+    how = "optim " + m[1].str();
+    static const std::vector<Name> hf = {{"adamw_torch", O::AdamW},           {"adamw_torch_fused", O::AdamW},
+                                         {"adamw_hf", O::AdamW},              {"sgd", O::SGD},
+                                         {"adamw_bnb_8bit", O::BnbAdamW8bit}, {"adamw_8bit", O::BnbAdamW8bit},
+                                         {"paged_adamw_8bit", O::BnbPagedAdamW8bit}, {"paged_adamw_32bit", O::BnbPagedAdamW},
+                                         {"adamw_torch_8bit", O::TorchaoAdamW8bit}, {"adamw_torch_4bit", O::TorchaoAdamW4bit}};
+    for (const Name& n : hf)
+      if (m[1].str() == n.name) o = n.o, known = true;
+    fused = m[1].str() == "adamw_torch_fused";
+  } else {
+    return;
+  }
+  if (!known) {
+    cfg.warnings.push_back(how + ": this optimizer is not modelled: simulated as torch.optim.AdamW (two states in the "
+                           "parameter's dtype)");
+    return;
+  }
+  if (sim::optimizer_is_low_bit(o)) {
+    std::string why;
+    if (sim::optimizer_is_bitsandbytes(o) && cfg.plan.fsdp_version == sim::FsdpVersion::FSDP2)
+      why = "bitsandbytes' optimizers over FSDP2's DTensor parameters are not modelled";
+    else if (cfg.plan.cpu_offload.params || cfg.plan.cpu_offload.optimizer)
+      why = "a low-bit or paged optimizer with CPU offload is not modelled";
+    if (!why.empty()) {
+      cfg.warnings.push_back(how + ": " + why + ": simulated as torch.optim.AdamW (two states in the parameter's dtype)");
+      return;
+    }
+  }
+  cfg.plan.optimizer = o;
+  if (fused) cfg.plan.optimizer_impl = sim::OptimizerImpl::Fused;
+  cfg.facts.push_back(how + " -> plan optimizer " + sim::plan_to_json(cfg.plan)["optimizer"].get<std::string>() +
+                      (fused ? " (optimizer_impl fused)" : ""));
+}
+
 }  // namespace
 
 UserConfig parse_user_config_text(const std::string& text, const std::string& format, const std::string& source,
@@ -177,6 +244,7 @@ UserConfig parse_user_config_text(const std::string& text, const std::string& fo
     throw InputError("--format", format, "lightning, lightning-yaml, accelerate, torchtitan or plan");
   }
   if (format != "plan") read_lora(text, cfg);
+  if (format != "plan" && format != "torchtitan") read_optimizer(text, cfg);   // (torchtitan's [optimizer] is read)
   config_text::read_directive(text, cfg);
   if (!cfg.wrap_policy_given || cfg.plan.auto_wrap_policy.kind == models::WrapPolicy::Kind::None) cfg.wraps_nothing = true;
   return cfg;

@@ -445,12 +445,18 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
   r.breakdown_at_peak[mem_category_name(MemCategory::CudaContext)] = context;
   const models::TrainableSet trainable = lowering::plan_trainable_set(m, *graph, rp);
   apply_host_memory(host_memory(*graph, rp, cluster.gpus_per_node, trainable), hw, rp, r);   // CPU offload's host RAM
-  if (const Bytes paged = paged_optimizer_bytes(*graph, rp, trainable); paged > 0)
+  if (const Bytes paged = paged_optimizer_bytes(*graph, rp, trainable); paged > 0) {
+    // What the GPU cannot hold beside the step's peak moves to host memory and back every step.
+    const Bytes out = std::max(worst_reserved, r.peak_reserved) + context + paged - capacity;
     r.notes.push_back("paged optimizer state: " + fmt("%.2f", to_gib(paged)) +
                       " GiB per GPU in CUDA unified memory (bitsandbytes F.get_paged, cudaMallocManaged), outside "
                       "PyTorch's allocator: not in allocated, reserved or the fits verdict; the driver keeps it on the "
                       "GPU while there is room and pages it to host memory when the GPU runs short (that page traffic "
-                      "is not timed)");
+                      "is not timed)" +
+                      (out > 0 ? "; at the peak " + fmt("%.2f", to_gib(std::min(out, paged))) +
+                                     " GiB of it cannot stay on the GPU and crosses the host link every step"
+                               : ""));
+  }
 
   // ---- throughput ----
   const int world = rp.mesh_replicate * rp.mesh_shard;

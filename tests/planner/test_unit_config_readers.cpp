@@ -265,3 +265,36 @@ TEST(Readers, LoraFromLitgptTorchtuneAndPeft) {
   EXPECT_THROW(parse_user_config_text(strat + "cfg = LoraConfig(r=0, target_modules=[\"q_proj\"])\n", "lightning", "x.py", kLlama),
                InputError);
 }
+
+// The optimizer a config builds: class paths (a script's constructor, torchtune's _component_, LightningCLI's
+// class_path) and Hugging Face TrainingArguments' optim; what is not modelled stays torch.optim.AdamW, warned.
+TEST(Readers, OptimizerClassesAndHuggingFaceOptim) {
+  const std::string strat = "strategy = FSDPStrategy(auto_wrap_policy={Block})\ntrainer = L.Trainer(strategy=strategy)\n";
+  const auto warned = [](const UserConfig& c, const std::string& what) {
+    for (const auto& w : c.warnings)
+      if (w.find(what) != std::string::npos) return true;
+    return false;
+  };
+  auto c = parse_user_config_text(strat + "opt = bitsandbytes.optim.PagedAdamW8bit(model.parameters(), lr=1e-4)\n",
+                                  "lightning", "x.py", kLlama);
+  EXPECT_EQ(c.plan.optimizer, sim::Optimizer::BnbPagedAdamW8bit);
+  c = parse_user_config_text(strat + "args = TrainingArguments(output_dir='o', optim=\"paged_adamw_32bit\")\n", "lightning",
+                             "x.py", kLlama);
+  EXPECT_EQ(c.plan.optimizer, sim::Optimizer::BnbPagedAdamW);
+  c = parse_user_config_text(strat + "opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)\n", "lightning",
+                             "x.py", kLlama);
+  EXPECT_EQ(c.plan.optimizer, sim::Optimizer::AdamW);
+  EXPECT_EQ(c.plan.optimizer_impl, sim::OptimizerImpl::Fused);
+  c = parse_user_config_text(strat + "opt = bitsandbytes.optim.Lion8bit(model.parameters())\n", "lightning", "x.py", kLlama);
+  EXPECT_EQ(c.plan.optimizer, sim::Optimizer::AdamW);
+  EXPECT_TRUE(warned(c, "bitsandbytes.optim.Lion8bit: this optimizer is not modelled"));
+  // torchtune under FSDP2: torchao's are modelled, bitsandbytes' are not.
+  const std::string head = "distributed_type: FSDP\nmixed_precision: bf16\nfsdp_config:\n  fsdp_version: 2\n";
+  c = parse_user_config_text(head + "optimizer:\n  _component_: torchao.optim.AdamW4bit\n  lr: 2e-5\n", "accelerate",
+                             "x.yaml", kLlama);
+  EXPECT_EQ(c.plan.optimizer, sim::Optimizer::TorchaoAdamW4bit);
+  c = parse_user_config_text(head + "optimizer:\n  _component_: bitsandbytes.optim.PagedAdamW8bit\n", "accelerate",
+                             "x.yaml", kLlama);
+  EXPECT_EQ(c.plan.optimizer, sim::Optimizer::AdamW);
+  EXPECT_TRUE(warned(c, "over FSDP2's DTensor parameters are not modelled"));
+}

@@ -372,3 +372,41 @@ TEST(UnitExports, LoraIsSpelledOrNoted) {
   EXPECT_NE(ph.text.find(R"(target_modules=["q_proj", "v_proj", "self_attn.dense", "fc1", "fc2"])"), std::string::npos)
       << ph.text;
 }
+
+// A low-bit or paged AdamW (program/optimizer_state.h): its class and import in every export that constructs the
+// optimizer; bitsandbytes' moves to torchao's 8-bit AdamW (or torch.optim's for its 32-bit paged one) where the
+// export runs FSDP2, and torchtitan builds torch.optim's AdamW; each change said.
+TEST(UnitExports, LowBitOptimizersAreSpelledOrChanged) {
+  ExportInput in{llama("llama3-8b", 4096, 32), cluster(1, 8), {}, "FSDP1 paged 8-bit"};
+  in.plan.fsdp_version = sim::FsdpVersion::FSDP1;
+  in.plan.mesh_replicate = 1;
+  in.plan.mesh_shard = 8;
+  in.plan.optimizer = sim::Optimizer::BnbPagedAdamW8bit;
+  const Export lt = export_lightning(in), acc = export_accelerate(in);
+  EXPECT_NE(lt.text.find("import bitsandbytes\n"), std::string::npos) << lt.text;
+  EXPECT_NE(lt.text.find("return bitsandbytes.optim.PagedAdamW8bit(self.parameters(), lr=3e-4)"), std::string::npos) << lt.text;
+  EXPECT_NE(acc.text.find("# optimizer in your script: bitsandbytes.optim.PagedAdamW8bit(model.parameters(), lr=3e-4)  # "
+                          "import bitsandbytes"),
+            std::string::npos)
+      << acc.text;
+  const auto changed = [](const Expressed& x, const std::string& what) {
+    for (const auto& c : x.changes)
+      if (c.find(what) != std::string::npos) return true;
+    return false;
+  };
+  Expressed x = express_plan("fsdp2", in.plan, cluster(1, 8));
+  EXPECT_EQ(x.plan.optimizer, sim::Optimizer::TorchaoAdamW8bit);
+  EXPECT_TRUE(changed(x, "optimizer bnb_paged_adamw8bit -> torchao_adamw8bit")) << x.changes.size();
+  x = express_plan("torchtitan", in.plan, cluster(1, 8));
+  EXPECT_EQ(x.plan.optimizer, sim::Optimizer::AdamW);
+  EXPECT_TRUE(changed(x, "optimizer bnb_paged_adamw8bit -> adamw"));
+  in.plan.optimizer = sim::Optimizer::BnbPagedAdamW;
+  EXPECT_EQ(express_plan("fsdp2", in.plan, cluster(1, 8)).plan.optimizer, sim::Optimizer::AdamW);
+  // torchao's under FSDP2 as is.
+  in.plan.fsdp_version = sim::FsdpVersion::FSDP2;
+  in.plan.optimizer = sim::Optimizer::TorchaoAdamW4bit;
+  const Export f2 = export_fsdp2(in);
+  EXPECT_NE(f2.text.find("import torchao.optim\n"), std::string::npos) << f2.text;
+  EXPECT_NE(f2.text.find("optimizer = torchao.optim.AdamW4bit(model.parameters(), lr=3e-4)"), std::string::npos) << f2.text;
+  EXPECT_TRUE(express_plan("fsdp2", in.plan, cluster(1, 8)).changes.empty());
+}

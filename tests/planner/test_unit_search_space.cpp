@@ -75,6 +75,24 @@ TEST(Enumerate, LoraSearchesUseOrigParamsAndQloraStaysModelled) {
   }
 }
 
+// A low-bit optimizer: no CPU offload (not modelled with one); bitsandbytes' under FSDP1 only.
+TEST(Enumerate, LowBitOptimizersStayModelled) {
+  SpaceOptions o = small_space(4, 2);
+  const auto all = enumerate_candidates(o, 1, 2);
+  std::size_t offload = 0, fsdp1_no_offload = 0;
+  for (const auto& x : all) {
+    offload += x.plan.cpu_offload.params;
+    fsdp1_no_offload += x.plan.fsdp_version == sim::FsdpVersion::FSDP1 && !x.plan.cpu_offload.params;
+  }
+  ASSERT_GT(offload, 0u);
+  o.base.optimizer = sim::Optimizer::TorchaoAdamW8bit;
+  EXPECT_EQ(enumerate_candidates(o, 1, 2).size(), all.size() - offload);
+  o.base.optimizer = sim::Optimizer::BnbPagedAdamW8bit;
+  const auto bnb = enumerate_candidates(o, 1, 2);
+  EXPECT_EQ(bnb.size(), fsdp1_no_offload);
+  for (const auto& x : bnb) EXPECT_EQ(x.plan.fsdp_version, sim::FsdpVersion::FSDP1) << x.label;
+}
+
 TEST(Enumerate, EveryValidMeshAppearsForBothVersions) {
   auto c = enumerate_candidates(small_space(16, 16), 2, 8);
   std::set<std::pair<int, int>> v1, v2;
