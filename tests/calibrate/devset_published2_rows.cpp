@@ -170,12 +170,16 @@ const std::vector<Row> kRows = {
      nullptr, TimeMetric::TokensPerSecond},
     {"gt0454", "llama2-70b", "8xA100-80GB",
      R"({"fsdp_version":1,"sharding_strategy":"FULL_SHARD","micro_batch":4,"seq_len":4096,"activation_checkpointing":"full",
-         "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16"})",
-     MemoryKind::Allocated, "FSDP1 full-FT AC mb4 s4096 bf16",
+         "implementation":"hf","param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
+         "use_orig_params":false,"optimizer":"bnb_paged_adamw"})",
+     MemoryKind::Allocated, "FSDP1 full-FT AC mb4 s4096 bf16 PagedAdamW",
      "A100 80GB (assumed); torchtune 0217d44c has no 70B full-finetune config: the README row's batch 4 x seq 4096 "
-     "taken as stated (an upper bound if the dataset is alpaca at its default max_seq_len 512, as for gt0453)",
-     "PagedAdamW (bitsandbytes) optimizer is not modelled", TimeMetric::TokensPerSecond, "{}",
-     "bitsandbytes PagedAdamW timed as AdamW (paging not modelled)"},
+     "taken as stated (an upper bound if the dataset is alpaca at its default max_seq_len 512, as for gt0453); "
+     "full_finetune_distributed.py (0217d44c): FSDP1 FULL_SHARD per TransformerDecoderLayer, FSDP's default "
+     "use_orig_params=False, mixed_precision None with the model in bf16; the README's '*' = bitsandbytes PagedAdamW "
+     "(32-bit states, float32, each FlatParameter shard's paged: unified memory, not in PyTorch's allocated figure); "
+     "figure read as peak allocated in GB (get_memory_stats divides by 1e9 at this commit)",
+     nullptr, TimeMetric::TokensPerSecond, "{}", "the paged state's page traffic is not timed"},
     {"gt0483", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
     {"gt0484", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
     {"gt0485", "", "", "", MemoryKind::Allocated, "", "", "max-batch-that-fit figure on Titan RTX (no profile); seq_len unknown"},
