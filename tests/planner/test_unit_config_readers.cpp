@@ -275,26 +275,33 @@ TEST(Readers, OptimizerClassesAndHuggingFaceOptim) {
       if (w.find(what) != std::string::npos) return true;
     return false;
   };
-  auto c = parse_user_config_text(strat + "opt = bitsandbytes.optim.PagedAdamW8bit(model.parameters(), lr=1e-4)\n",
-                                  "lightning", "x.py", kLlama);
-  EXPECT_EQ(c.plan.optimizer, sim::Optimizer::BnbPagedAdamW8bit);
-  c = parse_user_config_text(strat + "args = TrainingArguments(output_dir='o', optim=\"paged_adamw_32bit\")\n", "lightning",
-                             "x.py", kLlama);
-  EXPECT_EQ(c.plan.optimizer, sim::Optimizer::BnbPagedAdamW);
-  c = parse_user_config_text(strat + "opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)\n", "lightning",
-                             "x.py", kLlama);
-  EXPECT_EQ(c.plan.optimizer, sim::Optimizer::AdamW);
-  EXPECT_EQ(c.plan.optimizer_impl, sim::OptimizerImpl::Fused);
-  c = parse_user_config_text(strat + "opt = bitsandbytes.optim.Lion8bit(model.parameters())\n", "lightning", "x.py", kLlama);
-  EXPECT_EQ(c.plan.optimizer, sim::Optimizer::AdamW);
-  EXPECT_TRUE(warned(c, "bitsandbytes.optim.Lion8bit: this optimizer is not modelled"));
-  // torchtune under FSDP2: torchao's are modelled, bitsandbytes' are not.
-  const std::string head = "distributed_type: FSDP\nmixed_precision: bf16\nfsdp_config:\n  fsdp_version: 2\n";
-  c = parse_user_config_text(head + "optimizer:\n  _component_: torchao.optim.AdamW4bit\n  lr: 2e-5\n", "accelerate",
-                             "x.yaml", kLlama);
-  EXPECT_EQ(c.plan.optimizer, sim::Optimizer::TorchaoAdamW4bit);
-  c = parse_user_config_text(head + "optimizer:\n  _component_: bitsandbytes.optim.PagedAdamW8bit\n", "accelerate",
-                             "x.yaml", kLlama);
-  EXPECT_EQ(c.plan.optimizer, sim::Optimizer::AdamW);
-  EXPECT_TRUE(warned(c, "over FSDP2's DTensor parameters are not modelled"));
+  // torchtune under FSDP2 (an accelerate-style head): torchao's are modelled, bitsandbytes' are not.
+  const std::string fsdp2 = "distributed_type: FSDP\nmixed_precision: bf16\nfsdp_config:\n  fsdp_version: 2\n";
+  struct Case {
+    std::string text, format;
+    sim::Optimizer want;
+    const char* warning;   // nullptr: none about the optimizer
+  };
+  const std::vector<Case> cases = {
+      {strat + "opt = bitsandbytes.optim.PagedAdamW8bit(model.parameters(), lr=1e-4)\n", "lightning",
+       sim::Optimizer::BnbPagedAdamW8bit, nullptr},
+      {strat + "args = TrainingArguments(output_dir='o', optim=\"paged_adamw_32bit\")\n", "lightning",
+       sim::Optimizer::BnbPagedAdamW, nullptr},
+      {strat + "opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)\n", "lightning", sim::Optimizer::AdamW,
+       nullptr},
+      {strat + "opt = bitsandbytes.optim.Lion8bit(model.parameters())\n", "lightning", sim::Optimizer::AdamW,
+       "bitsandbytes.optim.Lion8bit: this optimizer is not modelled"},
+      {fsdp2 + "optimizer:\n  _component_: torchao.optim.AdamW4bit\n  lr: 2e-5\n", "accelerate",
+       sim::Optimizer::TorchaoAdamW4bit, nullptr},
+      {fsdp2 + "optimizer:\n  _component_: bitsandbytes.optim.PagedAdamW8bit\n", "accelerate", sim::Optimizer::AdamW,
+       "over FSDP2's DTensor parameters are not modelled"},
+  };
+  for (const Case& k : cases) {
+    const UserConfig c = parse_user_config_text(k.text, k.format, "x", kLlama);
+    EXPECT_EQ(c.plan.optimizer, k.want) << k.text;
+    if (k.warning) {
+      EXPECT_TRUE(warned(c, k.warning)) << k.text;
+    }
+  }
+  EXPECT_EQ(parse_user_config_text(cases[2].text, "lightning", "x.py", kLlama).plan.optimizer_impl, sim::OptimizerImpl::Fused);
 }
