@@ -61,9 +61,10 @@ void expect_well_formed(const StepProgram& p, const std::string& what) {
         const auto k = static_cast<std::ptrdiff_t>(allocs_before_free(f.reuse_after_op));
         ASSERT_TRUE(k >= 1 && k <= static_cast<std::ptrdiff_t>(o.allocs.size())) << what << " " << o.name;
         // a temporary of this op (allocated among those k), or a tensor an earlier op made (a block's input)
-        if (alloc_at[f.buffer] == o.id)
+        if (alloc_at[f.buffer] == o.id) {
           ASSERT_NE(std::find(o.allocs.begin(), o.allocs.begin() + k, f.buffer), o.allocs.begin() + k)
               << what << " " << o.name << " frees " << p.buffers[f.buffer].name << " before allocating it";
+        }
       }
       free_at[f.buffer] = o.id;
     }
