@@ -12,6 +12,7 @@
 #include "models/zoo.h"
 #include "planner/config_text.h"
 #include "planner/diagnose_fixes.h"
+#include "program/optimizer_state.h"
 #include "planner/explain.h"
 #include "planner/planner.h"
 #include "planner/search_space.h"
@@ -205,6 +206,30 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
     try_fix(f, change);
     f.message += saving_text(f, base);
     if (tight && f.simulated && (f.fixed_fits_with_margin || !d.fits_with_margin)) {
+      f.severity = "problem";
+      problem_fixes.push_back(change);
+    }
+    d.findings.push_back(f);
+  }
+
+  // 2b. The optimizer state: torch.optim's AdamW keeps two states per trainable element in the master dtype; an
+  // 8-bit AdamW (program/optimizer_state.h: bitsandbytes' under FSDP1, torchao's under FSDP2) a byte each. Proposed
+  // when the plan is tight and the state is a fifth of its peak or more; torchtitan builds torch.optim's only, and
+  // neither is modelled with CPU offload.
+  const Bytes optim_state = breakdown(base, "optimizer_state");
+  if (tight && bp.optimizer == sim::Optimizer::AdamW && !bp.cpu_offload.params && !bp.cpu_offload.optimizer &&
+      cfg.format != "torchtitan" && optim_state * 5 >= base.peak_total_device) {
+    Finding f = make("optimizer_state", "info");
+    const sim::Optimizer eight = v1 ? sim::Optimizer::BnbAdamW8bit : sim::Optimizer::TorchaoAdamW8bit;
+    f.message = "torch.optim's AdamW keeps " + gib_text(optim_state) + " of optimizer state per GPU at the peak (two " +
+                std::string(dtype_name(bp.master_weights_dtype)) + " states per trainable element); " + sim::optimizer_class(eight) +
+                " keeps about a byte per element and state (block-quantized moments: compare its loss curve with "
+                "AdamW's)";
+    f.fix = fix_words::eight_bit_adamw(cfg, eight);
+    auto change = [eight](sim::Plan& q) { q.optimizer = eight; };
+    try_fix(f, change);
+    f.message += saving_text(f, base);
+    if (f.simulated && (f.fixed_fits_with_margin || !d.fits_with_margin) && saves_much(f)) {
       f.severity = "problem";
       problem_fixes.push_back(change);
     }

@@ -3,6 +3,7 @@
 #include "planner/diagnose_fixes.h"
 
 #include "planner/config_text.h"
+#include "program/optimizer_state.h"
 
 namespace fsdpsim::planner::fix_words {
 namespace {
@@ -94,6 +95,20 @@ std::string no_cpu_offload(const UserConfig& cfg) {
   if (cfg.format == "plan") return "\"cpu_offload\": false";
   if (yaml_cli(cfg)) return "trainer.strategy.init_args.cpu_offload: false";
   return "FSDPStrategy(cpu_offload=False)";
+}
+
+std::string eight_bit_adamw(const UserConfig& cfg, sim::Optimizer o) {
+  const std::string cls = sim::optimizer_class(o);
+  const std::string hf = o == sim::Optimizer::BnbAdamW8bit ? "adamw_bnb_8bit" : "adamw_torch_8bit";
+  if (cfg.format == "plan") {
+    sim::Plan p;
+    p.optimizer = o;
+    return "\"optimizer\": " + sim::plan_to_json(p)["optimizer"].dump();   // (the key's spelling, program/plan_keys.cpp)
+  }
+  if (yaml_cli(cfg)) return "optimizer.class_path: " + cls;
+  if (cfg.format == "accelerate")
+    return "build " + cls + "(model.parameters(), ...) in your script (the Hugging Face Trainer: optim=\"" + hf + "\")";
+  return "configure_optimizers returning " + cls + "(self.parameters(), ...)";
 }
 
 std::string fsdp_checkpointing_instead_of_hf(const UserConfig& cfg, const models::ModelSpec& model) {

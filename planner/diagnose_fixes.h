@@ -25,6 +25,8 @@ std::string hybrid_shard(const UserConfig& cfg, bool fsdp1, int replicate, int s
 std::string no_shard(const UserConfig& cfg, int world);
 std::string full_shard(const UserConfig& cfg);
 std::string no_cpu_offload(const UserConfig& cfg);
+// Constructing 8-bit AdamW `o` (bitsandbytes' or torchao's, program/optimizer_state.h) in the user's front-end.
+std::string eight_bit_adamw(const UserConfig& cfg, sim::Optimizer o);
 std::string fsdp_checkpointing_instead_of_hf(const UserConfig& cfg, const models::ModelSpec& model);
 
 }  // namespace fsdpsim::planner::fix_words

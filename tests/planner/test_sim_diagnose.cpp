@@ -87,3 +87,17 @@ TEST(Diagnose, FullShardOverheadForASmallModel) {
   auto nv = run("gpt2", "8xH100-SXM", "accelerate_full_shard_small.yaml");
   EXPECT_EQ(find(nv, "full_shard_overhead"), nullptr) << diagnosis_text(nv);
 }
+
+// torch.optim's AdamW state is a large part of a peak that does not fit: an 8-bit AdamW (bitsandbytes' under
+// FSDP1, program/optimizer_state.h) is proposed, simulated, and fits.
+TEST(Diagnose, OptimizerStateOfATightFullFineTune) {
+  auto d = run("llama2-7b", "4xRTX4090", "lightning_full_ft_4090_adamw.py");
+  EXPECT_FALSE(d.fits_with_margin) << diagnosis_text(d);
+  const Finding* f = find(d, "optimizer_state");
+  ASSERT_NE(f, nullptr) << diagnosis_text(d);
+  EXPECT_EQ(f->severity, "problem");
+  ASSERT_TRUE(f->simulated);
+  EXPECT_EQ(f->fixed_plan.optimizer, sim::Optimizer::BnbAdamW8bit);
+  EXPECT_TRUE(f->fixed_fits_with_margin);
+  EXPECT_NE(f->fix.find("bitsandbytes.optim.AdamW8bit"), std::string::npos) << f->fix;
+}
