@@ -97,6 +97,10 @@ class ResolvedPlan:
     lora: dict = None                        # {"rank", "targets" (canonical, in LORA_TARGETS order), "dropout"}
 
 
+# The simulator's plan.optimizer values this harness cannot build (program/plan_keys.cpp).
+LOW_BIT_OPTIMIZERS = ("bnb_adamw8bit", "bnb_paged_adamw", "bnb_paged_adamw8bit", "torchao_adamw8bit", "torchao_adamw4bit")
+
+
 def _get(plan, key, kind, default, lo=None, hi=None):
     if key not in plan:
         return default
@@ -329,6 +333,11 @@ def parse_plan(plan):
     if not 0.0 < p.trainable_fraction <= 1.0:
         raise InputError("plan.trainable_fraction", show(plan["trainable_fraction"]),
                          "expected a number in (0, 1] (a fully frozen model does not train)")
+    if plan.get("optimizer") in LOW_BIT_OPTIMIZERS:
+        # The simulator's low-bit and paged AdamWs (program/optimizer_state.h) come from bitsandbytes and torchao,
+        # neither of which is installed where the harness runs.
+        raise InputError("plan.optimizer", show(plan["optimizer"]),
+                         '"adamw" or "sgd": the harness steps torch.optim\'s (bitsandbytes and torchao are not part of it)')
     p.optimizer = _get(plan, "optimizer", ("adamw", "sgd"), "adamw")
     if "auto_wrap_policy" in plan:
         p.auto_wrap_policy = _wrap(plan["auto_wrap_policy"])

@@ -44,6 +44,8 @@ class PlanKeys(FieldAssertions):
         self.assertField({"lora": {"rank": 8, "targets": ["q"], "dropout": 1}}, "plan.lora.dropout")
         self.assertField({"lora": {"rank": 8, "targets": ["q"], "quantize_base": "int4"}}, "plan.lora.quantize_base")
         self.assertField({"lora": {"rank": 8, "targets": ["q"], "quantize_base": "nf4"}}, "plan.lora.quantize_base")
+        for optimizer in plans.LOW_BIT_OPTIMIZERS:   # the simulator's, not built here (no bitsandbytes, no torchao)
+            self.assertField({"optimizer": optimizer}, "plan.optimizer")
         self.assertField({"lora": {"rank": 8, "targets": ["q"]}, "trainable_fraction": 0.1}, "plan.trainable_fraction")
         self.assertEqual(resolve({"lora": {"rank": 8, "targets": ["q"]}, "frozen_units": ["root"]}, 8, None).lora["rank"], 8)
 
