@@ -445,7 +445,12 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
     for (const auto& c : o.excluded) cs += " --exclude " + c.text;
     throw InputError("--fix/--exclude", cs.empty() ? "(none)" : cs.substr(1),
                      "no candidate plan is left; loosen the constraints (a dtype needs its preset in --precision, FSDP1-only "
-                     "keys exclude FSDP2 and prefetch_depth excludes FSDP1)");
+                     "keys exclude FSDP2, prefetch_depth excludes FSDP1" +
+                         std::string(sim::optimizer_is_bitsandbytes(o.base.optimizer)
+                                         ? ", bitsandbytes' optimizers are modelled under FSDP1 only"
+                                         : "") +
+                         (sim::optimizer_is_low_bit(o.base.optimizer) ? ", a low-bit optimizer excludes CPU offload" : "") +
+                         ")");
   }
   return out;
 }
