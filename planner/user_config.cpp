@@ -155,12 +155,15 @@ void read_optimizer(const std::string& text, UserConfig& cfg) {
   };
   static const std::regex class_re(
       R"((bitsandbytes\.optim|bnb\.optim|torchao\.optim|torchao\.prototype\.low_bit_optim|torch\.optim)\.([A-Z][A-Za-z0-9_]*))");
+  // `from bitsandbytes.optim import PagedAdamW8bit` (then the bare class name in the script)
+  static const std::regex import_re(
+      R"(from\s+(bitsandbytes\.optim|torchao\.optim|torchao\.prototype\.low_bit_optim)\s+import\s+\(?\s*([A-Z][A-Za-z0-9_]*))");
   static const std::regex hf_re(R"((?:^|[\s,(])optim\s*[=:]\s*["']?([A-Za-z0-9_]+))");
   std::smatch m;
   std::string how, what;
   O o = O::AdamW;
   bool known = false, fused = false;
-  if (std::regex_search(text, m, class_re)) {
+  if (std::regex_search(text, m, class_re) || std::regex_search(text, m, import_re)) {
     const std::string lib = m[1].str(), cls = m[2].str();
     how = lib + "." + cls;
     static const std::vector<Name> bnb = {{"AdamW8bit", O::BnbAdamW8bit},       {"Adam8bit", O::BnbAdamW8bit},

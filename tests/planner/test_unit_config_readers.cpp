@@ -285,6 +285,8 @@ TEST(Readers, OptimizerClassesAndHuggingFaceOptim) {
   const std::vector<Case> cases = {
       {strat + "opt = bitsandbytes.optim.PagedAdamW8bit(model.parameters(), lr=1e-4)\n", "lightning",
        sim::Optimizer::BnbPagedAdamW8bit, nullptr},
+      {strat + "from bitsandbytes.optim import AdamW8bit\nopt = AdamW8bit(model.parameters())\n", "lightning",
+       sim::Optimizer::BnbAdamW8bit, nullptr},
       {strat + "args = TrainingArguments(output_dir='o', optim=\"paged_adamw_32bit\")\n", "lightning",
        sim::Optimizer::BnbPagedAdamW, nullptr},
       {strat + "opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)\n", "lightning", sim::Optimizer::AdamW,
@@ -303,5 +305,5 @@ TEST(Readers, OptimizerClassesAndHuggingFaceOptim) {
       EXPECT_TRUE(warned(c, k.warning)) << k.text;
     }
   }
-  EXPECT_EQ(parse_user_config_text(cases[2].text, "lightning", "x.py", kLlama).plan.optimizer_impl, sim::OptimizerImpl::Fused);
+  EXPECT_EQ(parse_user_config_text(cases[3].text, "lightning", "x.py", kLlama).plan.optimizer_impl, sim::OptimizerImpl::Fused);
 }
