@@ -330,9 +330,8 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
           for (int off = 0; off < 2; ++off) {
             // FSDP1 CPU offload cannot accumulate gradients outside no_sync (semantics M11).
             if (off && sync && p.fsdp_version == FsdpVersion::FSDP1) continue;
-            // (QLoRA offload is modelled for bitsandbytes' FSDP1 layout only; a low-bit optimizer's not at all)
+            // (QLoRA offload is modelled for bitsandbytes' FSDP1 layout only)
             if (off && nf4 && p.fsdp_version == FsdpVersion::FSDP2) continue;
-            if (off && sim::optimizer_is_low_bit(p.optimizer)) continue;
             for (const auto& pr : precisions) {
               if (pr.fp8_all_gather && p.fsdp_version == FsdpVersion::FSDP1) continue;
               Plan q = p;
@@ -350,6 +349,8 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
               q.master_weights_dtype = pr.master;
               q.fp8_all_gather = pr.fp8_all_gather;
               q.float8 = pr.float8;
+              // (a low-bit optimizer: only what is modelled with it, program/optimizer_state.h)
+              if (!sim::optimizer_not_modelled(q).empty()) continue;
               plans.push_back(q);
             }
           }
@@ -365,8 +366,6 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
 
 
   for (int version : {1, 2}) {
-    // bitsandbytes' optimizers are modelled over FSDP1's parameters only (program/lower_context.cpp check_optimizer)
-    if (version == 2 && sim::optimizer_is_bitsandbytes(o.base.optimizer)) continue;
     for (auto [r, s] : meshes) {
       Plan p = o.base;
       p.fsdp_version = version == 1 ? FsdpVersion::FSDP1 : FsdpVersion::FSDP2;

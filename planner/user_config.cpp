@@ -160,7 +160,7 @@ void read_optimizer(const std::string& text, UserConfig& cfg) {
       R"(from\s+(bitsandbytes\.optim|torchao\.optim|torchao\.prototype\.low_bit_optim)\s+import\s+\(?\s*([A-Z][A-Za-z0-9_]*))");
   static const std::regex hf_re(R"((?:^|[\s,(])optim\s*[=:]\s*["']?([A-Za-z0-9_]+))");
   std::smatch m;
-  std::string how, what;
+  std::string how;
   O o = O::AdamW;
   bool known = false, fused = false;
   if (std::regex_search(text, m, class_re) || std::regex_search(text, m, import_re)) {
@@ -195,16 +195,11 @@ void read_optimizer(const std::string& text, UserConfig& cfg) {
                            "parameter's dtype)");
     return;
   }
-  if (sim::optimizer_is_low_bit(o)) {
-    std::string why;
-    if (sim::optimizer_is_bitsandbytes(o) && cfg.plan.fsdp_version == sim::FsdpVersion::FSDP2)
-      why = "bitsandbytes' optimizers over FSDP2's DTensor parameters are not modelled";
-    else if (cfg.plan.cpu_offload.params || cfg.plan.cpu_offload.optimizer)
-      why = "a low-bit or paged optimizer with CPU offload is not modelled";
-    if (!why.empty()) {
-      cfg.warnings.push_back(how + ": " + why + ": simulated as torch.optim.AdamW (two states in the parameter's dtype)");
-      return;
-    }
+  sim::Plan with = cfg.plan;
+  with.optimizer = o;
+  if (const std::string why = sim::optimizer_not_modelled(with); !why.empty()) {
+    cfg.warnings.push_back(how + ": " + why + "; simulated as torch.optim.AdamW (two states in the parameter's dtype)");
+    return;
   }
   cfg.plan.optimizer = o;
   if (fused) cfg.plan.optimizer_impl = sim::OptimizerImpl::Fused;

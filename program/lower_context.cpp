@@ -709,20 +709,17 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
                         "its weight (fp32 absmax, then a compute-dtype copy, two CUDA kernels) for its forward and again "
                         "for its input gradient; the LM head, embedding and norms stay in the compute dtype");
     else if (c.trainable.lora.nf4)
-      c.notes.push_back(plan.compile
-                            ? "lora.quantize_base nf4 (QLoRA): every block linear's base weight is a torchao NF4Tensor (0.516 "
-                              "bytes per element: 4-bit codes, int8 scalers per 64, a factor per 256 scalers; its 34 bytes of "
-                              "table and mean per weight left out), sharded, all-gathered and kept unsharded as such; each "
-                              "linear dequantizes it into a compute-dtype copy for its forward and again for its input "
-                              "gradient, in one fused kernel under compile; the LM head, embedding and norms stay in the "
-                              "compute dtype"
-                            : "lora.quantize_base nf4 (QLoRA): every block linear's base weight is a torchao NF4Tensor (0.516 "
-                              "bytes per element: 4-bit codes, int8 scalers per 64, a factor per 256 scalers; its 34 bytes of "
-                              "table and mean per weight left out), sharded, all-gathered and kept unsharded as such; each "
-                              "linear dequantizes it into a compute-dtype copy for its forward and again for its input "
-                              "gradient, eagerly: get_original_weight's int64 and bf16 temporaries peak at 14 bytes per "
-                              "element of the weight, in 11 kernels (compile fuses them into one); the LM head, embedding "
-                              "and norms stay in the compute dtype");
+      // (c.notes holds string literals: one per compile setting, the shared wording spliced in by the preprocessor)
+#define FSDPSIM_NF4_NOTE(HOW)                                                                                         \
+  "lora.quantize_base nf4 (QLoRA): every block linear's base weight is a torchao NF4Tensor (0.516 bytes per element: " \
+  "4-bit codes, int8 scalers per 64, a factor per 256 scalers; its 34 bytes of table and mean per weight left out), "  \
+  "sharded, all-gathered and kept unsharded as such; each linear dequantizes it into a compute-dtype copy for its "     \
+  "forward and again for its input gradient, " HOW "; the LM head, embedding and norms stay in the compute dtype"
+      c.notes.push_back(plan.compile ? FSDPSIM_NF4_NOTE("in one fused kernel under compile")
+                                     : FSDPSIM_NF4_NOTE("eagerly: get_original_weight's int64 and bf16 temporaries peak at "
+                                                        "14 bytes per element of the weight, in 11 kernels (compile fuses "
+                                                        "them into one)"));
+#undef FSDPSIM_NF4_NOTE
     if (plan.fsdp_version == FsdpVersion::FSDP1 && plan.use_orig_params)
       c.notes.push_back("lora with FSDP1 use_orig_params: each block's FlatParameter holds its adapters beside the frozen "
                         "weights, so it requires grad, every view of it does: the whole unsharded flat gradient, the "
@@ -933,16 +930,8 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
 }
 
 void check_optimizer(const Plan& plan) {
-  if (!optimizer_is_low_bit(plan.optimizer)) return;
-  const std::string value = plan_to_json(plan)["optimizer"].dump();
-  const auto refuse = [&](const std::string& why) { throw InputError("plan.optimizer", value, why); };
-  if (plan.implementation == models::ModelImpl::Runtime)
-    refuse("the bundled runtime steps torch.optim's AdamW or SGD (implementation runtime)");
-  if (plan.cpu_offload.params || plan.cpu_offload.optimizer)
-    refuse("a low-bit or paged optimizer with CPU offload is not modelled: set cpu_offload false");
-  if (optimizer_is_bitsandbytes(plan.optimizer) && plan.fsdp_version == FsdpVersion::FSDP2)
-    refuse("bitsandbytes' optimizers over FSDP2's DTensor parameters are not modelled: use fsdp_version 1, or "
-           "torchao_adamw8bit / torchao_adamw4bit (torchao's low-bit AdamWs step DTensors' local shards)");
+  if (const std::string why = optimizer_not_modelled(plan); !why.empty())
+    throw InputError("plan.optimizer", plan_to_json(plan)["optimizer"].dump(), why);
 }
 
 LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan, bool head_trains) {
@@ -1133,11 +1122,10 @@ void add_unit_step_totals(const Context& c, int u, std::int64_t copies, StepTota
   t.optim += copies * s.optim;
   t.shard += copies * s.shard;
   if (s.optim > 0) t.groups += static_cast<int>(copies);
-  if (optimizer_is_low_bit(c.plan->optimizer))
-    for (std::int64_t n : c.state_tensors[static_cast<std::size_t>(u)]) {
-      t.low_bit_step_bytes += copies * optimizer_step_bytes(c.plan->optimizer, n, c.bm);
-      t.low_bit_tensors += static_cast<int>(copies);   // one kernel per tensor (bitsandbytes' update, torchao's compiled step)
-    }
+  for (std::int64_t n : c.state_tensors[static_cast<std::size_t>(u)]) {
+    t.step_bytes += copies * optimizer_step_bytes(c.plan->optimizer, n, c.bm);
+    t.state_tensors += static_cast<int>(copies);
+  }
 }
 
 StepTotals step_totals(const Context& c) {
@@ -1184,10 +1172,6 @@ void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std:
     }
     return;
   }
-  // Fused/foreach AdamW per element: read param, grad, exp_avg, exp_avg_sq; write param and both states
-  // (7 accesses); SGD with momentum: read param, grad, buffer; write param, buffer (5). In master dtype.
-  // A low-bit optimizer moves its states' codes and scales instead, tensor by tensor (optimizer_step_bytes).
-  const int accesses = optimizer_state_count(plan.optimizer) == 2 ? 7 : 5;
   // torch/optim/adam.py _multi_tensor_adam (foreach, the default): exp_avg_sq_sqrt =
   // torch._foreach_sqrt(exp_avg_sqs) is a new tensor per parameter, alive through the update (the rest is
   // in place); fused AdamW makes none. One per optimizer_state_tensors entry, created at the unit's site so
@@ -1203,12 +1187,11 @@ void add_optimizer_step(const Context& c, Builder& b, StepProgram& p, const std:
     b.site(-1, SitePhase::Step, -1);
   }
   Op& o = b.op(OpKind::OptimizerStep, compute, -1, c.micro_batches - 1, "optim step");
-  o.copy_bytes = numel * c.bm * accesses;
-  o.kernel_launches = std::max(1, groups);   // about one multi-tensor-apply launch per param group
-  if (optimizer_is_low_bit(plan.optimizer)) {
-    o.copy_bytes = totals.low_bit_step_bytes;
-    o.kernel_launches = std::max(1, totals.low_bit_tensors);
-  }
+  // Per element: read the param and its grad, write the param, read and write each state (AdamW: 7 accesses,
+  // SGD with momentum: 5, in the master dtype; a low-bit optimizer its codes and scales: optimizer_step_bytes).
+  o.copy_bytes = totals.step_bytes;
+  // torch.optim: about one multi-tensor-apply launch per param group; bitsandbytes' and torchao's: one per tensor
+  o.kernel_launches = std::max(1, optimizer_is_low_bit(plan.optimizer) ? totals.state_tensors : groups);
   // The optimizer state torch.optim creates in its first step (adamw.py / sgd.py _init_group: exp_avg and
   // exp_avg_sq, or momentum_buffer, zeros_like each parameter), before the update's temporaries.
   for (int id : optim_bufs)

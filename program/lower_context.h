@@ -131,9 +131,8 @@ struct StepTotals {
   std::int64_t optim = 0;    // optimizer-state numel per state (trainable, sharded), all units
   std::int64_t shard = 0;    // sharded param numel, all units
   int groups = 0;            // units with optimizer state
-  // A low-bit optimizer (program/optimizer_state.h): what its step moves and the tensors it steps one by one.
-  Bytes low_bit_step_bytes = 0;
-  int low_bit_tensors = 0;
+  Bytes step_bytes = 0;      // what the optimizer step reads and writes (program/optimizer_state.h optimizer_step_bytes)
+  int state_tensors = 0;     // the tensors it steps (a low-bit optimizer launches a kernel for each)
 };
 
 // What the LM head's output and the loss allocate (issue 19 item 1; fsdp-semantics.md §9), for one
@@ -188,8 +187,7 @@ struct LossMemory {
 };
 // `head_trains`: the LM head's weight requires grad (a fused linear cross-entropy then computes its gradient).
 LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan, bool head_trains = true);
-// Refuses (InputError "plan.optimizer") a low-bit or paged optimizer where it is not modelled: the bundled
-// runtime, CPU offload, bitsandbytes under FSDP2.
+// Refuses (InputError "plan.optimizer") a plan whose optimizer is not modelled with it (optimizer_not_modelled).
 void check_optimizer(const Plan& plan);
 
 // Storage recycled from one lowering to the next, owned by the caller (a sim::Simulator keeps one).

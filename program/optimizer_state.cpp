@@ -27,6 +27,18 @@ std::string optimizer_class(Optimizer o) {
   return "torch.optim.AdamW";
 }
 
+std::string optimizer_not_modelled(const Plan& p) {
+  if (!optimizer_is_low_bit(p.optimizer)) return "";
+  if (p.implementation == models::ModelImpl::Runtime)
+    return "the bundled runtime steps torch.optim's AdamW or SGD (implementation runtime)";
+  if (p.cpu_offload.params || p.cpu_offload.optimizer)
+    return "a low-bit or paged optimizer with CPU offload is not modelled: set cpu_offload false";
+  if (optimizer_is_bitsandbytes(p.optimizer) && p.fsdp_version == FsdpVersion::FSDP2)
+    return "bitsandbytes' optimizers over FSDP2's DTensor parameters are not modelled: use fsdp_version 1, or "
+           "torchao_adamw8bit / torchao_adamw4bit (torchao's low-bit AdamWs step DTensors' local shards)";
+  return "";
+}
+
 OptimizerStateBytes optimizer_state_bytes(Optimizer o, std::int64_t n, Bytes param_bytes) {
   OptimizerStateBytes s;
   if (n <= 0) return s;

@@ -38,6 +38,10 @@ bool optimizer_is_low_bit(Optimizer o);   // neither torch.optim's AdamW nor SGD
 bool optimizer_is_paged(Optimizer o);
 // The class a training script constructs ("torch.optim.AdamW", "bitsandbytes.optim.PagedAdamW8bit", ...).
 std::string optimizer_class(Optimizer o);
+// Why plan `p`'s optimizer is not modelled with the rest of the plan, or "" when it is: a low-bit or paged optimizer
+// in the bundled runtime or with CPU offload, bitsandbytes' over FSDP2's DTensor parameters. The lowering refuses
+// such a plan; the planner's search leaves it out; diagnose keeps torch.optim's AdamW instead.
+std::string optimizer_not_modelled(const Plan& p);
 
 // One state of a tensor of `numel` elements (local to the rank) whose parameter holds `param_bytes` per
 // element: its bytes on the device, through PyTorch's allocator (codes or values, and the block scales as
