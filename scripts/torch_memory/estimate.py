@@ -21,6 +21,13 @@ FIXED_S = 12.0
 # (2026-11-27, reports/validation/torch-memory-2026-11-27): llama3-70b's compiled LoRA case ran its first step in
 # 18.2 s against 2.7 s for the next ones, the whole case in 38-39 s (the estimate was 123 s with 90 here).
 COMPILE_S = 20.0
+# torchao's low-bit AdamW compiles its per-parameter step (torch.compile(single_param_adam, fullgraph=True,
+# dynamic=False): one compilation per distinct local shape and state layout, a dozen for a llama block plus the
+# embedding and norms). Assumption, not measured.
+TORCHAO_OPTIMIZER_COMPILE_S = 60.0
+# QLoRA: the whole model materialized and quantized to NF4 on the GPU before sharding (to_nf4 per block
+# linear). Assumption, not measured.
+NF4_QUANTIZE_S = 10.0
 # Python hooks of FSDP per unit per forward/backward pass (PT#173680 measured ~1 ms per FSDP2 group).
 HOOK_S_PER_UNIT = 1.0e-3
 # AdamW on the CPU (CPU offload), parameters per second with foreach on a 16-core host. Assumption.
@@ -64,5 +71,10 @@ def estimate_case_seconds(info, plan, world, steps):
         # moves intermediates too: about twice that).
         optimizer_s = local_params * (32 if plan.optimizer_impl == "fused" else 64) / HBM_BYTES_PER_S
     step_s = plan.grad_accum * micro_s + optimizer_s
-    total = FIXED_S + steps * step_s + (COMPILE_S if plan.compile else 0.0)
-    return {"total_s": round(total, 1), "step_s": round(step_s, 2), "fixed_s": FIXED_S + (COMPILE_S if plan.compile else 0.0)}
+    fixed = FIXED_S + (COMPILE_S if plan.compile else 0.0)
+    if plan.optimizer.startswith("torchao_"):
+        fixed += TORCHAO_OPTIMIZER_COMPILE_S
+    if plan.lora and plan.lora.get("quantize_base") == "nf4":
+        fixed += NF4_QUANTIZE_S
+    total = fixed + steps * step_s
+    return {"total_s": round(total, 1), "step_s": round(step_s, 2), "fixed_s": fixed}

@@ -82,13 +82,27 @@ def model_tensors(model):
     return out
 
 
+def leaves(t):
+    """The plain tensors under `t`: itself, or for a traceable tensor subclass (torchao's NF4Tensor and
+    low-bit optimizer states: `__tensor_flatten__` names their inner tensors; DTensor's local shard) those,
+    recursively. A wrapper subclass has no storage of its own."""
+    if hasattr(t, "to_local"):
+        return leaves(t.to_local())
+    flatten = getattr(t, "__tensor_flatten__", None)
+    if flatten is None:
+        return [t]
+    names, _ = flatten()
+    return [leaf for name in names for leaf in leaves(getattr(t, name))]
+
+
 def cuda_storages(tensors, device="cuda"):
-    """(key, nbytes) of the storages under `tensors` (None and non-tensors skipped) on `device`'s type."""
+    """(key, nbytes) of the storages under `tensors` (None and non-tensors skipped; subclasses through
+    their inner tensors) on `device`'s type."""
     out = []
     for t in tensors:
-        if t is None or not hasattr(t, "device") or t.device.type != device:
-            continue
-        out.append(_storage(t))
+        for leaf in ([] if t is None else leaves(t)):
+            if hasattr(leaf, "device") and leaf.device.type == device:
+                out.append(_storage(leaf))
     return out
 
 

@@ -52,6 +52,8 @@ def check_model(spec, p):
     if lora["rank"] > smallest:
         raise InputError("plan.lora.rank", str(lora["rank"]),
                          f"above the smallest dimension of an adapted matrix ({smallest}): a low-rank update needs rank <= min(in, out)")
+    if lora.get("quantize_base") == "nf4":
+        _check_nf4(spec, p)
     head = "head" in lora["targets"]
     if head and p.cross_entropy == "fused_linear":
         raise InputError("plan.lora.targets", '"head"',
@@ -69,6 +71,33 @@ def check_model(spec, p):
             raise InputError("plan.auto_wrap_policy", show(p.auto_wrap_policy),
                              "LoRA with FSDP1 use_orig_params false needs the transformer_block policy (the adapters of each "
                              "block get a FlatParameter of their own)")
+
+
+NF4_QUANTUM = 64 * 256     # models/nf4.h kNf4Quantum: to_nf4's block size x scaler block size
+
+
+def _check_nf4(spec, p):
+    """QLoRA's rules: the simulator's (program/lower_context.cpp lora_shape and the NF4 shard sizes), then
+    what the harness builds (torchao's NF4Tensor under FSDP2; bitsandbytes' FSDP1 layout is not installed)."""
+    field = "plan.lora.quantize_base"
+    if p.fsdp_version != 2:
+        raise InputError(field, '"nf4"', "under FSDP1 the simulator models bitsandbytes' Params4bit, which is not installed "
+                                         "where the harness runs; measure QLoRA with fsdp_version 2 (torchao's NF4Tensor)")
+    if p.master_weights_dtype != p.param_dtype:
+        raise InputError(field, '"nf4"', "QLoRA trains in the compute dtype: set master_weights_dtype to the param_dtype")
+    if p.float8 != "none" or p.fp8_all_gather:
+        raise InputError(field, '"nf4"', "float8 compute or all-gathers do not apply to NF4 base weights")
+    if p.offload_params or p.offload_optimizer:
+        raise InputError(field, '"nf4"', "CPU offload of torchao's NF4 base weights under FSDP2 is not modelled")
+    if spec["model_type"] in ("gpt2", "mpt") or p.implementation == "litgpt":
+        raise InputError(field, '"nf4"', "the harness quantizes separate nn.Linear q, k, v, o and MLP projections "
+                                         "(torchtune's llama): use a llama-family model with the hf or torchtitan recipe")
+    shards = p.mesh_shard or 1
+    h, a, g, d, f = spec["hidden"], spec["n_heads"], spec["n_kv_heads"], spec["head_dim"], spec["ffn_hidden"]
+    for name, rows, cols in (("q", a * d, h), ("k", g * d, h), ("o", h, a * d), ("up", f, h), ("down", h, f)):
+        if rows % shards or (rows * cols // shards) % NF4_QUANTUM:
+            raise InputError(field, '"nf4"', f"the {name} projection ({rows} x {cols}) does not split into {shards} NF4 "
+                                             f"shards of whole rows and whole {NF4_QUANTUM}-element blocks (torchao's nf4_split)")
 
 
 def block_adapters(spec, implementation, lora):

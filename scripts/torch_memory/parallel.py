@@ -168,7 +168,7 @@ def checkpoint_wrapper_fn(mode, early_stop=True):
     return functools.partial(checkpoint_wrapper, **kwargs)
 
 
-def _init_values(name, t):
+def init_values(name, t):
     """Random weights (normal, std 0.02), norm weights 1, biases 0, LoRA's B 0 (values do not change memory)."""
     if name.endswith("bias") or name.endswith("lora_b"):
         t.zero_()
@@ -206,7 +206,7 @@ def make_param_init_fn(device):
             if new is None:
                 new = nn.Parameter(torch.empty_like(param, device=device), requires_grad=param.requires_grad)
                 with torch.no_grad():
-                    _init_values(name, new)
+                    init_values(name, new)
                 memo[id(param)] = (param, weakref.ref(new))
             module._parameters[name] = new
 
@@ -262,17 +262,27 @@ def shard_fsdp2(model, p, info):
     fully_shard(model, reshard_after_forward=p.module_overrides.get("root", root_default), **kwargs)
     if p.auto_wrap_policy == "transformer_block":
         _explicit_prefetch(list(blocks), p)
-    model.to_empty(device="cpu" if p.offload_params else "cuda")
     notes = []
-    head = getattr(model.lm_head, "base", model.lm_head)      # plan.lora on the head: recipes/adapters.py LoRALinear
-    emb = model.model.embed_tokens if hasattr(model, "model") else model.transformer.wte
-    if info["model"]["tied_embeddings"] and emb.weight is not head.weight:
-        emb.weight = head.weight      # torchtitan Decoder.init_states re-ties after to_empty
+    if getattr(model, "materialized", False):
+        return model, notes   # QLoRA: materialized and initialized before quantizing (recipes/adapters.py quantize_base)
+    model.to_empty(device="cpu" if p.offload_params else "cuda")
+    if retie(model, info):
         notes.append("tied embedding re-tied after to_empty (torchtitan does the same)")
     with torch.no_grad():
         for name, param in unique_params(model):
-            _init_values(name, param.to_local() if hasattr(param, "to_local") else param)
+            init_values(name, param.to_local() if hasattr(param, "to_local") else param)
     return model, notes
+
+
+def retie(model, info):
+    """Ties the embedding to the LM head again where to_empty or sharding gave them apart (torchtitan's
+    Decoder.init_states does the same after to_empty). True when it had to."""
+    head = getattr(model.lm_head, "base", model.lm_head)      # plan.lora on the head: recipes/adapters.py LoRALinear
+    emb = model.model.embed_tokens if hasattr(model, "model") else model.transformer.wte
+    if info["model"]["tied_embeddings"] and emb.weight is not head.weight:
+        emb.weight = head.weight
+        return True
+    return False
 
 
 def _explicit_prefetch(blocks, p):

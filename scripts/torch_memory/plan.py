@@ -97,8 +97,13 @@ class ResolvedPlan:
     lora: dict = None                        # {"rank", "targets" (canonical, in LORA_TARGETS order), "dropout"}
 
 
-# The simulator's plan.optimizer values this harness cannot build (program/plan_keys.cpp).
-LOW_BIT_OPTIMIZERS = ("bnb_adamw8bit", "bnb_paged_adamw", "bnb_paged_adamw8bit", "torchao_adamw8bit", "torchao_adamw4bit")
+# The simulator's plan.optimizer values (program/plan_keys.cpp): torch.optim's, torchao's low-bit AdamWs
+# (torchao/optim/adam.py; the harness imports torchao from a source tree, train.py _torchao), and
+# bitsandbytes' (a CUDA library not installed where the harness runs: refused).
+TORCH_OPTIMIZERS = ("adamw", "sgd")
+TORCHAO_OPTIMIZERS = ("torchao_adamw8bit", "torchao_adamw4bit")
+BNB_OPTIMIZERS = ("bnb_adamw8bit", "bnb_paged_adamw", "bnb_paged_adamw8bit")
+LOW_BIT_OPTIMIZERS = BNB_OPTIMIZERS + TORCHAO_OPTIMIZERS
 
 
 def _get(plan, key, kind, default, lo=None, hi=None):
@@ -333,12 +338,11 @@ def parse_plan(plan):
     if not 0.0 < p.trainable_fraction <= 1.0:
         raise InputError("plan.trainable_fraction", show(plan["trainable_fraction"]),
                          "expected a number in (0, 1] (a fully frozen model does not train)")
-    if plan.get("optimizer") in LOW_BIT_OPTIMIZERS:
-        # The simulator's low-bit and paged AdamWs (program/optimizer_state.h) come from bitsandbytes and torchao,
-        # neither of which is installed where the harness runs.
+    if plan.get("optimizer") in BNB_OPTIMIZERS:
         raise InputError("plan.optimizer", show(plan["optimizer"]),
-                         '"adamw" or "sgd": the harness steps torch.optim\'s (bitsandbytes and torchao are not part of it)')
-    p.optimizer = _get(plan, "optimizer", ("adamw", "sgd"), "adamw")
+                         "adamw, sgd, torchao_adamw8bit or torchao_adamw4bit: bitsandbytes (a CUDA library) is not "
+                         "installed where the harness runs")
+    p.optimizer = _get(plan, "optimizer", TORCH_OPTIMIZERS + TORCHAO_OPTIMIZERS, "adamw")
     if "auto_wrap_policy" in plan:
         p.auto_wrap_policy = _wrap(plan["auto_wrap_policy"])
     p.use_orig_params = _get(plan, "use_orig_params", bool, True)
@@ -387,11 +391,6 @@ def _lora(v):
     if quantize not in ("none", "nf4"):
         raise InputError(f"{field}.quantize_base", show(quantize),
                          'expected "nf4" (QLoRA: 4-bit NormalFloat base weights) or "none"')
-    if quantize == "nf4":
-        # The harness builds its models from plain nn.Linear layers in the compute dtype; NF4 weights need torchao's
-        # NF4Tensor (not installed where the harness runs), so a QLoRA plan is not measured here.
-        raise InputError(f"{field}.quantize_base", show(quantize),
-                         '"none": the harness builds bf16 base weights (torchao\'s NF4Tensor is not part of it)')
     rank = v.get("rank")
     if rank is None:
         raise InputError(f"{field}.rank", "<missing>", "the adapters' rank, an integer >= 1")
@@ -412,7 +411,8 @@ def _lora(v):
             on.add(t)
         else:
             raise InputError(f"{field}.targets", show(t), "unknown LoRA target; " + what)
-    return {"rank": rank, "targets": [t for t in LORA_TARGETS if t in on], "dropout": float(dropout)}
+    return {"rank": rank, "targets": [t for t in LORA_TARGETS if t in on], "dropout": float(dropout),
+            "quantize_base": quantize}
 
 
 def resolve_plan(plan, world, gpus_per_node, units=None):

@@ -105,6 +105,30 @@ def context_block(torch, git_sha):
     }
 
 
+def needs_torchao(p):
+    return p.optimizer in plans.TORCHAO_OPTIMIZERS or bool(p.lora and p.lora.get("quantize_base") == "nf4")
+
+
+def import_torchao():
+    """torchao for the plans that need it (torchao_adamw8bit / 4bit, QLoRA's NF4 weights). The GPU machine has
+    PyTorch but no torchao and no network: FSDPSIM_TORCHAO_PATH names a torchao source tree (its Python files
+    only: torchao's C++ extensions are not built, TORCHAO_FORCE_SKIP_LOADING_SO_FILES=1; the optimizers and
+    NF4Tensor are written in Python), FSDPSIM_TORCHAO_SOURCE what it is (e.g. pytorch/ao@<commit>).
+    Returns the fixture's context entry."""
+    path = os.environ.get("FSDPSIM_TORCHAO_PATH", "")
+    if path:
+        sys.path.insert(0, path)
+    os.environ.setdefault("TORCHAO_FORCE_SKIP_LOADING_SO_FILES", "1")
+    try:
+        import torchao
+    except ImportError as e:
+        raise InputError("plan.optimizer / plan.lora.quantize_base", "torchao",
+                         f"this plan needs torchao, which does not import here ({e}); set FSDPSIM_TORCHAO_PATH to a "
+                         "torchao source tree") from None
+    return {"version": getattr(torchao, "__version__", "unknown"), "path": os.path.dirname(torchao.__file__),
+            "source": os.environ.get("FSDPSIM_TORCHAO_SOURCE", "unknown"), "cpp_extensions": "not loaded"}
+
+
 def check_alloc_conf(p):
     """PYTORCH_CUDA_ALLOC_CONF is read once, at CUDA's initialization: the process must have been started
     with the plan's (runner.py sets it for each case's fresh process)."""
@@ -139,6 +163,8 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
     if not torch.cuda.is_available():
         raise RuntimeError("torch_memory: no CUDA device")
     context = context_block(torch, git_sha)
+    if needs_torchao(p):
+        context["torchao"] = import_torchao()
     profile = matrices.gpu_profile(context["gpu"]["name"])
     recorder = PhaseRecorder(torch, trace)
     notes, oom, model, optimizer, init_memory = [], None, None, None, None
@@ -152,6 +178,10 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
             if p.lora:
                 from .recipes import adapters
                 trainable, total = adapters.apply_lora(model, info["model"], p)
+                if p.lora.get("quantize_base") == "nf4":
+                    quantized = adapters.quantize_base(model, parallel.init_values, lambda m: parallel.retie(m, info))
+                    notes.append(f"lora.quantize_base nf4: {quantized} block linears hold torchao NF4Tensor weights "
+                                 "(quantized whole on the GPU, then sharded by fully_shard)")
             else:
                 trainable, total = parallel.freeze_to_fraction(model, p.trainable_fraction)
             if p.frozen_units:
@@ -257,6 +287,13 @@ def _optimizer(torch, model, p, notes):
         notes.append("cpu_offload: the optimizer steps on the CPU with foreach (fused is CUDA-only in PyTorch's AdamW)")
     if p.optimizer == "sgd":
         return torch.optim.SGD(params, lr=1e-4, momentum=0.9, **impl)
+    if p.optimizer in plans.TORCHAO_OPTIMIZERS:
+        # torchao/optim/adam.py: state created at the first step, quantized per block where a (local) tensor
+        # has >= 4096 elements in whole blocks; the step is one torch.compile'd function per parameter.
+        from torchao.optim import AdamW4bit, AdamW8bit
+        cls = AdamW8bit if p.optimizer == "torchao_adamw8bit" else AdamW4bit
+        notes.append(f"optimizer {p.optimizer}: torchao.optim.{cls.__name__} (optimizer_impl does not apply)")
+        return cls(params, lr=1e-5)
     return torch.optim.AdamW(params, lr=1e-5, **impl)
 
 

@@ -94,6 +94,37 @@ class WalkWithoutTorchTest(unittest.TestCase):
         tensors = [FakeTensor("cuda", 1, 4096), FakeTensor("cpu", 2, 4096), None, "hf", FakeTensor("cuda", 1, 4096)]
         self.assertEqual(init_check.cuda_storages(tensors), [(1, 4096), (1, 4096)])
 
+    def test_tensor_subclasses_are_seen_through_their_inner_tensors(self):
+        # torchao's NF4Tensor (quantized_scalers, quantization_factor, quantized_data, ...) and its low-bit
+        # optimizer states are wrapper subclasses: no storage of their own, __tensor_flatten__ names the inner
+        # tensors; a DTensor's local shard may itself be one.
+        class Wrapper:
+            device = types.SimpleNamespace(type="cuda")
+
+            def __init__(self, **inner):
+                self.__dict__.update(inner)
+                self.names = list(inner)
+
+            def __tensor_flatten__(self):
+                return self.names, None
+
+            def untyped_storage(self):
+                raise RuntimeError("a wrapper subclass has no storage")
+
+        class DTensorLike:
+            def __init__(self, local):
+                self.local = local
+
+            def to_local(self):
+                return self.local
+
+        nf4 = Wrapper(quantized_data=FakeTensor("cuda", 1, 1024), quantized_scalers=FakeTensor("cuda", 2, 32),
+                      quantization_factor=FakeTensor("cuda", 3, 2))
+        nested = Wrapper(codes=FakeTensor("cuda", 4, 256), scale=Wrapper(inner=FakeTensor("cuda", 5, 4)))
+        self.assertEqual(init_check.cuda_storages([DTensorLike(nf4), nested]),
+                         [(1, 1024), (2, 32), (3, 2), (4, 256), (5, 4)])
+        self.assertEqual(init_check.account(init_check.cuda_storages([nf4])), 1024 + 512 + 512)
+
     def test_harness_tensors_takes_the_rope_tables_and_the_batches(self):
         a, b, tok = FakeTensor("cuda", 1, 8), FakeTensor("cuda", 2, 8), FakeTensor("cuda", 3, 8)
         self.assertEqual(init_check.harness_tensors(types.SimpleNamespace(rope=("hf", a)), tok), [a, tok])

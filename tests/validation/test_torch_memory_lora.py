@@ -163,6 +163,32 @@ class Refusals(unittest.TestCase):
         self.accepted("llama-1b", {"auto_wrap_policy": "none", "lora": {"rank": 8, "targets": ["q", "head"]}})
         loras.check_model(spec_of("llama-1b"), plans.resolve_plan({}, 8, 8))   # no lora: nothing to check
 
+    def test_qlora_rules(self):
+        nf4 = {"rank": 8, "targets": ["q", "v"], "quantize_base": "nf4"}
+        pure = {"param_dtype": "bf16", "master_weights_dtype": "bf16", "lora": nf4}
+        self.accepted("llama-1b", pure)
+        self.accepted("llama3-8b", pure)
+        field = "plan.lora.quantize_base"
+        self.assertRefused("llama-1b", {**pure, "fsdp_version": 1}, field)             # bitsandbytes' layout
+        self.assertRefused("llama-1b", {**pure, "master_weights_dtype": "fp32"}, field)  # the simulator's rule
+        self.assertRefused("llama-1b", {**pure, "cpu_offload": True}, field)
+        self.assertRefused("llama-1b", {**pure, "implementation": "litgpt"}, field)      # fused qkv
+        self.assertRefused("gpt2", {**pure, "lora": {**nf4, "targets": ["up"]}}, field)  # Conv1D, biases
+        # llama-1b's k projection is 512 x 2048: 1,048,576 elements, 64 NF4 blocks of 16,384; 128 shards
+        # leave 8,192 elements each (torchao's nf4_split asserts), 512 shards split 512 rows one each but
+        # 2,048 elements
+        loras.check_model(spec_of("llama-1b"), plans.resolve_plan(pure, 64, 8))
+        p = plans.resolve_plan(pure, 128, 8)
+        with self.assertRaises(InputError) as cm:
+            loras.check_model(spec_of("llama-1b"), p)
+        self.assertIn("16384", str(cm.exception))
+
+    def test_torchao_is_needed_by_its_optimizers_and_qlora_alone(self):
+        self.assertTrue(train.needs_torchao(plans.parse_plan({"optimizer": "torchao_adamw8bit"})))
+        self.assertTrue(train.needs_torchao(plans.parse_plan({"lora": {"rank": 8, "targets": ["q"], "quantize_base": "nf4"}})))
+        self.assertFalse(train.needs_torchao(plans.parse_plan({"lora": {"rank": 8, "targets": ["q"]}})))
+        self.assertFalse(train.needs_torchao(plans.parse_plan({})))
+
 
 class Matrix(unittest.TestCase):
     def test_the_matrix_measures_lora_under_both_versions(self):

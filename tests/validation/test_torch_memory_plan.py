@@ -38,14 +38,19 @@ class PlanKeys(FieldAssertions):
 
     def test_lora_is_read_as_the_simulator_reads_it(self):
         p = plans.parse_plan({"lora": {"rank": 8, "targets": ["v", "q", "mlp"], "dropout": 0.05}})
-        self.assertEqual(p.lora, {"rank": 8, "targets": ["q", "v", "gate", "up", "down"], "dropout": 0.05})
+        self.assertEqual(p.lora, {"rank": 8, "targets": ["q", "v", "gate", "up", "down"], "dropout": 0.05,
+                                  "quantize_base": "none"})
         self.assertField({"lora": {"rank": 0, "targets": ["q"]}}, "plan.lora.rank")
         self.assertField({"lora": {"rank": 8, "targets": ["qq"]}}, "plan.lora.targets")
         self.assertField({"lora": {"rank": 8, "targets": ["q"], "dropout": 1}}, "plan.lora.dropout")
         self.assertField({"lora": {"rank": 8, "targets": ["q"], "quantize_base": "int4"}}, "plan.lora.quantize_base")
-        self.assertField({"lora": {"rank": 8, "targets": ["q"], "quantize_base": "nf4"}}, "plan.lora.quantize_base")
-        for optimizer in plans.LOW_BIT_OPTIMIZERS:   # the simulator's, not built here (no bitsandbytes, no torchao)
+        qlora = plans.parse_plan({"lora": {"rank": 8, "targets": ["q"], "quantize_base": "nf4"}})
+        self.assertEqual(qlora.lora["quantize_base"], "nf4")    # built with torchao's NF4Tensor (train.py)
+        for optimizer in plans.BNB_OPTIMIZERS:     # the simulator's, not built here (no bitsandbytes)
             self.assertField({"optimizer": optimizer}, "plan.optimizer")
+        for optimizer in plans.TORCHAO_OPTIMIZERS:
+            self.assertEqual(plans.parse_plan({"optimizer": optimizer}).optimizer, optimizer)
+        self.assertEqual(set(plans.LOW_BIT_OPTIMIZERS), set(plans.BNB_OPTIMIZERS) | set(plans.TORCHAO_OPTIMIZERS))
         self.assertField({"lora": {"rank": 8, "targets": ["q"]}, "trainable_fraction": 0.1}, "plan.trainable_fraction")
         self.assertEqual(resolve({"lora": {"rank": 8, "targets": ["q"]}, "frozen_units": ["root"]}, 8, None).lora["rank"], 8)
 

@@ -9,6 +9,15 @@ only when the plan's dropout is above 0 (the simulator's LoraShape.dropout). The
 parameters, registered before its base module, so named_parameters (and FSDP1's flattening) lists them
 first, as litgpt's LoRALinear does (the simulator's fsdp1_unit_sizes places them before the base weight).
 
+QLoRA (plan.lora.quantize_base "nf4", FSDP2 only): quantize_base materializes the model on the GPU, initializes
+it, and turns every block's nn.Linear (adapted or not) into an NF4Linear, torchtune's FrozenNF4Linear
+(torchtune/modules/low_precision/nf4_linear.py at 30b8519, and peft/lora.py LoRALinear with quantize_base):
+the weight a torchao NF4Tensor (to_nf4, block 64, scaler block 256) held as a frozen nn.Parameter, the forward
+torchao's linear_nf4 (dequantize into the compute dtype, F.linear; the backward dequantizes again). The
+simulator's tensor_nf4 (models/trainable.cpp) quantizes the same set: the blocks' linears, not the embedding
+or the LM head. torchtune quantizes a full weight and then shards it (load_from_full_model_state_dict); the
+harness does the same: fully_shard splits each NF4Tensor by rows (torchao's nf4_split).
+
 FSDP1 without use_orig_params flattens each unit into FlatParameters of one requires_grad
 (FlatParamHandle._validate_tensors_to_flatten): move_to_banks gives each block's adapters a module of their
 own, LoraBank, wrapped by FSDP1 apart from the frozen block (the simulator's "one more FlatParameter of
@@ -142,6 +151,44 @@ def apply_lora(model, spec, p):
         _attach(model, entry, p.lora, scaling)
     params = list(model.parameters())       # a tied weight once
     return sum(q.numel() for q in params if q.requires_grad), sum(q.numel() for q in params)
+
+
+class NF4Linear(nn.Module):
+    """A frozen linear whose weight is a torchao NF4Tensor (torchtune's FrozenNF4Linear; no bias: llama's
+    linears have none, and the harness quantizes nothing else)."""
+
+    def __init__(self, base, to_nf4, linear_nf4):
+        super().__init__()
+        if base.bias is not None:
+            raise RuntimeError("NF4Linear: a biased linear (the harness quantizes llama-family block linears only)")
+        self.in_features, self.out_features = base.in_features, base.out_features
+        self.weight = nn.Parameter(to_nf4(base.weight.detach()), requires_grad=False)
+        self._linear_nf4 = linear_nf4
+
+    def forward(self, x):
+        return self._linear_nf4(x, self.weight)
+
+
+def quantize_base(model, init_values, tie):
+    """plan.lora.quantize_base "nf4": materialize the meta model on the GPU, `init_values(name, tensor)` every
+    parameter, `tie(model)` what to_empty may have untied, then swap each block's nn.Linear (the adapted ones'
+    bases too) for an NF4Linear. Returns the number of weights quantized. torchao comes from
+    FSDPSIM_TORCHAO_PATH's source tree (train.py import_torchao)."""
+    from torchao.quantization.quantize_.workflows.nf4.nf4_tensor import linear_nf4, to_nf4
+    model.to_empty(device="cuda")
+    tie(model)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            init_values(name, param)
+    count = 0
+    for block in blocks_of(model):
+        for path, module in list(block.named_modules()):
+            if type(module) is nn.Linear:
+                _swap(block, path, lambda base: NF4Linear(base, to_nf4, linear_nf4))
+                count += 1
+    model.materialized = True
+    torch.cuda.empty_cache()
+    return count
 
 
 def move_to_banks(model):
