@@ -302,23 +302,36 @@ class BlockWriter {
       // QLoRA (models/nf4.h): LinearNF4 dequantizes the NF4 weight into a new compute-dtype tensor that the
       // matmul reads and that dies after it (a non-differentiable output: only the NF4 weight is saved), and
       // dequantizes it again in its backward for the input's gradient. Eager, get_original_weight's locals
-      // peak at 14 bytes per element (the output's 2 among them); compiled, the fused kernel writes the output
-      // alone (a pointwise op's workspace counts nothing under compile).
+      // peak at 14 bytes per element (the output's 2 among them).
+      // Compiled, the forward's dequantized weight is kept for the backward instead: measured on PyTorch 2.11 with
+      // torchao's NF4Tensor (tests/fixtures/torch_memory/l1b-fsdp2-qlora-r16-qkv-{hf,tt}-compile.json, their
+      // allocator histories in reports/validation/torch-memory-2026-11-27-torchao), a compiled block without
+      // checkpointing holds one compute-dtype copy of every NF4 linear's weight from its forward to its
+      // backward (2 bytes per element: 8 MiB for llama-1b's q, 2 MiB for k and v, 32 MiB for each MLP matrix)
+      // and its backward dequantizes nothing. AOTAutograd's joint graph holds LinearNF4's forward and backward
+      // dequantizations of one weight as one computation, and its partitioner saves that output rather than
+      // recomputing the chain (why it does not recompute it is not traced here: the measured saved sizes are the
+      // weights', and the bf16 twin l1b-fsdp2-lora-r16-qkv-hf-compile saves no weight): a saved,
+      // non-recomputable output here (OpKind::Kernel), with no eager workspace (the chain is fused).
       const bool nf4 = o_.lora.nf4 && kind == OpKind::Matmul && copies == 1 && wt != Weight::LmHead;
       const Bytes w_elems = in_f * out_f;
       // bitsandbytes (FSDP1): one CUDA kernel (a library call inductor does not fuse) after the fp32 absmax.
       const bool bnb = o_.lora.nf4_bnb;
+      const bool kept_compiled = nf4 && o_.compile && !bnb;
       if (nf4) {
-        TapeOp dq{bnb ? OpKind::Kernel : OpKind::Pointwise, {},
+        TapeOp dq{bnb || kept_compiled ? OpKind::Kernel : OpKind::Pointwise, {},
                   {out(intern(std::string(name) + ".weight_dequant"), w_elems * e_, false, false)}};
-        dq.fwd_workspace = bnb ? bnb4_absmax_fp32_bytes(w_elems) : w_elems * (kNf4EagerDequantPeakPerElem - e_);
-        ins.push_back(in(t_.add1(dq), GradRule::None));
+        dq.fwd_workspace = bnb            ? bnb4_absmax_fp32_bytes(w_elems)
+                           : kept_compiled ? 0
+                                           : w_elems * (kNf4EagerDequantPeakPerElem - e_);
+        const int t = t_.add1(dq);
+        ins.push_back(kept_compiled ? TapeIn{t, GradRule::None, true, SaveIf::GradFn} : in(t, GradRule::None));
       }
       TapeOp mm = with_weight({k, ins, {out(name, tokens * out_f * e_)}}, wt, params);
       if (nf4)
-        mm.bwd_workspace = bnb         ? w_elems * e_ + bnb4_absmax_fp32_bytes(w_elems)
-                           : o_.compile ? w_elems * e_
-                                        : w_elems * kNf4EagerDequantPeakPerElem;
+        mm.bwd_workspace = bnb            ? w_elems * e_ + bnb4_absmax_fp32_bytes(w_elems)
+                           : kept_compiled ? 0
+                                           : w_elems * kNf4EagerDequantPeakPerElem;
       // AddmmBackward0's bias gradient, grad.sum_to_size(bias): a sum over the tokens whose CUDA kernel
       // stages partial sums in a buffer from the caching allocator while it runs (models/cuda_reduce.h)
       if (k == OpKind::MatmulBias && mm.weight == WeightUse::Trains)

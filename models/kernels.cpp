@@ -81,8 +81,11 @@ void KernelBuilder::linear(const std::string& name, std::int64_t in, std::int64_
   const bool fp8 = float8_allowed && opt.float8 != Float8Recipe::None;
   // QLoRA: a block linear's NF4 weight is dequantized before its forward GEMM and before its input-gradient
   // GEMM (models/nf4.h; the LM head and a MoE router, float8_allowed false, stay in bf16).
+  // Compiled (torchao's layout), the backward reads the forward's dequantized copy, which the compiled block
+  // saves (models/block_recipes.cpp linear): no second dequantization.
   const bool nf4 = opt.lora.nf4 && float8_allowed && count == 1;
-  if (nf4 && (!backward || dgrad)) nf4_dequant(name, in * outf);
+  const bool dequant_in_backward = dgrad && (opt.lora.nf4_bnb || !opt.compile);
+  if (nf4 && (!backward || dequant_in_backward)) nf4_dequant(name, in * outf);
   if (!backward) {
     // torchtitan's op-level SAC policy (fsdp-semantics.md A4, model_activations.cpp): a bias-free matmul
     // (aten.mm) is counted in forward order within the block and saved when its number is odd;

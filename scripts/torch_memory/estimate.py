@@ -22,12 +22,14 @@ FIXED_S = 12.0
 # 18.2 s against 2.7 s for the next ones, the whole case in 38-39 s (the estimate was 123 s with 90 here).
 COMPILE_S = 20.0
 # torchao's low-bit AdamW compiles its per-parameter step (torch.compile(single_param_adam, fullgraph=True,
-# dynamic=False): one compilation per distinct local shape and state layout, a dozen for a llama block plus the
-# embedding and norms). Assumption, not measured.
-TORCHAO_OPTIMIZER_COMPILE_S = 60.0
+# dynamic=False): one compilation per distinct local shape and state layout). Measured on the H200 (2026-11-27,
+# reports/validation/torch-memory-2026-11-27-torchao): llama-1b's torchao cases took 33-53 s where the rest of
+# the estimate gave 12.4 s.
+TORCHAO_OPTIMIZER_COMPILE_S = 35.0
 # QLoRA: the whole model materialized and quantized to NF4 on the GPU before sharding (to_nf4 per block
-# linear). Assumption, not measured.
-NF4_QUANTIZE_S = 10.0
+# linear). Measured there: llama-1b's eager QLoRA case 14.6 s, llama3-8b's 24.2 s (the rest of the estimate
+# 12.4 and 14.4 s).
+NF4_QUANTIZE_S = 3.0
 # Python hooks of FSDP per unit per forward/backward pass (PT#173680 measured ~1 ms per FSDP2 group).
 HOOK_S_PER_UNIT = 1.0e-3
 # AdamW on the CPU (CPU offload), parameters per second with foreach on a 16-core host. Assumption.

@@ -1060,8 +1060,20 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
       }
   EXPECT_TRUE(fused);
 
+  // Compiled, the backward reads the forward's saved copy: no dequantization kernel in a block's backward (eager:
+  // the chain again, for the input gradient; the second block's, whose input requires grad: the first block's
+  // input is the frozen embedding's output, so its q needs no input gradient).
+  for (const auto& [program, name, want] : {std::tuple{&pc, "q_proj.nf4_dequant", false},
+                                            std::tuple{&p, "q_proj.nf4_hi_to_long", true}}) {
+    bool in_backward = false;
+    for (const Op* o : ops_of(*program, OpKind::Backward, 2))
+      for (const auto& k : o->kernel_list()) in_backward = in_backward || k.name == name;
+    EXPECT_EQ(in_backward, want) << name;
+  }
+
   // The tape's forward events of a block (its input requires grad under LoRA): q's dequantized weight, then
-  // (eager) its 12 B-per-element temporaries as a workspace.
+  // (eager) its 12 B-per-element temporaries as a workspace; compiled, the copy (256 x 256 x 2 B) is kept for
+  // the backward, with no workspace (the measured PyTorch 2.11 behaviour, models/block_recipes.cpp linear).
   const Plan plan = resolved("{" + base + R"("lora": {"rank": 2, "targets": ["q", "v"], "quantize_base": "nf4"}})", 2, 2);
   const models::LoraShape shape = lowering::lora_shape(m, plan);
   EXPECT_FALSE(shape.nf4_bnb);
@@ -1071,15 +1083,20 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
     const models::BlockMemory bm =
         models::block_memory(m, 1, 4, Dtype::BF16, models::CheckpointMode::None, o, models::GradFlow{});
     std::vector<Bytes> after_q;
+    const auto want_kind = compile ? models::ForwardEvent::Kept : models::ForwardEvent::Temp;
     for (std::size_t i = 0; i < bm.forward_events.size(); ++i)
-      if (bm.forward_events[i].kind == models::ForwardEvent::Temp &&
-          std::string(bm.forward_events[i].name) == "attn.q.weight_dequant") {
+      if (bm.forward_events[i].kind == want_kind && std::string(bm.forward_events[i].name) == "attn.q.weight_dequant") {
         after_q.push_back(bm.forward_events[i].bytes);
         if (i + 1 < bm.forward_events.size() && std::string(bm.forward_events[i + 1].name) == "workspace")
           after_q.push_back(bm.forward_events[i + 1].bytes);
       }
     const std::vector<Bytes> want = compile ? std::vector<Bytes>{131072} : std::vector<Bytes>{131072, 786432};
     EXPECT_EQ(after_q, want) << compile;
+    // kept: q's and v's copies (v: 256 x 256 too, 4 kv heads of 64), and k, o, gate, up, down (all NF4)
+    Bytes kept_dequant = 0;
+    for (const auto& e : bm.forward_events)
+      if (e.kind == models::ForwardEvent::Kept && std::string(e.name).ends_with(".weight_dequant")) kept_dequant += e.bytes;
+    EXPECT_EQ(kept_dequant, compile ? 4 * 131072 + 3 * 262144 : 0) << compile;
   }
 
   // FSDP1: bitsandbytes' layout

@@ -128,6 +128,10 @@ class BadMatrices(unittest.TestCase):
         self.assertRefused([self.case(plan={"backward_prefetch": "NONE"})], "plan.backward_prefetch")
         self.assertRefused([self.case(plan={"fsdp_version": 1, "use_orig_params": False, "trainable_fraction": 0.5})],
                            "plan.use_orig_params")
+        # not_modelled: a reason the simulator refuses the plan (check-matrix --simulate then expects the refusal)
+        self.load([self.case(not_modelled="measured far above the model; the lowering refuses it")])
+        self.assertRefused([self.case(not_modelled="short")], "matrix.cases[0] (a).not_modelled")
+        self.assertRefused([self.case(not_modelled=True)], "matrix.cases[0] (a).not_modelled")
 
 
 if __name__ == "__main__":
