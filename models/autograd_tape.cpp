@@ -142,6 +142,28 @@ TapePolicy AutogradTape::full_checkpoint_policy(const TapePolicy& inner) const {
   p.kept.assign(storages_.size(), 0);
   p.recompute = has_graph();
   if (p.recompute) p.kept[at(tensors_[at(input_)].storage)] = 1;
+  if (!p.recompute || !inner.compiled ||
+      std::none_of(ops_.begin(), ops_.end(), [](const TapeOp& op) { return op.escapes_checkpoint; }))
+    return p;
+  // What the backward reads (the decomposed backward reads what eager autograd saves), and everything a
+  // recomputed (tagged) op needs to rebuild it; the sweep stops at the escaping ops, whose outputs are kept
+  // instead of rebuilt.
+  std::vector<char> feeds = eager_policy().needed;
+  for (std::size_t i = ops_.size(); i-- > 0;) {
+    const TapeOp& op = ops_[i];
+    bool feeds_out = false;
+    for (std::size_t j = 0; j < op.out.size(); ++j)
+      feeds_out = feeds_out || feeds[at(tensors_[at(first_out_[i]) + j].storage)];
+    if (!feeds_out) continue;
+    if (op.escapes_checkpoint) {
+      for (std::size_t j = 0; j < op.out.size(); ++j) {
+        const std::size_t s = at(tensors_[at(first_out_[i]) + j].storage);
+        if (feeds[s]) p.kept[s] = 1;
+      }
+      continue;
+    }
+    for (const TapeIn& in : op.in) feeds[at(tensors_[at(in.tensor)].storage)] = 1;
+  }
   return p;
 }
 

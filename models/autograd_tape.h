@@ -87,6 +87,11 @@ struct TapeOp {
   // The gradient of the op's parameters (its weight and bias), which its backward creates when they train
   // (WeightUse::Trains): bytes in the compute dtype, FSDP's unsharded gradient (cost(): param_grads).
   Bytes weight_grad = 0;
+  // Under torch.compile, an op traced inside a custom autograd.Function's forward does not carry the enclosing
+  // torch.utils.checkpoint's recompute tag (measured with torchao's LinearNF4 on PyTorch 2.11: the AOT forward graph
+  // of a compiled, checkpointed block lists the Function's ops untagged and saves their outputs): what the
+  // backward reads through its outputs is saved, not recomputed (full_checkpoint_policy).
+  bool escapes_checkpoint = false;
 };
 
 struct TapeTensor {
@@ -181,6 +186,8 @@ class AutogradTape {
   // graph (torch/utils/checkpoint.py `_checkpoint_without_reentrant_generator`: the inputs are kept by
   // `_NoopSaveInputs` on the frame that the packed saved tensors' hooks reference; a block that packs no
   // saved tensor leaves nothing referencing the frame after its forward, and nothing to recompute).
+  // Compiled (`inner` a compiled policy), it also keeps the outputs of the ops that escape the checkpoint
+  // (TapeOp::escapes_checkpoint) that the backward reads, directly or through ops the recompute reruns.
   TapePolicy full_checkpoint_policy(const TapePolicy& inner) const;
   // torchtitan's op-level SAC (torchtitan/distributed/activation_checkpoint.py, SelectiveAC._wrap_block):
   // keeps the input and the outputs of the ops it saves.

@@ -324,10 +324,15 @@ class BlockWriter {
         dq.fwd_workspace = bnb            ? bnb4_absmax_fp32_bytes(w_elems)
                            : kept_compiled ? 0
                                            : w_elems * (kNf4EagerDequantPeakPerElem - e_);
+        // Compiled inside a checkpointed block, LinearNF4's traced ops carry no checkpoint tag (the AOT forward
+        // graph of l1b-fsdp2-qlora-r16-qkv-ac-hf-compile, reports/validation/torch-memory-2026-11-27-torchao,
+        // logs-5): the dequantized weight and the GEMM's output are saved when the backward needs them.
+        dq.escapes_checkpoint = kept_compiled;
         const int t = t_.add1(dq);
         ins.push_back(kept_compiled ? TapeIn{t, GradRule::None, true, SaveIf::GradFn} : in(t, GradRule::None));
       }
       TapeOp mm = with_weight({k, ins, {out(name, tokens * out_f * e_)}}, wt, params);
+      mm.escapes_checkpoint = kept_compiled;
       if (nf4)
         mm.bwd_workspace = bnb            ? w_elems * e_ + bnb4_absmax_fp32_bytes(w_elems)
                            : kept_compiled ? 0

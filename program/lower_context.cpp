@@ -544,15 +544,13 @@ std::vector<UnitSizes> plan_unit_sizes(const models::WrapGraph& graph, const Pla
 
 std::string qlora_not_modelled(const Plan& p) {
   if (!p.lora.on() || !p.lora.quantize_nf4 || p.fsdp_version != FsdpVersion::FSDP2 || !p.compile ||
-      p.activation_checkpointing.mode == ActivationCheckpointing::Mode::None)
+      p.activation_checkpointing.mode != ActivationCheckpointing::Mode::SelectiveOp)
     return "";
-  // Measured on a lent H200 (reports/validation/torch-memory-2026-11-27-torchao): torchtune's 8B QLoRA shape under
-  // full AC and compile allocated 27.4 GiB per GPU where the model gives 5.1 (eager: 5.52 measured, 5.53 modelled;
-  // compile without AC: within 0.1%). The compiled, checkpointed blocks kept about 0.8 GiB each to the backward
-  // (every NF4 linear's dequantized copy and more); what AOTAutograd saves there is not modelled.
-  return "torchao's NF4 weights under torch.compile with activation checkpointing are not modelled (PyTorch 2.11 "
-         "measured 27.4 GiB where the model gives 5.1 for torchtune's 8B QLoRA shape): set compile false, or "
-         "activation_checkpointing none";
+  // Full checkpointing of compiled NF4 blocks is modelled from the measured AOT graphs (TapeOp::escapes_checkpoint);
+  // op-level SAC's policy function with LinearNF4's untagged ops was not measured.
+  return "torchao's NF4 weights under torch.compile with selective (op-level) activation checkpointing are not "
+         "modelled (full checkpointing is, from PyTorch 2.11's measured graphs): set activation_checkpointing full, "
+         "or compile false";
 }
 
 models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan) {

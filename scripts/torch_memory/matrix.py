@@ -11,9 +11,7 @@ MATRIX_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 GPUS_PER_NODE = 8             # the clusters the fixtures name are nodes of 8 GPUs (fsdpsim's H100/H200 clusters)
 MIN_STEPS = 3                 # issue 19: at least 3 steps (the first, with lazily created optimizer state, and 2 steady)
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-# not_modelled: why the simulator refuses the case's plan (measured to be out of its model); check-matrix
-# --simulate then expects the refusal.
-CASE_KEYS = ("name", "model", "world", "plan", "why", "not_modelled")
+CASE_KEYS = ("name", "model", "world", "plan", "why")
 # fsdpsim GPU profile of the lent GPU, from torch.cuda.get_device_name (the fixtures' cluster uses it).
 GPU_PROFILES = (("H100", "H100-SXM"), ("H200", "H200"), ("B200", "B200"), ("A100-SXM4-80GB", "A100-80GB"),
                 ("A100 80GB", "A100-80GB"), ("A100-SXM4-40GB", "A100-40GB"), ("A100", "A100-40GB"))
@@ -78,8 +76,6 @@ def check_case(case, index, models_dir=specs.MODELS_DIR):
     if world < 1 or (world > GPUS_PER_NODE and world % GPUS_PER_NODE):
         raise InputError(f"{field}.world", str(world), f"1..{GPUS_PER_NODE}, or a multiple of {GPUS_PER_NODE}")
     require(case, "why", str, field)
-    if "not_modelled" in case and (not isinstance(case["not_modelled"], str) or len(case["not_modelled"]) < 10):
-        raise InputError(f"{field}.not_modelled", show(case["not_modelled"]), "say why the simulator refuses the plan")
     try:
         p = plans.resolve_plan(require(case, "plan", dict, field), world, GPUS_PER_NODE, info["units"])
         specs.check_recipe(info["model"], p.implementation)

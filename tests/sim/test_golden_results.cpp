@@ -92,10 +92,10 @@ const std::vector<GoldenCase>& cases() {
       {"l70b_a100_offload", "llama3-70b", "16x8xA100-80GB-IB-HDR200",
        R"({"fsdp_version":1,"cpu_offload":true,"activation_checkpointing":"full"})"},
       {"mixtral_fsdp2", "mixtral-8x7b", "4x8xH100-SXM-IB-NDR400", R"({"activation_checkpointing":"full"})"},
-      // QLoRA: torchao's NF4 under FSDP2 (torchtune's shape, eager: compile with checkpointing is refused, measured
-      // out of the model) and bitsandbytes' under FSDP1 (adapters apart)
+      // QLoRA: torchao's NF4 under FSDP2 (torchtune's shape, compiled: with full AC each block keeps its NF4 linears'
+      // dequantized copies, TapeOp::escapes_checkpoint) and bitsandbytes' under FSDP1 (adapters apart)
       {"l70b_fsdp2_qlora", "llama3-70b", "8xA100-80GB",
-       R"({"activation_checkpointing":"full","compile":false,"param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
+       R"({"activation_checkpointing":"full","compile":true,"param_dtype":"bf16","reduce_dtype":"bf16","master_weights_dtype":"bf16",
            "frozen_units":["root"],"lora":{"rank":16,"targets":["q","k","v","o","mlp"],"quantize_base":"nf4"}})"},
       {"l8b_fsdp1_qlora_bnb", "llama3-8b", "2xRTX4090",
        R"({"fsdp_version":1,"use_orig_params":false,"activation_checkpointing":"full","param_dtype":"bf16","reduce_dtype":"bf16",

@@ -81,15 +81,6 @@ TEST(TorchMemoryFixtures, MeasuredFixturesMatchTheSimulator) {
       pending.push_back(f.file + " (" + f.pending_key + ")");
       continue;
     }
-    if (f.not_modelled) {   // the simulator must still refuse the plan the measurement showed it cannot model
-      try {
-        compare_with_simulator(f);
-        ADD_FAILURE() << f.file << ": the simulator now accepts this plan; remove not_modelled and compare it";
-      } catch (const InputError& e) {
-        std::cout << "not modelled " << f.file << ": " << f.not_modelled_reason << " (refused: " << e.what() << ")\n";
-      }
-      continue;
-    }
     rows.emplace_back(f, compare_with_simulator(f));
   }
   if (!rows.empty()) std::cout << comparison_table(rows);

@@ -123,13 +123,6 @@ TorchMemoryFixture parse_unchecked(const Json& j, const std::string& file) {
       f.repeats.push_back(run);
     }
   }
-  if (r.has("not_modelled")) {
-    JsonReader k = r.get_object("not_modelled");
-    f.not_modelled = true;
-    f.not_modelled_reason = k.get_string("reason");
-    if (f.not_modelled_reason.size() < 10)
-      throw InputError(k.field("reason"), json_value_for_message(k.raw("reason")), "say why the plan is not modelled");
-  }
   if (r.has("known_miss")) {
     JsonReader k = r.get_object("known_miss");
     f.known_miss = true;

@@ -51,10 +51,6 @@ struct TorchMemoryFixture {
   bool known_miss = false;
   std::string known_miss_reason;
   std::vector<std::string> known_miss_metrics;   // empty: the reason covers every metric
-  // not_modelled: the simulator refuses this plan because of what the measurement showed (InputError from the
-  // lowering); the test checks that it still refuses it.
-  bool not_modelled = false;
-  std::string not_modelled_reason;
 };
 
 // Reads and checks one fixture; InputError names the file and the field ("x.json: case.world").
