@@ -1099,6 +1099,22 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
     EXPECT_EQ(kept_dequant, compile ? 4 * 131072 + 3 * 262144 : 0) << compile;
   }
 
+  // Full checkpointing: eager keeps the block input alone (4 tokens x 256 x 2 B); compiled, LinearNF4's ops escape
+  // the checkpoint (PyTorch 2.11's AOT graph) and the block also keeps what the backward reads through them:
+  // every NF4 linear's dequantized copy (q, k, v, o: 256 x 256 x 2 B; gate, up, down: 256 x 512 x 2 B) and every
+  // NF4 GEMM's output the recompute needs (q, k, v, o: 4 x 256 x 2 B; gate, up: 4 x 512 x 2 B; not down's, which
+  // only feeds the residual add).
+  for (bool compile : {false, true}) {
+    const models::ImplOptions o{models::ModelImpl::HF, compile, models::Float8Recipe::None, shape, 132};
+    const models::BlockMemory bm =
+        models::block_memory(m, 1, 4, Dtype::BF16, models::CheckpointMode::Full, o, models::GradFlow{});
+    Bytes kept = 0;
+    for (const auto& e : bm.forward_events)
+      if (e.kind == models::ForwardEvent::Kept) kept += e.bytes;
+    const Bytes input = 4 * 256 * 2;
+    EXPECT_EQ(kept, compile ? input + (4 * 131072 + 3 * 262144) + (4 * 2048 + 2 * 4096) : input) << compile;
+  }
+
   // FSDP1: bitsandbytes' layout
   const StepProgram f1 = lower_plan(R"("fsdp_version": 1, )");
   expect_well_formed(f1, "qlora fsdp1");
@@ -1152,7 +1168,8 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
   EXPECT_EQ(persistent_bytes(off, MemCategory::ShardedParams), 2 * 18016);
   const std::string mixed = R"("implementation": "hf", "micro_batch": 1, "seq_len": 4, "param_dtype": "bf16", )";
   for (const std::string& bad : {base + R"("float8": "tensorwise", )",
-                                 base + R"("cpu_offload": true, )", mixed + R"("master_weights_dtype": "fp32", )"}) {
+                                 base + R"("cpu_offload": true, )", mixed + R"("master_weights_dtype": "fp32", )",
+                                 base + R"("compile": true, "activation_checkpointing": "selective_op", )"}) {
     try {
       const Plan bp = resolved("{" + bad + R"("lora": {"rank": 2, "targets": ["q", "v"], "quantize_base": "nf4"}})", 2, 2);
       lower(m, models::build_wrap_graph(m, bp.auto_wrap_policy), bp, Topology{2, 2});
