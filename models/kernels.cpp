@@ -85,6 +85,13 @@ void KernelBuilder::linear(const std::string& name, std::int64_t in, std::int64_
   // saves (models/block_recipes.cpp linear): no second dequantization.
   const bool nf4 = opt.lora.nf4 && float8_allowed && count == 1;
   const bool dequant_in_backward = dgrad && (opt.lora.nf4_bnb || !opt.compile);
+  // A compiled, checkpointed block's recompute (`notes`: a recompute list is being derived) reruns neither the
+  // dequantization nor the GEMM of an NF4 linear: LinearNF4's ops escape the checkpoint and what the backward
+  // reads of them was kept from the forward (TapeOp::escapes_checkpoint, models/block_recipes.cpp linear).
+  if (!backward && notes && nf4 && opt.compile && !opt.lora.nf4_bnb) {
+    if (!bias) ++mm_count;
+    return;
+  }
   if (nf4 && (!backward || dequant_in_backward)) nf4_dequant(name, in * outf);
   if (!backward) {
     // torchtitan's op-level SAC policy (fsdp-semantics.md A4, model_activations.cpp): a bias-free matmul

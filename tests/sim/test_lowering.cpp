@@ -1115,6 +1115,20 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
     EXPECT_EQ(kept, compile ? input + (4 * 131072 + 3 * 262144) + (4 * 2048 + 2 * 4096) : input) << compile;
   }
 
+  // ... and its recompute reruns neither the NF4 GEMMs nor their dequantization (the adapters' GEMMs, tagged, rerun).
+  for (bool compile : {false, true}) {
+    const StepProgram ac = lower_plan(compile ? R"("compile": true, "activation_checkpointing": "full", )"
+                                              : R"("activation_checkpointing": "full", )");
+    bool nf4_gemm = false, adapter = false;
+    for (const Op* o : ops_of(ac, OpKind::Recompute, 2))
+      for (const auto& k : o->kernel_list()) {
+        nf4_gemm = nf4_gemm || k.name == "q_proj";
+        adapter = adapter || k.name == "q_proj.lora_a";
+      }
+    EXPECT_EQ(nf4_gemm, !compile) << compile;
+    EXPECT_TRUE(adapter) << compile;
+  }
+
   // FSDP1: bitsandbytes' layout
   const StepProgram f1 = lower_plan(R"("fsdp_version": 1, )");
   expect_well_formed(f1, "qlora fsdp1");
