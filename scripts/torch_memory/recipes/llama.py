@@ -5,14 +5,19 @@ recipe, so fsdpsim's unit names (`model-info`: root, model.layers.N) name the sa
 not change what autograd saves. Shapes in comments: B micro-batch, S sequence, D hidden, H query heads,
 KV key/value heads, hd head dim, F ffn hidden, V vocabulary.
 """
+import inspect
 import math
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
 from . import losses, ops
+
+_TORCHTITAN_SDPA_BACKENDS = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
+_SDPA_SET_PRIORITY = "set_priority" in inspect.signature(sdpa_kernel).parameters
 
 NORM_EPS = 1e-5          # Llama 3's rms_norm_eps (meta-llama config.json); not in the ModelSpec
 ROPE_THETA = 500000.0    # Llama 3's rope_theta; the value does not change any tensor's size
@@ -100,7 +105,7 @@ class SeparateQKV(nn.Module):
         freqs = freqs_cis[:seqlen].view(1, seqlen, 1, -1)
         xq = torch.view_as_real(xq_ * freqs).flatten(3).type_as(xq)
         xk = torch.view_as_real(xk_ * freqs).flatten(3).type_as(xk)
-        with _torchtitan_sdpa_backends():
+        with _torchtitan_sdpa_backends():   # entered in the traced code, as torchtitan does (compile traces it)
             out = F.scaled_dot_product_attention(xq.transpose(1, 2), xk.transpose(1, 2), xv.transpose(1, 2),
                                                  is_causal=True, enable_gqa=self.n_heads > self.n_kv_heads)
         out = out.transpose(1, 2).contiguous()                            # B S H hd, a copy
@@ -285,18 +290,11 @@ class LlamaForCausalLM(nn.Module):
         return logits, None
 
 
-class _torchtitan_sdpa_backends:
-    """torchtitan's ScaledDotProductAttention: sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, MATH],
-    set_priority=True)."""
-
-    def __enter__(self):
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        backends = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
-        try:
-            self.ctx = sdpa_kernel(backends, set_priority=True)
-        except TypeError:     # PyTorch before set_priority
-            self.ctx = sdpa_kernel(backends)
-        return self.ctx.__enter__()
-
-    def __exit__(self, *exc):
-        return self.ctx.__exit__(*exc)
+def _torchtitan_sdpa_backends():
+    """torchtitan's ScaledDotProductAttention: `with sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, MATH],
+    set_priority=True)` around the call. Returned as sdpa_kernel's own context manager, which dynamo traces
+    (2026-11-27: a wrapper class here made dynamo break the compiled torchtitan block's graph four times, at its
+    __enter__; torchtitan has no such wrapper)."""
+    if _SDPA_SET_PRIORITY:
+        return sdpa_kernel(_TORCHTITAN_SDPA_BACKENDS, set_priority=True)
+    return sdpa_kernel(_TORCHTITAN_SDPA_BACKENDS)     # PyTorch before set_priority
