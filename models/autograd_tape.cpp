@@ -137,17 +137,29 @@ TapePolicy AutogradTape::eager_policy() const {
   return p;
 }
 
-TapePolicy AutogradTape::full_checkpoint_policy(const TapePolicy& inner) const {
+TapePolicy AutogradTape::checkpoint_input_only(const TapePolicy& inner) const {
   TapePolicy p = inner;
   p.kept.assign(storages_.size(), 0);
   p.recompute = has_graph();
   if (p.recompute) p.kept[at(tensors_[at(input_)].storage)] = 1;
+  return p;
+}
+
+TapePolicy AutogradTape::full_checkpoint_policy(const TapePolicy& inner) const {
+  TapePolicy p = checkpoint_input_only(inner);
   if (!p.recompute || !inner.compiled ||
       std::none_of(ops_.begin(), ops_.end(), [](const TapeOp& op) { return op.escapes_checkpoint; }))
     return p;
-  // What the backward reads (the decomposed backward reads what eager autograd saves), and everything a
-  // recomputed (tagged) op needs to rebuild it; the sweep stops at the escaping ops, whose outputs are kept
-  // instead of rebuilt.
+  std::vector<char> saving(ops_.size(), 0);
+  for (std::size_t i = 0; i < ops_.size(); ++i) saving[i] = ops_[i].escapes_checkpoint;
+  keep_what_backward_reads(p, saving);
+  return p;
+}
+
+// What the backward reads (the decomposed backward reads what eager autograd saves), and everything a
+// recomputed op needs to rebuild it; the sweep stops at the `saving` ops, whose outputs on that path are kept
+// instead of rebuilt (and only those: AOTAutograd's partitioner saves nothing the backward does not read).
+void AutogradTape::keep_what_backward_reads(TapePolicy& p, const std::vector<char>& saving) const {
   std::vector<char> feeds = eager_policy().needed;
   for (std::size_t i = ops_.size(); i-- > 0;) {
     const TapeOp& op = ops_[i];
@@ -155,7 +167,7 @@ TapePolicy AutogradTape::full_checkpoint_policy(const TapePolicy& inner) const {
     for (std::size_t j = 0; j < op.out.size(); ++j)
       feeds_out = feeds_out || feeds[at(tensors_[at(first_out_[i]) + j].storage)];
     if (!feeds_out) continue;
-    if (op.escapes_checkpoint) {
+    if (saving[i]) {
       for (std::size_t j = 0; j < op.out.size(); ++j) {
         const std::size_t s = at(tensors_[at(first_out_[i]) + j].storage);
         if (feeds[s]) p.kept[s] = 1;
@@ -164,16 +176,21 @@ TapePolicy AutogradTape::full_checkpoint_policy(const TapePolicy& inner) const {
     }
     for (const TapeIn& in : op.in) feeds[at(tensors_[at(in.tensor)].storage)] = 1;
   }
-  return p;
 }
 
 // torchtitan SelectiveAC._wrap_block (2026): MUST_SAVE the outputs of the compute-intensive ops
 // (get_default_op_list().compute_intensive_ops: mm, addmm, bmm, SDPA flash/efficient, _scaled_mm) and
 // of SDPA/flex attention, aten.max and aten.topk, except every second aten.mm/linear counted in forward
 // order; mm shapes of force_recompute_mm_shapes_by_fqns (the MoE router) are recomputed and not counted.
+// Compiled, the policy function tags LinearNF4's ops like any others (the AOT forward graph of
+// l1b-fsdp2-qlora-r16-qkv-sac-tt-compile saves every second aten.mm, the NF4 ones and the adapters' counted alike,
+// and no dequantized weight): no op escapes it. And compiled, a MUST_SAVE output the backward does not read is not
+// saved (that graph leaves out the 13th mm, the down projection's, which eager SAC's cache keeps): the partitioner
+// saves only what its backward graph reads (keep_what_backward_reads).
 TapePolicy AutogradTape::selective_op_policy(const TapePolicy& inner) const {
-  TapePolicy p = full_checkpoint_policy(inner);
+  TapePolicy p = checkpoint_input_only(inner);
   if (!p.recompute) return p;   // no graph: the SAC cache dies with the checkpoint's frame
+  std::vector<char> saving(ops_.size(), 0);
   int mm_count = 0;
   for (std::size_t i = 0; i < ops_.size(); ++i) {
     bool keep = false;
@@ -186,9 +203,12 @@ TapePolicy AutogradTape::selective_op_policy(const TapePolicy& inner) const {
       default: break;
     }
     if (!keep) continue;
+    saving[i] = 1;
+    if (inner.compiled) continue;
     for (std::size_t j = 0; j < ops_[i].out.size(); ++j)
       p.kept[at(tensors_[at(first_out_[i]) + j].storage)] = 1;
   }
+  if (inner.compiled) keep_what_backward_reads(p, saving);
   return p;
 }
 

@@ -189,6 +189,11 @@ class AutogradTape {
   // Compiled (`inner` a compiled policy), it also keeps the outputs of the ops that escape the checkpoint
   // (TapeOp::escapes_checkpoint) that the backward reads, directly or through ops the recompute reruns.
   TapePolicy full_checkpoint_policy(const TapePolicy& inner) const;
+  // The same without the escaping ops: the block input alone (the base of op-level SAC).
+  TapePolicy checkpoint_input_only(const TapePolicy& inner) const;
+  // Keeps (p.kept) the outputs of the `saving` ops (one flag per op) that the backward reads, directly or through
+  // the ops the recompute reruns.
+  void keep_what_backward_reads(TapePolicy& p, const std::vector<char>& saving) const;
   // torchtitan's op-level SAC (torchtitan/distributed/activation_checkpoint.py, SelectiveAC._wrap_block):
   // keeps the input and the outputs of the ops it saves.
   TapePolicy selective_op_policy(const TapePolicy& inner) const;

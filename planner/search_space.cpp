@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "common/errors.h"
-#include "program/lower_context.h"
 #include "program/optimizer_state.h"
 #include "program/plan_keys.h"
 
@@ -352,8 +351,6 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
               q.float8 = pr.float8;
               // (a low-bit optimizer: only what is modelled with it, program/optimizer_state.h)
               if (!sim::optimizer_not_modelled(q).empty()) continue;
-              // (QLoRA: only what is modelled with it, program/lower_context.h qlora_not_modelled)
-              if (!sim::lowering::qlora_not_modelled(q).empty()) continue;
               plans.push_back(q);
             }
           }

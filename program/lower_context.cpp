@@ -542,17 +542,6 @@ std::vector<UnitSizes> plan_unit_sizes(const models::WrapGraph& graph, const Pla
   return sizes;
 }
 
-std::string qlora_not_modelled(const Plan& p) {
-  if (!p.lora.on() || !p.lora.quantize_nf4 || p.fsdp_version != FsdpVersion::FSDP2 || !p.compile ||
-      p.activation_checkpointing.mode != ActivationCheckpointing::Mode::SelectiveOp)
-    return "";
-  // Full checkpointing of compiled NF4 blocks is modelled from the measured AOT graphs (TapeOp::escapes_checkpoint);
-  // op-level SAC's policy function with LinearNF4's untagged ops was not measured.
-  return "torchao's NF4 weights under torch.compile with selective (op-level) activation checkpointing are not "
-         "modelled (full checkpointing is, from PyTorch 2.11's measured graphs): set activation_checkpointing full, "
-         "or compile false";
-}
-
 models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan) {
   using models::Weight;
   using models::weight_bit;
@@ -582,7 +571,6 @@ models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan) {
     if (m.is_moe()) refuse("NF4 experts of a mixture of experts are not modelled");
     if (plan.implementation == models::ModelImpl::Runtime)
       refuse("the bundled runtime has no NF4 weights (implementation runtime)");
-    if (const std::string why = qlora_not_modelled(plan); !why.empty()) refuse(why);
   }
   const bool plain = m.mlp == models::MlpKind::Plain;
   for (const std::string& t : plan.lora.targets) {

@@ -91,12 +91,6 @@ std::vector<double> unit_trainable_fractions(const models::WrapGraph& graph, con
 // The plan's LoRA adapters as models:: sees them (rank 0 without `lora`); InputError for a target the model
 // has not (gate on a plain MLP, the MLP of a mixture of experts) or a rank above an adapted matrix's side.
 models::LoraShape lora_shape(const models::ModelSpec& m, const Plan& plan);
-// Why plan `p`'s QLoRA is not modelled with the rest of the plan, or "" (also when `p` has no NF4 weights):
-// torchao's NF4 weights under torch.compile with op-level selective checkpointing (not measured: a compiled,
-// checkpointed NF4 block keeps what PyTorch 2.11 was measured to keep under full checkpointing, TapeOp::
-// escapes_checkpoint; how SAC's policy treats those ops is unknown). The lowering refuses such a plan
-// (lora_shape); the planner's search leaves it out.
-std::string qlora_not_modelled(const Plan& p);
 // The plan's trainable set (models::trainable_set, or models::lora_trainable_set with `lora`), with the blocks of plan.frozen_units' units frozen
 // (the harness freezes them after freeze_to_fraction).
 models::TrainableSet plan_trainable_set(const models::ModelSpec& m, const models::WrapGraph& graph, const Plan& plan);

@@ -375,8 +375,12 @@ TEST(Implementation, CompileSavesTheMinCutByHand) {
   EXPECT_EQ(block(tiny_llama(), CheckpointMode::None, ModelImpl::HF, true).saved_bytes(), 896);
   // Liger's kernels are opaque to the partitioner: compiling changes nothing but h <-> wo's output (a tie).
   EXPECT_EQ(block(tiny_llama(), CheckpointMode::None, ModelImpl::Fused, true).saved_bytes(), 896);
-  // Checkpointing modes keep what they keep, compiled or not.
-  EXPECT_EQ(block(tiny_llama(), CheckpointMode::SelectiveOp, ModelImpl::TorchTitan, true).saved_bytes(), 448);
+  // Checkpointing modes keep what they keep, compiled or not, except what the backward never reads: op-level SAC's
+  // eager cache keeps every odd-numbered mm's output (448: x 64, wq's 64, wv's 32, attention out 64 + lse 32, w1's
+  // 128 and w2's 64), the compiled partitioner leaves out w2's, which only the residual add reads (the AOT graph of
+  // tests/fixtures/torch_memory/l1b-fsdp2-qlora-r16-qkv-sac-tt-compile.json: 8.70 GiB against eager's 8.95).
+  EXPECT_EQ(block(tiny_llama(), CheckpointMode::SelectiveOp, ModelImpl::TorchTitan, false).saved_bytes(), 448);
+  EXPECT_EQ(block(tiny_llama(), CheckpointMode::SelectiveOp, ModelImpl::TorchTitan, true).saved_bytes(), 384);
   EXPECT_EQ(block(tiny_llama(), CheckpointMode::Full, ModelImpl::TorchTitan, true).saved_bytes(), 64);
 }
 

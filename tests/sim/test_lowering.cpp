@@ -1182,8 +1182,7 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
   EXPECT_EQ(persistent_bytes(off, MemCategory::ShardedParams), 2 * 18016);
   const std::string mixed = R"("implementation": "hf", "micro_batch": 1, "seq_len": 4, "param_dtype": "bf16", )";
   for (const std::string& bad : {base + R"("float8": "tensorwise", )",
-                                 base + R"("cpu_offload": true, )", mixed + R"("master_weights_dtype": "fp32", )",
-                                 base + R"("compile": true, "activation_checkpointing": "selective_op", )"}) {
+                                 base + R"("cpu_offload": true, )", mixed + R"("master_weights_dtype": "fp32", )"}) {
     try {
       const Plan bp = resolved("{" + bad + R"("lora": {"rank": 2, "targets": ["q", "v"], "quantize_base": "nf4"}})", 2, 2);
       lower(m, models::build_wrap_graph(m, bp.auto_wrap_policy), bp, Topology{2, 2});
