@@ -115,4 +115,11 @@ std::string fsdp_checkpointing_instead_of_hf(const UserConfig& cfg, const models
   return "remove gradient_checkpointing_enable() and use " + activation_checkpointing(cfg, model, "full");
 }
 
+std::string no_compile(const UserConfig& cfg) {
+  if (cfg.format == "plan") return "\"compile\": false";
+  if (cfg.format == "torchtitan") return "[compile] enable = false";
+  if (cfg.format == "accelerate") return "dynamo_config: dynamo_backend: \"NO\"";
+  return "drop the torch.compile(...) call";
+}
+
 }  // namespace fsdpsim::planner::fix_words

@@ -28,5 +28,7 @@ std::string no_cpu_offload(const UserConfig& cfg);
 // Constructing 8-bit AdamW `o` (bitsandbytes' or torchao's, program/optimizer_state.h) in the user's front-end.
 std::string eight_bit_adamw(const UserConfig& cfg, sim::Optimizer o);
 std::string fsdp_checkpointing_instead_of_hf(const UserConfig& cfg, const models::ModelSpec& model);
+// Run the model eagerly (no torch.compile) in the user's front-end.
+std::string no_compile(const UserConfig& cfg);
 
 }  // namespace fsdpsim::planner::fix_words

@@ -101,3 +101,17 @@ TEST(Diagnose, OptimizerStateOfATightFullFineTune) {
   EXPECT_TRUE(f->fixed_fits_with_margin);
   EXPECT_NE(f->fix.find("bitsandbytes.optim.AdamW8bit"), std::string::npos) << f->fix;
 }
+
+// torchtune's 70B QLoRA shape compiled under full AC (a plan file): PyTorch 2.11 keeps every block's bf16 weights to
+// the backward, far past 80 GB; eager it fits.
+TEST(Diagnose, QloraCompiledUnderCheckpointing) {
+  auto d = run("llama3-70b", "8xA100-80GB", "plan_qlora_compile_ac.json");
+  EXPECT_FALSE(d.fits_with_margin) << diagnosis_text(d);
+  const Finding* f = find(d, "qlora_compile_checkpointing");
+  ASSERT_NE(f, nullptr) << diagnosis_text(d);
+  EXPECT_EQ(f->severity, "problem");
+  ASSERT_TRUE(f->simulated);
+  EXPECT_FALSE(f->fixed_plan.compile);
+  EXPECT_TRUE(f->fixed_fits_with_margin);
+  EXPECT_EQ(f->fix, "\"compile\": false");
+}
