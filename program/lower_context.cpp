@@ -714,7 +714,10 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   "lora.quantize_base nf4 (QLoRA): every block linear's base weight is a torchao NF4Tensor (0.516 bytes per element: " \
   "4-bit codes, int8 scalers per 64, a factor per 256 scalers; its 34 bytes of table and mean per weight left out), "  \
   "sharded, all-gathered and kept unsharded as such; each linear dequantizes it into a compute-dtype copy " HOW       \
-  "; the LM head, embedding and norms stay in the compute dtype"
+  "; the LM head, embedding and norms stay in the compute dtype. Reserved memory leaves out what loading leaves "      \
+  "behind: quantizing each full weight on the GPU before sharding it (torchtune's loader does) leaves the small NF4 " \
+  "shards in partly used segments (0.83 GiB of reserved at Llama-3-8B, 8 GPUs, in the PyTorch reference): keep "      \
+  "that much headroom"
       c.notes.push_back(plan.compile ? FSDPSIM_NF4_NOTE("for its forward in one fused kernel, and under compile keeps "
                                                         "that copy for its input gradient: 2 bytes per element of every "
                                                         "NF4 weight saved from a block's forward to its backward (as "
