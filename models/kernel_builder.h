@@ -18,6 +18,9 @@ struct ForwardNote {
   // Repeats of this entry (of KernelDesc::count) whose output torchtitan's op-level SAC policy saves:
   // the attention, odd-numbered bias-free matmuls, float8 amax reductions (aten.max).
   std::int64_t sac_saved = 0;
+  // Traced inside a custom autograd.Function under compile (QLoRA's LinearNF4): full checkpointing keeps its
+  // output instead of rerunning it (models/autograd_tape.h TapeOp::escapes_checkpoint).
+  bool escapes_checkpoint = false;
 };
 
 struct KernelBuilder {
@@ -35,6 +38,7 @@ struct KernelBuilder {
   // Backward: which weights get a weight-gradient GEMM and whether the part's input needs a gradient
   // (models/trainable.h); the forward ignores it.
   GradFlow flow;
+  bool escaping = false;          // forward: the kernels being pushed escape a full checkpoint (ForwardNote)
 
   bool trains(Weight w) const { return flow.trains_weight(w); }
   // LoRA adapters beside the base weight w that train (their gradient flows back through the linear's output)

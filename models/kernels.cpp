@@ -32,7 +32,7 @@ namespace detail {
 KernelDesc& KernelBuilder::push(KernelDesc k, std::int64_t sac_saved) {
   k.backward = backward;
   out->push_back(std::move(k));
-  if (notes) notes->push_back(ForwardNote{sac_saved});
+  if (notes) notes->push_back(ForwardNote{sac_saved, escaping});
   return out->back();
 }
 
@@ -82,17 +82,13 @@ void KernelBuilder::linear(const std::string& name, std::int64_t in, std::int64_
   // QLoRA: a block linear's NF4 weight is dequantized before its forward GEMM and before its input-gradient
   // GEMM (models/nf4.h; the LM head and a MoE router, float8_allowed false, stay in bf16).
   // Compiled (torchao's layout), the backward reads the forward's dequantized copy, which the compiled block
-  // saves (models/block_recipes.cpp linear): no second dequantization.
+  // saves (models/block_recipes.cpp linear): no second dequantization. And under full checkpointing the
+  // dequantization and the GEMM escape the checkpoint (TapeOp::escapes_checkpoint): marked in the notes, so that
+  // the recompute does not rerun them (kernels_recompute.cpp).
   const bool nf4 = opt.lora.nf4 && float8_allowed && count == 1;
-  const bool dequant_in_backward = dgrad && (opt.lora.nf4_bnb || !opt.compile);
-  // A compiled, checkpointed block's recompute (`notes`: a recompute list is being derived) reruns neither the
-  // dequantization nor the GEMM of an NF4 linear: LinearNF4's ops escape the checkpoint and what the backward
-  // reads of them was kept from the forward (TapeOp::escapes_checkpoint, models/block_recipes.cpp linear).
-  if (!backward && notes && nf4 && opt.compile && !opt.lora.nf4_bnb) {
-    if (!bias) ++mm_count;
-    return;
-  }
-  if (nf4 && (!backward || dequant_in_backward)) nf4_dequant(name, in * outf);
+  const bool compiled_torchao = nf4 && opt.compile && !opt.lora.nf4_bnb;
+  escaping = !backward && compiled_torchao;
+  if (nf4 && (!backward || (dgrad && !compiled_torchao))) nf4_dequant(name, in * outf);
   if (!backward) {
     // torchtitan's op-level SAC policy (fsdp-semantics.md A4, model_activations.cpp): a bias-free matmul
     // (aten.mm) is counted in forward order within the block and saved when its number is odd;
@@ -105,6 +101,7 @@ void KernelBuilder::linear(const std::string& name, std::int64_t in, std::int64_
     }
     if (fp8) float8_casts(name, t, in, outf, count, false);
     gemm(name, t, outf, in, count, dtype, fp8, saved);
+    escaping = false;
     return;
   }
   if (!dgrad && !wgrad) return;

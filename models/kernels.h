@@ -68,7 +68,8 @@ std::vector<KernelDesc> backward_kernels(const ModelSpec& m, ModulePart part, st
                                          const KernelOptions& options = {});
 // Kernels a checkpointed part reruns before its backward (models/kernels_recompute.cpp):
 //  * Full: the forward, less what follows the last tensor backward needs when the checkpoint stops
-//    early (KernelOptions::checkpoint_early_stop: the last linear of the MLP and the residual add);
+//    early (KernelOptions::checkpoint_early_stop: the last linear of the MLP and the residual add), and
+//    less what escapes the checkpoint (compiled QLoRA: the NF4 linears' dequantization and GEMMs, kept);
 //  * SelectiveOp (torchtitan's op-level SAC policy, fsdp-semantics.md A4): only the ops whose outputs
 //    the policy does not save: every kernel but the attention, the odd-numbered bias-free matmuls
 //    (aten.mm, counted in forward order within the block) and float8's amax reductions (aten.max);

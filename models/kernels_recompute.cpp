@@ -30,7 +30,11 @@ std::vector<KernelDesc> recompute_kernels(const ModelSpec& m, ModulePart part, s
       detail::build_kernels(m, part, micro_batch, seq_len, dtype, false, GradFlow{}, options, &notes, &stop);
   if (mode == CheckpointMode::Full) {
     if ((options.checkpoint_early_stop || options.compile) && stop >= 0) fwd.resize(static_cast<std::size_t>(stop));
-    return fwd;
+    std::vector<KernelDesc> rerun;   // what escaped the checkpoint was kept, not rerun
+    rerun.reserve(fwd.size());
+    for (std::size_t i = 0; i < fwd.size(); ++i)
+      if (!notes[i].escapes_checkpoint) rerun.push_back(std::move(fwd[i]));
+    return rerun;
   }
   std::vector<KernelDesc> out;
   for (std::size_t i = 0; i < fwd.size(); ++i) {

@@ -1128,6 +1128,16 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
     EXPECT_EQ(nf4_gemm, !compile) << compile;
     EXPECT_TRUE(adapter) << compile;
   }
+  // Under op-level SAC, compiled or not, the NF4 ops are tagged like the others: k's GEMM (the 4th mm, after q's
+  // and its adapter's two) is not saved, so the recompute reruns it.
+  for (bool compile : {false, true}) {
+    const StepProgram sac = lower_plan(compile ? R"("compile": true, "activation_checkpointing": "selective_op", )"
+                                               : R"("activation_checkpointing": "selective_op", )");
+    bool k_gemm = false;
+    for (const Op* o : ops_of(sac, OpKind::Recompute, 2))
+      for (const auto& k : o->kernel_list()) k_gemm = k_gemm || k.name == "k_proj";
+    EXPECT_TRUE(k_gemm) << compile;
+  }
 
   // FSDP1: bitsandbytes' layout
   const StepProgram f1 = lower_plan(R"("fsdp_version": 1, )");
