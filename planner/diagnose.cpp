@@ -251,7 +251,7 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
     auto change = [](sim::Plan& q) { q.compile = false; };
     try_fix(f, change);
     f.message += saving_text(f, base);
-    if (f.simulated && (f.fixed_fits_with_margin || !d.fits_with_margin) && (saves_much(f) || !d.fits_with_margin)) {
+    if (f.simulated && (f.fixed_fits_with_margin || !d.fits_with_margin) && saves_much(f)) {   // (as 2b's rule)
       f.severity = "problem";
       problem_fixes.push_back(change);
     }

@@ -33,7 +33,7 @@ import sys
 import time
 
 from . import fixture as fixtures, init_check, lora as loras, matrix as matrices, plan as plans, snapshot as snapshots, specs
-from .common import InputError
+from .common import InputError, show
 
 MARKER_BYTES = 1531                 # an odd size no tensor of the recipes requests (rounds to one 1536 B block)
 MARKER_FUNCTION = "_fsdpsim_phase_marker"
@@ -109,7 +109,7 @@ def needs_torchao(p):
     return p.optimizer in plans.TORCHAO_OPTIMIZERS or bool(p.lora and p.lora.get("quantize_base") == "nf4")
 
 
-def import_torchao():
+def import_torchao(p):
     """torchao for the plans that need it (torchao_adamw8bit / 4bit, QLoRA's NF4 weights). The GPU machine has
     PyTorch but no torchao and no network: FSDPSIM_TORCHAO_PATH names a torchao source tree (its Python files
     only: torchao's C++ extensions are not built, TORCHAO_FORCE_SKIP_LOADING_SO_FILES=1; the optimizers and
@@ -122,9 +122,10 @@ def import_torchao():
     try:
         import torchao
     except ImportError as e:
-        raise InputError("plan.optimizer / plan.lora.quantize_base", "torchao",
-                         f"this plan needs torchao, which does not import here ({e}); set FSDPSIM_TORCHAO_PATH to a "
-                         "torchao source tree") from None
+        field, value = (("plan.optimizer", p.optimizer) if p.optimizer in plans.TORCHAO_OPTIMIZERS
+                        else ("plan.lora.quantize_base", "nf4"))
+        raise InputError(field, show(value), f"needs torchao, which does not import here ({e}); set FSDPSIM_TORCHAO_PATH "
+                         "to a torchao source tree") from None
     return {"version": getattr(torchao, "__version__", "unknown"), "path": os.path.dirname(torchao.__file__),
             "source": os.environ.get("FSDPSIM_TORCHAO_SOURCE", "unknown"), "cpp_extensions": "not loaded"}
 
@@ -164,7 +165,7 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
         raise RuntimeError("torch_memory: no CUDA device")
     context = context_block(torch, git_sha)
     if needs_torchao(p):
-        context["torchao"] = import_torchao()
+        context["torchao"] = import_torchao(p)
     profile = matrices.gpu_profile(context["gpu"]["name"])
     recorder = PhaseRecorder(torch, trace)
     notes, oom, model, optimizer, init_memory = [], None, None, None, None

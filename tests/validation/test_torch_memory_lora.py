@@ -188,6 +188,19 @@ class Refusals(unittest.TestCase):
         self.assertTrue(train.needs_torchao(plans.parse_plan({"lora": {"rank": 8, "targets": ["q"], "quantize_base": "nf4"}})))
         self.assertFalse(train.needs_torchao(plans.parse_plan({"lora": {"rank": 8, "targets": ["q"]}})))
         self.assertFalse(train.needs_torchao(plans.parse_plan({})))
+        # without torchao (none here, FSDPSIM_TORCHAO_PATH unset): refused naming the plan's field
+        saved = os.environ.pop("FSDPSIM_TORCHAO_PATH", None)
+        try:
+            import importlib.util
+            if importlib.util.find_spec("torchao") is None:
+                for plan, field in (({"optimizer": "torchao_adamw4bit"}, "plan.optimizer"),
+                                    ({"lora": {"rank": 8, "targets": ["q"], "quantize_base": "nf4"}}, "plan.lora.quantize_base")):
+                    with self.assertRaises(InputError) as cm:
+                        train.import_torchao(plans.parse_plan(plan))
+                    self.assertEqual(cm.exception.field, field)
+        finally:
+            if saved is not None:
+                os.environ["FSDPSIM_TORCHAO_PATH"] = saved
 
 
 class Matrix(unittest.TestCase):
