@@ -59,10 +59,14 @@ BlockMemory read(const AutogradTape& t, const TapePolicy& p) {
   return bm;
 }
 
-TapePolicy policy_for(const AutogradTape& t, CheckpointMode mode, bool compile) {
+TapePolicy policy_for(const AutogradTape& t, CheckpointMode mode, bool compile, bool outside_compile) {
   const TapePolicy inner = compile ? t.compiled_policy() : t.eager_policy();
   switch (mode) {
-    case CheckpointMode::Full: return t.full_checkpoint_policy(inner);
+    // checkpoint(compile(block)): torch.utils.checkpoint's pack hook (non-reentrant, saved_tensors_hooks) sees
+    // the compiled function's save_for_backward at run time and drops every tensor but the block's input; the
+    // recompute reruns the compiled forward, which saves the compiled set for this block's backward alone.
+    case CheckpointMode::Full:
+      return compile && outside_compile ? t.checkpoint_input_only(inner) : t.full_checkpoint_policy(inner);
     case CheckpointMode::SelectiveOp: return t.selective_op_policy(inner);
     case CheckpointMode::None: break;
   }
@@ -75,16 +79,16 @@ struct MemoKey {
   Dtype act = Dtype::BF16;
   CheckpointMode mode = CheckpointMode::None;
   ModelImpl impl = ModelImpl::HF;
-  bool compile = false;
+  bool compile = false, outside_compile = false;
   Float8Recipe float8 = Float8Recipe::None;
   bool final_norm = false;
   GradFlow flow;
   LoraShape lora;
   int sm_count = 0;
   bool operator==(const MemoKey& o) const {
-    return std::tie(micro_batch, seq_len, act, mode, impl, compile, float8, final_norm, sm_count) ==
-               std::tie(o.micro_batch, o.seq_len, o.act, o.mode, o.impl, o.compile, o.float8, o.final_norm,
-                        o.sm_count) &&
+    return std::tie(micro_batch, seq_len, act, mode, impl, compile, outside_compile, float8, final_norm, sm_count) ==
+               std::tie(o.micro_batch, o.seq_len, o.act, o.mode, o.impl, o.compile, o.outside_compile, o.float8,
+                        o.final_norm, o.sm_count) &&
            flow == o.flow && lora == o.lora && model == o.model;
   }
 };
@@ -96,7 +100,7 @@ const BlockMemory& memoized(const MemoKey& key) {
   thread_local std::size_t next = 0;
   for (const auto& [k, v] : cache)
     if (k == key) return v;
-  const ImplOptions o{key.impl, key.compile, key.float8, key.lora, key.sm_count};
+  const ImplOptions o{key.impl, key.compile, key.float8, key.lora, key.sm_count, key.outside_compile};
   const std::int64_t tokens = key.micro_batch * key.seq_len;
   BlockMemory bm;
   if (key.final_norm) {
@@ -106,7 +110,7 @@ const BlockMemory& memoized(const MemoKey& key) {
     bm = read(t, compiled ? t.compiled_policy() : t.eager_policy());
   } else {
     const AutogradTape t = build_block_tape(key.model, tokens, key.act, o, key.flow);
-    bm = read(t, policy_for(t, key.mode, key.compile));
+    bm = read(t, policy_for(t, key.mode, key.compile, key.outside_compile));
   }
   if (cache.size() < kEntries) {
     cache.emplace_back(key, std::move(bm));
@@ -135,15 +139,16 @@ BlockMemory block_memory(const ModelSpec& m, std::int64_t micro_batch, std::int6
     bm.saved.push_back({"act", block_saved_activation_bytes(m, micro_batch, seq_len, act, mode)});
     return bm;
   }
-  return memoized({m, micro_batch, seq_len, act, mode, o.impl, o.compile, o.float8, false, g, o.lora, o.sm_count});
+  return memoized({m, micro_batch, seq_len, act, mode, o.impl, o.compile, o.checkpoint_outside_compile, o.float8, false,
+                   g, o.lora, o.sm_count});
 }
 
 BlockMemory final_norm_memory(const ModelSpec& m, std::int64_t micro_batch, std::int64_t seq_len, Dtype act,
                               const ImplOptions& o, const GradFlow& g) {
   validate(m, micro_batch, seq_len);
   if (o.impl == ModelImpl::Runtime) return {};   // the runtime's final-norm activations are scratch
-  return memoized({m, micro_batch, seq_len, act, CheckpointMode::None, o.impl, o.compile, o.float8, true, g, o.lora,
-                   o.sm_count});
+  return memoized({m, micro_batch, seq_len, act, CheckpointMode::None, o.impl, o.compile, false, o.float8, true, g,
+                   o.lora, o.sm_count});
 }
 
 bool loss_upcasts_logits(const ModelSpec& /*m*/, const ImplOptions& o) { return o.impl != ModelImpl::LitGPT; }

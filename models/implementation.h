@@ -22,6 +22,10 @@ struct ImplOptions {
   // The GPU's multiprocessors: PyTorch's reduction kernels size their cross-block staging buffers by it
   // (a biased linear's bias gradient, models/cuda_reduce.h); 0: none (no CUDA device, the bundled runtime).
   int sm_count = 0;
+  // Compiled and fully checkpointed: true when an eager checkpoint wraps the compiled block
+  // (checkpoint(compile(block)), torchtune's order): the block keeps its input only, however the compiled
+  // graph treats the ops inside it (sim::ActivationCheckpointing::outside_compile).
+  bool checkpoint_outside_compile = false;
 };
 
 struct SavedTensor {

@@ -43,13 +43,16 @@ enum class ModulePart { Embedding, Block, FinalNormAndHead };
 //    of their operands (tensorwise and rowwise scaling differ);
 //  * checkpoint_early_stop: a full-checkpoint recompute stops once the last tensor backward needs is
 //    re-saved (torch.utils.checkpoint non-reentrant, early_stop=True, its default); false for
-//    torchtitan (its checkpoint_wrapper passes early_stop=False) and for reentrant checkpointing.
+//    torchtitan (its checkpoint_wrapper passes early_stop=False) and for reentrant checkpointing;
+//  * checkpoint_outside_compile: compiled, an eager checkpoint wraps the compiled block (torchtune's order,
+//    sim::ActivationCheckpointing::outside_compile): its recompute reruns the whole compiled forward.
 // The default (fused, eager, no float8) is one kernel per norm / rotary / activation.
 struct KernelOptions {
   ModelImpl implementation = ModelImpl::Fused;
   bool compile = false;
   Float8Recipe float8 = Float8Recipe::None;
   bool checkpoint_early_stop = true;
+  bool checkpoint_outside_compile = false;
   LoraShape lora{};                      // LoRA adapters beside the targeted linears (models/trainable.h)
   bool operator==(const KernelOptions&) const = default;
 };
@@ -70,6 +73,7 @@ std::vector<KernelDesc> backward_kernels(const ModelSpec& m, ModulePart part, st
 //  * Full: the forward, less what follows the last tensor backward needs when the checkpoint stops
 //    early (KernelOptions::checkpoint_early_stop: the last linear of the MLP and the residual add), and
 //    less what escapes the checkpoint (compiled QLoRA: the NF4 linears' dequantization and GEMMs, kept);
+//    around a compiled block (KernelOptions::checkpoint_outside_compile), the whole compiled forward;
 //  * SelectiveOp (torchtitan's op-level SAC policy, fsdp-semantics.md A4): only the ops whose outputs
 //    the policy does not save: every kernel but the attention, the odd-numbered bias-free matmuls
 //    (aten.mm, counted in forward order within the block) and float8's amax reductions (aten.max);

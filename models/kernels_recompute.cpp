@@ -9,7 +9,10 @@
 // rerun. torchtitan passes early_stop=False to checkpoint_wrapper and reentrant checkpointing has no
 // early stop: the whole forward reruns (KernelOptions::checkpoint_early_stop = false). Under
 // torch.compile the checkpointed region is recomputed by AOTAutograd's partitioner, which reruns only
-// what the backward graph reads: the same cut as the early stop.
+// what the backward graph reads: the same cut as the early stop. An eager checkpoint around a compiled
+// block (checkpoint(compile(block)), torchtune's order) reruns the compiled forward whole: it is one
+// autograd Function whose tensors are packed, and the early stop checked, only after its last kernel ran;
+// nothing escapes that checkpoint, so the NF4 linears rerun too.
 //
 // Selective op checkpointing (torchtitan's op-level SAC policy, fsdp-semantics.md A4): ops the policy
 // saves (SDPA, odd-numbered aten.mm, aten.max) are replayed from the cache; every other op reruns
@@ -29,6 +32,8 @@ std::vector<KernelDesc> recompute_kernels(const ModelSpec& m, ModulePart part, s
   std::vector<KernelDesc> fwd =
       detail::build_kernels(m, part, micro_batch, seq_len, dtype, false, GradFlow{}, options, &notes, &stop);
   if (mode == CheckpointMode::Full) {
+    const bool around_compiled = options.compile && options.checkpoint_outside_compile;
+    if (around_compiled) return fwd;
     if ((options.checkpoint_early_stop || options.compile) && stop >= 0) fwd.resize(static_cast<std::size_t>(stop));
     std::vector<KernelDesc> rerun;   // what escaped the checkpoint was kept, not rerun
     rerun.reserve(fwd.size());

@@ -122,4 +122,19 @@ std::string no_compile(const UserConfig& cfg) {
   return "drop the torch.compile(...) call";
 }
 
+std::string checkpoint_around_compile(const UserConfig& cfg) {
+  const auto& ac = cfg.plan.activation_checkpointing;
+  if (cfg.format == "plan") {
+    std::string mode = ac.mode == sim::ActivationCheckpointing::Mode::EveryK
+                           ? "\"every_k\", \"every_k\": " + std::to_string(ac.every_k)
+                           : "\"full\"";
+    return "\"activation_checkpointing\": {\"mode\": " + mode + (ac.outside_fsdp ? ", \"outside_fsdp\": true" : "") +
+           ", \"outside_compile\": true}";
+  }
+  if (cfg.format == "torchtitan" || cfg.format == "accelerate") return "";
+  return "call block.compile() on each block before it is wrapped for checkpointing (checkpoint_wrapper, or "
+         "FSDPStrategy's activation_checkpointing_policy after configure_model): checkpoint(compile(block)), "
+         "torchtune's order";
+}
+
 }  // namespace fsdpsim::planner::fix_words

@@ -30,5 +30,9 @@ std::string eight_bit_adamw(const UserConfig& cfg, sim::Optimizer o);
 std::string fsdp_checkpointing_instead_of_hf(const UserConfig& cfg, const models::ModelSpec& model);
 // Run the model eagerly (no torch.compile) in the user's front-end.
 std::string no_compile(const UserConfig& cfg);
+// The same checkpointing, its eager wrapper around each compiled block (checkpoint(compile(block)),
+// activation_checkpointing.outside_compile); "" where the framework cannot say it (torchtitan compiles each
+// checkpointed block, accelerate the whole prepared model).
+std::string checkpoint_around_compile(const UserConfig& cfg);
 
 }  // namespace fsdpsim::planner::fix_words

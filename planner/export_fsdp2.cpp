@@ -108,6 +108,9 @@ std::string fsdp2_sharding_code(const ExportInput& in, const std::string& ind, c
                             block_class_name(in.model) + " (adapt the loop to your grouping)");
     os << ind << "blocks = " << blocks_expr << "  # the " << block_class_name(in.model) << " modules\n"
        << ind << "for i, block in enumerate(blocks):\n";
+    const bool compile_first = p.compile && ac.outside_compile && (ac.mode == AcMode::Full || ac.mode == AcMode::EveryK);
+    if (compile_first)
+      os << ind << "    block.compile()  # torch.compile (inductor) of each block, inside its checkpoint: AC(compile(block))\n";
     if (ac.mode == AcMode::Full) {
       os << ind << "    blocks[i] = block = checkpoint_wrapper(block)  # activation checkpointing: FSDP(AC(block))\n";
     } else if (ac.mode == AcMode::EveryK) {
@@ -120,7 +123,8 @@ std::string fsdp2_sharding_code(const ExportInput& in, const std::string& ind, c
                             "(torch.utils.checkpoint.create_selective_checkpoint_contexts, as torchtitan's op SAC); "
                             "not reproduced here");
     }
-    if (p.compile) os << ind << "    block.compile()  # torch.compile (inductor) of each block, as torchtitan does\n";
+    if (p.compile && !compile_first)
+      os << ind << "    block.compile()  # torch.compile (inductor) of each block, as torchtitan does\n";
     const std::string overrides = reshard_overrides_code(p, in.model);
     if (overrides.empty()) {
       os << ind << "    fully_shard(block, reshard_after_forward=" << raf_py << ", **fsdp_kwargs)\n";

@@ -49,7 +49,9 @@ std::string lightning_module_code(const ExportInput& in) {
   if (!f8.empty() || p.compile) {
     os << "\n    def configure_model(self):\n" << f8;
     if (p.compile)
-      os << "        for block in self." << block_list_path(in.model) << ":  # torch.compile (inductor) of each block\n"
+      os << "        for block in self." << block_list_path(in.model) << ":  # torch.compile (inductor) of each block"
+         << (p.activation_checkpointing.mode != AcMode::None ? " (checkpointed around it after this: AC(compile(block)))" : "")
+         << "\n"
          << "            block.compile()\n";
   }
   os << "\n    def configure_optimizers(self):\n"

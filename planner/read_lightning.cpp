@@ -242,6 +242,15 @@ void read_lightning_script(const std::string& raw_text, const std::string& sourc
     cfg.plan.activation_checkpointing.outside_fsdp = true;
     cfg.facts.push_back("model.gradient_checkpointing_enable(): HF checkpointing outside FSDP, checkpoint(FSDP(block))");
   }
+  // Module.compile() compiles a module in place (a block in configure_model, as Lightning's docs do it); the
+  // checkpointing read above is applied after configure_model (FSDPStrategy's activation_checkpointing_policy) or
+  // inside the model's forward around each layer's call (HF): either way around the compiled block.
+  if (cfg.plan.compile && cfg.plan.activation_checkpointing.mode != AcMode::None &&
+      std::regex_search(text, std::regex("\\.compile\\s*\\(\\s*\\)"))) {
+    cfg.plan.activation_checkpointing.outside_compile = true;
+    cfg.facts.push_back(".compile() on modules the checkpointing then wraps: checkpoint(compile(block)) "
+                        "(activation_checkpointing.outside_compile)");
+  }
 }
 
 void read_lightning_yaml(const YAML::Node& root, const models::ModelSpec& model, UserConfig& cfg) {

@@ -152,7 +152,11 @@ void kernel_lists(Context& c, const models::ModelSpec& model, const Plan& plan) 
   if (plan.float8 != models::Float8Recipe::None)
     c.notes.push_back("float8: the blocks' linears run fp8 GEMMs at the GPU's fp8 peak with torchao's amax/scale/"
                       "cast kernels (LM head and MoE router in bf16); rowwise GEMMs are timed like tensorwise ones");
-  if (plan.activation_checkpointing.mode != ActivationCheckpointing::Mode::None)
+  if (plan.activation_checkpointing.outside_compile)
+    c.notes.push_back("checkpoint(compile(block)): an eager checkpoint around each compiled block keeps its input and "
+                      "reruns the whole compiled forward before its backward (torchtune's order); derived from "
+                      "torch.utils.checkpoint's saved-tensor hooks, not measured against PyTorch");
+  else if (plan.activation_checkpointing.mode != ActivationCheckpointing::Mode::None)
     c.notes.push_back(opt.checkpoint_early_stop || plan.compile
                           ? "recompute: a fully checkpointed block reruns its forward up to the MLP's last linear "
                             "(non-reentrant checkpoint's early stop); selective op AC reruns the ops its policy "
@@ -188,6 +192,7 @@ models::KernelOptions kernel_options(const Plan& plan) {
   // activation_checkpointing_reentrant false, as llm-foundry's benchmarks set it).
   o.checkpoint_early_stop =
       plan.implementation != models::ModelImpl::TorchTitan && !plan.activation_checkpointing.outside_fsdp;
+  o.checkpoint_outside_compile = plan.activation_checkpointing.outside_compile;
   return o;
 }
 
@@ -845,7 +850,8 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
 
   // ---- activations (saved per block under its checkpointing mode, models/implementation.h) ----
   const auto& ac = plan.activation_checkpointing;
-  const models::ImplOptions impl{plan.implementation, plan.compile, plan.float8, c.trainable.lora, c.topo.sm_count};
+  const models::ImplOptions impl{plan.implementation, plan.compile,      plan.float8,
+                                 c.trainable.lora,    c.topo.sm_count, plan.activation_checkpointing.outside_compile};
   c.block_acts.resize(c.block_flows.size() * 3);
   std::vector<char> known(c.block_acts.size(), 0);
   const auto block_acts = [&](int flow, models::CheckpointMode mode) -> const Context::BlockActivations& {

@@ -16,7 +16,8 @@
 // | limit_all_gathers        | true/false (FSDP1 rate limiter, P4; ignored by FSDP2)       | true               |
 // | prefetch_depth           | 1..16 modules prefetched ahead (>1: FSDP2 explicit, P6)     | 1                  |
 // | activation_checkpointing | "none", "full", "selective_op", "every_<k>", or             | "none"             |
-// |                          | {"mode": ..., "every_k": k, "outside_fsdp": bool}           |                    |
+// |                          | {"mode": ..., "every_k": k, "outside_fsdp": bool,           |                    |
+// |                          |  "outside_compile": bool (checkpoint(compile(block)))}      |                    |
 // | param_dtype              | fp32, bf16, fp16                                            | bf16               |
 // | reduce_dtype             | fp32, bf16, fp16                                            | fp32               |
 // | master_weights_dtype     | fp32, bf16, fp16 (at least as wide as param_dtype)          | fp32               |
@@ -354,6 +355,16 @@ Plan resolve_plan(const Plan& in, int gpus, int gpus_per_node) {
                      "checkpoint(FSDP(block)) is whole-block (reentrant) checkpointing: mode full or every_k");
   if (p.activation_checkpointing.outside_fsdp && p.activation_checkpointing.mode == ActivationCheckpointing::Mode::None)
     throw InputError("plan.activation_checkpointing.outside_fsdp", "true", "needs a checkpointing mode (full or every_k)");
+  if (p.activation_checkpointing.outside_compile) {
+    // An eager checkpoint around a compiled block: modelled for whole-block checkpointing only (an eager
+    // op-level SAC policy does not see the ops inside inductor's kernels: unmodelled, unmeasured).
+    const std::string f = "plan.activation_checkpointing.outside_compile";
+    if (!p.compile) throw InputError(f, "true", "needs compile true (it orders the checkpoint and torch.compile)");
+    if (p.activation_checkpointing.mode == ActivationCheckpointing::Mode::None)
+      throw InputError(f, "true", "needs a checkpointing mode (full or every_k)");
+    if (p.activation_checkpointing.mode == ActivationCheckpointing::Mode::SelectiveOp)
+      throw InputError(f, "true", "modelled for whole-block checkpointing (mode full or every_k), not selective_op");
+  }
   // torchao: the float8 all-gather is an option of Float8Linear (Float8LinearConfig
   // enable_fsdp_float8_all_gather), supported with tensorwise scaling only; an fp8 all-gather thus implies
   // float8 compute with tensorwise scaling.

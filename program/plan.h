@@ -104,6 +104,12 @@ struct ActivationCheckpointing {
   // false: FSDP(checkpoint(block)) (torchtitan, Lightning, apply_activation_checkpointing) — no extra AG.
   // true: checkpoint(FSDP(block)) (HF gradient_checkpointing, reentrant) — one extra AG per unit (semantics A2).
   bool outside_fsdp = false;
+  // Under compile: false: compile(checkpoint(block)) (torchtitan's apply_ac then apply_compile, accelerate and a
+  // compiled whole model): dynamo traces the checkpoint and AOTAutograd's partitioner decides what the block saves
+  // and reruns. true: checkpoint(compile(block)) (torchtune's compile_model before set_activation_checkpointing,
+  // Lightning's FSDPStrategy wrapping blocks compiled in configure_model): an eager non-reentrant checkpoint
+  // around the compiled block, whose saved tensors its hooks drop and whose whole compiled forward reruns.
+  bool outside_compile = false;
 };
 
 struct CpuOffload {

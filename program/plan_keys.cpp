@@ -76,7 +76,7 @@ int parse_every_k(const std::string& s, const std::string& field) {
 
 ActivationCheckpointing parse_ac(const Json& v) {
   const std::string field = "plan.activation_checkpointing";
-  const std::string allowed = "expected \"none\", \"full\", \"selective_op\", \"every_<k>\" or {mode, every_k, outside_fsdp}";
+  const std::string allowed = "expected \"none\", \"full\", \"selective_op\", \"every_<k>\" or {mode, every_k, outside_fsdp, outside_compile}";
   ActivationCheckpointing ac;
   auto set_mode = [&](const std::string& s, const std::string& f) {
     if (s == "none") ac.mode = AcMode::None;
@@ -98,7 +98,7 @@ ActivationCheckpointing parse_ac(const Json& v) {
   }
   if (!v.is_object()) throw InputError(field, json_value_for_message(v), allowed);
   JsonReader r(v, field);
-  r.check_no_unknown_keys({"mode", "every_k", "outside_fsdp"});
+  r.check_no_unknown_keys({"mode", "every_k", "outside_fsdp", "outside_compile"});
   set_mode(r.get_string("mode", "full"), r.field("mode"));
   if (r.has("every_k")) {
     int k = static_cast<int>(r.get_int("every_k", 1, 999999));
@@ -106,12 +106,15 @@ ActivationCheckpointing parse_ac(const Json& v) {
     ac.every_k = k;
   }
   ac.outside_fsdp = r.get_bool("outside_fsdp", false);
+  ac.outside_compile = r.get_bool("outside_compile", false);
   return ac;
 }
 
 Json ac_json(const ActivationCheckpointing& ac) {
-  if (!ac.outside_fsdp) return checkpointing_name(ac);
-  Json a = {{"mode", ac.mode == AcMode::EveryK ? "every_k" : checkpointing_name(ac)}, {"outside_fsdp", true}};
+  if (!ac.outside_fsdp && !ac.outside_compile) return checkpointing_name(ac);
+  Json a = {{"mode", ac.mode == AcMode::EveryK ? "every_k" : checkpointing_name(ac)}};
+  if (ac.outside_fsdp) a["outside_fsdp"] = true;
+  if (ac.outside_compile) a["outside_compile"] = true;
   if (ac.mode == AcMode::EveryK) a["every_k"] = ac.every_k;
   return a;
 }

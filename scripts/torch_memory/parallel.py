@@ -230,7 +230,10 @@ def _block_raf(p, info, index, n_layers):
 
 def shard_fsdp2(model, p, info):
     """torchtitan's order: checkpoint_wrapper on each block (FSDP(AC(block))), compile per block,
-    fully_shard each block, then the root; materialize the shards (to_empty) and initialize them."""
+    fully_shard each block, then the root; materialize the shards (to_empty) and initialize them.
+    With activation_checkpointing.outside_compile, torchtune's order (lora_finetune_distributed's _setup_model:
+    compile_model, then set_activation_checkpointing): each block is compiled first and the eager checkpoint
+    wrapper goes around the compiled block."""
     try:
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
     except ImportError:     # PyTorch 2.4 / 2.5 kept FSDP2 under _composable
@@ -243,13 +246,17 @@ def shard_fsdp2(model, p, info):
     blocks = blocks_of(model)
     n = len(blocks)
     ckpt = checkpointed_layers(p, n)
+    compiled_first = p.compile and p.checkpointing.outside_compile
+    if compiled_first:
+        for block in blocks:
+            block.compile(fullgraph=False)
     if p.checkpointing.outside_fsdp:
         model.outside_checkpoint = ckpt
     elif ckpt:
         wrap = checkpoint_wrapper_fn(p.checkpointing.mode, early_stop=p.implementation != "torchtitan")
         for i in sorted(ckpt):
             blocks[i] = wrap(blocks[i])
-    if p.compile:
+    if p.compile and not compiled_first:
         for block in blocks:
             block.compile(fullgraph=False)
     if p.auto_wrap_policy == "transformer_block":

@@ -52,6 +52,7 @@ class Checkpointing:
     mode: str = "none"            # none | full | selective_op | every_k
     every_k: int = 1              # every_k: blocks with index % k == 0 are fully checkpointed
     outside_fsdp: bool = False    # checkpoint(FSDP(block)) (HF style, reentrant) instead of FSDP(checkpoint(block))
+    outside_compile: bool = False  # checkpoint(compile(block)) (torchtune's order) instead of compile(checkpoint(block))
 
     def name(self):
         return f"every_{self.every_k}" if self.mode == "every_k" else self.mode
@@ -164,7 +165,7 @@ def _mesh(v):
 
 def _checkpointing(v):
     field = "plan.activation_checkpointing"
-    allowed = 'expected "none", "full", "selective_op", "every_<k>" or {mode, every_k, outside_fsdp}'
+    allowed = 'expected "none", "full", "selective_op", "every_<k>" or {mode, every_k, outside_fsdp, outside_compile}'
 
     def mode_of(s, f):
         if s in ("none", "full", "selective_op", "every_k"):
@@ -182,8 +183,9 @@ def _checkpointing(v):
     if not isinstance(v, dict):
         raise InputError(field, show(v), allowed)
     for key in v:
-        if key not in ("mode", "every_k", "outside_fsdp"):
-            raise InputError(f"{field}.{key}", show(v[key]), "unknown key; expected mode, every_k, outside_fsdp")
+        if key not in ("mode", "every_k", "outside_fsdp", "outside_compile"):
+            raise InputError(f"{field}.{key}", show(v[key]),
+                             "unknown key; expected mode, every_k, outside_fsdp, outside_compile")
     mode, k = mode_of(v.get("mode", "full"), f"{field}.mode")
     if "every_k" in v:
         k = v["every_k"]
@@ -191,10 +193,13 @@ def _checkpointing(v):
             raise InputError(f"{field}.every_k", show(k), "expected an integer in [1, 999999]")
         if mode != "every_k":
             raise InputError(f"{field}.every_k", show(k), 'only with mode "every_k"')
-    outside = v.get("outside_fsdp", False)
-    if not isinstance(outside, bool):
-        raise InputError(f"{field}.outside_fsdp", show(outside), "expected true or false")
-    return Checkpointing(mode, k, outside)
+    flags = []
+    for key in ("outside_fsdp", "outside_compile"):
+        flag = v.get(key, False)
+        if not isinstance(flag, bool):
+            raise InputError(f"{field}.{key}", show(flag), "expected true or false")
+        flags.append(flag)
+    return Checkpointing(mode, k, *flags)
 
 
 def _offload(v):
@@ -474,6 +479,12 @@ def resolve_plan(plan, world, gpus_per_node, units=None):
     if ac.outside_fsdp and ac.mode in ("selective_op", "none"):
         raise InputError("plan.activation_checkpointing.outside_fsdp", "true",
                          "checkpoint(FSDP(block)) is whole-block (reentrant) checkpointing: mode full or every_k")
+    if ac.outside_compile:
+        field = "plan.activation_checkpointing.outside_compile"
+        if not p.compile:
+            raise InputError(field, "true", "needs compile true (it orders the checkpoint and torch.compile)")
+        if ac.mode in ("selective_op", "none"):
+            raise InputError(field, "true", "modelled for whole-block checkpointing (mode full or every_k)")
     if p.micro_batch * p.seq_len > MAX_TOKENS_PER_MICRO_BATCH:
         raise InputError("plan.micro_batch", str(p.micro_batch), "micro_batch x seq_len must stay below 2^31 tokens per micro-batch")
     if units is not None:

@@ -166,6 +166,19 @@ TEST(Readers, LightningScriptSequenceLengthCompileAndLitgpt) {
   EXPECT_EQ(c.plan.auto_wrap_policy.kind, models::WrapPolicy::Kind::TransformerBlock);   // litgpt's Block
   EXPECT_EQ(c.plan.activation_checkpointing.mode, sim::ActivationCheckpointing::Mode::Full);
   EXPECT_TRUE(c.plan.compile);
+  EXPECT_FALSE(c.plan.activation_checkpointing.outside_compile);   // torch.compile(model): around the checkpoints
+  // block.compile() in configure_model: FSDPStrategy checkpoints the compiled blocks after it.
+  const std::string strategy = "from litgpt.model import Block\n"
+                               "s = FSDPStrategy(auto_wrap_policy={Block}, activation_checkpointing_policy={Block})\n";
+  const std::string in_place = "    def configure_model(self):\n        for block in self.model.layers:\n"
+                               "            block.compile()\nTrainer(strategy=s)\n";
+  c = parse_user_config_text(strategy + in_place, "lightning", "x.py", kLlama);
+  EXPECT_TRUE(c.plan.compile);
+  EXPECT_TRUE(c.plan.activation_checkpointing.outside_compile);
+  EXPECT_NO_THROW(sim::resolve_plan(c.plan, 8, 8));
+  c = parse_user_config_text("from litgpt.model import Block\ns = FSDPStrategy(auto_wrap_policy={Block})\n" + in_place,
+                             "lightning", "x.py", kLlama);
+  EXPECT_FALSE(c.plan.activation_checkpointing.outside_compile);   // nothing checkpointed
 }
 
 // accelerate: no fsdp_auto_wrap_policy is NO_WRAP (FullyShardedDataParallelPlugin's default), a misspelled

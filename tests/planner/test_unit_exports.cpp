@@ -280,6 +280,40 @@ TEST(Exports, ExpressiblePlanPerFramework) {
   }
 }
 
+// Where the checkpoint sits relative to torch.compile (activation_checkpointing.outside_compile): the raw FSDP2
+// export compiles each block before wrapping it (AC(compile(block))) or after (compile(AC(block)), torchtitan's);
+// torchtitan and accelerate only compile around the checkpoint; Lightning's FSDPStrategy checkpoints the blocks
+// its configure_model compiled.
+TEST(Exports, CheckpointAroundOrInsideCompile) {
+  ExportInput in = fixtures()[0].in;   // FSDP2, full AC
+  in.plan.compile = true;
+  for (bool around : {false, true}) {
+    in.plan.activation_checkpointing.outside_compile = around;
+    const std::string text = export_fsdp2(in).text;
+    const auto compiled = text.find("block.compile()"), wrapped = text.find("checkpoint_wrapper(block)");
+    ASSERT_NE(compiled, std::string::npos) << text;
+    ASSERT_NE(wrapped, std::string::npos) << text;
+    EXPECT_EQ(compiled < wrapped, around) << text;
+    EXPECT_EQ(text.find("block.compile()", compiled + 1), std::string::npos) << text;   // once
+    for (const std::string fw : {"torchtitan", "accelerate"}) {
+      const Expressed e = express_plan(fw, in.plan, cluster(1, 8));
+      EXPECT_FALSE(e.plan.activation_checkpointing.outside_compile) << fw;
+      bool said = false;
+      for (const auto& c : e.changes) said = said || c.find("outside_compile true -> false") != std::string::npos;
+      EXPECT_EQ(said, around) << fw;
+    }
+    EXPECT_EQ(express_plan("fsdp2", in.plan, cluster(1, 8)).plan.activation_checkpointing.outside_compile, around);
+  }
+  sim::Plan v1 = in.plan;
+  v1.fsdp_version = sim::FsdpVersion::FSDP1;
+  v1.activation_checkpointing.outside_compile = false;
+  const Expressed l = express_plan("lightning", v1, cluster(1, 8));
+  EXPECT_TRUE(l.plan.activation_checkpointing.outside_compile);
+  ExportInput lin = in;
+  lin.plan = l.plan;
+  EXPECT_NE(export_lightning(lin).text.find("(checkpointed around it after this: AC(compile(block)))"), std::string::npos);
+}
+
 // plan.lora in the exports: PEFT's LoraConfig with the model's module names (accelerate, raw FSDP2, Lightning),
 // litgpt's finetune flags (Lightning), a note where the framework has none (torchtitan, and fully_shard itself);
 // express_plan drops lora for torchtitan (it trains every parameter) and turns FSDP1's use_orig_params on where

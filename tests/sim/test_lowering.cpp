@@ -1139,6 +1139,35 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
     EXPECT_TRUE(k_gemm) << compile;
   }
 
+  // checkpoint(compile(block)) (torchtune's order, activation_checkpointing.outside_compile): the eager checkpoint's
+  // hooks drop every tensor the compiled block saves, escaping or not: the block keeps its input alone (4 x 256 x
+  // 2 B). Its recompute remakes the compiled saved set for the backward, the 7 dequantized copies among them
+  // (4 x 131072 + 3 x 262144 B), and reruns the whole compiled forward, the NF4 GEMMs and their fused dequantization
+  // included: the same kernels, in the same order, as the block's forward.
+  {
+    models::ImplOptions o{models::ModelImpl::HF, true, models::Float8Recipe::None, shape, 132};
+    o.checkpoint_outside_compile = true;
+    const models::BlockMemory bm =
+        models::block_memory(m, 1, 4, Dtype::BF16, models::CheckpointMode::Full, o, models::GradFlow{});
+    Bytes kept = 0, remade_dequant = 0;
+    for (const auto& e : bm.forward_events)
+      if (e.kind == models::ForwardEvent::Kept) kept += e.bytes;
+    for (const auto& e : bm.recompute_events)
+      if (e.kind == models::ForwardEvent::Kept && std::string(e.name).ends_with(".weight_dequant")) remade_dequant += e.bytes;
+    EXPECT_EQ(kept, 4 * 256 * 2);
+    EXPECT_EQ(remade_dequant, 4 * 131072 + 3 * 262144);
+    const StepProgram around = lower_plan(
+        R"("compile": true, "activation_checkpointing": {"mode": "full", "outside_compile": true}, )");
+    std::vector<std::string> forward, rerun;
+    for (const Op* op : ops_of(around, OpKind::Forward, 2))
+      for (const auto& k : op->kernel_list()) forward.push_back(k.name);
+    for (const Op* op : ops_of(around, OpKind::Recompute, 2))
+      for (const auto& k : op->kernel_list()) rerun.push_back(k.name);
+    EXPECT_EQ(rerun, forward);
+    EXPECT_NE(std::find(rerun.begin(), rerun.end(), "q_proj.nf4_dequant"), rerun.end());
+    EXPECT_NE(std::find(rerun.begin(), rerun.end(), "down_proj"), rerun.end());   // no early stop inside it
+  }
+
   // FSDP1: bitsandbytes' layout
   const StepProgram f1 = lower_plan(R"("fsdp_version": 1, )");
   expect_well_formed(f1, "qlora fsdp1");

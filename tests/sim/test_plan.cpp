@@ -105,6 +105,12 @@ TEST(PlanParse, AlternativeForms) {
   auto ac = parse(R"({"activation_checkpointing": {"mode": "full", "outside_fsdp": true}})").activation_checkpointing;
   EXPECT_EQ(ac.mode, ActivationCheckpointing::Mode::Full);
   EXPECT_TRUE(ac.outside_fsdp);
+  EXPECT_FALSE(ac.outside_compile);
+  auto around = parse(R"({"compile": true, "activation_checkpointing": {"mode": "every_k", "every_k": 3, "outside_compile": true}})")
+                    .activation_checkpointing;
+  EXPECT_TRUE(around.outside_compile);
+  EXPECT_FALSE(around.outside_fsdp);
+  EXPECT_EQ(around.every_k, 3);
   auto k = parse(R"({"activation_checkpointing": {"mode": "every_k", "every_k": 2}})").activation_checkpointing;
   EXPECT_EQ(k.mode, ActivationCheckpointing::Mode::EveryK);
   EXPECT_EQ(k.every_k, 2);
@@ -200,6 +206,7 @@ TEST(PlanJson, RoundTripsEveryKey) {
           "auto_wrap_policy": {"modules": ["layers.*"]}, "use_orig_params": false})",
       R"({"fsdp_version": 2, "reshard_after_forward": 4, "prefetch_depth": 3, "fp8_all_gather": true,
           "activation_checkpointing": "selective_op", "backward_prefetch": null})",
+      R"({"compile": true, "activation_checkpointing": {"mode": "full", "outside_compile": true}})",
   };
   for (const char* t : texts) {
     Plan a = parse(t);
@@ -209,6 +216,7 @@ TEST(PlanJson, RoundTripsEveryKey) {
     EXPECT_EQ(b.reshard_after_forward, a.reshard_after_forward);
     EXPECT_EQ(b.activation_checkpointing.every_k, a.activation_checkpointing.every_k);
     EXPECT_EQ(b.activation_checkpointing.outside_fsdp, a.activation_checkpointing.outside_fsdp);
+    EXPECT_EQ(b.activation_checkpointing.outside_compile, a.activation_checkpointing.outside_compile);
     EXPECT_EQ(b.cpu_offload.params, a.cpu_offload.params);
     EXPECT_EQ(b.backward_prefetch, a.backward_prefetch);
     EXPECT_EQ(b.auto_wrap_policy.modules, a.auto_wrap_policy.modules);
@@ -279,6 +287,17 @@ TEST(PlanResolve, BadCombinationsNameTheField) {
             "plan.activation_checkpointing.outside_fsdp");
   EXPECT_EQ(resolve_error_field(R"({"activation_checkpointing": {"mode": "none", "outside_fsdp": true}})", 8, 8),
             "plan.activation_checkpointing.outside_fsdp");
+  // checkpoint(compile(block)): needs compile and whole-block checkpointing
+  EXPECT_EQ(resolve_error_field(R"({"activation_checkpointing": {"mode": "full", "outside_compile": true}})", 8, 8),
+            "plan.activation_checkpointing.outside_compile");
+  EXPECT_EQ(resolve_error_field(
+                R"({"compile": true, "activation_checkpointing": {"mode": "selective_op", "outside_compile": true}})", 8, 8),
+            "plan.activation_checkpointing.outside_compile");
+  EXPECT_EQ(resolve_error_field(R"({"compile": true, "activation_checkpointing": {"mode": "none", "outside_compile": true}})",
+                                8, 8),
+            "plan.activation_checkpointing.outside_compile");
+  EXPECT_EQ(resolve_error_field(R"({"activation_checkpointing": {"mode": "full", "outside_compile": 1}})", 8, 8),
+            "plan.activation_checkpointing.outside_compile");
   EXPECT_EQ(resolve_error_field(R"({"sharding_strategy": "SHARD_GRAD_OP", "mesh": [2, 4]})", 8, 4), "plan.mesh");
   EXPECT_EQ(resolve_error_field("{}", 0, 8), "cluster.gpus");
   EXPECT_EQ(resolve_error_field("{}", 8, 0), "cluster.gpus_per_node");

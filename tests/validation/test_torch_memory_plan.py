@@ -71,6 +71,12 @@ class PlanKeys(FieldAssertions):
         self.assertField({"cross_entropy_chunks": 8}, "plan.cross_entropy_chunks")   # only with "chunked"
         self.assertField({"cross_entropy": "chunked", "cross_entropy_chunks": 0}, "plan.cross_entropy_chunks")
 
+    def test_checkpoint_around_compile_parses(self):
+        ac = plans.parse_plan({"compile": True, "activation_checkpointing": {"mode": "every_k", "every_k": 2,
+                                                                           "outside_compile": True}}).checkpointing
+        self.assertEqual((ac.mode, ac.every_k, ac.outside_fsdp, ac.outside_compile), ("every_k", 2, False, True))
+        self.assertFalse(plans.parse_plan({"activation_checkpointing": "full"}).checkpointing.outside_compile)
+
     def test_chunked_loss_parses(self):
         p = plans.parse_plan({"cross_entropy": "chunked", "cross_entropy_chunks": 4})
         self.assertEqual((p.cross_entropy, p.cross_entropy_chunks), ("chunked", 4))
@@ -141,6 +147,12 @@ class Resolve(FieldAssertions):
         t.assertField({"master_weights_dtype": "bf16", "param_dtype": "fp32"}, "plan.master_weights_dtype")
         t.assertField({"activation_checkpointing": {"mode": "selective_op", "outside_fsdp": True}},
                       "plan.activation_checkpointing.outside_fsdp")
+        t.assertField({"activation_checkpointing": {"mode": "full", "outside_compile": True}},
+                      "plan.activation_checkpointing.outside_compile")
+        t.assertField({"compile": True, "activation_checkpointing": {"mode": "selective_op", "outside_compile": True}},
+                      "plan.activation_checkpointing.outside_compile")
+        t.assertField({"compile": True, "activation_checkpointing": {"mode": "full", "outside_compile": "yes"}},
+                      "plan.activation_checkpointing.outside_compile")
         t.assertField({"fsdp_version": 1, "cpu_offload": True, "grad_accum": 2, "grad_sync": True}, "plan.cpu_offload")
         t.assertField({"micro_batch": 65536, "seq_len": 65536}, "plan.micro_batch")
 
