@@ -145,6 +145,12 @@ TapePolicy AutogradTape::checkpoint_input_only(const TapePolicy& inner) const {
   return p;
 }
 
+TapePolicy AutogradTape::checkpoint_around_compiled(const TapePolicy& inner) const {
+  TapePolicy p = checkpoint_input_only(inner);
+  p.needed_live_to_forward_end = p.recompute && inner.compiled;
+  return p;
+}
+
 TapePolicy AutogradTape::full_checkpoint_policy(const TapePolicy& inner) const {
   TapePolicy p = checkpoint_input_only(inner);
   if (!p.recompute || !inner.compiled ||
@@ -376,6 +382,9 @@ std::vector<std::vector<int>> AutogradTape::forward_deaths(const TapePolicy& p) 
       }
     }
   }
+  if (p.needed_live_to_forward_end && n_ops > 0)   // the compiled function's outputs: alive until it returns
+    for (std::size_t s = 0; s < ns; ++s)
+      if (p.needed[s] && !p.kept[s]) last_use[s] = std::max(last_use[s], n_ops - 1);
   std::vector<std::vector<int>> dies(ops_.size());
   for (std::size_t s = 0; s < ns; ++s) {
     const int last = last_use[s];

@@ -123,6 +123,10 @@ struct TapePolicy {
   // fused kernel's inputs live until it ends, and the gradient it reads stays alive while it writes
   // the gradients of its inputs.
   bool compiled = false;
+  // An eager checkpoint around a compiled block (checkpoint(compile(block))): the compiled forward returns its
+  // saved set as outputs and hands it to save_for_backward, whose pack hooks drop it; until the block's forward
+  // returns, every tensor of the set (`needed`) that is not kept is alive.
+  bool needed_live_to_forward_end = false;
 };
 
 struct TapeCost {
@@ -191,6 +195,9 @@ class AutogradTape {
   TapePolicy full_checkpoint_policy(const TapePolicy& inner) const;
   // The same without the escaping ops: the block input alone (the base of op-level SAC).
   TapePolicy checkpoint_input_only(const TapePolicy& inner) const;
+  // torch.utils.checkpoint around the compiled block (`inner` the compiled policy): the block input alone
+  // kept, the compiled saved set alive to the end of the forward (TapePolicy::needed_live_to_forward_end).
+  TapePolicy checkpoint_around_compiled(const TapePolicy& inner) const;
   // Keeps (p.kept) the outputs of the `saving` ops (one flag per op) that the backward reads, directly or through
   // the ops the recompute reruns.
   void keep_what_backward_reads(TapePolicy& p, const std::vector<char>& saving) const;

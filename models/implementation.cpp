@@ -63,10 +63,11 @@ TapePolicy policy_for(const AutogradTape& t, CheckpointMode mode, bool compile, 
   const TapePolicy inner = compile ? t.compiled_policy() : t.eager_policy();
   switch (mode) {
     // checkpoint(compile(block)): torch.utils.checkpoint's pack hook (non-reentrant, saved_tensors_hooks) sees
-    // the compiled function's save_for_backward at run time and drops every tensor but the block's input; the
-    // recompute reruns the compiled forward, which saves the compiled set for this block's backward alone.
+    // the compiled function's save_for_backward at run time and drops every tensor but the block's input (the
+    // set lives until the compiled forward returns); the recompute reruns the compiled forward, which saves the
+    // compiled set for this block's backward alone.
     case CheckpointMode::Full:
-      return compile && outside_compile ? t.checkpoint_input_only(inner) : t.full_checkpoint_policy(inner);
+      return compile && outside_compile ? t.checkpoint_around_compiled(inner) : t.full_checkpoint_policy(inner);
     case CheckpointMode::SelectiveOp: return t.selective_op_policy(inner);
     case CheckpointMode::None: break;
   }

@@ -1156,6 +1156,22 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
       if (e.kind == models::ForwardEvent::Kept && std::string(e.name).ends_with(".weight_dequant")) remade_dequant += e.bytes;
     EXPECT_EQ(kept, 4 * 256 * 2);
     EXPECT_EQ(remade_dequant, 4 * 131072 + 3 * 262144);
+    // In the forward the compiled function returns that set and save_for_backward's pack hooks drop it: the 7
+    // dequantized copies live together until the block's forward ends (freed after down's copy was made).
+    Bytes live = 0, most = 0;
+    std::size_t q_freed = 0, down_made = 0;
+    for (std::size_t i = 0; i < bm.forward_events.size(); ++i) {
+      const auto& e = bm.forward_events[i];
+      if (!std::string(e.name).ends_with(".weight_dequant")) continue;
+      if (e.kind == models::ForwardEvent::Temp) live += e.bytes;
+      if (e.kind == models::ForwardEvent::FreeTemp) live -= e.bytes;
+      most = std::max(most, live);
+      if (e.kind == models::ForwardEvent::FreeTemp && std::string(e.name) == "attn.q.weight_dequant") q_freed = i;
+      if (e.kind == models::ForwardEvent::Temp && std::string(e.name) == "mlp.down.weight_dequant") down_made = i;
+    }
+    EXPECT_EQ(most, 4 * 131072 + 3 * 262144);
+    EXPECT_GT(q_freed, down_made);
+    EXPECT_EQ(live, 0);
     const StepProgram around = lower_plan(
         R"("compile": true, "activation_checkpointing": {"mode": "full", "outside_compile": true}, )");
     std::vector<std::string> forward, rerun;
