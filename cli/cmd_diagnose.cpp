@@ -19,7 +19,7 @@ int cmd_diagnose(const Argv& argv) {
       {"cluster", true, false, "cluster name or JSON file", "C"},
       {"config", true, false, "the configuration: .py (Lightning FSDPStrategy + Trainer), .yaml (accelerate or "
                               "LightningCLI), .toml (torchtitan) or .json (fsdpsim plan)", "FILE"},
-      {"format", true, false, "lightning | lightning-yaml | accelerate | torchtitan | plan (default: from the file)", "F"},
+      {"format", true, false, "lightning | lightning-yaml | accelerate | torchtune | torchtitan | plan (default: from the file)", "F"},
       {"micro-batch", true, false, "sequences per GPU per micro-batch, if the config does not say", "N"},
       {"seq-len", true, false, "tokens per sequence, if the config does not say", "N"},
       {"grad-accum", true, false, "micro-batches per optimizer step, if the config does not say", "N"},

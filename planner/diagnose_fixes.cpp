@@ -18,6 +18,7 @@ std::string wrap_blocks(const UserConfig& cfg, const models::ModelSpec& model) {
   if (cfg.format == "accelerate")
     return "fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP and fsdp_transformer_layer_cls_to_wrap: " + cls;
   if (cfg.format == "torchtitan") return "fully_shard each " + cls + " (torchtitan's parallelize.py does)";
+  if (cfg.format == "torchtune") return "shard each layer (the recipe's shard_model does: drop custom_sharded_layers)";
   if (cfg.format == "plan") return "\"auto_wrap_policy\": \"transformer_block\"";
   if (yaml_cli(cfg)) return "trainer.strategy.init_args.auto_wrap_policy naming " + cls + " (a class set is easiest in Python: FSDPStrategy(auto_wrap_policy={" + cls + "}))";
   return "FSDPStrategy(auto_wrap_policy={" + cls + "})";
@@ -26,6 +27,7 @@ std::string wrap_blocks(const UserConfig& cfg, const models::ModelSpec& model) {
 std::string bf16_compute(const UserConfig& cfg) {
   if (cfg.format == "accelerate") return "mixed_precision: bf16";
   if (cfg.format == "torchtitan") return "[training] mixed_precision_param = \"bfloat16\"";
+  if (cfg.format == "torchtune") return "dtype: bf16";
   if (cfg.format == "plan") return "\"param_dtype\": \"bf16\"";
   if (yaml_cli(cfg)) return "trainer.precision: bf16-mixed";
   return "Trainer(precision=\"bf16-mixed\")";
@@ -36,6 +38,7 @@ std::string pure_bf16(const UserConfig& cfg) {
     return "load the model in bfloat16 (from_pretrained(..., torch_dtype=torch.bfloat16)) and set mixed_precision: 'no' "
            "(accelerate's bf16 mode keeps fp32 master weights; there is no YAML key for pure bf16)";
   if (cfg.format == "torchtitan") return "[training] dtype = \"bfloat16\"";
+  if (cfg.format == "torchtune") return "dtype: bf16";
   if (cfg.format == "plan") return "\"master_weights_dtype\": \"bf16\"";
   const std::string s = yaml_cli(cfg) ? "trainer.precision: bf16-true" : "Trainer(precision=\"bf16-true\")";
   return s + " (pure bf16: updates lose precision; keep fp32 master weights if training is unstable)";
@@ -45,13 +48,14 @@ std::vector<std::string> checkpointing_modes(const UserConfig& cfg) {
   // Lightning's activation_checkpointing_policy and accelerate's fsdp_activation_checkpointing check-
   // point whole blocks (apply_activation_checkpointing): full only. torchtitan has op-level SAC and
   // every-k-th block; a plan JSON takes any mode.
-  if (lightning(cfg) || cfg.format == "accelerate") return {"full"};
+  if (lightning(cfg) || cfg.format == "accelerate" || cfg.format == "torchtune") return {"full"};
   return {"selective_op", "every_2", "full"};
 }
 
 std::string activation_checkpointing(const UserConfig& cfg, const models::ModelSpec& model, const std::string& mode) {
   const std::string cls = config_text::block_class_for(model, cfg.plan.implementation);
   if (cfg.format == "accelerate") return "fsdp_activation_checkpointing: true";
+  if (cfg.format == "torchtune") return "enable_activation_checkpointing: True";
   if (cfg.format == "torchtitan")
     return mode == "selective_op" ? "[activation_checkpoint] mode = \"selective\", selective_ac_option = \"op\""
            : mode == "every_2"    ? "[activation_checkpoint] mode = \"selective\", selective_ac_option = \"2\""
@@ -67,6 +71,7 @@ std::string hybrid_shard(const UserConfig& cfg, bool fsdp1, int replicate, int s
     return fsdp1 ? "fsdp_sharding_strategy: HYBRID_SHARD"
                  : "parallelism_config: parallelism_config_dp_replicate_size: " + r + ", parallelism_config_dp_shard_size: " + s;
   if (cfg.format == "torchtitan") return "[parallelism] data_parallel_replicate_degree = " + r + ", data_parallel_shard_degree = " + s;
+  if (cfg.format == "torchtune") return "data_parallel_replicate_dim: " + r + " and data_parallel_shard_dim: " + s;
   if (cfg.format == "plan") return "\"mesh\": [" + r + ", " + s + "]" + (fsdp1 ? ", \"sharding_strategy\": \"HYBRID_SHARD\"" : "");
   if (yaml_cli(cfg)) return "trainer.strategy.init_args: sharding_strategy: HYBRID_SHARD, device_mesh: [" + r + ", " + s + "]";
   return "FSDPStrategy(sharding_strategy=\"HYBRID_SHARD\", device_mesh=(" + r + ", " + s + "))";
@@ -76,6 +81,8 @@ std::string no_shard(const UserConfig& cfg, int world) {
   if (cfg.format == "accelerate") return "fsdp_sharding_strategy: NO_SHARD (or distributed_type: MULTI_GPU for DDP)";
   if (cfg.format == "torchtitan")
     return "[parallelism] data_parallel_replicate_degree = " + std::to_string(world) + ", data_parallel_shard_degree = 1";
+  if (cfg.format == "torchtune")
+    return "data_parallel_replicate_dim: " + std::to_string(world) + " and data_parallel_shard_dim: 1";
   if (cfg.format == "plan") return "\"sharding_strategy\": \"NO_SHARD\"";
   if (yaml_cli(cfg)) return "trainer.strategy: ddp (DDP; NO_SHARD is its FSDP spelling)";
   return "Trainer(strategy=\"ddp\") (DDP; FSDPStrategy(sharding_strategy=\"NO_SHARD\") is its FSDP spelling)";
@@ -83,6 +90,7 @@ std::string no_shard(const UserConfig& cfg, int world) {
 
 std::string full_shard(const UserConfig& cfg) {
   if (cfg.format == "accelerate") return "fsdp_sharding_strategy: FULL_SHARD";
+  if (cfg.format == "torchtune") return "fsdp_reshard_after_forward: True";
   if (cfg.format == "torchtitan") return "[parallelism] data_parallel_replicate_degree = 1, data_parallel_shard_degree = -1";
   if (cfg.format == "plan") return "\"sharding_strategy\": \"FULL_SHARD\"";
   if (yaml_cli(cfg)) return "trainer.strategy.init_args.sharding_strategy: FULL_SHARD";
@@ -91,6 +99,7 @@ std::string full_shard(const UserConfig& cfg) {
 
 std::string no_cpu_offload(const UserConfig& cfg) {
   if (cfg.format == "accelerate") return "fsdp_offload_params: false";
+  if (cfg.format == "torchtune") return "fsdp_cpu_offload: False";
   if (cfg.format == "torchtitan") return "[training] enable_cpu_offload = false";
   if (cfg.format == "plan") return "\"cpu_offload\": false";
   if (yaml_cli(cfg)) return "trainer.strategy.init_args.cpu_offload: false";
@@ -106,6 +115,7 @@ std::string eight_bit_adamw(const UserConfig& cfg, sim::Optimizer o) {
     return "\"optimizer\": " + sim::plan_to_json(p)["optimizer"].dump();   // (the key's spelling, program/plan_keys.cpp)
   }
   if (yaml_cli(cfg)) return "optimizer.class_path: " + cls;
+  if (cfg.format == "torchtune") return "optimizer: _component_: " + cls;
   if (cfg.format == "accelerate")
     return "build " + cls + "(model.parameters(), ...) in your script (the Hugging Face Trainer: optim=\"" + hf + "\")";
   return "configure_optimizers returning " + cls + "(self.parameters(), ...)";
@@ -119,6 +129,7 @@ std::string no_compile(const UserConfig& cfg) {
   if (cfg.format == "plan") return "\"compile\": false";
   if (cfg.format == "torchtitan") return "[compile] enable = false";
   if (cfg.format == "accelerate") return "dynamo_config: dynamo_backend: \"NO\"";
+  if (cfg.format == "torchtune") return "compile: False";
   return "drop the torch.compile(...) call";
 }
 

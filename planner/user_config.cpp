@@ -218,7 +218,7 @@ UserConfig parse_user_config_text(const std::string& text, const std::string& fo
   cfg.plan.micro_batch = 1;
   if (format == "lightning") {
     read_lightning_script(text, source, model, cfg);
-  } else if (format == "lightning-yaml" || format == "accelerate") {
+  } else if (format == "lightning-yaml" || format == "accelerate" || format == "torchtune") {
     YAML::Node root;
     try {
       root = YAML::Load(text);
@@ -228,6 +228,7 @@ UserConfig parse_user_config_text(const std::string& text, const std::string& fo
     if (!root.IsMap()) throw InputError(source, "<not a mapping>", "a YAML mapping");
     try {
       if (format == "accelerate") read_accelerate(root, model, cfg);
+      else if (format == "torchtune") read_torchtune(root, model, cfg);
       else read_lightning_yaml(root, model, cfg);
     } catch (const YAML::Exception& e) {   // e.g. a key that is itself a mapping or a sequence
       throw InputError(source, "<YAML structure at line " + std::to_string(e.mark.line + 1) + ">", e.msg);
@@ -239,9 +240,14 @@ UserConfig parse_user_config_text(const std::string& text, const std::string& fo
     cfg.micro_batch_given = cfg.seq_len_given = true;
     cfg.wrap_policy_given = true;
   } else {
-    throw InputError("--format", format, "lightning, lightning-yaml, accelerate, torchtitan or plan");
+    throw InputError("--format", format, "lightning, lightning-yaml, accelerate, torchtune, torchtitan or plan");
   }
   if (format != "plan") read_lora(text, cfg);
+  if (format == "torchtune" && cfg.plan.lora.on() && !cfg.plan.lora.adapts("head")) {
+    cfg.plan.frozen_units = {"root"};
+    cfg.facts.push_back("LoRA in torchtune trains the adapters alone: the root unit (embedding, final norm, output) "
+                        "holds no trainable parameter (frozen_units root)");
+  }
   if (format != "plan" && format != "torchtitan") read_optimizer(text, cfg);   // (torchtitan's [optimizer] is read)
   config_text::read_directive(text, cfg);
   if (!cfg.wrap_policy_given || cfg.plan.auto_wrap_policy.kind == models::WrapPolicy::Kind::None) cfg.wraps_nothing = true;
@@ -261,8 +267,9 @@ UserConfig read_user_config(const std::string& path, const ReadOptions& opts, co
     else if (ends(".json")) fmt = "plan";
     else if (ends(".yaml") || ends(".yml"))
       fmt = (text.find("fsdp_config") != std::string::npos || text.find("distributed_type") != std::string::npos) ? "accelerate"
+            : std::regex_search(text, std::regex(R"(_component_\s*:\s*["']?torchtune\.)"))                      ? "torchtune"
                                                                                                                   : "lightning-yaml";
-    else throw InputError("--config", path, "a .py (Lightning), .yaml (accelerate or LightningCLI), .toml (torchtitan) or .json (plan) file, or give --format");
+    else throw InputError("--config", path, "a .py (Lightning), .yaml (accelerate, torchtune or LightningCLI), .toml (torchtitan) or .json (plan) file, or give --format");
   }
   UserConfig cfg = parse_user_config_text(text, fmt, path, model);
   if (opts.micro_batch > 0) { cfg.plan.micro_batch = opts.micro_batch; cfg.micro_batch_given = true; }

@@ -18,6 +18,12 @@
 //  * accelerate (.yaml with `fsdp_config:` or `distributed_type:`): ecosystem.md §2.3 keys, FSDP1 and 2;
 //    a missing or misspelled fsdp_auto_wrap_policy is accelerate's default NO_WRAP (one FSDP unit);
 //    dynamo_config (INDUCTOR: compile) and fp8_config (backend AO: torchao float8).
+//  * torchtune (.yaml with `_component_: torchtune.`): a recipe config of full_finetune_distributed or
+//    lora_finetune_distributed: FSDP2 on each layer, pure `dtype`, batch_size, gradient_accumulation_steps (reduced
+//    every micro-batch), enable_activation_checkpointing around the layers compile_model compiled
+//    (activation_checkpointing.outside_compile), fsdp_cpu_offload, fsdp_reshard_after_forward,
+//    custom_sharded_layers, data_parallel_{replicate,shard}_dim, the loss component, tokenizer / dataset
+//    max_seq_len (exact when packed); LoRA trains the adapters alone (the root frozen).
 //  * torchtitan (.toml): [training], [parallelism], [activation_checkpoint], [compile], [model] converters
 //    with [float8] or [quantize.linear.float8], [optimizer] (ecosystem.md §2.4); other sections are named
 //    in a warning; implementation "torchtitan"; reshard "default" keeps the last block.
@@ -36,7 +42,7 @@
 namespace fsdpsim::planner {
 
 struct UserConfig {
-  std::string format;                 // lightning | lightning-yaml | accelerate | torchtitan | plan
+  std::string format;                 // lightning | lightning-yaml | accelerate | torchtune | torchtitan | plan
   std::string source;
   sim::Plan plan;                     // mesh 0 = let resolve_plan derive it
   std::vector<std::string> facts;     // how the config was read, in the user's words -> ours

@@ -137,3 +137,16 @@ TEST(Diagnose, QloraCompiledUnderCheckpointing) {
   const auto around = run("llama3-70b", "8xA100-80GB", "plan_qlora_compile_ac_around.json");
   for (const Finding& g : around.findings) EXPECT_NE(g.id, "qlora_compile_checkpointing");
 }
+
+// A torchtune recipe config: the fixes are spelled as its keys; its compiled QLoRA is already in torchtune's
+// order (checkpoint(compile(layer))), so the QLoRA compile finding stays silent.
+TEST(Diagnose, TorchtuneConfigsGetTorchtuneFixes) {
+  const auto d = run("llama3-8b", "8xH100-SXM", "torchtune_8b_full_no_ac.yaml");
+  const Finding* f = find(d, "activation_checkpointing");
+  ASSERT_NE(f, nullptr) << diagnosis_text(d);
+  EXPECT_EQ(f->fix, "enable_activation_checkpointing: True");
+  EXPECT_EQ(f->fixed_plan.activation_checkpointing.mode, sim::ActivationCheckpointing::Mode::Full);
+  const auto q = run("llama3-8b", "8xH100-SXM", "torchtune_8b_qlora_compile.yaml");
+  EXPECT_TRUE(q.plan.activation_checkpointing.outside_compile);
+  EXPECT_EQ(find(q, "qlora_compile_checkpointing"), nullptr) << diagnosis_text(q);
+}

@@ -181,6 +181,74 @@ TEST(Readers, LightningScriptSequenceLengthCompileAndLitgpt) {
   EXPECT_FALSE(c.plan.activation_checkpointing.outside_compile);   // nothing checkpointed
 }
 
+// torchtune recipe configs: FSDP2, pure dtype, every micro-batch reduced, the checkpoint around the compiled layer,
+// the loss, packing, custom sharded layers, LoRA read by the shared reader with the root frozen.
+TEST(Readers, TorchtuneRecipeConfig) {
+  auto c = read_user_config(fixture("torchtune_8b_qlora_compile.yaml"), {}, kLlama);
+  EXPECT_EQ(c.format, "torchtune");
+  const sim::Plan& p = c.plan;
+  EXPECT_EQ(p.fsdp_version, sim::FsdpVersion::FSDP2);
+  EXPECT_EQ(p.implementation, models::ModelImpl::HF);
+  EXPECT_EQ(p.param_dtype, Dtype::BF16);
+  EXPECT_EQ(p.reduce_dtype, Dtype::BF16);
+  EXPECT_EQ(p.master_weights_dtype, Dtype::BF16);
+  EXPECT_EQ(p.micro_batch, 2);
+  EXPECT_EQ(p.grad_accum, 4);
+  EXPECT_TRUE(p.grad_sync);
+  EXPECT_EQ(p.seq_len, 4096);
+  EXPECT_TRUE(c.seq_len_given);
+  EXPECT_EQ(p.reshard_after_forward, sim::ReshardAfterForward::no());
+  EXPECT_TRUE(p.compile);
+  EXPECT_EQ(p.activation_checkpointing.mode, sim::ActivationCheckpointing::Mode::Full);
+  EXPECT_TRUE(p.activation_checkpointing.outside_compile);
+  EXPECT_EQ(p.cross_entropy, models::LossImpl::Chunked);
+  EXPECT_EQ(p.cross_entropy_chunks, 16);
+  EXPECT_TRUE(p.free_logits_before_backward);
+  EXPECT_EQ(p.auto_wrap_policy.kind, models::WrapPolicy::Kind::Modules);
+  EXPECT_EQ(p.auto_wrap_policy.modules, (std::vector<std::string>{"layers.*", "embed_tokens", "lm_head"}));
+  EXPECT_EQ(p.lora.rank, 8);
+  EXPECT_TRUE(p.lora.quantize_nf4);
+  EXPECT_EQ(p.frozen_units, std::vector<std::string>{"root"});
+  EXPECT_EQ(p.optimizer_impl, sim::OptimizerImpl::Fused);
+  bool near = false;   // a misspelled key is named with the one it is close to
+  for (const auto& w : c.warnings) near = near || w.find("log_every_n_stpes") != std::string::npos;
+  EXPECT_TRUE(near);
+  EXPECT_NO_THROW(sim::resolve_plan(p, 8, 8));
+
+  // Defaults: bf16, reshard after forward, each layer an FSDP unit, no checkpointing, compile alone (no order).
+  c = parse_user_config_text("model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\ncompile: True\n", "torchtune",
+                             "x.yaml", kLlama);
+  EXPECT_EQ(c.plan.master_weights_dtype, Dtype::BF16);
+  EXPECT_EQ(c.plan.reshard_after_forward, sim::ReshardAfterForward::yes());
+  EXPECT_EQ(c.plan.auto_wrap_policy.kind, models::WrapPolicy::Kind::TransformerBlock);
+  EXPECT_FALSE(c.plan.activation_checkpointing.outside_compile);
+  EXPECT_FALSE(c.seq_len_given);
+  EXPECT_FALSE(c.plan.lora.on());
+  EXPECT_TRUE(c.plan.frozen_units.empty());
+  // The newer mapping form of compile, the mesh, and LinearCrossEntropyLoss.
+  c = parse_user_config_text("compile:\n  loss: False\ndata_parallel_replicate_dim: 2\ndata_parallel_shard_dim: 4\n"
+                             "loss:\n  _component_: torchtune.modules.loss.LinearCrossEntropyLoss\n",
+                             "torchtune", "x.yaml", kLlama);
+  EXPECT_TRUE(c.plan.compile);
+  EXPECT_EQ(c.plan.mesh_replicate, 2);
+  EXPECT_EQ(c.plan.mesh_shard, 4);
+  EXPECT_EQ(c.plan.cross_entropy, models::LossImpl::FusedLinear);
+
+  // Bad values name the key.
+  for (const auto& [text, field] : {std::pair{"dtype: fp16\n", "dtype"}, std::pair{"batch_size: 0\n", "batch_size"},
+                                    std::pair{"dataset:\n  packed: True\n", "dataset.packed"},
+                                    std::pair{"data_parallel_shard_dim: 0\n", "data_parallel_shard_dim"},
+                                    std::pair{"enable_activation_checkpointing: maybe\n", "enable_activation_checkpointing"},
+                                    std::pair{"custom_sharded_layers: output\n", "custom_sharded_layers"}}) {
+    try {
+      parse_user_config_text(text, "torchtune", "x.yaml", kLlama);
+      ADD_FAILURE() << text;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), field) << text;
+    }
+  }
+}
+
 // accelerate: no fsdp_auto_wrap_policy is NO_WRAP (FullyShardedDataParallelPlugin's default), a misspelled
 // key is never read (so also NO_WRAP), and the value is compared in upper case.
 TEST(Readers, AccelerateWrapPolicyDefaultIsNoWrap) {
