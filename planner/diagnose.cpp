@@ -289,6 +289,7 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
       sim::ActivationCheckpointing ac;
       ac.mode = m == "full" ? AcMode::Full : m == "every_2" ? AcMode::EveryK : AcMode::SelectiveOp;
       ac.every_k = m == "every_2" ? 2 : 1;
+      ac.outside_compile = cfg.checkpoint_wraps_compiled && bp.compile && m != "selective_op";
       try_fix(t, [ac](sim::Plan& q) { q.activation_checkpointing = ac; });
       if (!t.simulated) continue;
       bool take = !best.simulated ||

@@ -245,8 +245,8 @@ void read_lightning_script(const std::string& raw_text, const std::string& sourc
   // Module.compile() compiles a module in place (a block in configure_model, as Lightning's docs do it); the
   // checkpointing read above is applied after configure_model (FSDPStrategy's activation_checkpointing_policy) or
   // inside the model's forward around each layer's call (HF): either way around the compiled block.
-  if (cfg.plan.compile && cfg.plan.activation_checkpointing.mode != AcMode::None &&
-      std::regex_search(text, std::regex("\\.compile\\s*\\(\\s*\\)"))) {
+  cfg.checkpoint_wraps_compiled = cfg.plan.compile && std::regex_search(text, std::regex("\\.compile\\s*\\(\\s*\\)"));
+  if (cfg.checkpoint_wraps_compiled && cfg.plan.activation_checkpointing.mode != AcMode::None) {
     cfg.plan.activation_checkpointing.outside_compile = true;
     cfg.facts.push_back(".compile() on modules the checkpointing then wraps: checkpoint(compile(block)) "
                         "(activation_checkpointing.outside_compile)");

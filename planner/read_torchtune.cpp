@@ -196,6 +196,7 @@ void read_torchtune(const YAML::Node& root, const models::ModelSpec& model, User
   }
   if (p.compile)
     cfg.facts.push_back("compile: training.compile_model compiles each TransformerSelfAttentionLayer (compile true)");
+  cfg.checkpoint_wraps_compiled = true;
   if (p.compile && ac) {
     p.activation_checkpointing.outside_compile = true;
     cfg.facts.push_back("compile_model runs before set_activation_checkpointing: each checkpoint wraps a compiled "

@@ -52,6 +52,9 @@ struct UserConfig {
   bool wrap_policy_given = false;
   bool wraps_nothing = false;         // the policy names no module of the model, or there is none
   bool hf_gradient_checkpointing = false;
+  // The framework wraps compiled blocks in its checkpoints (torchtune's recipes; Lightning with block.compile()):
+  // checkpointing that diagnose adds goes around the compiled blocks too (activation_checkpointing.outside_compile).
+  bool checkpoint_wraps_compiled = false;
   int nodes = 0;                      // from the config (0 = not said)
   int gpus_per_node = 0;
   bool micro_batch_given = false;

@@ -149,4 +149,11 @@ TEST(Diagnose, TorchtuneConfigsGetTorchtuneFixes) {
   const auto q = run("llama3-8b", "8xH100-SXM", "torchtune_8b_qlora_compile.yaml");
   EXPECT_TRUE(q.plan.activation_checkpointing.outside_compile);
   EXPECT_EQ(find(q, "qlora_compile_checkpointing"), nullptr) << diagnosis_text(q);
+  // Checkpointing that diagnose adds to a compiled torchtune run wraps the compiled layers, as the recipe would.
+  const auto n = run("llama3-8b", "8xH100-SXM", "torchtune_8b_qlora_compile_no_ac.yaml");
+  const Finding* g = find(n, "activation_checkpointing");
+  ASSERT_NE(g, nullptr) << diagnosis_text(n);
+  EXPECT_EQ(g->fix, "enable_activation_checkpointing: True");
+  EXPECT_TRUE(g->fixed_plan.compile);
+  EXPECT_TRUE(g->fixed_plan.activation_checkpointing.outside_compile);
 }
