@@ -254,6 +254,13 @@ UserConfig parse_user_config_text(const std::string& text, const std::string& fo
   return cfg;
 }
 
+std::string yaml_format_of(const std::string& text) {
+  if (text.find("fsdp_config") != std::string::npos || text.find("distributed_type") != std::string::npos)
+    return "accelerate";
+  if (std::regex_search(text, std::regex(R"(_component_\s*:\s*["']?torchtune\.)"))) return "torchtune";
+  return "lightning-yaml";
+}
+
 UserConfig read_user_config(const std::string& path, const ReadOptions& opts, const models::ModelSpec& model) {
   std::string text = read_text_file(path, "--config");
   std::string fmt = opts.format;
@@ -266,9 +273,7 @@ UserConfig read_user_config(const std::string& path, const ReadOptions& opts, co
     else if (ends(".toml")) fmt = "torchtitan";
     else if (ends(".json")) fmt = "plan";
     else if (ends(".yaml") || ends(".yml"))
-      fmt = (text.find("fsdp_config") != std::string::npos || text.find("distributed_type") != std::string::npos) ? "accelerate"
-            : std::regex_search(text, std::regex(R"(_component_\s*:\s*["']?torchtune\.)"))                      ? "torchtune"
-                                                                                                                  : "lightning-yaml";
+      fmt = yaml_format_of(text);
     else throw InputError("--config", path, "a .py (Lightning), .yaml (accelerate, torchtune or LightningCLI), .toml (torchtitan) or .json (plan) file, or give --format");
   }
   UserConfig cfg = parse_user_config_text(text, fmt, path, model);

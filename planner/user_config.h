@@ -68,6 +68,9 @@ struct ReadOptions {
   std::int64_t grad_accum = 0;
 };
 
+// The form of a .yaml config from its text: "accelerate" (fsdp_config / distributed_type), "torchtune" (a
+// `_component_: torchtune.` entry) or "lightning-yaml".
+std::string yaml_format_of(const std::string& text);
 UserConfig read_user_config(const std::string& path, const ReadOptions& opts, const models::ModelSpec& model);
 // From text (tests; read_user_config dispatches here).
 UserConfig parse_user_config_text(const std::string& text, const std::string& format, const std::string& source,

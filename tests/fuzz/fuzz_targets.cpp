@@ -115,12 +115,7 @@ void run_user(const std::string& data, const std::string& format) {
   (void)sim::plan_to_json(sim::resolve_plan(cfg.plan, gpus, gpn)).dump();
 }
 
-void run_user_yaml(const std::string& data) {
-  // read_user_config's choice for a .yaml file.
-  const bool accelerate =
-      data.find("fsdp_config") != std::string::npos || data.find("distributed_type") != std::string::npos;
-  run_user(data, accelerate ? "accelerate" : "lightning-yaml");
-}
+void run_user_yaml(const std::string& data) { run_user(data, planner::yaml_format_of(data)); }   // read_user_config's choice
 void run_user_toml(const std::string& data) { run_user(data, "torchtitan"); }
 void run_user_lightning(const std::string& data) { run_user(data, "lightning"); }
 
@@ -132,7 +127,7 @@ const std::vector<Target>& targets() {
       {"plan", "sim::parse_plan + plan_to_json round trip + resolve_plan", run_plan},
       {"profile", "calibrate::HardwareProfile::from_json + cost queries", run_profile},
       {"cluster", "calibrate::cluster_from_json / load_cluster(name) + for_cluster", run_cluster},
-      {"user_yaml", "planner::parse_user_config_text (accelerate / lightning-yaml)", run_user_yaml},
+      {"user_yaml", "planner::parse_user_config_text (accelerate / torchtune / lightning-yaml)", run_user_yaml},
       {"user_toml", "planner::parse_user_config_text (torchtitan)", run_user_toml},
       {"user_lightning", "planner::parse_user_config_text (lightning .py)", run_user_lightning},
   };
