@@ -18,7 +18,7 @@ void read_lightning_yaml(const YAML::Node& root, const models::ModelSpec& model,
 // planner/read_accelerate.cpp: `accelerate config` YAML.
 void read_accelerate(const YAML::Node& root, const models::ModelSpec& model, UserConfig& cfg);
 // planner/read_torchtune.cpp: a torchtune recipe config (YAML with `_component_:` entries).
-void read_torchtune(const YAML::Node& root, const models::ModelSpec& model, UserConfig& cfg);
+void read_torchtune(const YAML::Node& root, const std::string& text, const models::ModelSpec& model, UserConfig& cfg);
 // planner/read_torchtitan.cpp: a torchtitan TOML job config.
 void read_torchtitan(const std::string& text, const std::string& source, const models::ModelSpec& model, UserConfig& cfg);
 

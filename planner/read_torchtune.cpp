@@ -15,6 +15,7 @@
 // The model's own keys (lora_*, qlora_*) and the optimizer's _component_ are read from the text by the shared
 // readers (read_lora, read_optimizer in planner/user_config.cpp).
 #include <algorithm>
+#include <regex>
 
 #include "common/errors.h"
 #include "planner/config_readers.h"
@@ -39,7 +40,8 @@ const std::vector<std::string>& known_keys() {
       "tensor_parallel_dim", "tensor_parallel_plan", "data_parallel_shard_dim", "data_parallel_replicate_dim",
       "context_parallel_dim", "context_parallel_rotate_method", "cudnn_deterministic_mode", "quantizer",
       "ac_mode", "ac_option", "memory_efficient_fsdp_wrap", "low_cpu_ram", "clip_grad_norm", "collate_fn",
-      "num_training_steps", "teacher_model", "teacher_checkpointer", "kd_loss", "kd_ratio", "fsdp_sharding_strategy"};
+      "num_training_steps", "teacher_model", "teacher_checkpointer", "kd_loss", "kd_ratio", "fsdp_sharding_strategy",
+      "datasets"};
   return k;
 }
 
@@ -106,9 +108,18 @@ void read_sequence(const YAML::Node& root, UserConfig& cfg) {
 
 }  // namespace
 
-void read_torchtune(const YAML::Node& root, const models::ModelSpec& model, UserConfig& cfg) {
+void read_torchtune(const YAML::Node& root, const std::string& text, const models::ModelSpec& model, UserConfig& cfg) {
   (void)model;
   auto& p = cfg.plan;
+  // The recipe the config's own comment launches (`tune run [--nproc_per_node N] <recipe> --config ...`).
+  std::smatch run;
+  if (std::regex_search(text, run, std::regex(R"(tune\s+run\s+(?:--nproc_per_node\s+\S+\s+)?(\S+))")) &&
+      run[1].str().find("single_device") != std::string::npos)
+    cfg.warnings.push_back("this config is for " + run[1].str() + ", which trains on one GPU without FSDP: diagnosed as "
+                           "if run with the matching distributed recipe");
+  if (root["quantizer"] && !is_null(root["quantizer"]))
+    cfg.warnings.push_back("quantizer: quantization-aware training's fake-quantization ops are not modelled (the "
+                           "prediction leaves out their activations and time)");
   p.fsdp_version = sim::FsdpVersion::FSDP2;
   p.implementation = models::ModelImpl::HF;
   cfg.facts.push_back("torchtune distributed recipe: FSDP2 fully_shard on each layers.i and the root; its modules "

@@ -228,7 +228,7 @@ UserConfig parse_user_config_text(const std::string& text, const std::string& fo
     if (!root.IsMap()) throw InputError(source, "<not a mapping>", "a YAML mapping");
     try {
       if (format == "accelerate") read_accelerate(root, model, cfg);
-      else if (format == "torchtune") read_torchtune(root, model, cfg);
+      else if (format == "torchtune") read_torchtune(root, text, model, cfg);
       else read_lightning_yaml(root, model, cfg);
     } catch (const YAML::Exception& e) {   // e.g. a key that is itself a mapping or a sequence
       throw InputError(source, "<YAML structure at line " + std::to_string(e.mark.line + 1) + ">", e.msg);

@@ -234,6 +234,18 @@ TEST(Readers, TorchtuneRecipeConfig) {
   EXPECT_EQ(c.plan.mesh_shard, 4);
   EXPECT_EQ(c.plan.cross_entropy, models::LossImpl::FusedLinear);
 
+  // What is not modelled is said: a single-device recipe's config, quantization-aware training.
+  c = parse_user_config_text("#   tune run lora_finetune_single_device --config llama3_1/8B_lora_single_device\n"
+                             "quantizer:\n  _component_: torchtune.training.quantization.Int8DynActInt4WeightQATQuantizer\n",
+                             "torchtune", "x.yaml", kLlama);
+  std::string said;
+  for (const auto& w : c.warnings) said += w + "\n";
+  EXPECT_NE(said.find("lora_finetune_single_device, which trains on one GPU without FSDP"), std::string::npos) << said;
+  EXPECT_NE(said.find("quantizer: quantization-aware training"), std::string::npos) << said;
+  EXPECT_EQ(yaml_format_of("model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n"), "torchtune");
+  EXPECT_EQ(yaml_format_of("fsdp_config:\n  fsdp_version: 2\n"), "accelerate");
+  EXPECT_EQ(yaml_format_of("trainer:\n  precision: bf16-true\n"), "lightning-yaml");
+
   // Bad values name the key.
   for (const auto& [text, field] : {std::pair{"dtype: fp16\n", "dtype"}, std::pair{"batch_size: 0\n", "batch_size"},
                                     std::pair{"dataset:\n  packed: True\n", "dataset.packed"},
