@@ -39,7 +39,7 @@ const std::vector<std::string>& known_keys() {
       "output_dir", "resume_from_checkpoint", "save_adapter_weights_only", "run_val_every_n_steps", "save_every_n_steps",
       "tensor_parallel_dim", "tensor_parallel_plan", "data_parallel_shard_dim", "data_parallel_replicate_dim",
       "context_parallel_dim", "context_parallel_rotate_method", "cudnn_deterministic_mode", "quantizer",
-      "ac_mode", "ac_option", "memory_efficient_fsdp_wrap", "low_cpu_ram", "clip_grad_norm", "collate_fn",
+      "ac_mode", "ac_option", "memory_efficient_fsdp_wrap", "low_cpu_ram", "collate_fn",
       "num_training_steps", "teacher_model", "teacher_checkpointer", "kd_loss", "kd_ratio", "fsdp_sharding_strategy",
       "datasets"};
   return k;
@@ -55,10 +55,12 @@ std::int64_t yaml_int(const YAML::Node& n, const std::string& key, std::int64_t 
 
 bool is_null(const YAML::Node& n) { return !n || n.IsNull() || sim::lower(unquote(yaml_text(n))) == "null"; }
 
-// custom_sharded_layers: torchtune's module names -> the wrap policy's (program/plan.h WrapPolicy modules).
+// custom_sharded_layers: torchtune's module names (also under a fusion model's `decoder.`) -> the wrap policy's
+// (program/plan.h WrapPolicy modules).
 std::string unit_module(const std::string& torchtune_name) {
-  if (torchtune_name == "tok_embeddings") return "embed_tokens";
-  if (torchtune_name == "output") return "lm_head";
+  const std::string leaf = last_component(torchtune_name);
+  if (leaf == "tok_embeddings") return "embed_tokens";
+  if (leaf == "output") return "lm_head";
   return "";
 }
 
