@@ -241,7 +241,9 @@ std::string label_of(const Plan& p) {
     if (!p.limit_all_gathers) os << " limit_all_gathers=False";
   }
   if (v1 && !p.use_orig_params) os << " use_orig_params=False";
-  os << " AC=" << sim::checkpointing_text(p.activation_checkpointing) << " mb=" << p.micro_batch << " ga=" << p.grad_accum;
+  os << " AC=" << sim::checkpointing_text(p.activation_checkpointing)
+     << (p.activation_checkpointing.outside_compile ? "(around compile)" : "") << " mb=" << p.micro_batch
+     << " ga=" << p.grad_accum;
   if (p.grad_accum > 1) os << (p.grad_sync ? " sync" : " no_sync");
   if (p.cpu_offload.params) os << " offload";
   os << " " << precision_name(p);
@@ -273,6 +275,17 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
   acs[2].every_k = 2;
   acs[3].mode = AcMode::SelectiveOp;
   if (auto* f = find_fixed(o, "activation_checkpointing")) acs = {sim::parse_ac_text("--fix activation_checkpointing", f->value)};
+  // Compiled QLoRA: where the checkpoint sits decides what a block keeps (traced inside compile, torchtitan's
+  // order, the NF4 weights escape it; eager around the compiled block, torchtune's order, they do not: program/
+  // plan.h ActivationCheckpointing::outside_compile). Both orders of each whole-block mode are searched; for other
+  // models the order changes little but the recompute, so the default (torchtitan's) alone.
+  if (o.base.compile && o.base.lora.quantize_nf4)
+    for (std::size_t i = 0, n = acs.size(); i < n; ++i)
+      if (acs[i].mode == AcMode::Full || acs[i].mode == AcMode::EveryK) {
+        ActivationCheckpointing around = acs[i];
+        around.outside_compile = true;
+        acs.push_back(around);
+      }
 
   std::vector<std::int64_t> mbs = divisors(per_gpu);
   if (auto* f = find_fixed(o, "micro_batch")) {

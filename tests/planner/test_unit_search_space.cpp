@@ -73,6 +73,24 @@ TEST(Enumerate, LoraSearchesUseOrigParamsAndQloraStaysModelled) {
     EXPECT_EQ(x.plan.master_weights_dtype, x.plan.param_dtype) << x.label;
     EXPECT_FALSE(x.plan.cpu_offload.params && x.plan.fsdp_version == sim::FsdpVersion::FSDP2) << x.label;
   }
+  // Compiled QLoRA: full and every_2 checkpointing in both orders (the checkpoint traced inside compile, or eager
+  // around the compiled block): the two whole-block modes' candidates twice, 420 / 4 modes x 2 more; every
+  // candidate valid, and the label says the order.
+  o.base.compile = true;
+  c = enumerate_candidates(o, 1, 2);
+  EXPECT_EQ(c.size(), 420u + 2 * 420u / 4);
+  int around = 0;
+  for (const auto& x : c) {
+    const auto& ac = x.plan.activation_checkpointing;
+    if (!ac.outside_compile) continue;
+    ++around;
+    EXPECT_TRUE(ac.mode == sim::ActivationCheckpointing::Mode::Full || ac.mode == sim::ActivationCheckpointing::Mode::EveryK);
+    EXPECT_NE(x.label.find("(around compile)"), std::string::npos) << x.label;
+    EXPECT_NO_THROW(sim::resolve_plan(x.plan, 2, 2)) << x.label;
+  }
+  EXPECT_EQ(around, 2 * 420 / 4);
+  o.base.lora.quantize_nf4 = false;   // bf16 LoRA: the default order alone
+  for (const auto& x : enumerate_candidates(o, 1, 2)) EXPECT_FALSE(x.plan.activation_checkpointing.outside_compile);
 }
 
 // A low-bit optimizer: no CPU offload (not modelled with one); bitsandbytes' under FSDP1 only.
