@@ -32,7 +32,7 @@ int cmd_compare(const Argv& argv) {
                             "Compare two plans side by side - e.g. your config against the recommendation: "
                             "`fsdpsim compare train.py out/plan.json --model M --cluster C`. A and B are each an inline "
                             "plan JSON, a plan file, plan.json[#N] from `fsdpsim plan`, a `diagnose --json` or "
-                            "`simulate --json` output, or a Lightning / accelerate / torchtitan config. Each difference "
+                            "`simulate --json` output, or a Lightning / accelerate / torchtune / torchtitan config. Each difference "
                             "is simulated alone on A, so the table says what each one costs or gains.",
                             specs);
     return kExitOk;

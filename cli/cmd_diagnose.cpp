@@ -1,4 +1,4 @@
-// `fsdpsim diagnose`: read an existing Lightning / accelerate / torchtitan / plan configuration,
+// `fsdpsim diagnose`: read an existing Lightning / accelerate / torchtune / torchtitan / plan configuration,
 // predict its memory and throughput, list its problems with the fix and the predicted gain.
 #include <iostream>
 

@@ -21,7 +21,7 @@ int cmd_fit(const Argv& argv) {
       {"model", true, false, "zoo name or config.json", "M"},
       {"cluster", true, false, "cluster name or JSON file", "C"},
       {"plan", true, false, "the plan: inline JSON, a plan file, plan.json[#N] from `fsdpsim plan`, or a Lightning / "
-                            "accelerate / torchtitan config (default: {} = PyTorch's FSDP2 defaults)", "P"},
+                            "accelerate / torchtune / torchtitan config (default: {} = PyTorch's FSDP2 defaults)", "P"},
       {"seq-len", true, false, "tokens per sequence when the plan does not say (plan key seq_len)", "N"},
       {"micro-batch", true, false, "sequences per GPU per micro-batch when a framework config does not say", "N"},
       {"memory-margin", true, false, "fraction of GPU memory kept free (default 0.05)", "F"},

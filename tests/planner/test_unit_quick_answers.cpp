@@ -82,6 +82,27 @@ TEST(Fit, LargestMicroBatchAndTheSmallestChange) {
   EXPECT_EQ(fit_json(a)["smallest_change"], a.changes.front().what);
 }
 
+// Full checkpointing in fit keeps the plan's order of checkpoint and compile (torchtune wraps compiled layers);
+// the other modes cannot have it.
+TEST(Fit, FullCheckpointingKeepsTheCheckpointAroundCompile) {
+  const auto hw = h100x8();
+  const Bytes cap = hw.memory_capacity();
+  sim::Plan p;
+  p.compile = true;
+  p.activation_checkpointing.mode = AcMode::Full;
+  p.activation_checkpointing.outside_compile = true;
+  int full = 0, around = 0;
+  FitAnswer a = fit_plan(models::load_model("tiny-llama"), hw, p, 0.05, [&](const sim::Plan& q) {
+    const auto& ac = q.activation_checkpointing;
+    full += ac.mode == AcMode::Full;
+    around += ac.outside_compile;
+    EXPECT_TRUE(!ac.outside_compile || ac.mode == AcMode::Full);
+    return toy(q, cap);
+  });
+  EXPECT_GT(full, 1);
+  EXPECT_EQ(around, full);
+}
+
 TEST(Compare, EachDifferenceAlone) {
   const auto hw = h100x8();
   const Bytes cap = hw.memory_capacity();
