@@ -728,7 +728,9 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
                                                         "NF4 weight saved from a block's forward to its backward (as "
                                                         "measured on PyTorch 2.11, where eager saves none), under full "
                                                         "activation checkpointing too, with the NF4 GEMMs' outputs "
-                                                        "(LinearNF4's ops escape the checkpoint in the compiled graph)")
+                                                        "(LinearNF4's ops escape a checkpoint traced in the compiled "
+                                                        "graph; an eager checkpoint around the compiled block, "
+                                                        "activation_checkpointing.outside_compile, drops them)")
                                      : FSDPSIM_NF4_NOTE("for its forward and again for its input gradient, eagerly: "
                                                         "get_original_weight's int64 and bf16 temporaries peak at 14 "
                                                         "bytes per element of the weight, in 11 kernels (compile fuses "
