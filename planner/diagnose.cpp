@@ -256,6 +256,7 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
     if (const std::string around = fix_words::checkpoint_around_compile(cfg); !around.empty()) {
       Finding t = f;
       t.fix = around;
+      t.simulated = false;   // (not compile off's result, should this one be refused)
       const auto wrap = [](sim::Plan& q) { q.activation_checkpointing.outside_compile = true; };
       try_fix(t, wrap);
       if (t.simulated && (t.fixed_fits_with_margin || !f.fixed_fits_with_margin) &&
