@@ -10,6 +10,7 @@
 
 #include "common/errors.h"
 #include "common/json_reader.h"
+#include "models/wrap_graph.h"
 #include "planner/config_readers.h"
 #include "planner/config_text.h"
 #include "program/optimizer_state.h"
@@ -244,9 +245,19 @@ UserConfig parse_user_config_text(const std::string& text, const std::string& fo
   }
   if (format != "plan") read_lora(text, cfg);
   if (format == "torchtune" && cfg.plan.lora.on() && !cfg.plan.lora.adapts("head")) {
+    // Every unit without a block: the root, and the embedding and output when custom_sharded_layers wraps them.
     cfg.plan.frozen_units = {"root"};
-    cfg.facts.push_back("LoRA in torchtune trains the adapters alone: the root unit (embedding, final norm, output) "
-                        "holds no trainable parameter (frozen_units root)");
+    try {
+      cfg.plan.frozen_units.clear();
+      for (const models::FsdpUnit& u : models::build_wrap_graph(model, cfg.plan.auto_wrap_policy).units)
+        if (u.layers.empty()) cfg.plan.frozen_units.push_back(u.is_root ? "root" : u.name);
+    } catch (const InputError&) {   // a policy the model cannot take: the simulation names it; the root alone here
+      cfg.plan.frozen_units = {"root"};
+    }
+    std::string names;
+    for (const std::string& n : cfg.plan.frozen_units) names += (names.empty() ? "" : ", ") + n;
+    cfg.facts.push_back("LoRA in torchtune trains the adapters alone: the units outside the layers (" + names +
+                        ") hold no trainable parameter (frozen_units)");
   }
   if (format != "plan" && format != "torchtitan") read_optimizer(text, cfg);   // (torchtitan's [optimizer] is read)
   config_text::read_directive(text, cfg);

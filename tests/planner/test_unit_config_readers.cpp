@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "common/errors.h"
+#include "models/zoo.h"
 #include "planner/user_config.h"
 
 using namespace fsdpsim;
@@ -184,7 +185,7 @@ TEST(Readers, LightningScriptSequenceLengthCompileAndLitgpt) {
 // torchtune recipe configs: FSDP2, pure dtype, every micro-batch reduced, the checkpoint around the compiled layer,
 // the loss, packing, custom sharded layers, LoRA read by the shared reader with the root frozen.
 TEST(Readers, TorchtuneRecipeConfig) {
-  auto c = read_user_config(fixture("torchtune_8b_qlora_compile.yaml"), {}, kLlama);
+  auto c = read_user_config(fixture("torchtune_8b_qlora_compile.yaml"), {}, models::load_model("llama3-8b"));
   EXPECT_EQ(c.format, "torchtune");
   const sim::Plan& p = c.plan;
   EXPECT_EQ(p.fsdp_version, sim::FsdpVersion::FSDP2);
@@ -208,7 +209,8 @@ TEST(Readers, TorchtuneRecipeConfig) {
   EXPECT_EQ(p.auto_wrap_policy.modules, (std::vector<std::string>{"layers.*", "embed_tokens", "lm_head"}));
   EXPECT_EQ(p.lora.rank, 8);
   EXPECT_TRUE(p.lora.quantize_nf4);
-  EXPECT_EQ(p.frozen_units, std::vector<std::string>{"root"});
+  // custom_sharded_layers wraps the embedding and output apart: those units are frozen with the root.
+  EXPECT_EQ(p.frozen_units, (std::vector<std::string>{"root", "model.embed_tokens", "lm_head"}));
   EXPECT_EQ(p.optimizer_impl, sim::OptimizerImpl::Fused);
   bool near = false;   // a misspelled key is named with the one it is close to
   for (const auto& w : c.warnings) near = near || w.find("log_every_n_stpes") != std::string::npos;
