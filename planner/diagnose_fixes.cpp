@@ -142,7 +142,8 @@ std::string checkpoint_around_compile(const UserConfig& cfg) {
     return "\"activation_checkpointing\": {\"mode\": " + mode + (ac.outside_fsdp ? ", \"outside_fsdp\": true" : "") +
            ", \"outside_compile\": true}";
   }
-  if (cfg.format == "torchtitan" || cfg.format == "accelerate") return "";
+  // torchtitan and accelerate compile around the checkpoint; torchtune's recipes already wrap compiled layers
+  if (cfg.format == "torchtitan" || cfg.format == "accelerate" || cfg.format == "torchtune") return "";
   return "call block.compile() on each block before it is wrapped for checkpointing (checkpoint_wrapper, or "
          "FSDPStrategy's activation_checkpointing_policy after configure_model): checkpoint(compile(block)), "
          "torchtune's order";

@@ -32,7 +32,7 @@ std::string fsdp_checkpointing_instead_of_hf(const UserConfig& cfg, const models
 std::string no_compile(const UserConfig& cfg);
 // The same checkpointing, its eager wrapper around each compiled block (checkpoint(compile(block)),
 // activation_checkpointing.outside_compile); "" where the framework cannot say it (torchtitan compiles each
-// checkpointed block, accelerate the whole prepared model).
+// checkpointed block, accelerate the whole prepared model; torchtune's recipes already do it).
 std::string checkpoint_around_compile(const UserConfig& cfg);
 
 }  // namespace fsdpsim::planner::fix_words

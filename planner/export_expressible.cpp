@@ -53,10 +53,14 @@ struct Translator {
     note("reshard_after_forward " + p.reshard_after_forward.text() + " -> true: " + why);
     p.reshard_after_forward = sim::ReshardAfterForward::yes();
   }
-  void compile_outside_checkpoint(const std::string& why) {
-    if (!p.activation_checkpointing.outside_compile) return;
-    p.activation_checkpointing.outside_compile = false;
-    note("activation_checkpointing.outside_compile true -> false: " + why);
+  // The framework's order of checkpoint and compile (activation_checkpointing.outside_compile): only a compiled plan
+  // with whole-block checkpointing has one.
+  void checkpoint_order(bool around, const std::string& why) {
+    auto& ac = p.activation_checkpointing;
+    if (ac.outside_compile == around) return;
+    if (around && (!p.compile || ac.mode == AcMode::None || ac.mode == AcMode::SelectiveOp)) return;
+    ac.outside_compile = around;
+    note(std::string("activation_checkpointing.outside_compile ") + (around ? "false -> true: " : "true -> false: ") + why);
   }
   void depth_one(const std::string& why) {
     if (p.fsdp_version != sim::FsdpVersion::FSDP2 || p.prefetch_depth <= 1) return;
@@ -95,11 +99,8 @@ Expressed express_plan(const std::string& fw, const sim::Plan& in, const calibra
     }
     if (p.fsdp_version == sim::FsdpVersion::FSDP1) {
       t.no_fp8_all_gather("FSDP1 (FSDPStrategy) cannot all-gather in float8");
-      if (p.compile && p.activation_checkpointing.mode != AcMode::None && !p.activation_checkpointing.outside_compile) {
-        p.activation_checkpointing.outside_compile = true;
-        t.note("activation_checkpointing.outside_compile false -> true: the export compiles each block in "
-               "configure_model and FSDPStrategy's activation_checkpointing_policy wraps the compiled blocks after it");
-      }
+      t.checkpoint_order(true, "the export compiles each block in configure_model and FSDPStrategy's "
+                               "activation_checkpointing_policy wraps the compiled blocks after it");
       t.no_overrides("FSDPStrategy wraps every block alike");
       t.grad_sync(false, "the Trainer accumulates inside FSDP's no_sync()");
     } else {
@@ -108,7 +109,7 @@ Expressed express_plan(const std::string& fw, const sim::Plan& in, const calibra
     }
   } else if (fw == "accelerate") {
     t.full_checkpointing("fsdp_activation_checkpointing checkpoints every wrapped block");
-    t.compile_outside_checkpoint("accelerate compiles the whole prepared model, its checkpoint wrappers inside");
+    t.checkpoint_order(false, "accelerate compiles the whole prepared model, its checkpoint wrappers inside");
     t.reshard_bool("fsdp_reshard_after_forward is true or false");
     t.depth_one("accelerate has no prefetch-depth key");
     t.no_overrides("accelerate has no per-unit key");
@@ -143,7 +144,7 @@ Expressed express_plan(const std::string& fw, const sim::Plan& in, const calibra
     if (p.fsdp_version == sim::FsdpVersion::FSDP1) t.no_fp8_all_gather("FSDP1 cannot all-gather in float8");
   } else if (fw == "torchtitan") {
     t.to_fsdp2("torchtitan is FSDP2 only");
-    t.compile_outside_checkpoint("torchtitan compiles each checkpointed block (apply_ac, then apply_compile)");
+    t.checkpoint_order(false, "torchtitan compiles each checkpointed block (apply_ac, then apply_compile)");
     t.reshard_bool("fsdp_reshard_after_forward is default, always or never");
     t.depth_one("torchtitan has no prefetch-depth key");
     t.grad_sync(true, "torchtitan's train loop reduces every micro-batch");
