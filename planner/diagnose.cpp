@@ -343,6 +343,27 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
     }
   }
 
+  // 3b. torchtune's activation offloading (a key of its recipes): with every layer checkpointed, each layer's input
+  // can live in pinned CPU memory instead of the GPU (program/lower_walk.cpp "activation offloading": derived from
+  // torchtune's OffloadActivations, not measured). Proposed when the plan does not fit or is tight and it helps.
+  if (cfg.format == "torchtune" && bp.activation_checkpointing.mode == AcMode::Full && !bp.activation_checkpointing.outside_fsdp &&
+      bp.activation_offloading == sim::ActivationOffload::None && tight) {
+    Finding f = make("activation_offloading", "problem");
+    f.message = "every layer is checkpointed and its input stays on the GPU until its backward (" +
+                std::to_string(bp.micro_batch) + " x " + std::to_string(bp.seq_len) + " tokens x hidden " +
+                std::to_string(model.hidden) + " per layer, " + std::to_string(model.n_layers) +
+                " layers); torchtune's activation offloading keeps them in pinned CPU memory and brings each back "
+                "before its layer's recompute (derived from torchtune's OffloadActivations, not measured against PyTorch)";
+    f.fix = "enable_activation_offloading: True";
+    const auto change = [](sim::Plan& q) { q.activation_offloading = sim::ActivationOffload::Streams; };
+    try_fix(f, change);
+    f.message += saving_text(f, base);
+    if (f.simulated && (better(f) || saves_much(f))) {
+      problem_fixes.push_back(change);
+      d.findings.push_back(f);
+    }
+  }
+
   // 4. FULL_SHARD across nodes (K2).
   if (cl.nodes > 1 && bp.mesh_shard > gpn && bp.mesh_shard % gpn == 0 &&
       (strategy == sim::ShardingStrategy::FULL_SHARD || strategy == sim::ShardingStrategy::SHARD_GRAD_OP)) {

@@ -212,6 +212,15 @@ Expressed express_plan(const std::string& fw, const sim::Plan& in, const calibra
     t.note("cross_entropy chunked -> torch: torchtune's CEWithChunkedOutputLoss needs torchtune's TransformerDecoder "
            "(chunked_output); this front-end computes the cross-entropy over the whole logits");
   }
+  // torchtune's activation offloading is torchtune's own saved-tensor hooks (training.OffloadActivations), which
+  // none of these front-ends has; the export keeps the checkpointed blocks' inputs on the GPU.
+  if (p.activation_offloading != sim::ActivationOffload::None) {
+    t.note(std::string("activation_offloading ") +
+           (p.activation_offloading == sim::ActivationOffload::Streams ? "streams" : "sync") +
+           " -> none: torchtune's OffloadActivations is torchtune's code (enable_activation_offloading); this "
+           "front-end keeps each checkpointed block's input on the GPU");
+    p.activation_offloading = sim::ActivationOffload::None;
+  }
   // bitsandbytes' optimizers are modelled over FSDP1's plain-tensor parameters only (program/optimizer_state.h):
   // an export that moved the plan to FSDP2 takes torchao's AdamW of the same state width instead.
   if (sim::optimizer_is_bitsandbytes(p.optimizer) && p.fsdp_version == sim::FsdpVersion::FSDP2) {

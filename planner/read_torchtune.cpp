@@ -216,9 +216,22 @@ void read_torchtune(const YAML::Node& root, const std::string& text, const model
                         "layer, checkpoint(compile(layer)) (activation_checkpointing.outside_compile)");
   }
   if (root["enable_activation_offloading"] &&
-      yaml_bool(root["enable_activation_offloading"], "enable_activation_offloading"))
-    cfg.warnings.push_back("enable_activation_offloading: the checkpointed layers' inputs move to the CPU in torchtune; "
-                           "not modelled: simulated on the GPU (the prediction is high by those inputs)");
+      yaml_bool(root["enable_activation_offloading"], "enable_activation_offloading")) {
+    // training.get_act_offloading_ctx_manager: OffloadActivations(use_streams=activation_offloading_use_streams,
+    // default True) around the model's forward.
+    const bool streams = !root["activation_offloading_use_streams"] ||
+                         yaml_bool(root["activation_offloading_use_streams"], "activation_offloading_use_streams");
+    if (ac) {
+      p.activation_offloading = streams ? sim::ActivationOffload::Streams : sim::ActivationOffload::Sync;
+      cfg.facts.push_back(std::string("enable_activation_offloading: OffloadActivations around the model's forward moves "
+                                      "each checkpointed layer's input to pinned CPU memory (activation_offloading ") +
+                          (streams ? "streams" : "sync") + ")");
+    } else {
+      cfg.warnings.push_back("enable_activation_offloading without enable_activation_checkpointing: every saved tensor "
+                             "of the layers goes through the offload stash; not modelled: simulated on the GPU (the "
+                             "prediction is high by the offloaded activations)");
+    }
+  }
   if (root["optimizer_in_bwd"] && yaml_bool(root["optimizer_in_bwd"], "optimizer_in_bwd"))
     cfg.warnings.push_back("optimizer_in_bwd: the optimizer steps each parameter in its backward hook and frees its "
                            "gradient; not modelled: simulated with the step after the backward");

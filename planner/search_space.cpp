@@ -242,7 +242,11 @@ std::string label_of(const Plan& p) {
   }
   if (v1 && !p.use_orig_params) os << " use_orig_params=False";
   os << " AC=" << sim::checkpointing_text(p.activation_checkpointing)
-     << (p.activation_checkpointing.outside_compile ? "(around compile)" : "") << " mb=" << p.micro_batch
+     << (p.activation_checkpointing.outside_compile ? "(around compile)" : "")
+     << (p.activation_offloading == sim::ActivationOffload::Streams ? "+act-offload"
+         : p.activation_offloading == sim::ActivationOffload::Sync  ? "+act-offload(sync)"
+                                                                    : "")
+     << " mb=" << p.micro_batch
      << " ga=" << p.grad_accum;
   if (p.grad_accum > 1) os << (p.grad_sync ? " sync" : " no_sync");
   if (p.cpu_offload.params) os << " offload";

@@ -3,10 +3,15 @@
 #include "program/lower_walk.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "program/optimizer_state.h"
 
 namespace fsdpsim::sim::lowering {
+
+// torchtune's OffloadActivations defaults (min_offload_size, max_fwd_stash_size): "activation offloading" below.
+constexpr Bytes kMinOffloadBytes = 1024;
+constexpr int kForwardStash = 5;
 
 StepProgram LoweringWalk::run() {
   const int U = static_cast<int>(c_.sizes.size());
@@ -22,6 +27,20 @@ StepProgram LoweringWalk::run() {
   p_.ops.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 8 + U * 32 + chunks) + 64);
   p_.buffers.reserve(static_cast<std::size_t>(c_.micro_batches) * (c_.segments.size() * 3 + U * 8 + chunk_buffers) + U * 3);
   add_streams();
+  offload_ = compute_;
+  if (plan_.activation_offloading != ActivationOffload::None) {
+    if (offload_streams()) offload_ = b_.add_stream(StreamRole::Offload, "activation_offload");
+    // The final norm's saved tensors are packed too; the head's saved input (the norm's output) is not: the output
+    // projection runs under NoOpManager.
+    for (const models::SavedTensor& t : c_.final_norm.saved) final_packs_ += t.bytes >= kMinOffloadBytes ? 1 : 0;
+    if (final_packs_ > 0 && c_.flows.final_part.trains_weight(models::Weight::LmHead)) --final_packs_;
+    p_.notes.push_back(std::string("activation offloading (torchtune's OffloadActivations, use_streams ") +
+                       (offload_streams() ? "true" : "false") +
+                       "): each checkpointed block's input is copied to pinned host memory in the forward (" +
+                       (offload_streams() ? "on a side stream, the last 5 packed tensors kept on the GPU" : "on the compute stream") +
+                       ") and back before the block's recompute; derived from torchtune's source, not measured against "
+                       "PyTorch; the final norm's saved tensors keep their GPU memory as without offloading");
+  }
   begin(param_grad_parts());
   add_persistent();
   act_.assign(c_.segments.size(), BufferRange{});
@@ -98,10 +117,18 @@ void LoweringWalk::forward() {
   root_pre_forward();
   fire(&LoweringWalk::pre_forward, 0);
   const int S = static_cast<int>(c_.segments.size());
+  const bool offloading = plan_.activation_offloading != ActivationOffload::None;
+  if (offloading) {
+    pack_id_ = 0;
+    stash_.clear();
+    offloaded_.assign(c_.segments.size(), -1);
+  }
   for (int s = 0; s < S; ++s) {
     b_.site(mb_, SitePhase::Forward, segment_site_layer(c_, s));
     for (int u : c_.opening[s]) fire(&LoweringWalk::pre_forward, u);
+    if (offloading) offload_pack(s);
     emit_compute(s, OpKind::Forward);
+    if (offloading) offload_after_forward(s);
     for (int u : c_.closing[s]) fire(&LoweringWalk::post_forward, u);
   }
   drop_carried();   // (a model without a final norm and head: the last block's output dies here)
@@ -757,8 +784,13 @@ void LoweringWalk::walk_post_backward(int u) {
 
 void LoweringWalk::backward_segment(int s) {
   const int u = c_.segments[s].unit;
-  if (!plan_.activation_checkpointing.outside_fsdp && checkpointed(s))
+  const bool offloading = plan_.activation_offloading != ActivationOffload::None;
+  if (!plan_.activation_checkpointing.outside_fsdp && checkpointed(s)) {
+    if (offloading) offload_unpack(s);
     emit_compute(s, OpKind::Recompute);   // A1/A3: FSDP(checkpoint(block)) recomputes without another all-gather
+    rec_op_ = b_.last_op();
+    if (offloading && !offload_streams() && offloaded_[s] >= 0) b_.free_now(offloaded_[s]);   // (the copy back)
+  }
   // Autograd allocates a unit's unsharded gradient at its first backward compute (the segment where its
   // pre-backward fired).
   const int first_new = b_.num_buffers();
@@ -772,6 +804,7 @@ void LoweringWalk::backward_segment(int s) {
   if (const int grad = unsharded_grad(u); grad >= 0) b_.write(o, grad);
   segment_grads(s, o);
   if (c_.loss.chunked_output && c_.segments[s].part == models::ModulePart::FinalNormAndHead) head_chunks_backward(s);
+  if (offloading) offload_after_backward(s);
 }
 
 void LoweringWalk::backward() {
@@ -793,11 +826,117 @@ void LoweringWalk::backward() {
   b_.site(mb_, SitePhase::Backward, -1);
   walk_post_backward(0);   // the root's post-backward runs in the final callback (its inputs need no grad)
   final_callback();
+  // torchtune's queued callback (wait_and_del_remaining_references), queued after FSDP's at the first unpack, drops
+  // the last input brought back.
+  if (reload_ >= 0) b_.free_now(reload_);
+  reload_ = reload_op_ = reload_wait_ = -1;
   // Logits the training loop still references (free_logits_before_backward false: `logits = model(x)`,
   // the loss, then loss.backward()) are no input of any backward node (the loss saves its own tensors),
   // so nothing frees them before backward() returns and the step function drops them.
   if (logits_ >= 0) b_.free_now(logits_);
   logits_ = -1;
+}
+
+// ---- activation offloading ----------------------------------------------------------------------------------
+// torchtune's OffloadActivations (torchtune/training/_activation_offloading.py at pytorch/torchtune bd2a0fc7c) around
+// the model's forward, every block checkpointed (resolve_plan refuses other modes). The saved tensors its hooks see
+// are each checkpoint's input (torch.utils.checkpoint's non-reentrant _NoopSaveInputs saves the block's arguments
+// outside the checkpoint's own hooks, which drop everything inside the block), the final norm's and the embedding's
+// indices; the output projection runs under NoOpManager and the loss outside the context. Every saved tensor of at
+// least 1 KiB (min_offload_size) that is no parameter gets the next pack id and a pinned CPU copy.
+//  * streams (use_streams true, torchtune's default): pack_tensor first makes the compute stream wait on the copy of
+//    every stashed tensor with id <= new id - 5 (max_fwd_stash_size) and drops it, then makes the side stream wait on
+//    the compute stream, copies there and keeps the GPU tensor in fwd_stash. The tensors still stashed when the
+//    forward ends are dropped by the hook of the first backward node that unpacks an offloaded tensor (the final
+//    norm's backward), and come back later like the others. In the backward, a block's input is copied back on the
+//    side stream (allocated in its pool) when the block's first node unpacks it (the recompute starts there), the
+//    compute stream waits for it (s0.wait_stream(s1)), and the hook of the next node that unpacks (the previous
+//    block's first node, after it ran) makes the side stream wait on an event recorded after this block's node and
+//    drops it; the end-of-backward callback drops the last.
+//  * sync (use_streams false): the copy runs on the compute stream and only the CPU copy is kept: the GPU tensor
+//    dies with its last forward use (the block's residual add); the backward copies it back on the compute stream
+//    and the recompute drops it.
+// Not modelled: the embedding's saved indices (a few KiB); the final norm's saved tensors keep their memory as
+// without offloading (in the stash until their backward; with use_streams false they would leave at once) and
+// their copies are not timed, though they count as packs; the pinned host memory.
+void LoweringWalk::offload_pack(int s) {
+  const Segment& seg = c_.segments[s];
+  if (seg.part == models::ModulePart::FinalNormAndHead) {
+    pack_id_ += final_packs_;
+    if (offload_streams()) release_stash(pack_id_ - kForwardStash);
+    return;
+  }
+  if (seg.part != models::ModulePart::Block || !checkpointed(s)) return;
+  const models::ForwardEvent* in = input_event(c_.acts(seg.layer).forward_events);
+  if (!in || in->kind != models::ForwardEvent::Kept || carried_ < 0 || carried_bytes_ != in->bytes ||
+      in->bytes < kMinOffloadBytes)
+    return;
+  ++pack_id_;
+  if (offload_streams()) {
+    release_stash(pack_id_ - kForwardStash);
+    b_.defer_wait_stream(offload_, compute_);
+  }
+  Op& o = b_.op(OpKind::D2H, offload_, seg.unit, mb_, "act D2H");
+  b_.read(o, carried_);
+  o.copy_bytes = carried_bytes_;
+  offloaded_[s] = carried_;
+  if (offload_streams()) stash_.push_back(Stashed{pack_id_, carried_, o.id});
+}
+
+// The compute stream waits on the copies of the stashed tensors with id <= up_to_id, which are dropped (at the
+// current CPU point).
+void LoweringWalk::release_stash(int up_to_id) {
+  std::size_t k = 0;
+  for (; k < stash_.size() && stash_[k].id <= up_to_id; ++k) {
+    b_.defer_wait(compute_, stash_[k].copy);
+    b_.free_now(stash_[k].buffer);
+  }
+  stash_.erase(stash_.begin(), stash_.begin() + static_cast<std::ptrdiff_t>(k));
+}
+
+// The block took its offloaded input as its checkpoint's saved input (act_[s].extra): the GPU tensor is the
+// stash's now (streams), or dies after this forward (sync); the backward brings a copy back.
+void LoweringWalk::offload_after_forward(int s) {
+  if (offloaded_[s] < 0) return;
+  if (act_[s].extra != offloaded_[s])
+    throw std::logic_error("lowering: the offloaded block input is not the checkpoint's saved input");
+  act_[s].extra = -1;
+  if (!offload_streams()) b_.free_now(offloaded_[s]);
+}
+
+// Before a block's recompute: its input copied back from the CPU.
+void LoweringWalk::offload_unpack(int s) {
+  if (offloaded_[s] < 0) return;
+  const Segment& seg = c_.segments[s];
+  const Bytes bytes = p_.buffers[static_cast<std::size_t>(offloaded_[s])].bytes;
+  if (offload_streams()) {
+    b_.defer_wait(offload_, reload_wait_);
+    reload_wait_ = -1;
+  }
+  Op& o = b_.op(OpKind::H2D, offload_, seg.unit, mb_, "act H2D");
+  const int back = b_.buffer("act_reload", seg.unit, bytes, MemCategory::Activations, offload_);
+  o.allocs.push_back(back);
+  b_.write(o, back);
+  o.copy_bytes = bytes;
+  if (offload_streams()) b_.defer_wait(compute_, o.id);
+  offloaded_[s] = back;   // (sync: backward_segment drops it after the recompute)
+}
+
+// After a segment's backward (streams): the first node that unpacked an offloaded tensor drops the stash; a block's
+// node drops the input the previous one brought back.
+void LoweringWalk::offload_after_backward(int s) {
+  if (!offload_streams()) return;
+  const Segment& seg = c_.segments[s];
+  const bool unpacks = (seg.part == models::ModulePart::FinalNormAndHead && final_packs_ > 0) || offloaded_[s] >= 0;
+  if (!unpacks) return;
+  release_stash(INT_MAX);
+  if (offloaded_[s] < 0) return;
+  if (reload_ >= 0) {
+    b_.free_now(reload_);
+    reload_wait_ = reload_op_;
+  }
+  reload_ = offloaded_[s];
+  reload_op_ = rec_op_;
 }
 
 }  // namespace fsdpsim::sim::lowering

@@ -178,6 +178,24 @@ class LoweringWalk {
 
  private:
   void add_persistent();
+  // Activation offloading (plan.activation_offloading; lower_walk.cpp "activation offloading").
+  struct Stashed {
+    int id = 0, buffer = -1, copy = -1;   // pack id, the GPU tensor, its D2H op
+  };
+  bool offload_streams() const { return plan_.activation_offloading == ActivationOffload::Streams; }
+  void offload_pack(int s);
+  void offload_after_forward(int s);
+  void offload_unpack(int s);
+  void offload_after_backward(int s);
+  void release_stash(int up_to_id);
+  int offload_ = -1;                  // the stream the copies run on (the compute stream with use_streams false)
+  int pack_id_ = 0;                   // saved tensors packed so far in this micro-batch's forward
+  int final_packs_ = 0;               // the final norm's offloadable saved tensors
+  std::vector<Stashed> stash_;        // streams: offloaded GPU tensors still held (fwd_stash)
+  std::vector<int> offloaded_;        // per segment: the block input offloaded this micro-batch (-1: none)
+  int reload_ = -1, reload_op_ = -1;  // streams: the last input brought back, and its block's recompute op
+  int reload_wait_ = -1;              // streams: the op the next copy back waits on (the event before a drop)
+  int rec_op_ = -1;                   // the recompute op backward_segment emitted last
   void cublas_workspace(Op& o, bool autograd_thread);
   // Fires a hook of unit u (see pre_forward).
   void fire(void (LoweringWalk::*hook)(int), int u) {

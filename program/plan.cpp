@@ -18,6 +18,8 @@
 // | activation_checkpointing | "none", "full", "selective_op", "every_<k>", or             | "none"             |
 // |                          | {"mode": ..., "every_k": k, "outside_fsdp": bool,           |                    |
 // |                          |  "outside_compile": bool (checkpoint(compile(block)))}      |                    |
+// | activation_offloading    | "none", "streams", "sync": torchtune's OffloadActivations    | "none"             |
+// |                          | (use_streams true / false); needs full checkpointing        |                    |
 // | param_dtype              | fp32, bf16, fp16                                            | bf16               |
 // | reduce_dtype             | fp32, bf16, fp16                                            | fp32               |
 // | master_weights_dtype     | fp32, bf16, fp16 (at least as wide as param_dtype)          | fp32               |
@@ -364,6 +366,22 @@ Plan resolve_plan(const Plan& in, int gpus, int gpus_per_node) {
       throw InputError(f, "true", "needs a checkpointing mode (full or every_k)");
     if (p.activation_checkpointing.mode == ActivationCheckpointing::Mode::SelectiveOp)
       throw InputError(f, "true", "modelled for whole-block checkpointing (mode full or every_k), not selective_op");
+  }
+  if (p.activation_offloading != ActivationOffload::None) {
+    // torchtune's OffloadActivations with every block checkpointed (its recipes' pairing): what the blocks save is
+    // each checkpoint's input. Without checkpointing every block, each op's saved tensors would go one by one
+    // through the 5-deep stash: not modelled.
+    const std::string f = "plan.activation_offloading";
+    const std::string v = p.activation_offloading == ActivationOffload::Streams ? "\"streams\"" : "\"sync\"";
+    const auto& ac = p.activation_checkpointing;
+    if (ac.mode != ActivationCheckpointing::Mode::Full && !(ac.mode == ActivationCheckpointing::Mode::EveryK && ac.every_k == 1))
+      throw InputError(f, v, "modelled with activation_checkpointing \"full\" only (each block's saved tensors are then "
+                             "its checkpoint's input; per-op offloading is not modelled)");
+    if (ac.outside_fsdp)
+      throw InputError(f, v, "modelled for FSDP(checkpoint(block)), not checkpoint(FSDP(block)) (outside_fsdp)");
+    if (p.implementation == models::ModelImpl::Runtime)
+      throw InputError(f, v, "fsdpsim's own runtime does not offload activations (use implementation hf, litgpt, "
+                             "fused or torchtitan)");
   }
   // torchao: the float8 all-gather is an option of Float8Linear (Float8LinearConfig
   // enable_fsdp_float8_all_gather), supported with tensorwise scaling only; an fp8 all-gather thus implies

@@ -112,6 +112,17 @@ struct ActivationCheckpointing {
   bool outside_compile = false;
 };
 
+// torchtune's activation offloading (training.OffloadActivations, torchtune/training/_activation_offloading.py;
+// the recipes' enable_activation_offloading and activation_offloading_use_streams): saved-tensor hooks around the
+// model's forward (not its output projection, NoOpManager) copy every saved tensor of at least 1 KiB that is no
+// parameter to pinned CPU memory and bring it back in the backward. Modelled with whole-block checkpointing of
+// every block (what the blocks then save is each checkpoint's input): program/lower_walk.cpp "activation offloading".
+enum class ActivationOffload {
+  None,
+  Streams,   // use_streams true (torchtune's default): copies on a side stream, a stash of 5 in the forward
+  Sync,      // use_streams false: copies on the compute stream, the GPU tensor dropped at once
+};
+
 struct CpuOffload {
   bool params = false;           // FSDP1 CPUOffload(offload_params=True) / FSDP2 CPUOffloadPolicy: params+grads+optimizer on CPU
   bool optimizer = false;        // optimizer state (and step) on CPU only
@@ -131,6 +142,7 @@ struct Plan {
   bool limit_all_gathers = true;     // FSDP1 rate limiter (2 in flight)
   int prefetch_depth = 1;            // FSDP2 explicit prefetch: modules prefetched ahead (1 = the implicit/default)
   ActivationCheckpointing activation_checkpointing;
+  ActivationOffload activation_offloading = ActivationOffload::None;
   Dtype param_dtype = Dtype::BF16;
   Dtype reduce_dtype = Dtype::FP32;
   // fp32 = fp32 master weights (sharded params/grads/optimizer in fp32: Lightning "bf16-mixed");

@@ -542,6 +542,19 @@ std::vector<PlanKey> make_table() {
                    {F::TorchTitan, "activation_checkpoint.mode"}};
     t.push_back(std::move(k));
   }
+  {
+    PlanKey k = enum_key("activation_offloading", &Plan::activation_offloading,
+                         Names<ActivationOffload>{{{ActivationOffload::None, "none"}, {ActivationOffload::Streams, "streams"},
+                                                   {ActivationOffload::Sync, "sync"}}},
+                         "none, streams or sync");
+    const auto write = k.write;
+    k.write = [write](const Plan& p, Json& j) {
+      if (p.activation_offloading != ActivationOffload::None) write(p, j);
+    };
+    k.default_json = "";   // printed when on
+    k.search = S::Base;
+    t.push_back(std::move(k));
+  }
   t.push_back(dtype_key("param_dtype", &Plan::param_dtype));
   t.back().spellings = {{F::TorchTitan, "training.mixed_precision_param"}};
   t.push_back(dtype_key("reduce_dtype", &Plan::reduce_dtype));

@@ -32,7 +32,8 @@ namespace fsdpsim::sim {
 
 // Streams as PyTorch names them. FSDP1 (F1.1): default, pre_unshard, unshard, post_backward,
 // all_reduce. FSDP2 (F2.1): default, all_gather_copy_in, all_gather, reduce_scatter, all_reduce.
-enum class StreamRole { Compute, CopyIn, AllGather, ReduceScatter, AllReduce };
+// Offload: torchtune's activation-offloading side stream (plan.activation_offloading "streams").
+enum class StreamRole { Compute, CopyIn, AllGather, ReduceScatter, AllReduce, Offload };
 struct Stream {
   int id = 0;
   StreamRole role = StreamRole::Compute;

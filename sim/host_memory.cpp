@@ -83,17 +83,24 @@ HostMemory host_memory(const models::WrapGraph& graph, const Plan& rp, int gpus_
 void apply_host_memory(const HostMemory& h, const calibrate::HardwareProfile& hw, const Plan& rp, SimResult& r) {
   r.host_memory_per_node = h.per_node();
   r.host_capacity_per_node = hw.host_memory_per_node();
-  if (!rp.cpu_offload.params && !rp.cpu_offload.optimizer) return;
+  const bool activations = rp.activation_offloading != ActivationOffload::None;
+  if (!rp.cpu_offload.params && !rp.cpu_offload.optimizer && !activations) return;
   const std::string node = "each node of " + hw.cluster().name + " (" + std::to_string(h.ranks_per_node) + " ranks)";
   const Bytes per_rank = h.pinned_per_rank + h.pageable_per_rank;
   char bw[32];
   std::snprintf(bw, sizeof bw, "%.1f", hw.cpu_optimizer_bytes_per_s() / 1e9);
-  r.notes.push_back("CPU offload: host memory per node " + gib(r.host_memory_per_node) + " GiB (" +
-                    std::to_string(h.ranks_per_node) + " ranks x " + gib(per_rank) + " GiB, of which " +
-                    gib(h.pinned_per_rank) + " GiB pinned in power-of-two blocks); the CPU optimizer step moves " +
-                    std::to_string(calibrate::kCpuAdamBytesPerParam) + " B per parameter (one fused AdamW pass) at " +
-                    bw + " GB/s per rank, the node's host memory bandwidth shared by its ranks (PyTorch's default "
-                    "for-loop AdamW on CPU makes several passes and is slower)");
+  if (activations)
+    r.notes.push_back("activation offloading: the checkpointed blocks' inputs of one micro-batch, pinned in "
+                      "power-of-two blocks, count in the host memory per node (" + gib(r.host_memory_per_node) +
+                      " GiB, " + std::to_string(h.ranks_per_node) + " ranks x " + gib(per_rank) + " GiB)");
+  if (rp.cpu_offload.params || rp.cpu_offload.optimizer) {
+    r.notes.push_back("CPU offload: host memory per node " + gib(r.host_memory_per_node) + " GiB (" +
+                      std::to_string(h.ranks_per_node) + " ranks x " + gib(per_rank) + " GiB, of which " +
+                      gib(h.pinned_per_rank) + " GiB pinned in power-of-two blocks); the CPU optimizer step moves " +
+                      std::to_string(calibrate::kCpuAdamBytesPerParam) + " B per parameter (one fused AdamW pass) at " +
+                      bw + " GB/s per rank, the node's host memory bandwidth shared by its ranks (PyTorch's default "
+                      "for-loop AdamW on CPU makes several passes and is slower)");
+  }
   if (r.host_capacity_per_node <= 0) {
     r.notes.push_back("host memory not checked: the profile gives no host memory per node (set host_memory_gib "
                       "in the cluster file)");
@@ -103,8 +110,13 @@ void apply_host_memory(const HostMemory& h, const calibrate::HardwareProfile& hw
     r.fits = false;
     r.notes.push_back("does not fit: host memory per node " + gib(r.host_memory_per_node) + " GiB > " +
                       gib(r.host_capacity_per_node) + " GiB host RAM of " + node +
-                      " (offloaded params, grads and optimizer states of every rank of the node)");
+                      " (what every rank of the node offloads: params, grads, optimizer states, activations)");
   }
+}
+
+Bytes offloaded_activations_pinned(const models::ModelSpec& m, const Plan& rp) {
+  if (rp.activation_offloading == ActivationOffload::None) return 0;
+  return m.n_layers * pinned_block(rp.micro_batch * rp.seq_len * m.hidden * dtype_bytes(rp.param_dtype));
 }
 
 Bytes paged_optimizer_bytes(const models::WrapGraph& graph, const Plan& rp, const models::TrainableSet& ts) {

@@ -15,6 +15,10 @@
 //    next power of two (aten/src/ATen/core/CachingHostAllocator.h `allocate`: PowerOf2Ceil): counted so.
 //  * cpu_offload.optimizer without params (not a PyTorch FSDP option): the grads copied down, a copy of
 //    the sharded params and the optimizer states, unrounded (how such a step pins is not defined).
+//  * torchtune's activation offloading (plan.activation_offloading; program/lower_walk.cpp "activation
+//    offloading"): each checkpointed block's input, pinned (torch.empty_like(..., pin_memory=True)), all of one
+//    micro-batch's blocks held at the end of its forward: n_layers power-of-two blocks of micro_batch x seq_len x
+//    hidden in param_dtype (add offloaded_activations_pinned to pinned_per_rank).
 // Every rank of a node does the same (SPMD), so a node needs gpus_per_node times one rank's bytes.
 // Not counted: the process itself, the data loader, pageable temporaries of an accumulating D2H.
 #pragma once
@@ -22,6 +26,7 @@
 
 #include "calibrate/hardware_profile.h"
 #include "common/units.h"
+#include "models/model_spec.h"
 #include "models/trainable.h"
 #include "models/wrap_graph.h"
 #include "program/plan.h"
@@ -40,6 +45,9 @@ struct HostMemory {
 // plan's trainable set (models::trainable_set; the default: everything trains).
 HostMemory host_memory(const models::WrapGraph& graph, const Plan& rp, int gpus_per_node,
                        const models::TrainableSet& ts = {});
+
+// The pinned host bytes torchtune's activation offloading holds per rank (0 when the plan does not offload).
+Bytes offloaded_activations_pinned(const models::ModelSpec& m, const Plan& rp);
 
 // A paged optimizer's state in CUDA unified memory per rank (program/optimizer_state.h): outside PyTorch's
 // allocator, so in neither the allocated nor the reserved figures. 0 for any other optimizer.

@@ -444,7 +444,9 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
   r.fits = static_cast<double>(worst_reserved + context) <= usable;
   r.breakdown_at_peak[mem_category_name(MemCategory::CudaContext)] = context;
   const models::TrainableSet trainable = lowering::plan_trainable_set(m, *graph, rp);
-  apply_host_memory(host_memory(*graph, rp, cluster.gpus_per_node, trainable), hw, rp, r);   // CPU offload's host RAM
+  HostMemory host = host_memory(*graph, rp, cluster.gpus_per_node, trainable);   // CPU offload's host RAM
+  host.pinned_per_rank += offloaded_activations_pinned(m, rp);
+  apply_host_memory(host, hw, rp, r);
   if (const Bytes paged = paged_optimizer_bytes(*graph, rp, trainable); paged > 0) {
     // What the GPU cannot hold beside the step's peak moves to host memory and back every step.
     const Bytes out = std::max(worst_reserved, r.peak_reserved) + context + paged - capacity;

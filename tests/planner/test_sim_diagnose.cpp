@@ -156,4 +156,15 @@ TEST(Diagnose, TorchtuneConfigsGetTorchtuneFixes) {
   EXPECT_EQ(g->fix, "enable_activation_checkpointing: True");
   EXPECT_TRUE(g->fixed_plan.compile);
   EXPECT_TRUE(g->fixed_plan.activation_checkpointing.outside_compile);
+  // A checkpointed run that does not fit: the layers' inputs can go to the CPU (torchtune's activation offloading).
+  const auto o = run("llama3-8b", "2xRTX4090", "torchtune_8b_lora_long_seq.yaml");
+  const Finding* h = find(o, "activation_offloading");
+  ASSERT_NE(h, nullptr) << diagnosis_text(o);
+  EXPECT_EQ(h->fix, "enable_activation_offloading: True");
+  EXPECT_EQ(h->fixed_plan.activation_offloading, sim::ActivationOffload::Streams);
+  // 32 layer inputs of 4 x 8192 x 4096 x 2 B = 256 MiB each leave the allocated peak (8 GiB), less the 3 the stash
+  // still holds at the loss's backward (5 packs after the last layer's, 2 of them the final norm's)
+  EXPECT_EQ(o.result.peak_allocated - h->fixed_result.peak_allocated, Bytes{29} * (Bytes{256} << 20));
+  // Not for a framework without it, nor for a run that fits with room.
+  EXPECT_EQ(find(run("llama3-8b", "8xH100-SXM", "torchtune_8b_qlora_compile.yaml"), "activation_offloading"), nullptr);
 }

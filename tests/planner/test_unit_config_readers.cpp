@@ -236,6 +236,21 @@ TEST(Readers, TorchtuneRecipeConfig) {
   EXPECT_EQ(c.plan.mesh_shard, 4);
   EXPECT_EQ(c.plan.cross_entropy, models::LossImpl::FusedLinear);
 
+  // Activation offloading: with checkpointing, OffloadActivations' use_streams (default True); without, said.
+  c = parse_user_config_text("enable_activation_checkpointing: True\nenable_activation_offloading: True\n", "torchtune",
+                             "x.yaml", kLlama);
+  EXPECT_EQ(c.plan.activation_offloading, sim::ActivationOffload::Streams);
+  EXPECT_NO_THROW(sim::resolve_plan(c.plan, 8, 8));
+  c = parse_user_config_text("enable_activation_checkpointing: True\nenable_activation_offloading: True\n"
+                             "activation_offloading_use_streams: False\n",
+                             "torchtune", "x.yaml", kLlama);
+  EXPECT_EQ(c.plan.activation_offloading, sim::ActivationOffload::Sync);
+  c = parse_user_config_text("enable_activation_offloading: True\n", "torchtune", "x.yaml", kLlama);
+  EXPECT_EQ(c.plan.activation_offloading, sim::ActivationOffload::None);
+  bool unmodelled = false;
+  for (const auto& w : c.warnings) unmodelled = unmodelled || w.find("without enable_activation_checkpointing") != std::string::npos;
+  EXPECT_TRUE(unmodelled);
+
   // What is not modelled is said: a single-device recipe's config, quantization-aware training.
   c = parse_user_config_text("#   tune run lora_finetune_single_device --config llama3_1/8B_lora_single_device\n"
                              "quantizer:\n  _component_: torchtune.training.quantization.Int8DynActInt4WeightQATQuantizer\n",

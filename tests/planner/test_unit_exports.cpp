@@ -278,6 +278,17 @@ TEST(Exports, ExpressiblePlanPerFramework) {
     for (const auto& c : e.changes) said = said || c.find("cross_entropy chunked -> torch") != std::string::npos;
     EXPECT_TRUE(said) << fw;
   }
+  // torchtune's activation offloading likewise (its own saved-tensor hooks).
+  sim::Plan offloaded = f[0].in.plan;
+  offloaded.activation_checkpointing.mode = sim::ActivationCheckpointing::Mode::Full;
+  offloaded.activation_offloading = sim::ActivationOffload::Streams;
+  for (const std::string& fw : export_frameworks()) {
+    e = express_plan(fw, offloaded, cluster(1, 8));
+    EXPECT_EQ(e.plan.activation_offloading, sim::ActivationOffload::None) << fw;
+    bool said = false;
+    for (const auto& c : e.changes) said = said || c.find("activation_offloading streams -> none") != std::string::npos;
+    EXPECT_TRUE(said) << fw;
+  }
 }
 
 // Where the checkpoint sits relative to torch.compile (activation_checkpointing.outside_compile): the raw FSDP2

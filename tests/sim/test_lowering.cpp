@@ -1931,6 +1931,125 @@ TEST(LoweringGradients, TiedWeightGradientsSummedOutOfPlaceOnTheConsumersStream)
 // 2-block hand model over 4 GPUs, the blocks' shards of 28 padded elements (27 over 4, rounded up to 7 each) x
 // 4 B and the root's 68 / 4 = 17 x 4 B, all in the post-backward stream's pool. With a bf16 reduce dtype the
 // fp32 cast is the one kept and the reduce-scatter output is freed at once.
+// torchtune's activation offloading (plan.activation_offloading; program/lower_walk.cpp "activation offloading") on
+// 8 checkpointed blocks, by hand: each block input (4 x 32 tokens x 8 hidden x 2 B = 2 KiB >= min_offload_size)
+// gets a D2H right before its block's forward; with use_streams the GPU tensor stays in the stash until the pack 5
+// later (the compute stream then waits on its copy), the rest until the final norm's backward; the backward copies
+// each input back before its block's recompute and drops it after the previous block's backward. Without streams
+// the copies run on the compute stream, the input dies with its block's forward and the copy back with the recompute.
+TEST(LoweringOffload, ActivationOffloadingStashCopiesAndDropsByHand) {
+  constexpr int L = 8;
+  models::ModelSpec m = tiny_spec(L);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  const Bytes x_bytes = 4 * 32 * 8 * 2;
+  for (const char* mode : {"streams", "sync"}) {
+    SCOPED_TRACE(mode);
+    const bool streams = std::string(mode) == "streams";
+    const Plan plan = resolved(std::string(R"({"implementation": "hf", "micro_batch": 4, "seq_len": 32, )") +
+                                   R"("activation_checkpointing": "full", "activation_offloading": ")" + mode + "\"}",
+                               2, 2);
+    const auto g = models::build_wrap_graph(m, plan.auto_wrap_policy);
+    const StepProgram p = lower(m, g, plan, Topology{2, 2});
+    expect_well_formed(p, mode);
+    int side = -1;
+    for (const Stream& st : p.streams)
+      if (st.role == StreamRole::Offload) side = st.id;
+    EXPECT_EQ(side >= 0, streams);
+    const int copy_stream = streams ? side : 0;
+    std::vector<int> alloc_at(p.buffers.size(), -1), free_at(p.buffers.size(), -1);
+    for (const Op& o : p.ops) {
+      for (int b : o.allocs) alloc_at[static_cast<std::size_t>(b)] = o.id;
+      for (const FreeSpec& f : o.frees) free_at[static_cast<std::size_t>(f.buffer)] = o.id;
+    }
+    const auto d2h = ops_of(p, OpKind::D2H), h2d = ops_of(p, OpKind::H2D);
+    ASSERT_EQ(d2h.size(), static_cast<std::size_t>(L));
+    ASSERT_EQ(h2d.size(), static_cast<std::size_t>(L));
+    const auto fwd_of = [&](int j) { return ops_of(p, OpKind::Forward, j + 1).at(0); };
+    const auto rec_of = [&](int j) { return ops_of(p, OpKind::Recompute, j + 1).at(0); };
+    const auto bwd_of = [&](int j) { return ops_of(p, OpKind::Backward, j + 1).at(0); };
+    const Op* head_fwd = ops_of(p, OpKind::Forward, 0).at(1);   // the final norm and head (root unit)
+    const Op* head_bwd = nullptr;                                // (after the loss's backward ops)
+    for (const Op* o : ops_of(p, OpKind::Backward, 0))
+      if (o->name.rfind("bwd", 0) == 0 && !head_bwd) head_bwd = o;
+    ASSERT_NE(head_bwd, nullptr);
+    // The final norm's saved tensors count as packs (the head's saved input does not: NoOpManager).
+    const auto flows = lowering::grad_flows(m, g, plan, models::trainable_set(m, plan.implementation, 1.0));
+    const models::BlockMemory fn = models::final_norm_memory(m, 4, 32, Dtype::BF16, {models::ModelImpl::HF}, flows.final_part);
+    int final_packs = 0;
+    for (const auto& t : fn.saved) final_packs += t.bytes >= 1024 ? 1 : 0;
+    if (final_packs > 0 && flows.final_part.trains_weight(models::Weight::LmHead)) --final_packs;
+    // HF's LlamaRMSNorm keeps its fp32 input (4 KiB), rsqrt's output (512 B: too small) and the normalized bf16
+    // tensor (2 KiB) the weight multiplies; the head keeps the norm's output (2 KiB, not packed).
+    ASSERT_EQ(final_packs, 2);   // so blocks 0-2 leave at block packs, 3-4 at the norm's, 5-7 at its backward
+    for (int j = 0; j < L; ++j) {
+      SCOPED_TRACE("block " + std::to_string(j));
+      const Op& c = *d2h[static_cast<std::size_t>(j)];
+      EXPECT_EQ(c.unit, j + 1);
+      EXPECT_EQ(c.stream, copy_stream);
+      EXPECT_EQ(c.copy_bytes, x_bytes);
+      ASSERT_EQ(c.inputs.size(), 1u);
+      const int x = c.inputs[0];   // the block's input: the previous module's output
+      EXPECT_EQ(p.buffers[static_cast<std::size_t>(x)].bytes, x_bytes);
+      EXPECT_LT(alloc_at[static_cast<std::size_t>(x)], c.id);
+      const Op& f = *fwd_of(j);
+      EXPECT_EQ(f.id, c.id + 1);   // packed as the checkpoint starts, before the block's kernels
+      if (streams) {
+        // the side stream waits on the compute stream's work so far
+        int last_compute = -1;
+        for (int i = 0; i < c.id; ++i)
+          if (p.ops[static_cast<std::size_t>(i)].stream == 0) last_compute = i;
+        EXPECT_NE(std::find(c.waits.begin(), c.waits.end(), last_compute), c.waits.end());
+        const int pack = j + 1, released_at = pack + 5;   // (pack ids 1..L, then the final norm's)
+        if (released_at <= L) {
+          const Op& later = *d2h[static_cast<std::size_t>(released_at - 1)];
+          EXPECT_EQ(free_at[static_cast<std::size_t>(x)], later.id - 1);   // dropped at that pack, before its copy
+          const Op& lf = *fwd_of(released_at - 1);
+          EXPECT_NE(std::find(lf.waits.begin(), lf.waits.end(), c.id), lf.waits.end());
+        } else if (released_at <= L + final_packs) {
+          EXPECT_EQ(free_at[static_cast<std::size_t>(x)], head_fwd->id - 1);   // the final norm's packs
+        } else {
+          EXPECT_EQ(free_at[static_cast<std::size_t>(x)], head_bwd->id);   // the first unpacking node's hook
+        }
+      } else {
+        EXPECT_EQ(free_at[static_cast<std::size_t>(x)], f.id);   // its last use, the block's residual
+      }
+      // The copy back.
+      const Op& r = *h2d[static_cast<std::size_t>(L - 1 - j)];
+      EXPECT_EQ(r.unit, j + 1);
+      EXPECT_EQ(r.stream, copy_stream);
+      EXPECT_EQ(r.copy_bytes, x_bytes);
+      ASSERT_EQ(r.allocs.size(), 1u);
+      const int back = r.allocs[0];
+      EXPECT_EQ(p.buffers[static_cast<std::size_t>(back)].bytes, x_bytes);
+      EXPECT_EQ(p.buffers[static_cast<std::size_t>(back)].pool_stream, copy_stream);
+      const Op& rc = *rec_of(j);
+      EXPECT_EQ(rc.id, r.id + 1);
+      if (streams) {
+        EXPECT_NE(std::find(rc.waits.begin(), rc.waits.end(), r.id), rc.waits.end());   // s0.wait_stream(s1)
+        if (j > 0) EXPECT_EQ(free_at[static_cast<std::size_t>(back)], bwd_of(j - 1)->id);
+        else EXPECT_GT(free_at[static_cast<std::size_t>(back)], bwd_of(0)->id);   // the end-of-backward callback
+        if (j + 2 < L) EXPECT_NE(std::find(r.waits.begin(), r.waits.end(), rec_of(j + 2)->id), r.waits.end());
+      } else {
+        EXPECT_EQ(free_at[static_cast<std::size_t>(back)], rc.id);
+      }
+    }
+  }
+  // Modelled with every block checkpointed (FSDP(checkpoint(block))), and not on fsdpsim's own runtime.
+  for (const char* bad : {R"({"activation_offloading": "streams"})",
+                          R"({"activation_offloading": "sync", "activation_checkpointing": "selective_op"})",
+                          R"({"activation_offloading": "streams", "activation_checkpointing": "every_2"})",
+                          R"({"activation_offloading": "streams", "activation_checkpointing": {"mode": "full", "outside_fsdp": true}})",
+                          R"({"activation_offloading": "streams", "activation_checkpointing": "full", "implementation": "runtime"})",
+                          R"({"activation_offloading": true})"}) {
+    try {
+      resolved(bad, 2, 2);
+      ADD_FAILURE() << bad;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("plan.activation_offloading"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(LoweringOffload, Fsdp1KeepsTheSavedGradShardUntilTheFinalCallback) {
   auto g = block_graph(kRoot, {kBlock, kBlock});
   for (const char* rd : {"fp32", "bf16"}) {

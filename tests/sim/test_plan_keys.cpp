@@ -38,7 +38,8 @@ std::vector<Plan> sample_plans() {
       "auto_wrap_policy": {"min_num_params": 1000000}, "cross_entropy": "fused_linear", "implementation": "runtime",
       "float8": "none", "frozen_units": ["model.embed_tokens", "lm_head"]})"));
   out.push_back(parse(R"({"sharding_strategy": "SHARD_GRAD_OP", "activation_checkpointing": "selective_op",
-      "auto_wrap_policy": "none", "cross_entropy": "fused", "implementation": "litgpt", "float8": "rowwise"})"));
+      "auto_wrap_policy": "none", "cross_entropy": "fused", "implementation": "litgpt", "float8": "rowwise",
+      "activation_offloading": "sync"})"));
   return out;
 }
 
