@@ -96,6 +96,9 @@ bool MemoryTracker::shape_repeats(const Shape& a, const Shape& b, int p) const {
   for (std::size_t k = 0; k < a.segments.size(); ++k) {
     const auto &u = a.segments[k], &v = b.segments[k];
     if (u.size != v.size || (v.base != u.base && v.base - u.base != dnext)) return false;
+    // (an expandable segment is one address range per pool, never cudaMalloc'ed again: shift_periods cannot
+    // relocate one; a pool whose range was released and mapped anew is not a repeat it can write)
+    if (v.base != u.base && (allocator_.segment_expandable(u.slot) || allocator_.segment_expandable(v.slot))) return false;
   }
   for (std::size_t k = 0; k < a.blocks.size(); ++k) {
     const auto &u = a.blocks[k], &v = b.blocks[k];
