@@ -26,14 +26,16 @@ std::string num(const char* f, double v) {
   return b;
 }
 
-// Mode `m` in the plan's framework: full checkpointing keeps the plan's order of checkpoint and compile
-// (activation_checkpointing.outside_compile: torchtune wraps its compiled layers).
-sim::ActivationCheckpointing ac_of(const std::string& m, const sim::ActivationCheckpointing& current) {
+// Sets checkpointing mode `m` in the plan's framework: full checkpointing keeps the plan's order of checkpoint and
+// compile (activation_checkpointing.outside_compile: torchtune wraps its compiled layers) and its activation
+// offloading (modelled with full checkpointing only: another mode turns it off).
+void set_ac(sim::Plan& q, const std::string& m) {
   sim::ActivationCheckpointing ac;
   if (m == "full") ac.mode = AcMode::Full;
   else if (m == "selective_op") ac.mode = AcMode::SelectiveOp;
-  ac.outside_compile = ac.mode == AcMode::Full && current.outside_compile;
-  return ac;
+  ac.outside_compile = ac.mode == AcMode::Full && q.activation_checkpointing.outside_compile;
+  q.activation_checkpointing = ac;
+  if (ac.mode != AcMode::Full) q.activation_offloading = sim::ActivationOffload::None;
 }
 
 }  // namespace
@@ -55,7 +57,7 @@ FitAnswer fit_plan(const models::ModelSpec& model, const calibrate::HardwareProf
     FitAnswer::LargestBatch lb;
     lb.checkpointing = mode;
     sim::Plan base = a.plan;
-    base.activation_checkpointing = ac_of(mode, a.plan.activation_checkpointing);
+    set_ac(base, mode);
     auto try_mb = [&](std::int64_t mb, sim::SimResult& out) {
       sim::Plan q = base;
       q.micro_batch = mb;
@@ -97,7 +99,7 @@ FitAnswer fit_plan(const models::ModelSpec& model, const calibrate::HardwareProf
   for (const char* mode : {"selective_op", "full"})
     if (sim::checkpointing_text(p.activation_checkpointing) != mode)
       add(std::string("activation_checkpointing \"") + mode + "\"",
-          [mode](sim::Plan& q) { q.activation_checkpointing = ac_of(mode, q.activation_checkpointing); });
+          [mode](sim::Plan& q) { set_ac(q, mode); });
   for (const auto& lb : a.largest)
     if (lb.checkpointing == sim::checkpointing_text(p.activation_checkpointing) && lb.micro_batch > 0 && lb.micro_batch < p.micro_batch &&
         (p.micro_batch * p.grad_accum) % lb.micro_batch == 0) {

@@ -101,6 +101,21 @@ TEST(Fit, FullCheckpointingKeepsTheCheckpointAroundCompile) {
   });
   EXPECT_GT(full, 1);
   EXPECT_EQ(around, full);
+  // Activation offloading (modelled with full checkpointing only) stays with full checkpointing and goes with the
+  // other modes, whose largest micro-batch is then still found (resolve_plan would refuse the pair).
+  p = sim::Plan{};
+  p.activation_checkpointing.mode = AcMode::Full;
+  p.activation_offloading = sim::ActivationOffload::Streams;
+  int offloaded = 0;
+  full = 0;
+  a = fit_plan(models::load_model("tiny-llama"), hw, p, 0.05, [&](const sim::Plan& q) {
+    full += q.activation_checkpointing.mode == AcMode::Full;
+    offloaded += q.activation_offloading != sim::ActivationOffload::None;
+    return toy(q, cap);
+  });
+  EXPECT_EQ(offloaded, full);
+  ASSERT_EQ(a.largest.size(), 3u);
+  for (const auto& lb : a.largest) EXPECT_GT(lb.micro_batch, 0) << lb.checkpointing;
 }
 
 TEST(Compare, EachDifferenceAlone) {
