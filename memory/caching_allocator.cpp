@@ -603,16 +603,23 @@ void CachingAllocator::all_blocks(std::vector<BlockState>& out, std::vector<Segm
 
 void CachingAllocator::relocate(const std::vector<std::pair<int, Bytes>>& moves, Bytes next_delta) {
   for (const auto& [seg, d] : moves) {
-    Segment& sg = segments_[static_cast<std::size_t>(seg)];
+    const Segment& sg = segments_[static_cast<std::size_t>(seg)];
     if (!sg.live || sg.expandable) throw std::logic_error("CachingAllocator::relocate: not a live cudaMalloc'ed segment");
-    // (a free block's place in its pool depends on its address: out, moved, in again)
-    for (int b = sg.first; b >= 0; b = blocks_[b].next)
+  }
+  // A free block's place in its pool depends on its address: every moved segment's free blocks out, all moved, then
+  // in again. (Segment by segment, a segment moved onto the addresses of one still to move would meet its blocks at
+  // equal addresses in the pool, where the lookup of the other's could find the wrong entry.)
+  for (const auto& [seg, d] : moves)
+    for (int b = segments_[static_cast<std::size_t>(seg)].first; b >= 0; b = blocks_[b].next)
       if (blocks_[b].state == State::Free) pool_erase(pools_[blocks_[b].pool], b);
+  for (const auto& [seg, d] : moves) {
+    Segment& sg = segments_[static_cast<std::size_t>(seg)];
     sg.base += d;
     for (int b = sg.first; b >= 0; b = blocks_[b].next) blocks_[b].addr += d;
-    for (int b = sg.first; b >= 0; b = blocks_[b].next)
-      if (blocks_[b].state == State::Free) pool_insert<false, true>(pools_[blocks_[b].pool], b);
   }
+  for (const auto& [seg, d] : moves)
+    for (int b = segments_[static_cast<std::size_t>(seg)].first; b >= 0; b = blocks_[b].next)
+      if (blocks_[b].state == State::Free) pool_insert<false, true>(pools_[blocks_[b].pool], b);
   next_addr_ += next_delta;
 }
 

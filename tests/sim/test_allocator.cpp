@@ -241,6 +241,20 @@ TEST(Allocator, RelocatedSegmentsKeepTheirBlocksAndTakeTheirNewAddressesInBestFi
   // A new segment goes to the moved next address.
   EXPECT_EQ(a.block_address(a.alloc(12 * kMiB, 0)), 144 * kMiB);
   EXPECT_EQ(a.stats().num_device_alloc, 4);
+
+  // Segments moved at once, one onto the addresses of another that moves too (the memory shift moves every segment
+  // its periods cudaMalloc again): both free blocks end listed at their new addresses, in best fit's order.
+  // (Moved one by one, the first landed on the second's address, and the second's lookup in the pool found the first.)
+  CachingAllocator c;
+  const int w = c.alloc(12 * kMiB, 0), p = c.alloc(12 * kMiB, 0), q = c.alloc(12 * kMiB, 0);   // at 0, 12, 24 MiB
+  c.free(w);
+  c.free(p);
+  c.free(q);
+  c.relocate({{c.block_segment(p), 12 * kMiB}, {c.block_segment(q), 12 * kMiB}}, 12 * kMiB);
+  EXPECT_EQ(c.block_address(c.alloc(12 * kMiB, 0)), 0);
+  EXPECT_EQ(c.block_address(c.alloc(12 * kMiB, 0)), 24 * kMiB);
+  EXPECT_EQ(c.block_address(c.alloc(12 * kMiB, 0)), 36 * kMiB);
+  EXPECT_EQ(c.block_address(c.alloc(12 * kMiB, 0)), 48 * kMiB);   // a new one at the moved next address
 }
 
 }  // namespace
