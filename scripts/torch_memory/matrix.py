@@ -54,6 +54,10 @@ def runnable(p, field="plan"):
         raise InputError(f"{field}.backward_prefetch", '"NONE"',
                          "FSDP2 has no API that turns its default backward prefetch off (an empty "
                          "set_modules_to_backward_prefetch list falls back to the default)")
+    if p.activation_offloading != "none" and p.cross_entropy == "fused_linear":
+        raise InputError(f"{field}.activation_offloading", show(p.activation_offloading),
+                         "the harness computes the fused linear cross-entropy inside the model's forward, inside the "
+                         "offloading context; torchtune computes its loss outside it (use cross_entropy torch or chunked)")
     if p.fsdp_version == 1 and not p.use_orig_params and p.trainable_fraction < 1.0:
         raise InputError(f"{field}.use_orig_params", "false",
                          "frozen weight matrices inside a unit need use_orig_params true (FSDP1 flattens a unit into one "

@@ -18,7 +18,8 @@ NEW_KEYS = ("implementation", "compile", "float8", "alloc_conf", "free_logits_be
             "optimizer_impl", "module_overrides", "frozen_units")
 README_KEYS = (
     "fsdp_version", "mesh", "sharding_strategy", "reshard_after_forward", "backward_prefetch",
-    "forward_prefetch", "limit_all_gathers", "prefetch_depth", "activation_checkpointing", "param_dtype",
+    "forward_prefetch", "limit_all_gathers", "prefetch_depth", "activation_checkpointing", "activation_offloading",
+    "param_dtype",
     "reduce_dtype", "master_weights_dtype", "micro_batch", "seq_len", "grad_accum", "grad_sync",
     "cpu_offload", "fp8_all_gather", "trainable_fraction", "optimizer", "auto_wrap_policy", "use_orig_params",
     "cross_entropy", "cross_entropy_chunks") + NEW_KEYS + ("lora",)
@@ -45,6 +46,7 @@ MIN_MAX_SPLIT_SIZE_MB = 21
 MAX_MESH = 1 << 20          # program/plan.cpp kMaxMesh
 MAX_PREFETCH_DEPTH = 16     # program/plan.cpp kMaxPrefetchDepth
 MAX_TOKENS_PER_MICRO_BATCH = 1 << 31
+ACTIVATION_OFFLOADING = ("none", "streams", "sync")
 
 
 @dataclasses.dataclass
@@ -96,6 +98,9 @@ class ResolvedPlan:
     module_overrides: dict = dataclasses.field(default_factory=dict)   # unit name -> {"reshard_after_forward": v}
     frozen_units: list = dataclasses.field(default_factory=list)       # units with no trainable parameter
     lora: dict = None                        # {"rank", "targets" (canonical, in LORA_TARGETS order), "dropout"}
+    # torchtune's OffloadActivations (use_streams True / False), with every block checkpointed (train.py builds it
+    # from torchtune's source, FSDPSIM_TORCHTUNE_PATH)
+    activation_offloading: str = "none"
 
 
 # The simulator's plan.optimizer values (program/plan_keys.cpp): torch.optim's, torchao's low-bit AdamWs
@@ -329,6 +334,7 @@ def parse_plan(plan):
     p.prefetch_depth = _get(plan, "prefetch_depth", int, 1, 1, MAX_PREFETCH_DEPTH)
     if "activation_checkpointing" in plan:
         p.checkpointing = _checkpointing(plan["activation_checkpointing"])
+    p.activation_offloading = _get(plan, "activation_offloading", ACTIVATION_OFFLOADING, "none")
     p.param_dtype = _dtype(plan, "param_dtype", "bf16")
     p.reduce_dtype = _dtype(plan, "reduce_dtype", "fp32")
     p.master_weights_dtype = _dtype(plan, "master_weights_dtype", "fp32")
@@ -485,6 +491,13 @@ def resolve_plan(plan, world, gpus_per_node, units=None):
             raise InputError(field, "true", "needs compile true (it orders the checkpoint and torch.compile)")
         if ac.mode in ("selective_op", "none"):
             raise InputError(field, "true", "modelled for whole-block checkpointing (mode full or every_k)")
+    if p.activation_offloading != "none":
+        field, value = "plan.activation_offloading", show(p.activation_offloading)
+        if not (ac.mode == "full" or (ac.mode == "every_k" and ac.every_k == 1)):
+            raise InputError(field, value, 'modelled with activation_checkpointing "full" only (each block\'s saved '
+                             "tensors are then its checkpoint's input; per-op offloading is not modelled)")
+        if ac.outside_fsdp:
+            raise InputError(field, value, "modelled for FSDP(checkpoint(block)), not checkpoint(FSDP(block)) (outside_fsdp)")
     if p.micro_batch * p.seq_len > MAX_TOKENS_PER_MICRO_BATCH:
         raise InputError("plan.micro_batch", str(p.micro_batch), "micro_batch x seq_len must stay below 2^31 tokens per micro-batch")
     if units is not None:

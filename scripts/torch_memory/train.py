@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-from . import fixture as fixtures, init_check, lora as loras, matrix as matrices, plan as plans, snapshot as snapshots, specs
+from . import fixture as fixtures, init_check, lora as loras, matrix as matrices, offload as offloads, plan as plans, snapshot as snapshots, specs
 from .common import InputError, show
 
 MARKER_BYTES = 1531                 # an odd size no tensor of the recipes requests (rounds to one 1536 B block)
@@ -166,6 +166,9 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
     context = context_block(torch, git_sha)
     if needs_torchao(p):
         context["torchao"] = import_torchao(p)
+    offload_module = None
+    if p.activation_offloading != "none":
+        offload_module, context["torchtune_activation_offloading"] = offloads.load(torch, p)
     profile = matrices.gpu_profile(context["gpu"]["name"])
     recorder = PhaseRecorder(torch, trace)
     notes, oom, model, optimizer, init_memory = [], None, None, None, None
@@ -204,6 +207,10 @@ def run_case(case, info, p, steps, out_dir, git_sha, trace=True, gpus_per_node=m
             tokens = torch.randint(0, vocab, (p.micro_batch, p.seq_len), device="cuda")
             labels = torch.randint(0, vocab, (p.micro_batch, p.seq_len), device="cuda")
             loss_fn = None if inner.loss_inside else losses.loss_fn(p.implementation, p.cross_entropy)
+            if offload_module is not None:
+                inner.offload_ctx = offloads.context(offload_module, model, p)
+                notes.append(f"activation_offloading {p.activation_offloading}: torchtune's OffloadActivations around "
+                             "the model's forward, the lm_head under NoOpManager")
             torch.cuda.synchronize()
             init.update(peak_allocated_bytes=torch.cuda.max_memory_allocated(),
                         peak_reserved_bytes=torch.cuda.max_memory_reserved())
@@ -313,7 +320,8 @@ def _train_step(torch, model, optimizer, p, tokens, labels, loss_fn, recorder, s
             model.set_requires_gradient_sync(sync)
         with no_sync:
             recorder.start("forward")
-            logits, loss = model(tokens, labels)
+            with getattr(getattr(model, "module", model), "offload_ctx", None) or contextlib.nullcontext():
+                logits, loss = model(tokens, labels)
             if loss is None:
                 recorder.start("loss")
                 loss = loss_fn(logits, labels)
