@@ -830,6 +830,7 @@ void LoweringWalk::backward() {
   // the last input brought back.
   if (reload_ >= 0) b_.free_now(reload_);
   reload_ = reload_op_ = reload_wait_ = -1;
+  release_stash(INT_MAX);   // (none left when a backward node unpacked an offloaded tensor: the first one's hook drops them)
   // Logits the training loop still references (free_logits_before_backward false: `logits = model(x)`,
   // the loss, then loss.backward()) are no input of any backward node (the loss saves its own tensors),
   // so nothing frees them before backward() returns and the step function drops them.
@@ -858,7 +859,8 @@ void LoweringWalk::backward() {
 //    and the recompute drops it.
 // Not modelled: the embedding's saved indices (a few KiB); the final norm's saved tensors keep their memory as
 // without offloading (in the stash until their backward; with use_streams false they would leave at once) and
-// their copies are not timed, though they count as packs; the pinned host memory.
+// their copies are not timed, though they count as packs. The pinned host copies count in the host memory
+// (sim/host_memory.h offloaded_activations_pinned).
 void LoweringWalk::offload_pack(int s) {
   const Segment& seg = c_.segments[s];
   if (seg.part == models::ModulePart::FinalNormAndHead) {
