@@ -227,6 +227,7 @@ void read_torchtune(const YAML::Node& root, const std::string& text, const model
                                       "each checkpointed layer's input to pinned CPU memory (activation_offloading ") +
                           (streams ? "streams" : "sync") + ")");
     } else {
+      cfg.offload_with_checkpointing = streams ? sim::ActivationOffload::Streams : sim::ActivationOffload::Sync;
       cfg.warnings.push_back("enable_activation_offloading without enable_activation_checkpointing: every saved tensor "
                              "of the layers goes through the offload stash; not modelled: simulated on the GPU (the "
                              "prediction is high by the offloaded activations)");

@@ -165,6 +165,20 @@ TEST(Diagnose, TorchtuneConfigsGetTorchtuneFixes) {
   // 32 layer inputs of 4 x 8192 x 4096 x 2 B = 256 MiB each leave the allocated peak (8 GiB), less the 3 the stash
   // still holds at the loss's backward (5 packs after the last layer's, 2 of them the final norm's)
   EXPECT_EQ(o.result.peak_allocated - h->fixed_result.peak_allocated, Bytes{29} * (Bytes{256} << 20));
+  // Offloading asked for without checkpointing (not modelled so) comes in with the checkpointing diagnose proposes.
+  const models::ModelSpec l8 = models::load_model("llama3-8b");
+  UserConfig asked = read_user_config(std::string(FSDPSIM_SOURCE_DIR) + "/tests/planner/fixtures/torchtune_8b_lora_long_seq.yaml",
+                                      {}, l8);
+  asked.plan.activation_checkpointing = {};
+  asked.offload_with_checkpointing = sim::ActivationOffload::Streams;
+  const auto d2 = diagnose(models::with_seq_len(l8, asked.plan.seq_len),
+                           calibrate::HardwareProfile::for_cluster(calibrate::load_cluster("2xRTX4090")), asked, 0.05);
+  const Finding* ac = find(d2, "activation_checkpointing");
+  ASSERT_NE(ac, nullptr) << diagnosis_text(d2);
+  EXPECT_EQ(ac->fixed_plan.activation_checkpointing.mode, sim::ActivationCheckpointing::Mode::Full);
+  EXPECT_EQ(ac->fixed_plan.activation_offloading, sim::ActivationOffload::Streams);
+  EXPECT_NE(ac->message.find("enable_activation_offloading"), std::string::npos) << ac->message;
+  EXPECT_EQ(find(d2, "activation_offloading"), nullptr);   // (already in that fix)
   // Not for a framework without it, nor for a run that fits with room.
   EXPECT_EQ(find(run("llama3-8b", "8xH100-SXM", "torchtune_8b_qlora_compile.yaml"), "activation_offloading"), nullptr);
 }

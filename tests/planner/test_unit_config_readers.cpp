@@ -247,6 +247,7 @@ TEST(Readers, TorchtuneRecipeConfig) {
   EXPECT_EQ(c.plan.activation_offloading, sim::ActivationOffload::Sync);
   c = parse_user_config_text("enable_activation_offloading: True\n", "torchtune", "x.yaml", kLlama);
   EXPECT_EQ(c.plan.activation_offloading, sim::ActivationOffload::None);
+  EXPECT_EQ(c.offload_with_checkpointing, sim::ActivationOffload::Streams);   // (with checkpointing diagnose adds)
   bool unmodelled = false;
   for (const auto& w : c.warnings) unmodelled = unmodelled || w.find("without enable_activation_checkpointing") != std::string::npos;
   EXPECT_TRUE(unmodelled);
