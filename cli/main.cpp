@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
     std::cout << "fsdpsim " << fsdpsim::tool_version() << " (" << fsdpsim::git_sha() << ")\n";
     return 0;
   }
-  fsdpsim::install_interrupt_handler();
+  // Only the planner's search polls for an interruption; any other command stops at the signal.
+  fsdpsim::install_interrupt_handler(rest[0] == "plan");
   for (const auto& c : kCommands) {
     if (rest[0] != c.name) continue;
     std::vector<std::string> sub(rest.begin() + 1, rest.end());

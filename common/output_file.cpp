@@ -18,12 +18,20 @@ namespace fs = std::filesystem;
 
 namespace {
 std::atomic<bool> g_interrupted{false};
-extern "C" void on_sigint(int) { g_interrupted.store(true); }
+std::atomic<bool> g_cooperative{true};
+extern "C" void on_sigint(int sig) {
+  if (g_cooperative.load() && !g_interrupted.exchange(true)) return;   // the loops stop at their next poll
+  static const char msg[] = "fsdpsim: interrupted\n";
+  const ssize_t n = ::write(2, msg, sizeof msg - 1);
+  (void)n;
+  _exit(128 + sig);
+}
 }  // namespace
 
 bool interrupted() { return g_interrupted.load(); }
 
-void install_interrupt_handler() {
+void install_interrupt_handler(bool cooperative) {
+  g_cooperative.store(cooperative);
   struct sigaction sa {};
   sa.sa_handler = on_sigint;
   sigemptyset(&sa.sa_mask);

@@ -11,8 +11,10 @@ void write_file_atomic(const std::string& path, const std::string& content, cons
 // Creates dir (and parents) if missing; InputError(field, dir) if that fails or it is a file.
 void ensure_directory(const std::string& dir, const std::string& field);
 
-// Set by the SIGINT handler; long loops poll it and stop cleanly (outputs are never half-written).
+// SIGINT / SIGTERM. A command whose long loops poll interrupted() and stop cleanly (the planner's search, the
+// calibration loops: `cooperative`) gets the flag on the first signal; any other command, or a second signal,
+// ends the process at once with 128 + the signal (outputs are written atomically: never half a file).
 bool interrupted();
-void install_interrupt_handler();
+void install_interrupt_handler(bool cooperative = true);
 
 }  // namespace fsdpsim
