@@ -763,16 +763,17 @@ bool LoweringWalk::checkpointed(int s) const {
 
 void LoweringWalk::walk_pre_backward(int u) {
   pre_backward_done_[u] = true;
-  if (plan_.activation_checkpointing.outside_fsdp && u != 0) {
-    // A2: checkpoint(FSDP(block)) re-runs the unit's forward, with its pre/post-forward hooks, first.
-    bool any = false;
-    for (int s = c_.first_seg[u]; s <= c_.last_seg[u]; ++s) any = any || checkpointed(s);
-    if (any) {
-      fire(&LoweringWalk::pre_recompute, u);
-      for (int s = c_.first_seg[u]; s <= c_.last_seg[u]; ++s)
-        if (checkpointed(s)) emit_compute(s, OpKind::Recompute);
-      fire(&LoweringWalk::post_recompute, u);
-    }
+  const int s = c_.first_seg[u];
+  if (plan_.activation_checkpointing.outside_fsdp && u != 0 && s == c_.last_seg[u] && checkpointed(s) &&
+      !recomputed_[static_cast<std::size_t>(s)]) {
+    // A2: checkpoint(FSDP(block)) re-runs the unit's forward, with its pre/post-forward hooks, first: the outermost
+    // unit inside the checkpointed block (the block's own, or one of its modules' under a size policy). A unit that
+    // spans more than the block (the model's, holding what the blocks' units leave) is outside the checkpoint,
+    // gathered for the whole backward: the blocks under it recompute at their own backward (backward_segment).
+    fire(&LoweringWalk::pre_recompute, u);
+    emit_compute(s, OpKind::Recompute);
+    recomputed_[static_cast<std::size_t>(s)] = 1;
+    fire(&LoweringWalk::post_recompute, u);
   }
   fire(&LoweringWalk::pre_backward, u);
 }
@@ -785,7 +786,7 @@ void LoweringWalk::walk_post_backward(int u) {
 void LoweringWalk::backward_segment(int s) {
   const int u = c_.segments[s].unit;
   const bool offloading = plan_.activation_offloading != ActivationOffload::None;
-  if (!plan_.activation_checkpointing.outside_fsdp && checkpointed(s)) {
+  if (checkpointed(s) && !recomputed_[static_cast<std::size_t>(s)]) {   // (A1/A3; A2 without a unit in the block)
     if (offloading) offload_unpack(s);
     emit_compute(s, OpKind::Recompute);   // A1/A3: FSDP(checkpoint(block)) recomputes without another all-gather
     rec_op_ = b_.last_op();
@@ -810,6 +811,7 @@ void LoweringWalk::backward_segment(int s) {
 void LoweringWalk::backward() {
   begin_backward();
   pre_backward_done_.assign(c_.sizes.size(), false);
+  recomputed_.assign(c_.segments.size(), 0);
   b_.site(mb_, SitePhase::Backward, -1);
   // F1.9/F2.7: the root's pre-backward queues the final callback; it fires when the gradient reaches the
   // model's outputs: before the loss's backward if the loss is one of them, after it if the logits are.

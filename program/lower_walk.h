@@ -162,6 +162,7 @@ class LoweringWalk {
   std::vector<int> grad_in_;                   // per segment: the incoming gradient a recompute holds (-1: none)
   int logits_ = -1;                     // the head's output, held until the head's backward or freed earlier
   std::vector<bool> pre_backward_done_;
+  std::vector<char> recomputed_;        // per segment: recomputed in this backward by a unit's pre-backward (A2)
   // Per unit: the sharded parameter (persistent, -1 when offloaded) and the sharded gradient (created by the
   // unit's reduction, freed by zero_grad at the step's end; -1 until then).
   std::vector<int> param_shard_, grad_shard_;          // per unit (-1: none)

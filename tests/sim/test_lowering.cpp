@@ -535,6 +535,38 @@ TEST(LoweringCheckpointing, OutsideFsdpAddsOneAllGatherPerUnit) {
   EXPECT_EQ(ops_of(k, OpKind::Recompute, 2).size(), 0u);
 }
 
+// checkpoint(FSDP(block)) when the FSDP units do not line up with the blocks (HF gradient checkpointing under a size
+// or no wrap policy): each block recomputes once, at its own backward; with the hooks (an extra all-gather) of the
+// unit inside it (a size policy's MLP units), without for a unit spanning more than the block (the model's, the
+// root). Before, a spanning unit's pre-backward recomputed every block at once and the blocks' own units again (a
+// buffer allocated twice: "already live").
+TEST(LoweringCheckpointing, OutsideFsdpRecomputesEachBlockOnceWhateverTheUnits) {
+  const models::ModelSpec m = models::load_model("llama-1b");
+  for (const char* wrap : {R"({"min_num_params": 50000000})", R"("none")"}) {
+    SCOPED_TRACE(wrap);
+    const Plan plan = resolved(std::string(R"({"activation_checkpointing": {"mode": "full", "outside_fsdp": true}, )") +
+                                   R"("grad_accum": 2, "auto_wrap_policy": )" + wrap + "}",
+                               8, 8);
+    const auto g = models::build_wrap_graph(m, plan.auto_wrap_policy);
+    const StepProgram p = lower(m, g, plan, Topology{8, 8});
+    expect_well_formed(p, wrap);
+    const auto rc = ops_of(p, OpKind::Recompute);
+    ASSERT_EQ(rc.size(), static_cast<std::size_t>(2 * m.n_layers));
+    // each recompute is followed on the compute stream by a backward before the next recompute: one block at a time
+    for (const Op* r : rc) {
+      const Op* next = nullptr;
+      for (std::size_t i = static_cast<std::size_t>(r->id) + 1; i < p.ops.size() && !next; ++i)
+        if (p.ops[i].stream == r->stream && (p.ops[i].kind == OpKind::Backward || p.ops[i].kind == OpKind::Recompute))
+          next = &p.ops[i];
+      ASSERT_NE(next, nullptr);
+      EXPECT_EQ(next->kind, OpKind::Backward) << r->name << " (op " << r->id << ")";
+    }
+    // the size policy's MLP units (inside the blocks) gather three times per micro-batch: forward, recompute, backward
+    for (const auto& u : g.units)
+      if (u.name.find(".mlp") != std::string::npos) EXPECT_EQ(ops_of(p, OpKind::AllGather, u.id).size(), 6u) << u.name;
+  }
+}
+
 TEST(LoweringAccumulation, NoSyncKeepsUnshardedGradsUntilTheLastMicroBatch) {
   auto g = block_graph(kRoot, {kBlock, kBlock});
   // FSDP1: the bf16 flat grad (36 elements with use_orig padding) persists from micro-batch 0 to 1 (M12).
