@@ -3,6 +3,7 @@
 // tokens/s per GPU, MFU (design.md "Units and numbers": against the dense peak of the compute dtype).
 #include "sim/simulator.h"
 
+#include <stdexcept>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -408,25 +409,32 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
   double hw_flops = 0;
   std::int64_t tokens_per_rank = 0;
   Stretched& st = s_->stretched;
-  const bool stretched =
-      opts.stretch && !opts.record_trace && build_stretched(m, *graph, rp, topo, cost, st, s_->graphs, stats, s_->ws);
-  if (stretched) {
-    r = execute_compiled(st.program, st.costs, eo);
-    describe_peaks(st.ops, {&r.peak_allocated_at, &r.peak_reserved_at, &r.first_step_peak_allocated_at,
-                            &r.first_step_peak_reserved_at});
-    hw_flops = st.hw_flops;
-    tokens_per_rank = st.a.tokens_per_rank;
-  } else {
-    lowering::OpRecycler& recycler = s_->recycler;
-    // Without a trace the program is built for the simulator alone: no names (they label trace spans only; a
-    // recycled op's old name is cleared) and no op inputs/outputs (only the runtimes read them).
-    StepProgram prog = lowering::lower_with(m, *graph, rp, topo, &recycler, /*full=*/opts.record_trace);
-    r = execute(prog, cost, eo);
-    FlopsSum flops;
-    flops.add(prog, 0, static_cast<int>(prog.ops.size()));
-    hw_flops = flops.sum;
-    tokens_per_rank = prog.tokens_per_rank;
-    lowering::recycle(prog, recycler);   // prog is not used past this point
+  // The program is the lowering's own: a structural check it fails (validate_program's, field "program...") is a bug
+  // in fsdpsim, reported as one (exit 1), not as the user's bad input.
+  try {
+    const bool stretched =
+        opts.stretch && !opts.record_trace && build_stretched(m, *graph, rp, topo, cost, st, s_->graphs, stats, s_->ws);
+    if (stretched) {
+      r = execute_compiled(st.program, st.costs, eo);
+      describe_peaks(st.ops, {&r.peak_allocated_at, &r.peak_reserved_at, &r.first_step_peak_allocated_at,
+                              &r.first_step_peak_reserved_at});
+      hw_flops = st.hw_flops;
+      tokens_per_rank = st.a.tokens_per_rank;
+    } else {
+      lowering::OpRecycler& recycler = s_->recycler;
+      // Without a trace the program is built for the simulator alone: no names (they label trace spans only; a
+      // recycled op's old name is cleared) and no op inputs/outputs (only the runtimes read them).
+      StepProgram prog = lowering::lower_with(m, *graph, rp, topo, &recycler, /*full=*/opts.record_trace);
+      r = execute(prog, cost, eo);
+      FlopsSum flops;
+      flops.add(prog, 0, static_cast<int>(prog.ops.size()));
+      hw_flops = flops.sum;
+      tokens_per_rank = prog.tokens_per_rank;
+      lowering::recycle(prog, recycler);   // prog is not used past this point
+    }
+  } catch (const InputError& e) {
+    if (e.field().rfind("program", 0) != 0) throw;
+    throw std::logic_error(std::string("the lowering built an ill-formed program (a bug in fsdpsim): ") + e.what());
   }
   stats.time_jumps = es.jumps;
   stats.memory_fold_jumps = es.memory_jumps;
