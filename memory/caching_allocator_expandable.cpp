@@ -44,8 +44,7 @@ int CachingAllocator::take_expandable(Bytes size, int pi) {
 // that one's grown size is smaller. Then the max_split_size checks on the mapped size, as without.
 int CachingAllocator::find_free_block_expandable(Pool& p, Bytes size) {
   const std::size_t n = p.sizes.size();
-  std::size_t ci = class_at_least(p.sizes, size);
-  while (ci < n && p.list(ci).empty()) ++ci;
+  std::size_t ci = next_nonempty(p, class_at_least(p.sizes, size));   // (emptied classes stay: skipped by the bit set)
   if (ci == n) return -1;
   std::size_t pos = p.list(ci).size() - 1;   // (a class's blocks are kept address-descending)
   const auto unmapped_after = [&](int b) {
@@ -60,8 +59,7 @@ int CachingAllocator::find_free_block_expandable(Pool& p, Bytes size) {
     if (pos2 > 0) {
       --pos2;
     } else {
-      for (++ci2; ci2 < n && p.list(ci2).empty(); ++ci2) {
-      }
+      ci2 = next_nonempty(p, ci2 + 1);
       if (ci2 == n) break;
       pos2 = p.list(ci2).size() - 1;
     }
@@ -107,8 +105,27 @@ int CachingAllocator::find_expandable_block(int pi, Bytes size) {
     return r;
   };
   if (s.unmapped > 1) {   // holes left by a cache release: the lowest one with room
-    for (int u = s.first; u != s.last; u = blocks_[u].next)
-      if (blocks_[u].state == State::Unmapped && room(from(u)) >= size) return from(u);
+    // One pass over each run of free and unmapped blocks: the room from a block is what the run holds from it on
+    // (room(), summed once per run rather than once per hole: a step far over capacity leaves thousands of holes).
+    int u = s.first;
+    while (u >= 0 && u != s.last) {
+      if (!allocatable(u)) {
+        u = blocks_[u].next;
+        continue;
+      }
+      Bytes total = 0;
+      int e = u;
+      for (; e >= 0 && allocatable(e); e = blocks_[e].next) total += blocks_[e].size;
+      Bytes before = 0;   // the run's bytes before b
+      for (int b = u; b != e && b != s.last; b = blocks_[b].next) {
+        if (blocks_[b].state == State::Unmapped) {
+          const int c = from(b);   // b, or the free block just before it (in this run)
+          if (total - (c == b ? before : before - blocks_[c].size) >= size) return c;
+        }
+        before += blocks_[b].size;
+      }
+      u = e;
+    }
   }
   const int c = from(s.last);
   if (const Bytes r = room(c); r < size) {
