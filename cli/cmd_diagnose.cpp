@@ -17,8 +17,9 @@ int cmd_diagnose(const Argv& argv) {
   const std::vector<OptionSpec> specs = {
       {"model", true, false, "zoo name or config.json", "M"},
       {"cluster", true, false, "cluster name or JSON file", "C"},
-      {"config", true, false, "the configuration: .py (Lightning FSDPStrategy + Trainer), .yaml (accelerate or "
-                              "LightningCLI), .toml (torchtitan) or .json (fsdpsim plan)", "FILE"},
+      {"config", true, false, "the configuration: .py (Lightning FSDPStrategy + Trainer), .yaml (accelerate, "
+                              "LightningCLI or a torchtune recipe config), .toml (torchtitan) or .json (fsdpsim plan)",
+       "FILE"},
       {"format", true, false, "lightning | lightning-yaml | accelerate | torchtune | torchtitan | plan (default: from the file)", "F"},
       {"micro-batch", true, false, "sequences per GPU per micro-batch, if the config does not say", "N"},
       {"seq-len", true, false, "tokens per sequence, if the config does not say", "N"},
@@ -34,7 +35,8 @@ int cmd_diagnose(const Argv& argv) {
                             "(a wrap policy that wraps nothing, fp32 master weights vs bf16-true, no activation "
                             "checkpointing at long sequences, FULL_SHARD across slow inter-node links vs HYBRID_SHARD, "
                             "FULL_SHARD overhead for small models, HF gradient checkpointing outside FSDP, needless CPU "
-                            "offload), each with the fix and the simulated gain. Add `# fsdpsim: micro_batch=N "
+                            "offload, the optimizer state, compiled QLoRA under checkpointing, torchtune's activation "
+                            "offloading), each with the fix and the simulated gain, in the config's own keys. Add `# fsdpsim: micro_batch=N "
                             "seq_len=N grad_accum=N` to a config for what it cannot say.",
                             specs);
     return kExitOk;
