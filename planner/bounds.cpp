@@ -83,7 +83,9 @@ MemoryBound Bounds::memory(const sim::Plan& p) const {
                             : states * sim::optimizer_state_lower_bound(p.optimizer, trainable, master);
   }
   const Dtype act = p.param_dtype;
-  for (std::int64_t l = 0; l < model_.n_layers && ts.all; ++l)
+  // (with torchtune's activation offloading the checkpointed inputs leave the GPU but for a few: none counted)
+  const bool offloaded = p.activation_offloading != sim::ActivationOffload::None;
+  for (std::int64_t l = 0; l < model_.n_layers && ts.all && !offloaded; ++l)
     m.activations += models::block_saved_activation_bytes(model_, p.micro_batch, p.seq_len, act,
                                                          block_mode(p.activation_checkpointing, l));
   // The logits in the compute dtype (a part of what every loss implementation but the fused linear

@@ -20,7 +20,8 @@ namespace {
 
 void check_space(const std::string& model_name, const std::string& cluster_name, std::int64_t seq, std::int64_t seqs,
                  std::vector<std::string> precisions, double trainable_fraction = 1.0, const char* lora = nullptr,
-                 sim::Optimizer optimizer = sim::Optimizer::AdamW) {
+                 sim::Optimizer optimizer = sim::Optimizer::AdamW,
+                 sim::ActivationOffload offload = sim::ActivationOffload::None) {
   auto model = models::with_seq_len(models::load_model(model_name), seq);
   auto cluster = calibrate::load_cluster(cluster_name);
   auto hw = calibrate::HardwareProfile::for_cluster(cluster);
@@ -30,6 +31,7 @@ void check_space(const std::string& model_name, const std::string& cluster_name,
   o.base.trainable_fraction = trainable_fraction;
   if (lora) o.base.lora = sim::parse_lora(nlohmann::json::parse(lora), "lora");
   o.base.optimizer = optimizer;
+  o.base.activation_offloading = offload;
   auto cands = enumerate_candidates(o, cluster.nodes, cluster.gpus_per_node);
   Bounds b(model, hw, o.base.auto_wrap_policy);
   sim::SimOptions so;
@@ -59,7 +61,7 @@ void check_space(const std::string& model_name, const std::string& cluster_name,
   if (trainable_fraction >= 1.0 && !lora) {
     EXPECT_GT(carried, 0);   // (counted with every weight trained)
   }
-  if (!lora) {
+  if (!lora && offload == sim::ActivationOffload::None) {
     EXPECT_GT(loss_moment, 0);
   }
 }
@@ -87,6 +89,14 @@ TEST(Bounds, NeverAboveSimulationWithNf4Weights) {
 TEST(Bounds, NeverAboveSimulationWithLowBitOptimizers) {
   for (sim::Optimizer o : {sim::Optimizer::BnbAdamW8bit, sim::Optimizer::BnbPagedAdamW, sim::Optimizer::TorchaoAdamW4bit})
     check_space("tiny-llama", "8xH100-SXM", 1024, 16, {"bf16", "bf16-true"}, 1.0, nullptr, o);
+}
+
+// torchtune's activation offloading: the checkpointed inputs leave the GPU but for the stash's few (the bound counts
+// none of them: mistral-7b's 32 blocks at 8192 tokens, where counting them put the bound above the peak), and the
+// space keeps to full checkpointing (every candidate valid).
+TEST(Bounds, NeverAboveSimulationWithActivationOffloading) {
+  for (sim::ActivationOffload m : {sim::ActivationOffload::Streams, sim::ActivationOffload::Sync})
+    check_space("mistral-7b", "8xH100-SXM", 8192, 64, {"bf16-true"}, 1.0, nullptr, sim::Optimizer::AdamW, m);
 }
 
 TEST(Bounds, NeverAboveSimulationGpt2TwoNodes) {
