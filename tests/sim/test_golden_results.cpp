@@ -101,6 +101,12 @@ const std::vector<GoldenCase>& cases() {
        R"({"fsdp_version":1,"use_orig_params":false,"activation_checkpointing":"full","param_dtype":"bf16","reduce_dtype":"bf16",
            "master_weights_dtype":"bf16","micro_batch":2,"frozen_units":["root"],
            "lora":{"rank":8,"targets":["q","v"],"dropout":0.05,"quantize_base":"nf4"}})"},
+      // torchtune's LoRA recipe at long sequences with its activation offloading (streams), pure bf16
+      {"l8b_fsdp2_lora_act_offload", "llama3-8b", "8xH100-SXM",
+       R"({"activation_checkpointing":"full","activation_offloading":"streams","param_dtype":"bf16","reduce_dtype":"bf16",
+           "master_weights_dtype":"bf16","micro_batch":4,"seq_len":8192,"grad_accum":2,"grad_sync":true,
+           "free_logits_before_backward":true,"frozen_units":["root"],"cross_entropy":"chunked",
+           "lora":{"rank":8,"targets":["q","v"]}})"},
   };
   return k;
 }
