@@ -216,7 +216,7 @@ Expressed express_plan(const std::string& fw, const sim::Plan& in, const calibra
   // none of these front-ends has; the export keeps the checkpointed blocks' inputs on the GPU.
   if (p.activation_offloading != sim::ActivationOffload::None) {
     t.note(std::string("activation_offloading ") +
-           (p.activation_offloading == sim::ActivationOffload::Streams ? "streams" : "sync") +
+           sim::activation_offload_name(p.activation_offloading) +
            " -> none: torchtune's OffloadActivations is torchtune's code (enable_activation_offloading); this "
            "front-end keeps each checkpointed block's input on the GPU");
     p.activation_offloading = sim::ActivationOffload::None;

@@ -223,9 +223,9 @@ void read_torchtune(const YAML::Node& root, const std::string& text, const model
                          yaml_bool(root["activation_offloading_use_streams"], "activation_offloading_use_streams");
     if (ac) {
       p.activation_offloading = streams ? sim::ActivationOffload::Streams : sim::ActivationOffload::Sync;
-      cfg.facts.push_back(std::string("enable_activation_offloading: OffloadActivations around the model's forward moves "
-                                      "each checkpointed layer's input to pinned CPU memory (activation_offloading ") +
-                          (streams ? "streams" : "sync") + ")");
+      cfg.facts.push_back("enable_activation_offloading: OffloadActivations around the model's forward moves each "
+                          "checkpointed layer's input to pinned CPU memory (activation_offloading " +
+                          sim::activation_offload_name(p.activation_offloading) + ")");
     } else {
       cfg.offload_with_checkpointing = streams ? sim::ActivationOffload::Streams : sim::ActivationOffload::Sync;
       cfg.warnings.push_back("enable_activation_offloading without enable_activation_checkpointing: every saved tensor "

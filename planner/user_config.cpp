@@ -246,7 +246,6 @@ UserConfig parse_user_config_text(const std::string& text, const std::string& fo
   if (format != "plan") read_lora(text, cfg);
   if (format == "torchtune" && cfg.plan.lora.on() && !cfg.plan.lora.adapts("head")) {
     // Every unit without a block: the root, and the embedding and output when custom_sharded_layers wraps them.
-    cfg.plan.frozen_units = {"root"};
     try {
       cfg.plan.frozen_units.clear();
       for (const models::FsdpUnit& u : models::build_wrap_graph(model, cfg.plan.auto_wrap_policy).units)

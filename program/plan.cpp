@@ -243,6 +243,15 @@ std::string prefetch_name(BackwardPrefetch b) {
   return "NONE";
 }
 
+std::string activation_offload_name(ActivationOffload o) {
+  switch (o) {
+    case ActivationOffload::None: return "none";
+    case ActivationOffload::Streams: return "streams";
+    case ActivationOffload::Sync: return "sync";
+  }
+  return "none";
+}
+
 std::string checkpointing_name(const ActivationCheckpointing& ac) {
   switch (ac.mode) {
     case ActivationCheckpointing::Mode::None: return "none";
@@ -372,7 +381,7 @@ Plan resolve_plan(const Plan& in, int gpus, int gpus_per_node) {
     // each checkpoint's input. Without checkpointing every block, each op's saved tensors would go one by one
     // through the 5-deep stash: not modelled.
     const std::string f = "plan.activation_offloading";
-    const std::string v = p.activation_offloading == ActivationOffload::Streams ? "\"streams\"" : "\"sync\"";
+    const std::string v = "\"" + activation_offload_name(p.activation_offloading) + "\"";
     const auto& ac = p.activation_checkpointing;
     if (ac.mode != ActivationCheckpointing::Mode::Full && !(ac.mode == ActivationCheckpointing::Mode::EveryK && ac.every_k == 1))
       throw InputError(f, v, "modelled with activation_checkpointing \"full\" only (each block's saved tensors are then "

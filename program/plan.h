@@ -192,6 +192,7 @@ ShardingStrategy effective_strategy(const Plan& p);
 std::string strategy_name(ShardingStrategy s);
 std::string prefetch_name(BackwardPrefetch b);
 std::string checkpointing_name(const ActivationCheckpointing& ac);
+std::string activation_offload_name(ActivationOffload o);   // "none", "streams", "sync" (the plan key's values)
 // PYTORCH_CUDA_ALLOC_CONF text: parse ("expandable_segments:True,max_split_size_mb:512"; InputError naming
 // `field` for an unknown or unmodelled option) and print ("" for the defaults).
 AllocConf parse_alloc_conf(const std::string& text, const std::string& field);

@@ -544,8 +544,9 @@ std::vector<PlanKey> make_table() {
   }
   {
     PlanKey k = enum_key("activation_offloading", &Plan::activation_offloading,
-                         Names<ActivationOffload>{{{ActivationOffload::None, "none"}, {ActivationOffload::Streams, "streams"},
-                                                   {ActivationOffload::Sync, "sync"}}},
+                         Names<ActivationOffload>{{{ActivationOffload::None, activation_offload_name(ActivationOffload::None)},
+                                                   {ActivationOffload::Streams, activation_offload_name(ActivationOffload::Streams)},
+                                                   {ActivationOffload::Sync, activation_offload_name(ActivationOffload::Sync)}}},
                          "none, streams or sync");
     const auto write = k.write;
     k.write = [write](const Plan& p, Json& j) {
