@@ -563,7 +563,9 @@ TEST(LoweringCheckpointing, OutsideFsdpRecomputesEachBlockOnceWhateverTheUnits) 
     }
     // the size policy's MLP units (inside the blocks) gather three times per micro-batch: forward, recompute, backward
     for (const auto& u : g.units)
-      if (u.name.find(".mlp") != std::string::npos) EXPECT_EQ(ops_of(p, OpKind::AllGather, u.id).size(), 6u) << u.name;
+      if (u.name.find(".mlp") != std::string::npos) {
+        EXPECT_EQ(ops_of(p, OpKind::AllGather, u.id).size(), 6u) << u.name;
+      }
   }
 }
 
@@ -2058,9 +2060,14 @@ TEST(LoweringOffload, ActivationOffloadingStashCopiesAndDropsByHand) {
       EXPECT_EQ(rc.id, r.id + 1);
       if (streams) {
         EXPECT_NE(std::find(rc.waits.begin(), rc.waits.end(), r.id), rc.waits.end());   // s0.wait_stream(s1)
-        if (j > 0) EXPECT_EQ(free_at[static_cast<std::size_t>(back)], bwd_of(j - 1)->id);
-        else EXPECT_GT(free_at[static_cast<std::size_t>(back)], bwd_of(0)->id);   // the end-of-backward callback
-        if (j + 2 < L) EXPECT_NE(std::find(r.waits.begin(), r.waits.end(), rec_of(j + 2)->id), r.waits.end());
+        if (j > 0) {
+          EXPECT_EQ(free_at[static_cast<std::size_t>(back)], bwd_of(j - 1)->id);
+        } else {
+          EXPECT_GT(free_at[static_cast<std::size_t>(back)], bwd_of(0)->id);   // the end-of-backward callback
+        }
+        if (j + 2 < L) {
+          EXPECT_NE(std::find(r.waits.begin(), r.waits.end(), rec_of(j + 2)->id), r.waits.end());
+        }
       } else {
         EXPECT_EQ(free_at[static_cast<std::size_t>(back)], rc.id);
       }
