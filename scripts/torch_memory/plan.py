@@ -15,7 +15,7 @@ from .common import InputError, show
 # Issue 19's keys (implementation recipes, compile, float8, the allocator, the loop, the optimizer, per-module
 # settings, frozen units), the last eight of README.md's table.
 NEW_KEYS = ("implementation", "compile", "float8", "alloc_conf", "free_logits_before_backward",
-            "optimizer_impl", "module_overrides", "frozen_units")
+            "loss_in_model_forward", "optimizer_impl", "module_overrides", "frozen_units")
 README_KEYS = (
     "fsdp_version", "mesh", "sharding_strategy", "reshard_after_forward", "backward_prefetch",
     "forward_prefetch", "limit_all_gathers", "prefetch_depth", "activation_checkpointing", "activation_offloading",
@@ -94,6 +94,7 @@ class ResolvedPlan:
     float8: str = "none"
     alloc_conf: str = ""
     free_logits_before_backward: bool = False
+    loss_in_model_forward: bool = None       # None: the recipe's own (HF computes it in its forward)
     optimizer_impl: str = "foreach"          # PyTorch's own choice on CUDA when neither foreach nor fused is set
     module_overrides: dict = dataclasses.field(default_factory=dict)   # unit name -> {"reshard_after_forward": v}
     frozen_units: list = dataclasses.field(default_factory=list)       # units with no trainable parameter
@@ -370,6 +371,11 @@ def parse_plan(plan):
         parse_alloc_conf(plan["alloc_conf"])
         p.alloc_conf = plan["alloc_conf"]
     p.free_logits_before_backward = _get(plan, "free_logits_before_backward", bool, False)
+    p.loss_in_model_forward = _get(plan, "loss_in_model_forward", bool, None)
+    if p.loss_in_model_forward and p.cross_entropy == "chunked":
+        raise InputError("plan.loss_in_model_forward", "true",
+                         'cross_entropy "chunked" is torchtune\'s chunked output, whose loss the recipe computes on the '
+                         "model's output (false)")
     p.optimizer_impl = _get(plan, "optimizer_impl", OPTIMIZER_IMPLS, "foreach")
     if "module_overrides" in plan:
         p.module_overrides = _overrides(plan["module_overrides"], p.fsdp_version)

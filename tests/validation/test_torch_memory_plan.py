@@ -70,6 +70,12 @@ class PlanKeys(FieldAssertions):
         self.assertField({"mesh": [2, 2, 2]}, "plan.mesh")
         self.assertField({"cross_entropy_chunks": 8}, "plan.cross_entropy_chunks")   # only with "chunked"
         self.assertField({"cross_entropy": "chunked", "cross_entropy_chunks": 0}, "plan.cross_entropy_chunks")
+        self.assertField({"loss_in_model_forward": "no"}, "plan.loss_in_model_forward")
+        self.assertField({"cross_entropy": "chunked", "loss_in_model_forward": True}, "plan.loss_in_model_forward")
+
+    def test_loss_in_model_forward_is_unset_unless_given(self):
+        self.assertIsNone(plans.parse_plan({}).loss_in_model_forward)
+        self.assertFalse(plans.parse_plan({"loss_in_model_forward": False}).loss_in_model_forward)
 
     def test_checkpoint_around_compile_parses(self):
         ac = plans.parse_plan({"compile": True, "activation_checkpointing": {"mode": "every_k", "every_k": 2,

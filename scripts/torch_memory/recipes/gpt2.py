@@ -117,7 +117,9 @@ class GPT2LMHeadModel(nn.Module):
             self.lm_head.weight = self.transformer.wte.weight
         self.outside_checkpoint = set()
         self.input_requires_grad = False
-        self.loss_inside = True      # GPT2LMHeadModel.forward computes the loss (and Liger patches it there)
+        # GPT2LMHeadModel.forward computes the loss (and Liger patches it there); loss_in_model_forward false: the loop
+        # does, on the logits (not with the fused linear loss, which needs the head's weight)
+        self.loss_inside = plan.loss_in_model_forward is not False or plan.cross_entropy == "fused_linear"
 
     def setup_rope(self, device, seq_len, compute_dtype):
         if seq_len > self.spec["max_positions"]:
@@ -136,5 +138,7 @@ class GPT2LMHeadModel(nn.Module):
             self.phase_hook("loss")
             return None, ops.FusedLinearCrossEntropy.apply(h.flatten(0, 1), self.lm_head.weight, labels.flatten())
         logits = self.lm_head(h)
+        if not self.loss_inside:
+            return logits, None
         self.phase_hook("loss")
         return logits, losses.loss_fn("hf", self.cross_entropy)(logits, labels)

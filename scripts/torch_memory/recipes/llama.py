@@ -236,6 +236,8 @@ class LlamaForCausalLM(nn.Module):
         # the head's weight, so it is computed there too. torchtitan and litgpt compute it outside.
         # torchtune's chunked output is followed by its loss in the recipe, outside the model.
         self.loss_inside = (self.recipe == "hf" and self.cross_entropy != "chunked") or self.cross_entropy == "fused_linear"
+        if plan.loss_in_model_forward is not None and self.cross_entropy != "fused_linear":
+            self.loss_inside = plan.loss_in_model_forward   # (the fused one needs the head's weight: always inside)
         self.loss_chunks = plan.cross_entropy_chunks
 
     def setup_rope(self, device, seq_len, compute_dtype):
