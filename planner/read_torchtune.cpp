@@ -124,6 +124,7 @@ void read_torchtune(const YAML::Node& root, const std::string& text, const model
                            "prediction leaves out their activations and time)");
   p.fsdp_version = sim::FsdpVersion::FSDP2;
   p.implementation = models::ModelImpl::HF;
+  p.loss_in_model_forward = false;   // `logits = self._model(**batch)`, then `self._loss_fn(logits, labels)`
   cfg.facts.push_back("torchtune distributed recipe: FSDP2 fully_shard on each layers.i and the root; its modules "
                       "compute like Hugging Face's (implementation hf)");
   // dtype: pure training in one dtype

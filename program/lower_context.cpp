@@ -959,7 +959,7 @@ LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan, bool head_t
   const Bytes tv = t * m.vocab_size;
   // Where the loss runs: Hugging Face models compute it in their forward when given labels (Lightning and
   // accelerate loops pass them); torchtitan's and litgpt's train steps call the loss on the model's output.
-  l.inside_model = plan.implementation == models::ModelImpl::HF;
+  l.inside_model = plan.loss_in_model_forward.value_or(plan.implementation == models::ModelImpl::HF);
   l.free_logits = plan.free_logits_before_backward.value_or(false);
   if (plan.implementation == models::ModelImpl::Runtime) {
     l.in_head_op = true;
@@ -1048,6 +1048,24 @@ LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan, bool head_t
     }
   }
   return l;
+}
+
+OffloadPacks offload_packs(const models::ModelSpec& m, const Plan& plan, const LossMemory& l) {
+  OffloadPacks o;
+  if (plan.activation_offloading == ActivationOffload::None) return o;
+  if (m.positions == models::PositionKind::Rotary) {
+    const Bytes s = plan.seq_len, d = m.rope_dims();
+    if (plan.implementation == models::ModelImpl::TorchTitan) {
+      o.rope = 1;
+      o.rope_bytes = s * (d / 2) * 8;   // freqs_cis[:seqlen], complex64
+    } else {
+      o.rope = 2;
+      o.rope_bytes = s * d * dtype_bytes(plan.param_dtype);   // cos, sin: 1 x S x d in the compute dtype
+    }
+  }
+  o.loss = l.inside_model && l.impl == models::LossImpl::Torch && l.chunks() == 0 && !l.in_head_op;
+  if (o.loss) o.loss_target = plan.micro_batch * plan.seq_len * 8;
+  return o;
 }
 
 // ---------------------------------------------------------------------------------------------

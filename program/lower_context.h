@@ -185,6 +185,22 @@ struct LossMemory {
   // in place (torch/csrc/autograd/functions/accumulate_grad.h, `variable_grad += new_grad`), then frees.
   Bytes head_weight_grad = 0;
 };
+// torchtune's activation offloading (plan.activation_offloading; program/lower_walk.cpp "activation offloading")
+// packs every tensor autograd saves inside the model's forward. Beside each checkpointed block's input, the block's
+// checkpoint saves the rotary tables the recipe passes every block (torch.utils.checkpoint's non-reentrant
+// _NoopSaveInputs saves all tensor arguments): HF's and litgpt's cos and sin (S x rope dims, compute dtype; HF
+// transformers' layers also get position_ids and cache_position, int64 per position, which the recipe here does not
+// count), torchtitan's complex64 freqs_cis (S x rope dims / 2 x 8 B). A loss computed in the model's forward
+// (LossMemory::inside_model, cross_entropy torch) is packed too: _log_softmax's result and nll_loss's self (the same
+// fp32 log-probabilities, packed twice, two copies), its target (int64 per token) and total_weight (a scalar).
+struct OffloadPacks {
+  int rope = 0;              // tensors per block beside its input
+  Bytes rope_bytes = 0;      // each of them
+  bool loss = false;         // the loss's saved tensors are packed
+  Bytes loss_target = 0;     // nll_loss's saved target
+};
+OffloadPacks offload_packs(const models::ModelSpec& m, const Plan& plan, const LossMemory& l);
+
 // `head_trains`: the LM head's weight requires grad (a fused linear cross-entropy then computes its gradient).
 LossMemory loss_memory(const models::ModelSpec& m, const Plan& plan, bool head_trains = true);
 // Refuses (InputError "plan.optimizer") a plan whose optimizer is not modelled with it (optimizer_not_modelled).

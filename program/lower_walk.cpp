@@ -30,16 +30,20 @@ StepProgram LoweringWalk::run() {
   offload_ = compute_;
   if (plan_.activation_offloading != ActivationOffload::None) {
     if (offload_streams()) offload_ = b_.add_stream(StreamRole::Offload, "activation_offload");
-    // The final norm's saved tensors are packed too; the head's saved input (the norm's output) is not: the output
-    // projection runs under NoOpManager.
-    for (const models::SavedTensor& t : c_.final_norm.saved) final_packs_ += t.bytes >= kMinOffloadBytes ? 1 : 0;
-    if (final_packs_ > 0 && c_.flows.final_part.trains_weight(models::Weight::LmHead)) --final_packs_;
+    packs_ = offload_packs(*c_.model, plan_, c_.loss);
     p_.notes.push_back(std::string("activation offloading (torchtune's OffloadActivations, use_streams ") +
                        (offload_streams() ? "true" : "false") +
-                       "): each checkpointed block's input is copied to pinned host memory in the forward (" +
-                       (offload_streams() ? "on a side stream, the last 5 packed tensors kept on the GPU" : "on the compute stream") +
-                       ") and back before the block's recompute; derived from torchtune's source, not measured against "
-                       "PyTorch; the final norm's saved tensors keep their GPU memory as without offloading");
+                       "): what autograd saves in the model's forward is copied to pinned host memory (" +
+                       (offload_streams() ? "on a side stream, the last 5 packed tensors kept on the GPU"
+                                          : "on the compute stream") +
+                       ") and back before its backward: each checkpointed block's input" +
+                       (packs_.rope > 0 ? " with the rotary tables passed to it" : "") +
+                       ", the final norm's saved tensors" +
+                       (packs_.loss ? ", the loss's log-probabilities (packed twice: two copies each way) and target"
+                                    : "") +
+                       "; the output projection's input is not (NoOpManager). Derived from torchtune's source; the "
+                       "copies' bytes match the device-to-host and host-to-device copy times PyTorch's profiler "
+                       "measured (H200, tests/fixtures/torch_ops/*offload*) at the profile's pinned PCIe rate");
   }
   begin(param_grad_parts());
   add_persistent();
@@ -121,6 +125,9 @@ void LoweringWalk::forward() {
   if (offloading) {
     pack_id_ = 0;
     stash_.clear();
+    final_off_.clear();
+    owned_.clear();
+    loss_off_ = false;
     offloaded_.assign(c_.segments.size(), -1);
   }
   for (int s = 0; s < S; ++s) {
@@ -152,8 +159,9 @@ LoweringWalk::BufferRange LoweringWalk::alloc_tensors(Op& o, int unit, const std
 }
 
 void LoweringWalk::free_range(Op& o, BufferRange& r) {
-  for (int i = 0; i < r.n; ++i) o.frees.push_back({r.first + i, -1});
-  if (r.extra >= 0) o.frees.push_back({r.extra, -1});
+  for (int i = 0; i < r.n; ++i)
+    if (owned_.empty() || !offload_owned(r.first + i)) o.frees.push_back({r.first + i, -1});
+  if (r.extra >= 0 && (owned_.empty() || !offload_owned(r.extra))) o.frees.push_back({r.extra, -1});
   r = BufferRange{};
 }
 
@@ -519,6 +527,7 @@ void LoweringWalk::loss_forward() {
     o.frees.push_back({logits_, -1});
     logits_ = -1;
   }
+  if (packs_.loss && loss_saved_ >= 0) pack_loss();   // (o is not used past this point)
 }
 
 // The loss's backward (LossMemory): nll_loss_backward, _log_softmax_backward_data, the upcast's backward.
@@ -575,14 +584,36 @@ void LoweringWalk::loss_backward() {
     cat.allocs.push_back(head_grad_);
     for (int i = 0; i < n; ++i) cat.frees.push_back({grads + 2 * i + 1, -1});
   } else if (l.impl == models::LossImpl::Torch) {
+    // Offloaded (pack_loss): nll_loss_backward unpacks its self and target, _log_softmax_backward_data its result.
+    // Without streams each comes back from the CPU for its node and dies after it. With streams the first node
+    // finds its tensors still in the forward's stash (no copy); the hook after it drops the stash (the compute
+    // stream waiting on every copy still running), so the result comes back from the CPU for the second node and
+    // stays until the next node that unpacks has run.
+    const int unit = c_.segments.back().unit;
+    const int target = loss_target() > 0 ? 1 : 0;
+    const int self =
+        loss_off_ && !offload_streams() ? bring_back(unit, l.saved, MemCategory::Logits, "loss H2D", target, loss_target()) : -1;
     Op& nll = loss_op(OpKind::Backward, "nll bwd");
     const int g1 = b_.buffer("nll_grad", nll.unit, l.nll_grad, MemCategory::Logits, compute_);
     nll.allocs.push_back(g1);
+    for (int i = 0; self >= 0 && i <= target; ++i) nll.frees.push_back({self + i, -1});   // (self, target)
+    int result = -1;
+    if (loss_off_) {
+      if (offload_streams()) release_stash(INT_MAX);
+      result = bring_back(unit, l.saved, MemCategory::Logits, "loss H2D");
+    }
     Op& lsm = loss_op(OpKind::Backward, "lsm bwd");
     head_grad_ = b_.buffer("lsm_grad", lsm.unit, l.lsm_grad, MemCategory::Logits, compute_);
     lsm.allocs.push_back(head_grad_);
     lsm.frees.push_back({g1, -1});
     release_saved(lsm);
+    if (result >= 0 && !offload_streams()) lsm.frees.push_back({result, -1});
+    if (result >= 0 && offload_streams()) {
+      drop_reload(reload_, reload_n_);   // (none: the first node that unpacks came just before)
+      reload_ = result;
+      reload_n_ = 1;
+      reload_op_ = lsm.id;
+    }
     if (l.logits_grad > 0) {
       Op& down = loss_op(OpKind::Backward, "upcast bwd");
       const int g = b_.buffer("logits_grad", down.unit, l.logits_grad, MemCategory::Logits, compute_);
@@ -790,10 +821,11 @@ void LoweringWalk::backward_segment(int s) {
     if (offloading) offload_unpack(s);
     emit_compute(s, OpKind::Recompute);   // A1/A3: FSDP(checkpoint(block)) recomputes without another all-gather
     rec_op_ = b_.last_op();
-    if (offloading && !offload_streams() && offloaded_[s] >= 0) b_.free_now(offloaded_[s]);   // (the copy back)
+    if (offloading && !offload_streams() && offloaded_[s] >= 0) drop_reload(offloaded_[s], 1 + tables());   // (the copy back)
   }
   // Autograd allocates a unit's unsharded gradient at its first backward compute (the segment where its
   // pre-backward fired).
+  if (offloading && c_.segments[s].part == models::ModulePart::FinalNormAndHead) unpack_final_norm(s);
   const int first_new = b_.num_buffers();
   for (int v : c_.backward_starts[s]) autograd_grad(v, s);
   const int last_new = b_.num_buffers();
@@ -801,6 +833,7 @@ void LoweringWalk::backward_segment(int s) {
   for (int buf = first_new; buf < last_new; ++buf) grads += p_.buffers[static_cast<std::size_t>(buf)].bytes;
   emit_compute(s, OpKind::Backward, grads);
   Op& o = b_.at(b_.last_op());
+  bwd_op_ = o.id;
   for (int buf = first_new; buf < last_new; ++buf) o.allocs.push_back(buf);
   if (const int grad = unsharded_grad(u); grad >= 0) b_.write(o, grad);
   segment_grads(s, o);
@@ -830,7 +863,7 @@ void LoweringWalk::backward() {
   final_callback();
   // torchtune's queued callback (wait_and_del_remaining_references), queued after FSDP's at the first unpack, drops
   // the last input brought back.
-  if (reload_ >= 0) b_.free_now(reload_);
+  drop_reload(reload_, reload_n_);
   reload_ = reload_op_ = reload_wait_ = -1;
   release_stash(INT_MAX);   // (none left when a backward node unpacked an offloaded tensor: the first one's hook drops them)
   // Logits the training loop still references (free_logits_before_backward false: `logits = model(x)`,
@@ -842,49 +875,47 @@ void LoweringWalk::backward() {
 
 // ---- activation offloading ----------------------------------------------------------------------------------
 // torchtune's OffloadActivations (torchtune/training/_activation_offloading.py at pytorch/torchtune bd2a0fc7c) around
-// the model's forward, every block checkpointed (resolve_plan refuses other modes). The saved tensors its hooks see
-// are each checkpoint's input (torch.utils.checkpoint's non-reentrant _NoopSaveInputs saves the block's arguments
-// outside the checkpoint's own hooks, which drop everything inside the block), the final norm's and the embedding's
-// indices; the output projection runs under NoOpManager and the loss outside the context. Every saved tensor of at
-// least 1 KiB (min_offload_size) that is no parameter gets the next pack id and a pinned CPU copy.
+// the model's forward, every block checkpointed (resolve_plan refuses other modes). Its pack hook sees what autograd
+// saves inside the forward outside any inner saved-tensors hooks: each checkpoint's inputs (torch.utils.checkpoint's
+// non-reentrant _NoopSaveInputs saves the block's tensor arguments, its own hooks drop everything inside the block):
+// the block input and the rotary tables (OffloadPacks), the final norm's saved tensors, the loss's when the model's
+// forward computes it (OffloadPacks::loss); the output projection runs under NoOpManager (its saved input stays), and
+// a loss the loop computes on the model's output is outside the context. Every saved tensor gets the next pack id;
+// one of at least 1 KiB (min_offload_size) that is no parameter gets a pinned CPU copy.
 //  * streams (use_streams true, torchtune's default): pack_tensor first makes the compute stream wait on the copy of
 //    every stashed tensor with id <= new id - 5 (max_fwd_stash_size) and drops it, then makes the side stream wait on
 //    the compute stream, copies there and keeps the GPU tensor in fwd_stash. The tensors still stashed when the
-//    forward ends are dropped by the hook of the first backward node that unpacks an offloaded tensor (the final
-//    norm's backward), and come back later like the others. In the backward, a block's input is copied back on the
-//    side stream (allocated in its pool) when the block's first node unpacks it (the recompute starts there), the
-//    compute stream waits for it (s0.wait_stream(s1)), and the hook of the next node that unpacks (the previous
-//    block's first node, after it ran) makes the side stream wait on an event recorded after this block's node and
-//    drops it; the end-of-backward callback drops the last.
-//  * sync (use_streams false): the copy runs on the compute stream and only the CPU copy is kept: the GPU tensor
-//    dies with its last forward use (the block's residual add); the backward copies it back on the compute stream
-//    and the recompute drops it.
-// Not modelled: the embedding's saved indices (a few KiB); the final norm's saved tensors keep their memory as
-// without offloading (in the stash until their backward; with use_streams false they would leave at once) and
-// their copies are not timed, though they count as packs. The pinned host copies count in the host memory
+//    forward ends are used without a copy by the first backward node that unpacks, whose hook then drops them all.
+//    Every other tensor comes back on the side stream (allocated in its pool) when its node unpacks it (a block's:
+//    when its recompute starts), the compute stream waits for it (s0.wait_stream(s1)), and the hook of the next node
+//    that unpacks (for a block, the previous block's first node, after it ran) makes the side stream wait on an event
+//    recorded after this node and drops it; the end-of-backward callback drops the last.
+//  * sync (use_streams false): the copy runs on the compute stream and only the CPU copy is kept: the GPU tensor dies
+//    with its last forward use; the backward copies it back on the compute stream before its node, which drops it.
+// Approximations: one copy per group (a block's input and tables, the final norm's tensors, the loss's) after the
+// group's pack ids; the final norm's tensors leave once each (HF's RMSNorm packs its fp32 input and rstd twice, a
+// few hundred MiB more to copy), after the op that also runs the output projection; the embedding's saved indices
+// (one small pack) are not counted. The pinned host copies count in the host memory
 // (sim/host_memory.h offloaded_activations_pinned).
 void LoweringWalk::offload_pack(int s) {
   const Segment& seg = c_.segments[s];
-  if (seg.part == models::ModulePart::FinalNormAndHead) {
-    pack_id_ += final_packs_;
-    if (offload_streams()) release_stash(pack_id_ - kForwardStash);
-    return;
-  }
   if (seg.part != models::ModulePart::Block || !checkpointed(s)) return;
   const models::ForwardEvent* in = input_event(c_.acts(seg.layer).forward_events);
   if (!in || in->kind != models::ForwardEvent::Kept || carried_ < 0 || carried_bytes_ != in->bytes ||
       in->bytes < kMinOffloadBytes)
     return;
-  ++pack_id_;
+  const int id = ++pack_id_;
   if (offload_streams()) {
-    release_stash(pack_id_ - kForwardStash);
+    release_stash(id - kForwardStash);
     b_.defer_wait_stream(offload_, compute_);
   }
   Op& o = b_.op(OpKind::D2H, offload_, seg.unit, mb_, "act D2H");
   b_.read(o, carried_);
-  o.copy_bytes = carried_bytes_;
+  o.copy_bytes = carried_bytes_ + tables() * packs_.rope_bytes;
   offloaded_[s] = carried_;
-  if (offload_streams()) stash_.push_back(Stashed{pack_id_, carried_, o.id});
+  if (offload_streams()) stash_.push_back(Stashed{id, carried_, o.id});
+  pack_id_ += packs_.rope;   // (the tables are the forward's own tensors: their stash entries free nothing)
+  if (offload_streams()) release_stash(pack_id_ - kForwardStash);
 }
 
 // The compute stream waits on the copies of the stashed tensors with id <= up_to_id, which are dropped (at the
@@ -898,9 +929,48 @@ void LoweringWalk::release_stash(int up_to_id) {
   stash_.erase(stash_.begin(), stash_.begin() + static_cast<std::ptrdiff_t>(k));
 }
 
+bool LoweringWalk::stashed(int buffer) const {
+  for (const Stashed& e : stash_)
+    if (e.buffer == buffer) return true;
+  return false;
+}
+
+bool LoweringWalk::offload_owned(int buffer) const {
+  return std::find(owned_.begin(), owned_.end(), buffer) != owned_.end();
+}
+
+void LoweringWalk::drop_reload(int first, int n) {
+  if (first < 0) return;
+  for (int i = 0; i < n; ++i) b_.free_now(first + i);
+}
+
+int LoweringWalk::bring_back(int unit, Bytes bytes, MemCategory category, const char* what, int tables, Bytes table_bytes) {
+  if (offload_streams()) {
+    b_.defer_wait(offload_, reload_wait_);
+    reload_wait_ = -1;
+  }
+  Op& o = b_.op(OpKind::H2D, offload_, unit, mb_, what);
+  const int back = b_.buffer("act_reload", unit, bytes, category, offload_);
+  o.allocs.push_back(back);
+  b_.write(o, back);
+  for (int i = 0; i < tables; ++i) {   // (consecutive ids: drop_reload frees them with the first)
+    const int t = b_.buffer("act_reload", unit, table_bytes, category, offload_);
+    o.allocs.push_back(t);
+    b_.write(o, t);
+  }
+  o.copy_bytes = bytes + tables * table_bytes;
+  if (offload_streams()) b_.defer_wait(compute_, o.id);
+  return back;
+}
+
 // The block took its offloaded input as its checkpoint's saved input (act_[s].extra): the GPU tensor is the
-// stash's now (streams), or dies after this forward (sync); the backward brings a copy back.
+// stash's now (streams), or dies after this forward (sync); the backward brings a copy back. The final norm's
+// saved tensors are packed as its forward saves them (pack_final_norm).
 void LoweringWalk::offload_after_forward(int s) {
+  if (c_.segments[s].part == models::ModulePart::FinalNormAndHead) {
+    pack_final_norm(s);
+    return;
+  }
   if (offloaded_[s] < 0) return;
   if (act_[s].extra != offloaded_[s])
     throw std::logic_error("lowering: the offloaded block input is not the checkpoint's saved input");
@@ -908,39 +978,112 @@ void LoweringWalk::offload_after_forward(int s) {
   if (!offload_streams()) b_.free_now(offloaded_[s]);
 }
 
-// Before a block's recompute: its input copied back from the CPU.
-void LoweringWalk::offload_unpack(int s) {
-  if (offloaded_[s] < 0) return;
-  const Segment& seg = c_.segments[s];
-  const Bytes bytes = p_.buffers[static_cast<std::size_t>(offloaded_[s])].bytes;
-  if (offload_streams()) {
-    b_.defer_wait(offload_, reload_wait_);
-    reload_wait_ = -1;
+// The final norm's saved tensors (its models::BlockMemory, "final_norm.*"; with a norm that saves its input, the last
+// block's output too), except its output, which the output projection saves under NoOpManager.
+void LoweringWalk::pack_final_norm(int s) {
+  // The range's buffers in the order alloc_forward gave them: one per saved tensor with bytes, the taken input as
+  // `extra` (program names are empty without a trace: the tensors are told apart by their models::SavedTensor).
+  const BufferRange& r = act_[s];
+  const std::vector<models::SavedTensor>& saved = c_.final_norm.saved;
+  const models::ForwardEvent* in = input_event(c_.final_norm.forward_events);
+  const int input = r.extra >= 0 && in && in->kind == models::ForwardEvent::Kept ? in->saved : -1;
+  final_off_.clear();
+  int next = r.first;
+  for (std::size_t i = 0; i < saved.size(); ++i) {
+    if (saved[i].bytes <= 0) continue;
+    const bool is_input = static_cast<int>(i) == input;
+    const int b = is_input ? r.extra : next++;
+    const std::string_view name = saved[i].name ? saved[i].name : "";
+    if (saved[i].bytes >= kMinOffloadBytes && (is_input || (name.rfind("final_norm.", 0) == 0 && name != "final_norm.out")))
+      final_off_.push_back(b);
   }
-  Op& o = b_.op(OpKind::H2D, offload_, seg.unit, mb_, "act H2D");
-  const int back = b_.buffer("act_reload", seg.unit, bytes, MemCategory::Activations, offload_);
-  o.allocs.push_back(back);
-  b_.write(o, back);
-  o.copy_bytes = bytes;
-  if (offload_streams()) b_.defer_wait(compute_, o.id);
-  offloaded_[s] = back;   // (sync: backward_segment drops it after the recompute)
+  if (next != r.first + r.n) throw std::logic_error("lowering: the final norm's saved tensors and buffers disagree");
+  if (final_off_.empty()) return;
+  const int first = pack_id_ + 1;
+  pack_id_ += static_cast<int>(final_off_.size());
+  if (offload_streams()) {
+    release_stash(pack_id_ - kForwardStash);
+    b_.defer_wait_stream(offload_, compute_);
+  }
+  Op& o = b_.op(OpKind::D2H, offload_, c_.segments[s].unit, mb_, "act D2H");
+  for (int b : final_off_) {
+    b_.read(o, b);
+    o.copy_bytes += p_.buffers[static_cast<std::size_t>(b)].bytes;
+  }
+  const int copy = o.id;
+  for (std::size_t i = 0; i < final_off_.size(); ++i) {
+    owned_.push_back(final_off_[i]);
+    if (offload_streams()) {
+      stash_.push_back(Stashed{first + static_cast<int>(i), final_off_[i], copy});
+    } else {
+      b_.free_now(final_off_[i]);
+    }
+  }
 }
 
-// After a segment's backward (streams): the first node that unpacked an offloaded tensor drops the stash; a block's
-// node drops the input the previous one brought back.
+// The loss's saved tensors (OffloadPacks::loss): _log_softmax's result, nll_loss's self (the same tensor) and target,
+// then its total_weight (a scalar, no copy). The log-probabilities' GPU tensor leaves with the later of its two stash
+// entries (streams), or at once (sync).
+void LoweringWalk::pack_loss() {
+  const int self = pack_id_ + 2;
+  pack_id_ += 4;
+  if (offload_streams()) {
+    release_stash(pack_id_ - kForwardStash);
+    b_.defer_wait_stream(offload_, compute_);
+  }
+  Op& o = b_.op(OpKind::D2H, offload_, c_.segments.back().unit, mb_, "loss D2H");
+  b_.read(o, loss_saved_);
+  o.copy_bytes = 2 * c_.loss.saved + loss_target();
+  if (offload_streams()) {
+    stash_.push_back(Stashed{self, loss_saved_, o.id});
+  } else {
+    b_.free_now(loss_saved_);
+  }
+  loss_saved_ = -1;
+  loss_off_ = true;
+}
+
+// Before a block's recompute: its input (and the tables it was given) copied back from the CPU.
+void LoweringWalk::offload_unpack(int s) {
+  if (offloaded_[s] < 0) return;
+  const Bytes bytes = p_.buffers[static_cast<std::size_t>(offloaded_[s])].bytes;
+  offloaded_[s] = bring_back(c_.segments[s].unit, bytes, MemCategory::Activations, "act H2D", tables(), packs_.rope_bytes);
+  // (sync: backward_segment drops it after the recompute)
+}
+
+// Before the final norm's backward: what left the stash comes back from the CPU (sync: all of it); what is still
+// stashed is used as it is.
+void LoweringWalk::unpack_final_norm(int s) {
+  if (final_off_.empty()) return;
+  Bytes back = 0;
+  for (int b : final_off_)
+    if (!stashed(b)) back += p_.buffers[static_cast<std::size_t>(b)].bytes;
+  final_off_.clear();
+  offloaded_[s] = back > 0 ? bring_back(c_.segments[s].unit, back, MemCategory::Activations, "act H2D") : -1;
+  final_unpacks_ = true;
+}
+
+// After a segment's backward: sync drops what its node brought back; with streams, the first node that unpacked an
+// offloaded tensor drops the stash, and a node that unpacked drops what the previous one brought back.
 void LoweringWalk::offload_after_backward(int s) {
-  if (!offload_streams()) return;
-  const Segment& seg = c_.segments[s];
-  const bool unpacks = (seg.part == models::ModulePart::FinalNormAndHead && final_packs_ > 0) || offloaded_[s] >= 0;
+  const bool head = c_.segments[s].part == models::ModulePart::FinalNormAndHead;
+  const bool unpacks = head ? final_unpacks_ : offloaded_[s] >= 0;
+  if (head) final_unpacks_ = false;
+  if (!offload_streams()) {
+    if (head) drop_reload(offloaded_[s], 1);
+    if (head) offloaded_[s] = -1;
+    return;
+  }
   if (!unpacks) return;
   release_stash(INT_MAX);
-  if (offloaded_[s] < 0) return;
   if (reload_ >= 0) {
-    b_.free_now(reload_);
+    drop_reload(reload_, reload_n_);
     reload_wait_ = reload_op_;
   }
-  reload_ = offloaded_[s];
-  reload_op_ = rec_op_;
+  reload_ = offloaded_[s];   // (-1: the node used stashed tensors only)
+  reload_n_ = head ? 1 : 1 + tables();
+  reload_op_ = reload_ >= 0 ? (head ? bwd_op_ : rec_op_) : -1;
+  offloaded_[s] = -1;
 }
 
 }  // namespace fsdpsim::sim::lowering

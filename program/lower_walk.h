@@ -189,14 +189,34 @@ class LoweringWalk {
   void offload_unpack(int s);
   void offload_after_backward(int s);
   void release_stash(int up_to_id);
+  bool stashed(int buffer) const;
+  // An offloaded tensor of `bytes` copied back (H2D on the offload stream, in its pool; the compute stream waits for
+  // it with use_streams); returns its buffer.
+  // `tables` more buffers of `table_bytes` come back in the same copy (a block's rotary tables), with the next ids.
+  int bring_back(int unit, Bytes bytes, MemCategory category, const char* what, int tables = 0, Bytes table_bytes = 0);
+  void drop_reload(int first, int n);
+  // The rotary tables that get a copy (each at least min_offload_size; smaller ones only take pack ids).
+  int tables() const { return packs_.rope_bytes >= 1024 ? packs_.rope : 0; }
+  Bytes loss_target() const { return packs_.loss_target >= 1024 ? packs_.loss_target : 0; }   // frees buffers first .. first + n - 1 (none when first is -1)
+  void pack_final_norm(int s);
+  void pack_loss();
+  void unpack_final_norm(int s);
+  // A buffer of an activation range that the offloading frees instead (free_range skips it).
+  bool offload_owned(int buffer) const;
   int offload_ = -1;                  // the stream the copies run on (the compute stream with use_streams false)
+  OffloadPacks packs_;                // what the offloaded forward packs beside the blocks' inputs
   int pack_id_ = 0;                   // saved tensors packed so far in this micro-batch's forward
-  int final_packs_ = 0;               // the final norm's offloadable saved tensors
   std::vector<Stashed> stash_;        // streams: offloaded GPU tensors still held (fwd_stash)
+  std::vector<int> final_off_;        // the final norm's offloaded saved tensors (this micro-batch)
+  std::vector<int> owned_;            // activation buffers the offloading frees (see offload_owned)
+  bool loss_off_ = false;             // this micro-batch's loss tensors were offloaded
+  bool final_unpacks_ = false;        // the final norm's backward unpacks offloaded tensors
   std::vector<int> offloaded_;        // per segment: the block input offloaded this micro-batch (-1: none)
   int reload_ = -1, reload_op_ = -1;  // streams: the last input brought back, and its block's recompute op
+  int reload_n_ = 1;                  // its buffers (the input and the tables it came back with)
   int reload_wait_ = -1;              // streams: the op the next copy back waits on (the event before a drop)
   int rec_op_ = -1;                   // the recompute op backward_segment emitted last
+  int bwd_op_ = -1;                   // the backward compute op backward_segment emitted last
   void cublas_workspace(Op& o, bool autograd_thread);
   // Fires a hook of unit u (see pre_forward).
   void fire(void (LoweringWalk::*hook)(int), int u) {

@@ -51,6 +51,8 @@
 // |                          | max_split_size_mb:N                                         |                    |
 // | free_logits_before_backward | true/false: the loop frees the logits before backward()  | torchtitan: true,  |
 // |                          | (torchtitan `del pred`)                                     | else false         |
+// | loss_in_model_forward    | true/false: the model's forward computes the loss (HF with  | hf: true (not with |
+// |                          | labels), inside whatever wraps the forward                  | chunked), else false|
 // | optimizer_impl           | "foreach" (torch.optim's default) or "fused"                | "foreach"          |
 // | module_overrides         | {"<unit name>" or "last_block": {"reshard_after_forward": b}}| {}                 |
 // | frozen_units             | ["<unit name>", "root", ...]: units with no trainable param | []                 |
@@ -403,6 +405,10 @@ Plan resolve_plan(const Plan& in, int gpus, int gpus_per_node) {
                      "torchao float8 training needs param_dtype bf16 (the high-precision dtype of Float8Linear)");
   if (!p.free_logits_before_backward)
     p.free_logits_before_backward = p.implementation == models::ModelImpl::TorchTitan;
+  if (p.loss_in_model_forward.value_or(false) && p.cross_entropy == models::LossImpl::Chunked)
+    throw InputError("plan.loss_in_model_forward", "true",
+                     "cross_entropy \"chunked\" is torchtune's chunked output, whose loss the recipe computes on the "
+                     "model's output (false)");
   if (!p.frozen_units.empty() && p.trainable_fraction >= 1.0 && !p.lora.on())
     throw InputError("plan.frozen_units", "[\"" + p.frozen_units.front() + "\", ...]",
                      "frozen units need trainable_fraction < 1 (the fraction of the whole model that trains) or lora");

@@ -167,6 +167,11 @@ struct Plan {
   // The training loop frees the model output before loss.backward() (torchtitan's `del pred`); most loops
   // keep it. Unset: true for implementation torchtitan, false otherwise (resolve_plan fills it).
   std::optional<bool> free_logits_before_backward;
+  // The loss is computed in the model's forward (a Hugging Face model given labels: inside FSDP's root forward and
+  // inside anything that wraps the forward, such as torchtune's activation offloading) rather than by the loop on
+  // the model's output. Unset: true for implementation hf unless the loss is torchtune's chunked output
+  // (lowering::loss_memory); torchtune's recipes (planner/read_torchtune.cpp) set false.
+  std::optional<bool> loss_in_model_forward;
   OptimizerImpl optimizer_impl = OptimizerImpl::Foreach;
   std::vector<ModuleOverride> module_overrides;
   // FSDP units whose parameters are all frozen (LoRA leaves embedding and head untouched): no gradient

@@ -741,6 +741,15 @@ std::vector<PlanKey> make_table() {
     t.push_back(std::move(k));
   }
   {
+    PlanKey k;
+    k.name = "loss_in_model_forward";   // default derived from implementation and cross_entropy (lowering::loss_memory)
+    k.read = [](const JsonReader& r, Plan& p) { p.loss_in_model_forward = r.get_bool("loss_in_model_forward"); };
+    k.write = [](const Plan& p, Json& j) {
+      if (p.loss_in_model_forward) j["loss_in_model_forward"] = *p.loss_in_model_forward;
+    };
+    t.push_back(std::move(k));
+  }
+  {
     PlanKey k = enum_key("optimizer_impl", &Plan::optimizer_impl,
                          Names<OptimizerImpl>{{{OptimizerImpl::Foreach, "foreach"}, {OptimizerImpl::Fused, "fused"}}},
                          "foreach or fused");

@@ -90,8 +90,10 @@ void apply_host_memory(const HostMemory& h, const calibrate::HardwareProfile& hw
   char bw[32];
   std::snprintf(bw, sizeof bw, "%.1f", hw.cpu_optimizer_bytes_per_s() / 1e9);
   if (activations)
-    r.notes.push_back("activation offloading: the checkpointed blocks' inputs of one micro-batch, pinned in "
-                      "power-of-two blocks, count in the host memory per node (" + gib(r.host_memory_per_node) +
+    r.notes.push_back("activation offloading: the copies of one micro-batch's forward (each checkpointed block's input "
+                      "and rotary tables, and the loss's tensors when the model's forward computes the loss; the final "
+                      "norm's few are left out), pinned in power-of-two blocks, count in the host memory per node (" +
+                      gib(r.host_memory_per_node) +
                       " GiB, " + std::to_string(h.ranks_per_node) + " ranks x " + gib(per_rank) + " GiB)");
   if (rp.cpu_offload.params || rp.cpu_offload.optimizer) {
     r.notes.push_back("CPU offload: host memory per node " + gib(r.host_memory_per_node) + " GiB (" +
@@ -116,7 +118,12 @@ void apply_host_memory(const HostMemory& h, const calibrate::HardwareProfile& hw
 
 Bytes offloaded_activations_pinned(const models::ModelSpec& m, const Plan& rp) {
   if (rp.activation_offloading == ActivationOffload::None) return 0;
-  return m.n_layers * pinned_block(rp.micro_batch * rp.seq_len * m.hidden * dtype_bytes(rp.param_dtype));
+  const lowering::LossMemory loss = lowering::loss_memory(m, rp);
+  const lowering::OffloadPacks packs = lowering::offload_packs(m, rp, loss);
+  const Bytes block = pinned_block(rp.micro_batch * rp.seq_len * m.hidden * dtype_bytes(rp.param_dtype)) +
+                      (packs.rope_bytes >= 1024 ? packs.rope * pinned_block(packs.rope_bytes) : 0);
+  const Bytes l = packs.loss ? 2 * pinned_block(loss.saved) + (packs.loss_target >= 1024 ? pinned_block(packs.loss_target) : 0) : 0;
+  return m.n_layers * block + l;
 }
 
 Bytes paged_optimizer_bytes(const models::WrapGraph& graph, const Plan& rp, const models::TrainableSet& ts) {

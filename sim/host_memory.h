@@ -16,9 +16,11 @@
 //  * cpu_offload.optimizer without params (not a PyTorch FSDP option): the grads copied down, a copy of
 //    the sharded params and the optimizer states, unrounded (how such a step pins is not defined).
 //  * torchtune's activation offloading (plan.activation_offloading; program/lower_walk.cpp "activation
-//    offloading"): each checkpointed block's input, pinned (torch.empty_like(..., pin_memory=True)), all of one
-//    micro-batch's blocks held at the end of its forward: n_layers power-of-two blocks of micro_batch x seq_len x
-//    hidden in param_dtype (add offloaded_activations_pinned to pinned_per_rank).
+//    offloading"): every copy of one micro-batch's forward, pinned (torch.empty_like(..., pin_memory=True)) and held
+//    until its backward, each a power-of-two block: per block its input (micro_batch x seq_len x hidden in
+//    param_dtype) and rotary tables (lowering::OffloadPacks), and the loss's log-probabilities twice and its target
+//    when the model's forward computes the loss; the final norm's few tensors are not counted (add
+//    offloaded_activations_pinned to pinned_per_rank).
 // Every rank of a node does the same (SPMD), so a node needs gpus_per_node times one rank's bytes.
 // Not counted: the process itself, the data loader, pageable temporaries of an accumulating D2H.
 #pragma once

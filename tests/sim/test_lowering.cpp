@@ -1976,11 +1976,14 @@ TEST(LoweringOffload, ActivationOffloadingStashCopiesAndDropsByHand) {
   models::ModelSpec m = tiny_spec(L);
   m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
   const Bytes x_bytes = 4 * 32 * 8 * 2;
+  // The loop computes the loss on the model's output here (torchtune's recipes): only the blocks and the final norm
+  // are packed (OffloadActivationsLossInsideTheForwardByHand below has HF's loss inside the forward).
   for (const char* mode : {"streams", "sync"}) {
     SCOPED_TRACE(mode);
     const bool streams = std::string(mode) == "streams";
     const Plan plan = resolved(std::string(R"({"implementation": "hf", "micro_batch": 4, "seq_len": 32, )") +
-                                   R"("activation_checkpointing": "full", "activation_offloading": ")" + mode + "\"}",
+                                   R"("loss_in_model_forward": false, "activation_checkpointing": "full", )" +
+                                   R"("activation_offloading": ")" + mode + "\"}",
                                2, 2);
     const auto g = models::build_wrap_graph(m, plan.auto_wrap_policy);
     const StepProgram p = lower(m, g, plan, Topology{2, 2});
@@ -1995,9 +1998,11 @@ TEST(LoweringOffload, ActivationOffloadingStashCopiesAndDropsByHand) {
       for (int b : o.allocs) alloc_at[static_cast<std::size_t>(b)] = o.id;
       for (const FreeSpec& f : o.frees) free_at[static_cast<std::size_t>(f.buffer)] = o.id;
     }
+    // One copy per block, then one of the final norm's tensors; back: one per block, and the final norm's unless they
+    // are still stashed when its backward unpacks them (streams).
     const auto d2h = ops_of(p, OpKind::D2H), h2d = ops_of(p, OpKind::H2D);
-    ASSERT_EQ(d2h.size(), static_cast<std::size_t>(L));
-    ASSERT_EQ(h2d.size(), static_cast<std::size_t>(L));
+    ASSERT_EQ(d2h.size(), static_cast<std::size_t>(L + 1));
+    ASSERT_EQ(h2d.size(), static_cast<std::size_t>(streams ? L : L + 1));
     const auto fwd_of = [&](int j) { return ops_of(p, OpKind::Forward, j + 1).at(0); };
     const auto rec_of = [&](int j) { return ops_of(p, OpKind::Recompute, j + 1).at(0); };
     const auto bwd_of = [&](int j) { return ops_of(p, OpKind::Backward, j + 1).at(0); };
@@ -2006,15 +2011,28 @@ TEST(LoweringOffload, ActivationOffloadingStashCopiesAndDropsByHand) {
     for (const Op* o : ops_of(p, OpKind::Backward, 0))
       if (o->name.rfind("bwd", 0) == 0 && !head_bwd) head_bwd = o;
     ASSERT_NE(head_bwd, nullptr);
-    // The final norm's saved tensors count as packs (the head's saved input does not: NoOpManager).
-    const auto flows = lowering::grad_flows(m, g, plan, models::trainable_set(m, plan.implementation, 1.0));
-    const models::BlockMemory fn = models::final_norm_memory(m, 4, 32, Dtype::BF16, {models::ModelImpl::HF}, flows.final_part);
-    int final_packs = 0;
-    for (const auto& t : fn.saved) final_packs += t.bytes >= 1024 ? 1 : 0;
-    if (final_packs > 0 && flows.final_part.trains_weight(models::Weight::LmHead)) --final_packs;
-    // HF's LlamaRMSNorm keeps its fp32 input (4 KiB), rsqrt's output (512 B: too small) and the normalized bf16
-    // tensor (2 KiB) the weight multiplies; the head keeps the norm's output (2 KiB, not packed).
-    ASSERT_EQ(final_packs, 2);   // so blocks 0-2 leave at block packs, 3-4 at the norm's, 5-7 at its backward
+    // HF's LlamaRMSNorm keeps its fp32 input (4 KiB), rsqrt's output (512 B: too small to copy) and the normalized
+    // bf16 tensor (2 KiB) the weight multiplies; the head keeps the norm's output (2 KiB, not packed: NoOpManager).
+    const Op& fn_copy = *d2h[L];
+    EXPECT_EQ(fn_copy.id, head_fwd->id + 1);
+    EXPECT_EQ(fn_copy.stream, copy_stream);
+    EXPECT_EQ(fn_copy.copy_bytes, 4 * 32 * 8 * 4 + x_bytes);
+    ASSERT_EQ(fn_copy.inputs.size(), 2u);
+    for (int b : fn_copy.inputs) {
+      // sync: they die with the copy; streams: still stashed at the head's backward, which uses them as they are
+      // and whose hook drops them
+      EXPECT_EQ(free_at[static_cast<std::size_t>(b)], streams ? head_bwd->id : fn_copy.id) << b;
+    }
+    if (!streams) {   // back before the head's backward, dropped after it
+      const Op& back = *h2d[0];
+      EXPECT_EQ(back.id + 1, head_bwd->id);
+      EXPECT_EQ(back.copy_bytes, fn_copy.copy_bytes);
+      EXPECT_EQ(free_at[static_cast<std::size_t>(back.allocs.at(0))], head_bwd->id);
+    }
+    const std::size_t blocks_back = streams ? 0 : 1;   // (the block copies back come after the final norm's)
+    // Pack ids: block j's input 3j + 1, then its rotary tables cos and sin (32 x 4 x 2 B = 256 B each: ids, no
+    // copy), then the final norm's two. With streams a pack drops the stashed tensors 5 ids older: block j's input
+    // leaves at block j + 1's sin (3j + 6); the last block's at none (the norm's packs reach 3L + 2 only).
     for (int j = 0; j < L; ++j) {
       SCOPED_TRACE("block " + std::to_string(j));
       const Op& c = *d2h[static_cast<std::size_t>(j)];
@@ -2033,14 +2051,11 @@ TEST(LoweringOffload, ActivationOffloadingStashCopiesAndDropsByHand) {
         for (int i = 0; i < c.id; ++i)
           if (p.ops[static_cast<std::size_t>(i)].stream == 0) last_compute = i;
         EXPECT_NE(std::find(c.waits.begin(), c.waits.end(), last_compute), c.waits.end());
-        const int pack = j + 1, released_at = pack + 5;   // (pack ids 1..L, then the final norm's)
-        if (released_at <= L) {
-          const Op& later = *d2h[static_cast<std::size_t>(released_at - 1)];
-          EXPECT_EQ(free_at[static_cast<std::size_t>(x)], later.id - 1);   // dropped at that pack, before its copy
-          const Op& lf = *fwd_of(released_at - 1);
+        if (j + 1 < L) {
+          const Op& later = *d2h[static_cast<std::size_t>(j + 1)];
+          EXPECT_EQ(free_at[static_cast<std::size_t>(x)], later.id);   // dropped at the next block's packs
+          const Op& lf = *fwd_of(j + 1);
           EXPECT_NE(std::find(lf.waits.begin(), lf.waits.end(), c.id), lf.waits.end());
-        } else if (released_at <= L + final_packs) {
-          EXPECT_EQ(free_at[static_cast<std::size_t>(x)], head_fwd->id - 1);   // the final norm's packs
         } else {
           EXPECT_EQ(free_at[static_cast<std::size_t>(x)], head_bwd->id);   // the first unpacking node's hook
         }
@@ -2048,7 +2063,7 @@ TEST(LoweringOffload, ActivationOffloadingStashCopiesAndDropsByHand) {
         EXPECT_EQ(free_at[static_cast<std::size_t>(x)], f.id);   // its last use, the block's residual
       }
       // The copy back.
-      const Op& r = *h2d[static_cast<std::size_t>(L - 1 - j)];
+      const Op& r = *h2d[blocks_back + static_cast<std::size_t>(L - 1 - j)];
       EXPECT_EQ(r.unit, j + 1);
       EXPECT_EQ(r.stream, copy_stream);
       EXPECT_EQ(r.copy_bytes, x_bytes);
@@ -2086,6 +2101,80 @@ TEST(LoweringOffload, ActivationOffloadingStashCopiesAndDropsByHand) {
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find("plan.activation_offloading"), std::string::npos) << e.what();
     }
+  }
+}
+
+// The same model with HF's loss inside the model's forward (the default for implementation hf): OffloadActivations
+// also packs _log_softmax's fp32 result (128 tokens x 32 x 4 B = 16 KiB) and nll_loss's self (the same tensor: a
+// second copy) and target (128 x 8 B = 1 KiB), so one more copy of 2 x 16 + 1 KiB. Without streams the log-
+// probabilities die with it, nll_loss_backward brings self and target back for its node, _log_softmax_backward_data
+// the result for its own. With streams the first backward node (nll's) uses the stashed tensor, its hook drops the
+// whole stash (the final norm's tensors too, which then come back for the head's backward), and the result comes
+// back from the CPU for the second node and stays until the next node that unpacks (the head's backward) has run.
+TEST(LoweringOffload, OffloadActivationsLossInsideTheForwardByHand) {
+  constexpr int L = 8;
+  models::ModelSpec m = tiny_spec(L);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  const Bytes lp = 128 * 32 * 4, target = 128 * 8;
+  for (const char* mode : {"streams", "sync"}) {
+    SCOPED_TRACE(mode);
+    const bool streams = std::string(mode) == "streams";
+    const Plan plan = resolved(std::string(R"({"implementation": "hf", "micro_batch": 4, "seq_len": 32, )") +
+                                   R"("activation_checkpointing": "full", "activation_offloading": ")" + mode + "\"}",
+                               2, 2);
+    const auto g = models::build_wrap_graph(m, plan.auto_wrap_policy);
+    const StepProgram p = lower(m, g, plan, Topology{2, 2});
+    expect_well_formed(p, mode);
+    std::vector<int> free_at(p.buffers.size(), -1);
+    for (const Op& o : p.ops)
+      for (const FreeSpec& f : o.frees) free_at[static_cast<std::size_t>(f.buffer)] = o.id;
+    const auto named = [&](const char* what) {
+      const Op* hit = nullptr;
+      for (const Op& o : p.ops)
+        if (o.name.find(what) != std::string::npos && !hit) hit = &o;
+      return hit;
+    };
+    const auto d2h = ops_of(p, OpKind::D2H), h2d = ops_of(p, OpKind::H2D);
+    ASSERT_EQ(d2h.size(), static_cast<std::size_t>(L + 2));
+    ASSERT_EQ(h2d.size(), static_cast<std::size_t>(streams ? L + 2 : L + 3));
+    const Op* loss = named("loss u");
+    const Op* nll = named("nll bwd");
+    const Op* lsm = named("lsm bwd");
+    ASSERT_TRUE(loss && nll && lsm);
+    const Op& copy = *d2h[L + 1];
+    EXPECT_EQ(copy.id, loss->id + 1);
+    EXPECT_EQ(copy.copy_bytes, 2 * lp + target);
+    ASSERT_EQ(copy.inputs.size(), 1u);
+    const int log_probs = copy.inputs[0];
+    EXPECT_EQ(p.buffers[static_cast<std::size_t>(log_probs)].bytes, lp);
+    EXPECT_EQ(free_at[static_cast<std::size_t>(log_probs)], streams ? nll->id : copy.id);
+    // The final norm's tensors (pack ids 3L + 1, 3L + 2): with streams the loss's last pack (3L + 6, in the loss's
+    // forward) drops the first from the stash, nll's hook the second.
+    const Op& fn_copy = *d2h[L];
+    ASSERT_EQ(fn_copy.inputs.size(), 2u);
+    EXPECT_EQ(free_at[static_cast<std::size_t>(fn_copy.inputs[0])], streams ? loss->id : fn_copy.id);
+    EXPECT_EQ(free_at[static_cast<std::size_t>(fn_copy.inputs[1])], streams ? nll->id : fn_copy.id);
+    // The copies back, in order: [nll's self and target (sync)], the result, the final norm's, the blocks'.
+    std::size_t k = 0;
+    if (!streams) {
+      const Op& self = *h2d[k++];
+      EXPECT_EQ(self.id + 1, nll->id);
+      EXPECT_EQ(self.copy_bytes, lp + target);
+      ASSERT_EQ(self.allocs.size(), 2u);
+      for (int b : self.allocs) EXPECT_EQ(free_at[static_cast<std::size_t>(b)], nll->id);
+    }
+    const Op& result = *h2d[k++];
+    EXPECT_EQ(result.id + 1, lsm->id);
+    EXPECT_EQ(result.copy_bytes, lp);
+    const Op& fn_back = *h2d[k++];
+    EXPECT_EQ(fn_back.copy_bytes, fn_copy.copy_bytes);
+    const Op* head_bwd = nullptr;   // (after the loss's backward ops)
+    for (const Op* o : ops_of(p, OpKind::Backward, 0))
+      if (o->name.rfind("bwd", 0) == 0 && !head_bwd) head_bwd = o;
+    ASSERT_NE(head_bwd, nullptr);
+    EXPECT_EQ(fn_back.id + 1, head_bwd->id);
+    EXPECT_EQ(free_at[static_cast<std::size_t>(result.allocs.at(0))], streams ? head_bwd->id : lsm->id);
+    if (streams) EXPECT_NE(std::find(lsm->waits.begin(), lsm->waits.end(), result.id), lsm->waits.end());
   }
 }
 

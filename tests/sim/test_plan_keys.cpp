@@ -29,6 +29,7 @@ std::vector<Plan> sample_plans() {
       "float8": "tensorwise", "trainable_fraction": 1, "optimizer": "sgd", "auto_wrap_policy": {"modules": ["layers.*"]},
       "cross_entropy": "chunked", "cross_entropy_chunks": 4, "implementation": "torchtitan", "compile": true,
       "alloc_conf": "expandable_segments:True,max_split_size_mb:512", "free_logits_before_backward": false,
+      "loss_in_model_forward": false,
       "optimizer_impl": "fused", "module_overrides": {"last_block": {"reshard_after_forward": false}, "model.layers.0": {}},
       "lora": {"rank": 8, "targets": ["q", "v", "mlp"], "dropout": 0.05}, "frozen_units": ["root"]})"));
   out.push_back(parse(R"({"fsdp_version": 1, "sharding_strategy": "_HYBRID_SHARD_ZERO2", "mesh": {"replicate": 4, "shard": 2},
@@ -79,6 +80,18 @@ TEST(PlanKeys, EveryKeyRoundTripsThroughJson) {
     }
   }
   for (const PlanKey& k : plan_keys()) EXPECT_TRUE(printed.count(k.name)) << k.name << " never printed by the samples";
+}
+
+// loss_in_model_forward: torchtune's chunked output has its loss computed by the recipe on the model's output.
+TEST(PlanKeys, LossInTheModelsForwardIsRefusedWithTorchtunesChunkedOutput) {
+  try {
+    resolve_plan(parse(R"({"cross_entropy": "chunked", "loss_in_model_forward": true})"), 8, 8);
+    FAIL() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "plan.loss_in_model_forward");
+    EXPECT_NE(std::string(e.what()).find("chunked"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(resolve_plan(parse(R"({"cross_entropy": "chunked", "loss_in_model_forward": false})"), 8, 8));
 }
 
 TEST(PlanKeys, DefaultsAreWhatAnEmptyPlanPrints) {

@@ -15,7 +15,10 @@ namespace fsdpsim::validation {
 
 // The op classes both sides are summed into. The fake process group's own collective copies are left
 // out (NCCL would communicate there; the simulator times collectives separately).
-inline const std::vector<std::string> kOpClasses = {"gemm", "attention", "other_compute", "fsdp_copy", "optimizer"};
+// "host_copy": copies between the GPU and pinned host memory (torchtune's activation offloading; PyTorch's profiler
+// names them "Memcpy DtoH (Device -> Pinned)" / "Memcpy HtoD (Pinned -> Device)"), the simulator's D2H / H2D ops.
+inline const std::vector<std::string> kOpClasses = {"gemm", "attention", "other_compute", "fsdp_copy", "optimizer",
+                                                    "host_copy"};
 
 struct ClassFigure {
   double us_per_step = 0;
