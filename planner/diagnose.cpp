@@ -291,12 +291,7 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
       ac.mode = m == "full" ? AcMode::Full : m == "every_2" ? AcMode::EveryK : AcMode::SelectiveOp;
       ac.every_k = m == "every_2" ? 2 : 1;
       ac.outside_compile = cfg.checkpoint_wraps_compiled && bp.compile && m != "selective_op";
-      // (the config's activation offloading comes in with full checkpointing: the run the fix makes)
-      const sim::ActivationOffload off = m == "full" ? cfg.offload_with_checkpointing : sim::ActivationOffload::None;
-      try_fix(t, [ac, off](sim::Plan& q) {
-        q.activation_checkpointing = ac;
-        q.activation_offloading = off;
-      });
+      try_fix(t, [ac](sim::Plan& q) { q.activation_checkpointing = ac; });   // (the config's offloading stays)
       if (!t.simulated) continue;
       bool take = !best.simulated ||
                   (t.fixed_fits_with_margin && (!best.fixed_fits_with_margin || t.fixed_result.tokens_per_s_per_gpu > best.fixed_result.tokens_per_s_per_gpu)) ||
@@ -306,8 +301,8 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
     f = best;
     f.fix = fix_words::activation_checkpointing(cfg, model, best_mode.empty() ? "full" : best_mode);
     if (f.simulated && f.fixed_plan.activation_offloading != sim::ActivationOffload::None)
-      f.message += "; with every layer checkpointed, the config's enable_activation_offloading moves each layer's "
-                   "input to pinned CPU memory (simulated with it)";
+      f.message += "; the config's enable_activation_offloading then moves each checkpointed layer's input to pinned "
+                   "CPU memory instead of every tensor it saves (simulated with it)";
     const bool act_heavy = base.peak_allocated > 0 && acts * 10 >= base.peak_allocated * 4;
     const auto set_ac = [ac = f.fixed_plan.activation_checkpointing, off = f.fixed_plan.activation_offloading](sim::Plan& q) {
       q.activation_checkpointing = ac;

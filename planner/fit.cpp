@@ -28,14 +28,13 @@ std::string num(const char* f, double v) {
 
 // Sets checkpointing mode `m` in the plan's framework: full checkpointing keeps the plan's order of checkpoint and
 // compile (activation_checkpointing.outside_compile: torchtune wraps its compiled layers) and its activation
-// offloading (modelled with full checkpointing only: another mode turns it off).
+// offloading (kept with every mode).
 void set_ac(sim::Plan& q, const std::string& m) {
   sim::ActivationCheckpointing ac;
   if (m == "full") ac.mode = AcMode::Full;
   else if (m == "selective_op") ac.mode = AcMode::SelectiveOp;
   ac.outside_compile = ac.mode == AcMode::Full && q.activation_checkpointing.outside_compile;
   q.activation_checkpointing = ac;
-  if (ac.mode != AcMode::Full) q.activation_offloading = sim::ActivationOffload::None;
 }
 
 }  // namespace

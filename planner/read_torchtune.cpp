@@ -222,17 +222,11 @@ void read_torchtune(const YAML::Node& root, const std::string& text, const model
     // default True) around the model's forward.
     const bool streams = !root["activation_offloading_use_streams"] ||
                          yaml_bool(root["activation_offloading_use_streams"], "activation_offloading_use_streams");
-    if (ac) {
-      p.activation_offloading = streams ? sim::ActivationOffload::Streams : sim::ActivationOffload::Sync;
-      cfg.facts.push_back("enable_activation_offloading: OffloadActivations around the model's forward moves each "
-                          "checkpointed layer's input to pinned CPU memory (activation_offloading " +
-                          sim::activation_offload_name(p.activation_offloading) + ")");
-    } else {
-      cfg.offload_with_checkpointing = streams ? sim::ActivationOffload::Streams : sim::ActivationOffload::Sync;
-      cfg.warnings.push_back("enable_activation_offloading without enable_activation_checkpointing: every saved tensor "
-                             "of the layers goes through the offload stash; not modelled: simulated on the GPU (the "
-                             "prediction is high by the offloaded activations)");
-    }
+    p.activation_offloading = streams ? sim::ActivationOffload::Streams : sim::ActivationOffload::Sync;
+    cfg.facts.push_back(std::string("enable_activation_offloading: OffloadActivations around the model's forward moves ") +
+                        (ac ? "each checkpointed layer's input" : "every tensor the layers save (no checkpointing)") +
+                        " to pinned CPU memory (activation_offloading " +
+                        sim::activation_offload_name(p.activation_offloading) + ")");
   }
   if (root["optimizer_in_bwd"] && yaml_bool(root["optimizer_in_bwd"], "optimizer_in_bwd"))
     cfg.warnings.push_back("optimizer_in_bwd: the optimizer steps each parameter in its backward hook and frees its "

@@ -290,10 +290,6 @@ std::vector<Candidate> enumerate_candidates(const SpaceOptions& o, int nodes, in
         around.outside_compile = true;
         acs.push_back(around);
       }
-  // torchtune's activation offloading is modelled with full checkpointing only: a base with it searches that mode.
-  if (o.base.activation_offloading != sim::ActivationOffload::None)
-    acs.erase(std::remove_if(acs.begin(), acs.end(), [](const ActivationCheckpointing& a) { return a.mode != AcMode::Full; }),
-              acs.end());
 
   std::vector<std::int64_t> mbs = divisors(per_gpu);
   if (auto* f = find_fixed(o, "micro_batch")) {

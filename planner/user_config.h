@@ -55,9 +55,6 @@ struct UserConfig {
   // The framework wraps compiled blocks in its checkpoints (torchtune's recipes; Lightning with block.compile()):
   // checkpointing that diagnose adds goes around the compiled blocks too (activation_checkpointing.outside_compile).
   bool checkpoint_wraps_compiled = false;
-  // The config asks for torchtune's activation offloading without checkpointing (not modelled so): checkpointing that
-  // diagnose adds brings it in (activation_offloading, modelled with full checkpointing).
-  sim::ActivationOffload offload_with_checkpointing = sim::ActivationOffload::None;
   int nodes = 0;                      // from the config (0 = not said)
   int gpus_per_node = 0;
   bool micro_batch_given = false;

@@ -41,6 +41,10 @@ StepProgram LoweringWalk::run() {
                        ", the final norm's saved tensors" +
                        (packs_.loss ? ", the loss's log-probabilities (packed twice: two copies each way) and target"
                                     : "") +
+                       (c_.loss.inside_model && !packs_.loss && !c_.loss.in_head_op
+                            ? " (not the fused loss's saved tensors, though the model's forward computes it: they stay "
+                              "on the GPU here)"
+                            : "") +
                        "; the output projection's input is not (NoOpManager). Derived from torchtune's source; the "
                        "copies' bytes match the device-to-host and host-to-device copy times PyTorch's profiler "
                        "measured (H200, tests/fixtures/torch_ops/*offload*) at the profile's pinned PCIe rate");
@@ -125,8 +129,9 @@ void LoweringWalk::forward() {
   if (offloading) {
     pack_id_ = 0;
     stash_.clear();
-    final_off_.clear();
-    owned_.clear();
+    saved_off_.resize(c_.segments.size());
+    for (auto& v : saved_off_) v.clear();
+    saved_unpacks_.assign(c_.segments.size(), 0);
     loss_off_ = false;
     offloaded_.assign(c_.segments.size(), -1);
   }
@@ -160,8 +165,8 @@ LoweringWalk::BufferRange LoweringWalk::alloc_tensors(Op& o, int unit, const std
 
 void LoweringWalk::free_range(Op& o, BufferRange& r) {
   for (int i = 0; i < r.n; ++i)
-    if (owned_.empty() || !offload_owned(r.first + i)) o.frees.push_back({r.first + i, -1});
-  if (r.extra >= 0 && (owned_.empty() || !offload_owned(r.extra))) o.frees.push_back({r.extra, -1});
+    if (!offload_owned(r.first + i)) o.frees.push_back({r.first + i, -1});
+  if (r.extra >= 0 && !offload_owned(r.extra)) o.frees.push_back({r.extra, -1});
   r = BufferRange{};
 }
 
@@ -825,7 +830,7 @@ void LoweringWalk::backward_segment(int s) {
   }
   // Autograd allocates a unit's unsharded gradient at its first backward compute (the segment where its
   // pre-backward fired).
-  if (offloading && c_.segments[s].part == models::ModulePart::FinalNormAndHead) unpack_final_norm(s);
+  if (offloading && packs_saved(s)) unpack_saved(s);
   const int first_new = b_.num_buffers();
   for (int v : c_.backward_starts[s]) autograd_grad(v, s);
   const int last_new = b_.num_buffers();
@@ -936,7 +941,7 @@ bool LoweringWalk::stashed(int buffer) const {
 }
 
 bool LoweringWalk::offload_owned(int buffer) const {
-  return std::find(owned_.begin(), owned_.end(), buffer) != owned_.end();
+  return static_cast<std::size_t>(buffer) < owned_.size() && owned_[static_cast<std::size_t>(buffer)];
 }
 
 void LoweringWalk::drop_reload(int first, int n) {
@@ -965,10 +970,10 @@ int LoweringWalk::bring_back(int unit, Bytes bytes, MemCategory category, const 
 
 // The block took its offloaded input as its checkpoint's saved input (act_[s].extra): the GPU tensor is the
 // stash's now (streams), or dies after this forward (sync); the backward brings a copy back. The final norm's
-// saved tensors are packed as its forward saves them (pack_final_norm).
+// saved tensors, and a block's that is not checkpointed, are packed as its forward saves them (pack_saved).
 void LoweringWalk::offload_after_forward(int s) {
-  if (c_.segments[s].part == models::ModulePart::FinalNormAndHead) {
-    pack_final_norm(s);
+  if (packs_saved(s)) {
+    pack_saved(s);
     return;
   }
   if (offloaded_[s] < 0) return;
@@ -978,45 +983,55 @@ void LoweringWalk::offload_after_forward(int s) {
   if (!offload_streams()) b_.free_now(offloaded_[s]);
 }
 
-// The final norm's saved tensors (its models::BlockMemory, "final_norm.*"; with a norm that saves its input, the last
-// block's output too), except its output, which the output projection saves under NoOpManager.
-void LoweringWalk::pack_final_norm(int s) {
+bool LoweringWalk::packs_saved(int s) const {
+  const models::ModulePart part = c_.segments[s].part;
+  return part == models::ModulePart::FinalNormAndHead || (part == models::ModulePart::Block && !checkpointed(s));
+}
+
+// A segment's saved tensors (its models::BlockMemory; the input too when it saves it, as `extra`): a block's all of
+// them, the final norm's all but its output, which the output projection saves under NoOpManager. One pack id each
+// (an op that saves a tensor another op saved too packs it again: not counted).
+void LoweringWalk::pack_saved(int s) {
   // The range's buffers in the order alloc_forward gave them: one per saved tensor with bytes, the taken input as
   // `extra` (program names are empty without a trace: the tensors are told apart by their models::SavedTensor).
+  const Segment& seg = c_.segments[s];
+  const bool head = seg.part == models::ModulePart::FinalNormAndHead;
+  const std::vector<models::SavedTensor>& saved = head ? c_.final_norm.saved : c_.acts(seg.layer).saved;
+  const models::ForwardEvent* in = input_event(head ? c_.final_norm.forward_events : c_.acts(seg.layer).forward_events);
   const BufferRange& r = act_[s];
-  const std::vector<models::SavedTensor>& saved = c_.final_norm.saved;
-  const models::ForwardEvent* in = input_event(c_.final_norm.forward_events);
   const int input = r.extra >= 0 && in && in->kind == models::ForwardEvent::Kept ? in->saved : -1;
-  final_off_.clear();
+  std::vector<int>& off = saved_off_[static_cast<std::size_t>(s)];
+  off.clear();
   int next = r.first;
   for (std::size_t i = 0; i < saved.size(); ++i) {
     if (saved[i].bytes <= 0) continue;
     const bool is_input = static_cast<int>(i) == input;
     const int b = is_input ? r.extra : next++;
     const std::string_view name = saved[i].name ? saved[i].name : "";
-    if (saved[i].bytes >= kMinOffloadBytes && (is_input || (name.rfind("final_norm.", 0) == 0 && name != "final_norm.out")))
-      final_off_.push_back(b);
+    const bool packed = !head || is_input || (name.rfind("final_norm.", 0) == 0 && name != "final_norm.out");
+    if (saved[i].bytes >= kMinOffloadBytes && packed) off.push_back(b);
   }
-  if (next != r.first + r.n) throw std::logic_error("lowering: the final norm's saved tensors and buffers disagree");
-  if (final_off_.empty()) return;
+  if (next != r.first + r.n) throw std::logic_error("lowering: a segment's saved tensors and buffers disagree");
+  if (off.empty()) return;
   const int first = pack_id_ + 1;
-  pack_id_ += static_cast<int>(final_off_.size());
+  pack_id_ += static_cast<int>(off.size());
   if (offload_streams()) {
     release_stash(pack_id_ - kForwardStash);
     b_.defer_wait_stream(offload_, compute_);
   }
-  Op& o = b_.op(OpKind::D2H, offload_, c_.segments[s].unit, mb_, "act D2H");
-  for (int b : final_off_) {
+  Op& o = b_.op(OpKind::D2H, offload_, seg.unit, mb_, "act D2H");
+  for (int b : off) {
     b_.read(o, b);
     o.copy_bytes += p_.buffers[static_cast<std::size_t>(b)].bytes;
   }
   const int copy = o.id;
-  for (std::size_t i = 0; i < final_off_.size(); ++i) {
-    owned_.push_back(final_off_[i]);
+  for (std::size_t i = 0; i < off.size(); ++i) {
+    if (owned_.size() <= static_cast<std::size_t>(off[i])) owned_.resize(static_cast<std::size_t>(off[i]) + 1, 0);
+    owned_[static_cast<std::size_t>(off[i])] = 1;
     if (offload_streams()) {
-      stash_.push_back(Stashed{first + static_cast<int>(i), final_off_[i], copy});
+      stash_.push_back(Stashed{first + static_cast<int>(i), off[i], copy});
     } else {
-      b_.free_now(final_off_[i]);
+      b_.free_now(off[i]);
     }
   }
 }
@@ -1051,27 +1066,30 @@ void LoweringWalk::offload_unpack(int s) {
   // (sync: backward_segment drops it after the recompute)
 }
 
-// Before the final norm's backward: what left the stash comes back from the CPU (sync: all of it); what is still
+// Before the backward of a segment whose saved tensors were packed: what left the stash comes back from the CPU
+// (sync: all of it), in one copy and one buffer (PyTorch copies each when its node unpacks it and drops it after the
+// next node that unpacks: this holds the segment's whole set through its backward, an upper bound); what is still
 // stashed is used as it is.
-void LoweringWalk::unpack_final_norm(int s) {
-  if (final_off_.empty()) return;
+void LoweringWalk::unpack_saved(int s) {
+  std::vector<int>& off = saved_off_[static_cast<std::size_t>(s)];
+  if (off.empty()) return;
   Bytes back = 0;
-  for (int b : final_off_)
+  for (int b : off)
     if (!stashed(b)) back += p_.buffers[static_cast<std::size_t>(b)].bytes;
-  final_off_.clear();
+  off.clear();
   offloaded_[s] = back > 0 ? bring_back(c_.segments[s].unit, back, MemCategory::Activations, "act H2D") : -1;
-  final_unpacks_ = true;
+  saved_unpacks_[static_cast<std::size_t>(s)] = 1;
 }
 
 // After a segment's backward: sync drops what its node brought back; with streams, the first node that unpacked an
 // offloaded tensor drops the stash, and a node that unpacked drops what the previous one brought back.
 void LoweringWalk::offload_after_backward(int s) {
-  const bool head = c_.segments[s].part == models::ModulePart::FinalNormAndHead;
-  const bool unpacks = head ? final_unpacks_ : offloaded_[s] >= 0;
-  if (head) final_unpacks_ = false;
+  const bool group = packs_saved(s);   // (else a checkpointed block: its input and tables)
+  const bool unpacks = group ? saved_unpacks_[static_cast<std::size_t>(s)] != 0 : offloaded_[s] >= 0;
+  if (group) saved_unpacks_[static_cast<std::size_t>(s)] = 0;
   if (!offload_streams()) {
-    if (head) drop_reload(offloaded_[s], 1);
-    if (head) offloaded_[s] = -1;
+    if (group) drop_reload(offloaded_[s], 1);
+    if (group) offloaded_[s] = -1;
     return;
   }
   if (!unpacks) return;
@@ -1081,8 +1099,8 @@ void LoweringWalk::offload_after_backward(int s) {
     reload_wait_ = reload_op_;
   }
   reload_ = offloaded_[s];   // (-1: the node used stashed tensors only)
-  reload_n_ = head ? 1 : 1 + tables();
-  reload_op_ = reload_ >= 0 ? (head ? bwd_op_ : rec_op_) : -1;
+  reload_n_ = group ? 1 : 1 + tables();
+  reload_op_ = reload_ >= 0 ? (group ? bwd_op_ : rec_op_) : -1;
   offloaded_[s] = -1;
 }
 

@@ -198,19 +198,21 @@ class LoweringWalk {
   // The rotary tables that get a copy (each at least min_offload_size; smaller ones only take pack ids).
   int tables() const { return packs_.rope_bytes >= 1024 ? packs_.rope : 0; }
   Bytes loss_target() const { return packs_.loss_target >= 1024 ? packs_.loss_target : 0; }   // frees buffers first .. first + n - 1 (none when first is -1)
-  void pack_final_norm(int s);
+  // Segments whose saved tensors themselves are packed: the final norm, and every block not checkpointed.
+  bool packs_saved(int s) const;
+  void pack_saved(int s);
   void pack_loss();
-  void unpack_final_norm(int s);
+  void unpack_saved(int s);
   // A buffer of an activation range that the offloading frees instead (free_range skips it).
   bool offload_owned(int buffer) const;
   int offload_ = -1;                  // the stream the copies run on (the compute stream with use_streams false)
   OffloadPacks packs_;                // what the offloaded forward packs beside the blocks' inputs
   int pack_id_ = 0;                   // saved tensors packed so far in this micro-batch's forward
   std::vector<Stashed> stash_;        // streams: offloaded GPU tensors still held (fwd_stash)
-  std::vector<int> final_off_;        // the final norm's offloaded saved tensors (this micro-batch)
-  std::vector<int> owned_;            // activation buffers the offloading frees (see offload_owned)
+  std::vector<std::vector<int>> saved_off_;   // per segment: its offloaded saved tensors (pack_saved)
+  std::vector<char> owned_;           // per buffer: an activation the offloading frees (see offload_owned)
   bool loss_off_ = false;             // this micro-batch's loss tensors were offloaded
-  bool final_unpacks_ = false;        // the final norm's backward unpacks offloaded tensors
+  std::vector<char> saved_unpacks_;   // per segment: its backward unpacks offloaded saved tensors
   std::vector<int> offloaded_;        // per segment: the block input offloaded this micro-batch (-1: none)
   int reload_ = -1, reload_op_ = -1;  // streams: the last input brought back, and its block's recompute op
   int reload_n_ = 1;                  // its buffers (the input and the tables it came back with)

@@ -379,15 +379,11 @@ Plan resolve_plan(const Plan& in, int gpus, int gpus_per_node) {
       throw InputError(f, "true", "modelled for whole-block checkpointing (mode full or every_k), not selective_op");
   }
   if (p.activation_offloading != ActivationOffload::None) {
-    // torchtune's OffloadActivations with every block checkpointed (its recipes' pairing): what the blocks save is
-    // each checkpoint's input. Without checkpointing every block, each op's saved tensors would go one by one
-    // through the 5-deep stash: not modelled.
+    // torchtune's OffloadActivations (program/lower_walk.cpp "activation offloading"): a checkpointed block's
+    // saved tensors are its checkpoint's inputs, a block without checkpointing packs every tensor it saves.
     const std::string f = "plan.activation_offloading";
     const std::string v = "\"" + activation_offload_name(p.activation_offloading) + "\"";
     const auto& ac = p.activation_checkpointing;
-    if (ac.mode != ActivationCheckpointing::Mode::Full && !(ac.mode == ActivationCheckpointing::Mode::EveryK && ac.every_k == 1))
-      throw InputError(f, v, "modelled with activation_checkpointing \"full\" only (each block's saved tensors are then "
-                             "its checkpoint's input; per-op offloading is not modelled)");
     if (ac.outside_fsdp)
       throw InputError(f, v, "modelled for FSDP(checkpoint(block)), not checkpoint(FSDP(block)) (outside_fsdp)");
     if (p.implementation == models::ModelImpl::Runtime)

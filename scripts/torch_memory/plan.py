@@ -499,9 +499,6 @@ def resolve_plan(plan, world, gpus_per_node, units=None):
             raise InputError(field, "true", "modelled for whole-block checkpointing (mode full or every_k)")
     if p.activation_offloading != "none":
         field, value = "plan.activation_offloading", show(p.activation_offloading)
-        if not (ac.mode == "full" or (ac.mode == "every_k" and ac.every_k == 1)):
-            raise InputError(field, value, 'modelled with activation_checkpointing "full" only (each block\'s saved '
-                             "tensors are then its checkpoint's input; per-op offloading is not modelled)")
         if ac.outside_fsdp:
             raise InputError(field, value, "modelled for FSDP(checkpoint(block)), not checkpoint(FSDP(block)) (outside_fsdp)")
     if p.micro_batch * p.seq_len > MAX_TOKENS_PER_MICRO_BATCH:

@@ -166,12 +166,12 @@ TEST(Diagnose, TorchtuneConfigsGetTorchtuneFixes) {
   // which the stash still holds at the loss's backward (torchtune's loss is outside the offloaded forward): each layer
   // packs 3 tensors (its input, the rotary cos and sin), the final norm 2, and a pack drops those 5 ids older
   EXPECT_EQ(o.result.peak_allocated - h->fixed_result.peak_allocated, Bytes{31} * (Bytes{256} << 20));
-  // Offloading asked for without checkpointing (not modelled so) comes in with the checkpointing diagnose proposes.
+  // Offloading without checkpointing (every tensor the layers save goes to the CPU) stays in the checkpointing fix.
   const models::ModelSpec l8 = models::load_model("llama3-8b");
   UserConfig asked = read_user_config(std::string(FSDPSIM_SOURCE_DIR) + "/tests/planner/fixtures/torchtune_8b_lora_long_seq.yaml",
                                       {}, l8);
   asked.plan.activation_checkpointing = {};
-  asked.offload_with_checkpointing = sim::ActivationOffload::Streams;
+  asked.plan.activation_offloading = sim::ActivationOffload::Streams;
   const auto d2 = diagnose(models::with_seq_len(l8, asked.plan.seq_len),
                            calibrate::HardwareProfile::for_cluster(calibrate::load_cluster("2xRTX4090")), asked, 0.05);
   const Finding* ac = find(d2, "activation_checkpointing");

@@ -101,19 +101,19 @@ TEST(Fit, FullCheckpointingKeepsTheCheckpointAroundCompile) {
   });
   EXPECT_GT(full, 1);
   EXPECT_EQ(around, full);
-  // Activation offloading (modelled with full checkpointing only) stays with full checkpointing and goes with the
-  // other modes, whose largest micro-batch is then still found (resolve_plan would refuse the pair).
+  // Activation offloading (modelled with every checkpointing mode: a block without checkpointing offloads what it
+  // saves) stays with each mode fit tries, and each mode's largest micro-batch is found.
   p = sim::Plan{};
   p.activation_checkpointing.mode = AcMode::Full;
   p.activation_offloading = sim::ActivationOffload::Streams;
-  int offloaded = 0;
-  full = 0;
+  int offloaded = 0, tried = 0;
   a = fit_plan(models::load_model("tiny-llama"), hw, p, 0.05, [&](const sim::Plan& q) {
-    full += q.activation_checkpointing.mode == AcMode::Full;
+    ++tried;
     offloaded += q.activation_offloading != sim::ActivationOffload::None;
     return toy(q, cap);
   });
-  EXPECT_EQ(offloaded, full);
+  EXPECT_GT(tried, 3);
+  EXPECT_EQ(offloaded, tried);
   ASSERT_EQ(a.largest.size(), 3u);
   for (const auto& lb : a.largest) EXPECT_GT(lb.micro_batch, 0) << lb.checkpointing;
 }

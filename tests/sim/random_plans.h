@@ -121,11 +121,11 @@ inline std::string random_plan(std::mt19937& rng, int gpus, int gpus_per_node) {
                                           "torchao_adamw8bit", "torchao_adamw4bit"};
     j["optimizer"] = kLowBit[(g / 5) % 5];
   }
-  // torchtune's activation offloading (with full checkpointing, the mode it is modelled with), drawn the same way:
-  // one such plan in three.
+  // torchtune's activation offloading, drawn the same way: one plan in three with full checkpointing (the pairing
+  // torchtune's recipes use), one in six with any other mode or none (some then invalid: outside_fsdp, the runtime).
   const std::size_t o = std::hash<std::string>{}(j.dump() + "offload");
-  if (j.contains("activation_checkpointing") && j["activation_checkpointing"] == "full" && o % 3 == 0)
-    j["activation_offloading"] = (o / 3) % 2 ? "sync" : "streams";
+  const bool full = j.contains("activation_checkpointing") && j["activation_checkpointing"] == "full";
+  if (full ? o % 3 == 0 : o % 6 == 1) j["activation_offloading"] = (o / 3) % 2 ? "sync" : "streams";
   return j.dump();
 }
 

@@ -2089,10 +2089,8 @@ TEST(LoweringOffload, ActivationOffloadingStashCopiesAndDropsByHand) {
     }
   }
   // Modelled with every block checkpointed (FSDP(checkpoint(block))), and not on fsdpsim's own runtime.
-  for (const char* bad : {R"({"activation_offloading": "streams"})",
-                          R"({"activation_offloading": "sync", "activation_checkpointing": "selective_op"})",
-                          R"({"activation_offloading": "streams", "activation_checkpointing": "every_2"})",
-                          R"({"activation_offloading": "streams", "activation_checkpointing": {"mode": "full", "outside_fsdp": true}})",
+  // (any other checkpointing mode is modelled: OffloadActivationsWithoutCheckpointingByHand)
+  for (const char* bad : {R"({"activation_offloading": "streams", "activation_checkpointing": {"mode": "full", "outside_fsdp": true}})",
                           R"({"activation_offloading": "streams", "activation_checkpointing": "full", "implementation": "runtime"})",
                           R"({"activation_offloading": true})"}) {
     try {
@@ -2101,6 +2099,76 @@ TEST(LoweringOffload, ActivationOffloadingStashCopiesAndDropsByHand) {
     } catch (const InputError& e) {
       EXPECT_NE(std::string(e.what()).find("plan.activation_offloading"), std::string::npos) << e.what();
     }
+  }
+}
+
+// Offloading without checkpointing (torchtune allows it): every tensor a block saves goes through the hooks. On the
+// same model, the loss outside the forward: each block's saved tensors of at least 1 KiB leave in one copy after its
+// forward (sync: they die with it; streams: stashed, the compute stream waiting on the copy when a pack 5 ids later
+// drops them) and come back in one copy before its backward (its whole set at once: an upper bound on PyTorch's node
+// by node), dropped after it (sync) or after the next block's (streams). With every_2, only the blocks that are not
+// checkpointed do so; the others offload their input as with full checkpointing.
+TEST(LoweringOffload, OffloadActivationsWithoutCheckpointingByHand) {
+  constexpr int L = 8;
+  models::ModelSpec m = tiny_spec(L);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  for (const char* mode : {"streams", "sync"}) {
+    SCOPED_TRACE(mode);
+    const bool streams = std::string(mode) == "streams";
+    const std::string base = std::string(R"({"implementation": "hf", "micro_batch": 4, "seq_len": 32, )") +
+                             R"("loss_in_model_forward": false, "activation_offloading": ")" + mode + "\"";
+    const Plan plan = resolved(base + "}", 2, 2);
+    const auto g = models::build_wrap_graph(m, plan.auto_wrap_policy);
+    const StepProgram p = lower(m, g, plan, Topology{2, 2});
+    expect_well_formed(p, mode);
+    std::vector<int> free_at(p.buffers.size(), -1);
+    for (const Op& o : p.ops)
+      for (const FreeSpec& f : o.frees) free_at[static_cast<std::size_t>(f.buffer)] = o.id;
+    const auto flows = lowering::grad_flows(m, g, plan, models::trainable_set(m, plan.implementation, 1.0));
+    const models::BlockMemory bm = models::block_memory(m, 4, 32, Dtype::BF16, models::CheckpointMode::None,
+                                                        {models::ModelImpl::HF}, flows.layers.at(0));
+    Bytes packed = 0;
+    for (const auto& t : bm.saved) packed += !t.is_input && t.bytes >= 1024 ? t.bytes : 0;
+    ASSERT_GT(packed, 0);
+    const auto d2h = ops_of(p, OpKind::D2H), h2d = ops_of(p, OpKind::H2D);
+    ASSERT_EQ(d2h.size(), static_cast<std::size_t>(L + 1));   // the blocks', then the final norm's
+    for (int j = 0; j < L; ++j) {
+      SCOPED_TRACE("block " + std::to_string(j));
+      const Op& c = *d2h[static_cast<std::size_t>(j)];
+      const Op& f = *ops_of(p, OpKind::Forward, j + 1).at(0);
+      EXPECT_EQ(c.id, f.id + 1);   // after the block's forward
+      EXPECT_GE(c.copy_bytes, packed);
+      for (int b : c.inputs) {
+        if (!streams) EXPECT_EQ(free_at[static_cast<std::size_t>(b)], c.id) << b;
+        if (streams) EXPECT_GT(free_at[static_cast<std::size_t>(b)], c.id) << b;
+      }
+      // the copy back, right before the block's backward
+      const Op& bwd = *ops_of(p, OpKind::Backward, j + 1).at(0);
+      const Op& r = p.ops[static_cast<std::size_t>(bwd.id - 1)];
+      if (streams && j == L - 1) continue;   // (its last tensors may still be stashed: used as they are)
+      ASSERT_EQ(r.kind, OpKind::H2D);
+      ASSERT_EQ(r.allocs.size(), 1u);
+      if (!streams) {
+        EXPECT_EQ(r.copy_bytes, c.copy_bytes);
+        EXPECT_EQ(free_at[static_cast<std::size_t>(r.allocs[0])], bwd.id);
+      } else if (j > 0) {
+        EXPECT_EQ(free_at[static_cast<std::size_t>(r.allocs[0])], ops_of(p, OpKind::Backward, j).at(0)->id);
+      }
+    }
+    EXPECT_GE(h2d.size(), static_cast<std::size_t>(L - 1));
+    // every_2: blocks 1, 3, 5, 7 checkpointed (their input leaves before their forward), 0, 2, 4, 6 not.
+    const Plan every = resolved(base + R"(, "activation_checkpointing": "every_2"})", 2, 2);
+    const StepProgram q = lower(m, g, every, Topology{2, 2});
+    expect_well_formed(q, "every_2");
+    int before = 0, after = 0;
+    for (const Op* c : ops_of(q, OpKind::D2H)) {
+      if (c->unit == 0) continue;   // (the final norm's, in the root unit)
+      const Op& next = q.ops[static_cast<std::size_t>(c->id + 1)];
+      if (next.kind == OpKind::Forward && next.unit == c->unit) ++before;
+      else ++after;
+    }
+    EXPECT_EQ(before, L / 2);
+    EXPECT_EQ(after, L / 2);
   }
 }
 

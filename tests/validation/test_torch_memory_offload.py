@@ -24,12 +24,13 @@ class OffloadPlans(unittest.TestCase):
         for v in ("streams", "sync"):
             p = plans.resolve_plan({"activation_checkpointing": "full", "activation_offloading": v}, 8, 8)
             self.assertEqual(p.activation_offloading, v)
-        # program/plan.cpp's rules: full checkpointing of every block, FSDP(checkpoint(block)) (the harness builds no
+        # program/plan.cpp's rules: any checkpointing mode but checkpoint(FSDP(block)) (the harness builds no
         # implementation "runtime" at all)
         for plan in ({"activation_offloading": "streams"},
                      {"activation_offloading": "sync", "activation_checkpointing": "selective_op"},
-                     {"activation_offloading": "streams", "activation_checkpointing": "every_2"},
-                     {"activation_offloading": "streams",
+                     {"activation_offloading": "streams", "activation_checkpointing": "every_2"}):
+            self.assertEqual(plans.resolve_plan(plan, 8, 8).activation_offloading, plan["activation_offloading"])
+        for plan in ({"activation_offloading": "streams",
                       "activation_checkpointing": {"mode": "full", "outside_fsdp": True}},
                      {"activation_offloading": True}, {"activation_offloading": "cpu"}):
             self.assertEqual(self.field_of(plan), "plan.activation_offloading", plan)
