@@ -880,10 +880,11 @@ void LoweringWalk::backward() {
 
 // ---- activation offloading ----------------------------------------------------------------------------------
 // torchtune's OffloadActivations (torchtune/training/_activation_offloading.py at pytorch/torchtune bd2a0fc7c) around
-// the model's forward, every block checkpointed (resolve_plan refuses other modes). Its pack hook sees what autograd
+// the model's forward (resolve_plan refuses only checkpoint(FSDP(block))). Its pack hook sees what autograd
 // saves inside the forward outside any inner saved-tensors hooks: each checkpoint's inputs (torch.utils.checkpoint's
 // non-reentrant _NoopSaveInputs saves the block's tensor arguments, its own hooks drop everything inside the block):
-// the block input and the rotary tables (OffloadPacks), the final norm's saved tensors, the loss's when the model's
+// the block input and the rotary tables (OffloadPacks); every tensor a block that is not checkpointed saves; the
+// final norm's saved tensors; the loss's when the model's
 // forward computes it (OffloadPacks::loss); the output projection runs under NoOpManager (its saved input stays), and
 // a loss the loop computes on the model's output is outside the context. Every saved tensor gets the next pack id;
 // one of at least 1 KiB (min_offload_size) that is no parameter gets a pinned CPU copy.
@@ -1015,10 +1016,7 @@ void LoweringWalk::pack_saved(int s) {
   if (off.empty()) return;
   const int first = pack_id_ + 1;
   pack_id_ += static_cast<int>(off.size());
-  if (offload_streams()) {
-    release_stash(pack_id_ - kForwardStash);
-    b_.defer_wait_stream(offload_, compute_);
-  }
+  if (offload_streams()) b_.defer_wait_stream(offload_, compute_);
   Op& o = b_.op(OpKind::D2H, offload_, seg.unit, mb_, "act D2H");
   for (int b : off) {
     b_.read(o, b);
@@ -1034,6 +1032,8 @@ void LoweringWalk::pack_saved(int s) {
       b_.free_now(off[i]);
     }
   }
+  // (after the copy: the group's own tensors 5 ids older than its last leave too, the compute stream waiting on it)
+  if (offload_streams()) release_stash(pack_id_ - kForwardStash);
 }
 
 // The loss's saved tensors (OffloadPacks::loss): _log_softmax's result, nll_loss's self (the same tensor) and target,
@@ -1042,15 +1042,13 @@ void LoweringWalk::pack_saved(int s) {
 void LoweringWalk::pack_loss() {
   const int self = pack_id_ + 2;
   pack_id_ += 4;
-  if (offload_streams()) {
-    release_stash(pack_id_ - kForwardStash);
-    b_.defer_wait_stream(offload_, compute_);
-  }
+  if (offload_streams()) b_.defer_wait_stream(offload_, compute_);
   Op& o = b_.op(OpKind::D2H, offload_, c_.segments.back().unit, mb_, "loss D2H");
   b_.read(o, loss_saved_);
   o.copy_bytes = 2 * c_.loss.saved + loss_target();
   if (offload_streams()) {
     stash_.push_back(Stashed{self, loss_saved_, o.id});
+    release_stash(pack_id_ - kForwardStash);
   } else {
     b_.free_now(loss_saved_);
   }

@@ -2149,12 +2149,22 @@ TEST(LoweringOffload, OffloadActivationsWithoutCheckpointingByHand) {
       const Op& f = *ops_of(p, OpKind::Forward, j + 1).at(0);
       EXPECT_EQ(c.id, f.id + 1);   // after the block's forward
       EXPECT_GE(c.copy_bytes, packed);
-      for (int b : c.inputs) {
-        if (streams) {
-          EXPECT_GT(free_at[static_cast<std::size_t>(b)], c.id) << b;   // (stashed)
-        } else {
+      // sync: all die with the copy; streams: the last 5 packs stay stashed (freed later), the older ones leave once
+      // their copy is done (the compute stream waits on it)
+      const std::size_t stay = streams ? std::min<std::size_t>(5, c.inputs.size()) : 0;
+      for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+        const int b = c.inputs[i];
+        if (i + stay < c.inputs.size()) {
           EXPECT_EQ(free_at[static_cast<std::size_t>(b)], c.id) << b;
+        } else {
+          EXPECT_GT(free_at[static_cast<std::size_t>(b)], c.id) << b;
         }
+      }
+      if (streams && c.inputs.size() > 5) {   // the compute stream's next op waits on the copy
+        std::size_t k = static_cast<std::size_t>(c.id) + 1;
+        while (k < p.ops.size() && p.ops[k].stream != 0) ++k;
+        ASSERT_LT(k, p.ops.size());
+        EXPECT_NE(std::find(p.ops[k].waits.begin(), p.ops[k].waits.end(), c.id), p.ops[k].waits.end());
       }
       // the copy back, right before the block's backward
       const Op& bwd = *ops_of(p, OpKind::Backward, j + 1).at(0);
@@ -2224,11 +2234,11 @@ TEST(LoweringOffload, OffloadActivationsLossInsideTheForwardByHand) {
     const int log_probs = copy.inputs[0];
     EXPECT_EQ(p.buffers[static_cast<std::size_t>(log_probs)].bytes, lp);
     EXPECT_EQ(free_at[static_cast<std::size_t>(log_probs)], streams ? nll->id : copy.id);
-    // The final norm's tensors (pack ids 3L + 1, 3L + 2): with streams the loss's last pack (3L + 6, in the loss's
-    // forward) drops the first from the stash, nll's hook the second.
+    // The final norm's tensors (pack ids 3L + 1, 3L + 2): with streams the loss's last pack (3L + 6) drops the first
+    // from the stash (after the loss's copy), nll's hook the second.
     const Op& fn_copy = *d2h[L];
     ASSERT_EQ(fn_copy.inputs.size(), 2u);
-    EXPECT_EQ(free_at[static_cast<std::size_t>(fn_copy.inputs[0])], streams ? loss->id : fn_copy.id);
+    EXPECT_EQ(free_at[static_cast<std::size_t>(fn_copy.inputs[0])], streams ? copy.id : fn_copy.id);
     EXPECT_EQ(free_at[static_cast<std::size_t>(fn_copy.inputs[1])], streams ? nll->id : fn_copy.id);
     // The copies back, in order: [nll's self and target (sync)], the result, the final norm's, the blocks'.
     std::size_t k = 0;
