@@ -91,8 +91,9 @@ void apply_host_memory(const HostMemory& h, const calibrate::HardwareProfile& hw
   std::snprintf(bw, sizeof bw, "%.1f", hw.cpu_optimizer_bytes_per_s() / 1e9);
   if (activations)
     r.notes.push_back("activation offloading: the copies of one micro-batch's forward (each checkpointed block's input "
-                      "and rotary tables, and the loss's tensors when the model's forward computes the loss; the final "
-                      "norm's few are left out), pinned in power-of-two blocks, count in the host memory per node (" +
+                      "and rotary tables, every saved tensor of a block without checkpointing, and the loss's tensors "
+                      "when the model's forward computes the loss; the final norm's few are left out), pinned in "
+                      "power-of-two blocks, count in the host memory per node (" +
                       gib(r.host_memory_per_node) +
                       " GiB, " + std::to_string(h.ranks_per_node) + " ranks x " + gib(per_rank) + " GiB)");
   if (rp.cpu_offload.params || rp.cpu_offload.optimizer) {
@@ -120,10 +121,18 @@ Bytes offloaded_activations_pinned(const models::ModelSpec& m, const Plan& rp) {
   if (rp.activation_offloading == ActivationOffload::None) return 0;
   const lowering::LossMemory loss = lowering::loss_memory(m, rp);
   const lowering::OffloadPacks packs = lowering::offload_packs(m, rp, loss);
-  const Bytes block = pinned_block(rp.micro_batch * rp.seq_len * m.hidden * dtype_bytes(rp.param_dtype)) +
+  const Bytes input = pinned_block(rp.micro_batch * rp.seq_len * m.hidden * dtype_bytes(rp.param_dtype)) +
                       (packs.rope_bytes >= 1024 ? packs.rope * pinned_block(packs.rope_bytes) : 0);
-  const Bytes l = packs.loss ? 2 * pinned_block(loss.saved) + (packs.loss_target >= 1024 ? pinned_block(packs.loss_target) : 0) : 0;
-  return m.n_layers * block + l;
+  Bytes pinned = packs.loss ? 2 * pinned_block(loss.saved) + (packs.loss_target >= 1024 ? pinned_block(packs.loss_target) : 0) : 0;
+  for (int l = 0; l < m.n_layers; ++l) {
+    // a checkpointed block's input and tables; a block without checkpointing every tensor it saves (their sum,
+    // models::block_saved_activation_bytes: the per-tensor power-of-two rounding left out)
+    const models::CheckpointMode mode = lowering::layer_checkpoint_mode(rp.activation_checkpointing, l);
+    pinned += mode == models::CheckpointMode::None
+                  ? models::block_saved_activation_bytes(m, rp.micro_batch, rp.seq_len, rp.param_dtype, mode)
+                  : input;
+  }
+  return pinned;
 }
 
 Bytes paged_optimizer_bytes(const models::WrapGraph& graph, const Plan& rp, const models::TrainableSet& ts) {

@@ -17,8 +17,9 @@
 //    the sharded params and the optimizer states, unrounded (how such a step pins is not defined).
 //  * torchtune's activation offloading (plan.activation_offloading; program/lower_walk.cpp "activation
 //    offloading"): every copy of one micro-batch's forward, pinned (torch.empty_like(..., pin_memory=True)) and held
-//    until its backward, each a power-of-two block: per block its input (micro_batch x seq_len x hidden in
-//    param_dtype) and rotary tables (lowering::OffloadPacks), and the loss's log-probabilities twice and its target
+//    until its backward, each a power-of-two block: per checkpointed block its input (micro_batch x seq_len x hidden
+//    in param_dtype) and rotary tables (lowering::OffloadPacks), per block without checkpointing what it saves
+//    (models::block_saved_activation_bytes, unrounded), and the loss's log-probabilities twice and its target
 //    when the model's forward computes the loss; the final norm's few tensors are not counted (add
 //    offloaded_activations_pinned to pinned_per_rank).
 // Every rank of a node does the same (SPMD), so a node needs gpus_per_node times one rank's bytes.
