@@ -44,7 +44,8 @@ int CachingAllocator::take_expandable(Bytes size, int pi) {
 // that one's grown size is smaller. Then the max_split_size checks on the mapped size, as without.
 int CachingAllocator::find_free_block_expandable(Pool& p, Bytes size) {
   const std::size_t n = p.sizes.size();
-  std::size_t ci = next_nonempty(p, class_at_least(p.sizes, size));   // (emptied classes stay: skipped by the bit set)
+  const Pool::Hint& h = p.hints[hint_slot(size)];   // (class_at_least, memoized per size as find_free_block does)
+  std::size_t ci = next_nonempty(p, h.size == size ? h.index : lower_class(p, size).index);   // (emptied classes stay)
   if (ci == n) return -1;
   std::size_t pos = p.list(ci).size() - 1;   // (a class's blocks are kept address-descending)
   const auto unmapped_after = [&](int b) {
