@@ -38,6 +38,11 @@ StepProgram LoweringWalk::run() {
                                           : "on the compute stream") +
                        ") and back before its backward: each checkpointed block's input" +
                        (packs_.rope > 0 ? " with the rotary tables passed to it" : "") +
+                       (std::any_of(c_.act_recompute.begin(), c_.act_recompute.end(), [](Bytes b) { return b == 0; })
+                            ? ", every tensor a block without checkpointing saves (in one copy each way per block: "
+                              "its whole set back before its backward, an upper bound on PyTorch's node-by-node "
+                              "unpacking)"
+                            : "") +
                        ", the final norm's saved tensors" +
                        (packs_.loss ? ", the loss's log-probabilities (packed twice: two copies each way) and target"
                                     : "") +
