@@ -106,7 +106,11 @@ void CachingAllocator::restore(const Snapshot& s) {
   }
   // Each pool's expandable segment is the live expandable segment of that pool (at most one).
   for (int seg = 0; seg < static_cast<int>(segments_.size()); ++seg)
-    if (segments_[seg].live && segments_[seg].expandable) pools_[static_cast<std::size_t>(segment_pool(seg))].expandable = seg;
+    if (segments_[seg].live && segments_[seg].expandable) {
+      Pool& p = pools_[static_cast<std::size_t>(segment_pool(seg))];
+      p.expandable = seg;
+      rebuild_holes(p);
+    }
   next_addr_ = s.next_addr_;
   cached_whole_segments_ = s.cached_whole_segments_;
   stats_ = s.stats_;
@@ -121,6 +125,7 @@ void CachingAllocator::clear_pool(Pool& p) {
   }
   p.whole = 0;
   p.expandable = -1;
+  p.holes.clear();
 }
 
 Bytes CachingAllocator::round_size(Bytes bytes) {

@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/units.h"
@@ -287,6 +288,10 @@ class CachingAllocator {
     };
     std::array<Hint, 256> hints{};
     int expandable = -1;   // its live expandable segment (-1: none)
+    // That segment's unmapped blocks but its last (holes a cache release left), by address: what
+    // find_expandable_block looks through (walking every block instead was a quarter of a search whose plans
+    // run over capacity and release their cache at every allocation).
+    std::vector<std::pair<Bytes, int>> holes;
   };
   struct Segment {
     Bytes base = 0, size = 0;
@@ -333,6 +338,9 @@ class CachingAllocator {
   static void mark_nonempty(Pool& p, std::size_t i) { p.nonempty[i >> 6] |= std::uint64_t{1} << (i & 63); }
   static void mark_empty(Pool& p, std::size_t i) { p.nonempty[i >> 6] &= ~(std::uint64_t{1} << (i & 63)); }
   static void clear_pool(Pool& p);
+  void hole_insert(int b);   // (expandable segments: Pool::holes)
+  void hole_erase(int b);
+  void rebuild_holes(Pool& p);
   static void recompute_nonempty(Pool& p);
   static Pool::Hint lower_class(Pool& p, Bytes size);   // class_at_least, stored as the size's hint
   static std::size_t class_at_least(const std::vector<Bytes>& sizes, Bytes s);   // first class >= s

@@ -105,28 +105,11 @@ int CachingAllocator::find_expandable_block(int pi, Bytes size) {
     for (int b = c; r < size && allocatable(b); b = blocks_[b].next) r += blocks_[b].size;
     return r;
   };
-  if (s.unmapped > 1) {   // holes left by a cache release: the lowest one with room
-    // One pass over each run of free and unmapped blocks: the room from a block is what the run holds from it on
-    // (room(), summed once per run rather than once per hole: a step far over capacity leaves thousands of holes).
-    int u = s.first;
-    while (u >= 0 && u != s.last) {
-      if (!allocatable(u)) {
-        u = blocks_[u].next;
-        continue;
-      }
-      Bytes total = 0;
-      int e = u;
-      for (; e >= 0 && allocatable(e); e = blocks_[e].next) total += blocks_[e].size;
-      Bytes before = 0;   // the run's bytes before b
-      for (int b = u; b != e && b != s.last; b = blocks_[b].next) {
-        if (blocks_[b].state == State::Unmapped) {
-          const int c = from(b);   // b, or the free block just before it (in this run)
-          if (total - (c == b ? before : before - blocks_[c].size) >= size) return c;
-        }
-        before += blocks_[b].size;
-      }
-      u = e;
-    }
+  // Holes left by a cache release: the lowest one from which (or from the free block just before it) the run of free
+  // and unmapped blocks has room.
+  for (const auto& [addr, h] : p.holes) {
+    const int c = from(h);
+    if (room(c) >= size) return c;
   }
   const int c = from(s.last);
   if (const Bytes r = room(c); r < size) {
@@ -160,6 +143,8 @@ bool CachingAllocator::map_block(int b, Bytes size, bool force) {
   const Bytes mapped = (size + page - 1) / page * page;
   if (!force && config_.capacity > 0 && stats_.reserved + mapped > config_.capacity) return false;
   const int seg = blocks_[b].segment;
+  const bool hole = b != segments_[seg].last;
+  if (hole) hole_erase(b);
   if (mapped < blocks_[b].size) {
     const Block& x = blocks_[b];
     const int r = add_block(Block{x.addr + mapped, x.size - mapped, 0, seg, b, x.next, x.pool, 0, State::Unmapped});
@@ -168,6 +153,7 @@ bool CachingAllocator::map_block(int b, Bytes size, bool force) {
     else segments_[seg].last = r;
     y.next = r;
     y.size = mapped;
+    if (hole) hole_insert(r);   // (the rest of a hole is one; the rest of the last block is the last block)
   } else {
     --segments_[seg].unmapped;
   }
@@ -213,6 +199,7 @@ void CachingAllocator::unmap_block(int b) {
   Segment& s = segments_[seg];
   ++s.unmapped;
   if (const int pv = x.prev; pv >= 0 && blocks_[pv].state == State::Unmapped) {
+    hole_erase(pv);   // (never the last block: b comes after it)
     x.addr = blocks_[pv].addr;
     x.size += blocks_[pv].size;
     x.prev = blocks_[pv].prev;
@@ -223,6 +210,7 @@ void CachingAllocator::unmap_block(int b) {
     --s.unmapped;
   }
   if (const int nx = x.next; nx >= 0 && blocks_[nx].state == State::Unmapped) {
+    if (nx != s.last) hole_erase(nx);
     x.size += blocks_[nx].size;
     x.next = blocks_[nx].next;
     if (x.next >= 0) blocks_[x.next].prev = b;
@@ -231,6 +219,7 @@ void CachingAllocator::unmap_block(int b) {
     dead_blocks_.push_back(nx);
     --s.unmapped;
   }
+  if (b != s.last) hole_insert(b);
   stats_.reserved -= end - begin;
   ++stats_.num_device_free;
   if (x.prev < 0 && x.next < 0) {
@@ -251,6 +240,27 @@ void CachingAllocator::release_expandable_cached_blocks() {
       for (auto e = p.list(c).rbegin(); e != p.list(c).rend(); ++e) release_scratch_.push_back(e->block);
     for (int b : release_scratch_) unmap_block(b);
   }
+}
+
+void CachingAllocator::hole_insert(int b) {
+  std::vector<std::pair<Bytes, int>>& v = pools_[blocks_[b].pool].holes;
+  const std::pair<Bytes, int> e{blocks_[b].addr, b};
+  v.insert(std::lower_bound(v.begin(), v.end(), e), e);
+}
+
+void CachingAllocator::hole_erase(int b) {
+  std::vector<std::pair<Bytes, int>>& v = pools_[blocks_[b].pool].holes;
+  const auto it = std::lower_bound(v.begin(), v.end(), std::pair<Bytes, int>{blocks_[b].addr, b});
+  if (it == v.end() || it->second != b) throw std::logic_error("CachingAllocator: an unmapped block missing from its holes");
+  v.erase(it);
+}
+
+void CachingAllocator::rebuild_holes(Pool& p) {
+  p.holes.clear();
+  if (p.expandable < 0) return;
+  const Segment& s = segments_[p.expandable];
+  for (int b = s.first; b >= 0; b = blocks_[b].next)
+    if (blocks_[b].state == State::Unmapped && b != s.last) p.holes.emplace_back(blocks_[b].addr, b);
 }
 
 }  // namespace fsdpsim::sim
