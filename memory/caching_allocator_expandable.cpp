@@ -236,7 +236,8 @@ void CachingAllocator::release_expandable_cached_blocks() {
   for (std::size_t pi = 0; pi < pools_.size(); ++pi) {
     Pool& p = pools_[pi];
     release_scratch_.clear();
-    for (std::size_t c = 0; c < p.sizes.size(); ++c)
+    const std::size_t n = p.sizes.size();   // (its non-empty classes only: emptied ones stay, by thousands)
+    for (std::size_t c = next_nonempty(p, 0); c < n; c = next_nonempty(p, c + 1))
       for (auto e = p.list(c).rbegin(); e != p.list(c).rend(); ++e) release_scratch_.push_back(e->block);
     for (int b : release_scratch_) unmap_block(b);
   }
