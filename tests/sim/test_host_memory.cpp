@@ -86,6 +86,33 @@ calibrate::HardwareProfile h100_node(double host_gib) {
   return calibrate::HardwareProfile::for_cluster(calibrate::cluster_from_json(c, "test"));
 }
 
+// torchtune's activation offloading, by hand on llama-1b (16 layers, hidden 2048, head_dim 64, vocab 128256), micro-batch
+// 2 x 1024 tokens in bf16: a checkpointed layer pins its input (2 x 1024 x 2048 x 2 B = 8 MiB, a power of two) and HF's
+// cos and sin (1024 x 64 x 2 B = 128 KiB each); HF's loss in the forward adds the fp32 log-probabilities twice
+// (2048 x 128256 x 4 B = 1002 MiB -> 1 GiB blocks) and the target (2048 x 8 B = 16 KiB); the loss outside (false) does
+// not; a layer without checkpointing pins what it saves (block_saved_activation_bytes, unrounded).
+TEST(HostMemory, ActivationOffloadingPinsWhatTheForwardPacks) {
+  const auto m = models::load_model("llama-1b");
+  Plan p;
+  p.implementation = models::ModelImpl::HF;
+  p.micro_batch = 2;
+  p.seq_len = 1024;
+  p.param_dtype = Dtype::BF16;
+  p.activation_checkpointing.mode = ActivationCheckpointing::Mode::Full;
+  p.activation_offloading = ActivationOffload::Streams;
+  const Bytes layer = (8 << 20) + 2 * (128 << 10);
+  const Bytes loss = 2 * kGiB + (16 << 10);
+  EXPECT_EQ(offloaded_activations_pinned(m, p), 16 * layer + loss);
+  p.loss_in_model_forward = false;
+  EXPECT_EQ(offloaded_activations_pinned(m, p), 16 * layer);
+  p.activation_checkpointing.mode = ActivationCheckpointing::Mode::None;
+  const Bytes saved = models::block_saved_activation_bytes(m, 2, 1024, Dtype::BF16, models::CheckpointMode::None);
+  EXPECT_GT(saved, layer);
+  EXPECT_EQ(offloaded_activations_pinned(m, p), 16 * saved);
+  p.activation_offloading = ActivationOffload::None;
+  EXPECT_EQ(offloaded_activations_pinned(m, p), 0);
+}
+
 TEST(HostMemory, OverflowingHostRamDoesNotFitAndSaysSo) {
   // llama2-7b, FSDP2 FULL_SHARD over 8 H100s with CPU offload: ~16 B per parameter on the host (fp32
   // params, grads, two AdamW states), ~108 GiB per node: fits the DGX H100's 2 TiB, not a 64 GiB host.
