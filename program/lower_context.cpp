@@ -1063,8 +1063,9 @@ OffloadPacks offload_packs(const models::ModelSpec& m, const Plan& plan, const L
       o.rope_bytes = s * d * dtype_bytes(plan.param_dtype);   // cos, sin: 1 x S x d in the compute dtype
     }
   }
+  o.rope_copied = o.rope_bytes >= kMinOffloadBytes ? o.rope : 0;
   o.loss = l.inside_model && l.impl == models::LossImpl::Torch && l.chunks() == 0 && !l.in_head_op;
-  if (o.loss) o.loss_target = plan.micro_batch * plan.seq_len * 8;
+  if (const Bytes target = plan.micro_batch * plan.seq_len * 8; o.loss && target >= kMinOffloadBytes) o.loss_target = target;
   return o;
 }
 

@@ -193,11 +193,14 @@ struct LossMemory {
 // count), torchtitan's complex64 freqs_cis (S x rope dims / 2 x 8 B). A loss computed in the model's forward
 // (LossMemory::inside_model, cross_entropy torch) is packed too: _log_softmax's result and nll_loss's self (the same
 // fp32 log-probabilities, packed twice, two copies), its target (int64 per token) and total_weight (a scalar).
+// Every tensor takes a pack id; only one of at least min_offload_size is copied (kMinOffloadBytes).
+constexpr Bytes kMinOffloadBytes = 1024;   // torchtune's OffloadActivations default min_offload_size
 struct OffloadPacks {
-  int rope = 0;              // tensors per block beside its input
+  int rope = 0;              // tensors per block beside its input (pack ids)
+  int rope_copied = 0;       // of them, those copied (rope, or 0 when each is under kMinOffloadBytes)
   Bytes rope_bytes = 0;      // each of them
   bool loss = false;         // the loss's saved tensors are packed
-  Bytes loss_target = 0;     // nll_loss's saved target
+  Bytes loss_target = 0;     // nll_loss's saved target when it is copied (0 under kMinOffloadBytes)
 };
 OffloadPacks offload_packs(const models::ModelSpec& m, const Plan& plan, const LossMemory& l);
 

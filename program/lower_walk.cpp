@@ -9,8 +9,8 @@
 
 namespace fsdpsim::sim::lowering {
 
-// torchtune's OffloadActivations defaults (min_offload_size, max_fwd_stash_size): "activation offloading" below.
-constexpr Bytes kMinOffloadBytes = 1024;
+// torchtune's OffloadActivations default max_fwd_stash_size (min_offload_size: kMinOffloadBytes, lower_context.h):
+// "activation offloading" below.
 constexpr int kForwardStash = 5;
 
 StepProgram LoweringWalk::run() {
@@ -600,9 +600,9 @@ void LoweringWalk::loss_backward() {
     // stream waiting on every copy still running), so the result comes back from the CPU for the second node and
     // stays until the next node that unpacks has run.
     const int unit = c_.segments.back().unit;
-    const int target = loss_target() > 0 ? 1 : 0;
+    const int target = packs_.loss_target > 0 ? 1 : 0;
     const int self =
-        loss_off_ && !offload_streams() ? bring_back(unit, l.saved, MemCategory::Logits, "loss H2D", target, loss_target()) : -1;
+        loss_off_ && !offload_streams() ? bring_back(unit, l.saved, MemCategory::Logits, "loss H2D", target, packs_.loss_target) : -1;
     Op& nll = loss_op(OpKind::Backward, "nll bwd");
     const int g1 = b_.buffer("nll_grad", nll.unit, l.nll_grad, MemCategory::Logits, compute_);
     nll.allocs.push_back(g1);
@@ -831,7 +831,7 @@ void LoweringWalk::backward_segment(int s) {
     if (offloading) offload_unpack(s);
     emit_compute(s, OpKind::Recompute);   // A1/A3: FSDP(checkpoint(block)) recomputes without another all-gather
     rec_op_ = b_.last_op();
-    if (offloading && !offload_streams() && offloaded_[s] >= 0) drop_reload(offloaded_[s], 1 + tables());   // (the copy back)
+    if (offloading && !offload_streams() && offloaded_[s] >= 0) drop_reload(offloaded_[s], 1 + packs_.rope_copied);   // (the copy back)
   }
   // Autograd allocates a unit's unsharded gradient at its first backward compute (the segment where its
   // pre-backward fired).
@@ -922,7 +922,7 @@ void LoweringWalk::offload_pack(int s) {
   }
   Op& o = b_.op(OpKind::D2H, offload_, seg.unit, mb_, "act D2H");
   b_.read(o, carried_);
-  o.copy_bytes = carried_bytes_ + tables() * packs_.rope_bytes;
+  o.copy_bytes = carried_bytes_ + packs_.rope_copied * packs_.rope_bytes;
   offloaded_[s] = carried_;
   if (offload_streams()) stash_.push_back(Stashed{id, carried_, o.id});
   pack_id_ += packs_.rope;   // (the tables are the forward's own tensors: their stash entries free nothing)
@@ -1050,7 +1050,7 @@ void LoweringWalk::pack_loss() {
   if (offload_streams()) b_.defer_wait_stream(offload_, compute_);
   Op& o = b_.op(OpKind::D2H, offload_, c_.segments.back().unit, mb_, "loss D2H");
   b_.read(o, loss_saved_);
-  o.copy_bytes = 2 * c_.loss.saved + loss_target();
+  o.copy_bytes = 2 * c_.loss.saved + packs_.loss_target;
   if (offload_streams()) {
     stash_.push_back(Stashed{self, loss_saved_, o.id});
     release_stash(pack_id_ - kForwardStash);
@@ -1065,7 +1065,7 @@ void LoweringWalk::pack_loss() {
 void LoweringWalk::offload_unpack(int s) {
   if (offloaded_[s] < 0) return;
   const Bytes bytes = p_.buffers[static_cast<std::size_t>(offloaded_[s])].bytes;
-  offloaded_[s] = bring_back(c_.segments[s].unit, bytes, MemCategory::Activations, "act H2D", tables(), packs_.rope_bytes);
+  offloaded_[s] = bring_back(c_.segments[s].unit, bytes, MemCategory::Activations, "act H2D", packs_.rope_copied, packs_.rope_bytes);
   // (sync: backward_segment drops it after the recompute)
 }
 
@@ -1102,7 +1102,7 @@ void LoweringWalk::offload_after_backward(int s) {
     reload_wait_ = reload_op_;
   }
   reload_ = offloaded_[s];   // (-1: the node used stashed tensors only)
-  reload_n_ = group ? 1 : 1 + tables();
+  reload_n_ = group ? 1 : 1 + packs_.rope_copied;
   reload_op_ = reload_ >= 0 ? (group ? bwd_op_ : rec_op_) : -1;
   offloaded_[s] = -1;
 }

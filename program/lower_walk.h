@@ -194,10 +194,7 @@ class LoweringWalk {
   // it with use_streams); returns its buffer.
   // `tables` more buffers of `table_bytes` come back in the same copy (a block's rotary tables), with the next ids.
   int bring_back(int unit, Bytes bytes, MemCategory category, const char* what, int tables = 0, Bytes table_bytes = 0);
-  void drop_reload(int first, int n);
-  // The rotary tables that get a copy (each at least min_offload_size; smaller ones only take pack ids).
-  int tables() const { return packs_.rope_bytes >= 1024 ? packs_.rope : 0; }
-  Bytes loss_target() const { return packs_.loss_target >= 1024 ? packs_.loss_target : 0; }   // frees buffers first .. first + n - 1 (none when first is -1)
+  void drop_reload(int first, int n);   // frees buffers first .. first + n - 1 (none when first is -1)
   // Segments whose saved tensors themselves are packed: the final norm, and every block not checkpointed.
   bool packs_saved(int s) const;
   void pack_saved(int s);

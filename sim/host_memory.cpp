@@ -122,8 +122,8 @@ Bytes offloaded_activations_pinned(const models::ModelSpec& m, const Plan& rp) {
   const lowering::LossMemory loss = lowering::loss_memory(m, rp);
   const lowering::OffloadPacks packs = lowering::offload_packs(m, rp, loss);
   const Bytes input = pinned_block(rp.micro_batch * rp.seq_len * m.hidden * dtype_bytes(rp.param_dtype)) +
-                      (packs.rope_bytes >= 1024 ? packs.rope * pinned_block(packs.rope_bytes) : 0);
-  Bytes pinned = packs.loss ? 2 * pinned_block(loss.saved) + (packs.loss_target >= 1024 ? pinned_block(packs.loss_target) : 0) : 0;
+                      packs.rope_copied * pinned_block(packs.rope_bytes);
+  Bytes pinned = packs.loss ? 2 * pinned_block(loss.saved) + pinned_block(packs.loss_target) : 0;
   for (int l = 0; l < m.n_layers; ++l) {
     // a checkpointed block's input and tables; a block without checkpointing every tensor it saves (their sum,
     // models::block_saved_activation_bytes: the per-tensor power-of-two rounding left out)
