@@ -405,23 +405,30 @@ std::vector<ForwardEvent> AutogradTape::events(const TapePolicy& p, bool recompu
   const std::size_t input_storage = at(tensors_[at(input_)].storage);
   const std::size_t output_storage = output_ >= 0 ? at(tensors_[at(output_)].storage) : ns;
   std::vector<int> temp_of(ns, -1);
+  std::vector<int> kept_at(ns, -1);   // forward: the Kept event of a storage
   int temps = 0;
   const auto make = [&](std::size_t s) {
     if (p.bytes[s] <= 0 || (recompute && p.kept[s])) return;
     const bool keep = recompute ? p.needed[s] && s != input_storage : p.kept[s] != 0;
     if (!keep) temp_of[s] = temps;
+    if (keep && !recompute) kept_at[s] = static_cast<int>(ev.size());
     ev.push_back({keep ? ForwardEvent::Kept : ForwardEvent::Temp, static_cast<int>(s), keep ? -1 : temps++, p.bytes[s],
                   -1, storages_[s].name, !recompute && s == input_storage, !recompute && s == output_storage});
   };
   const auto drop = [&](std::size_t s) {
+    if (kept_at[s] >= 0 && s != output_storage) ev[static_cast<std::size_t>(kept_at[s])].forward_end = static_cast<int>(ev.size());
     if (temp_of[s] < 0) return;
     ev.push_back({ForwardEvent::FreeTemp, static_cast<int>(s), temp_of[s], p.bytes[s], -1, storages_[s].name});
     temp_of[s] = -1;
   };
   if (!recompute) make(input_storage);
   for (std::size_t i = 0; i < ops_.size(); ++i) {
+    const std::size_t before = ev.size();
     for (std::size_t j = 0; j < ops_[i].out.size(); ++j)
       if (ops_[i].out[j].view_of < 0) make(at(tensors_[at(first_out_[i]) + j].storage));
+    const OpKind k = ops_[i].kind;
+    if (ev.size() > before && (k == OpKind::Matmul || k == OpKind::MatmulBias || k == OpKind::RouterMatmul))
+      ev.back().gemm = true;
     if (const Bytes w = op_workspace(ops_[i], p, true); w > 0) {
       ev.push_back({ForwardEvent::Temp, -1, temps, w, -1, "workspace"});
       ev.push_back({ForwardEvent::FreeTemp, -1, temps++, w, -1, "workspace"});

@@ -160,6 +160,13 @@ struct ForwardEvent {
   // The forward's block input (made first: it exists before the block, the previous module's output) and
   // the block output (a Temp never freed inside: the next module's input). Recompute events mark neither.
   bool input = false, output = false;
+  // Made by a GEMM (Matmul, MatmulBias, RouterMatmul): ATen allocates the output, then the cuBLAS call
+  // fetches its thread's handle, whose workspace the caching allocator makes at the thread's first GEMM
+  // (aten/src/ATen/cuda/CublasHandlePool.cpp getCurrentCUDABlasHandle): right after this event.
+  bool gemm = false;
+  // Kept (forward events only): how many events the list holds when the forward's last read of the storage has
+  // passed (the events of later ops follow); -1 while it is read to the block's end (the output, a hold).
+  int forward_end = -1;
 };
 
 class AutogradTape {

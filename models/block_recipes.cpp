@@ -149,14 +149,14 @@ class BlockWriter {
     const Bytes h = m_.hidden;
     const int x = t_.input("x", T_ * h * e_, g_.input_requires_grad);
     const int n1 = norm(x, "attn_norm", Weight::AttnNorm);
-    const int attn = dropout(attention(n1), "attn.resid_drop");
+    const int attn = dropout(called(n1, attention(n1)), "attn.resid_drop");
     if (m_.parallel_residual) {
       // Both branches read x (litgpt Block.forward with parallel_residual: x = self.mlp(n_2) + attention_output
       // + x, n_2 = n_1 with shared_attention_norm; HF GPTNeoXLayer: mlp_output + attn_output + hidden_states;
       // HF PhiDecoderLayer: attn_outputs + feed_forward_hidden_states + residual): the attention's output
       // lives through the MLP, the two branches are summed first (a new tensor), then x is added.
       const int n2 = m_.block_norms == 1 ? n1 : norm(x, "mlp_norm", Weight::MlpNorm);
-      const int ffn = dropout(m_.is_moe() ? moe(n2) : mlp(n2, T_, "mlp"), "mlp.resid_drop");
+      const int ffn = dropout(called(n2, m_.is_moe() ? moe(n2) : mlp(n2, T_, "mlp")), "mlp.resid_drop");
       const int sum = t_.add1({OpKind::Pointwise, {in(ffn, GradRule::Alias), in(attn, GradRule::Alias)}, {out("h", T_ * h * e_)}});
       const int y = t_.add1({OpKind::Pointwise, {in(sum, GradRule::Alias), in(x, GradRule::Alias)}, {out("out", T_ * h * e_)}});
       t_.output(y);
@@ -164,7 +164,7 @@ class BlockWriter {
     }
     const int hres = t_.add1({OpKind::Pointwise, {in(x, GradRule::Alias), in(attn, GradRule::Alias)}, {out("h", T_ * h * e_)}});
     const int n2 = norm(hres, "mlp_norm", Weight::MlpNorm);
-    const int ffn = dropout(m_.is_moe() ? moe(n2) : mlp(n2, T_, "mlp"), "mlp.resid_drop");
+    const int ffn = dropout(called(n2, m_.is_moe() ? moe(n2) : mlp(n2, T_, "mlp")), "mlp.resid_drop");
     const int y = t_.add1({OpKind::Pointwise, {in(hres, GradRule::Alias), in(ffn, GradRule::Alias)}, {out("out", T_ * h * e_)}});
     t_.output(y);
     return std::move(t_);
@@ -187,6 +187,22 @@ class BlockWriter {
 
  private:
   const char* nm(const char* prefix, const char* leaf) { return intern(std::string(prefix) + "." + leaf); }
+  // A submodule's forward (the attention, the MLP) keeps its argument until it returns: the caller's variable
+  // (HF's decoder layers rebind hidden_states only to the call's result) and the callee's parameter (torchtitan's
+  // Attention.forward(x), litgpt's) both refer to it, so the norm's output is not freed at its last read (the
+  // v or up projection) but after the submodule's last op. It matters where nothing saves it (a checkpointed
+  // forward, frozen projections): in PyTorch 2.11's allocator history of l1b-fsdp2-ac-mb4-s4096-hf-offload-sync
+  // (reports/validation/torch-memory-2026-11-28) the checkpointed first block's attn_norm output is freed after
+  // o_proj. Inside a compiled block the graph has no frames: inductor frees each buffer at its last use.
+  int called(int arg, int result) {
+    if (!o_.compile) t_.hold(arg);
+    return result;
+  }
+  // Local variables of an eager Python forward that has just returned: alive until its last op.
+  void held_to_return(std::initializer_list<int> locals) {
+    if (o_.compile) return;
+    for (int t : locals) t_.hold(t);
+  }
   WeightUse use(Weight w) const { return g_.trains_weight(w) ? WeightUse::Trains : WeightUse::Frozen; }
   // `numel`: the parameters' elements (weight and bias), whose gradient the op's backward creates when w trains.
   TapeOp with_weight(TapeOp op, Weight w, Bytes numel) const {
@@ -269,7 +285,9 @@ class BlockWriter {
       w.weight = use(wt);
       w.weight_grad = h * e_;
       w.bwd_workspace = trains ? n * e_ : 0;  // the weight gradient's (grad * normed) before its sum over tokens
-      return t_.add1(w);
+      const int y = t_.add1(w);
+      held_to_return({var, normed});   // LlamaRMSNorm.forward's locals `variance` and `hidden_states`
+      return y;
     }
     // weight.float() (litgpt) / 1 + weight.float() (Gemma): a [h] fp32 tensor that requires grad when the
     // weight does, saved by the mul (for normed's gradient)
@@ -281,7 +299,11 @@ class BlockWriter {
              {out(nm(p, "out_fp32"), n * kFp32)}};
     w.bwd_workspace = trains ? n * kFp32 : 0;  // the weight gradient's (grad * normed) before its sum
     const int y = t_.add1(w);
-    return cast(y, n, kFp32, e_, nm(p, "out"));
+    const int out_t = cast(y, n, kFp32, e_, nm(p, "out"));
+    // litgpt's RMSNorm.forward keeps its locals x (the fp32 copy), norm_x and x_normed until it returns; HF Gemma's
+    // _norm(x.float()) has returned before the weight is applied
+    if (r_.norm == NormImpl::LitgptRms) held_to_return({xf, var, normed});
+    return out_t;
   }
 
   // ---- linear layers --------------------------------------------------------------------------

@@ -103,6 +103,35 @@ class FlatParamLowering final : public LoweringWalk {
       if (whole_views_[u] > 0 || c_.sizes[u].grad <= 0) view_held_[s] = view_transient_[s] = tied_held_[s] = 0;
     }
     tied_grad_.assign(U, -1);
+    lazy_init_scratch();
+  }
+
+  // FSDP1's _lazy_init (torch/distributed/fsdp/_runtime_utils.py, at the root's first forward) calls each handle's
+  // init_flat_param_attributes (_flat_param.py) in the order of the root's handles: with parameter mixed precision
+  // `_mp_shard = torch.empty_like(_local_shard, device, param_dtype)`; with a sharded strategy
+  // `_full_param_padded = torch.empty(numel * world, device, param dtype or the flat parameter's)` and, with mixed
+  // precision, `_full_prec_full_param_padded` in the flat parameter's dtype, each storage freed at once
+  // (_free_storage). On the default stream, before anything else of the step: only the segments stay reserved, and
+  // the first forward's tensors then land in them (PyTorch 2.11's allocator history of l3-8b-fsdp1-ac-lora1pct-hf,
+  // reports/validation/torch-memory-2026-11-26: 2006 and 4010 MiB default-stream segments for the root's bf16 and
+  // fp32 padded buffers, then no new segment for any activation of step 1's forward). The bundled runtime is not
+  // PyTorch: none.
+  void lazy_init_scratch() {
+    p_.init_scratch.clear();
+    if (plan_.implementation == models::ModelImpl::Runtime) return;
+    const auto add = [&](Bytes bytes) {
+      const InitRequest q{bytes, compute_};
+      if (bytes > 0 && std::find(p_.init_scratch.begin(), p_.init_scratch.end(), q) == p_.init_scratch.end())
+        p_.init_scratch.push_back(q);
+    };
+    for (const UnitSizes& s : c_.sizes) {
+      if (s.params == 0) continue;
+      if (c_.mixed) add(s.shard * c_.bp);
+      if (c_.sharded) {
+        add(s.unsharded * (c_.mixed ? c_.bp : c_.bm));
+        if (c_.mixed) add(s.unsharded * c_.bm);
+      }
+    }
   }
 
   void segment_grads(int s, Op& o) override {

@@ -205,7 +205,8 @@ void LoweringWalk::transient(Op& o, const char* what, int unit, Bytes bytes, Mem
 // buffers, and it stays where it was put; saved (a checkpoint's input), it joins the range as `extra`.
 LoweringWalk::BufferRange LoweringWalk::alloc_forward(Op& o, int unit, const std::vector<models::SavedTensor>& saved,
                                                       const std::vector<models::ForwardEvent>& events,
-                                                      Bytes forward_extra, bool take_input, bool carry_output) {
+                                                      Bytes forward_extra, bool take_input, bool carry_output,
+                                                      const std::vector<char>* drop_at_last_read) {
   if (events.empty()) {
     const BufferRange r = alloc_tensors(o, unit, saved);
     transient(o, "fwd_tmp", unit, forward_extra, MemCategory::Activations);
@@ -230,11 +231,33 @@ LoweringWalk::BufferRange LoweringWalk::alloc_forward(Op& o, int unit, const std
   int output_temp = -1;
   Bytes output_bytes = 0;
   std::size_t inside = 0;   // frees inside the op, placed before every other free of o
+  // drop_at_last_read: saved tensors freed inside the op once the forward's last read of them has passed
+  // (OffloadActivations without streams keeps only the CPU copy: the GPU tensor lives as a temporary would)
+  std::vector<std::pair<int, int>> drops;   // (events seen, buffer)
+  const auto drop_due = [&](int seen) {
+    for (auto& [at, b] : drops)
+      if (b >= 0 && at <= seen) {
+        o.frees.insert(o.frees.begin() + static_cast<std::ptrdiff_t>(inside++),
+                       FreeSpec{b, free_inside_op(std::max<int>(1, static_cast<int>(o.allocs.size())))});
+        dropped_in_forward_.push_back(b);
+        b = -1;
+      }
+  };
   for (const models::ForwardEvent& e : events) {
+    if (e.kind == models::ForwardEvent::Kept && drop_at_last_read && e.saved >= 0 &&
+        (*drop_at_last_read)[static_cast<std::size_t>(e.saved)]) {
+      const int b = &e == input && taken >= 0 ? taken : saved_buf_.at(static_cast<std::size_t>(e.saved));
+      drops.emplace_back(e.forward_end >= 0 ? e.forward_end : static_cast<int>(events.size()), b);
+    }
+  }
+  int seen = 0;
+  for (const models::ForwardEvent& e : events) {
+    drop_due(seen++);
     switch (e.kind) {
       case models::ForwardEvent::Kept:
         if (&e != input || taken < 0) o.allocs.push_back(saved_buf_.at(static_cast<std::size_t>(e.saved)));
         saved_buf_[static_cast<std::size_t>(e.saved)] = -1;
+        if (e.gemm) place_workspace(o);
         break;
       case models::ForwardEvent::Temp:
         if (static_cast<std::size_t>(e.temp) >= temp_buf_.size()) temp_buf_.resize(static_cast<std::size_t>(e.temp) + 1, -1);
@@ -245,6 +268,7 @@ LoweringWalk::BufferRange LoweringWalk::alloc_forward(Op& o, int unit, const std
         temp_buf_[static_cast<std::size_t>(e.temp)] = b_.buffer(e.name, unit, e.bytes, MemCategory::Activations, compute_);
         o.allocs.push_back(temp_buf_[static_cast<std::size_t>(e.temp)]);
         if (e.output && carry_output) output_temp = e.temp, output_bytes = e.bytes;
+        if (e.gemm) place_workspace(o);
         break;
       case models::ForwardEvent::FreeTemp: {
         int& t = temp_buf_.at(static_cast<std::size_t>(e.temp));
@@ -255,6 +279,7 @@ LoweringWalk::BufferRange LoweringWalk::alloc_forward(Op& o, int unit, const std
       }
     }
   }
+  drop_due(seen);
   for (int b : saved_buf_)
     if (b >= 0) throw std::logic_error("lowering: saved tensor buffer " + std::to_string(b) + " has no forward event");
   drop_carried();   // (one nobody took: freed after this op, as before)
@@ -285,8 +310,12 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
   o.kernel_launches = static_cast<int>(ks->size());
   if (const int params = unsharded_params(seg.unit); params >= 0) b_.read(o, params);
   const bool head = seg.part == models::ModulePart::FinalNormAndHead;
-  if (block || head) cublas_workspace(o, kind != OpKind::Forward);   // their GEMMs (the embedding has none)
   const Context::BlockActivations* a = block ? &c_.acts(seg.layer) : nullptr;
+  // their GEMMs (the embedding has none); a forward or recompute lowered tensor by tensor places the workspace
+  // at its first GEMM (the head's: its logits)
+  const bool by_tensor = (kind == OpKind::Forward && (head || (block && !a->forward_events.empty()))) ||
+                         (kind == OpKind::Recompute && block && !a->recompute_events.empty());
+  if (block || head) cublas_workspace(o, kind != OpKind::Forward, by_tensor);
   if (kind == OpKind::Forward) {
     // What autograd saves, tensor by tensor in forward order, then the forward's own temporaries.
     if (seg.part == models::ModulePart::Embedding) {
@@ -302,11 +331,16 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
         o.allocs.push_back(carried_);
       }
     }
+    // OffloadActivations without streams: what it packs dies at its last read (the CPU copy is what is kept)
+    const bool sync_packs = plan_.activation_offloading == ActivationOffload::Sync && packs_saved(s);
+    const std::vector<char> drops = sync_packs ? packed_mask(s) : std::vector<char>{};
+    const std::vector<char>* drop = sync_packs ? &drops : nullptr;
     if (block) {
-      act_[s] = alloc_forward(o, seg.unit, a->saved, a->forward_events, a->forward_extra, true, true);
+      act_[s] = alloc_forward(o, seg.unit, a->saved, a->forward_events, a->forward_extra, true, true, drop);
+      place_workspace(o);   // (a block without a GEMM: at its end)
     } else if (head) {
       const models::BlockMemory& fn = c_.final_norm;
-      act_[s] = alloc_forward(o, seg.unit, fn.saved, fn.forward_events, fn.forward_extra, true, false);
+      act_[s] = alloc_forward(o, seg.unit, fn.saved, fn.forward_events, fn.forward_extra, true, false, drop);
       // (with a LoRA adapter on the head the logits are the adapter's sum, allocated after this op: head_lora_forward)
       const bool lora = head_lora();
       if (c_.loss.chunked_output) {
@@ -321,6 +355,7 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
         logits_ = b_.buffer("logits", seg.unit, c_.loss.logits, MemCategory::Logits, compute_);
         if (!lora) o.allocs.push_back(logits_);
       }
+      place_workspace(o);   // the head's GEMM, after its logits (with an adapter, before the adapter's sum)
       // fused linear cross-entropy: one fp32 chunk of logits at a time, and the head weight's gradient
       transient(o, "loss_tmp", seg.unit, c_.loss.forward_transient, MemCategory::Logits);
       if (c_.loss.weight_grad > 0) {
@@ -345,6 +380,7 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
         o.allocs.push_back(grad_in_[s]);
       }
       recompute_[s] = alloc_forward(o, seg.unit, a->recompute, a->recompute_events, 0);
+      place_workspace(o);
     } else {
       recompute_[s] = alloc_tensors(o, seg.unit, a->recompute);
     }
@@ -457,13 +493,24 @@ void LoweringWalk::head_lora_backward() {
 // kept in cublas_handle_stream_to_workspace for the life of the process (cuBLASLt shares it). The
 // forward's GEMMs run on the Python thread; the backward's, and a checkpoint's recompute, on the autograd
 // engine's device thread: two workspaces on the compute stream, created in the first step, live after it.
-// The bundled runtime is not PyTorch: none.
-void LoweringWalk::cublas_workspace(Op& o, bool autograd_thread) {
+// The GEMM's output is allocated before the call fetches the handle, so the workspace follows the first
+// GEMM's output: in the allocator history of l1b-fsdp2-ac-mb4-s4096-hf-offload-sync (PyTorch 2.11,
+// reports/validation/torch-memory-2026-11-28) the forward's comes right after the first block's q_proj
+// output and sits in a 128 MiB segment the RMSNorm's fp32 temporaries had left free, not in a segment
+// of its own. The bundled runtime is not PyTorch: none.
+void LoweringWalk::cublas_workspace(Op& o, bool autograd_thread, bool at_first_gemm) {
   int& ws = cublas_ws_[autograd_thread ? 1 : 0];
   if (ws >= 0 || c_.topo.cublas_workspace <= 0 || plan_.implementation == models::ModelImpl::Runtime) return;
   ws = b_.buffer("cublas_ws", -1, c_.topo.cublas_workspace, MemCategory::Activations, compute_, true);
   b_.first_step_lazy(ws);
-  o.allocs.push_back(ws);
+  if (at_first_gemm) pending_ws_ = ws;
+  else o.allocs.push_back(ws);
+}
+
+void LoweringWalk::place_workspace(Op& o) {
+  if (pending_ws_ < 0) return;
+  o.allocs.push_back(pending_ws_);
+  pending_ws_ = -1;
 }
 
 // An op of the loss that only allocates and frees: its kernels are in the head's lists (models/kernels.cpp
@@ -994,9 +1041,22 @@ bool LoweringWalk::packs_saved(int s) const {
   return part == models::ModulePart::FinalNormAndHead || (part == models::ModulePart::Block && !checkpointed(s));
 }
 
-// A segment's saved tensors (its models::BlockMemory; the input too when it saves it, as `extra`): a block's all of
-// them, the final norm's all but its output, which the output projection saves under NoOpManager. One pack id each
-// (an op that saves a tensor another op saved too packs it again: not counted).
+// Which of a segment's saved tensors OffloadActivations copies: a block's all of them, the final norm's all but its
+// output, which the output projection saves under NoOpManager; each of at least min_offload_size.
+std::vector<char> LoweringWalk::packed_mask(int s) const {
+  const bool head = c_.segments[s].part == models::ModulePart::FinalNormAndHead;
+  const std::vector<models::SavedTensor>& saved = head ? c_.final_norm.saved : c_.acts(c_.segments[s].layer).saved;
+  std::vector<char> m(saved.size(), 0);
+  for (std::size_t i = 0; i < saved.size(); ++i) {
+    const std::string_view name = saved[i].name ? saved[i].name : "";
+    const bool packed = !head || saved[i].is_input || (name.rfind("final_norm.", 0) == 0 && name != "final_norm.out");
+    m[i] = saved[i].bytes >= kMinOffloadBytes && packed;
+  }
+  return m;
+}
+
+// A segment's saved tensors (its models::BlockMemory; the input too when it saves it, as `extra`), those packed_mask
+// names. One pack id each (an op that saves a tensor another op saved too packs it again: not counted).
 void LoweringWalk::pack_saved(int s) {
   // The range's buffers in the order alloc_forward gave them: one per saved tensor with bytes, the taken input as
   // `extra` (program names are empty without a trace: the tensors are told apart by their models::SavedTensor).
@@ -1006,16 +1066,16 @@ void LoweringWalk::pack_saved(int s) {
   const models::ForwardEvent* in = input_event(head ? c_.final_norm.forward_events : c_.acts(seg.layer).forward_events);
   const BufferRange& r = act_[s];
   const int input = r.extra >= 0 && in && in->kind == models::ForwardEvent::Kept ? in->saved : -1;
+  const std::vector<char> packed = packed_mask(s);
+  const std::vector<int> dropped_list = std::move(dropped_in_forward_);
+  dropped_in_forward_.clear();
   std::vector<int>& off = saved_off_[static_cast<std::size_t>(s)];
   off.clear();
   int next = r.first;
   for (std::size_t i = 0; i < saved.size(); ++i) {
     if (saved[i].bytes <= 0) continue;
-    const bool is_input = static_cast<int>(i) == input;
-    const int b = is_input ? r.extra : next++;
-    const std::string_view name = saved[i].name ? saved[i].name : "";
-    const bool packed = !head || is_input || (name.rfind("final_norm.", 0) == 0 && name != "final_norm.out");
-    if (saved[i].bytes >= kMinOffloadBytes && packed) off.push_back(b);
+    const int b = static_cast<int>(i) == input ? r.extra : next++;
+    if (packed[i]) off.push_back(b);
   }
   if (next != r.first + r.n) throw std::logic_error("lowering: a segment's saved tensors and buffers disagree");
   if (off.empty()) return;
@@ -1023,8 +1083,12 @@ void LoweringWalk::pack_saved(int s) {
   pack_id_ += static_cast<int>(off.size());
   if (offload_streams()) b_.defer_wait_stream(offload_, compute_);
   Op& o = b_.op(OpKind::D2H, offload_, seg.unit, mb_, "act D2H");
+  // (sync: alloc_forward freed them at their last read; the copy, on the compute stream, comes first there)
+  const auto dropped = [&](int b) {
+    return std::find(dropped_list.begin(), dropped_list.end(), b) != dropped_list.end();
+  };
   for (int b : off) {
-    b_.read(o, b);
+    if (!dropped(b)) b_.read(o, b);
     o.copy_bytes += p_.buffers[static_cast<std::size_t>(b)].bytes;
   }
   const int copy = o.id;
@@ -1033,7 +1097,7 @@ void LoweringWalk::pack_saved(int s) {
     owned_[static_cast<std::size_t>(off[i])] = 1;
     if (offload_streams()) {
       stash_.push_back(Stashed{first + static_cast<int>(i), off[i], copy});
-    } else {
+    } else if (!dropped(off[i])) {
       b_.free_now(off[i]);
     }
   }

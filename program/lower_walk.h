@@ -130,7 +130,8 @@ class LoweringWalk {
   // carry_output: this forward's output stays allocated as the next module's input.
   BufferRange alloc_forward(Op& o, int unit, const std::vector<models::SavedTensor>& saved,
                             const std::vector<models::ForwardEvent>& events, Bytes forward_extra,
-                            bool take_input = false, bool carry_output = false);
+                            bool take_input = false, bool carry_output = false,
+                            const std::vector<char>* drop_at_last_read = nullptr);
   void drop_carried();   // a carried output nobody takes: freed after the op emitted last
   std::vector<int> saved_buf_, temp_buf_;   // alloc_forward's scratch
   // A block forward's output, alive from the op that made it to the next module's forward, which takes it
@@ -171,6 +172,7 @@ class LoweringWalk {
   BufferRange loss_chunks_;             // a chunked loss's saved log-probabilities, one buffer per chunk
   int loss_weight_grad_ = -1;           // a fused linear cross-entropy's head-weight gradient, from its forward
   int cublas_ws_[2] = {-1, -1};         // the cuBLAS workspaces of the forward thread and the autograd thread
+  int pending_ws_ = -1;                 // a workspace made by the op being lowered, placed at its first GEMM
   int head_grad_ = -1;                  // the gradient the head's backward reads (from the loss's backward)
   // torchtune's chunked output (LossMemory::chunked_output): the head's logits chunks, each chunk's saved
   // log-probabilities, each chunk's logits gradient from the loss's backward, the chunks' input gradients.
@@ -197,6 +199,8 @@ class LoweringWalk {
   void drop_reload(int first, int n);   // frees buffers first .. first + n - 1 (none when first is -1)
   // Segments whose saved tensors themselves are packed: the final norm, and every block not checkpointed.
   bool packs_saved(int s) const;
+  std::vector<char> packed_mask(int s) const;   // per saved tensor of segment s: OffloadActivations copies it
+  std::vector<int> dropped_in_forward_;         // sync: packed tensors alloc_forward freed at their last read
   void pack_saved(int s);
   void pack_loss();
   void unpack_saved(int s);
@@ -216,7 +220,10 @@ class LoweringWalk {
   int reload_wait_ = -1;              // streams: the op the next copy back waits on (the event before a drop)
   int rec_op_ = -1;                   // the recompute op backward_segment emitted last
   int bwd_op_ = -1;                   // the backward compute op backward_segment emitted last
-  void cublas_workspace(Op& o, bool autograd_thread);
+  // at_first_gemm: the op lowers its tensors one by one (alloc_forward), which places the workspace after
+  // its first GEMM's output (place_workspace); else it is the op's first allocation.
+  void cublas_workspace(Op& o, bool autograd_thread, bool at_first_gemm);
+  void place_workspace(Op& o);
   // Fires a hook of unit u (see pre_forward).
   void fire(void (LoweringWalk::*hook)(int), int u) {
     b_.defer_hook();

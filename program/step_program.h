@@ -145,6 +145,13 @@ std::size_t issue_memory(const Op& op, Alloc&& alloc, Free&& free) {
   return f;
 }
 
+// A request the run makes and frees before the first step's first op (it leaves only its segment reserved).
+struct InitRequest {
+  Bytes bytes = 0;
+  int pool_stream = 0;
+  bool operator==(const InitRequest&) const = default;
+};
+
 struct StepProgram {
   std::vector<Stream> streams;   // streams[0] is the compute (default) stream
   std::vector<Buffer> buffers;
@@ -155,6 +162,11 @@ struct StepProgram {
   std::int64_t tokens_per_rank = 0;           // tokens this rank processes per optimizer step
   double model_flops_per_rank = 0;            // 6N+attention convention (no recompute)
   std::vector<std::string> notes;             // approximations made by the lowering
+  // Allocated and freed one by one, in order, after the persistent buffers and before the first step (FSDP1's
+  // lazy init: FlatParamHandle.init_flat_param_attributes makes and frees each handle's _mp_shard,
+  // _full_param_padded and _full_prec_full_param_padded on the default stream; program/lower_fsdp1.cpp). A
+  // request equal to an earlier one is left out: the block that served it is free again and serves it again.
+  std::vector<InitRequest> init_scratch;
   // Per FSDP unit, the buffer that is its gradient when the optimizer steps (-1: none, a frozen or empty
   // unit): the reduce-scatter output, the fp32 cast of it, or (NO_SHARD) the all-reduced gradient itself.
   std::vector<int> unit_grads;

@@ -1405,6 +1405,7 @@ void compile_program(const StepProgram& p, CompiledProgram& cp) {
   CompiledBuffer* cb = cp.buffers.data();
   for (int b = 0; b < nb; ++b) cb[b] = compiled_buffer(bufs[b]);
   cp.notes.clear();
+  cp.init_scratch = p.init_scratch;
   cp.runs.clear();
   cp.record_stream_frees = record_stream >= 0;
 }

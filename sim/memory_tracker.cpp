@@ -21,6 +21,7 @@ void MemoryTracker::start(const StepProgram& program, const AllocatorConfig& con
   for (std::size_t b = 0; b < program.buffers.size(); ++b) own_bufs_[b] = compiled_buffer(program.buffers[b]);
   bufs_ = own_bufs_.data();
   names_ = &program;
+  init_scratch_ = &program.init_scratch;
   start_run(static_cast<int>(program.buffers.size()), static_cast<int>(program.ops.size()), config, record_timeline);
 }
 
@@ -28,6 +29,7 @@ void MemoryTracker::start(const CompiledProgram& program, const AllocatorConfig&
                           const StepProgram* names) {
   bufs_ = program.buffers.data();
   names_ = names;
+  init_scratch_ = &program.init_scratch;
   start_run(static_cast<int>(program.buffers.size()), program.num_ops(), config, record_timeline);
 }
 
@@ -95,6 +97,14 @@ void MemoryTracker::allocate_persistent() {
       live_[static_cast<int>(b.category)] += b.bytes;
       ++it;
     }
+    if (same && init_scratch_)
+      for (const InitRequest& q : *init_scratch_) {
+        if (it == end || it->block != -1 || it->bytes != q.bytes || it->pool_stream != q.pool_stream) {
+          same = false;
+          break;
+        }
+        ++it;
+      }
     if (same && it == end) {
       // Exact: start() reset the allocator to the empty state of this config (the same state for every
       // run, up to storage), and from one state a sequence of alloc() calls is deterministic (block ids,
@@ -121,6 +131,13 @@ void MemoryTracker::allocate_persistent() {
     live_[static_cast<int>(b.category)] += b.bytes;
     any = true;
   }
+  // (FSDP1's lazy init: its requests leave their segments reserved; the allocator's peak counts them)
+  if (init_scratch_)
+    for (const InitRequest& q : *init_scratch_) {
+      allocator_.free(allocator_.alloc(q.bytes, q.pool_stream));
+      if (from_start) persistent_.push_back(PersistentAlloc{q.bytes, q.pool_stream, -1});
+      any = true;
+    }
   if (from_start) allocator_.save(after_persistent_);
   // One after_change for all of them, the same as one per buffer: only allocations happen here, so
   // allocated never decreases, and the last one that raised it left live_ and reserved as they are

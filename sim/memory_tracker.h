@@ -262,6 +262,7 @@ class MemoryTracker {
   int num_bufs_ = 0;
   const StepProgram* names_ = nullptr;     // optional: buffer names for error messages
   std::vector<CompiledBuffer> own_bufs_;   // start(StepProgram): its buffers' facts
+  const std::vector<InitRequest>* init_scratch_ = nullptr;   // the run's (StepProgram::init_scratch)
   CachingAllocator allocator_;
   bool record_timeline_ = false;
   std::vector<int> block_of_;                                 // buffer id -> allocator block, kNotLive if not live
@@ -284,7 +285,7 @@ class MemoryTracker {
   struct PersistentAlloc {
     Bytes bytes;
     int pool_stream;
-    int block;
+    int block;   // -1: an init_scratch request (allocated and freed)
   };
   std::vector<PersistentAlloc> persistent_;
   CachingAllocator::Snapshot after_persistent_;

@@ -269,6 +269,7 @@ class Reference {
       const Buffer& buf = p_.buffers[b];
       if (buf.persistent && !buf.first_step_lazy) block[b] = a.alloc(buf.bytes, buf.pool_stream);
     }
+    for (const InitRequest& q : p_.init_scratch) a.free(a.alloc(q.bytes, q.pool_stream));
     note(-1);
     for (int step = 1; step <= 2; ++step) {
       if (step == 2) {

@@ -1324,6 +1324,8 @@ bool Stretcher::run(const StretchSource& s, const StretchShape& sh, CompiledProg
     out.comm_sent[k] = total[k] + sh_.copies * tmpl[k] +
                        (mbs_ ? static_cast<std::int64_t>(sh_.mb_copies) * (in_p[k] + sh_.copies * tmpl_p[k]) : 0);
   out.notes = src_->program->notes;
+  // (one request per distinct size: the inserted blocks' are the template's, already there)
+  out.init_scratch = src_->program->init_scratch;
   // Whether memory waits on GPU work somewhere (a free with record_stream): the copies repeat the
   // source's frees, so the source tells.
   out.record_stream_frees = false;

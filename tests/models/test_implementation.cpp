@@ -124,6 +124,36 @@ TEST(Implementation, HfByHand) {
   EXPECT_EQ(bm.forward_extra, 64 + 64 + 32 + 64 + 64 + 64);
 }
 
+// Python lifetimes in the eager forward (PyTorch 2.11's allocator history of l1b-fsdp2-ac-mb4-s4096-hf-offload-sync,
+// reports/validation/torch-memory-2026-11-28): a submodule's argument lives until the submodule returns (the norm
+// output through the attention's o_proj and the MLP's down projection), and LlamaRMSNorm.forward's locals
+// (`variance`, the normalized fp32 `hidden_states`) until it returns. Seen where nothing saves them: a checkpointed
+// block's forward. Inside a compiled block there are no frames: each buffer dies at its last use.
+TEST(Implementation, HfArgumentsAndLocalsLiveUntilTheirFunctionReturns) {
+  const auto at = [](const std::vector<ForwardEvent>& ev, ForwardEvent::Kind k, const std::string& name) {
+    for (std::size_t i = 0; i < ev.size(); ++i)
+      if (ev[i].kind == k && ev[i].name && name == ev[i].name) return static_cast<int>(i);
+    return -1;
+  };
+  const BlockMemory eager = block(tiny_llama(), CheckpointMode::Full, ModelImpl::HF);
+  const auto& ev = eager.forward_events;
+  ASSERT_GE(at(ev, ForwardEvent::Temp, "attn.proj"), 0);
+  EXPECT_GT(at(ev, ForwardEvent::FreeTemp, "attn_norm.out"), at(ev, ForwardEvent::Temp, "attn.proj"));
+  EXPECT_GT(at(ev, ForwardEvent::FreeTemp, "mlp_norm.out"), at(ev, ForwardEvent::Temp, "mlp.down"));
+  EXPECT_GT(at(ev, ForwardEvent::FreeTemp, "attn_norm.normed_fp32"), at(ev, ForwardEvent::Temp, "attn_norm.out"));
+  EXPECT_GT(at(ev, ForwardEvent::FreeTemp, "attn_norm.variance"), at(ev, ForwardEvent::Temp, "attn_norm.out"));
+  // (the fp32 input is rebound by the normalization: it dies once the normalized tensor exists)
+  EXPECT_LT(at(ev, ForwardEvent::FreeTemp, "attn_norm.x_fp32"), at(ev, ForwardEvent::Temp, "attn_norm.normed"));
+  // the norm output's last read is the v projection: without the frames it would die before the rotary embedding
+  EXPECT_GT(at(ev, ForwardEvent::FreeTemp, "attn_norm.out"), at(ev, ForwardEvent::Temp, "attn.q_rope"));
+  // the first GEMM's output marks where the thread's cuBLAS workspace is made
+  for (const ForwardEvent& e : ev)
+    if (e.gemm) {
+      EXPECT_STREQ(e.name, "attn.q");
+      break;
+    }
+}
+
 TEST(Implementation, LitgptByHand) {
   const BlockMemory bm = block(tiny_llama(), CheckpointMode::None, ModelImpl::LitGPT);
   EXPECT_EQ(entries(bm), (Entries{

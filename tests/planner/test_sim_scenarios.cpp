@@ -162,28 +162,24 @@ TEST(Scenario, S4ThreeTimesTheMemoryInLightning) {
   const json* ac = finding(d, "activation_checkpointing");
   ASSERT_TRUE(wrap && prec && ac) << text;
   for (const json* f : {wrap, prec, ac}) {
-    // Each costs over 1 GiB. Checkpointing alone saves little here: with nothing wrapped, FSDP1's one flat
-    // parameter gets its flat gradient from split_with_sizes_backward's cat at the end of the backward,
-    // beside every parameter's own gradient (program/lower_fsdp1.cpp), a peak no activation adds to. So
-    // it is measured on top of the two fixes above, after which the plan fits without it: information,
-    // not a problem (it would cost throughput for memory the plan does not need).
-    EXPECT_EQ((*f)["severity"], f == ac ? "info" : "problem") << (*f)["id"];
+    // Each costs over 1 GiB, checkpointing too, alone: with nothing wrapped, FSDP1's lazy init leaves a segment the
+    // size of the whole model's fp32 _full_param_padded (init_flat_param_attributes, program/lower_fsdp1.cpp
+    // lazy_init_scratch) that the forward's activations fill, so the flat gradient's cat at the end of the backward
+    // (split_with_sizes_backward, beside every parameter's own gradient) needs a segment of its own; with the blocks
+    // checkpointed it reuses that one. (Before the lazy init was modelled checkpointing alone saved nothing here.)
+    EXPECT_EQ((*f)["severity"], "problem") << (*f)["id"];
     EXPECT_GT((*f)["memory_saved_bytes"].get<double>(), 1024.0 * 1024 * 1024) << (*f)["id"];
     EXPECT_NE((*f)["message"].get<std::string>().find("it costs"), std::string::npos) << (*f)["message"];
   }
-  EXPECT_NE((*ac)["message"].get<std::string>().find("with the fixes above applied"), std::string::npos);
-  EXPECT_NE((*ac)["message"].get<std::string>().find("does not need"), std::string::npos);
   EXPECT_EQ((*wrap)["fix"], "FSDPStrategy(auto_wrap_policy={LlamaDecoderLayer})");
   EXPECT_EQ((*prec)["fix"], "Trainer(precision=\"bf16-mixed\")");
   EXPECT_NE((*ac)["fix"].get<std::string>().find("activation_checkpointing_policy={LlamaDecoderLayer}"), std::string::npos);
   EXPECT_EQ((*ac)["fixed_plan"]["activation_checkpointing"], "full");   // what that Lightning argument does
-  // The two problems' fixes make it fit (all_fixes: without checkpointing); with checkpointing too the
-  // "3x" comes back - a third of the peak or less.
+  // The three fixes together make it fit, and the "3x" comes back: a third of the peak or less.
   const double before = d["result"]["peak_memory_bytes"]["total_device"];
   const double after = d["all_fixes"]["result"]["peak_memory_bytes"]["total_device"];
-  EXPECT_LT(after, 0.6 * before);
   EXPECT_TRUE(d["all_fixes"]["result"]["fits"].get<bool>());
-  EXPECT_LT(3 * (*ac)["fixed_result"]["peak_memory_bytes"]["total_device"].get<double>(), before);
+  EXPECT_LT(3 * after, before);
   EXPECT_NE(text.find("strategy=\"fsdp\""), std::string::npos) << text;
 }
 

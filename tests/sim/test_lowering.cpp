@@ -1382,14 +1382,21 @@ TEST(LoweringWorkspace, TwoCublasWorkspacesForwardThreadAndAutogradThread) {
     StepProgram p = lower(tiny_spec(2), g, resolved(plan, 8, 8), Topology{8, 8, ws});
     expect_well_formed(p, plan);
     std::vector<const Op*> by;
+    std::vector<int> ids;
     for (const Buffer& b : p.buffers) {
       if (b.name.find("cublas_ws") == std::string::npos) continue;
       EXPECT_EQ(b.bytes, ws);
       EXPECT_TRUE(b.persistent && b.first_step_lazy);
       for (const Op& o : p.ops)
-        if (std::find(o.allocs.begin(), o.allocs.end(), b.id) != o.allocs.end()) by.push_back(&o);
+        if (std::find(o.allocs.begin(), o.allocs.end(), b.id) != o.allocs.end()) by.push_back(&o), ids.push_back(b.id);
     }
     ASSERT_EQ(by.size(), 2u) << plan;
+    // The forward's comes right after the block's first GEMM output (the q projection's: ATen allocates the output,
+    // then the call fetches the thread's handle and its workspace), after the norm's tensors: not the op's first.
+    const std::vector<int>& fa = by[0]->allocs;
+    const auto at = std::find(fa.begin(), fa.end(), ids[0]) - fa.begin();
+    ASSERT_GT(at, 1) << plan;
+    EXPECT_EQ(p.buffers[static_cast<std::size_t>(fa[static_cast<std::size_t>(at - 1)])].name, "attn.q u1") << plan;
     EXPECT_EQ(by[0]->kind, OpKind::Forward) << plan;
     EXPECT_EQ(by[0]->unit, 1) << plan;   // block 0 (the root holds the embedding, which runs no GEMM)
     EXPECT_EQ(by[1]->kind, OpKind::Backward) << plan;
@@ -1964,6 +1971,47 @@ struct OffloadLowered {
   StepProgram p;
   std::vector<int> free_at;
 };
+// The final norm's packed tensors on the hand models below (HF's LlamaRMSNorm, 4 x 32 tokens x 8 hidden): its saved
+// tensors are the head forward's first buffers, in the order the forward makes them: the fp32 input (4 KiB), rstd
+// (512 B: under min_offload_size), the normalized bf16 tensor (2 KiB) and the output the head saves (2 KiB, not
+// packed: NoOpManager). Returns the two packed ones, checked against the copy: with streams it reads them; without,
+// it reads nothing (they died inside the head's forward at their last read: the fp32 input once the normalized fp32
+// tensor exists, the bf16 one once the weight has multiplied it, both before the op's later allocations).
+std::vector<int> final_norm_packs(const StepProgram& p, const Op& head_fwd, const Op& fn_copy, bool streams) {
+  std::vector<int> ids = head_fwd.allocs;
+  std::sort(ids.begin(), ids.end());
+  EXPECT_GE(ids.size(), 4u);
+  if (ids.size() < 4) return {};
+  const std::vector<Bytes> want{4 * 32 * 8 * 4, 4 * 32 * 4, 4 * 32 * 8 * 2, 4 * 32 * 8 * 2};
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(p.buffers[static_cast<std::size_t>(ids[i])].bytes, want[i]) << i;
+  const std::vector<int> packs{ids[0], ids[2]};
+  if (streams) {
+    EXPECT_EQ(fn_copy.inputs, packs);
+    return packs;
+  }
+  EXPECT_TRUE(fn_copy.inputs.empty());
+  const auto alloc_index = [&](int b) {
+    return static_cast<int>(std::find(head_fwd.allocs.begin(), head_fwd.allocs.end(), b) - head_fwd.allocs.begin());
+  };
+  for (std::size_t k = 0; k < 2; ++k) {
+    const int b = packs[k];
+    const auto f = std::find_if(head_fwd.frees.begin(), head_fwd.frees.end(), [&](const FreeSpec& x) { return x.buffer == b; });
+    EXPECT_NE(f, head_fwd.frees.end()) << k;
+    if (f == head_fwd.frees.end()) continue;
+    EXPECT_TRUE(is_free_inside_op(f->reuse_after_op)) << k;
+    const int after = allocs_before_free(f->reuse_after_op);
+    if (k == 0) {   // the fp32 input: right after the normalized fp32 tensor, the first fp32 alloc after rstd
+      EXPECT_GT(after, alloc_index(ids[1]) + 1);
+      EXPECT_EQ(p.buffers[static_cast<std::size_t>(head_fwd.allocs.at(static_cast<std::size_t>(after - 1)))].bytes,
+                4 * 32 * 8 * 4);
+    } else {        // the bf16 one: right after the output
+      EXPECT_EQ(after, alloc_index(ids[3]) + 1);
+    }
+    EXPECT_LT(after, static_cast<int>(head_fwd.allocs.size())) << k;   // before the op's last allocations
+  }
+  return packs;
+}
+
 OffloadLowered lower_offload(const models::ModelSpec& m, const Plan& plan, const char* what) {
   OffloadLowered r;
   r.p = lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
@@ -2032,11 +2080,12 @@ TEST(LoweringOffload, ActivationOffloadingStashCopiesAndDropsByHand) {
     EXPECT_EQ(fn_copy.id, head_fwd->id + 1);
     EXPECT_EQ(fn_copy.stream, copy_stream);
     EXPECT_EQ(fn_copy.copy_bytes, 4 * 32 * 8 * 4 + x_bytes);
-    ASSERT_EQ(fn_copy.inputs.size(), 2u);
-    for (int b : fn_copy.inputs) {
-      // sync: they die with the copy; streams: still stashed at the head's backward, which uses them as they are
-      // and whose hook drops them
-      EXPECT_EQ(free_at[static_cast<std::size_t>(b)], streams ? head_bwd->id : fn_copy.id) << b;
+    const std::vector<int> fn_packs = final_norm_packs(p, *head_fwd, fn_copy, streams);
+    ASSERT_EQ(fn_packs.size(), 2u);
+    for (int b : fn_packs) {
+      // sync: they die inside the head's forward (final_norm_packs); streams: still stashed at the head's backward,
+      // which uses them as they are and whose hook drops them
+      EXPECT_EQ(free_at[static_cast<std::size_t>(b)], streams ? head_bwd->id : head_fwd->id) << b;
     }
     if (!streams) {   // back before the head's backward, dropped after it
       const Op& back = *h2d[0];
@@ -2237,9 +2286,12 @@ TEST(LoweringOffload, OffloadActivationsLossInsideTheForwardByHand) {
     // The final norm's tensors (pack ids 3L + 1, 3L + 2): with streams the loss's last pack (3L + 6) drops the first
     // from the stash (after the loss's copy), nll's hook the second.
     const Op& fn_copy = *d2h[L];
-    ASSERT_EQ(fn_copy.inputs.size(), 2u);
-    EXPECT_EQ(free_at[static_cast<std::size_t>(fn_copy.inputs[0])], streams ? copy.id : fn_copy.id);
-    EXPECT_EQ(free_at[static_cast<std::size_t>(fn_copy.inputs[1])], streams ? nll->id : fn_copy.id);
+    const Op* head_fwd = ops_of(p, OpKind::Forward, 0).at(1);   // the final norm and head (root unit)
+    EXPECT_EQ(fn_copy.id, head_fwd->id + 1);
+    const std::vector<int> fn_packs = final_norm_packs(p, *head_fwd, fn_copy, streams);
+    ASSERT_EQ(fn_packs.size(), 2u);
+    EXPECT_EQ(free_at[static_cast<std::size_t>(fn_packs[0])], streams ? copy.id : head_fwd->id);
+    EXPECT_EQ(free_at[static_cast<std::size_t>(fn_packs[1])], streams ? nll->id : head_fwd->id);
     // The copies back, in order: [nll's self and target (sync)], the result, the final norm's, the blocks'.
     std::size_t k = 0;
     if (!streams) {
@@ -2264,6 +2316,29 @@ TEST(LoweringOffload, OffloadActivationsLossInsideTheForwardByHand) {
       EXPECT_NE(std::find(lsm->waits.begin(), lsm->waits.end(), result.id), lsm->waits.end());
     }
   }
+}
+
+// FSDP1's lazy init (program/lower_fsdp1.cpp lazy_init_scratch, init_flat_param_attributes): per handle, root first,
+// _mp_shard (bf16 shard), _full_param_padded (bf16) and _full_prec_full_param_padded (fp32) on the compute stream,
+// a request equal to an earlier one left out. On the 2-block hand model over 4 GPUs: the root's 68 elements (shard
+// 17), each block's 27 padded to 28 (shard 7): 34, 136, 272, then 14, 56, 112 (the second block's are the first's).
+// Without mixed precision only _full_param_padded, in the flat parameter's dtype; FSDP2 and the bundled runtime: none.
+TEST(LoweringFsdp1, LazyInitScratchByHand) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  const auto sizes = [](const StepProgram& p) {
+    std::vector<Bytes> v;
+    for (const InitRequest& q : p.init_scratch) {
+      EXPECT_EQ(q.pool_stream, 0);
+      v.push_back(q.bytes);
+    }
+    return v;
+  };
+  const StepProgram mixed = lower_hand(g, R"({"fsdp_version": 1})", 4, 4);
+  EXPECT_EQ(sizes(mixed), (std::vector<Bytes>{34, 136, 272, 14, 56, 112}));
+  const StepProgram fp32 = lower_hand(g, R"({"fsdp_version": 1, "param_dtype": "fp32"})", 4, 4);
+  EXPECT_EQ(sizes(fp32), (std::vector<Bytes>{272, 112}));
+  EXPECT_TRUE(lower_hand(g, R"({"fsdp_version": 2})", 4, 4).init_scratch.empty());
+  EXPECT_TRUE(lower_hand(g, R"({"fsdp_version": 1, "implementation": "runtime"})", 4, 4).init_scratch.empty());
 }
 
 TEST(LoweringOffload, Fsdp1KeepsTheSavedGradShardUntilTheFinalCallback) {

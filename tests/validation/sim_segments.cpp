@@ -208,6 +208,7 @@ int run(int argc, char** argv) {
   std::vector<int> block(p.buffers.size(), -2);
   for (const Buffer& b : p.buffers)
     if (b.persistent && !b.first_step_lazy) block[static_cast<std::size_t>(b.id)] = a.alloc(b.bytes, b.pool_stream);
+  for (const InitRequest& q : p.init_scratch) a.free(a.alloc(q.bytes, q.pool_stream));
   std::printf("persistent buffers: allocated %lld reserved %lld\n", static_cast<long long>(a.stats().allocated),
               static_cast<long long>(a.stats().reserved));
   for (int step = 1; step <= 2; ++step) {
