@@ -89,7 +89,7 @@ void MemoryTracker::allocate_persistent() {
     for (int id = 0; id < num_bufs_; ++id) {
       const CompiledBuffer& b = bufs_[id];
       if (!b.persistent || b.first_step_lazy) continue;
-      if (it == end || it->bytes != b.bytes || it->pool_stream != b.pool_stream) {
+      if (it == end || it->block == -1 || it->bytes != b.bytes || it->pool_stream != b.pool_stream) {
         same = false;
         break;
       }

@@ -277,10 +277,18 @@ TEST(MemoryTrackerReuse, AlternatingProgramsMatchAFreshTracker) {
   s3[7].stream = (s3[7].stream + 1) % 3;
   std::vector<Persistent> shorter(s1.begin(), s1.end() - 1), longer = s1;
   longer.push_back(Persistent{8000, 2});
+  // With init_scratch (FSDP1's lazy init: allocated and freed after the persistent buffers): s1 and a 64 MiB
+  // request; s1 with one more persistent buffer of that request's size and stream and no scratch (the
+  // saved requests must not take a scratch entry for a buffer); two requests.
+  StepProgram scratch = tracker_program(s1, 0), scratch2 = tracker_program(s1, 1);
+  scratch.init_scratch = {InitRequest{64 * kMiB, 0}};
+  scratch2.init_scratch = {InitRequest{64 * kMiB, 0}, InitRequest{200 * kMiB, 1}};
+  std::vector<Persistent> as_buffer = s1;
+  as_buffer.push_back(Persistent{64 * kMiB, 0});
   const std::vector<StepProgram> programs = {
       tracker_program(s1, 0), tracker_program(s1, 1),  // same requests, other buffers and categories
       tracker_program(s2, 0), tracker_program(s3, 2), tracker_program(shorter, 0),
-      tracker_program(longer, 1), tracker_program({}, 3),
+      tracker_program(longer, 1), tracker_program({}, 3), scratch, tracker_program(as_buffer, 0), scratch2,
   };
   const Bytes unlimited = 0, tight = 1200 * kMiB, overflow = 500 * kMiB;   // overflow: OOM in the persistent part
   struct RunSpec {
@@ -292,7 +300,8 @@ TEST(MemoryTrackerReuse, AlternatingProgramsMatchAFreshTracker) {
                           {2, unlimited}, {0, unlimited}, {3, unlimited}, {0, overflow},      {1, overflow},
                           {4, unlimited}, {5, unlimited}, {0, unlimited}, {6, unlimited},     {6, tight},
                           {1, unlimited}, {0, tight},     {2, tight},     {0, unlimited, true}, {1, unlimited},
-                          {0, tight, true}, {0, tight}};
+                          {0, tight, true}, {0, tight},   {7, unlimited}, {8, unlimited}, {7, unlimited},
+                          {0, unlimited}, {7, tight},     {9, unlimited}, {7, unlimited}, {9, tight}};
   MemoryTracker reused;
   std::uint32_t seed = 7;
   for (const RunSpec& run : runs) {
