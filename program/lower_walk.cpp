@@ -1164,6 +1164,18 @@ void LoweringWalk::offload_after_backward(int s) {
   if (reload_ >= 0) {
     drop_reload(reload_, reload_n_);
     reload_wait_ = reload_op_;
+    reload_ = -1;
+  }
+  if (group) {
+    // A segment whose every saved tensor was packed has one node per op: each node's hook dropped what the one
+    // before it brought back, so once its backward has run only its last node's copies remain (dropped after the
+    // next unpacking node in PyTorch, here with the rest: at block granularity, one node early).
+    if (offloaded_[s] >= 0) {
+      drop_reload(offloaded_[s], 1);
+      reload_wait_ = bwd_op_;
+    }
+    offloaded_[s] = -1;
+    return;
   }
   reload_ = offloaded_[s];   // (-1: the node used stashed tensors only)
   reload_n_ = group ? 1 : 1 + packs_.rope_copied;
