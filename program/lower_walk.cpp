@@ -208,6 +208,7 @@ LoweringWalk::BufferRange LoweringWalk::alloc_forward(Op& o, int unit, const std
                                                       Bytes forward_extra, bool take_input, bool carry_output,
                                                       const std::vector<char>* drop_at_last_read) {
   if (events.empty()) {
+    if (drop_at_last_read) throw std::logic_error("lowering: offloading's packs need the forward's tensor events");
     const BufferRange r = alloc_tensors(o, unit, saved);
     transient(o, "fwd_tmp", unit, forward_extra, MemCategory::Activations);
     drop_carried();
@@ -239,15 +240,14 @@ LoweringWalk::BufferRange LoweringWalk::alloc_forward(Op& o, int unit, const std
       if (b >= 0 && at <= seen) {
         o.frees.insert(o.frees.begin() + static_cast<std::ptrdiff_t>(inside++),
                        FreeSpec{b, free_inside_op(std::max<int>(1, static_cast<int>(o.allocs.size())))});
-        dropped_in_forward_.push_back(b);
         b = -1;
       }
   };
   for (const models::ForwardEvent& e : events) {
     if (e.kind == models::ForwardEvent::Kept && drop_at_last_read && e.saved >= 0 &&
         (*drop_at_last_read)[static_cast<std::size_t>(e.saved)]) {
-      const int b = &e == input && taken >= 0 ? taken : saved_buf_.at(static_cast<std::size_t>(e.saved));
-      drops.emplace_back(e.forward_end >= 0 ? e.forward_end : static_cast<int>(events.size()), b);
+      drops.emplace_back(e.forward_end >= 0 ? e.forward_end : static_cast<int>(events.size()),
+                         saved_buf_.at(static_cast<std::size_t>(e.saved)));   // (the taken input's too: r.extra)
     }
   }
   int seen = 0;
@@ -1067,8 +1067,6 @@ void LoweringWalk::pack_saved(int s) {
   const BufferRange& r = act_[s];
   const int input = r.extra >= 0 && in && in->kind == models::ForwardEvent::Kept ? in->saved : -1;
   const std::vector<char> packed = packed_mask(s);
-  const std::vector<int> dropped_list = std::move(dropped_in_forward_);
-  dropped_in_forward_.clear();
   std::vector<int>& off = saved_off_[static_cast<std::size_t>(s)];
   off.clear();
   int next = r.first;
@@ -1083,23 +1081,17 @@ void LoweringWalk::pack_saved(int s) {
   pack_id_ += static_cast<int>(off.size());
   if (offload_streams()) b_.defer_wait_stream(offload_, compute_);
   Op& o = b_.op(OpKind::D2H, offload_, seg.unit, mb_, "act D2H");
-  // (sync: alloc_forward freed them at their last read; the copy, on the compute stream, comes first there)
-  const auto dropped = [&](int b) {
-    return std::find(dropped_list.begin(), dropped_list.end(), b) != dropped_list.end();
-  };
+  // (sync: the forward's op freed them at their last read, alloc_forward's drop_at_last_read; the copy, on the
+  // compute stream, comes first there)
   for (int b : off) {
-    if (!dropped(b)) b_.read(o, b);
+    if (offload_streams()) b_.read(o, b);
     o.copy_bytes += p_.buffers[static_cast<std::size_t>(b)].bytes;
   }
   const int copy = o.id;
   for (std::size_t i = 0; i < off.size(); ++i) {
     if (owned_.size() <= static_cast<std::size_t>(off[i])) owned_.resize(static_cast<std::size_t>(off[i]) + 1, 0);
     owned_[static_cast<std::size_t>(off[i])] = 1;
-    if (offload_streams()) {
-      stash_.push_back(Stashed{first + static_cast<int>(i), off[i], copy});
-    } else if (!dropped(off[i])) {
-      b_.free_now(off[i]);
-    }
+    if (offload_streams()) stash_.push_back(Stashed{first + static_cast<int>(i), off[i], copy});
   }
   // (after the copy: the group's own tensors 5 ids older than its last leave too, the compute stream waiting on it)
   if (offload_streams()) release_stash(pack_id_ - kForwardStash);

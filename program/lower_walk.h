@@ -200,7 +200,6 @@ class LoweringWalk {
   // Segments whose saved tensors themselves are packed: the final norm, and every block not checkpointed.
   bool packs_saved(int s) const;
   std::vector<char> packed_mask(int s) const;   // per saved tensor of segment s: OffloadActivations copies it
-  std::vector<int> dropped_in_forward_;         // sync: packed tensors alloc_forward freed at their last read
   void pack_saved(int s);
   void pack_loss();
   void unpack_saved(int s);
