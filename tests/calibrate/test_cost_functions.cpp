@@ -172,8 +172,15 @@ TEST(Other, MemoryHostAndOverheads) {
   // Four ranks on a node share it four ways: twice as fast per rank.
   EXPECT_EQ(profile("4xH100-SXM").cpu_optimizer_time(1000000000), std::llround(1e9 * 28 / (563.2e9 * 0.7 / 4) * 1e9));
   EXPECT_EQ(p.host_memory_per_node(), 2048 * kGiB);   // DGX H100: 2 TB
-  EXPECT_EQ(p.kernel_launch_ns(), 6000);
-  EXPECT_GT(p.framework_hook_ns(), p.kernel_launch_ns());
+  // The CPU cost of one eager op, fitted on the CPU-bound per-op fixtures (scripts/fit_cpu_issue.py: 60.2 and
+  // 66.9 us per op, 63.07 us least squares), and one FSDP hook (an assumption the fit keeps): the same in
+  // every built-in GPU profile, a property of the host and PyTorch, not of the GPU.
+  EXPECT_EQ(p.kernel_launch_ns(), 63000);
+  EXPECT_EQ(p.framework_hook_ns(), 50000);
+  for (const char* c : {"8xA100-40GB", "8xA100-80GB", "8xH200", "8xB200", "8xRTX4090"}) {
+    EXPECT_EQ(profile(c).kernel_launch_ns(), p.kernel_launch_ns()) << c;
+    EXPECT_EQ(profile(c).framework_hook_ns(), p.framework_hook_ns()) << c;
+  }
   EXPECT_GE(p.comm_overlap_slowdown(), 1.0);
   EXPECT_LE(p.comm_overlap_slowdown(), 2.0);   // N5: 1.1-2x
 }

@@ -77,15 +77,20 @@ TEST(Diagnose, NoShardForASmallModelIsFine) {
 }
 
 TEST(Diagnose, FullShardOverheadForASmallModel) {
-  // Over PCIe (no NVLink) FULL_SHARD's extra all-gathers cost more than NO_SHARD's all-reduce saves
-  // (K2; litgpt#607). On 8xH100-SXM the simulator predicts FULL_SHARD faster, and no finding is raised.
-  auto d = run("gpt2", "8xA100-40GB-PCIe4", "accelerate_full_shard_small.yaml");
+  // Across two nodes on 25 GbE FULL_SHARD's extra all-gathers cost more than NO_SHARD's all-reduce saves (K2;
+  // OLMo#762: FSDP at 1,747 vs DDP 8,034 tokens/s per GPU with a tiny micro-batch).
+  auto d = run("gpt2", "2x8xA100-40GB-ETH-25G", "accelerate_full_shard_small_2node.yaml");
   const Finding* f = find(d, "full_shard_overhead");
   ASSERT_NE(f, nullptr) << diagnosis_text(d);
-  EXPECT_GT(f->fixed_result.tokens_per_s_per_gpu, d.result.tokens_per_s_per_gpu);
+  EXPECT_GT(f->fixed_result.tokens_per_s_per_gpu, d.result.tokens_per_s_per_gpu * 1.2);
   EXPECT_EQ(f->fix.rfind("fsdp_sharding_strategy: NO_SHARD", 0), 0u) << f->fix;
-  auto nv = run("gpt2", "8xH100-SXM", "accelerate_full_shard_small.yaml");
-  EXPECT_EQ(find(nv, "full_shard_overhead"), nullptr) << diagnosis_text(nv);
+  // Within one node no finding: eager PyTorch's CPU cost per op (the profiles' fitted kernel_launch_ns) makes
+  // GPT-2 at micro-batch 1 CPU-bound, and the all-gathers hide behind the CPU, over NVLink and over PCIe alike
+  // (before that cost was fitted, the PCIe node showed the overhead).
+  for (const char* cluster : {"8xH100-SXM", "8xA100-40GB-PCIe4"}) {
+    auto one = run("gpt2", cluster, "accelerate_full_shard_small.yaml");
+    EXPECT_EQ(find(one, "full_shard_overhead"), nullptr) << cluster << "\n" << diagnosis_text(one);
+  }
 }
 
 namespace {
