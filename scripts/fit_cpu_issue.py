@@ -14,8 +14,10 @@ summed. With framework_hook_ns kept at the profile's value (an assumption the fi
 per-op cost: their launch and hook counts are nearly proportional), the least-squares kernel_launch_ns is
     L = sum(launches_i x (wall_i - hooks_i x H)) / sum(launches_i^2).
 
-Usage: scripts/fit_cpu_issue.py [--fsdpsim build/fsdpsim] [--fixtures tests/fixtures/torch_ops]
-Prints each fixture's counts and the fitted value; exit 0. Nothing is written.
+Usage: scripts/fit_cpu_issue.py [--fsdpsim build/fsdpsim] [--fixtures tests/fixtures/torch_ops] [--check TOL]
+Prints each fixture's counts and the fitted value; nothing is written. With --check TOL (the CTest
+validation_cpu_issue_fit) it exits 1 unless the built-in profile's kernel_launch_ns is within the relative
+tolerance TOL of the fit: a change of the lowering's op counts, or a new fixture, then asks for a refit.
 """
 import argparse
 import glob
@@ -55,10 +57,22 @@ def cpu_issue_us(fsdpsim, case, profile, tmp):
     return sum(e.get("dur", 0) for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_issue")
 
 
+def fit_launch_ns(rows, hook_ns):
+    """Least-squares kernel_launch_ns (ns) through rows of (name, wall_ms, busy_ms, launches, hooks)."""
+    num = den = 0.0
+    for _, wall, _, launches, hooks in rows:
+        rest_ms = wall - hooks * hook_ns / 1e6
+        num += launches * rest_ms
+        den += launches * launches
+    return 1e6 * num / den
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fsdpsim", default="build/fsdpsim")
     ap.add_argument("--fixtures", default="tests/fixtures/torch_ops")
+    ap.add_argument("--check", type=float, metavar="TOL",
+                    help="exit 1 unless the profile's kernel_launch_ns is within TOL (relative) of the fit")
     a = ap.parse_args()
     rows, rows_cluster = [], None
     with tempfile.TemporaryDirectory(prefix="fit-cpu-issue-") as tmp:
@@ -83,17 +97,23 @@ def main():
         print("no CPU-bound eager fixture")
         return 1
     out = subprocess.run([a.fsdpsim, "profile", "show", rows_cluster, "--json"], capture_output=True, text=True, check=True)
-    hook_ns = json.loads(out.stdout)["gpu"]["overheads"]["framework_hook_ns"]["value"]
-    num = den = 0.0
+    overheads = json.loads(out.stdout)["gpu"]["overheads"]
+    hook_ns = overheads["framework_hook_ns"]["value"]
     for name, wall, busy, launches, hooks in rows:
         rest_ms = wall - hooks * hook_ns / 1e6
-        num += launches * rest_ms
-        den += launches * launches
         print(f"{name:40s} wall {wall:7.1f} ms, GPU busy {busy:7.1f} ms: {launches:.0f} launches, {hooks:.0f} hooks "
               f"-> {1e3 * rest_ms / launches:.1f} us per launch alone")
-    fit_us = 1e3 * num / den
-    print(f"framework_hook_ns kept at {hook_ns} ns (the {rows_cluster} profile's); least-squares kernel_launch_ns = {fit_us * 1e3:.0f} ns "
-          f"({len(rows)} fixtures)")
+    fit_ns = fit_launch_ns(rows, hook_ns)
+    print(f"framework_hook_ns kept at {hook_ns} ns (the {rows_cluster} profile's); least-squares kernel_launch_ns = "
+          f"{fit_ns:.0f} ns ({len(rows)} fixtures)")
+    if a.check is not None:
+        have = overheads["kernel_launch_ns"]["value"]
+        off = abs(have - fit_ns) / fit_ns
+        print(f"the {rows_cluster} profile's kernel_launch_ns: {have} ns ({100 * off:.1f}% from the fit, tolerance "
+              f"{100 * a.check:.1f}%)")
+        if off > a.check:
+            print("refit: put the fitted value in calibrate/profiles/gpus/*.json (kernel_launch_ns)")
+            return 1
     return 0
 
 
