@@ -106,6 +106,9 @@ void print_summary(std::ostream& os, const models::ModelSpec& model, const calib
   os << "  compute stream     " << num("%.4f", to_seconds(r.compute_ns)) << " s busy\n";
   os << "  collectives        " << num("%.4f", to_seconds(r.comm_ns)) << " s busy, "
      << num("%.4f", to_seconds(r.exposed_comm_ns)) << " s exposed (compute idle waiting)\n";
+  if (r.cpu_issue_ns > 0)
+    os << "  CPU issue          " << num("%.4f", to_seconds(r.cpu_issue_ns))
+       << " s busy (framework hooks and eager PyTorch ops, profile overheads)\n";
   if (r.cpu_blocked_ns > 0) os << "  CPU blocked        " << num("%.4f", to_seconds(r.cpu_blocked_ns)) << " s\n";
   os << "  tokens per step    " << num("%.0f", r.tokens_per_step) << " (global)\n";
   os << "  tokens/s per GPU   " << num("%.1f", r.tokens_per_s_per_gpu) << "\n";

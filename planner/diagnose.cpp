@@ -483,6 +483,35 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
     }
   }
 
+  // 8. A CPU-bound step (the CPU issues eager ops and hooks for nearly all of it; sim/simulator.cpp's note): twice
+  // the micro-batch in half the micro-batches keeps the global batch and issues half the ops per token.
+  if (d.fits_with_margin && base.step_time_ns > 0 && base.cpu_issue_ns >= base.step_time_ns * 9 / 10) {
+    Finding f = make("cpu_bound", "info");
+    const bool halve = bp.grad_accum >= 2 && bp.grad_accum % 2 == 0;
+    const std::int64_t mb = 2 * bp.micro_batch;
+    const int ga = halve ? bp.grad_accum / 2 : bp.grad_accum;
+    auto change = [mb, ga](sim::Plan& q) {
+      q.micro_batch = mb;
+      q.grad_accum = ga;
+    };
+    try_fix(f, change);
+    f.message = "the step is CPU-bound: the CPU issues its ops for " + fmt("%.3f", to_seconds(base.cpu_issue_ns)) +
+                " of its " + fmt("%.3f", to_seconds(base.step_time_ns)) + " s while the GPU computes for " +
+                fmt("%.3f", to_seconds(base.compute_ns)) + " s (eager PyTorch's CPU cost per op, fitted on PyTorch 2.11: "
+                "it depends on the host and the PyTorch version more than the GPU)";
+    if (better(f)) {
+      f.severity = "problem";
+      f.message += std::string("; a micro-batch of ") + std::to_string(mb) + (halve ? " in half the micro-batches" : "") +
+                   " issues half the ops per token" + (halve ? "" : " (the global batch doubles)");
+      f.fix = fix_words::micro_batch(cfg, mb, ga);
+      problem_fixes.push_back(change);
+    } else {
+      f.message += "; torch.compile or CUDA graphs cut the ops the CPU issues" +
+                   std::string(f.simulated && !f.fixed_fits_with_margin ? " (twice the micro-batch does not fit)" : "");
+    }
+    d.findings.push_back(f);
+  }
+
   if (!d.fits_with_margin && problem_fixes.empty())
     d.findings.push_back({"does_not_fit", "problem",
                           "the configuration does not fit (" + memory_text(base, margin) +

@@ -12,6 +12,8 @@
 //   hf_gradient_checkpointing  checkpoint(FSDP(block)): an extra all-gather per unit (A2)
 //   cpu_offload                offload although the plan fits without it
 //   offload_accumulation       FSDP1 + CPU offload accumulating outside no_sync (wrong gradients, PyTorch FSDP docs)
+//   cpu_bound                  the CPU issues eager ops for nearly the whole step (small models, small micro-
+//                              batches: K3): twice the micro-batch in half the micro-batches, when it fits and is faster
 // Fixes are spelled in the config's own framework (diagnose_fixes.h) and each is simulated; a
 // finding says what its problem costs in memory (the simulated difference).
 #pragma once

@@ -133,6 +133,20 @@ std::string no_compile(const UserConfig& cfg) {
   return "drop the torch.compile(...) call";
 }
 
+std::string micro_batch(const UserConfig& cfg, std::int64_t micro_batch, int grad_accum) {
+  const std::string mb = std::to_string(micro_batch), ga = std::to_string(grad_accum);
+  if (cfg.format == "plan") return "\"micro_batch\": " + mb + ", \"grad_accum\": " + ga;
+  if (cfg.format == "torchtitan")
+    return "[training] " + sim::section_key("micro_batch", sim::Framework::TorchTitan) + " = " + mb +
+           " (the same global_batch_size: " + ga + " micro-batches per step)";
+  if (cfg.format == "torchtune") return "batch_size: " + mb + " and gradient_accumulation_steps: " + ga;
+  if (cfg.format == "accelerate")
+    return "a per-device batch of " + mb + " (the DataLoader's batch_size; the Hugging Face Trainer: "
+           "per_device_train_batch_size=" + mb + ") with gradient_accumulation_steps " + ga;
+  if (yaml_cli(cfg)) return "data.batch_size: " + mb + " and trainer.accumulate_grad_batches: " + ga;
+  return "DataLoader(batch_size=" + mb + ") and Trainer(accumulate_grad_batches=" + ga + ")";
+}
+
 std::string checkpoint_around_compile(const UserConfig& cfg) {
   const auto& ac = cfg.plan.activation_checkpointing;
   if (cfg.format == "plan") {

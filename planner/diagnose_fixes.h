@@ -34,5 +34,7 @@ std::string no_compile(const UserConfig& cfg);
 // activation_checkpointing.outside_compile); "" where the framework cannot say it (torchtitan compiles each
 // checkpointed block, accelerate the whole prepared model; torchtune's recipes already do it).
 std::string checkpoint_around_compile(const UserConfig& cfg);
+// `micro_batch` sequences per GPU per micro-batch and `grad_accum` micro-batches per step, in the user's keys.
+std::string micro_batch(const UserConfig& cfg, std::int64_t micro_batch, int grad_accum);
 
 }  // namespace fsdpsim::planner::fix_words

@@ -47,6 +47,7 @@ nlohmann::json sim_result_to_json(const SimResult& r, bool include_trace) {
   j["comm_s"] = to_seconds(r.comm_ns);
   j["exposed_comm_s"] = to_seconds(r.exposed_comm_ns);
   j["cpu_blocked_s"] = to_seconds(r.cpu_blocked_ns);
+  if (r.cpu_issue_ns > 0) j["cpu_issue_s"] = to_seconds(r.cpu_issue_ns);
   j["alloc_retries"] = r.alloc_retries;
   j["tokens_per_step"] = r.tokens_per_step;
   j["tokens_per_s_per_gpu"] = r.tokens_per_s_per_gpu;

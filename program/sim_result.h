@@ -80,6 +80,9 @@ struct SimResult {
   TimeNs comm_ns = 0;              // busy time of all collective streams (union)
   TimeNs exposed_comm_ns = 0;      // time the compute stream sits idle waiting on a collective
   TimeNs cpu_blocked_ns = 0;       // CPU time blocked (rate limiter, syncs; simulator: a full launch queue too)
+  // CPU time issuing the step's ops: framework hooks and eager ops (profile overheads; a CPU optimizer step's own
+  // compute not included). Near step_time_ns the step is CPU-bound. Simulated only (0 in a measured result).
+  TimeNs cpu_issue_ns = 0;
   std::int64_t alloc_retries = 0;  // caching-allocator cudaMalloc retries (cache released at capacity)
   double tokens_per_step = 0;      // global tokens per optimizer step
   double tokens_per_s_per_gpu = 0;

@@ -1423,10 +1423,12 @@ void check_costs(const CompiledProgram& cp, const OpCosts& costs) {
 // One engine per workspace, reused (see the note at the top).
 SimResult run_engine(CompiledProgram& cp, const OpCosts& costs, const ExecOptions& opts, const StepProgram* source) {
   check_costs(cp, costs);
-  return with_storage<Engine>(opts.workspace, [&](Engine& engine) {
+  SimResult r = with_storage<Engine>(opts.workspace, [&](Engine& engine) {
     return engine.run(cp, costs.gpu_ns.data(), costs.cpu_ns.data(), costs.overlap_slowdown, costs.launch_queue_depth,
                       opts, source);
   });
+  r.cpu_issue_ns = cpu_issue_total(costs);
+  return r;
 }
 }  // namespace
 

@@ -74,6 +74,12 @@ struct OpCosts {
 // InputError if the cost model returns a negative time, a slowdown < 1 (or not finite) or a negative
 // launch queue depth.
 OpCosts compute_op_costs(const StepProgram& program, const CostModel& cost);
+// The CPU's issue time over all the ops (SimResult::cpu_issue_ns).
+inline TimeNs cpu_issue_total(const OpCosts& costs) {
+  TimeNs t = 0;
+  for (TimeNs c : costs.cpu_ns) t += c;
+  return t;
+}
 // The same into `costs`, keeping its vectors' storage.
 void fill_op_costs(const StepProgram& program, const CostModel& cost, OpCosts& costs);
 

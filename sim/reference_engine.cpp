@@ -90,6 +90,7 @@ class Reference {
     if (step_end_ > idle_from) gaps_.emplace_back(idle_from, step_end_);
     r.exposed_comm_ns = intersect_length(gaps_, comm_intervals_);
     r.cpu_blocked_ns = blocked_total_;
+    r.cpu_issue_ns = cpu_issue_total(c_);
     memory(o, r);
     return r;
   }

@@ -499,6 +499,17 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
     r.notes.push_back("compute and memory-bound kernels run " + fmt("%.2f", cost.overlap_slowdown()) +
                       "x slower while any collective runs (profile comm_overlap_slowdown); kernels on "
                       "different non-NCCL streams are assumed not to slow each other");
+  // A step whose CPU issues for (nearly) all of it is CPU-bound: the GPU waits for the CPU, and the step time
+  // rests on the profile's CPU costs, which belong to the host and the PyTorch version.
+  if (r.step_time_ns > 0 && r.cpu_issue_ns >= r.step_time_ns * 9 / 10)
+    r.notes.push_back("CPU-bound: the CPU issues the step's ops for " + fmt("%.4f", to_seconds(r.cpu_issue_ns)) +
+                      " s of the " + fmt("%.4f", to_seconds(r.step_time_ns)) + " s step (the compute stream is busy " +
+                      fmt("%.4f", to_seconds(r.compute_ns)) + " s), at the profile's " +
+                      fmt("%.0f", static_cast<double>(hw.kernel_launch_ns()) / 1e3) + " us per eager op (kernel_launch_ns, "
+                      "fitted on PyTorch 2.11 eager steps of one host: scripts/fit_cpu_issue.py) and " +
+                      fmt("%.0f", static_cast<double>(hw.framework_hook_ns()) / 1e3) + " us per FSDP hook (framework_hook_ns, "
+                      "assumed); this step time depends on the host CPU and the PyTorch version more than on the GPU. "
+                      "A larger micro-batch (fewer ops per token), torch.compile or CUDA graphs shorten it");
   const auto& ex = cost.extrapolations();
   if (!ex.empty()) {
     std::string line = "collective times extrapolated beyond the profile's measured/sourced range for " +

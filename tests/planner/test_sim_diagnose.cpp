@@ -93,6 +93,27 @@ TEST(Diagnose, FullShardOverheadForASmallModel) {
   }
 }
 
+TEST(Diagnose, CpuBoundSmallModel) {
+  // GPT-2 at micro-batch 1 on one node: the CPU issues eager ops (the profiles' fitted 63 us each) for nearly the
+  // whole step while the GPU computes for a fraction of it; twice the micro-batch issues half the ops per token.
+  auto d = run("gpt2", "8xH100-SXM", "accelerate_full_shard_small.yaml");
+  ASSERT_GE(d.result.cpu_issue_ns, d.result.step_time_ns * 9 / 10) << diagnosis_text(d);
+  EXPECT_LT(d.result.compute_ns * 2, d.result.cpu_issue_ns);
+  const Finding* f = find(d, "cpu_bound");
+  ASSERT_NE(f, nullptr) << diagnosis_text(d);
+  EXPECT_EQ(f->severity, "problem");
+  ASSERT_TRUE(f->simulated);
+  EXPECT_EQ(f->fixed_plan.micro_batch, 2);
+  EXPECT_EQ(f->fixed_plan.grad_accum, 1);   // (one micro-batch: the global batch doubles, and the message says so)
+  EXPECT_NE(f->message.find("the global batch doubles"), std::string::npos) << f->message;
+  EXPECT_GT(f->fixed_result.tokens_per_s_per_gpu, d.result.tokens_per_s_per_gpu * 1.5);
+  EXPECT_EQ(f->fix.rfind("a per-device batch of 2", 0), 0u) << f->fix;
+  // Llama 3 8B at 8192 tokens per sequence is GPU-bound: no finding.
+  auto big = run("llama3-8b", "8xH100-SXM", "torchtune_8b_full_no_ac.yaml");
+  EXPECT_LT(big.result.cpu_issue_ns, big.result.step_time_ns / 2) << diagnosis_text(big);
+  EXPECT_EQ(find(big, "cpu_bound"), nullptr) << diagnosis_text(big);
+}
+
 namespace {
 
 // A plan that does not fit, and its finding `id`: a problem, simulated, whose fix fits (nullptr, with a failure,

@@ -217,6 +217,7 @@ TEST(Executor, SlowCpuIssueStarvesTheGpu) {
   EXPECT_EQ(r.compute_ns, 30);
   EXPECT_EQ(r.exposed_comm_ns, 0);
   EXPECT_EQ(r.cpu_blocked_ns, 0);
+  EXPECT_EQ(r.cpu_issue_ns, 150);   // 3 ops x 50 ns: the CPU issued for 150 of the 160 ns
 }
 
 TEST(Executor, ComputeIsRetimedWhenCollectivesStartAndStop) {

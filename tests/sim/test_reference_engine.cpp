@@ -30,7 +30,7 @@ using PB = ProgramBuilder;
 std::string figures(const SimResult& r) {
   return "step " + std::to_string(r.step_time_ns) + " compute " + std::to_string(r.compute_ns) + " comm " +
          std::to_string(r.comm_ns) + " exposed " + std::to_string(r.exposed_comm_ns) + " cpu_blocked " +
-         std::to_string(r.cpu_blocked_ns) + " | allocated " + std::to_string(r.peak_allocated) + " @" +
+         std::to_string(r.cpu_blocked_ns) + " cpu_issue " + std::to_string(r.cpu_issue_ns) + " | allocated " + std::to_string(r.peak_allocated) + " @" +
          std::to_string(r.peak_allocated_at.op) + " reserved " + std::to_string(r.peak_reserved) + " @" +
          std::to_string(r.peak_reserved_at.op) + " first " + std::to_string(r.first_step_peak_allocated) + " @" +
          std::to_string(r.first_step_peak_allocated_at.op) + " / " + std::to_string(r.first_step_peak_reserved) +
