@@ -479,13 +479,10 @@ SimResult Engine::run(CompiledProgram& cp, const TimeNs* gpu_ns, const TimeNs* c
     mem_.replay(cp, fold);
     stats_.memory_jumps = mem_.fold_stats().jumps;
     stats_.memory_periods_skipped = mem_.fold_stats().periods_skipped;
-    // The steady step: mirrored from the first where that is proven (sim/memory_steady.cpp), else replayed.
-    if (!(fold && mem_.mirror_steady_step())) {
-      mem_.begin_steady_step();
-      mem_.replay(cp, fold);
-      stats_.memory_jumps += mem_.fold_stats().jumps;
-      stats_.memory_periods_skipped += mem_.fold_stats().periods_skipped;
-    }
+    mem_.begin_steady_step();   // the steady step, replayed on the allocator the first step left
+    mem_.replay(cp, fold);
+    stats_.memory_jumps += mem_.fold_stats().jumps;
+    stats_.memory_periods_skipped += mem_.fold_stats().periods_skipped;
   } else {
     complete_t_.assign(static_cast<std::size_t>(n_), std::numeric_limits<TimeNs>::max());
   }

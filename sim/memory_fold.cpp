@@ -103,7 +103,7 @@ class MemoryFold {
 
   // ---- replay primitives ----
   void alloc(int buffer, int op);
-  void after_alloc(int buffer, int op, int block, Bytes reserved);   // the mirror's note and the record's
+  void after_alloc(int buffer, int op, int block, Bytes reserved);   // the record's note (recording only)
   void free(int buffer, int op);
   void replay_ops(int lo, int hi) {
     for (int i = lo; i < hi; ++i) {
@@ -180,8 +180,8 @@ void forget_fold_precompute(FoldScratch& s) {
   s.folded.clear();
 }
 
-// The replay's per-call path (inline into replay_ops). What only recording or the mirrored steady step
-// needs is out of line (after_alloc), behind one test.
+// The replay's per-call path (inline into replay_ops). What only recording needs is out of line
+// (after_alloc), behind one test.
 inline void MemoryFold::alloc(int buffer, int op) {
   if (block_of_[buffer] != kNotLive) [[unlikely]] {
     if (t_.steady_ && bufs_[buffer].first_step_lazy) return;   // (MemoryTracker::alloc)
@@ -196,7 +196,7 @@ inline void MemoryFold::alloc(int buffer, int op) {
     t_.note_block(block, buffer);
   }
   t_.note_peaks(op);
-  if (rec_ != nullptr || (t_.mirror_.ok && !t_.steady_)) [[unlikely]]
+  if (rec_ != nullptr) [[unlikely]]
     after_alloc(buffer, op, block, reserved);
 }
 inline void MemoryFold::free(int buffer, int op) {
@@ -221,36 +221,28 @@ FoldScratch& MemoryFold::storage() const { return *st_; }
 
 void MemoryTracker::replay(const CompiledProgram& program, bool fold, bool verify) {
   fold_stats_ = FoldStats{};
-  if (!steady_) mirror_start();
   MemoryFold f(*this, program, fold, verify);
   f.run();
 }
 
 void MemoryFold::after_alloc(int buffer, int op, int block, Bytes reserved) {
-  const CompiledBuffer& b = bufs_[buffer];
   const AllocatorStats& s = a_.stats();
-  if (t_.mirror_.ok && !t_.steady_) {
-    if (rec_ && b.first_step_lazy) t_.mirror_.ok = false;   // (the shadow moves with skips only where none lies)
-    t_.mirror_note(buffer, op, block, reserved);
+  Rec& r = *rec_;
+  if (!r.has_max || s.allocated > r.max_alloc) {
+    r.has_max = true;
+    r.max_alloc = s.allocated;
+    r.live_at_max = t_.live_;
+    r.res_at_max = s.reserved;
+    r.max_alloc_op = op;
   }
-  if (rec_) {
-    Rec& r = *rec_;
-    if (!r.has_max || s.allocated > r.max_alloc) {
-      r.has_max = true;
-      r.max_alloc = s.allocated;
-      r.live_at_max = t_.live_;
-      r.res_at_max = s.reserved;
-      r.max_alloc_op = op;
+  if (s.reserved != reserved) {
+    r.has_malloc = true;
+    if (s.reserved > r.max_res) {
+      r.max_res = s.reserved;
+      r.max_res_op = op;
     }
-    if (s.reserved != reserved) {
-      r.has_malloc = true;
-      if (s.reserved > r.max_res) {
-        r.max_res = s.reserved;
-        r.max_res_op = op;
-      }
-    }
-    if (block >= 0) touch(a_.block_segment(block), buffer, op, true, block);
   }
+  if (block >= 0) touch(a_.block_segment(block), buffer, op, true, block);
 }
 
 // Where every buffer is allocated and freed (op, list index): roles are named by them.
@@ -697,14 +689,6 @@ int MemoryFold::skip(const Rec& a, const Rec& b, int q, int room) {
       t_.reserved_at_peak_ = b.res_at_max + m * d_res;
       t_.allocated_peak_op_ = b.max_alloc_op + m * span;   // (the same op, m memory periods on)
     }
-    // The mirrored steady step's shadow peak (sim/memory_steady.cpp) moves with it: no lazy bytes change here.
-    MemoryTracker::Mirror& mi = t_.mirror_;
-    if (mi.ok && !t_.steady_ && peak - mi.lazy_bytes > mi.shadow_peak) {
-      mi.shadow_peak = peak - mi.lazy_bytes;
-      mi.shadow_op = b.max_alloc_op + m * span;
-      for (int c = 0; c < kNumMemCategories; ++c)
-        mi.shadow_live[c] = b.live_at_max[c] + m * (b.live[c] - a.live[c]) - mi.lazy_live[c];
-    }
   }
   if (b.has_malloc && d_res > 0) {
     const Bytes peak = b.max_res + m * d_res;
@@ -776,8 +760,6 @@ int MemoryFold::shape_run(const PeriodicRun& run, bool& skipped) {
       int m = (end - x) / p;
       while (m > 0 && !t_.can_shift(*a, *b, p, m)) --m;
       if (m > 0) {
-        // (the mirrored steady step learns from every allocation of the first step: not from skipped ones)
-        if (!t_.steady_) t_.mirror_.ok = false;
         t_.shift_periods(*a, *b, p, m, /*waited=*/false);
         ++t_.fold_stats_.jumps;
         t_.fold_stats_.periods_skipped += m;

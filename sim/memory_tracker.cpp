@@ -58,7 +58,6 @@ void MemoryTracker::start_run(int num_buffers, int num_ops, const AllocatorConfi
   reserved_peak_seen_ = -1;
   allocated_peak_op_ = reserved_peak_op_ = -1;
   steady_ = false;
-  mirror_.ok = false;   // (mirror_start, at the first step's replay)
   first_peak_allocated_ = first_peak_reserved_ = 0;
   first_allocated_peak_op_ = first_reserved_peak_op_ = -1;
   timeline_.clear();

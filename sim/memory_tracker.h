@@ -119,12 +119,6 @@ class MemoryTracker {
   // peaks are kept for fill(), this step's start at the current allocated and reserved bytes.
   void begin_steady_step();
   bool steady() const { return steady_; }
-  // The steady step without replaying it, where the first step's replay (replay(), first step) proved
-  // that it repeats the first (note "mirrored steady step" in sim/memory_steady.cpp): then it sets every
-  // figure and statistic the replay would have (begin_steady_step + replay), leaves the allocator as the
-  // replay would (the state the first step ended in) and returns true; otherwise it does nothing and
-  // returns false.
-  bool mirror_steady_step();
   // The steady step of a run whose memory followed the engine's times (a free's block reusable once
   // its record_stream op has completed, a timeline): replays `program` in order with each op issued at
   // issue_ns[i] + step_start_ns, its record_stream ops complete at complete_ns[j] + step_start_ns, and
@@ -232,30 +226,6 @@ class MemoryTracker {
   };
   std::unique_ptr<FoldScratch, FoldScratchDeleter> fold_scratch_;
   void start_run(int num_buffers, int num_ops, const AllocatorConfig& config, bool record_timeline);
-  // ---- the mirrored steady step (sim/memory_steady.cpp) ----
-  void mirror_start();
-  // After the first step's allocation of `buffer` by `op` (block `block`; reserved was `reserved_before`).
-  void mirror_note(int buffer, int op, int block, Bytes reserved_before);
-  // What the first step's replay learns for mirror_steady_step(): the steady step's allocated bytes at
-  // each allocation are the first step's minus the first_step_lazy bytes allocated so far plus all of
-  // them (tracked as their peak "shadow"), if no allocation could choose another block (see the note).
-  struct Mirror {
-    bool ok = false;
-    Bytes lazy_bytes = 0;                                 // block bytes of the first_step_lazy buffers so far
-    std::int64_t lazy_allocs = 0;
-    std::array<Bytes, kNumMemCategories> lazy_live{};     // their requested bytes per category
-    Bytes shadow_peak = 0;                                // max of allocated - lazy_bytes (strictly first)
-    int shadow_op = -1;
-    std::array<Bytes, kNumMemCategories> shadow_live{};   // live_ - lazy_live there
-    std::int64_t allocs_at_start = 0, retries_at_start = 0;
-    std::vector<std::pair<int, Bytes>> free_later;        // (pool, size): blocks the steady step may find free earlier
-    struct Loose {
-      int pool;
-      Bytes request, block;                               // an allocation that chose a larger block (before the split)
-    };
-    std::vector<Loose> loose;
-  };
-  Mirror mirror_;
   std::string buffer_label(int buffer) const;
 
   const CompiledBuffer* bufs_ = nullptr;   // the run's buffers (num_bufs_ of them)

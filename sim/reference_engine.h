@@ -1,6 +1,6 @@
 // The reference engine (issue 22 stage 3): a plain reading of the execution semantics written at the top of
 // program/step_program.h and sim/executor.cpp, op by op, with none of the executor's fast paths — no
-// compiled program, no fast-forward over repeated periods, no memory fold, no mirrored steady step, no
+// compiled program, no fast-forward over repeated periods, no memory fold, no
 // stretch (it runs the program it is given) — and with the memory replayed after the timing, from the ops'
 // issue and completion times. It exists to be compared with: the differential tests
 // (tests/sim/test_reference_engine.cpp) run simulate() and execute() with every fast path on against it and

@@ -15,7 +15,7 @@
 //       all that full AC saves, is one tensor of 64 MiB)
 //   10, 20  equal pieces (6.4 / 3.2 MiB of a 64 MiB buffer: several to a 20 MiB segment)
 //   BM_MemoryReplay/S/F  MemoryTracker: persistent buffers, the first step, the steady step (F=1: folded,
-//                        and the steady step mirrored where proven, as the executor runs it)
+//                        and the steady step replayed on the first step's allocator, as the executor runs it)
 //   BM_ExecuteTensors/S  execute_compiled(): the event engine with both steps of memory
 //   build/tests/bench/bench_memory --benchmark_min_time=0.3 --benchmark_repetitions=3
 #include <benchmark/benchmark.h>
@@ -118,23 +118,18 @@ void BM_MemoryReplay(benchmark::State& state) {
   const bool fold = state.range(1) != 0;
   sim::MemoryTracker t;
   int jumps = 0;
-  bool mirrored = false;
   for (auto _ : state) {
     t.start(p, c.capacity, false);
     t.allocate_persistent();
     t.replay(p, fold);
     jumps = t.fold_stats().jumps;
-    mirrored = fold && t.mirror_steady_step();
-    if (!mirrored) {
-      t.begin_steady_step();
-      t.replay(p, fold);
-      jumps += t.fold_stats().jumps;
-    }
+    t.begin_steady_step();
+    t.replay(p, fold);
+    jumps += t.fold_stats().jumps;
     benchmark::DoNotOptimize(t.stats());
   }
   state.counters["buffers"] = static_cast<double>(p.buffers.size());
   state.counters["fold_jumps"] = jumps;
-  state.counters["mirrored"] = mirrored ? 1 : 0;
   state.counters["peak_reserved_GiB"] = to_gib(t.stats().peak_reserved);
 }
 

@@ -1,6 +1,6 @@
 // The reference engine (sim/reference_engine.h) against hand-counted programs, and every fast path against
 // it (issue 22 stage 3): execute() with the fast-forward and the memory replayed apart or inline, and
-// simulate() with the stretch, the memory fold and the mirrored steady step, on random plans of the zoo's
+// simulate() with the stretch and the memory fold, on random plans of the zoo's
 // models, give the same nanoseconds and bytes as the reference run op by op on the full lowering.
 #include <gtest/gtest.h>
 
