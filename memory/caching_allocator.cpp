@@ -628,51 +628,6 @@ void CachingAllocator::relocate(const std::vector<std::pair<int, Bytes>>& moves,
   next_addr_ += next_delta;
 }
 
-void CachingAllocator::free_blocks_of_size(int pool, Bytes size, std::vector<int>& out) const {
-  out.clear();
-  if (pool < 0 || static_cast<std::size_t>(pool) >= pools_.size()) return;
-  const Pool& p = pools_[static_cast<std::size_t>(pool)];
-  const std::size_t i = class_at_least(p.sizes, size);
-  if (i == p.sizes.size() || p.sizes[i] != size) return;
-  for (auto e = p.list(i).rbegin(); e != p.list(i).rend(); ++e) out.push_back(e->block);   // ascending addresses
-}
-
-int CachingAllocator::alloc_from(int block, Bytes bytes) {
-  Block& blk0 = blocks_[block];
-  if (blk0.state != State::Free)
-    throw std::logic_error("CachingAllocator::alloc_from: block " + std::to_string(block) + " is not a cached free block");
-  // Out of its class (as take_from_class would take it), keeping the whole-segment counts.
-  Pool& p = pools_[blk0.pool];
-  pool_erase_neighbour(p, block);
-  if (blk0.prev < 0 && blk0.next < 0) {
-    --cached_whole_segments_;
-    --p.whole;
-  }
-  // The rest of alloc() after find_free_block.
-  return place(block, bytes, round_size(bytes), blk0.pool, (blk0.pool & 1) != 0);
-}
-
-void CachingAllocator::append_segment(int pool, Bytes size, const std::vector<std::pair<Bytes, Bytes>>& blocks,
-                                      std::vector<int>& ids) {
-  pool_index(pool >> 1, (pool & 1) != 0);   // (creates the pool if needed)
-  const int seg = add_segment(pool, size);
-  stats_.reserved += size;
-  ids.clear();
-  Bytes addr = segments_[seg].base;
-  int prev = -1;
-  for (const auto& [bsize, requested] : blocks) {
-    const int b = add_block(Block{addr, bsize, requested, seg, prev, -1, pool, 0,
-                                  requested > 0 ? State::Allocated : State::Free});
-    if (prev >= 0) blocks_[prev].next = b;
-    else segments_[seg].first = b;
-    ids.push_back(b);
-    prev = b;
-    addr += bsize;
-  }
-  for (int b : ids)
-    if (blocks_[b].state == State::Free) pool_insert<false, true>(pools_[pool], b);
-}
-
 std::string CachingAllocator::canonical_state() const {
   std::string out;
   auto num = [&](long long v) { out += std::to_string(v); out += ' '; };

@@ -152,7 +152,7 @@ class CachingAllocator {
 
   const AllocatorConfig& config() const { return config_; }
   const AllocatorStats& stats() const { return stats_; }
-  // ---- for MemoryTracker's skipping of repeated periods (sim/memory_fold.cpp) ----
+  // ---- segments and their blocks (sim_segments, the memory shift's checks) ----
   // One block of a segment, in address order.
   struct BlockInfo {
     int block;
@@ -161,26 +161,13 @@ class CachingAllocator {
   };
   int num_segment_slots() const { return static_cast<int>(segments_.size()); }
   bool segment_live(int seg) const { return segments_[seg].live; }
-  Bytes segment_base(int seg) const { return segments_[seg].base; }
   Bytes segment_size(int seg) const { return segments_[seg].size; }
   int segment_pool(int seg) const { return segments_[seg].stream * 2 + (segments_[seg].small ? 1 : 0); }
   bool segment_expandable(int seg) const { return segments_[seg].expandable; }
   // Appends segment seg's blocks, in address order, to `out`.
   void segment_blocks(int seg, std::vector<BlockInfo>& out) const;
-  // The pool a request of `bytes` on `stream` is served from (as alloc() picks it), and its rounded size.
-  static int request_pool(Bytes bytes, int stream) { return stream * 2 + (round_size(bytes) <= kAllocSmallSize ? 1 : 0); }
   Bytes next_address() const { return next_addr_; }
-  // The free blocks of pool `pool` of exactly `size` bytes, ascending address (best fit's order among them).
-  void free_blocks_of_size(int pool, Bytes size, std::vector<int>& out) const;
-  bool block_is_whole_segment(int block) const { return blocks_[block].prev < 0 && blocks_[block].next < 0; }
-  // alloc(bytes, stream) served from free block `block` of that request's pool (which best fit would take):
-  // the same split, statistics and block id rules.
-  int alloc_from(int block, Bytes bytes);
-  // A new segment of pool `pool` and `size` bytes at the next address, cut into blocks of the given sizes
-  // (in address order; requested > 0: allocated, else free, cached in the pool). Reserves the bytes
-  // without the capacity check (the caller has made it). Returns the blocks' ids in `ids`.
-  void append_segment(int pool, Bytes size, const std::vector<std::pair<Bytes, Bytes>>& blocks, std::vector<int>& ids);
-  // Overwrites the statistics (after a sequence of the calls above that stands for many alloc/free calls).
+  // Overwrites the statistics (after calls that stand for many alloc/free calls: the memory shift).
   void set_stats(const AllocatorStats& s) { stats_ = s; }
   // ---- for the executor's fast-forward with memory replayed with the issues (sim/memory_shift.cpp) ----
   // A block as a comparison of two moments sees it: its live segment's rank (the segments in address
@@ -223,12 +210,6 @@ class CachingAllocator {
   Bytes block_address(int block) const { return blocks_[block].addr; }
   int block_segment(int block) const { return blocks_[block].segment; }
   bool block_is_small(int block) const { return (blocks_[block].pool & 1) != 0; }
-  // The size the block had before alloc() split it: its size plus a free block right after it (the
-  // split-off rest; a block handed out whole has no free neighbour after it: a free one would have merged).
-  Bytes block_size_before_split(int block) const {
-    const int n = blocks_[block].next;
-    return blocks_[block].size + (n >= 0 && blocks_[n].state == State::Free ? blocks_[n].size : 0);
-  }
   int num_segments() const;               // live segments
   // Free (cached, reusable) bytes in one stream's pools.
   Bytes cached_free_bytes(int stream) const;
