@@ -133,6 +133,12 @@ Explanations explain(const ExplainInput& in) {
     if (!across.empty()) comm += " Across nodes (" + in.cluster.inter_node + "): " + across + ".";
     else if (in.cluster.nodes > 1) comm += " No collective crosses nodes except what the mesh needs.";
     ex.recommended.push_back(comm);
+    // (simulate's note says the same at length, sim/simulator.cpp)
+    if (r.step_time_ns > 0 && r.cpu_issue_ns >= r.step_time_ns * 9 / 10)
+      ex.recommended.push_back("CPU-bound: the CPU issues eager ops for " + num(to_seconds(r.cpu_issue_ns), "%.3f") +
+                               " s of the step against " + num(to_seconds(r.compute_ns), "%.3f") +
+                               " s of GPU compute; this step time rests on the host and the PyTorch version (the "
+                               "profile's fitted CPU cost per op) more than on the GPU.");
     const double rf = recompute_fraction(r);
     const auto& ac = c.plan.activation_checkpointing;
     const std::string ac_name = "Activation checkpointing (" + sim::checkpointing_text(ac) + ")";

@@ -219,3 +219,32 @@ TEST(Explain, CheckpointingSentenceFollowsThePlan) {
   // 1 - 1/1.25 = 20%
   EXPECT_EQ(sentence(AcMode::Full, 1.25), "Activation checkpointing (full) recomputes 20% of the step's FLOPs.");
 }
+
+// A recommendation whose CPU issues for 90% of the step or more is called CPU-bound (the step then rests on the
+// profile's CPU cost per op); one at 89% is not.
+TEST(Explain, CpuBoundRecommendationIsSaid) {
+  const calibrate::Cluster cluster = calibrate::load_cluster("8xH100-SXM");
+  auto cpu_line = [&](TimeNs cpu_issue) {
+    Candidate c;
+    c.id = "c0001";
+    c.label = "toy";
+    Evaluation e;
+    e.status = EvalStatus::Simulated;
+    e.result = toy(c.plan, 80 * kGiB);   // step 1 s, compute 0.9 s
+    e.result.cpu_issue_ns = cpu_issue;
+    e.fits_with_margin = true;
+    const std::vector<Candidate> cands{c};
+    const std::vector<Evaluation> evals{e};
+    const Ranking ranking = rank_candidates(evals);
+    const std::vector<MemoryBound> bounds(1);
+    const Explanations ex = explain(ExplainInput{cands, evals, ranking, bounds, 80 * kGiB, 0.05, cluster});
+    for (const auto& s : ex.recommended)
+      if (s.rfind("CPU-bound", 0) == 0) return s;
+    return std::string("(none)");
+  };
+  EXPECT_EQ(cpu_line(950'000'000),
+            "CPU-bound: the CPU issues eager ops for 0.950 s of the step against 0.900 s of GPU compute; this step time "
+            "rests on the host and the PyTorch version (the profile's fitted CPU cost per op) more than on the GPU.");
+  EXPECT_EQ(cpu_line(900'000'000).rfind("CPU-bound", 0), 0u);   // exactly 90%
+  EXPECT_EQ(cpu_line(899'999'999), "(none)");
+}
