@@ -189,25 +189,36 @@ TEST(RankedTable, MarkdownAndCsv) {
 // The recommendation's checkpointing sentence follows the plan, not only the recomputed FLOPs: selective
 // op AC recomputes a sliver of the FLOPs (its saved set is the matmuls and attention) and must not be
 // described as "no recomputation" (it was, for the default plan's FSDP1 + selective_op recommendation).
-TEST(Explain, CheckpointingSentenceFollowsThePlan) {
+namespace {
+
+// The recommendation's sentences for one candidate of plan `plan` whose simulation gave `r`.
+std::vector<std::string> recommended_sentences(const sim::Plan& plan, const sim::SimResult& r) {
   const calibrate::Cluster cluster = calibrate::load_cluster("8xH100-SXM");
+  Candidate c;
+  c.id = "c0001";
+  c.plan = plan;
+  c.label = "toy";
+  Evaluation e;
+  e.status = EvalStatus::Simulated;
+  e.result = r;
+  e.fits_with_margin = true;
+  const std::vector<Candidate> cands{c};
+  const std::vector<Evaluation> evals{e};
+  const Ranking ranking = rank_candidates(evals);
+  const std::vector<MemoryBound> bounds(1);
+  return explain(ExplainInput{cands, evals, ranking, bounds, 80 * kGiB, 0.05, cluster}).recommended;
+}
+
+}  // namespace
+
+TEST(Explain, CheckpointingSentenceFollowsThePlan) {
   auto sentence = [&](AcMode mode, double hardware_over_model) {
-    Candidate c;
-    c.id = "c0001";
-    c.plan.activation_checkpointing.mode = mode;
-    c.label = "toy";
-    Evaluation e;
-    e.status = EvalStatus::Simulated;
-    e.result = toy(c.plan, 80 * kGiB);
-    e.result.model_flops_per_step_per_gpu = 1e15;
-    e.result.hardware_flops_per_step_per_gpu = 1e15 * hardware_over_model;
-    e.fits_with_margin = true;
-    const std::vector<Candidate> cands{c};
-    const std::vector<Evaluation> evals{e};
-    const Ranking ranking = rank_candidates(evals);
-    const std::vector<MemoryBound> bounds(1);
-    const Explanations ex = explain(ExplainInput{cands, evals, ranking, bounds, 80 * kGiB, 0.05, cluster});
-    for (const auto& s : ex.recommended)
+    sim::Plan plan;
+    plan.activation_checkpointing.mode = mode;
+    sim::SimResult r = toy(plan, 80 * kGiB);
+    r.model_flops_per_step_per_gpu = 1e15;
+    r.hardware_flops_per_step_per_gpu = 1e15 * hardware_over_model;
+    for (const auto& s : recommended_sentences(plan, r))
       if (s.find("ecomput") != std::string::npos) return s;
     return std::string("(none)");
   };
@@ -223,22 +234,11 @@ TEST(Explain, CheckpointingSentenceFollowsThePlan) {
 // A recommendation whose CPU issues for 90% of the step or more is called CPU-bound (the step then rests on the
 // profile's CPU cost per op); one at 89% is not.
 TEST(Explain, CpuBoundRecommendationIsSaid) {
-  const calibrate::Cluster cluster = calibrate::load_cluster("8xH100-SXM");
   auto cpu_line = [&](TimeNs cpu_issue) {
-    Candidate c;
-    c.id = "c0001";
-    c.label = "toy";
-    Evaluation e;
-    e.status = EvalStatus::Simulated;
-    e.result = toy(c.plan, 80 * kGiB);   // step 1 s, compute 0.9 s
-    e.result.cpu_issue_ns = cpu_issue;
-    e.fits_with_margin = true;
-    const std::vector<Candidate> cands{c};
-    const std::vector<Evaluation> evals{e};
-    const Ranking ranking = rank_candidates(evals);
-    const std::vector<MemoryBound> bounds(1);
-    const Explanations ex = explain(ExplainInput{cands, evals, ranking, bounds, 80 * kGiB, 0.05, cluster});
-    for (const auto& s : ex.recommended)
+    const sim::Plan plan;
+    sim::SimResult r = toy(plan, 80 * kGiB);   // step 1 s, compute 0.9 s
+    r.cpu_issue_ns = cpu_issue;
+    for (const auto& s : recommended_sentences(plan, r))
       if (s.rfind("CPU-bound", 0) == 0) return s;
     return std::string("(none)");
   };
