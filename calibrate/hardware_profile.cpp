@@ -76,6 +76,7 @@ struct HardwareProfile::Impl {
   Bytes cublas_workspace = 0;     // one cuBLAS workspace (per handle and stream), from the caching allocator
   ComputeParams cp;
   TimeNs launch_ns = 0, hook_ns = 0;
+  TimeNs runtime_launch_ns = 0;   // the bundled C++ runtime's CPU cost per op (default: launch_ns)
   double overlap = 1.0;
   int launch_queue_depth = kDefaultLaunchQueueDepth;   // (0: unbounded)
   double pcie_bw = 1e10;
@@ -136,6 +137,7 @@ void HardwareProfile::Impl::load_gpu(const nlohmann::json& j, const std::string&
   }
   JsonReader ov = r.get_object("overheads");
   launch_ns = static_cast<TimeNs>(sourced_number(ov, "kernel_launch_ns", 0, 1e9));
+  runtime_launch_ns = static_cast<TimeNs>(sourced_number(ov, "runtime_launch_ns", 0, 1e9, static_cast<double>(launch_ns)));
   hook_ns = static_cast<TimeNs>(sourced_number(ov, "framework_hook_ns", 0, 1e10));
   overlap = sourced_number(ov, "comm_overlap_slowdown", 1.0, 10.0);
   launch_queue_depth = static_cast<int>(sourced_number(ov, "launch_queue_depth", 0, 1e8, kDefaultLaunchQueueDepth));
@@ -397,6 +399,7 @@ TimeNs HardwareProfile::memory_bound_time(Bytes bytes_moved, MemoryClass cls) co
   return model_memory_bound_time(impl_->cp, bytes_moved, cls);
 }
 TimeNs HardwareProfile::kernel_launch_ns() const { return impl_->launch_ns; }
+TimeNs HardwareProfile::runtime_launch_ns() const { return impl_->runtime_launch_ns; }
 TimeNs HardwareProfile::framework_hook_ns() const { return impl_->hook_ns; }
 double HardwareProfile::comm_overlap_slowdown() const { return impl_->overlap; }
 int HardwareProfile::launch_queue_depth() const { return impl_->launch_queue_depth; }

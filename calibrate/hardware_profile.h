@@ -73,7 +73,8 @@ class HardwareProfile {
   // Elementwise/copy kernels (read + write bytes), at the class's rate (a calibrated CPU profile's
   // gpu.elementwise_bytes_per_s.<class>; otherwise HBM bandwidth x efficiency for every class).
   TimeNs memory_bound_time(Bytes bytes_moved, MemoryClass cls = MemoryClass::Copy) const;
-  TimeNs kernel_launch_ns() const;     // CPU cost to launch one kernel
+  TimeNs kernel_launch_ns() const;     // CPU cost of one eager PyTorch op (Python, dispatch, the launch)
+  TimeNs runtime_launch_ns() const;    // CPU cost of one op of the bundled C++ runtime (default: kernel_launch_ns)
   TimeNs framework_hook_ns() const;    // CPU cost of one framework hook (module pre/post hook in Python)
   double comm_overlap_slowdown() const; // compute time multiplier while a collective runs (>= 1)
   // Kernels one stream's launch queue holds before a launch blocks the CPU (overheads.launch_queue_depth,

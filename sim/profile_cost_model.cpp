@@ -33,10 +33,10 @@ std::size_t ProfileCostModel::KeyHash::operator()(const KernelKey& k) const {
   return static_cast<std::size_t>(h);
 }
 
-ProfileCostModel::ProfileCostModel(const calibrate::HardwareProfile& hw) : hw_(hw) {
+ProfileCostModel::ProfileCostModel(const calibrate::HardwareProfile& hw, bool native) : hw_(hw) {
   slowdown_ = hw.comm_overlap_slowdown();
   hook_ns_ = hw.framework_hook_ns();
-  launch_ns_ = hw.kernel_launch_ns();
+  launch_ns_ = native ? hw.runtime_launch_ns() : hw.kernel_launch_ns();
   memo_.reserve(64);
 }
 

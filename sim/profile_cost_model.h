@@ -24,7 +24,9 @@ namespace fsdpsim::sim {
 class ProfileCostModel : public CostModel {
  public:
   // Keeps a reference: `hw` must outlive the model.
-  explicit ProfileCostModel(const calibrate::HardwareProfile& hw);
+  // `native`: the program is the bundled C++ runtime's (implementation "runtime"): its ops cost the CPU the
+  // profile's runtime_launch_ns, not eager PyTorch's kernel_launch_ns.
+  explicit ProfileCostModel(const calibrate::HardwareProfile& hw, bool native = false);
 
   TimeNs op_time(const Op& op) const override;
   TimeNs cpu_issue_time(const Op& op) const override;

@@ -331,7 +331,7 @@ bool Simulator::stretched_program(const models::ModelSpec& model, const calibrat
   const Plan rp = resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
   const std::shared_ptr<const models::WrapGraph> graph = wrap_graph_for(s_->graphs, m, rp.auto_wrap_policy, rp.implementation);
-  ProfileCostModel cost(hw);
+  ProfileCostModel cost(hw, rp.implementation == models::ModelImpl::Runtime);
   Stretched& st = s_->stretched;
   const bool ok = build_stretched(m, *graph, rp, topology_of(hw),
                                   cost, st, s_->graphs, stats, s_->ws);
@@ -393,7 +393,7 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
 
   const Bytes capacity = hw.memory_capacity();
   const Bytes context = hw.cuda_context_bytes();
-  ProfileCostModel cost(hw);
+  ProfileCostModel cost(hw, rp.implementation == models::ModelImpl::Runtime);
   ExecOptions eo;
   eo.record_trace = opts.record_trace;
   eo.record_memory_timeline = opts.record_memory_timeline;

@@ -294,6 +294,9 @@ int run(int argc, char** argv, bool mpi) {
                 {"efficiency", sourced(1.0, "the bandwidth above is already achieved")}};
   gpu["overheads"] = {
       {"kernel_launch_ns", eager_op_cpu(match.empty() ? builtin_gpu_json("H100-SXM", "gpu") : base, launch_ns)},
+      {"runtime_launch_ns", sourced(std::round(launch_ns) + 4000, "measured bare cudaLaunchKernel CPU cost (" +
+                                                                      std::to_string(std::lround(launch_ns)) +
+                                                                      " ns) + 4 us of the bundled runtime's C++ per op (assumption); " + where_txt)},
       {"framework_hook_ns", match.empty() ? sourced(50000, "assumption: one FSDP Python hook (fsdp-semantics.md D6)") : base["overheads"]["framework_hook_ns"]},
       {"launch_queue_depth", match.empty() || !base["overheads"].contains("launch_queue_depth")
                                  ? sourced(calibrate::kDefaultLaunchQueueDepth, "assumption, not measured here: calibrate/launch_queue.h")

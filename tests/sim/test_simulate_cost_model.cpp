@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "calibrate/hardware_profile.h"
+#include "models/zoo.h"
 #include "sim/profile_cost_model.h"
+#include "sim/simulator.h"
 
 namespace fsdpsim::sim {
 namespace {
@@ -90,6 +92,29 @@ TEST(ProfileCostModel, CpuIssueAndSlowdown) {
   EXPECT_EQ(cost.cpu_issue_time(op), 3 * hw.framework_hook_ns() + 7 * hw.kernel_launch_ns());
   EXPECT_DOUBLE_EQ(cost.overlap_slowdown(), hw.comm_overlap_slowdown());
   EXPECT_GE(cost.overlap_slowdown(), 1.0);
+  // The bundled C++ runtime's ops cost its own launch (runtime_launch_ns), not eager PyTorch's fitted one.
+  ProfileCostModel native(hw, /*native=*/true);
+  EXPECT_EQ(native.cpu_issue_time(op), 3 * hw.framework_hook_ns() + 7 * hw.runtime_launch_ns());
+  EXPECT_EQ(hw.runtime_launch_ns(), 6000);
+  EXPECT_EQ(hw.kernel_launch_ns(), 63000);
+}
+
+// simulate() prices a plan of the bundled runtime (implementation "runtime") with runtime_launch_ns: the same
+// ops issued at the C++ runtime's cost, not eager PyTorch's.
+TEST(ProfileCostModel, RuntimePlansIssueAtTheRuntimesCost) {
+  const auto hw = h100();
+  const models::ModelSpec m = models::load_model("tiny-llama");
+  Plan eager;
+  eager.implementation = models::ModelImpl::TorchTitan;
+  eager.micro_batch = 1;
+  eager.seq_len = 128;
+  Plan runtime = eager;
+  runtime.implementation = models::ModelImpl::Runtime;
+  const SimResult e = simulate(m, hw, eager), r = simulate(m, hw, runtime);
+  ASSERT_GT(e.cpu_issue_ns, 0);
+  ASSERT_GT(r.cpu_issue_ns, 0);
+  // (the two programs differ in their kernels, not by 10x: the per-op cost does)
+  EXPECT_LT(r.cpu_issue_ns * 3, e.cpu_issue_ns);
 }
 
 }  // namespace
