@@ -35,6 +35,7 @@ void query_profile(const HardwareProfile& hw) {
   (void)hw.memory_bound_time(0);
   (void)hw.memory_bound_time(1 << 30);
   (void)hw.kernel_launch_ns();
+  (void)hw.runtime_launch_ns();
   (void)hw.framework_hook_ns();
   (void)hw.comm_overlap_slowdown();
   (void)hw.host_copy_time(1 << 20);
