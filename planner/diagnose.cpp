@@ -485,7 +485,7 @@ Diagnosis diagnose(const models::ModelSpec& model, const calibrate::HardwareProf
 
   // 8. A CPU-bound step (the CPU issues eager ops and hooks for nearly all of it; sim/simulator.cpp's note): twice
   // the micro-batch in half the micro-batches keeps the global batch and issues half the ops per token.
-  if (d.fits_with_margin && base.step_time_ns > 0 && base.cpu_issue_ns >= base.step_time_ns * 9 / 10) {
+  if (d.fits_with_margin && sim::cpu_bound(base)) {
     Finding f = make("cpu_bound", "info");
     const bool halve = bp.grad_accum >= 2 && bp.grad_accum % 2 == 0;
     const std::int64_t mb = 2 * bp.micro_batch;

@@ -134,7 +134,7 @@ Explanations explain(const ExplainInput& in) {
     else if (in.cluster.nodes > 1) comm += " No collective crosses nodes except what the mesh needs.";
     ex.recommended.push_back(comm);
     // (simulate's note says the same at length, sim/simulator.cpp)
-    if (r.step_time_ns > 0 && r.cpu_issue_ns >= r.step_time_ns * 9 / 10)
+    if (sim::cpu_bound(r))
       ex.recommended.push_back("CPU-bound: the CPU issues eager ops for " + num(to_seconds(r.cpu_issue_ns), "%.3f") +
                                " s of the step against " + num(to_seconds(r.compute_ns), "%.3f") +
                                " s of GPU compute; this step time rests on the host and the PyTorch version (the "

@@ -111,6 +111,10 @@ struct SimResult {
 
 nlohmann::json sim_result_to_json(const SimResult& r, bool include_trace = false);
 
+// The CPU issues ops for 90% of the step or more: the GPU waits on it (simulate's note, plan's explanation and
+// diagnose's cpu_bound finding all use this rule).
+inline bool cpu_bound(const SimResult& r) { return r.step_time_ns > 0 && r.cpu_issue_ns >= r.step_time_ns * 9 / 10; }
+
 // Length of the intersection of two unions of intervals, each sorted and non-overlapping (exposed
 // communication: compute-stream gaps ∩ collective busy time). The simulator's executor and the runtimes
 // measure it the same way.

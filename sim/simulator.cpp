@@ -393,7 +393,8 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
 
   const Bytes capacity = hw.memory_capacity();
   const Bytes context = hw.cuda_context_bytes();
-  ProfileCostModel cost(hw, rp.implementation == models::ModelImpl::Runtime);
+  const bool native = rp.implementation == models::ModelImpl::Runtime;   // the bundled C++ runtime's program
+  ProfileCostModel cost(hw, native);
   ExecOptions eo;
   eo.record_trace = opts.record_trace;
   eo.record_memory_timeline = opts.record_memory_timeline;
@@ -501,12 +502,14 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
                       "different non-NCCL streams are assumed not to slow each other");
   // A step whose CPU issues for (nearly) all of it is CPU-bound: the GPU waits for the CPU, and the step time
   // rests on the profile's CPU costs, which belong to the host and the PyTorch version.
-  if (r.step_time_ns > 0 && r.cpu_issue_ns >= r.step_time_ns * 9 / 10)
+  if (cpu_bound(r))
     r.notes.push_back("CPU-bound: the CPU issues the step's ops for " + fmt("%.4f", to_seconds(r.cpu_issue_ns)) +
                       " s of the " + fmt("%.4f", to_seconds(r.step_time_ns)) + " s step (the compute stream is busy " +
                       fmt("%.4f", to_seconds(r.compute_ns)) + " s), at the profile's " +
-                      fmt("%.0f", static_cast<double>(hw.kernel_launch_ns()) / 1e3) + " us per eager op (kernel_launch_ns, "
-                      "fitted on PyTorch 2.11 eager steps of one host: scripts/fit_cpu_issue.py) and " +
+                      fmt("%.0f", static_cast<double>(native ? hw.runtime_launch_ns() : hw.kernel_launch_ns()) / 1e3) +
+                      (native ? " us per op of the bundled runtime (runtime_launch_ns) and "
+                              : " us per eager op (kernel_launch_ns, fitted on PyTorch 2.11 eager steps of one host: "
+                                "scripts/fit_cpu_issue.py) and ") +
                       fmt("%.0f", static_cast<double>(hw.framework_hook_ns()) / 1e3) + " us per FSDP hook (framework_hook_ns, "
                       "assumed); this step time depends on the host CPU and the PyTorch version more than on the GPU. "
                       "A larger micro-batch (fewer ops per token), torch.compile or CUDA graphs shorten it");

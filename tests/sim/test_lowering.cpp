@@ -2224,7 +2224,9 @@ TEST(LoweringOffload, OffloadActivationsWithoutCheckpointingByHand) {
       if (streams && j == L - 1) continue;   // (its last tensors may still be stashed: used as they are)
       ASSERT_EQ(r.kind, OpKind::H2D);
       ASSERT_EQ(r.allocs.size(), 1u);
-      if (!streams) EXPECT_EQ(r.copy_bytes, c.copy_bytes);
+      if (!streams) {
+        EXPECT_EQ(r.copy_bytes, c.copy_bytes);
+      }
       EXPECT_EQ(free_at[static_cast<std::size_t>(r.allocs[0])], bwd.id);
       if (streams && j > 0) {   // the next copy back waits on the event after this block's backward
         const Op& next = p.ops[static_cast<std::size_t>(ops_of(p, OpKind::Backward, j).at(0)->id - 1)];
