@@ -195,7 +195,7 @@ class BlockWriter {
   // (reports/validation/torch-memory-2026-11-28) the checkpointed first block's attn_norm output is freed after
   // o_proj. Inside a compiled block the graph has no frames: inductor frees each buffer at its last use.
   int called(int arg, int result) {
-    if (!o_.compile) t_.hold(arg);
+    held_to_return({arg});
     return result;
   }
   // Local variables of an eager Python forward that has just returned: alive until its last op.
