@@ -352,8 +352,10 @@ struct GradPool {
     return static_cast<int>(bytes.size()) - 1;
   }
   void ref(int b) { ++refs[at(b)]; }
-  void unref(int b) {
-    if (--refs[at(b)] == 0) live -= bytes[at(b)];
+  bool unref(int b) {   // whether it dies
+    if (--refs[at(b)] != 0) return false;
+    live -= bytes[at(b)];
+    return true;
   }
 };
 
@@ -439,13 +441,107 @@ std::vector<ForwardEvent> AutogradTape::events(const TapePolicy& p, bool recompu
   return ev;
 }
 
+std::vector<BackwardEvent> AutogradTape::backward_events(const TapePolicy& p) const {
+  std::vector<BackwardEvent> ev;
+  if (!has_graph()) return ev;   // no gradient reaches the block: no backward
+  const std::size_t ns = storages_.size();
+  const std::size_t input_storage = at(tensors_[at(input_)].storage);
+  const int n_ops = static_cast<int>(ops_.size());
+  std::vector<char> saved(ns, 0);
+  for (std::size_t s = 0; s < ns; ++s) saved[s] = p.needed[s] || (p.recompute && s == input_storage && p.kept[s]);
+  std::vector<std::vector<int>> releases(ops_.size());
+  for (std::size_t s = 0; s < ns; ++s)
+    if (p.needed[s] && p.release_op[s] >= 0 && p.release_op[s] < n_ops) releases[at(p.release_op[s])].push_back(static_cast<int>(s));
+  GradPool g;
+  const auto make = [&](Bytes bytes, int op, int storage) {
+    const int id = g.make(bytes);
+    if (bytes > 0) ev.push_back({BackwardEvent::Grad, id, storage, bytes, op});
+    return id;
+  };
+  std::vector<int> slot(tensors_.size(), -1);
+  int op_now = -1;
+  const auto unref = [&](int b) {
+    if (g.unref(b) && g.bytes[at(b)] > 0) ev.push_back({BackwardEvent::FreeGrad, b, -1, g.bytes[at(b)], op_now});
+  };
+  slot[at(output_)] = make(p.grad_bytes[at(output_)], -1, -1);
+  std::vector<int> to_unref;
+  for (int i = n_ops - 1; i >= 0; --i) {
+    op_now = i;
+    const TapeOp& op = ops_[at(i)];
+    const int first = first_out_[at(i)];
+    const int last = first + static_cast<int>(op.out.size());
+    int out_grad = -1;
+    for (int t = first; t < last && out_grad < 0; ++t) out_grad = slot[at(t)];
+    to_unref.clear();
+    if (out_grad >= 0) {
+      // the weight's gradient first (the measured order of mm's backward: AccumulateGrad keeps it as .grad)
+      if (op.weight == WeightUse::Trains && op.weight_grad > 0) ev.push_back({BackwardEvent::WeightGrad, -1, -1, op.weight_grad, i});
+      for (std::size_t k = 0; k < op.in.size(); ++k) {
+        const TapeIn& in = op.in[k];
+        const TapeTensor& tt = tensors_[at(in.tensor)];
+        if (in.grad == GradRule::None || !tt.requires_grad) continue;
+        int b = -1;
+        switch (in.grad) {
+          case GradRule::Alias:  // input k passes through to output k (or to the op's single output)
+            b = first + static_cast<int>(k) < last && slot[at(first + static_cast<int>(k))] >= 0
+                    ? slot[at(first + static_cast<int>(k))]
+                    : out_grad;
+            g.ref(b);
+            break;
+          case GradRule::New:
+            if (p.compiled && p.grad_bytes[at(in.tensor)] == 0) {  // inside a fused backward kernel
+              b = out_grad;
+              g.ref(b);
+            } else {
+              b = make(p.grad_bytes[at(in.tensor)], i, -1);
+            }
+            break;
+          case GradRule::IntoSaved: {
+            const std::size_t s = at(tt.storage);
+            // the saved storage becomes the gradient: nothing new is allocated
+            b = make(p.bytes[s], i, saved[s] ? static_cast<int>(s) : -1);
+            saved[s] = 0;
+            break;
+          }
+          case GradRule::None: break;
+        }
+        int& sl = slot[at(in.tensor)];
+        if (sl < 0) {
+          sl = b;
+        } else if (g.refs[at(sl)] == 1 || p.grad_bytes[at(in.tensor)] == 0) {
+          // accumulate into the existing buffer in place (or inside a fused kernel)
+          to_unref.push_back(b);
+        } else if (g.refs[at(b)] == 1) {   // or into the new one
+          to_unref.push_back(sl);
+          sl = b;
+        } else {                           // both shared: out of place
+          to_unref.push_back(sl);
+          to_unref.push_back(b);
+          sl = make(p.grad_bytes[at(in.tensor)], i, -1);
+        }
+      }
+      if (const Bytes w = op_workspace(op, p, false); w > 0) ev.push_back({BackwardEvent::Workspace, -1, -1, w, i});
+      for (int b : to_unref) unref(b);
+    }
+    for (int t = first; t < last; ++t) {
+      if (slot[at(t)] >= 0) unref(slot[at(t)]);
+      slot[at(t)] = -1;
+    }
+    for (int s : releases[at(i)]) {
+      if (!saved[at(s)]) continue;
+      saved[at(s)] = 0;
+      ev.push_back({BackwardEvent::Release, -1, s, p.bytes[at(s)], i});
+    }
+  }
+  return ev;
+}
+
 TapeCost AutogradTape::cost(const TapePolicy& p) const {
   const std::size_t ns = storages_.size();
   const std::size_t input_storage = at(tensors_[at(input_)].storage);
   const std::size_t output_storage = output_ >= 0 ? at(tensors_[at(output_)].storage) : ns;
   auto workspace = [&](const TapeOp& op, bool forward) { return op_workspace(op, p, forward); };
   const std::vector<std::vector<int>> dies = forward_deaths(p);
-  const int n_ops = static_cast<int>(ops_.size());
   auto created = [&](std::size_t i, auto&& fn) {  // the storages op i allocates
     for (std::size_t j = 0; j < ops_[i].out.size(); ++j)
       if (ops_[i].out[j].view_of < 0) fn(at(tensors_[at(first_out_[i]) + j].storage));
@@ -491,103 +587,36 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
     }
   }
 
-  // Backward.
-  std::vector<char> saved(ns, 0);
-  Bytes live_saved = 0;
-  for (std::size_t s = 0; s < ns; ++s) {
-    saved[s] = p.needed[s] || (p.recompute && s == input_storage && p.kept[s]);
-    if (saved[s]) live_saved += p.bytes[s];
-  }
-  std::vector<std::vector<int>> releases(ops_.size());
+  // Backward: the running sum over its events (backward_events), from every saved tensor and the incoming gradient.
+  Bytes live = 0;
   for (std::size_t s = 0; s < ns; ++s)
-    if (p.needed[s] && p.release_op[s] >= 0 && p.release_op[s] < n_ops) releases[at(p.release_op[s])].push_back(static_cast<int>(s));
-  GradPool g;
-  std::vector<int> slot(tensors_.size(), -1);
-  if (graph) slot[at(output_)] = g.make(incoming);
-  peak = std::max(peak, live_saved + g.live);
-  Bytes phase_peak = live_saved + g.live;   // the backward's own ops
-  // The parameters' gradients created so far (none during the recompute): an op's weight gradient exists
-  // from its own backward on, allocated before its input gradients (the measured order of mm's backward).
-  Bytes grads = 0;
-  Bytes peak_with_grads = peak;
-  Bytes phase_peak_with_grads = phase_peak;
-  std::vector<int> to_unref;
-  for (int i = n_ops - 1; i >= 0; --i) {
-    const TapeOp& op = ops_[at(i)];
-    const int first = first_out_[at(i)];
-    const int last = first + static_cast<int>(op.out.size());
-    int out_grad = -1;
-    for (int t = first; t < last && out_grad < 0; ++t) out_grad = slot[at(t)];
-    to_unref.clear();
-    if (out_grad >= 0) {
-      if (op.weight == WeightUse::Trains) grads += op.weight_grad;
-      for (std::size_t k = 0; k < op.in.size(); ++k) {
-        const TapeIn& in = op.in[k];
-        const TapeTensor& tt = tensors_[at(in.tensor)];
-        if (in.grad == GradRule::None || !tt.requires_grad) continue;
-        int b = -1;
-        switch (in.grad) {
-          case GradRule::Alias:  // input k passes through to output k (or to the op's single output)
-            b = first + static_cast<int>(k) < last && slot[at(first + static_cast<int>(k))] >= 0
-                    ? slot[at(first + static_cast<int>(k))]
-                    : out_grad;
-            g.ref(b);
-            break;
-          case GradRule::New:
-            if (p.compiled && p.grad_bytes[at(in.tensor)] == 0) {  // inside a fused backward kernel
-              b = out_grad;
-              g.ref(b);
-            } else {
-              b = g.make(p.grad_bytes[at(in.tensor)]);
-            }
-            break;
-          case GradRule::IntoSaved: {
-            const std::size_t s = at(tt.storage);
-            b = g.make(p.bytes[s]);
-            if (saved[s]) {  // the saved storage becomes the gradient: nothing new is allocated
-              saved[s] = 0;
-              live_saved -= p.bytes[s];
-            }
-            break;
-          }
-          case GradRule::None: break;
-        }
-        int& sl = slot[at(in.tensor)];
-        if (sl < 0) {
-          sl = b;
-        } else if (g.refs[at(sl)] == 1 || p.grad_bytes[at(in.tensor)] == 0) {
-          // accumulate into the existing buffer in place (or inside a fused kernel)
-          to_unref.push_back(b);
-        } else if (g.refs[at(b)] == 1) {   // or into the new one
-          to_unref.push_back(sl);
-          sl = b;
-        } else {                           // both shared: out of place
-          to_unref.push_back(sl);
-          to_unref.push_back(b);
-          sl = g.make(p.grad_bytes[at(in.tensor)]);
-        }
-      }
-      peak = std::max(peak, live_saved + g.live + workspace(op, false));
-      peak_with_grads = std::max(peak_with_grads, live_saved + g.live + workspace(op, false) + grads);
-      phase_peak = std::max(phase_peak, live_saved + g.live + workspace(op, false));
-      phase_peak_with_grads = std::max(phase_peak_with_grads, live_saved + g.live + workspace(op, false) + grads);
-      for (int b : to_unref) g.unref(b);
+    if (p.needed[s] || (p.recompute && s == input_storage && p.kept[s])) live += p.bytes[s];
+  Bytes grads = 0;   // the parameters' gradients created so far (none during the recompute)
+  Bytes phase_peak = live;
+  Bytes phase_peak_with_grads = live;
+  for (const BackwardEvent& e : backward_events(p)) {
+    switch (e.kind) {
+      case BackwardEvent::WeightGrad: grads += e.bytes; break;
+      case BackwardEvent::Grad:
+        if (e.storage < 0) live += e.bytes;   // (written into a saved tensor: its memory changes owner)
+        break;
+      case BackwardEvent::Workspace:   // allocated and freed around the kernel
+        phase_peak = std::max(phase_peak, live + e.bytes);
+        phase_peak_with_grads = std::max(phase_peak_with_grads, live + e.bytes + grads);
+        break;
+      case BackwardEvent::FreeGrad:
+      case BackwardEvent::Release: live -= e.bytes; break;
     }
-    for (int t = first; t < last; ++t) {
-      if (slot[at(t)] >= 0) g.unref(slot[at(t)]);
-      slot[at(t)] = -1;
-    }
-    for (int s : releases[at(i)]) {
-      if (!saved[at(s)]) continue;
-      saved[at(s)] = 0;
-      live_saved -= p.bytes[at(s)];
-    }
+    phase_peak = std::max(phase_peak, live);
+    phase_peak_with_grads = std::max(phase_peak_with_grads, live + grads);
   }
+  peak = std::max(peak, phase_peak);
+  const Bytes peak_with_grads = std::max(peak, phase_peak_with_grads);
   c.backward_extra = peak - kept_bytes;
-  c.backward_extra_with_grads = std::max(peak_with_grads, live_saved + g.live + grads) - kept_bytes;
+  c.backward_extra_with_grads = peak_with_grads - kept_bytes;
   c.param_grads = grads;
   c.backward_phase_extra = phase_peak - kept_bytes;
-  c.backward_phase_extra_with_grads = std::max(phase_peak_with_grads, live_saved + g.live + grads) - kept_bytes;
+  c.backward_phase_extra_with_grads = phase_peak_with_grads - kept_bytes;
   c.incoming_grad = incoming;
   return c;
 }

@@ -169,6 +169,26 @@ struct ForwardEvent {
   int forward_end = -1;
 };
 
+// One allocator event of the block's backward (after a checkpointed block's recompute), in the order autograd
+// makes them (issue 19 item 4): each op's backward, last op first, creates its weight's gradient (WeightGrad:
+// the parameters' .grad, FSDP's buffers), then its inputs' gradients (Grad), then runs (Workspace: allocated and
+// freed around the kernel), then drops the gradients nothing reads any more (FreeGrad) and the saved tensors
+// whose last reader it was (Release: Node::release_variables). The block output's gradient comes first (Grad,
+// op -1: the later module made it). Gradients alive at the end (the block input's) are the caller's.
+struct BackwardEvent {
+  enum Kind : std::uint8_t { WeightGrad, Grad, FreeGrad, Workspace, Release };
+  Kind kind = Grad;
+  int grad = -1;      // Grad / FreeGrad: the gradient's number, 0, 1, ... in creation order
+  // Release: the saved storage freed. Grad: the saved storage the gradient is written into (GradRule::IntoSaved:
+  // the saved tensor's memory becomes the gradient, nothing is allocated); -1 for a new gradient.
+  int storage = -1;
+  Bytes bytes = 0;
+  int op = -1;        // the tape op whose backward it belongs to (-1: the incoming gradient)
+  // Release, and a Grad written into a saved storage: its index among the kept storages (BlockMemory::saved) or
+  // among the recomputed ones (the recompute list), set by the readers.
+  int saved = -1, recomputed = -1;
+};
+
 class AutogradTape {
  public:
   // The block input, created outside. It does not require grad before the step's first trainable weight
@@ -227,6 +247,9 @@ class AutogradTape {
   // others are temporaries freed at their last use, the recomputed block output as soon as it is made.
   // Empty without a recompute.
   std::vector<ForwardEvent> recompute_events(const TapePolicy& p) const { return events(p, true); }
+  // The backward's events under policy p (after the recompute, whose saved tensors it releases): cost()'s
+  // backward peaks are the running sums' maxima over them. Empty when the block has no graph.
+  std::vector<BackwardEvent> backward_events(const TapePolicy& p) const;
 
  private:
   // Per forward op, the storages whose last use it is (inductor's fused kernels extend their inputs' lives).

@@ -109,6 +109,57 @@ TEST(AutogradTape, ForwardAndRecomputeEventsInOpOrderByHand) {
   EXPECT_EQ(events_text(w.forward_events(w.eager_policy())), "+K x 100; +T y 100 #0; +T workspace 30 #1; -T workspace 30 #1; ");
 }
 
+// The backward's allocator events (issue 19 item 4): the incoming dy first; each op's weight gradient, its inputs'
+// gradients, the gradients it consumed freed, then the saved tensors whose last reader it was; the block input's
+// gradient left alive. Their running sum's peak is cost()'s backward peak.
+std::string backward_text(const std::vector<BackwardEvent>& ev) {
+  std::string s;
+  for (const BackwardEvent& e : ev) {
+    switch (e.kind) {
+      case BackwardEvent::WeightGrad: s += "+W "; break;
+      case BackwardEvent::Grad: s += e.storage >= 0 ? "=G " : "+G "; break;
+      case BackwardEvent::FreeGrad: s += "-G "; break;
+      case BackwardEvent::Workspace: s += "ws "; break;
+      case BackwardEvent::Release: s += "-S "; break;
+    }
+    s += std::to_string(e.bytes) + (e.grad >= 0 ? " #" + std::to_string(e.grad) : "") + " @" + std::to_string(e.op) + "; ";
+  }
+  return s;
+}
+
+TEST(AutogradTape, BackwardEventsInOpOrderByHand) {
+  AutogradTape t = chain();
+  // eager (saved x 100, b 50): dy #0; mm (op 2) makes db #1, drops dy and releases b; the cast (op 1) makes da
+  // #2 and drops db; f (op 0) makes dx #3, drops da and releases x. dx is the caller's.
+  const TapePolicy eager = t.eager_policy();
+  EXPECT_EQ(backward_text(t.backward_events(eager)),
+            "+G 100 #0 @-1; +G 50 #1 @2; -G 100 #0 @2; -S 50 @2; +G 200 #2 @1; -G 50 #1 @1; +G 100 #3 @0; -G 200 #2 @0; "
+            "-S 100 @0; ");
+  // the running sum from the saved 150 peaks at 400 (as EagerChainByHand counts)
+  Bytes live = 150, peak = 150;
+  for (const BackwardEvent& e : t.backward_events(eager)) {
+    live += e.kind == BackwardEvent::Grad ? e.bytes : e.kind == BackwardEvent::WeightGrad ? 0 : -e.bytes;
+    peak = std::max(peak, live);
+  }
+  EXPECT_EQ(peak, 400);
+  EXPECT_EQ(peak - 150, t.cost(eager).backward_extra);
+  // a weight gradient comes first in its op's backward, a workspace after the op's gradients
+  AutogradTape w;
+  const int x = w.input("x", 100);
+  TapeOp op{OpKind::Matmul, {{x, GradRule::New, true}}, {{"y", 100}}};
+  op.bwd_workspace = 30;
+  op.weight = WeightUse::Trains;
+  op.weight_grad = 70;
+  w.output(w.add1(op));
+  EXPECT_EQ(backward_text(w.backward_events(w.eager_policy())), "+G 100 #0 @-1; +W 70 @0; +G 100 #1 @0; ws 30 @0; -G 100 #0 @0; -S 100 @0; ");
+  EXPECT_EQ(w.cost(w.eager_policy()).backward_extra_with_grads, 100 + 100 + 30 + 70);
+  // written into a saved tensor (Liger's in-place kernels): the gradient takes the saved storage over
+  AutogradTape l;
+  const int lx = l.input("x", 100);
+  l.output(l.add1({OpKind::Kernel, {{lx, GradRule::IntoSaved, true}}, {{"y", 100}}}));
+  EXPECT_EQ(backward_text(l.backward_events(l.eager_policy())), "+G 100 #0 @-1; =G 100 #1 @0; -G 100 #0 @0; ");
+}
+
 TEST(AutogradTape, SelectiveOpKeepsOddMatmulsByHand) {
   AutogradTape t;
   const int x = t.input("x", 10);
