@@ -53,6 +53,9 @@ BlockMemory read(const AutogradTape& t, const TapePolicy& p) {
   bm.backward_extra_with_grads = c.backward_extra_with_grads;
   bm.param_grads = c.param_grads;
   bm.recompute_events = t.recompute_events(p);
+  bm.backward_events = t.backward_events(p);
+  for (BackwardEvent& e : bm.backward_events)
+    if (e.storage >= 0) e.saved = saved_index[static_cast<std::size_t>(e.storage)];
   bm.backward_phase_extra = c.backward_phase_extra;
   bm.backward_phase_extra_with_grads = c.backward_phase_extra_with_grads;
   bm.incoming_grad = c.incoming_grad;

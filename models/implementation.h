@@ -66,6 +66,11 @@ struct BlockMemory {
   // peaks without the recompute (TapeCost backward_phase_extra*) with the incoming gradient they include.
   std::vector<ForwardEvent> recompute_events;
   Bytes backward_phase_extra = 0, backward_phase_extra_with_grads = 0, incoming_grad = 0;
+  // The backward after the recompute tensor by tensor (models::AutogradTape::backward_events): a Release, or a
+  // gradient written into a saved storage, names its entry of `saved` (BackwardEvent::saved) when the forward
+  // kept it; a recomputed one is named by the lowering (its recompute list). Empty for the bundled runtime's
+  // blocks and a block without a backward.
+  std::vector<BackwardEvent> backward_events;
 
   Bytes saved_bytes() const;  // sum of `saved`
 };

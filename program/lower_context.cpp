@@ -899,6 +899,12 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
       a.backward_with_grads = std::max<Bytes>(0, mem.backward_phase_extra_with_grads - recomputed - a.incoming_grad);
     }
     a.param_grads = mem.param_grads;
+    a.backward_events = mem.backward_events;
+    for (models::BackwardEvent& e : a.backward_events) {
+      if (e.storage < 0 || e.saved >= 0) continue;
+      for (const models::ForwardEvent& r : a.recompute_events)
+        if (r.kind == models::ForwardEvent::Kept && r.storage == e.storage) e.recomputed = r.saved;
+    }
     return a;
   };
   c.layer_mode.assign(L, 0);

@@ -298,6 +298,9 @@ struct Context {
     // it holds for the backward (0 without recompute events: then backward_extra covers the recompute)
     std::vector<models::ForwardEvent> recompute_events;
     Bytes incoming_grad = 0;
+    // The backward tensor by tensor (models::BlockMemory::backward_events): a Release, or a gradient written into
+    // a saved storage, names its entry of `saved` or of `recompute` (BackwardEvent::recomputed).
+    std::vector<models::BackwardEvent> backward_events;
     Bytes forward_extra = 0, backward_extra = 0;
     Bytes backward_with_grads = 0, param_grads = 0;
   };

@@ -137,10 +137,17 @@ class FlatParamLowering final : public LoweringWalk {
   void segment_grads(int s, Op& o) override {
     const int u = c_.segments[s].unit;
     if (view_held_[s] > 0) {
-      const int g = b_.buffer("param_grads", u, view_held_[s] * c_.bp, MemCategory::UnshardedGrads, compute_);
-      o.allocs.push_back(g);
-      b_.write(o, g);
-      state_[u].views.push_back(g);
+      // (one buffer for the segment's views, or each view's where the block's backward makes it: cut_grads)
+      const auto held = [&](int g) {
+        o.allocs.push_back(g);
+        b_.write(o, g);
+        state_[u].views.push_back(g);
+      };
+      if (const std::vector<int>* cut = cut_grads("param_grads", u, view_held_[s] * c_.bp)) {
+        for (int g : *cut) held(g);
+      } else {
+        held(b_.buffer("param_grads", u, view_held_[s] * c_.bp, MemCategory::UnshardedGrads, compute_));
+      }
     }
     if (tied_held_[s] > 0) {   // the tied weight's gradient from the head
       const int g = b_.buffer("tied_grad", u, tied_held_[s] * c_.bp, MemCategory::UnshardedGrads, compute_);

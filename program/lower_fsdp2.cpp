@@ -322,6 +322,11 @@ class ParamGroupLowering final : public LoweringWalk {
       g.grad = -1;
     } else if (split_[v] && sync_ && g.grad < 0) {
       split_now_[v] = true;
+    } else if (const std::vector<int>* cut = sync_ || !c_.reduce_cast ? cut_grads("grad", v, c_.sizes[v].grad * c_.bp) : nullptr) {
+      // each trainable parameter's .grad where the block's backward makes it (foreach_reduce reads them all; a
+      // no_sync micro-batch keeps them as they are)
+      fresh_grad_[v] = cut->front();
+      grad_parts_[v].insert(grad_parts_[v].end(), cut->begin() + 1, cut->end());
     } else {
       fresh_grad_[v] = b_.buffer("grad", v, c_.sizes[v].grad * c_.bp, MemCategory::UnshardedGrads, compute_);
     }
@@ -331,6 +336,14 @@ class ParamGroupLowering final : public LoweringWalk {
   void segment_grads(int s, Op& o) override {
     const int u = c_.segments[s].unit;
     if (!split_now_[u]) return;
+    if (const std::vector<int>* cut = cut_grads("grad", u, segment_grad_bytes(s))) {   // (a block backward by tensor)
+      for (int b : *cut) {
+        o.allocs.push_back(b);
+        b_.write(o, b);
+        (fresh_grad_[u] < 0 ? fresh_grad_[u] : grad_parts_[u].emplace_back()) = b;
+      }
+      return;
+    }
     int last = -1;
     for (std::int64_t numel : seg_grads_[s]) {
       last = b_.buffer("grad", u, numel * c_.bp, MemCategory::UnshardedGrads, compute_);

@@ -394,6 +394,10 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
     // l3-8b-fsdp2-ac-mb2-s8192-fused): the transient is what the backward needs on top of all of them
     // (models::BlockMemory::backward_extra_with_grads). Without gradients made here (no_sync accumulating
     // into a kept .grad, a unit whose gradient an earlier segment made) the gradients are not counted.
+    if (block && backward_by_tensor(*a, grads)) {
+      emit_backward_events(o, s, *a, grads > 0);
+      return;
+    }
     if (block) {
       Bytes tmp = a->backward_extra;
       if (grads > 0 && a->param_grads > 0) tmp = std::max<Bytes>(0, a->backward_with_grads - a->param_grads);
@@ -436,6 +440,117 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
     if (grad_in_[s] >= 0) o.frees.push_back({grad_in_[s], -1});
     grad_in_[s] = -1;
   }
+}
+
+bool LoweringWalk::backward_by_tensor(const Context::BlockActivations& a, Bytes grads) const {
+  return !a.backward_events.empty() && plan_.activation_offloading == ActivationOffload::None &&
+         (grads == 0 || grads == a.param_grads);
+}
+
+// The block backward as PyTorch's allocator sees it (issue 19 item 4; models::AutogradTape::backward_events): the
+// incoming gradient (the recompute's grad_in, else made here), then op by op, last first, the weight's gradient
+// (its place noted), the inputs' gradients, the kernel's workspace, the gradients nothing reads any more and the
+// saved tensors after their last reader's backward (Node::release_variables), each freed inside the op
+// (FreeSpec free_inside_op). What is alive at its end (the block input's gradient, saved tensors no backward op
+// released) is freed after it is enqueued.
+void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActivations& a, bool weight_grads) {
+  const int unit = c_.segments[s].unit;
+  // the saved and recomputed tensors' buffers by their entry (alloc_forward's consecutive ids; a taken block input
+  // is the range's `extra`)
+  const auto buffers = [](const std::vector<models::SavedTensor>& ts, const BufferRange& r, int extra_entry,
+                          std::vector<int>& out) {
+    out.assign(ts.size(), -1);
+    int next = r.first;
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      if (ts[i].bytes <= 0) continue;
+      out[i] = static_cast<int>(i) == extra_entry && r.extra >= 0 ? r.extra : next++;
+    }
+  };
+  const models::ForwardEvent* in = input_event(a.forward_events);
+  buffers(a.saved, act_[s], in && in->kind == models::ForwardEvent::Kept ? in->saved : -1, saved_bufs_);
+  buffers(a.recompute, recompute_[s], -1, rec_bufs_);
+  act_[s] = recompute_[s] = BufferRange{};
+  const auto storage = [&](const models::BackwardEvent& e) -> int* {
+    if (e.saved >= 0) return &saved_bufs_[static_cast<std::size_t>(e.saved)];
+    if (e.recomputed >= 0) return &rec_bufs_[static_cast<std::size_t>(e.recomputed)];
+    return nullptr;
+  };
+  std::size_t inside = 0;
+  const auto free_inside = [&](int& b) {
+    if (b < 0) return;
+    o.frees.insert(o.frees.begin() + static_cast<std::ptrdiff_t>(inside++),
+                   FreeSpec{b, free_inside_op(std::max<int>(1, static_cast<int>(o.allocs.size())))});
+    b = -1;
+  };
+  grad_buf_.clear();
+  weight_slots_.clear();
+  for (const models::BackwardEvent& e : a.backward_events) {
+    switch (e.kind) {
+      case models::BackwardEvent::WeightGrad:
+        if (weight_grads) weight_slots_.push_back({o.allocs.size(), inside});
+        break;
+      case models::BackwardEvent::Grad: {
+        if (static_cast<std::size_t>(e.grad) >= grad_buf_.size()) grad_buf_.resize(static_cast<std::size_t>(e.grad) + 1, -1);
+        int b = -1;
+        if (e.op < 0) {   // the block output's gradient: the recompute's, when it made one
+          std::swap(b, grad_in_[s]);
+        } else if (int* st = e.storage >= 0 ? storage(e) : nullptr) {   // written into the saved tensor
+          std::swap(b, *st);
+        }
+        if (b < 0) {
+          b = b_.buffer(e.op < 0 ? "grad_in" : "act_grad", unit, e.bytes, MemCategory::Activations, compute_);
+          o.allocs.push_back(b);
+        }
+        grad_buf_[static_cast<std::size_t>(e.grad)] = b;
+        break;
+      }
+      case models::BackwardEvent::FreeGrad: free_inside(grad_buf_.at(static_cast<std::size_t>(e.grad))); break;
+      case models::BackwardEvent::Workspace: {
+        int w = b_.buffer("bwd_ws", unit, e.bytes, MemCategory::Activations, compute_);
+        o.allocs.push_back(w);
+        free_inside(w);
+        break;
+      }
+      case models::BackwardEvent::Release:
+        if (int* st = storage(e)) free_inside(*st);
+        break;
+    }
+  }
+  if (o.allocs.empty())   // (an op that makes nothing frees after it is enqueued)
+    for (std::size_t f = 0; f < inside; ++f) o.frees[f].reuse_after_op = -1;
+  for (const std::vector<int>* v : {&grad_buf_, &saved_bufs_, &rec_bufs_})
+    for (int b : *v)
+      if (b >= 0) o.frees.push_back({b, -1});
+  if (grad_in_[s] >= 0) o.frees.push_back({grad_in_[s], -1});
+  grad_in_[s] = -1;
+}
+
+const std::vector<int>* LoweringWalk::cut_grads(const char* name, int u, Bytes bytes) {
+  if (cut_ == nullptr || bytes != cut_->param_grads || !cut_bufs_.empty()) return nullptr;
+  for (const models::BackwardEvent& e : cut_->backward_events)
+    if (e.kind == models::BackwardEvent::WeightGrad)
+      cut_bufs_.push_back(b_.buffer(name, u, e.bytes, MemCategory::UnshardedGrads, compute_));
+  return cut_bufs_.empty() ? nullptr : &cut_bufs_;
+}
+
+void LoweringWalk::place_weight_grads(Op& o, std::size_t first) {
+  if (weight_slots_.empty() || first >= o.allocs.size()) return;
+  tail_.assign(o.allocs.begin() + static_cast<std::ptrdiff_t>(first), o.allocs.end());
+  o.allocs.resize(first);
+  const bool pieces = cut_bufs_.size() == weight_slots_.size();
+  // from the last slot back: an insertion moves the allocations and the inside frees after it, not the slots before
+  for (std::size_t i = weight_slots_.size(); i-- > 0;) {
+    const WeightSlot& w = weight_slots_[i];
+    std::size_t n = 0;
+    for (int b : tail_) {
+      const auto piece = std::find(cut_bufs_.begin(), cut_bufs_.end(), b) - cut_bufs_.begin();
+      const bool at_slot = pieces && piece < static_cast<std::ptrdiff_t>(cut_bufs_.size()) ? static_cast<std::size_t>(piece) == i : i == 0;
+      if (at_slot) o.allocs.insert(o.allocs.begin() + static_cast<std::ptrdiff_t>(w.allocs + n++), b);
+    }
+    for (std::size_t f = w.inside_frees; f < o.frees.size() && is_free_inside_op(o.frees[f].reuse_after_op); ++f)
+      o.frees[f].reuse_after_op = free_inside_op(allocs_before_free(o.frees[f].reuse_after_op) + static_cast<int>(n));
+  }
+  weight_slots_.clear();
 }
 
 // A LoRA adapter on the LM head (plan.lora.targets "head"; models/block_recipes.cpp lora): the head computes
@@ -883,6 +998,12 @@ void LoweringWalk::backward_segment(int s) {
   // Autograd allocates a unit's unsharded gradient at its first backward compute (the segment where its
   // pre-backward fired).
   if (offloading && packs_saved(s)) unpack_saved(s);
+  const Segment& seg = c_.segments[s];
+  cut_ = nullptr;
+  cut_bufs_.clear();
+  weight_slots_.clear();
+  if (seg.part == models::ModulePart::Block && backward_by_tensor(c_.acts(seg.layer), c_.acts(seg.layer).param_grads))
+    cut_ = &c_.acts(seg.layer);
   const int first_new = b_.num_buffers();
   for (int v : c_.backward_starts[s]) autograd_grad(v, s);
   const int last_new = b_.num_buffers();
@@ -891,9 +1012,13 @@ void LoweringWalk::backward_segment(int s) {
   emit_compute(s, OpKind::Backward, grads);
   Op& o = b_.at(b_.last_op());
   bwd_op_ = o.id;
+  const std::size_t compute_allocs = o.allocs.size();
   for (int buf = first_new; buf < last_new; ++buf) o.allocs.push_back(buf);
   if (const int grad = unsharded_grad(u); grad >= 0) b_.write(o, grad);
+  for (std::size_t i = 1; i < cut_bufs_.size(); ++i) b_.write(o, cut_bufs_[i]);   // (autograd_grad's pieces)
   segment_grads(s, o);
+  place_weight_grads(o, compute_allocs);
+  cut_ = nullptr;
   if (c_.loss.chunked_output && c_.segments[s].part == models::ModulePart::FinalNormAndHead) head_chunks_backward(s);
   if (offloading) offload_after_backward(s);
 }

@@ -133,6 +133,27 @@ class LoweringWalk {
                             bool take_input = false, bool carry_output = false,
                             const std::vector<char>* drop_at_last_read = nullptr);
   void drop_carried();   // a carried output nobody takes: freed after the op emitted last
+  // A block's backward tensor by tensor (models::BlockMemory::backward_events; not with activation offloading):
+  // when the block has events and the op makes either no parameter gradient or exactly the tape's (`grads`).
+  bool backward_by_tensor(const Context::BlockActivations& a, Bytes grads) const;
+  // Lowers it into op `o` of segment s: each activation gradient and workspace allocated and freed where autograd
+  // makes and drops it, each saved tensor freed after its last reader's backward, the weight gradients' places
+  // noted (weight_slots_) when the op makes them (`weight_grads`).
+  void emit_backward_events(Op& o, int s, const Context::BlockActivations& a, bool weight_grads);
+  // The parameter gradients a block's backward op made (its allocations from `first`: autograd_grad's and
+  // segment_grads' buffers) moved to where the tape makes them: cut_grads' pieces each at its op, any other at the
+  // first weight gradient's.
+  void place_weight_grads(Op& o, std::size_t first);
+  // For the version's lowering: unit u's gradient of `bytes` made by the block backward being lowered tensor by
+  // tensor, as one buffer per weight gradient of the tape (autograd makes each parameter's .grad in the backward
+  // of the op that reads it), when `bytes` is the tape's total; else null (the version makes its own buffer).
+  const std::vector<int>* cut_grads(const char* name, int u, Bytes bytes);
+  struct WeightSlot {
+    std::size_t allocs = 0, inside_frees = 0;   // where the weight gradient's allocation goes
+  };
+  std::vector<WeightSlot> weight_slots_;
+  const Context::BlockActivations* cut_ = nullptr;   // the block whose backward backward_segment lowers by tensor
+  std::vector<int> cut_bufs_, grad_buf_, saved_bufs_, rec_bufs_, tail_;   // scratch of the above
   std::vector<int> saved_buf_, temp_buf_;   // alloc_forward's scratch
   // A block forward's output, alive from the op that made it to the next module's forward, which takes it
   // as its input (PyTorch's block output is the next block's input tensor, not a new one): -1 when none.
