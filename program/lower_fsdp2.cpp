@@ -322,9 +322,9 @@ class ParamGroupLowering final : public LoweringWalk {
       g.grad = -1;
     } else if (split_[v] && sync_ && g.grad < 0) {
       split_now_[v] = true;
-    } else if (const std::vector<int>* cut = sync_ || !c_.reduce_cast ? cut_grads("grad", v, c_.sizes[v].grad * c_.bp) : nullptr) {
-      // each trainable parameter's .grad where the block's backward makes it (foreach_reduce reads them all; a
-      // no_sync micro-batch keeps them as they are)
+    } else if (const std::vector<int>* cut = cut_grads("grad", v, c_.sizes[v].grad * c_.bp)) {
+      // each trainable parameter's .grad where the block's backward makes it (foreach_reduce or the upcast
+      // accumulation reads them all; a no_sync micro-batch without an upcast keeps them as they are)
       fresh_grad_[v] = cut->front();
       grad_parts_[v].insert(grad_parts_[v].end(), cut->begin() + 1, cut->end());
     } else {
@@ -422,6 +422,11 @@ class ParamGroupLowering final : public LoweringWalk {
     }
     b_.write(o, g.grad);
     o.frees.push_back({fresh, -1});
+    for (int part : grad_parts_[u]) {   // (each parameter's, when they are apart)
+      b_.read(o, part);
+      o.frees.push_back({part, -1});
+    }
+    grad_parts_[u].clear();
     g.grad_upcast = true;
   }
 
