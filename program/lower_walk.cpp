@@ -376,8 +376,11 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
       // The block output's gradient exists before the recompute starts (the unpack hook of the block's first
       // backward node triggers it); the recompute's tensors one by one, its temporaries freed inside the op.
       if (a->incoming_grad > 0) {
-        grad_in_[s] = b_.buffer("grad_in", seg.unit, a->incoming_grad, MemCategory::Activations, compute_);
-        o.allocs.push_back(grad_in_[s]);
+        grad_in_[s] = take_carried_grad(a->incoming_grad);
+        if (grad_in_[s] < 0) {
+          grad_in_[s] = b_.buffer("grad_in", seg.unit, a->incoming_grad, MemCategory::Activations, compute_);
+          o.allocs.push_back(grad_in_[s]);
+        }
       }
       recompute_[s] = alloc_forward(o, seg.unit, a->recompute, a->recompute_events, 0);
       place_workspace(o);
@@ -492,8 +495,9 @@ void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActiva
       case models::BackwardEvent::Grad: {
         if (static_cast<std::size_t>(e.grad) >= grad_buf_.size()) grad_buf_.resize(static_cast<std::size_t>(e.grad) + 1, -1);
         int b = -1;
-        if (e.op < 0) {   // the block output's gradient: the recompute's, when it made one
+        if (e.op < 0) {   // the block output's gradient: the recompute's, when it made one, or the later block's
           std::swap(b, grad_in_[s]);
+          if (b < 0) b = take_carried_grad(e.bytes);
         } else if (int* st = e.storage >= 0 ? storage(e) : nullptr) {   // written into the saved tensor
           std::swap(b, *st);
         }
@@ -518,11 +522,26 @@ void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActiva
   }
   if (o.allocs.empty())   // (an op that makes nothing frees after it is enqueued)
     for (std::size_t f = 0; f < inside; ++f) o.frees[f].reuse_after_op = -1;
+  // the block input's gradient (the one left) goes on to the earlier module
+  if (std::count_if(grad_buf_.begin(), grad_buf_.end(), [](int b) { return b >= 0; }) == 1) {
+    int& g = *std::find_if(grad_buf_.begin(), grad_buf_.end(), [](int b) { return b >= 0; });
+    carried_grad_ = g;
+    carried_grad_bytes_ = p_.buffers[static_cast<std::size_t>(g)].bytes;
+    carried_grad_op_ = o.id;
+    g = -1;
+  }
   for (const std::vector<int>* v : {&grad_buf_, &saved_bufs_, &rec_bufs_})
     for (int b : *v)
       if (b >= 0) o.frees.push_back({b, -1});
   if (grad_in_[s] >= 0) o.frees.push_back({grad_in_[s], -1});
   grad_in_[s] = -1;
+}
+
+int LoweringWalk::take_carried_grad(Bytes bytes) {
+  if (carried_grad_ < 0 || carried_grad_bytes_ != bytes) return -1;
+  const int g = carried_grad_;
+  carried_grad_ = -1;
+  return g;
 }
 
 const std::vector<int>* LoweringWalk::cut_grads(const char* name, int u, Bytes bytes) {
@@ -1019,12 +1038,17 @@ void LoweringWalk::backward_segment(int s) {
   segment_grads(s, o);
   place_weight_grads(o, compute_allocs);
   cut_ = nullptr;
+  if (carried_grad_ >= 0 && carried_grad_op_ != o.id) {   // (a backward that did not take it: freed after it)
+    b_.free_now(carried_grad_);
+    carried_grad_ = -1;
+  }
   if (c_.loss.chunked_output && c_.segments[s].part == models::ModulePart::FinalNormAndHead) head_chunks_backward(s);
   if (offloading) offload_after_backward(s);
 }
 
 void LoweringWalk::backward() {
   begin_backward();
+  carried_grad_ = -1;
   pre_backward_done_.assign(c_.sizes.size(), false);
   recomputed_.assign(c_.segments.size(), 0);
   b_.site(mb_, SitePhase::Backward, -1);
@@ -1042,6 +1066,8 @@ void LoweringWalk::backward() {
   }
   b_.site(mb_, SitePhase::Backward, -1);
   walk_post_backward(0);   // the root's post-backward runs in the final callback (its inputs need no grad)
+  b_.free_now(carried_grad_);   // (none: the embedding's backward takes the first block's input gradient)
+  carried_grad_ = -1;
   final_callback();
   // torchtune's queued callback (wait_and_del_remaining_references), queued after FSDP's at the first unpack, drops
   // the last input brought back.

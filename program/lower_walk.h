@@ -152,6 +152,12 @@ class LoweringWalk {
     std::size_t allocs = 0, inside_frees = 0;   // where the weight gradient's allocation goes
   };
   std::vector<WeightSlot> weight_slots_;
+  // A block backward's input gradient (the one gradient alive at its end), kept as the next backward's incoming
+  // gradient: PyTorch's is one tensor, made by this block's first op and consumed by the earlier module's backward
+  // (its recompute holds it from its start). Freed after the next backward compute op that does not take it.
+  int carried_grad_ = -1, carried_grad_op_ = -1;
+  Bytes carried_grad_bytes_ = 0;
+  int take_carried_grad(Bytes bytes);   // the carried gradient when its size is `bytes` (it is then no longer carried)
   const Context::BlockActivations* cut_ = nullptr;   // the block whose backward backward_segment lowers by tensor
   std::vector<int> cut_bufs_, grad_buf_, saved_bufs_, rec_bufs_, tail_;   // scratch of the above
   std::vector<int> saved_buf_, temp_buf_;   // alloc_forward's scratch

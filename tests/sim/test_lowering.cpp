@@ -1922,17 +1922,33 @@ TEST(LoweringGradients, BlockBackwardLeavesRoomForTheWeightGradientsItMakes) {
       const auto ops = ops_of(p, OpKind::Backward, unit);
       ASSERT_EQ(ops.size(), 1u) << extra;
       EXPECT_EQ(alloc_bytes(p, *ops[0], MemCategory::UnshardedGrads), 592 * 2) << extra;
-      EXPECT_EQ(op_peak(p, *ops[0]), bm.backward_extra_with_grads) << extra;
+      // the last block makes its incoming gradient (the head's backward is one transient); the first takes the one
+      // the last block's backward left (its input's gradient, held through the post-backward hook)
+      EXPECT_EQ(op_peak(p, *ops[0]), bm.backward_extra_with_grads - (unit == 1 ? bm.incoming_grad : 0)) << extra;
     }
+    // that gradient: the one activation buffer the last block's backward makes and keeps; the first block makes
+    // no incoming gradient of its own (here the residual stream's gradient, accumulated in place, is that buffer
+    // through both blocks: the embedding's backward frees it)
+    const Op& last = *ops_of(p, OpKind::Backward, 2)[0];
+    const Op& first = *ops_of(p, OpKind::Backward, 1)[0];
+    int kept = 0;
+    for (int b : last.allocs)
+      if (p.buffers[static_cast<std::size_t>(b)].category == MemCategory::Activations && !frees(last, b)) {
+        ++kept;
+        EXPECT_EQ(p.buffers[static_cast<std::size_t>(b)].bytes, bm.incoming_grad) << extra;
+        EXPECT_FALSE(frees(first, b)) << extra;
+      }
+    EXPECT_EQ(kept, 1) << extra;
+    for (int b : first.allocs) EXPECT_NE(p.buffers[static_cast<std::size_t>(b)].name, "grad_in") << extra;
   }
   const StepProgram acc = lower_plan(R"(, "grad_accum": 2, "reduce_dtype": "bf16")");
   expect_well_formed(acc, "no_sync");
   const auto ops = ops_of(acc, OpKind::Backward, 1);
   ASSERT_EQ(ops.size(), 2u);
   EXPECT_EQ(alloc_bytes(acc, *ops[0], MemCategory::UnshardedGrads), 592 * 2);
-  EXPECT_EQ(op_peak(acc, *ops[0]), bm.backward_extra_with_grads);
+  EXPECT_EQ(op_peak(acc, *ops[0]), bm.backward_extra_with_grads - bm.incoming_grad);
   EXPECT_EQ(alloc_bytes(acc, *ops[1], MemCategory::UnshardedGrads), 0);
-  EXPECT_EQ(op_peak(acc, *ops[1]), bm.backward_extra);
+  EXPECT_EQ(op_peak(acc, *ops[1]), bm.backward_extra - bm.incoming_grad);
 
   // A checkpointed block whose gradients outweigh what its backward holds: the recompute op holds the
   // recomputed tensors and the incoming gradient; the backward op adds its own peak with the weight gradients made
