@@ -474,6 +474,19 @@ std::vector<BackwardEvent> AutogradTape::backward_events(const TapePolicy& p) co
     for (int t = first; t < last && out_grad < 0; ++t) out_grad = slot[at(t)];
     to_unref.clear();
     if (out_grad >= 0) {
+      // the node unpacks what it saved (each storage once)
+      const std::size_t unpacks = ev.size();
+      const auto unpack = [&](int tensor) {
+        const std::size_t s = at(tensors_[at(tensor)].storage);
+        if (!saved[s] || p.bytes[s] <= 0) return;
+        for (std::size_t e = unpacks; e < ev.size(); ++e)
+          if (ev[e].storage == static_cast<int>(s)) return;
+        ev.push_back({BackwardEvent::Unpack, -1, static_cast<int>(s), p.bytes[s], i});
+      };
+      for (std::size_t k = 0; k < op.in.size(); ++k)
+        if (saves_input(static_cast<std::size_t>(i), k)) unpack(op.in[k].tensor);
+      for (std::size_t j = 0; j < op.out.size(); ++j)
+        if (op.out[j].saved) unpack(first + static_cast<int>(j));
       // the weight's gradient first (the measured order of mm's backward: AccumulateGrad keeps it as .grad)
       if (op.weight == WeightUse::Trains && op.weight_grad > 0) ev.push_back({BackwardEvent::WeightGrad, -1, -1, op.weight_grad, i});
       for (std::size_t k = 0; k < op.in.size(); ++k) {
@@ -606,6 +619,7 @@ TapeCost AutogradTape::cost(const TapePolicy& p) const {
         break;
       case BackwardEvent::FreeGrad:
       case BackwardEvent::Release: live -= e.bytes; break;
+      case BackwardEvent::Unpack: break;
     }
     phase_peak = std::max(phase_peak, live);
     phase_peak_with_grads = std::max(phase_peak_with_grads, live + grads);

@@ -173,18 +173,20 @@ struct ForwardEvent {
 // makes them (issue 19 item 4): each op's backward, last op first, creates its weight's gradient (WeightGrad:
 // the parameters' .grad, FSDP's buffers), then its inputs' gradients (Grad), then runs (Workspace: allocated and
 // freed around the kernel), then drops the gradients nothing reads any more (FreeGrad) and the saved tensors
-// whose last reader it was (Release: Node::release_variables). The block output's gradient comes first (Grad,
-// op -1: the later module made it). Gradients alive at the end (the block input's) are the caller's.
+// whose last reader it was (Release: Node::release_variables). Before all of them, the saved tensors the op's node
+// reads (Unpack, one per storage: what a saved-tensors hook such as torchtune's OffloadActivations brings back;
+// nothing for the allocator otherwise). The block output's gradient comes first (Grad, op -1: the later module
+// made it). Gradients alive at the end (the block input's) are the caller's.
 struct BackwardEvent {
-  enum Kind : std::uint8_t { WeightGrad, Grad, FreeGrad, Workspace, Release };
+  enum Kind : std::uint8_t { WeightGrad, Grad, FreeGrad, Workspace, Release, Unpack };
   Kind kind = Grad;
   int grad = -1;      // Grad / FreeGrad: the gradient's number, 0, 1, ... in creation order
-  // Release: the saved storage freed. Grad: the saved storage the gradient is written into (GradRule::IntoSaved:
+  // Release / Unpack: the saved storage. Grad: the saved storage the gradient is written into (GradRule::IntoSaved:
   // the saved tensor's memory becomes the gradient, nothing is allocated); -1 for a new gradient.
   int storage = -1;
   Bytes bytes = 0;
   int op = -1;        // the tape op whose backward it belongs to (-1: the incoming gradient)
-  // Release, and a Grad written into a saved storage: its index among the kept storages (BlockMemory::saved) or
+  // Release, Unpack, and a Grad written into a saved storage: its index among the kept storages (BlockMemory::saved) or
   // among the recomputed ones (the recompute list), set by the readers.
   int saved = -1, recomputed = -1;
 };

@@ -397,7 +397,7 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
     // l3-8b-fsdp2-ac-mb2-s8192-fused): the transient is what the backward needs on top of all of them
     // (models::BlockMemory::backward_extra_with_grads). Without gradients made here (no_sync accumulating
     // into a kept .grad, a unit whose gradient an earlier segment made) the gradients are not counted.
-    if (block && backward_by_tensor(*a, grads)) {
+    if (block && backward_by_tensor(s, *a, grads)) {
       emit_backward_events(o, s, *a, grads > 0);
       return;
     }
@@ -445,8 +445,8 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
   }
 }
 
-bool LoweringWalk::backward_by_tensor(const Context::BlockActivations& a, Bytes grads) const {
-  return !a.backward_events.empty() && plan_.activation_offloading == ActivationOffload::None &&
+bool LoweringWalk::backward_by_tensor(int s, const Context::BlockActivations& a, Bytes grads) const {
+  return !a.backward_events.empty() && (plan_.activation_offloading == ActivationOffload::None || packs_saved(s)) &&
          (grads == 0 || grads == a.param_grads);
 }
 
@@ -487,7 +487,22 @@ void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActiva
   };
   grad_buf_.clear();
   weight_slots_.clear();
+  // Activation offloading (a block whose saved tensors were packed): the GPU tensors are the offloading's (stashed
+  // or gone); each node that unpacks brings its offloaded tensors back (torchtune's unpack hook: on the side stream,
+  // in its pool, with streams; on the compute stream without) and drops what the node before it brought back
+  // (streams: after its own copies; sync: before them, its node having run). One copy per storage a node reads.
+  const bool by_node = plan_.activation_offloading != ActivationOffload::None;
+  int node = -2;
+  bool drop_due = false;
+  node_copies_.clear();
+  prev_copies_.clear();
+  const auto drop_prev = [&]() {
+    for (int& b : prev_copies_) free_inside(b);
+    prev_copies_.clear();
+    drop_due = false;
+  };
   for (const models::BackwardEvent& e : a.backward_events) {
+    if (drop_due && e.kind != models::BackwardEvent::Unpack) drop_prev();
     switch (e.kind) {
       case models::BackwardEvent::WeightGrad:
         if (weight_grads) weight_slots_.push_back({o.allocs.size(), inside});
@@ -498,7 +513,7 @@ void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActiva
         if (e.op < 0) {   // the block output's gradient: the recompute's, when it made one, or the later block's
           std::swap(b, grad_in_[s]);
           if (b < 0) b = take_carried_grad(e.bytes);
-        } else if (int* st = e.storage >= 0 ? storage(e) : nullptr) {   // written into the saved tensor
+        } else if (int* st = e.storage >= 0 ? storage(e) : nullptr; st && !offload_owned(*st)) {   // into the saved tensor
           std::swap(b, *st);
         }
         if (b < 0) {
@@ -516,10 +531,32 @@ void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActiva
         break;
       }
       case models::BackwardEvent::Release:
-        if (int* st = storage(e)) free_inside(*st);
+        if (int* st = storage(e)) {
+          if (offload_owned(*st)) *st = -1;   // (the offloading's: its stash, or freed at its last forward read)
+          free_inside(*st);
+        }
         break;
+      case models::BackwardEvent::Unpack: {
+        const int* st = by_node ? storage(e) : nullptr;
+        if (!st || std::find(unpacked_.begin(), unpacked_.end(), *st) == unpacked_.end()) break;
+        if (e.op != node) {   // a new node: the previous one's copies go
+          node = e.op;
+          prev_copies_.swap(node_copies_);
+          node_copies_.clear();
+          if (offload_streams()) drop_due = true;
+          else drop_prev();
+        }
+        const int c = b_.buffer("act_reload", unit, e.bytes, MemCategory::Activations, offload_);
+        o.allocs.push_back(c);
+        node_copies_.push_back(c);
+        node_copied_ = true;
+        break;
+      }
     }
   }
+  if (drop_due) drop_prev();
+  for (int b : node_copies_) o.frees.push_back({b, -1});   // the last node's (PyTorch: at the next unpacking node)
+  node_copies_.clear();
   if (o.allocs.empty())   // (an op that makes nothing frees after it is enqueued)
     for (std::size_t f = 0; f < inside; ++f) o.frees[f].reuse_after_op = -1;
   // the block input's gradient (the one left) goes on to the earlier module
@@ -532,7 +569,7 @@ void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActiva
   }
   for (const std::vector<int>* v : {&grad_buf_, &saved_bufs_, &rec_bufs_})
     for (int b : *v)
-      if (b >= 0) o.frees.push_back({b, -1});
+      if (b >= 0 && !offload_owned(b)) o.frees.push_back({b, -1});
   if (grad_in_[s] >= 0) o.frees.push_back({grad_in_[s], -1});
   grad_in_[s] = -1;
 }
@@ -1016,18 +1053,19 @@ void LoweringWalk::backward_segment(int s) {
   }
   // Autograd allocates a unit's unsharded gradient at its first backward compute (the segment where its
   // pre-backward fired).
-  if (offloading && packs_saved(s)) unpack_saved(s);
   const Segment& seg = c_.segments[s];
   cut_ = nullptr;
   cut_bufs_.clear();
   weight_slots_.clear();
-  if (seg.part == models::ModulePart::Block && backward_by_tensor(c_.acts(seg.layer), c_.acts(seg.layer).param_grads))
+  if (seg.part == models::ModulePart::Block && backward_by_tensor(s, c_.acts(seg.layer), c_.acts(seg.layer).param_grads))
     cut_ = &c_.acts(seg.layer);
   const int first_new = b_.num_buffers();
   for (int v : c_.backward_starts[s]) autograd_grad(v, s);
   const int last_new = b_.num_buffers();
   Bytes grads = segment_grad_bytes(s);
   for (int buf = first_new; buf < last_new; ++buf) grads += p_.buffers[static_cast<std::size_t>(buf)].bytes;
+  if (offloading && packs_saved(s))
+    unpack_saved(s, seg.part == models::ModulePart::Block && backward_by_tensor(s, c_.acts(seg.layer), grads));
   emit_compute(s, OpKind::Backward, grads);
   Op& o = b_.at(b_.last_op());
   bwd_op_ = o.id;
@@ -1153,12 +1191,18 @@ void LoweringWalk::drop_reload(int first, int n) {
   for (int i = 0; i < n; ++i) b_.free_now(first + i);
 }
 
-int LoweringWalk::bring_back(int unit, Bytes bytes, MemCategory category, const char* what, int tables, Bytes table_bytes) {
+int LoweringWalk::bring_back(int unit, Bytes bytes, MemCategory category, const char* what, int tables, Bytes table_bytes,
+                             bool allocate) {
   if (offload_streams()) {
     b_.defer_wait(offload_, reload_wait_);
     reload_wait_ = -1;
   }
   Op& o = b_.op(OpKind::H2D, offload_, unit, mb_, what);
+  if (!allocate) {
+    o.copy_bytes = bytes;
+    if (offload_streams()) b_.defer_wait(compute_, o.id);
+    return -1;
+  }
   const int back = b_.buffer("act_reload", unit, bytes, category, offload_);
   o.allocs.push_back(back);
   b_.write(o, back);
@@ -1280,14 +1324,19 @@ void LoweringWalk::offload_unpack(int s) {
 // (sync: all of it), in one copy and one buffer (PyTorch copies each when its node unpacks it and drops it after the
 // next node that unpacks: this holds the segment's whole set through its backward, an upper bound); what is still
 // stashed is used as it is.
-void LoweringWalk::unpack_saved(int s) {
+// by_node: the copy's time alone; the backward allocates each node's tensors as it unpacks them (unpacked_).
+void LoweringWalk::unpack_saved(int s, bool by_node) {
   std::vector<int>& off = saved_off_[static_cast<std::size_t>(s)];
+  unpacked_.clear();
   if (off.empty()) return;
   Bytes back = 0;
   for (int b : off)
-    if (!stashed(b)) back += p_.buffers[static_cast<std::size_t>(b)].bytes;
+    if (!stashed(b)) {
+      back += p_.buffers[static_cast<std::size_t>(b)].bytes;
+      unpacked_.push_back(b);
+    }
   off.clear();
-  offloaded_[s] = back > 0 ? bring_back(c_.segments[s].unit, back, MemCategory::Activations, "act H2D") : -1;
+  offloaded_[s] = back > 0 ? bring_back(c_.segments[s].unit, back, MemCategory::Activations, "act H2D", 0, 0, !by_node) : -1;
   saved_unpacks_[static_cast<std::size_t>(s)] = 1;
 }
 
@@ -1313,11 +1362,12 @@ void LoweringWalk::offload_after_backward(int s) {
     // A segment whose every saved tensor was packed has one node per op: each node's hook dropped what the one
     // before it brought back, so once its backward has run only its last node's copies remain (dropped after the
     // next unpacking node in PyTorch, here with the rest: at block granularity, one node early).
-    if (offloaded_[s] >= 0) {
+    if (offloaded_[s] >= 0 || node_copied_) {   // (the next copy back waits on the event after this backward)
       drop_reload(offloaded_[s], 1);
       reload_wait_ = bwd_op_;
     }
     offloaded_[s] = -1;
+    node_copied_ = false;
     return;
   }
   reload_ = offloaded_[s];   // (-1: the node used stashed tensors only)

@@ -135,7 +135,9 @@ class LoweringWalk {
   void drop_carried();   // a carried output nobody takes: freed after the op emitted last
   // A block's backward tensor by tensor (models::BlockMemory::backward_events; not with activation offloading):
   // when the block has events and the op makes either no parameter gradient or exactly the tape's (`grads`).
-  bool backward_by_tensor(const Context::BlockActivations& a, Bytes grads) const;
+  // With activation offloading, only a block whose saved tensors themselves are packed (packs_saved): its nodes
+  // bring their tensors back one by one (emit_backward_events).
+  bool backward_by_tensor(int s, const Context::BlockActivations& a, Bytes grads) const;
   // Lowers it into op `o` of segment s: each activation gradient and workspace allocated and freed where autograd
   // makes and drops it, each saved tensor freed after its last reader's backward, the weight gradients' places
   // noted (weight_slots_) when the op makes them (`weight_grads`).
@@ -160,6 +162,8 @@ class LoweringWalk {
   int take_carried_grad(Bytes bytes);   // the carried gradient when its size is `bytes` (it is then no longer carried)
   const Context::BlockActivations* cut_ = nullptr;   // the block whose backward backward_segment lowers by tensor
   std::vector<int> cut_bufs_, grad_buf_, saved_bufs_, rec_bufs_, tail_;   // scratch of the above
+  std::vector<int> node_copies_, prev_copies_;   // emit_backward_events: offloaded tensors brought back per node
+  bool node_copied_ = false;                     // the block backward lowered last brought some back
   std::vector<int> saved_buf_, temp_buf_;   // alloc_forward's scratch
   // A block forward's output, alive from the op that made it to the next module's forward, which takes it
   // as its input (PyTorch's block output is the next block's input tensor, not a new one): -1 when none.
@@ -222,14 +226,19 @@ class LoweringWalk {
   // An offloaded tensor of `bytes` copied back (H2D on the offload stream, in its pool; the compute stream waits for
   // it with use_streams); returns its buffer.
   // `tables` more buffers of `table_bytes` come back in the same copy (a block's rotary tables), with the next ids.
-  int bring_back(int unit, Bytes bytes, MemCategory category, const char* what, int tables = 0, Bytes table_bytes = 0);
+  // allocate false: the copy's time only (the block's backward allocates the tensors node by node); returns -1.
+  int bring_back(int unit, Bytes bytes, MemCategory category, const char* what, int tables = 0, Bytes table_bytes = 0,
+                 bool allocate = true);
   void drop_reload(int first, int n);   // frees buffers first .. first + n - 1 (none when first is -1)
   // Segments whose saved tensors themselves are packed: the final norm, and every block not checkpointed.
   bool packs_saved(int s) const;
   std::vector<char> packed_mask(int s) const;   // per saved tensor of segment s: OffloadActivations copies it
   void pack_saved(int s);
   void pack_loss();
-  void unpack_saved(int s);
+  // by_node: the block's backward is lowered tensor by tensor and brings each node's tensors back itself
+  // (unpacked_: the offloaded ones, not the stashed).
+  void unpack_saved(int s, bool by_node);
+  std::vector<int> unpacked_;
   // A buffer of an activation range that the offloading frees instead (free_range skips it).
   bool offload_owned(int buffer) const;
   int offload_ = -1;                  // the stream the copies run on (the compute stream with use_streams false)

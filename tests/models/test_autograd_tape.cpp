@@ -121,6 +121,7 @@ std::string backward_text(const std::vector<BackwardEvent>& ev) {
       case BackwardEvent::FreeGrad: s += "-G "; break;
       case BackwardEvent::Workspace: s += "ws "; break;
       case BackwardEvent::Release: s += "-S "; break;
+      case BackwardEvent::Unpack: s += "U "; break;
     }
     s += std::to_string(e.bytes) + (e.grad >= 0 ? " #" + std::to_string(e.grad) : "") + " @" + std::to_string(e.op) + "; ";
   }
@@ -129,16 +130,17 @@ std::string backward_text(const std::vector<BackwardEvent>& ev) {
 
 TEST(AutogradTape, BackwardEventsInOpOrderByHand) {
   AutogradTape t = chain();
-  // eager (saved x 100, b 50): dy #0; mm (op 2) makes db #1, drops dy and releases b; the cast (op 1) makes da
-  // #2 and drops db; f (op 0) makes dx #3, drops da and releases x. dx is the caller's.
+  // eager (saved x 100, b 50): dy #0; mm (op 2) unpacks b, makes db #1, drops dy and releases b; the cast (op 1)
+  // makes da #2 and drops db; f (op 0) unpacks x, makes dx #3, drops da and releases x. dx is the caller's.
   const TapePolicy eager = t.eager_policy();
   EXPECT_EQ(backward_text(t.backward_events(eager)),
-            "+G 100 #0 @-1; +G 50 #1 @2; -G 100 #0 @2; -S 50 @2; +G 200 #2 @1; -G 50 #1 @1; +G 100 #3 @0; -G 200 #2 @0; "
-            "-S 100 @0; ");
+            "+G 100 #0 @-1; U 50 @2; +G 50 #1 @2; -G 100 #0 @2; -S 50 @2; +G 200 #2 @1; -G 50 #1 @1; U 100 @0; "
+            "+G 100 #3 @0; -G 200 #2 @0; -S 100 @0; ");
   // the running sum from the saved 150 peaks at 400 (as EagerChainByHand counts)
   Bytes live = 150, peak = 150;
   for (const BackwardEvent& e : t.backward_events(eager)) {
-    live += e.kind == BackwardEvent::Grad ? e.bytes : e.kind == BackwardEvent::WeightGrad ? 0 : -e.bytes;
+    if (e.kind == BackwardEvent::WeightGrad || e.kind == BackwardEvent::Unpack) continue;
+    live += e.kind == BackwardEvent::Grad ? e.bytes : -e.bytes;
     peak = std::max(peak, live);
   }
   EXPECT_EQ(peak, 400);
@@ -151,13 +153,13 @@ TEST(AutogradTape, BackwardEventsInOpOrderByHand) {
   op.weight = WeightUse::Trains;
   op.weight_grad = 70;
   w.output(w.add1(op));
-  EXPECT_EQ(backward_text(w.backward_events(w.eager_policy())), "+G 100 #0 @-1; +W 70 @0; +G 100 #1 @0; ws 30 @0; -G 100 #0 @0; -S 100 @0; ");
+  EXPECT_EQ(backward_text(w.backward_events(w.eager_policy())), "+G 100 #0 @-1; U 100 @0; +W 70 @0; +G 100 #1 @0; ws 30 @0; -G 100 #0 @0; -S 100 @0; ");
   EXPECT_EQ(w.cost(w.eager_policy()).backward_extra_with_grads, 100 + 100 + 30 + 70);
   // written into a saved tensor (Liger's in-place kernels): the gradient takes the saved storage over
   AutogradTape l;
   const int lx = l.input("x", 100);
   l.output(l.add1({OpKind::Kernel, {{lx, GradRule::IntoSaved, true}}, {{"y", 100}}}));
-  EXPECT_EQ(backward_text(l.backward_events(l.eager_policy())), "+G 100 #0 @-1; =G 100 #1 @0; -G 100 #0 @0; ");
+  EXPECT_EQ(backward_text(l.backward_events(l.eager_policy())), "+G 100 #0 @-1; U 100 @0; =G 100 #1 @0; -G 100 #0 @0; ");
 }
 
 TEST(AutogradTape, SelectiveOpKeepsOddMatmulsByHand) {

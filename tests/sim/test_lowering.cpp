@@ -1939,7 +1939,7 @@ TEST(LoweringGradients, BlockBackwardLeavesRoomForTheWeightGradientsItMakes) {
         EXPECT_FALSE(frees(first, b)) << extra;
       }
     EXPECT_EQ(kept, 1) << extra;
-    for (int b : first.allocs) EXPECT_NE(p.buffers[static_cast<std::size_t>(b)].name, "grad_in") << extra;
+    for (int b : first.allocs) EXPECT_NE(p.buffers[static_cast<std::size_t>(b)].name.rfind("grad_in", 0), 0u) << extra;
   }
   const StepProgram acc = lower_plan(R"(, "grad_accum": 2, "reduce_dtype": "bf16")");
   expect_well_formed(acc, "no_sync");
@@ -2222,11 +2222,11 @@ TEST(LoweringOffload, ActivationOffloadingStashCopiesAndDropsByHand) {
 // Offloading without checkpointing (torchtune allows it): every tensor a block saves goes through the hooks. On the
 // same model, the loss outside the forward: each block's saved tensors of at least 1 KiB leave in one copy after its
 // forward (sync: they die with it; streams: stashed, the compute stream waiting on the copy when a pack 5 ids later
-// drops them) and come back in one copy before its backward (its whole set at once: an upper bound on PyTorch's node
-// by node), dropped after it: sync, its own node drops it; streams, each node drops what the one before brought
-// back, so after the block's backward only its last node's copies would remain (dropped with the rest, one node
-// early; before 2026-11-28 the whole set lived through the next block's backward too: +6.8% reserved against PyTorch,
-// +3.5% since). With every_2, only the blocks that are not
+// drops them) and come back node by node in the block's backward (one copy op before it for the time), each node
+// dropping what the one before brought back (sync: before its own copies, its node having run); the last node's
+// copies go when the block's backward is enqueued (PyTorch: at the next unpacking node). Before 2026-11-28 the whole
+// set came back in one buffer (+3.5% reserved against PyTorch, and +6.8% before it was dropped after its own
+// block's backward). With every_2, only the blocks that are not
 // checkpointed do so; the others offload their input as with full checkpointing.
 TEST(LoweringOffload, OffloadActivationsWithoutCheckpointingByHand) {
   constexpr int L = 8;
@@ -2276,11 +2276,33 @@ TEST(LoweringOffload, OffloadActivationsWithoutCheckpointingByHand) {
       const Op& r = p.ops[static_cast<std::size_t>(bwd.id - 1)];
       if (streams && j == L - 1) continue;   // (its last tensors may still be stashed: used as they are)
       ASSERT_EQ(r.kind, OpKind::H2D);
-      ASSERT_EQ(r.allocs.size(), 1u);
+      EXPECT_TRUE(r.allocs.empty());   // (its time; the backward allocates node by node)
       if (!streams) {
         EXPECT_EQ(r.copy_bytes, c.copy_bytes);
       }
-      EXPECT_EQ(free_at[static_cast<std::size_t>(r.allocs[0])], bwd.id);
+      // node by node: each node's offloaded tensors come back as it unpacks them (the side stream's pool with
+      // streams) and are dropped by the block's backward; never the whole set at once
+      Bytes live = 0, most = 0;
+      std::size_t a = 0, copies = 0;
+      const auto reload = [&](int b) { return p.buffers[static_cast<std::size_t>(b)].name.rfind("act_reload", 0) == 0; };
+      const auto alloc_to = [&](std::size_t n) {
+        for (; a < n; ++a)
+          if (const int b = bwd.allocs[a]; reload(b)) {
+            ++copies;
+            EXPECT_EQ(p.buffers[static_cast<std::size_t>(b)].pool_stream != 0, streams);
+            EXPECT_EQ(free_at[static_cast<std::size_t>(b)], bwd.id);
+            most = std::max(most, live += p.buffers[static_cast<std::size_t>(b)].bytes);
+          }
+      };
+      for (const FreeSpec& fr : bwd.frees) {
+        if (!is_free_inside_op(fr.reuse_after_op)) break;
+        alloc_to(static_cast<std::size_t>(allocs_before_free(fr.reuse_after_op)));
+        if (reload(fr.buffer)) live -= p.buffers[static_cast<std::size_t>(fr.buffer)].bytes;
+      }
+      alloc_to(bwd.allocs.size());
+      EXPECT_GT(copies, 1u);
+      EXPECT_GT(most, 0);
+      EXPECT_LT(most, packed);
       if (streams && j > 0) {   // the next copy back waits on the event after this block's backward
         const Op& next = p.ops[static_cast<std::size_t>(ops_of(p, OpKind::Backward, j).at(0)->id - 1)];
         ASSERT_EQ(next.kind, OpKind::H2D);
