@@ -446,8 +446,8 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
 }
 
 bool LoweringWalk::backward_by_tensor(int s, const Context::BlockActivations& a, Bytes grads) const {
-  return !a.backward_events.empty() && (plan_.activation_offloading == ActivationOffload::None || packs_saved(s)) &&
-         (grads == 0 || grads == a.param_grads);
+  (void)s;
+  return !a.backward_events.empty() && (grads == 0 || grads == a.param_grads);
 }
 
 // The block backward as PyTorch's allocator sees it (issue 19 item 4; models::AutogradTape::backward_events): the
@@ -466,11 +466,14 @@ void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActiva
     int next = r.first;
     for (std::size_t i = 0; i < ts.size(); ++i) {
       if (ts[i].bytes <= 0) continue;
-      out[i] = static_cast<int>(i) == extra_entry && r.extra >= 0 ? r.extra : next++;
+      out[i] = static_cast<int>(i) == extra_entry ? r.extra : next++;
     }
   };
+  // (an offloaded checkpoint input is the offloading's: its reload, dropped by offload_after_backward)
   const models::ForwardEvent* in = input_event(a.forward_events);
-  buffers(a.saved, act_[s], in && in->kind == models::ForwardEvent::Kept ? in->saved : -1, saved_bufs_);
+  const bool offloading = plan_.activation_offloading != ActivationOffload::None;
+  const bool taken = act_[s].extra >= 0 || (offloading && offloaded_[s] >= 0);
+  buffers(a.saved, act_[s], in && in->kind == models::ForwardEvent::Kept && taken ? in->saved : -1, saved_bufs_);
   buffers(a.recompute, recompute_[s], -1, rec_bufs_);
   act_[s] = recompute_[s] = BufferRange{};
   const auto storage = [&](const models::BackwardEvent& e) -> int* {
@@ -491,7 +494,7 @@ void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActiva
   // or gone); each node that unpacks brings its offloaded tensors back (torchtune's unpack hook: on the side stream,
   // in its pool, with streams; on the compute stream without) and drops what the node before it brought back
   // (streams: after its own copies; sync: before them, its node having run). One copy per storage a node reads.
-  const bool by_node = plan_.activation_offloading != ActivationOffload::None;
+  const bool by_node = offloading && packs_saved(s);
   int node = -2;
   bool drop_due = false;
   node_copies_.clear();
