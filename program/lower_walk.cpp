@@ -499,6 +499,7 @@ void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActiva
   bool drop_due = false;
   node_copies_.clear();
   prev_copies_.clear();
+  if (by_node && offload_streams()) prev_copies_.swap(pending_copies_);   // the earlier block's last node's
   const auto drop_prev = [&]() {
     for (int& b : prev_copies_) free_inside(b);
     prev_copies_.clear();
@@ -544,7 +545,7 @@ void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActiva
         if (!st || std::find(unpacked_.begin(), unpacked_.end(), *st) == unpacked_.end()) break;
         if (e.op != node) {   // a new node: the previous one's copies go
           node = e.op;
-          prev_copies_.swap(node_copies_);
+          prev_copies_.insert(prev_copies_.end(), node_copies_.begin(), node_copies_.end());
           node_copies_.clear();
           if (offload_streams()) drop_due = true;
           else drop_prev();
@@ -558,7 +559,12 @@ void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActiva
     }
   }
   if (drop_due) drop_prev();
-  for (int b : node_copies_) o.frees.push_back({b, -1});   // the last node's (PyTorch: at the next unpacking node)
+  for (int b : prev_copies_) o.frees.push_back({b, -1});   // (a block whose nodes brought nothing back)
+  prev_copies_.clear();
+  // the last node's: with streams the next node that unpacks drops them (offload_after_backward, the next packed
+  // block's first, or the end-of-backward callback); without, its node has run
+  if (offload_streams()) pending_copies_.swap(node_copies_);
+  for (int b : node_copies_) o.frees.push_back({b, -1});
   node_copies_.clear();
   if (o.allocs.empty())   // (an op that makes nothing frees after it is enqueued)
     for (std::size_t f = 0; f < inside; ++f) o.frees[f].reuse_after_op = -1;
@@ -1113,6 +1119,7 @@ void LoweringWalk::backward() {
   // torchtune's queued callback (wait_and_del_remaining_references), queued after FSDP's at the first unpack, drops
   // the last input brought back.
   drop_reload(reload_, reload_n_);
+  drop_pending_copies();
   reload_ = reload_op_ = reload_wait_ = -1;
   release_stash(INT_MAX);   // (none left when a backward node unpacked an offloaded tensor: the first one's hook drops them)
   // Logits the training loop still references (free_logits_before_backward false: `logits = model(x)`,
@@ -1177,6 +1184,11 @@ void LoweringWalk::release_stash(int up_to_id) {
     b_.free_now(stash_[k].buffer);
   }
   stash_.erase(stash_.begin(), stash_.begin() + static_cast<std::ptrdiff_t>(k));
+}
+
+void LoweringWalk::drop_pending_copies() {
+  for (int b : pending_copies_) b_.free_now(b);
+  pending_copies_.clear();
 }
 
 bool LoweringWalk::stashed(int buffer) const {
@@ -1356,6 +1368,7 @@ void LoweringWalk::offload_after_backward(int s) {
   }
   if (!unpacks) return;
   release_stash(INT_MAX);
+  if (!group || !node_copied_) drop_pending_copies();   // (a node of another segment unpacked)
   if (reload_ >= 0) {
     drop_reload(reload_, reload_n_);
     reload_wait_ = reload_op_;

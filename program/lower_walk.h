@@ -164,6 +164,8 @@ class LoweringWalk {
   std::vector<int> cut_bufs_, grad_buf_, saved_bufs_, rec_bufs_, tail_;   // scratch of the above
   std::vector<int> node_copies_, prev_copies_;   // emit_backward_events: offloaded tensors brought back per node
   bool node_copied_ = false;                     // the block backward lowered last brought some back
+  std::vector<int> pending_copies_;              // streams: its last node's copies, until the next node unpacks
+  void drop_pending_copies();
   std::vector<int> saved_buf_, temp_buf_;   // alloc_forward's scratch
   // A block forward's output, alive from the op that made it to the next module's forward, which takes it
   // as its input (PyTorch's block output is the next block's input tensor, not a new one): -1 when none.
