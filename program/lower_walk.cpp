@@ -397,7 +397,7 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
     // l3-8b-fsdp2-ac-mb2-s8192-fused): the transient is what the backward needs on top of all of them
     // (models::BlockMemory::backward_extra_with_grads). Without gradients made here (no_sync accumulating
     // into a kept .grad, a unit whose gradient an earlier segment made) the gradients are not counted.
-    if (block && backward_by_tensor(s, *a, grads)) {
+    if (block && backward_by_tensor(*a, grads)) {
       emit_backward_events(o, s, *a, grads > 0);
       return;
     }
@@ -445,17 +445,16 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
   }
 }
 
-bool LoweringWalk::backward_by_tensor(int s, const Context::BlockActivations& a, Bytes grads) const {
-  (void)s;
+bool LoweringWalk::backward_by_tensor(const Context::BlockActivations& a, Bytes grads) const {
   return !a.backward_events.empty() && (grads == 0 || grads == a.param_grads);
 }
 
 // The block backward as PyTorch's allocator sees it (issue 19 item 4; models::AutogradTape::backward_events): the
-// incoming gradient (the recompute's grad_in, else made here), then op by op, last first, the weight's gradient
-// (its place noted), the inputs' gradients, the kernel's workspace, the gradients nothing reads any more and the
-// saved tensors after their last reader's backward (Node::release_variables), each freed inside the op
-// (FreeSpec free_inside_op). What is alive at its end (the block input's gradient, saved tensors no backward op
-// released) is freed after it is enqueued.
+// incoming gradient (the recompute's grad_in, else the later block's input gradient, else made here), then op by
+// op, last first, the weight's gradient (its place noted), the inputs' gradients, the kernel's workspace, the
+// gradients nothing reads any more and the saved tensors after their last reader's backward
+// (Node::release_variables), each freed inside the op (FreeSpec free_inside_op). The block input's gradient goes on
+// to the earlier module (carried_grad_); saved tensors no backward op released are freed after it is enqueued.
 void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActivations& a, bool weight_grads) {
   const int unit = c_.segments[s].unit;
   // the saved and recomputed tensors' buffers by their entry (alloc_forward's consecutive ids; a taken block input
@@ -1066,7 +1065,7 @@ void LoweringWalk::backward_segment(int s) {
   cut_ = nullptr;
   cut_bufs_.clear();
   weight_slots_.clear();
-  if (seg.part == models::ModulePart::Block && backward_by_tensor(s, c_.acts(seg.layer), c_.acts(seg.layer).param_grads))
+  if (seg.part == models::ModulePart::Block && backward_by_tensor(c_.acts(seg.layer), c_.acts(seg.layer).param_grads))
     cut_ = &c_.acts(seg.layer);
   const int first_new = b_.num_buffers();
   for (int v : c_.backward_starts[s]) autograd_grad(v, s);
@@ -1074,7 +1073,7 @@ void LoweringWalk::backward_segment(int s) {
   Bytes grads = segment_grad_bytes(s);
   for (int buf = first_new; buf < last_new; ++buf) grads += p_.buffers[static_cast<std::size_t>(buf)].bytes;
   if (offloading && packs_saved(s))
-    unpack_saved(s, seg.part == models::ModulePart::Block && backward_by_tensor(s, c_.acts(seg.layer), grads));
+    unpack_saved(s, seg.part == models::ModulePart::Block && backward_by_tensor(c_.acts(seg.layer), grads));
   emit_compute(s, OpKind::Backward, grads);
   Op& o = b_.at(b_.last_op());
   bwd_op_ = o.id;

@@ -133,11 +133,10 @@ class LoweringWalk {
                             bool take_input = false, bool carry_output = false,
                             const std::vector<char>* drop_at_last_read = nullptr);
   void drop_carried();   // a carried output nobody takes: freed after the op emitted last
-  // A block's backward tensor by tensor (models::BlockMemory::backward_events; not with activation offloading):
-  // when the block has events and the op makes either no parameter gradient or exactly the tape's (`grads`).
-  // With activation offloading, only a block whose saved tensors themselves are packed (packs_saved): its nodes
-  // bring their tensors back one by one (emit_backward_events).
-  bool backward_by_tensor(int s, const Context::BlockActivations& a, Bytes grads) const;
+  // A block's backward tensor by tensor (models::BlockMemory::backward_events; a packed block under activation offloading
+  // brings its tensors back node by node): when the block has events and the op makes either no parameter gradient or
+  // exactly the tape's (`grads`).
+  bool backward_by_tensor(const Context::BlockActivations& a, Bytes grads) const;
   // Lowers it into op `o` of segment s: each activation gradient and workspace allocated and freed where autograd
   // makes and drops it, each saved tensor freed after its last reader's backward, the weight gradients' places
   // noted (weight_slots_) when the op makes them (`weight_grads`).
