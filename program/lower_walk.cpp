@@ -180,6 +180,17 @@ void LoweringWalk::drop_carried() {
   carried_ = -1;
 }
 
+void LoweringWalk::range_buffers(const std::vector<models::SavedTensor>& ts, const BufferRange& r, int extra_entry,
+                                 std::vector<int>& out) {
+  out.assign(ts.size(), -1);
+  int next = r.first;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].bytes <= 0) continue;
+    out[i] = static_cast<int>(i) == extra_entry ? r.extra : next++;
+  }
+  if (next != r.first + r.n) throw std::logic_error("lowering: a segment's saved tensors and buffers disagree");
+}
+
 // The forward's block-input event (ForwardEvent::input), or null.
 static const models::ForwardEvent* input_event(const std::vector<models::ForwardEvent>& events) {
   for (const models::ForwardEvent& e : events)
@@ -457,23 +468,12 @@ bool LoweringWalk::backward_by_tensor(const Context::BlockActivations& a, Bytes 
 // to the earlier module (carried_grad_); saved tensors no backward op released are freed after it is enqueued.
 void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActivations& a, bool weight_grads) {
   const int unit = c_.segments[s].unit;
-  // the saved and recomputed tensors' buffers by their entry (alloc_forward's consecutive ids; a taken block input
-  // is the range's `extra`)
-  const auto buffers = [](const std::vector<models::SavedTensor>& ts, const BufferRange& r, int extra_entry,
-                          std::vector<int>& out) {
-    out.assign(ts.size(), -1);
-    int next = r.first;
-    for (std::size_t i = 0; i < ts.size(); ++i) {
-      if (ts[i].bytes <= 0) continue;
-      out[i] = static_cast<int>(i) == extra_entry ? r.extra : next++;
-    }
-  };
   // (an offloaded checkpoint input is the offloading's: its reload, dropped by offload_after_backward)
   const models::ForwardEvent* in = input_event(a.forward_events);
   const bool offloading = plan_.activation_offloading != ActivationOffload::None;
   const bool taken = act_[s].extra >= 0 || (offloading && offloaded_[s] >= 0);
-  buffers(a.saved, act_[s], in && in->kind == models::ForwardEvent::Kept && taken ? in->saved : -1, saved_bufs_);
-  buffers(a.recompute, recompute_[s], -1, rec_bufs_);
+  range_buffers(a.saved, act_[s], in && in->kind == models::ForwardEvent::Kept && taken ? in->saved : -1, saved_bufs_);
+  range_buffers(a.recompute, recompute_[s], -1, rec_bufs_);
   act_[s] = recompute_[s] = BufferRange{};
   const auto storage = [&](const models::BackwardEvent& e) -> int* {
     if (e.saved >= 0) return &saved_bufs_[static_cast<std::size_t>(e.saved)];
@@ -602,15 +602,16 @@ void LoweringWalk::place_weight_grads(Op& o, std::size_t first) {
   tail_.assign(o.allocs.begin() + static_cast<std::ptrdiff_t>(first), o.allocs.end());
   o.allocs.resize(first);
   const bool pieces = cut_bufs_.size() == weight_slots_.size();
+  const auto is_piece = [&](int b) { return pieces && std::find(cut_bufs_.begin(), cut_bufs_.end(), b) != cut_bufs_.end(); };
   // from the last slot back: an insertion moves the allocations and the inside frees after it, not the slots before
   for (std::size_t i = weight_slots_.size(); i-- > 0;) {
     const WeightSlot& w = weight_slots_[i];
     std::size_t n = 0;
-    for (int b : tail_) {
-      const auto piece = std::find(cut_bufs_.begin(), cut_bufs_.end(), b) - cut_bufs_.begin();
-      const bool at_slot = pieces && piece < static_cast<std::ptrdiff_t>(cut_bufs_.size()) ? static_cast<std::size_t>(piece) == i : i == 0;
-      if (at_slot) o.allocs.insert(o.allocs.begin() + static_cast<std::ptrdiff_t>(w.allocs + n++), b);
-    }
+    const auto insert = [&](int b) { o.allocs.insert(o.allocs.begin() + static_cast<std::ptrdiff_t>(w.allocs + n++), b); };
+    if (pieces) insert(cut_bufs_[i]);
+    if (i == 0)
+      for (int b : tail_)
+        if (!is_piece(b)) insert(b);
     for (std::size_t f = w.inside_frees; f < o.frees.size() && is_free_inside_op(o.frees[f].reuse_after_op); ++f)
       o.frees[f].reuse_after_op = free_inside_op(allocs_before_free(o.frees[f].reuse_after_op) + static_cast<int>(n));
   }
@@ -1278,13 +1279,9 @@ void LoweringWalk::pack_saved(int s) {
   const std::vector<char> packed = packed_mask(s);
   std::vector<int>& off = saved_off_[static_cast<std::size_t>(s)];
   off.clear();
-  int next = r.first;
-  for (std::size_t i = 0; i < saved.size(); ++i) {
-    if (saved[i].bytes <= 0) continue;
-    const int b = static_cast<int>(i) == input ? r.extra : next++;
-    if (packed[i]) off.push_back(b);
-  }
-  if (next != r.first + r.n) throw std::logic_error("lowering: a segment's saved tensors and buffers disagree");
+  range_buffers(saved, r, input, saved_bufs_);
+  for (std::size_t i = 0; i < saved.size(); ++i)
+    if (saved_bufs_[i] >= 0 && packed[i]) off.push_back(saved_bufs_[i]);
   if (off.empty()) return;
   const int first = pack_id_ + 1;
   pack_id_ += static_cast<int>(off.size());
@@ -1335,10 +1332,10 @@ void LoweringWalk::offload_unpack(int s) {
 }
 
 // Before the backward of a segment whose saved tensors were packed: what left the stash comes back from the CPU
-// (sync: all of it), in one copy and one buffer (PyTorch copies each when its node unpacks it and drops it after the
-// next node that unpacks: this holds the segment's whole set through its backward, an upper bound); what is still
-// stashed is used as it is.
-// by_node: the copy's time alone; the backward allocates each node's tensors as it unpacks them (unpacked_).
+// (sync: all of it) in one copy; what is still stashed is used as it is. by_node (a block lowered tensor by tensor):
+// the copy's time alone, the backward allocating each node's tensors as it unpacks them (unpacked_,
+// emit_backward_events); otherwise (the final norm) one buffer for the set (PyTorch copies each when its node
+// unpacks it: an upper bound).
 void LoweringWalk::unpack_saved(int s, bool by_node) {
   std::vector<int>& off = saved_off_[static_cast<std::size_t>(s)];
   unpacked_.clear();
@@ -1375,8 +1372,8 @@ void LoweringWalk::offload_after_backward(int s) {
   }
   if (group) {
     // A segment whose every saved tensor was packed has one node per op: each node's hook dropped what the one
-    // before it brought back, so once its backward has run only its last node's copies remain (dropped after the
-    // next unpacking node in PyTorch, here with the rest: at block granularity, one node early).
+    // before it brought back, so once its backward has run only its last node's copies remain: a block's are
+    // pending_copies_ (dropped by the next node that unpacks), the final norm's one buffer goes here (one node early).
     if (offloaded_[s] >= 0 || node_copied_) {   // (the next copy back waits on the event after this backward)
       drop_reload(offloaded_[s], 1);
       reload_wait_ = bwd_op_;

@@ -165,6 +165,10 @@ class LoweringWalk {
   bool node_copied_ = false;                     // the block backward lowered last brought some back
   std::vector<int> pending_copies_;              // streams: its last node's copies, until the next node unpacks
   void drop_pending_copies();
+  // The buffers of a range alloc_forward or alloc_tensors made for `ts`, by entry (consecutive ids for the entries
+  // with bytes; entry `extra_entry` is the range's `extra`, a taken block input; -1 for an entry without bytes).
+  static void range_buffers(const std::vector<models::SavedTensor>& ts, const BufferRange& r, int extra_entry,
+                            std::vector<int>& out);
   std::vector<int> saved_buf_, temp_buf_;   // alloc_forward's scratch
   // A block forward's output, alive from the op that made it to the next module's forward, which takes it
   // as its input (PyTorch's block output is the next block's input tensor, not a new one): -1 when none.
