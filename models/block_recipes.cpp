@@ -290,12 +290,14 @@ class BlockWriter {
       return y;
     }
     // weight.float() (litgpt) / 1 + weight.float() (Gemma): a [h] fp32 tensor that requires grad when the
-    // weight does, saved by the mul (for normed's gradient)
+    // weight does, saved by the mul (for normed's gradient). Its gradient is the mul's (grad * normed) summed
+    // over the tokens, a [h] fp32 tensor (mul_tensor_backward, then sum_to_size); ToCopyBackward0 casts it into
+    // the weight's dtype (the weight's gradient, which AccumulateGrad keeps) and it dies.
     TapeOp wcast{OpKind::Pointwise, {}, {out(nm(p, "weight_fp32"), h * kFp32)}};
     wcast.weight = use(wt);
-    wcast.weight_grad = h * e_;   // _to_copy's backward casts the gradient back into the weight's dtype
+    wcast.weight_grad = h * e_;
     const int wf = t_.add1(wcast);
-    TapeOp w{OpKind::Pointwise, {mul_in(normed), {wf, GradRule::None, true, SaveIf::OtherInput}},
+    TapeOp w{OpKind::Pointwise, {mul_in(normed), mul_in(wf)},
              {out(nm(p, "out_fp32"), n * kFp32)}};
     w.bwd_workspace = trains ? n * kFp32 : 0;  // the weight gradient's (grad * normed) before its sum
     const int y = t_.add1(w);

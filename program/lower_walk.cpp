@@ -945,6 +945,10 @@ LoweringWalk::ParamGradParts LoweringWalk::param_grad_parts() const {
             h = {pc.per_block};
             g.unit_listed[seg.unit] += pc.per_block;
           }
+          // LoRA's adapters (not in the module tree: models/trainable.h) are parameters whose gradients the
+          // block's backward makes too: FSDP1's views of a FlatParameter that holds them (use_orig_params,
+          // fsdp1_unit_sizes), FSDP2's own nn.Parameters.
+          for (const models::AdapterMatrix& am : c_.trainable.block_adapters) h.push_back(am.numel());
         }
         break;
       case models::ModulePart::FinalNormAndHead: h = {pc.final_norm, tied ? tied_weight : pc.lm_head}; break;

@@ -179,6 +179,22 @@ TEST(Implementation, LitgptByHand) {
                          }));
   // the expanded k/v copies keep nothing of qkv alive: (128+16+128+32+64)*2 + 4*64+32 + 4*128 = 1536
   EXPECT_EQ(bm.saved_bytes(), 1536);
+  // Each norm's weight gets its gradient through weight.float(): the mul's gradient for it, (grad * normed) summed
+  // over the tokens, is an [h] fp32 tensor (32 B), which ToCopyBackward0 casts into the weight's [h] bf16 gradient
+  // (16 B) before it dies. The block's gradients are then its parameters' (the same as HF's recipe's). (Until
+  // 2026-11-29 the mul passed no gradient to weight.float(): the norms got none.)
+  int norm_grads = 0;
+  const auto& ev = bm.backward_events;
+  for (std::size_t i = 0; i < ev.size(); ++i)
+    if (ev[i].kind == models::BackwardEvent::WeightGrad && ev[i].bytes == 16) {
+      ++norm_grads;
+      ASSERT_LT(i + 1, ev.size());
+      EXPECT_EQ(ev[i + 1].kind, models::BackwardEvent::FreeGrad);   // the [h] fp32 gradient, at the same op
+      EXPECT_EQ(ev[i + 1].bytes, 32);
+      EXPECT_EQ(ev[i + 1].op, ev[i].op);
+    }
+  EXPECT_EQ(norm_grads, 2);
+  EXPECT_EQ(bm.param_grads, block(tiny_llama(), CheckpointMode::None, ModelImpl::HF).param_grads);
 }
 
 TEST(Implementation, FusedLigerByHand) {

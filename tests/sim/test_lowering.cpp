@@ -1003,8 +1003,11 @@ TEST(LoweringLora, AdapterBytesSavedTensorsAndGradientsByHand) {
   // FlatParameter does not require grad and neither do its views: only the adapters' 56 (112 B). (Before
   // 2026-11-27 the base's 1184 B were held here too.) Each is made where the block's backward computes it, in
   // backward order (the tape's weight gradients, since 2026-11-28): without use_orig_params v's B (4 x 2: 16 B),
-  // v's A (2 x 8: 32 B), q's B (8 x 2), q's A. With it the frozen base views' gradients are not the tape's (its
-  // weights do not train): one buffer, allocated with the backward as before.
+  // v's A (2 x 8: 32 B), q's B (8 x 2), q's A. With it every view's, base and adapter (592 + 56 elements: 1296 B),
+  // also one by one: the MLP's three (16 x 8: 256 B each), the second norm (8: 16 B), o (128 B), v's B, v's A, v
+  // (4 x 8: 64 B), k (64 B), q's B, q's A, q (128 B), the first norm. (Until 2026-11-29 the adapters were missing
+  // from the views the lowering counted, so the sum differed from the tape's and the block's backward kept one
+  // lumped buffer of the base views' 1184 B.)
   const auto view_grads = [](const StepProgram& p, int unit) {
     std::vector<Bytes> v;
     for (const Buffer& b : p.buffers)
@@ -1012,7 +1015,7 @@ TEST(LoweringLora, AdapterBytesSavedTensorsAndGradientsByHand) {
     return v;
   };
   EXPECT_EQ(view_grads(f1n, 1), (std::vector<Bytes>{16, 32, 32, 32}));
-  EXPECT_EQ(view_grads(f1, 1), std::vector<Bytes>{1184});
+  EXPECT_EQ(view_grads(f1, 1), (std::vector<Bytes>{256, 256, 256, 16, 128, 16, 32, 64, 64, 32, 32, 128, 16}));
 
   // litgpt's LoRAQKVLinear (lit_gpt/lora.py at 8641822): one A of (2 x 2 parts, 8) = 32 and one B of (8 + 4, 2)
   // = 24 on the fused qkv: FSDP2 chunks A 2 x 8 + B 6 x 2 = 28 per block, 224 B in all; one pair of adapter
@@ -1237,7 +1240,8 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
   EXPECT_TRUE(bnb_kernel);
   // use_orig_params: the block's FlatParameter requires grad (its adapters), so its norms' views get weight
   // gradients (M13), but MatMul4Bit returns none for a packed weight: no base linear's weight-gradient GEMM, and
-  // the gradients held for the split backward are the norms' alone (2 x 256 bf16: 1024 B).
+  // the gradients held for the split backward are the norms' (256 bf16: 512 B each) and the four adapters' (512
+  // elements: 1024 B each), in backward order: the second norm, v's B and A, q's B and A, the first norm.
   const std::vector<std::string> adapters_wgrad = {"q_proj.lora_b_wgrad", "q_proj.lora_a_wgrad", "v_proj.lora_b_wgrad",
                                                    "v_proj.lora_a_wgrad"};
   for (const std::string& w : wgrads(f1, 1))
@@ -1247,7 +1251,7 @@ TEST(LoweringQlora, Nf4ShardsGathersAndDequantizationByHand) {
   std::vector<Bytes> held;
   for (const Buffer& b : f1.buffers)
     if (b.unit == 1 && std::string(b.name).rfind("param_grad", 0) == 0) held.push_back(b.bytes);
-  EXPECT_EQ(held, std::vector<Bytes>{1024});
+  EXPECT_EQ(held, (std::vector<Bytes>{512, 1024, 1024, 1024, 1024, 512}));
   {
     const Plan p1 = resolved("{" + base + R"("fsdp_version": 1, "lora": {"rank": 2, "targets": ["q", "v"], "quantize_base": "nf4"}})", 2, 2);
     const models::LoraShape s1 = lowering::lora_shape(m, p1);
