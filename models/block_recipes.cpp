@@ -235,7 +235,7 @@ class BlockWriter {
   // Functions save unconditionally): they save whenever the op records a graph.
   int norm(int x, const char* p, Weight w) {
     const Bytes h = m_.hidden, n = T_ * h;
-    const Bytes ln = m_.norm_bias ? 2 * h : h;   // LayerNorm's weight and bias
+    const Bytes ln = m_.norm_bias && g_.biases_train ? 2 * h : h;   // LayerNorm's weight and (trained) bias
     switch (r_.norm) {
       case NormImpl::FusedRms:  // aten::_fused_rms_norm: saves input, rstd (fp32 [T, 1])
         return t_.add(with_weight({OpKind::Norm, {saved_in(x)}, {out(nm(p, "out"), n * e_), out(nm(p, "rstd"), T_ * kFp32, true, false)}}, w, h))[0];
@@ -319,7 +319,7 @@ class BlockWriter {
   int linear(int x, Bytes tokens, Bytes in_f, Bytes out_f, bool bias, const char* name, Weight wt,
              OpKind kind = OpKind::Matmul, Bytes copies = 1) {
     const bool f8 = o_.float8 != Float8Recipe::None && kind == OpKind::Matmul && r_.float8_block_linears;
-    const Bytes params = copies * (in_f * out_f + (bias ? out_f : 0));
+    const Bytes grad_numel = copies * (in_f * out_f + (bias && g_.biases_train ? out_f : 0));   // weight and trained bias
     if (!f8) {
       const OpKind k = kind == OpKind::Matmul && bias ? OpKind::MatmulBias : kind;  // aten.addmm
       std::vector<TapeIn> ins{linear_in(x)};
@@ -355,7 +355,7 @@ class BlockWriter {
         const int t = t_.add1(dq);
         ins.push_back(kept_compiled ? TapeIn{t, GradRule::None, true, SaveIf::GradFn} : in(t, GradRule::None));
       }
-      TapeOp mm = with_weight({k, ins, {out(name, tokens * out_f * e_)}}, wt, params);
+      TapeOp mm = with_weight({k, ins, {out(name, tokens * out_f * e_)}}, wt, grad_numel);
       mm.escapes_checkpoint = kept_compiled;
       if (nf4)
         mm.bwd_workspace = bnb            ? w_elems * e_ + bnb4_absmax_fp32_bytes(w_elems)
@@ -396,7 +396,7 @@ class BlockWriter {
     const Bytes go = tokens * out_f, xi = tokens * in_f, w = in_f * out_f;
     mm.bwd_workspace = (2 * go + xi + w) * kFp8 + (eager ? std::max({go, xi, w}) * kEagerCastBytesPerElem : 0);
     mm.weight = use(wt);
-    mm.weight_grad = params * e_;   // (the bias's gradient, from the add's backward, counted here too)
+    mm.weight_grad = grad_numel * e_;   // (the bias's gradient, from the add's backward, counted here too)
     const int y = t_.add1(mm);
     if (!bias) return lora(x, y, tokens, out_f, name, wt);
     return lora(x, pointwise({in(y, GradRule::Alias)}, name, tokens * out_f * e_), tokens, out_f, name, wt);  // + bias

@@ -53,6 +53,10 @@ constexpr WeightMask kAllWeights = (WeightMask{1} << static_cast<unsigned>(Weigh
 struct GradFlow {
   WeightMask trains = kAllWeights;
   bool input_requires_grad = true;
+  // A trained linear's or norm's bias trains too (full training; FSDP1's views of a FlatParameter that requires
+  // grad). Not under a partial set trained per parameter (FSDP2): trainable_set's rule never trains a bias
+  // (tensor_weight), and LoRA's base biases are frozen.
+  bool biases_train = true;
   bool trains_weight(Weight w) const { return (trains & weight_bit(w)) != 0; }
   bool operator==(const GradFlow&) const = default;
 };

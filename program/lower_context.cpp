@@ -440,7 +440,9 @@ GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, con
   if (ts.all) return f;   // full training: every part's default flow
   std::vector<models::WeightMask> eff(f.layers.size(), 0);
   models::WeightMask outside = 0;   // Embedding, FinalNorm, LmHead
+  bool biases = true;               // (GradFlow::biases_train)
   if (plan.fsdp_version == FsdpVersion::FSDP2 || (ts.lora.on() && !plan.use_orig_params)) {
+    biases = false;
     // FSDP2: per parameter. FSDP1 LoRA without use_orig_params: the adapters are FlatParameters of their
     // own (fsdp1_unit_sizes), the base weights' FlatParameter does not require grad.
     for (int l = 0; l < L; ++l) eff[static_cast<std::size_t>(l)] = ts.layer(l);
@@ -489,16 +491,16 @@ GradFlows grad_flows(const models::ModelSpec& m, const models::WrapGraph& g, con
   const auto& ac = plan.activation_checkpointing;
   bool rg = (outside & weight_bit(Weight::Embedding)) != 0 ||
             (ac.outside_fsdp && ac.mode != ActivationCheckpointing::Mode::None);
-  f.embedding = {outside & weight_bit(Weight::Embedding), false};
+  f.embedding = {outside & weight_bit(Weight::Embedding), false, biases};
   for (int l = 0; l < L; ++l) {
     const auto i = static_cast<std::size_t>(l);
-    f.layers[i] = {eff[i], rg};
+    f.layers[i] = {eff[i], rg, biases};
     rg = rg || eff[i] != 0;
   }
   // (a LoRA adapter on the head trains in the final part: its tape saves A's input and output, its kernels
   // include the adapter's weight gradients)
   f.final_part = {outside & (weight_bit(Weight::FinalNorm) | weight_bit(Weight::LmHead) | weight_bit(Weight::Adapter)),
-                  rg};
+                  rg, biases};
   f.matmul_trained = models::trained_matmul_fraction(m, plan.implementation, eff,
                                                      (outside & weight_bit(Weight::LmHead)) != 0);
   return f;

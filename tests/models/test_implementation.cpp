@@ -243,6 +243,14 @@ TEST(Implementation, HfGpt2KeepsTheWholeQkvAndGeluNewChain) {
                              {"mlp.act", 256},            // c_proj's input
                          }));
   EXPECT_EQ(bm.saved_bytes(), 608 + 5 * 256);
+  // The parameters' gradients, bf16: c_attn 8 x 24 + 24, c_proj 8 x 8 + 8, c_fc 8 x 32 + 32, mlp c_proj 32 x 8 + 8,
+  // two LayerNorms 2 x (8 + 8): 872 elements, 1744 B. Trained per parameter with the biases frozen (FSDP2 under a
+  // partial set: GradFlow::biases_train false) the 72 linear and 16 LayerNorm bias elements get none: 1568 B.
+  EXPECT_EQ(bm.param_grads, 1744);
+  models::GradFlow no_bias;
+  no_bias.biases_train = false;
+  EXPECT_EQ(block_memory(tiny_gpt2(), 1, 4, Dtype::BF16, CheckpointMode::None, ImplOptions{ModelImpl::HF}, no_bias).param_grads,
+            1568);
 }
 
 namespace {

@@ -1881,6 +1881,32 @@ TEST(LoweringFsdp2, OneRankGroupUnshardsParameterByParameterOnTheDefaultStream) 
   EXPECT_EQ(allocs_of(q, *rcasts.front(), MemCategory::UnshardedParams).size(), 1u);
 }
 
+// A block whose linears and norms have biases, trained in part (trainable_fraction: its rule never trains a bias,
+// models/trainable.h tensor_weight) under FSDP2, which keeps a .grad per trainable parameter only: the block's
+// backward makes its gradients where its ops do (the tape's weight gradients, without the biases': GradFlow::
+// biases_train), as a fully trained block's, not one lumped transient plus every gradient at once. (Until
+// 2026-11-29 the tape counted the frozen biases' gradients too, the sums differed and every gpt2, phi, mpt and
+// qwen2 block trained in part fell back to that transient.) The tiny GPT-2 shape of models_test (h 8, f 32): 2% of
+// the parameters is one 8 x 8 matrix (the attention's c_proj weight, without its bias) in one block: 128 B.
+TEST(LoweringGradients, BiasedBlocksTrainedInPartMakeTheirGradientsByTensor) {
+  models::ModelSpec m = models::load_model("gpt2");
+  m.n_layers = 2, m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 2, m.head_dim = 4, m.ffn_hidden = 32, m.vocab_size = 32;
+  m.max_positions = 64;
+  const Plan plan = resolved(R"({"implementation": "hf", "micro_batch": 1, "seq_len": 4, "trainable_fraction": 0.02})", 2, 2);
+  const StepProgram p = lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
+  expect_well_formed(p, "gpt2 in part");
+  int grads = 0;
+  for (const Buffer& b : p.buffers) {
+    if (b.unit < 1) continue;   // (unit 0, the root: the head's backward is one transient)
+    EXPECT_NE(b.name.rfind("bwd_tmp", 0), 0u) << b.name;
+    if (b.category == MemCategory::UnshardedGrads) {
+      EXPECT_EQ(b.bytes, 128) << b.name;
+      ++grads;
+    }
+  }
+  EXPECT_EQ(grads, 1);
+}
+
 // The block backward's transient leaves room for the weight gradients the op allocates with it
 // (models::BlockMemory::backward_extra_with_grads, counted by hand in AutogradTape.WeightGradientsCountFrom-
 // TheOpThatMakesThemByHand): on the tiny llama of the test above (592 parameters per block, 1184 B of bf16
