@@ -14,6 +14,7 @@
 #include "planner/explain.h"
 #include "reports/trace.h"
 #include "program/plan.h"
+#include "sim/accuracy.h"
 #include "sim/simulator.h"
 
 namespace fsdpsim::cli {
@@ -122,6 +123,8 @@ void print_summary(std::ostream& os, const models::ModelSpec& model, const calib
     os << "\nNotes (approximations and warnings)\n";
     for (const auto& n : r.notes) os << "  - " << n << "\n";
   }
+  os << "\nHow close predictions have come to measurements (kept current by the test suite)\n"
+     << sim::validation_record_text("  ") << "\n";
 }
 
 }  // namespace
@@ -158,6 +161,7 @@ int cmd_simulate(const Argv& argv) {
                      {"plan", sim::plan_to_json(resolved)},
                      {"profile", hw.to_json()}};
     doc["result"] = sim::sim_result_to_json(r, false);
+    doc["accuracy"] = sim::validation_record_json();
     write_file_atomic(args.get("json"), doc.dump(2) + "\n", "--json");
   }
   if (args.has("trace")) reports::write_trace(args.get("trace"), r, context, "--trace");

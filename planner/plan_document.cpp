@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "common/context.h"
+#include "sim/accuracy.h"
 #include "models/zoo.h"
 #include "planner/exports.h"
 #include "planner/planner.h"
@@ -25,6 +26,7 @@ nlohmann::json plan_document(const PlanRequest& req, const PlanOutcome& out) {
   json doc;
   doc["schema_version"] = "fsdpsim.plan/1";
   doc["context"] = context_block_with_profile(req.profile_name);
+  doc["accuracy"] = sim::validation_record_json();
   json model = models::model_to_json(req.model);
   if (!model.contains("params_total")) model["params_total"] = models::count_params(req.model).total;
   json fixed = json::object();

@@ -127,6 +127,19 @@ PlanDocView read_plan_doc(const json& doc, const std::string& root) {
     v.search = r.raw("search");
     JsonReader(v.search, r.field("search"));
   }
+  if (r.has("accuracy")) {
+    const JsonReader mem = r.get_object("accuracy").get_object("memory");
+    const JsonReader rsv = mem.get_object("steady_state_reserved");
+    const JsonReader fits = mem.get_object("fits_verdicts");
+    PlanDocView::MemoryAccuracy a;
+    a.plans = static_cast<int>(mem.get_int("plans", 1, 1 << 30));
+    a.reserved_within = static_cast<int>(rsv.get_int("within", 0, a.plans));
+    a.reserved_tolerance = rsv.get_double("tolerance", 0, 1);
+    a.reserved_mae = rsv.get_double("mean_abs_error", 0, 10);
+    a.fits_compared = static_cast<int>(fits.get_int("compared", 0, 1 << 30));
+    a.fits_agree = static_cast<int>(fits.get_int("agree", 0, a.fits_compared));
+    v.memory_accuracy = a;
+  }
 
   const json& cands = array_at(r, "candidates");
   for (size_t i = 0; i < cands.size(); ++i) {

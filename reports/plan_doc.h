@@ -72,6 +72,13 @@ struct PlanDocView {
   std::optional<DetailView> detail;
   nlohmann::json measured;           // null when absent
   double usable_memory_bytes = 0;    // inputs.usable_memory_bytes, or capacity x (1 - margin)
+  // accuracy.memory (sim/accuracy.h), when the document has it: the plans measured, the steady-state peak
+  // reserved within its tolerance on how many (and the mean absolute error), the fits/OOM calls right.
+  struct MemoryAccuracy {
+    int plans = 0, reserved_within = 0, fits_agree = 0, fits_compared = 0;
+    double reserved_tolerance = 0, reserved_mae = 0;
+  };
+  std::optional<MemoryAccuracy> memory_accuracy;
 };
 
 // Throws InputError(field, value, allowed) on the first problem, field rooted at `root` ("plan").

@@ -35,6 +35,7 @@
 #include "calibrate/hardware_profile.h"
 #include "common/errors.h"
 #include "models/zoo.h"
+#include "sim/accuracy.h"
 #include "sim/simulator.h"
 
 using namespace fsdpsim;
@@ -236,6 +237,17 @@ int main(int argc, char** argv) {
       if (all > *check) std::printf("FAIL: %s MAPE %.1f%% > %.1f%%\n", g.c_str(), all, *check), ++failed;
     }
     if (acc.size() < 3) std::printf("FAIL: expected rows for 3 GPU types, got %zu\n", acc.size()), ++failed;
+    // What the outputs state (sim/accuracy.h) is the held-out error measured here, to the printed decimal.
+    const auto& held = sim::validation_record().time_held_out;
+    if (held.size() != acc.size()) std::printf("FAIL: sim/accuracy.cpp records %zu GPU types\n", held.size()), ++failed;
+    for (const sim::TimeRecord& t : held) {
+      const auto it = acc.find(t.gpu);
+      const auto& h = it == acc.end() ? std::pair<double, int>{0, 0} : it->second[1];
+      const double mape = h.second ? h.first / h.second : 0.0;
+      if (h.second != t.rows || std::fabs(mape - t.held_out_mape) > 0.0005)
+        std::printf("FAIL: sim/accuracy.cpp records %s held out %.1f%% on %d rows, measured %.1f%% on %d: update it\n",
+                    t.gpu.c_str(), 100 * t.held_out_mape, t.rows, 100 * mape, h.second), ++failed;
+    }
     if (check_ac_bias && std::fabs(bias(ac_bias[1])) > *check_ac_bias)
       std::printf("FAIL: full-AC bias %+.1f%% beyond +-%.1f%%\n", bias(ac_bias[1]), *check_ac_bias), ++failed;
     return failed ? 1 : 0;

@@ -4,7 +4,8 @@
 // patch), the error of tokens/s/GPU (torchtune) or of the time per micro-batch iteration (litgpt),
 // printed with the assumptions each mapping makes. Not a fit and not a gate: these rows were never used
 // to set a constant, and several of their settings are uncertain (see each row's assumptions).
-//   calibrate_devset_published2 [path/to/published-dev-set-2.jsonl]
+//   calibrate_devset_published2 [path/to/published-dev-set-2.jsonl [--check-record]]
+// --check-record: exit 1 unless the mean absolute error is the one sim/accuracy.h states (the CTest).
 // Rows left out are those with no time metric in devset_published2_rows.cpp (QLoRA, GPUs without a
 // profile, models not in the zoo, OOM rows).
 #include <cmath>
@@ -15,6 +16,7 @@
 
 #include "calibrate/hardware_profile.h"
 #include "models/zoo.h"
+#include "sim/accuracy.h"
 #include "sim/simulator.h"
 #include "tests/calibrate/devset_published2_rows.h"
 
@@ -22,6 +24,7 @@ using namespace fsdpsim;
 
 int main(int argc, char** argv) {
   std::string path = argc > 1 ? argv[1] : std::string(FSDPSIM_SOURCE_DIR) + "/../shared/data/published-dev-set-2.jsonl";
+  const bool check_record = argc > 2 && std::string(argv[2]) == "--check-record";
   std::map<std::string, nlohmann::json> records;
   for (nlohmann::json& j : devset::read_records(path, "calibrate_devset_published2")) records[j["id"].get<std::string>()] = j;
   std::printf("%-7s %-11s %-12s %-22s %12s %12s %8s %s\n", "id", "model", "cluster", "metric", "measured", "simulated",
@@ -83,5 +86,15 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("\nmean absolute error over %d rows: %.1f%% (not fitted on; see each row's assumptions)\n", n, n ? sum / n : 0.0);
+  if (check_record) {
+    // What the outputs state (sim/accuracy.h) is what this measures, to the printed decimal.
+    const sim::ValidationRecord& rec = sim::validation_record();
+    const double mae = n ? sum / n / 100 : 0.0;
+    if (rec.other_time_rows != n || std::fabs(rec.other_time_mae - mae) > 0.0005) {
+      std::printf("FAIL: sim/accuracy.cpp records %d rows at %.1f%%, measured %d at %.1f%%: update the record\n",
+                  rec.other_time_rows, 100 * rec.other_time_mae, n, 100 * mae);
+      ++failed;
+    }
+  }
   return failed ? 1 : 0;
 }

@@ -69,6 +69,13 @@ TEST(RealDocuments, PlanAndSimulateOutputsFollowTheSchemas) {
   if (!doc["recommended"].is_null()) {
     EXPECT_NE(written.find("id=\"stream-timeline\""), std::string::npos);   // the trace is drawn from the simulation
     EXPECT_EQ(rendered.find("id=\"stream-timeline\""), std::string::npos);
+    // the memory section says how close memory predictions have come to PyTorch's (plan.json's accuracy block)
+    const std::size_t acc = written.find("id=\"memory-accuracy\"");
+    ASSERT_NE(acc, std::string::npos);
+    const auto& rsv = doc["accuracy"]["memory"]["steady_state_reserved"];
+    EXPECT_NE(written.find("within 3% on " + std::to_string(rsv["within"].get<int>()), acc), std::string::npos);
+    EXPECT_NE(written.find(std::to_string(doc["accuracy"]["memory"]["plans"].get<int>()) + " measured plans", acc),
+              std::string::npos);
   }
 
   rc = run("FSDPSIM_FIXED_CONTEXT=1 " + exe + " simulate --model tiny-llama --cluster 8xH100-SXM --plan '{}' --json " + dir +

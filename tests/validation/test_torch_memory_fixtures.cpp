@@ -13,6 +13,7 @@
 
 #include "common/errors.h"
 #include "common/json_reader.h"
+#include "sim/accuracy.h"
 #include "sim/simulator.h"
 #include "torch_memory_fixture.h"
 
@@ -65,6 +66,24 @@ void expect_each_spoil_names_its_field(const Json& good, const std::vector<Spoil
   }
 }
 
+// What the outputs state about memory (sim/accuracy.h, "How close these predictions have come to measurements")
+// is what these fixtures measure: counts exact, mean absolute errors to the two decimals of a percent printed.
+// A change that moves them fails here until the record is updated.
+void expect_record_is_current(const FixtureSummary& s) {
+  const sim::ValidationRecord& r = sim::validation_record();
+  const sim::MetricRecord* rec[4] = {&r.steady_allocated, &r.steady_reserved, &r.first_allocated, &r.first_reserved};
+  for (int i = 0; i < 4; ++i) {
+    const std::string what = std::string(FixtureSummary::kNames[i]) + ": update sim/accuracy.cpp to what the fixtures measure";
+    EXPECT_EQ(rec[i]->within, s.within[i]) << what;
+    EXPECT_EQ(rec[i]->compared, s.compared[i]) << what;
+    EXPECT_NEAR(rec[i]->mean_abs_error, s.mean_abs_error[i], 0.00005) << what;
+    EXPECT_DOUBLE_EQ(rec[i]->tolerance, i % 2 == 0 ? kAllocatedTolerance : kReservedTolerance) << what;
+  }
+  EXPECT_EQ(r.memory_plans, s.compared[1]);
+  EXPECT_EQ(r.fits_agree, s.fits_agree);
+  EXPECT_EQ(r.fits_compared, s.fits_total);
+}
+
 TEST(TorchMemoryFixtures, MeasuredFixturesMatchTheSimulator) {
   std::vector<std::pair<TorchMemoryFixture, Comparison>> rows;
   std::vector<std::string> pending;
@@ -84,6 +103,7 @@ TEST(TorchMemoryFixtures, MeasuredFixturesMatchTheSimulator) {
     rows.emplace_back(f, compare_with_simulator(f));
   }
   if (!rows.empty()) std::cout << comparison_table(rows);
+  if (!rows.empty()) expect_record_is_current(summarize(rows));
   for (const auto& [f, c] : rows) {
     // A known_miss whose figures all agree now is stale: its reason no longer describes the simulator.
     if (f.known_miss && std::none_of(c.metrics.begin(), c.metrics.end(), [](const auto& m) { return m.miss; }))

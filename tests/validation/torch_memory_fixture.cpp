@@ -265,6 +265,27 @@ Comparison compare_with_simulator(const TorchMemoryFixture& f) {
   return compare(f, sim::simulate(f.model, hw, *f.plan, opts));
 }
 
+FixtureSummary summarize(const std::vector<std::pair<TorchMemoryFixture, Comparison>>& rows) {
+  FixtureSummary s;
+  const char* const* names = FixtureSummary::kNames;
+  for (const auto& [f, c] : rows)
+    for (const auto& m : c.metrics) {
+      if (m.name == "fits") {
+        ++s.fits_total;
+        s.fits_agree += m.miss ? 0 : 1;
+        continue;
+      }
+      const int i = static_cast<int>(std::find(names, names + 4, m.name) - names);
+      if (i >= 4 || !m.compared) continue;
+      ++s.compared[i];
+      s.within[i] += m.miss ? 0 : 1;
+      s.mean_abs_error[i] += std::fabs(m.error);
+    }
+  for (int i = 0; i < 4; ++i)
+    if (s.compared[i] > 0) s.mean_abs_error[i] /= s.compared[i];
+  return s;
+}
+
 std::string comparison_table(const std::vector<std::pair<TorchMemoryFixture, Comparison>>& rows) {
   std::ostringstream o;
   char line[320];
@@ -272,18 +293,13 @@ std::string comparison_table(const std::vector<std::pair<TorchMemoryFixture, Com
                 "allocated GiB meas/pred", "err %", "reserved GiB meas/pred", "err %", "1st alloc%", "1st rsv%",
                 "fits", "verdict");
   o << line;
-  // The summary: per compared metric, how many lie within its tolerance and the mean absolute error.
-  const char* names[4] = {"steady_state.allocated", "steady_state.reserved", "first_step.allocated", "first_step.reserved"};
-  int within[4] = {0, 0, 0, 0}, compared[4] = {0, 0, 0, 0}, fits_agree = 0, fits_total = 0;
-  double abs_sum[4] = {0, 0, 0, 0};
+  const char* const* names = FixtureSummary::kNames;
   for (const auto& [f, c] : rows) {
     std::string cells[4][2];
     std::string fits = "-";
     for (const auto& m : c.metrics) {
       if (m.name == "fits") {
         fits = std::string(m.measured > 0 ? "ran" : "OOM") + "/" + (m.predicted > 0 ? "fits" : "OOM");
-        ++fits_total;
-        fits_agree += m.miss ? 0 : 1;
         continue;
       }
       const int i = static_cast<int>(std::find(names, names + 4, m.name) - names);
@@ -292,9 +308,6 @@ std::string comparison_table(const std::vector<std::pair<TorchMemoryFixture, Com
       std::snprintf(err, sizeof err, "%+.1f%s", 100 * m.error, f.repeats.empty() ? "" : "~");
       cells[i][0] = gib(m.measured) + " / " + gib(m.predicted);
       cells[i][1] = err;
-      ++compared[i];
-      within[i] += m.miss ? 0 : 1;
-      abs_sum[i] += std::fabs(m.error);
     }
     const std::string verdict = c.failed() ? "MISS" : c.missed() ? "known miss" : "ok";
     std::snprintf(line, sizeof line, "%-40s %-7s %21s %8s %21s %8s %10s %10s %-9s %s\n", f.name.c_str(),
@@ -302,13 +315,16 @@ std::string comparison_table(const std::vector<std::pair<TorchMemoryFixture, Com
                   cells[2][1].c_str(), cells[3][1].c_str(), fits.c_str(), verdict.c_str());
     o << line;
   }
+  // The summary: per compared metric, how many lie within its tolerance and the mean absolute error.
+  const FixtureSummary sum = summarize(rows);
   for (int i = 0; i < 4; ++i) {
-    if (compared[i] == 0) continue;
+    if (sum.compared[i] == 0) continue;
     std::snprintf(line, sizeof line, "%-24s within %.0f%% on %d of %d, mean absolute error %.2f%%\n", names[i],
-                  100 * (i % 2 == 0 ? kAllocatedTolerance : kReservedTolerance), within[i], compared[i],
-                  100 * abs_sum[i] / compared[i]);
+                  100 * (i % 2 == 0 ? kAllocatedTolerance : kReservedTolerance), sum.within[i], sum.compared[i],
+                  100 * sum.mean_abs_error[i]);
     o << line;
   }
+  const int fits_agree = sum.fits_agree, fits_total = sum.fits_total;
   std::snprintf(line, sizeof line, "%-24s agree on %d of %d\n", "fits verdicts", fits_agree, fits_total);
   o << line;
   // The fixtures measured more than once (~): the spread of each figure that differs between the runs; the

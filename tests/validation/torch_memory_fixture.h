@@ -88,5 +88,16 @@ Comparison compare(const TorchMemoryFixture& f, const sim::SimResult& r);
 
 // The table of all fixtures: predicted vs measured, error %.
 std::string comparison_table(const std::vector<std::pair<TorchMemoryFixture, Comparison>>& rows);
+// Per compared metric (steady_state.allocated, steady_state.reserved, first_step.allocated, first_step.reserved):
+// how many fixtures lie within its tolerance, of how many, and the mean absolute error (a fraction); and the
+// fits/OOM calls (what comparison_table's summary lines print, and sim/accuracy.h records).
+struct FixtureSummary {
+  static constexpr const char* kNames[4] = {"steady_state.allocated", "steady_state.reserved", "first_step.allocated",
+                                             "first_step.reserved"};
+  int within[4] = {0, 0, 0, 0}, compared[4] = {0, 0, 0, 0};
+  double mean_abs_error[4] = {0, 0, 0, 0};
+  int fits_agree = 0, fits_total = 0;
+};
+FixtureSummary summarize(const std::vector<std::pair<TorchMemoryFixture, Comparison>>& rows);
 
 }  // namespace fsdpsim::validation
