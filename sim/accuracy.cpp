@@ -8,7 +8,7 @@ const ValidationRecord& validation_record() {
   static const ValidationRecord r = [] {
     ValidationRecord v;
     v.memory_reference =
-        "PyTorch 2.11's peak allocated and reserved bytes on 74 measured plans (FSDP1 and FSDP2; llama-1b, llama3-8b, "
+        "PyTorch 2.11's peak allocated and reserved bytes on measured plans (FSDP1 and FSDP2; llama-1b, llama3-8b, "
         "llama3-70b, GPT-2; 1 to 512 ranks emulated with the fake process group on one H200/H100; "
         "tests/fixtures/torch_memory)";
     v.memory_plans = 74;
@@ -22,7 +22,7 @@ const ValidationRecord& validation_record() {
         "MosaicML llm-foundry's published tokens/s (MPT models; the profiles' two constants fitted on a subset, "
         "this error on the rows held out)";
     v.time_held_out = {{"A100-40GB", 39, 0.034}, {"A100-80GB", 28, 0.048}, {"H100-SXM", 41, 0.037}};
-    v.other_time_reference = "other published runs of the development set (torchtitan, litgpt, torchtune; not fitted on)";
+    v.other_time_reference = "other published runs of the development set (torchtune's and litgpt's published tables; not fitted on)";
     v.other_time_rows = 17;
     v.other_time_mae = 0.184;
     return v;

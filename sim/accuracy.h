@@ -3,7 +3,7 @@
 //
 // These are measured figures, not targets. Each is recomputed by a test whenever the model changes, and the
 // test fails until this record is updated to what it measures:
-//  * memory: tests/validation/test_torch_memory_fixtures (TorchMemoryFixtures.ValidationRecordIsCurrent), the
+//  * memory: tests/validation/test_torch_memory_fixtures (TorchMemoryFixtures.MeasuredFixturesMatchTheSimulator), the
 //    simulator against PyTorch's own allocator statistics (torch.cuda.max_memory_allocated / reserved) on the
 //    committed fixtures of tests/fixtures/torch_memory (PyTorch 2.11, one H200/H100 emulating the world with the
 //    fake process group);
