@@ -12,6 +12,7 @@
 #include "models/zoo.h"
 #include "planner/explain.h"
 #include "planner/fit.h"
+#include "sim/accuracy.h"
 #include "sim/simulator.h"
 
 namespace fsdpsim::cli {
@@ -52,11 +53,13 @@ int cmd_fit(const Argv& argv) {
   const double margin = args.get_double("memory-margin", 0.05, 0.0, 0.9);
   model = models::with_seq_len(model, src.plan.seq_len);
   const planner::FitAnswer a = planner::fit_plan(model, hw, src.plan, margin);
-  std::cout << "fsdpsim fit: " << model.name << " on " << cluster.name << " (" << src.described << ")\n" << planner::fit_text(a);
+  std::cout << "fsdpsim fit: " << model.name << " on " << cluster.name << " (" << src.described << ")\n" << planner::fit_text(a)
+            << sim::validation_record_section();
   if (args.has("json")) {
     nlohmann::json doc = {{"schema_version", "fsdpsim.fit/1"}, {"context", context_block_with_profile(hw.name())},
                           {"inputs", {{"model", model.name}, {"cluster", cluster.name}, {"plan_source", src.described}}}};
     doc.update(planner::fit_json(a));
+    doc["accuracy"] = sim::validation_record_json();
     write_file_atomic(args.get("json"), doc.dump(2) + "\n", "--json");
   }
   if (args.has("require-fit") && !a.fits)

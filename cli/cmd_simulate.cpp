@@ -123,8 +123,7 @@ void print_summary(std::ostream& os, const models::ModelSpec& model, const calib
     os << "\nNotes (approximations and warnings)\n";
     for (const auto& n : r.notes) os << "  - " << n << "\n";
   }
-  os << "\nHow close predictions have come to measurements (kept current by the test suite)\n"
-     << sim::validation_record_text("  ") << "\n";
+  os << sim::validation_record_section();
 }
 
 }  // namespace

@@ -78,4 +78,9 @@ std::string validation_record_text(const std::string& indent) {
   return s + buf;
 }
 
+std::string validation_record_section() {
+  return "\nHow close predictions have come to measurements (kept current by the test suite)\n" +
+         validation_record_text("  ") + "\n";
+}
+
 }  // namespace fsdpsim::sim

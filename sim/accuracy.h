@@ -49,5 +49,7 @@ const ValidationRecord& validation_record();
 nlohmann::json validation_record_json();
 // Two lines for text outputs (no trailing newline on the last): memory, then time.
 std::string validation_record_text(const std::string& indent);
+// The section the commands' text outputs end with: a blank line, a heading, those two lines.
+std::string validation_record_section();
 
 }  // namespace fsdpsim::sim

@@ -80,8 +80,17 @@ TEST(RealDocuments, PlanAndSimulateOutputsFollowTheSchemas) {
 
   rc = run("FSDPSIM_FIXED_CONTEXT=1 " + exe + " simulate --model tiny-llama --cluster 8xH100-SXM --plan '{}' --json " + dir +
                "/simulate.json --trace " + dir + "/simulate_trace.json",
-           log);
-  ASSERT_EQ(rc, 0) << fixture::read_file(log);
+           dir + "/simulate.txt");
+  ASSERT_EQ(rc, 0) << fixture::read_file(dir + "/simulate.txt");
   EXPECT_EQ(validate("simulate.schema.json", dir + "/simulate.json", log), 0) << fixture::read_file(log);
   EXPECT_EQ(validate("trace.schema.json", dir + "/simulate_trace.json", log), 0) << fixture::read_file(log);
+  // simulate and fit end their text with how close predictions have come to measurements, and their JSON carries
+  // the same record as plan.json
+  EXPECT_NE(fixture::read_file(dir + "/simulate.txt").find("How close predictions have come to measurements"), std::string::npos);
+  rc = run(exe + " fit --model tiny-llama --cluster 8xH100-SXM --plan '{}' --json " + dir + "/fit.json", log);
+  ASSERT_EQ(rc, 0) << fixture::read_file(log);
+  EXPECT_NE(fixture::read_file(log).find("How close predictions have come to measurements"), std::string::npos);
+  const auto fit = nlohmann::json::parse(fixture::read_file(dir + "/fit.json"));
+  EXPECT_EQ(fit["accuracy"], doc["accuracy"]);
+  EXPECT_EQ(nlohmann::json::parse(fixture::read_file(dir + "/simulate.json"))["accuracy"], doc["accuracy"]);
 }
