@@ -82,7 +82,7 @@ EvalFn fast_simulate(const models::ModelSpec& model, const calibrate::HardwarePr
   sim::SimOptions o;
   o.record_trace = false;
   o.record_memory_timeline = false;
-  // One Simulator per concurrent call, reused by later calls (the search's threads come and go per wave).
+  // One Simulator per concurrent call (the search's threads), reused by later calls.
   auto pool = std::make_shared<sim::SimulatorPool>();
   return [&model, &hw, o, pool](const sim::Plan& p) { return pool->simulate(model, hw, p, o); };
 }

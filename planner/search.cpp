@@ -1,4 +1,4 @@
-// The search engine (notes "deterministic waves" in search.h).
+// The search engine (note "dominance in order" in search.h).
 #include "planner/search.h"
 
 #include <unistd.h>
@@ -108,90 +108,113 @@ SearchOutcome run_search(const std::vector<Candidate>& cands, const std::vector<
     if (ua != ub) return ua > ub;
     return a < b;
   });
+  auto is_offload = [&](int c) { return cands[static_cast<size_t>(c)].plan.cpu_offload.params; };
+  // Does a simulated plan that fits with the margin dominate candidate c (search.h)?
+  auto dominates = [&](const Evaluation& d, bool d_offload, int c) {
+    const auto& e = out.evals[static_cast<size_t>(c)];
+    return (!d_offload || is_offload(c)) && d.result.peak_total_device <= e.memory_lower_bound &&
+           d.result.tokens_per_s_per_gpu > e.tokens_per_s_upper_bound;
+  };
+
+  auto evaluate = [&](int c) {
+    Evaluation e = out.evals[static_cast<size_t>(c)];
+    try {
+      e.result = eval(cands[static_cast<size_t>(c)].plan);
+      e.status = EvalStatus::Simulated;
+      // The simulator's verdict (GPU capacity, and host memory for offloaded state) and the margin.
+      e.fits_with_margin = e.result.fits && e.result.peak_total_device <= usable;
+    } catch (const InputError& err) {
+      e.status = EvalStatus::Invalid;
+      e.error = err.what();
+    } catch (const std::exception& err) {
+      e.status = EvalStatus::Invalid;
+      e.error = std::string("internal error: ") + err.what();
+    }
+    return e;
+  };
 
   ProgressBar bar(opts.progress, n);
-  int done = out.stats.pruned_memory;
-  bar.start_at(done);
-  // (peak, tokens/s) of simulated plans that fit with the margin, from finished waves: plans without
-  // CPU offload [0] and with it [1]. An offload plan dominates only offload plans, because the
-  // ranking recommends offload only when it is clearly faster (ranking.h): a plan without offload
-  // must stay simulated even when an offload plan beats it.
-  std::vector<std::pair<Bytes, double>> front_pts[2];
-  auto is_offload = [&](int c) { return cands[static_cast<size_t>(c)].plan.cpu_offload.params ? 1 : 0; };
-  const size_t wave = static_cast<size_t>(std::max(1, opts.wave_size));
-  for (size_t w0 = 0; w0 < order.size() && !out.stats.interrupted; w0 += wave) {
-    // Staircases of finished results: by peak ascending, best throughput so far.
-    std::vector<double> best[2];
-    for (int f = 0; f < 2; ++f) {
-      std::sort(front_pts[f].begin(), front_pts[f].end());
-      best[f].resize(front_pts[f].size());
-      double run = -1;
-      for (size_t i = 0; i < front_pts[f].size(); ++i) best[f][i] = run = std::max(run, front_pts[f][i].second);
-    }
-    auto dominated = [&](int f, const Evaluation& e) {
-      auto it = std::upper_bound(front_pts[f].begin(), front_pts[f].end(), std::make_pair(e.memory_lower_bound, 1e308));
-      size_t cnt = static_cast<size_t>(it - front_pts[f].begin());
-      return cnt > 0 && best[f][cnt - 1] > e.tokens_per_s_upper_bound;
-    };
-    std::vector<int> todo;
-    for (size_t k = w0; k < std::min(order.size(), w0 + wave); ++k) {
-      int c = order[k];
-      auto& e = out.evals[static_cast<size_t>(c)];
-      if (dominated(0, e) || (is_offload(c) && dominated(1, e))) {
-        e.status = EvalStatus::SkippedDominated;
-        ++out.stats.skipped_dominated;
-        ++done;
-      } else {
-        todo.push_back(c);
+  const int settled = out.stats.pruned_memory;
+  bar.start_at(settled);
+  // Shared by the workers (under mu): the next position in `order` to take, how many have finished,
+  // how many were skipped, and the positions of finished plans that fit with the margin.
+  std::mutex mu;
+  size_t next = 0;
+  int finished = 0, skipped = 0;
+  std::vector<size_t> fitting;
+  std::atomic<bool> stop{false};
+  auto worker = [&]() {
+    for (;;) {
+      if (interrupted()) {
+        stop = true;
+        return;
       }
-    }
-    std::atomic<size_t> next{0};
-    std::atomic<int> finished{0};
-    std::atomic<bool> stop{false};
-    auto worker = [&]() {
-      for (;;) {
-        if (interrupted()) {
-          stop = true;
-          return;
+      size_t k;
+      int c;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (next >= order.size()) return;
+        k = next++;
+        c = order[k];
+        bool dom = false;
+        for (size_t j : fitting)
+          if (j < k && dominates(out.evals[static_cast<size_t>(order[j])], is_offload(order[j]), c)) {
+            dom = true;
+            break;
+          }
+        if (dom) {
+          out.evals[static_cast<size_t>(c)].status = EvalStatus::SkippedDominated;
+          ++finished;
+          ++skipped;
+          continue;
         }
-        size_t k = next.fetch_add(1);
-        if (k >= todo.size()) return;
-        int c = todo[k];
-        auto& e = out.evals[static_cast<size_t>(c)];
-        try {
-          e.result = eval(cands[static_cast<size_t>(c)].plan);
-          e.status = EvalStatus::Simulated;
-          // The simulator's verdict (GPU capacity, and host memory for offloaded state) and the margin.
-          e.fits_with_margin = e.result.fits && e.result.peak_total_device <= usable;
-        } catch (const InputError& err) {
-          e.status = EvalStatus::Invalid;
-          e.error = err.what();
-        } catch (const std::exception& err) {
-          e.status = EvalStatus::Invalid;
-          e.error = std::string("internal error: ") + err.what();
-        }
-        int f = ++finished;
-        if ((f & 7) == 0) bar.draw(done + f, out.stats.simulated + f, out.stats.pruned_memory + out.stats.skipped_dominated);
       }
-    };
-    int nt = std::min<int>(out.stats.threads, static_cast<int>(todo.size()));
-    std::vector<std::thread> pool;
-    for (int t = 1; t < nt; ++t) pool.emplace_back(worker);
-    worker();
-    for (auto& th : pool) th.join();
-    if (stop) out.stats.interrupted = true;
-    for (int c : todo) {
-      const auto& e = out.evals[static_cast<size_t>(c)];
-      if (e.status == EvalStatus::Simulated) {
-        ++out.stats.simulated;
-        if (e.fits_with_margin) front_pts[is_offload(c)].emplace_back(e.result.peak_total_device, e.result.tokens_per_s_per_gpu);
-      } else if (e.status == EvalStatus::Invalid) {
-        ++out.stats.invalid;
-      }
+      Evaluation e = evaluate(c);
+      std::lock_guard<std::mutex> lock(mu);
+      out.evals[static_cast<size_t>(c)] = std::move(e);
+      if (out.evals[static_cast<size_t>(c)].fits_with_margin) fitting.push_back(k);
+      int f = ++finished;
+      if ((f & 7) == 0) bar.draw(settled + f, f - skipped, settled + skipped);
     }
-    done += static_cast<int>(todo.size());
-    bar.draw(done, out.stats.simulated, out.stats.pruned_memory + out.stats.skipped_dominated, true);
+  };
+  const int nt = std::max(1, std::min<int>(out.stats.threads, static_cast<int>(order.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < nt; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+  out.stats.interrupted = stop;
+
+  // The result does not depend on the threads: in order, a candidate is skipped exactly when a plan
+  // before it that is kept dominates it. On more threads a worker may have simulated a candidate that a
+  // plan before it, still running then, dominates: its result is dropped here. A worker's skip used some
+  // of the plans before it; the kept ones dominate it too (dominance passes through the bounds: lower
+  // bound <= peak, throughput <= upper bound), and were that ever not so, it is simulated here.
+  std::vector<int> kept;   // candidates kept that fit with the margin, in order
+  for (int c : order) {
+    auto& e = out.evals[static_cast<size_t>(c)];
+    if (e.status == EvalStatus::NotRun) continue;   // interrupted
+    bool dom = false;
+    for (int d : kept)
+      if (dominates(out.evals[static_cast<size_t>(d)], is_offload(d), c)) {
+        dom = true;
+        break;
+      }
+    if (dom) {
+      e.status = EvalStatus::SkippedDominated;
+      e.result = sim::SimResult{};
+      e.fits_with_margin = false;
+    } else if (e.status == EvalStatus::SkippedDominated && !out.stats.interrupted) {
+      e = evaluate(c);
+    }
+    if (e.status == EvalStatus::Simulated && e.fits_with_margin) kept.push_back(c);
+    switch (e.status) {
+      case EvalStatus::Simulated: ++out.stats.simulated; break;
+      case EvalStatus::SkippedDominated: ++out.stats.skipped_dominated; break;
+      case EvalStatus::Invalid: ++out.stats.invalid; break;
+      default: break;
+    }
   }
+  bar.draw(settled + finished, out.stats.simulated, settled + out.stats.skipped_dominated, true);
   bar.finish();
   out.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

@@ -1,13 +1,15 @@
 // The search engine: prune by the memory lower bound, order by the throughput upper bound, skip
-// dominated candidates, simulate the rest in parallel (note "deterministic waves").
+// dominated candidates, simulate the rest in parallel (note "dominance in order").
 //
-// Deterministic waves: candidates are simulated in waves of a fixed size in order of decreasing
-// throughput upper bound (ties: candidate index). Before a wave starts, a candidate is skipped when
-// a plan from an EARLIER wave fits with the margin, needs no more memory than the candidate's lower
-// bound and is strictly faster than the candidate's upper bound (a plan with CPU offload dominates only
-// plans with offload, see ranking.h): the candidate can be neither the recommendation nor on the
-// Pareto front. Because skip decisions use only finished waves, the set of
-// simulated plans does not depend on the thread count or on timing.
+// Dominance in order: candidates are taken in order of decreasing throughput upper bound (ties:
+// candidate index). A candidate is skipped when a plan BEFORE it in that order, itself kept, fits with
+// the margin, needs no more memory than the candidate's lower bound and is strictly faster than the
+// candidate's upper bound (a plan with CPU offload dominates only plans with offload, see ranking.h):
+// the candidate can be neither the recommendation nor on the Pareto front. On one thread every plan
+// before a candidate has finished when it is taken, so nothing is simulated that is then skipped; on
+// more, a worker decides with the plans finished so far and the search drops afterwards the results of
+// candidates that a plan still running then dominates. The set of simulated plans is the same for any
+// thread count and timing.
 #pragma once
 #include <functional>
 #include <string>
@@ -35,7 +37,6 @@ struct SearchOptions {
   int threads = 1;
   double memory_margin = 0.05;
   Bytes capacity = 0;            // per-GPU memory
-  int wave_size = 64;            // fixed (not thread-dependent) for determinism
   bool progress = false;         // draw a progress bar on stderr
 };
 

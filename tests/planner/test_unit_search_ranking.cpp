@@ -61,7 +61,6 @@ TEST(Search, PrunesOnlyByTheBoundAndIsDeterministicAcrossThreads) {
   SearchOptions o;
   o.capacity = 80 * kGiB;
   o.memory_margin = 0.05;
-  o.wave_size = 16;
   o.threads = 1;
   std::atomic<int> calls{0};
   auto a = run_search(s.cands, s.lb, s.ub, synthetic_eval(s, &calls), o);
@@ -89,6 +88,57 @@ TEST(Search, PrunesOnlyByTheBoundAndIsDeterministicAcrossThreads) {
   EXPECT_EQ(ra.recommended, re.recommended);
   EXPECT_EQ(ra.pareto, re.pareto);
   ASSERT_GE(ra.recommended, 0);
+}
+
+// The statuses against a naive reference of the rule (search.h, "dominance in order"): in order of the
+// upper bound, a candidate is simulated unless a kept plan before it that fits with the margin dominates
+// it. Also with bounds that are wrong for some candidates (the upper bound below the throughput), where a
+// worker's skip may rest on a plan that the rule itself skips: every thread count agrees with the rule.
+TEST(Search, SkipsExactlyWhatAKeptPlanBeforeItDominates) {
+  for (bool wrong_bounds : {false, true}) {
+    Synthetic s = make(400, 11);
+    if (wrong_bounds)
+      for (size_t i = 0; i < s.ub.size(); i += 5) s.ub[i] = s.tps[i] * 0.7;
+    SearchOptions o;
+    o.capacity = 80 * kGiB;
+    o.memory_margin = 0.05;
+    const Bytes usable = usable_capacity(o.capacity, o.memory_margin);
+    std::vector<int> order(400);
+    for (int i = 0; i < 400; ++i) order[static_cast<size_t>(i)] = i;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return s.ub[static_cast<size_t>(a)] > s.ub[static_cast<size_t>(b)]; });
+    std::vector<EvalStatus> want(400, EvalStatus::NotRun);
+    std::vector<int> kept;
+    for (int c : order) {
+      const size_t i = static_cast<size_t>(c);
+      if (s.lb[i] > usable) {
+        want[i] = EvalStatus::PrunedMemory;
+        continue;
+      }
+      bool dom = false;
+      for (int d : kept)
+        dom = dom || (s.peak[static_cast<size_t>(d)] <= s.lb[i] && s.tps[static_cast<size_t>(d)] > s.ub[i]);
+      want[i] = dom ? EvalStatus::SkippedDominated : EvalStatus::Simulated;
+      if (!dom && s.peak[i] <= usable) kept.push_back(c);
+    }
+    for (int threads : {1, 3, 8}) {
+      o.threads = threads;
+      std::atomic<int> calls{0};
+      auto out = run_search(s.cands, s.lb, s.ub, synthetic_eval(s, &calls), o);
+      int simulated = 0;
+      for (size_t i = 0; i < 400; ++i) {
+        EXPECT_EQ(out.evals[i].status, want[i]) << "candidate " << i << ", " << threads << " threads, wrong bounds " << wrong_bounds;
+        simulated += want[i] == EvalStatus::Simulated;
+        if (want[i] != EvalStatus::Simulated) {
+          EXPECT_EQ(out.evals[i].result.tokens_per_s_per_gpu, 0.0);
+        }
+      }
+      EXPECT_EQ(out.stats.simulated, simulated);
+      EXPECT_GT(out.stats.skipped_dominated, 0);
+      if (threads == 1) {
+        EXPECT_EQ(calls.load(), simulated);   // nothing simulated in vain
+      }
+    }
+  }
 }
 
 TEST(Ranking, OrderTieBreaksAndPareto) {
