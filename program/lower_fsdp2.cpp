@@ -69,17 +69,20 @@ class ParamGroupLowering final : public LoweringWalk {
   // computes it (the unsharded parameters are leaves: _fsdp_param.py FSDPParam.init_unsharded_param), and
   // foreach_reduce's chunk_cat reads them all. So the root group's embedding gradient appears only in the
   // embedding's backward, at the end of the step, not with the head's. Per segment and parameter group
-  // (param_grad_parts) for a group all of whose parameters train; a group with frozen or adapter parameters
-  // (models/trainable.h), and the bundled runtime (one gradient buffer per unit), get theirs whole at the
-  // group's first backward compute.
+  // (param_grad_parts' `trained`: only a parameter that requires grad gets one, so a group with frozen or
+  // LoRA adapter parameters has its trained ones' gradients in the segments that make them); a group whose
+  // trained parameters are not known one by one (a count, unplaceable names) and the bundled runtime (one
+  // gradient buffer per unit) get theirs whole at the group's first backward compute.
   void begin(const ParamGradParts& g) override {
     st_.assign(c_.sizes.size(), {});
     const int U = static_cast<int>(c_.sizes.size());
     const bool per_param = plan_.implementation != models::ModelImpl::Runtime;
     split_.assign(U, false);
-    for (int u = 0; u < U; ++u) split_[u] = per_param && c_.sizes[u].grad > 0 && g.unit_held[u] == c_.sizes[u].grad;
-    seg_grads_ = g.held;
+    for (int u = 0; u < U; ++u) split_[u] = per_param && c_.sizes[u].grad > 0 && g.unit_trained[u] == c_.sizes[u].grad;
+    seg_grads_ = g.trained;
+    // (the tied weight's second gradient: under a partial set the embedding never trains)
     seg_transient_ = g.transient;
+    if (!c_.trainable.all) std::fill(seg_transient_.begin(), seg_transient_.end(), 0);
     split_now_.assign(U, false);
     grad_parts_.assign(U, {});
     tied_head_grad_.assign(U, -1);

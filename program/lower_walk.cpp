@@ -908,12 +908,16 @@ LoweringWalk::ParamGradParts LoweringWalk::param_grad_parts() const {
   g.transient.assign(S, 0);
   g.unit_held.assign(c_.sizes.size(), 0);
   g.unit_listed.assign(c_.sizes.size(), 0);
+  g.trained.assign(S, {});
+  g.unit_trained.assign(c_.sizes.size(), 0);
+  const models::TrainableSet& ts = c_.trainable;
   const models::ParamCounts pc = models::count_params(*c_.model);
   const bool tied = c_.model->tied_embeddings;
   const std::int64_t tied_weight = tied ? pc.embedding - pc.positions : 0;
   for (int s = 0; s < S; ++s) {
     const Segment& seg = c_.segments[s];
     std::vector<std::int64_t>& h = g.held[s];
+    std::vector<std::int64_t>& tr = g.trained[s];
     switch (seg.part) {
       case models::ModulePart::Embedding:
         if (tied && c_.segments.back().unit == seg.unit) {
@@ -939,24 +943,37 @@ LoweringWalk::ParamGradParts LoweringWalk::param_grad_parts() const {
           for (const models::Module* m : mods)
             for (auto t = m->params.rbegin(); t != m->params.rend(); ++t) {
               g.unit_listed[seg.unit] += t->numel();
-              if (!models::tensor_nf4(c_.trainable.lora, t->name)) h.push_back(t->numel());
+              if (models::tensor_nf4(ts.lora, t->name)) continue;
+              h.push_back(t->numel());
+              if (models::tensor_trains(ts, t->name)) tr.push_back(t->numel());
             }
           if (mods.empty()) {   // a block known by its count
             h = {pc.per_block};
             g.unit_listed[seg.unit] += pc.per_block;
+            if (ts.all) tr = h;
+            else g.unit_trained[seg.unit] = -1;
           }
           // LoRA's adapters (not in the module tree: models/trainable.h) are parameters whose gradients the
           // block's backward makes too: FSDP1's views of a FlatParameter that holds them (use_orig_params,
           // fsdp1_unit_sizes), FSDP2's own nn.Parameters.
-          for (const models::AdapterMatrix& am : c_.trainable.block_adapters) h.push_back(am.numel());
+          for (const models::AdapterMatrix& am : ts.block_adapters) {
+            h.push_back(am.numel());
+            tr.push_back(am.numel());
+          }
         }
         break;
       case models::ModulePart::FinalNormAndHead: h = {pc.final_norm, tied ? tied_weight : pc.lm_head}; break;
     }
-    if (seg.part != models::ModulePart::Block)
+    if (seg.part != models::ModulePart::Block) {
       for (std::int64_t n : h) g.unit_listed[seg.unit] += n;
+      // outside the blocks the rule trains no weight (LoRA's head adapters are not among `held`)
+      if (ts.all) tr = h;
+    }
     std::erase(h, 0);
+    std::erase(tr, 0);
     for (std::int64_t n : h) g.unit_held[seg.unit] += n;
+    if (g.unit_trained[seg.unit] >= 0)
+      for (std::int64_t n : tr) g.unit_trained[seg.unit] += n;
   }
   if (g.tied_embedding >= 0 && tied_weight > 0 && c_.segments.back().part == models::ModulePart::FinalNormAndHead) {
     g.tied = tied_weight;

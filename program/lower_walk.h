@@ -51,6 +51,11 @@ class LoweringWalk {
     std::vector<std::int64_t> transient;           // per segment: numel of the tied weight's second gradient
     std::vector<std::int64_t> unit_held;           // per unit: the sum of `held` over its segments
     std::vector<std::int64_t> unit_listed;         // per unit: the numel of all its listed tensors (held or not)
+    // Per parameter (FSDP2: only a parameter that requires grad gets a .grad, models/trainable.h): per segment
+    // the numel of each gradient among `held` whose parameter trains, and their sum per unit (-1: a block known
+    // by its count, trained in part). With every parameter trained, `held` and `unit_held`.
+    std::vector<std::vector<std::int64_t>> trained;
+    std::vector<std::int64_t> unit_trained;
     std::int64_t tied = 0;                         // the tied weight's numel (0: no tied weight in one unit)
     int tied_head = -1;                            // its segment whose last `held` entry is the tied weight
     int tied_embedding = -1;                       // its segment whose `transient` is the second gradient

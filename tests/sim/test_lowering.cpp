@@ -1907,6 +1907,49 @@ TEST(LoweringGradients, BiasedBlocksTrainedInPartMakeTheirGradientsByTensor) {
   EXPECT_EQ(grads, 1);
 }
 
+// FSDP2 with one parameter group for several blocks (here the whole model: auto_wrap_policy "none", as
+// fully_shard(model) alone) trained in part: each trainable parameter gets its .grad in the backward op that
+// makes it (param_grad_parts' `trained`), not the group's whole gradient as one buffer at the group's first
+// backward (the head's, before any block's: until 2026-11-28, which also kept every block's backward from
+// placing its weight gradients). The tiny llama (h 8, 2 heads of 4, 1 KV head, ffn 16) by hand:
+//  - LoRA r2 on q and v: per block q's A 2 x 8 and B 8 x 2, v's A 2 x 8 and B 4 x 2: 32, 32, 32, 16 B in bf16;
+//  - trainable_fraction 0.1 of 1,704 parameters (embedding and head 32 x 8 each, the final norm 8, per block q 64,
+//    k 32, v 32, o 64, gate, up and down 128 each, two norms of 8): 170.4; the rule (models/trainable.h) trains q
+//    in every block (128), then v (32) where it still fits, in one block (i * L / count for count 1: block 0):
+//    160 parameters; q's gradient 128 B in each block, v's 64 B in block 0's.
+// Nothing is lumped: no block backward takes the transient `bwd_tmp`, the head's backward makes no gradient.
+TEST(LoweringGradients, OneGroupForSeveralBlocksTrainedInPartMakesEachGradientInItsBlock) {
+  models::ModelSpec m = tiny_spec(2);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  for (const char* part : {R"("lora": {"rank": 2, "targets": ["q", "v"]})", R"("trainable_fraction": 0.1)"}) {
+    SCOPED_TRACE(part);
+    const Plan plan = resolved(std::string(R"({"implementation": "hf", "micro_batch": 1, "seq_len": 16, "auto_wrap_policy": "none", )") +
+                                   part + "}",
+                               2, 2);
+    const models::WrapGraph g = models::build_wrap_graph(m, plan.auto_wrap_policy);
+    ASSERT_EQ(g.units.size(), 1u);
+    const StepProgram p = lower(m, g, plan, Topology{2, 2});
+    expect_well_formed(p, part);
+    const bool lora = plan.lora.on();
+    std::vector<const Op*> bwd;   // the modules' backward ops (not the loss's: "nll bwd", ...)
+    for (const Op* o : ops_of(p, OpKind::Backward, 0))
+      if (o->name.rfind("bwd", 0) == 0) bwd.push_back(o);
+    ASSERT_EQ(bwd.size(), 4u);   // head, block 1, block 0, embedding
+    std::vector<std::vector<Bytes>> grads;
+    for (const Op* o : bwd) {
+      std::vector<Bytes> v;
+      for (int b : allocs_of(p, *o, MemCategory::UnshardedGrads)) v.push_back(p.buffers[static_cast<std::size_t>(b)].bytes);
+      std::sort(v.begin(), v.end());
+      grads.push_back(v);
+    }
+    const std::vector<Bytes> block1 = lora ? std::vector<Bytes>{16, 32, 32, 32} : std::vector<Bytes>{128};
+    const std::vector<Bytes> block0 = lora ? std::vector<Bytes>{16, 32, 32, 32} : std::vector<Bytes>{64, 128};
+    EXPECT_EQ(grads, (std::vector<std::vector<Bytes>>{{}, block1, block0, {}}));
+    for (const Op* o : {bwd[1], bwd[2]})
+      for (int b : o->allocs) EXPECT_NE(p.buffers[static_cast<std::size_t>(b)].name.rfind("bwd_tmp", 0), 0u);
+  }
+}
+
 // The block backward's transient leaves room for the weight gradients the op allocates with it
 // (models::BlockMemory::backward_extra_with_grads, counted by hand in AutogradTape.WeightGradientsCountFrom-
 // TheOpThatMakesThemByHand): on the tiny llama of the test above (592 parameters per block, 1184 B of bf16
