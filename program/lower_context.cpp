@@ -219,7 +219,8 @@ namespace {
 // unit listed with other names (a hand-built graph) is taken like one known by its count alone.
 bool placeable(const models::FsdpUnit& u) {
   for (const auto& t : u.tensors)
-    if (t.name.rfind("model.", 0) == 0 || t.name.rfind("transformer.", 0) == 0 || t.name.rfind("lm_head", 0) == 0)
+    if (t.name.rfind("model.", 0) == 0 || t.name.rfind("transformer.", 0) == 0 || t.name.rfind("lm_head", 0) == 0 ||
+        t.name.rfind("gpt_neox.", 0) == 0 || t.name.rfind("embed_out", 0) == 0)
       return true;
   return false;
 }

@@ -1950,6 +1950,49 @@ TEST(LoweringGradients, OneGroupForSeveralBlocksTrainedInPartMakesEachGradientIn
   }
 }
 
+// GPT-NeoX's parameter names (gpt_neox.layers.N..., gpt_neox.embed_in, embed_out) are placed by the trainable rule
+// like every other module tree's (until 2026-11-28 its units counted as known by their count alone: a fraction of
+// each unit trained, and FSDP2's block backward took the lumped transient). The tiny NeoX (h 8, 2 heads of 4, ffn
+// 32, vocab 32, untied) by hand: 2,272 parameters (embed_in and embed_out 256 each, the final LayerNorm 16, per
+// block query_key_value 192 + 24, dense 64 + 8, dense_h_to_4h 256 + 32, dense_4h_to_h 256 + 8, two LayerNorms
+// 16 each); trainable_fraction 0.2 is 454.4: the rule trains the fused QKV matrix in both blocks (384) and the
+// attention's dense in block 0 only (64 more fit, 128 do not): FSDP2's .grad per trained weight, 384 B and 128 B.
+// FSDP1 without use_orig_params: a FlatParameter with any trained tensor has its whole gradient (every block's
+// unit, 872 parameters: 1,744 B; the root's none).
+TEST(LoweringGradients, GptNeoxBlocksTrainedInPartArePlacedByName) {
+  models::ModelSpec m = models::load_model("stablelm-alpha-3b");
+  m.n_layers = 2, m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 2, m.head_dim = 4, m.ffn_hidden = 32, m.vocab_size = 32;
+  m.rotary_dim = 2;
+  ASSERT_EQ(models::count_params(m).total, 2272);
+  const auto lower_plan = [&](const std::string& extra) {
+    const Plan plan =
+        resolved(R"({"implementation": "hf", "micro_batch": 1, "seq_len": 16, "trainable_fraction": 0.2)" + extra + "}", 2, 2);
+    return lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
+  };
+  const auto block_grads = [](const StepProgram& p, int unit) {
+    std::vector<Bytes> v;
+    for (const Op* o : ops_of(p, OpKind::Backward, unit))
+      for (int b : allocs_of(p, *o, MemCategory::UnshardedGrads)) v.push_back(p.buffers[static_cast<std::size_t>(b)].bytes);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  const StepProgram f2 = lower_plan("");
+  expect_well_formed(f2, "fsdp2");
+  EXPECT_EQ(block_grads(f2, 1), (std::vector<Bytes>{128, 384}));   // block 0
+  EXPECT_EQ(block_grads(f2, 2), (std::vector<Bytes>{384}));        // block 1
+  for (int unit : {1, 2})
+    for (const Op* o : ops_of(f2, OpKind::Backward, unit))
+      for (int b : o->allocs) EXPECT_NE(f2.buffers[static_cast<std::size_t>(b)].name.rfind("bwd_tmp", 0), 0u);
+  const StepProgram f1 = lower_plan(R"(, "fsdp_version": 1, "use_orig_params": false)");
+  expect_well_formed(f1, "fsdp1");
+  for (int unit : {1, 2}) {
+    Bytes sum = 0;
+    for (Bytes b : block_grads(f1, unit)) sum += b;
+    EXPECT_EQ(sum, 872 * 2) << unit;
+  }
+  EXPECT_TRUE(block_grads(f1, 0).empty());
+}
+
 // The block backward's transient leaves room for the weight gradients the op allocates with it
 // (models::BlockMemory::backward_extra_with_grads, counted by hand in AutogradTape.WeightGradientsCountFrom-
 // TheOpThatMakesThemByHand): on the tiny llama of the test above (592 parameters per block, 1184 B of bf16
