@@ -966,8 +966,10 @@ LoweringWalk::ParamGradParts LoweringWalk::param_grad_parts() const {
     }
     if (seg.part != models::ModulePart::Block) {
       for (std::int64_t n : h) g.unit_listed[seg.unit] += n;
-      // outside the blocks the rule trains no weight (LoRA's head adapters are not among `held`)
+      // outside the blocks the rule trains no weight; LoRA's head adapters (not among `held`) train
       if (ts.all) tr = h;
+      if (seg.part == models::ModulePart::FinalNormAndHead)
+        for (const models::AdapterMatrix& am : ts.head_adapters) tr.push_back(am.numel());
     }
     std::erase(h, 0);
     std::erase(tr, 0);

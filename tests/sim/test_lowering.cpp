@@ -1913,6 +1913,7 @@ TEST(LoweringGradients, BiasedBlocksTrainedInPartMakeTheirGradientsByTensor) {
 // backward (the head's, before any block's: until 2026-11-28, which also kept every block's backward from
 // placing its weight gradients). The tiny llama (h 8, 2 heads of 4, 1 KV head, ffn 16) by hand:
 //  - LoRA r2 on q and v: per block q's A 2 x 8 and B 8 x 2, v's A 2 x 8 and B 4 x 2: 32, 32, 32, 16 B in bf16;
+//    with the head too, the head's A 2 x 8 and B 32 x 2 (32 and 128 B) in the head's backward;
 //  - trainable_fraction 0.1 of 1,704 parameters (embedding and head 32 x 8 each, the final norm 8, per block q 64,
 //    k 32, v 32, o 64, gate, up and down 128 each, two norms of 8): 170.4; the rule (models/trainable.h) trains q
 //    in every block (128), then v (32) where it still fits, in one block (i * L / count for count 1: block 0):
@@ -1921,7 +1922,8 @@ TEST(LoweringGradients, BiasedBlocksTrainedInPartMakeTheirGradientsByTensor) {
 TEST(LoweringGradients, OneGroupForSeveralBlocksTrainedInPartMakesEachGradientInItsBlock) {
   models::ModelSpec m = tiny_spec(2);
   m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
-  for (const char* part : {R"("lora": {"rank": 2, "targets": ["q", "v"]})", R"("trainable_fraction": 0.1)"}) {
+  for (const char* part : {R"("lora": {"rank": 2, "targets": ["q", "v"]})", R"("trainable_fraction": 0.1)",
+                           R"("lora": {"rank": 2, "targets": ["q", "v", "head"]})"}) {
     SCOPED_TRACE(part);
     const Plan plan = resolved(std::string(R"({"implementation": "hf", "micro_batch": 1, "seq_len": 16, "auto_wrap_policy": "none", )") +
                                    part + "}",
@@ -1944,7 +1946,10 @@ TEST(LoweringGradients, OneGroupForSeveralBlocksTrainedInPartMakesEachGradientIn
     }
     const std::vector<Bytes> block1 = lora ? std::vector<Bytes>{16, 32, 32, 32} : std::vector<Bytes>{128};
     const std::vector<Bytes> block0 = lora ? std::vector<Bytes>{16, 32, 32, 32} : std::vector<Bytes>{64, 128};
-    EXPECT_EQ(grads, (std::vector<std::vector<Bytes>>{{}, block1, block0, {}}));
+    // LoRA on the head: its A (2 x 8) and B (32 x 2), each its own .grad, in the head's backward
+    const bool head = part == std::string(R"("lora": {"rank": 2, "targets": ["q", "v", "head"]})");
+    const std::vector<Bytes> at_head = head ? std::vector<Bytes>{32, 128} : std::vector<Bytes>{};
+    EXPECT_EQ(grads, (std::vector<std::vector<Bytes>>{at_head, block1, block0, {}}));
     for (const Op* o : {bwd[1], bwd[2]})
       for (int b : o->allocs) EXPECT_NE(p.buffers[static_cast<std::size_t>(b)].name.rfind("bwd_tmp", 0), 0u);
   }
