@@ -97,8 +97,8 @@ void LoweringWalk::add_persistent() {
     if (s.nf4_replicated_bytes > 0)
       b_.buffer("nf4_quant_state", u, s.nf4_replicated_bytes, MemCategory::ShardedParams, compute_, true);
     if (!plan_.cpu_offload.optimizer && s.optim > 0) {
-      // Per parameter, its states in turn (adamw.py _init_group: exp_avg then exp_avg_sq); a FlatParameter's
-      // states as one buffer.
+      // Per parameter (a FlatParameter is one), its states in turn, each its own tensor (torch/optim/adamw.py
+      // _init_group: exp_avg, then exp_avg_sq, each torch.zeros_like(p)); the bundled runtime's as one buffer.
       const std::vector<std::int64_t>& tensors = c_.state_tensors[static_cast<std::size_t>(u)];
       // torch.optim creates its state in the first optimizer.step() (the first step's peak lacks it until
       // then); the bundled runtime allocates its state up front.
@@ -117,7 +117,7 @@ void LoweringWalk::add_persistent() {
             if (sb.scales > 0) add("opt_scales", sb.scales);
           }
       } else {
-        const int per_buffer = tensors.size() > 1 ? 1 : c_.optimizer_states;
+        const int per_buffer = plan_.implementation != models::ModelImpl::Runtime ? 1 : c_.optimizer_states;
         for (std::int64_t numel : tensors)
           for (int k = 0; k < c_.optimizer_states; k += per_buffer) add("optim", numel * per_buffer * c_.bm);
       }

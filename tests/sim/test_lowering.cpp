@@ -1839,9 +1839,10 @@ TEST(LoweringGradients, PerParameterGradientsAndOptimizerStateByHand) {
   const StepProgram f1 = lower_plan(R"(, "fsdp_version": 1)");
   expect_well_formed(f1, "fsdp1");
   EXPECT_EQ(state(f1, 1), (std::vector<Bytes>{256, 256, 128, 128, 128, 128, 256, 256, 416, 416}));
-  // Without use_orig_params the FlatParameter's shard has one state pair, as one buffer: 296 x 2 x 4 B.
+  // Without use_orig_params the FlatParameter is one parameter: its shard's exp_avg and exp_avg_sq, each its own
+  // tensor (adamw.py _init_group: torch.zeros_like(p) for each), 296 x 4 B.
   const StepProgram f1flat = lower_plan(R"(, "fsdp_version": 1, "use_orig_params": false)");
-  EXPECT_EQ(state(f1flat, 1), (std::vector<Bytes>{296 * 2 * 4}));
+  EXPECT_EQ(state(f1flat, 1), (std::vector<Bytes>{296 * 4, 296 * 4}));
 }
 
 // FSDP2 on a one-rank shard group (one GPU, or HSDP with shard size 1) runs no all-gather: FSDPParamGroup.unshard
