@@ -109,11 +109,19 @@ SearchOutcome run_search(const std::vector<Candidate>& cands, const std::vector<
     return a < b;
   });
   auto is_offload = [&](int c) { return cands[static_cast<size_t>(c)].plan.cpu_offload.params; };
-  // Does a simulated plan that fits with the margin dominate candidate c (search.h)?
-  auto dominates = [&](const Evaluation& d, bool d_offload, int c) {
+  // Does one of `plans` (positions in `order` of simulated plans that fit with the margin) before position k
+  // dominate candidate c (search.h)? An offload plan dominates only offload plans: the ranking recommends
+  // offload only when it is clearly faster (ranking.h), so a plan without offload stays even when one beats it.
+  auto dominated = [&](const std::vector<size_t>& plans, size_t k, int c) {
     const auto& e = out.evals[static_cast<size_t>(c)];
-    return (!d_offload || is_offload(c)) && d.result.peak_total_device <= e.memory_lower_bound &&
-           d.result.tokens_per_s_per_gpu > e.tokens_per_s_upper_bound;
+    for (size_t j : plans) {
+      const int d = order[j];
+      const auto& r = out.evals[static_cast<size_t>(d)].result;
+      if (j < k && (!is_offload(d) || is_offload(c)) && r.peak_total_device <= e.memory_lower_bound &&
+          r.tokens_per_s_per_gpu > e.tokens_per_s_upper_bound)
+        return true;
+    }
+    return false;
   };
 
   auto evaluate = [&](int c) {
@@ -156,13 +164,7 @@ SearchOutcome run_search(const std::vector<Candidate>& cands, const std::vector<
         if (next >= order.size()) return;
         k = next++;
         c = order[k];
-        bool dom = false;
-        for (size_t j : fitting)
-          if (j < k && dominates(out.evals[static_cast<size_t>(order[j])], is_offload(order[j]), c)) {
-            dom = true;
-            break;
-          }
-        if (dom) {
+        if (dominated(fitting, k, c)) {
           out.evals[static_cast<size_t>(c)].status = EvalStatus::SkippedDominated;
           ++finished;
           ++skipped;
@@ -189,24 +191,19 @@ SearchOutcome run_search(const std::vector<Candidate>& cands, const std::vector<
   // plan before it, still running then, dominates: its result is dropped here. A worker's skip used some
   // of the plans before it; the kept ones dominate it too (dominance passes through the bounds: lower
   // bound <= peak, throughput <= upper bound), and were that ever not so, it is simulated here.
-  std::vector<int> kept;   // candidates kept that fit with the margin, in order
-  for (int c : order) {
+  std::vector<size_t> kept;   // positions of the candidates kept that fit with the margin
+  for (size_t k = 0; k < order.size(); ++k) {
+    const int c = order[k];
     auto& e = out.evals[static_cast<size_t>(c)];
     if (e.status == EvalStatus::NotRun) continue;   // interrupted
-    bool dom = false;
-    for (int d : kept)
-      if (dominates(out.evals[static_cast<size_t>(d)], is_offload(d), c)) {
-        dom = true;
-        break;
-      }
-    if (dom) {
+    if (dominated(kept, k, c)) {
       e.status = EvalStatus::SkippedDominated;
       e.result = sim::SimResult{};
       e.fits_with_margin = false;
     } else if (e.status == EvalStatus::SkippedDominated && !out.stats.interrupted) {
       e = evaluate(c);
     }
-    if (e.status == EvalStatus::Simulated && e.fits_with_margin) kept.push_back(c);
+    if (e.status == EvalStatus::Simulated && e.fits_with_margin) kept.push_back(k);
     switch (e.status) {
       case EvalStatus::Simulated: ++out.stats.simulated; break;
       case EvalStatus::SkippedDominated: ++out.stats.skipped_dominated; break;

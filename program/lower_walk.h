@@ -52,8 +52,9 @@ class LoweringWalk {
     std::vector<std::int64_t> unit_held;           // per unit: the sum of `held` over its segments
     std::vector<std::int64_t> unit_listed;         // per unit: the numel of all its listed tensors (held or not)
     // Per parameter (FSDP2: only a parameter that requires grad gets a .grad, models/trainable.h): per segment
-    // the numel of each gradient among `held` whose parameter trains, and their sum per unit (-1: a block known
-    // by its count, trained in part). With every parameter trained, `held` and `unit_held`.
+    // the numel of each gradient among `held` whose parameter trains, then the head segment's LoRA adapters (not
+    // among `held`), and their sum per unit (-1: a block known by its count, trained in part). With every
+    // parameter trained, `held` and `unit_held`.
     std::vector<std::vector<std::int64_t>> trained;
     std::vector<std::int64_t> unit_trained;
     std::int64_t tied = 0;                         // the tied weight's numel (0: no tied weight in one unit)
