@@ -347,7 +347,7 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
 }
 
 UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::TrainableSet& ts, double unit_fraction,
-                           std::vector<std::int64_t>* param_shards) {
+                           std::vector<std::int64_t>* param_shards, std::vector<std::int64_t>* all_shards) {
   const bool frozen = unit_fraction <= 0.0;   // plan.frozen_units
   UnitSizes s;
   s.params = u.params;
@@ -373,6 +373,7 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::Train
       for (std::size_t i = 1; i < dims; ++i) rest *= t.shape[i];
       const std::int64_t chunk = ceil_div(dim0, N) * rest;
       shard += chunk;
+      if (all_shards) all_shards->push_back(chunk);
       if (models::tensor_nf4(ts.lora, t.name)) {
         // nf4_split splits each inner tensor of the NF4Tensor evenly (models/nf4.h): the rows must divide
         // among the ranks and each rank's part must hold whole scaler blocks, or PyTorch stops at the split.
@@ -395,6 +396,7 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::Train
   for_each_adapter(u, ts, [&](std::int64_t numel, std::int64_t dim0) {
     const std::int64_t chunk = ceil_div(dim0, N) * (numel / dim0);
     shard += chunk;
+    if (all_shards && chunk > 0) all_shards->push_back(chunk);
     s.params += numel;
     if (frozen) return;
     s.trainable += numel;
@@ -409,6 +411,22 @@ UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int N, const models::Train
   s.rs_input = s.grad_shard * N;
   s.optim = s.grad_shard;
   return s;
+}
+
+// FSDP2 keeps each parameter's shard as a tensor of its own (FSDPParam._sharded_param_data; to_empty or a
+// sharded state dict creates them one by one, in the module's parameter order), so the caching allocator
+// places each: the MLP weights' 1-10 MiB shards of a small model share 20 MiB segments. A unit with NF4
+// weights (their shards are several inner tensors each, models/nf4.h) or known by its count stays one
+// buffer (empty list).
+std::vector<std::int64_t> fsdp2_shard_tensors(const Context& c, int u) {
+  const UnitSizes& s = c.sizes[static_cast<std::size_t>(u)];
+  if (s.nf4_shard > 0) return {};
+  std::vector<std::int64_t> all;
+  fsdp2_unit_sizes(c.graph->units[static_cast<std::size_t>(u)], c.N, c.trainable, 1.0, nullptr, &all);
+  std::int64_t sum = 0;
+  for (std::int64_t n : all) sum += n;
+  if (sum != s.shard) return {};
+  return all;
 }
 
 std::vector<std::int64_t> optimizer_state_tensors(const Context& c, int u) {
@@ -701,6 +719,9 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   c.sizes = plan_unit_sizes(graph, plan, c.N, c.trainable);
   c.state_tensors.resize(static_cast<std::size_t>(U));
   for (int u = 0; u < U; ++u) c.state_tensors[static_cast<std::size_t>(u)] = optimizer_state_tensors(c, u);
+  c.shard_tensors.assign(static_cast<std::size_t>(U), {});
+  if (plan.fsdp_version == FsdpVersion::FSDP2 && plan.implementation != models::ModelImpl::Runtime)
+    for (int u = 0; u < U; ++u) c.shard_tensors[static_cast<std::size_t>(u)] = fsdp2_shard_tensors(c, u);
   if (!plan.frozen_units.empty())
     c.notes.push_back("frozen_units: no gradient, reduction or optimizer state for those units (their matrices "
                       "stop training after the trainable_fraction rule has picked them; a unit known by its count "

@@ -59,9 +59,11 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int shard_size, Dtype flat
                            std::vector<std::int64_t>* orig_param_shards = nullptr);
 // FSDP2 per-parameter dim-0 padding (M6): each tensor's local chunk is ceil(dim0/N) rows; only trainable
 // tensors get gradients, reduce-scatter inputs and optimizer state (D5). `param_shards` receives each
-// trainable listed tensor's chunk, then each adapter's (the parameters the optimizer steps).
+// trainable listed tensor's chunk, then each adapter's (the parameters the optimizer steps); `all_shards`
+// every parameter's chunk in the same order (trainable or not; left empty for a unit known by its count).
 UnitSizes fsdp2_unit_sizes(const models::FsdpUnit& u, int shard_size, const models::TrainableSet& ts,
-                           double unit_fraction = 1.0, std::vector<std::int64_t>* param_shards = nullptr);
+                           double unit_fraction = 1.0, std::vector<std::int64_t>* param_shards = nullptr,
+                           std::vector<std::int64_t>* all_shards = nullptr);
 // `unit_fraction` (both): the unit's entry of unit_trainable_fractions: 0 for a unit of plan.frozen_units
 // (nothing of it trains: no gradient, reduction or optimizer state); a unit known by its count alone trains
 // that fraction of itself.
@@ -259,6 +261,10 @@ struct Context {
   int micro_batches = 1;
   std::vector<UnitSizes> sizes;     // per unit
   std::vector<std::vector<std::int64_t>> state_tensors;   // per unit: optimizer_state_tensors
+  // Per unit: the sharded parameters' tensors (numel of each, in the unit's parameter order) where they are
+  // tensors of their own: FSDP2's per-parameter shards (FSDPParam._sharded_param_data), outside the bundled
+  // runtime; empty where the unit's shard is one tensor (FSDP1's FlatParameter) or known by its count.
+  std::vector<std::vector<std::int64_t>> shard_tensors;
   // Per unit: the plan's reshard_after_forward after plan.module_overrides; the root's is unset (None)
   // unless an override names it (FSDP2's fully_shard leaves the root unsharded after forward: its backward
   // starts right away, F2.6).
@@ -346,6 +352,8 @@ void add_unit_step_totals(const Context& c, int u, std::int64_t copies, StepTota
 // FSDP2's sharded parameters one by one (fsdp2_unit_sizes), FSDP1 use_orig_params' original parameters'
 // parts of the shard (fsdp1_unit_sizes); FSDP1's FlatParameter shard, and the bundled runtime's, as one.
 std::vector<std::int64_t> optimizer_state_tensors(const Context& c, int u);
+// FSDP2's sharded parameters of unit u, one numel per tensor (Context::shard_tensors).
+std::vector<std::int64_t> fsdp2_shard_tensors(const Context& c, int u);
 // The same for one unit of a plan with `optim` state elements per state (UnitSizes::optim): the tensors the
 // optimizer steps on a rank (per parameter under FSDP2 and FSDP1 use_orig_params, else the FlatParameter).
 std::vector<std::int64_t> optimizer_state_tensors(const models::FsdpUnit& unit, const Plan& plan, int N,

@@ -90,8 +90,18 @@ void LoweringWalk::add_persistent() {
     b_.site(-1, SitePhase::Persistent, unit_site_layer(c_, u));
     const UnitSizes& s = c_.sizes[u];
     if (s.params == 0) continue;
-    if (!plan_.cpu_offload.params)
-      param_shard_[u] = b_.buffer(shard_name(), u, s.shard_bytes(c_.bm), MemCategory::ShardedParams, compute_, true);
+    if (!plan_.cpu_offload.params) {
+      const std::vector<std::int64_t>& tensors = c_.shard_tensors[static_cast<std::size_t>(u)];
+      if (tensors.size() > 1) {
+        // One tensor per parameter (Context::shard_tensors), in order; reads name the first.
+        for (std::int64_t numel : tensors) {
+          const int buf = b_.buffer(shard_name(), u, numel * c_.bm, MemCategory::ShardedParams, compute_, true);
+          if (param_shard_[u] < 0) param_shard_[u] = buf;
+        }
+      } else {
+        param_shard_[u] = b_.buffer(shard_name(), u, s.shard_bytes(c_.bm), MemCategory::ShardedParams, compute_, true);
+      }
+    }
     // QLoRA under FSDP1: bitsandbytes' QuantState of the unit's weights, a module attribute FSDP does not shard
     // (models/nf4.h): whole on every rank.
     if (s.nf4_replicated_bytes > 0)

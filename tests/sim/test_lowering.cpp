@@ -1908,6 +1908,35 @@ TEST(LoweringGradients, BiasedBlocksTrainedInPartMakeTheirGradientsByTensor) {
   EXPECT_EQ(grads, 1);
 }
 
+// The sharded parameters, by hand, on the tiny llama of PerParameterGradientsAndOptimizerStateByHand (2
+// GPUs, fp32 master weights): FSDP2 keeps each parameter's dim-0 chunk as a tensor of its own
+// (FSDPParam._sharded_param_data), so the allocator places each: a block's q 4 rows x 8 = 32, k 16, v 16,
+// o 32, gate 64, up 64, down 4 x 16 = 64, norms 4 and 4 (x 4 B); the root's embedding 16 x 8 = 128, final
+// norm 4, head 128. FSDP1's FlatParameter shard is one tensor (a block's 592 / 2 = 296 x 4 B), and so is the
+// bundled runtime's unit.
+TEST(LoweringGradients, Fsdp2ShardsEachParameterIntoATensorOfItsOwn) {
+  models::ModelSpec m = tiny_spec(2);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  ASSERT_EQ(models::count_params(m).total, 1704);
+  const auto shards = [&](const std::string& extra, int unit) {
+    const Plan plan = resolved(R"({"implementation": "hf", "micro_batch": 1, "seq_len": 4)" + extra + "}", 2, 2);
+    const StepProgram p = lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
+    expect_well_formed(p, extra);
+    std::vector<Bytes> v;
+    for (const Buffer& b : p.buffers)
+      if (b.persistent && b.category == MemCategory::ShardedParams && b.unit == unit) v.push_back(b.bytes);
+    return v;
+  };
+  EXPECT_EQ(shards("", 1), (std::vector<Bytes>{128, 64, 64, 128, 256, 256, 256, 16, 16}));
+  EXPECT_EQ(shards("", 2), (std::vector<Bytes>{128, 64, 64, 128, 256, 256, 256, 16, 16}));
+  EXPECT_EQ(shards("", 0), (std::vector<Bytes>{512, 16, 512}));   // embedding, final norm, head
+  EXPECT_EQ(shards(R"(, "fsdp_version": 1)", 1), (std::vector<Bytes>{1184}));
+  // LoRA (r 2 on q and v): the frozen base weights keep their shards, the adapters' follow (A 2 x 8 -> 1 row
+  // x 8; q's B 8 x 2 -> 4 x 2, v's 4 x 2 -> 2 x 2: 32, 32, 32, 16 B).
+  EXPECT_EQ(shards(R"(, "lora": {"rank": 2, "targets": ["q", "v"]})", 1),
+            (std::vector<Bytes>{128, 64, 64, 128, 256, 256, 256, 16, 16, 32, 32, 32, 16}));
+}
+
 // FSDP2 with one parameter group for several blocks (here the whole model: auto_wrap_policy "none", as
 // fully_shard(model) alone) trained in part: each trainable parameter gets its .grad in the backward op that
 // makes it (param_grad_parts' `trained`), not the group's whole gradient as one buffer at the group's first
