@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -125,6 +127,67 @@ TEST(TorchMemoryFixtures, MeasuredFixturesMatchTheSimulator) {
     GTEST_SKIP() << (pending.empty() ? "no measured fixtures committed yet: run scripts/gpu-validate.sh torch-memory on a "
                                        "lent GPU (README, 'On a lent GPU')"
                                      : "every measured fixture names an issue-19 plan key the simulator does not accept yet");
+}
+
+// Where the step starts: FSDP2 keeps each parameter's shard as a tensor of its own, which the caching
+// allocator places one by one when the model is materialized (the harness: fully_shard on the meta device,
+// to_empty, initialization in place, torch.cuda.empty_cache). The simulator's persistent buffers (its memory
+// at t = 0, before the first op) must then leave the same reserved bytes as the harness's "init" phase
+// ends with, within 0.5%, on every measured FSDP2 fixture but those listed below with what differs.
+// (FSDP1 is not compared: the simulator's t = 0 includes FSDP1's lazy initialization, which PyTorch runs
+// in the first forward, and FlatParameter construction's fragmentation, flatten then shard, is not
+// modelled: PyTorch ends init at 750,780,416 B reserved for llama-1b on 8 ranks, 634,684,928 allocated.)
+TEST(TorchMemoryFixtures, Fsdp2StepStartsFromTheSegmentsInitializationLeft) {
+  // fixture -> what differs (the measured and predicted bytes are printed)
+  const std::map<std::string, std::string> differs = {
+      {"gpt2-fsdp2-w8-fused", "expandable segments: PyTorch's init leaves 96 MiB mapped (16 MiB small-pool pages, "
+                              "80 MiB large-pool pages), the simulator 74 MiB; not explained yet"},
+      {"l1b-fsdp2-raf8-w64-tt", "not explained yet (100 MiB against 80 MiB; no allocator history of this case)"},
+      {"l1b-fsdp2-ac-s16384-tt", "not explained yet: PyTorch's init leaves a 20 MiB segment holding 4 MiB of small "
+                                 "tensors beside its 580 MiB one (trace_segments.py --layout 0 of its allocator history)"},
+      {"l1b-fsdp2-offload-w8-tt", "CPU offload: PyTorch keeps one 2 MiB small-pool segment on the GPU after init, "
+                                  "the simulator none"},
+  };
+  int compared = 0, exact = 0, within = 0;
+  for (const auto& path : fixture_files(kDir)) {
+    const Json j = read_json_file(path, path);
+    if (j.contains("synthetic")) continue;
+    const TorchMemoryFixture f = read_torch_memory_fixture(path);
+    if (!f.plan || f.plan->fsdp_version != sim::FsdpVersion::FSDP2) continue;
+    const std::string name = fs::path(path).stem().string();
+    // QLoRA: the harness quantizes whole weights on the GPU before sharding (load-time fragmentation, not
+    // modelled: the known misses of the QLoRA fixtures measure it).
+    if (f.plan->lora.quantize_nf4) continue;
+    Bytes init_reserved = -1;
+    for (const auto& ph : j.at("phases"))
+      if (ph.at("phase") == "init") init_reserved = ph.at("end_reserved_bytes").get<Bytes>();
+    ASSERT_GE(init_reserved, 0) << name << ": no init phase";
+    sim::SimOptions o;
+    o.record_trace = false;
+    o.record_memory_timeline = true;
+    const sim::SimResult r = sim::simulate(f.model, calibrate::HardwareProfile::for_cluster(f.cluster), *f.plan, o);
+    ASSERT_FALSE(r.memory_timeline.empty()) << name;
+    ASSERT_EQ(r.memory_timeline.front().t_ns, 0) << name;
+    const Bytes predicted = r.memory_timeline.front().reserved;
+    ++compared;
+    exact += predicted == init_reserved ? 1 : 0;
+    const double err = init_reserved > 0 ? static_cast<double>(predicted - init_reserved) / static_cast<double>(init_reserved)
+                                         : (predicted == 0 ? 0.0 : 1.0);
+    const bool ok = std::abs(err) <= 0.005;
+    within += ok ? 1 : 0;
+    const auto d = differs.find(name);
+    if (d != differs.end()) {
+      EXPECT_FALSE(ok) << name << ": matches now (" << predicted << " B); remove it from the list";
+      std::cout << "differs " << name << ": predicted " << predicted << " B, measured " << init_reserved << " B ("
+                << percent(err) << "): " << d->second << "\n";
+    } else {
+      EXPECT_TRUE(ok) << name << ": the step starts at " << predicted << " B reserved, PyTorch's init ended at "
+                      << init_reserved << " B (" << percent(err) << ")";
+    }
+  }
+  std::cout << "FSDP2 step start (reserved after init): " << exact << " of " << compared << " byte for byte, " << within
+            << " within 0.5%\n";
+  EXPECT_GT(compared, 40);
 }
 
 TEST(TorchMemoryFixtureReader, SyntheticFixturesSayWhy) {
