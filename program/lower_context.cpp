@@ -970,10 +970,11 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
                     "tensor by tensor, with each block's forward and backward transients, the logits and the "
                     "loss's tensors in forward and backward");
   if (plan.implementation != models::ModelImpl::Runtime)
-    c.notes.push_back("caching allocator: the first step starts from the persistent sharded state alone; blocks that the "
-                      "script's model construction and loading leave cached or partly used are not modelled, so a real "
-                      "run may reserve more (in the PyTorch reference up to 1.05 GiB: QLoRA quantizing full weights on "
-                      "the GPU before sharding them)");
+    c.notes.push_back("caching allocator: the first step starts from the persistent sharded state, allocated tensor by "
+                      "tensor as the model is materialized (FSDP2: each parameter's shard; FSDP1: each FlatParameter's); "
+                      "the temporaries of the script's model construction and loading are not modelled, so a real run "
+                      "may reserve more (in the PyTorch reference up to 1.05 GiB: QLoRA quantizing full weights on the "
+                      "GPU before sharding them)");
 
   // ---- process groups: shard groups are contiguous ranks, replicate groups stride across them ----
   const int gpn = std::max(1, topo.gpus_per_node);

@@ -3,6 +3,9 @@
 // bound never exceeds the simulated step time (so dominance skipping is sound).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include <nlohmann/json.hpp>
 
 #include "calibrate/hardware_profile.h"
@@ -37,8 +40,17 @@ void check_space(const std::string& model_name, const std::string& cluster_name,
   sim::SimOptions so;
   so.record_trace = false;
   so.record_memory_timeline = false;
+  // FSDPSIM_RANDOM_PLANS_MAX (scripts/sanitize.sh: the sanitized run looks for memory errors on the paths the
+  // plain run checks whole): every k-th candidate only, at most that many; the counts of the bound's terms
+  // below are then not asserted (the plain run asserts them on the whole space).
+  std::size_t stride = 1;
+  if (const char* cap = std::getenv("FSDPSIM_RANDOM_PLANS_MAX")) {
+    const std::size_t n = static_cast<std::size_t>(std::max(1, std::atoi(cap)));
+    stride = (cands.size() + n - 1) / n;
+  }
   int checked = 0, kept = 0, carried = 0, loss_moment = 0;
-  for (const auto& c : cands) {
+  for (std::size_t i = 0; i < cands.size(); i += stride) {
+    const auto& c = cands[i];
     sim::SimResult r;
     try {
       r = sim::simulate(model, hw, c.plan, so);
@@ -54,8 +66,9 @@ void check_space(const std::string& model_name, const std::string& cluster_name,
     carried += m.carried_grads > 0;
     loss_moment += m.moment_c() > std::max(m.moment_a(), m.moment_b());
   }
-  EXPECT_EQ(checked, static_cast<int>(cands.size()));
+  EXPECT_EQ(checked, static_cast<int>((cands.size() + stride - 1) / stride));
   EXPECT_GT(checked, 0);
+  if (stride > 1) return;
   // Each term of the bound is put to the test by some plans of every space.
   EXPECT_GT(kept, 0);
   if (trainable_fraction >= 1.0 && !lora) {
