@@ -352,12 +352,12 @@ void add_unit_step_totals(const Context& c, int u, std::int64_t copies, StepTota
 // FSDP2's sharded parameters one by one (fsdp2_unit_sizes), FSDP1 use_orig_params' original parameters'
 // parts of the shard (fsdp1_unit_sizes); FSDP1's FlatParameter shard, and the bundled runtime's, as one.
 std::vector<std::int64_t> optimizer_state_tensors(const Context& c, int u);
-// FSDP2's sharded parameters of unit u, one numel per tensor (Context::shard_tensors).
-std::vector<std::int64_t> fsdp2_shard_tensors(const Context& c, int u);
 // The same for one unit of a plan with `optim` state elements per state (UnitSizes::optim): the tensors the
 // optimizer steps on a rank (per parameter under FSDP2 and FSDP1 use_orig_params, else the FlatParameter).
 std::vector<std::int64_t> optimizer_state_tensors(const models::FsdpUnit& unit, const Plan& plan, int N,
                                                   const models::TrainableSet& ts, std::int64_t optim);
+// FSDP2's sharded parameters of unit u, one numel per tensor (Context::shard_tensors).
+std::vector<std::int64_t> fsdp2_shard_tensors(const Context& c, int u);
 // A unit's first layer if it is not the root and holds whole transformer blocks only, else -1.
 int block_unit_layer(const models::FsdpUnit& unit);
 // The site layer of unit u's persistent buffers (block_unit_layer of it).
