@@ -461,13 +461,13 @@ class BlockWriter {
   int attention(int xn) {
     const Bytes h = m_.hidden, a = m_.n_heads, g = m_.n_kv_heads, d = m_.head_dim;
     const Bytes qb = T_ * a * d * e_, kb = T_ * g * d * e_;
-    int q = -1, k = -1, v = -1;
+    int q = -1, k = -1, v = -1, qkv = -1;
     if (r_.qkv == QkvImpl::Separate) {
       q = linear(xn, T_, h, a * d, m_.qkv_bias, "attn.q", Weight::Q);
       k = linear(xn, T_, h, g * d, m_.qkv_bias, "attn.k", Weight::K);
       v = linear(xn, T_, h, g * d, m_.qkv_bias, "attn.v", Weight::V);
     } else {
-      const int qkv = linear(xn, T_, h, (a + 2 * g) * d, m_.qkv_bias, "attn.qkv", Weight::QKV);
+      qkv = linear(xn, T_, h, (a + 2 * g) * d, m_.qkv_bias, "attn.qkv", Weight::QKV);
       // split: views of qkv; its backward concatenates the three gradients into a new qkv-sized one
       const auto parts =
           t_.add({OpKind::View, {in(qkv)}, {view("attn.q", qb, qkv), view("attn.k", kb, qkv), view("attn.v", kb, qkv)}});
@@ -521,9 +521,19 @@ class BlockWriter {
       sdpa.bwd_workspace = T_ * a * kFp32;  // flex backward: delta = sum(out * grad_out), fp32 [b, heads, s]
     }
     const int o = t_.add(sdpa)[0];
-    // flash returns a transpose of a [b, s, heads, d] buffer and flex matches the query's layout: the
-    // .transpose(1, 2).contiguous() / .reshape() that follow are views.
-    return linear(o, T_, a * d, h, m_.out_bias, "attn.proj", Weight::Out);
+    // The attention output takes the query's memory layout (flash_api.cpp mha_fwd: out = empty_like(q) of the
+    // [b, s, heads, d] transpose; flex matches the query's stride order). HF's and torchtitan's queries are
+    // [b, s, heads, d] in memory, so the .transpose(1, 2).contiguous() / .reshape() that follow are views;
+    // litgpt's query comes out of the rope's torch.cat as a new [b, heads, s, d] tensor, so its
+    // y.transpose(1, 2).reshape(B, T, C) copies (measured: a 16 MiB tensor after the logsumexp in block 1 of
+    // l1b-fsdp2-lora5pct-litgpt's allocator history, reports/validation/torch-memory-2026-11-26).
+    const int y = r_.rope == RopeImpl::RotateHalfCat ? pointwise({in(o, GradRule::Alias)}, "attn.y", qb) : o;
+    const int proj = linear(y, T_, a * d, h, m_.out_bias, "attn.proj", Weight::Out);
+    // A fused projection's output stays referenced by the forward's locals until it returns (litgpt's `qkv`;
+    // HF GPT-2's query/key/value views of it), even where every view the attention reads is a new tensor
+    // (litgpt's roped q and k, repeated v): measured in the same history, the 24 MiB qkv is freed after o_proj.
+    if (qkv >= 0) held_to_return({qkv});
+    return proj;
   }
 
   // HF rotate_half / litgpt apply_rope: (x * cos) + (cat(-x2, x1) * sin); litgpt then copies the
@@ -545,6 +555,9 @@ class BlockWriter {
     const int rs = pointwise({in(rot)}, nm_(p, "rot_sin"), rb);
     const bool cat = litgpt || partial;
     const int roped = pointwise({in(xc, GradRule::Alias), in(rs, GradRule::Alias)}, nm_(p, cat ? "roped" : "rope"), rb);
+    // litgpt's apply_rope keeps `rotated` in a local until it returns (after the sum); HF's rotate_half(x) is a
+    // temporary of the expression, freed by the multiplication by sin.
+    if (litgpt) t_.hold(rot);
     if (!cat) return roped;
     if (!partial) return pointwise({in(roped, GradRule::Alias)}, nm_(p, "rope"), xb);
     const int pass = t_.add1({OpKind::View, {in(x)}, {view(nm_(p, "pass"), xb - rb, x)}});

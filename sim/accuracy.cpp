@@ -12,10 +12,10 @@ const ValidationRecord& validation_record() {
         "llama3-70b, GPT-2; 1 to 512 ranks emulated with the fake process group on one H200/H100; "
         "tests/fixtures/torch_memory)";
     v.memory_plans = 74;
-    v.steady_allocated = {73, 74, 0.02, 0.0020};
+    v.steady_allocated = {73, 74, 0.02, 0.0019};
     v.steady_reserved = {69, 74, 0.03, 0.0124};
     v.first_allocated = {73, 74, 0.02, 0.0021};
-    v.first_reserved = {72, 74, 0.03, 0.0081};
+    v.first_reserved = {72, 74, 0.03, 0.0082};
     v.fits_agree = 76;
     v.fits_compared = 76;
     v.time_reference =
