@@ -524,10 +524,13 @@ class BlockWriter {
     // The attention output takes the query's memory layout (flash_api.cpp mha_fwd: out = empty_like(q) of the
     // [b, s, heads, d] transpose; flex matches the query's stride order). HF's and torchtitan's queries are
     // [b, s, heads, d] in memory, so the .transpose(1, 2).contiguous() / .reshape() that follow are views;
-    // litgpt's query comes out of the rope's torch.cat as a new [b, heads, s, d] tensor, so its
-    // y.transpose(1, 2).reshape(B, T, C) copies (measured: a 16 MiB tensor after the logsumexp in block 1 of
-    // l1b-fsdp2-lora5pct-litgpt's allocator history, reports/validation/torch-memory-2026-11-26).
-    const int y = r_.rope == RopeImpl::RotateHalfCat ? pointwise({in(o, GradRule::Alias)}, "attn.y", qb) : o;
+    // a query that comes out of a torch.cat along the head dimension (litgpt's rope, and partial rotary in HF's
+    // code as in litgpt's: rotate_half below) is a new [b, heads, s, d] tensor, so the output is too and
+    // y.transpose(1, 2).reshape(B, T, C) / .contiguous() copies it (measured for litgpt: a 16 MiB tensor after the
+    // logsumexp in block 1 of l1b-fsdp2-lora5pct-litgpt's allocator history, reports/validation/torch-memory-2026-11-26).
+    const bool query_by_cat =
+        r_.rope == RopeImpl::RotateHalfCat || (r_.rope == RopeImpl::RotateHalf && m_.rope_dims() < m_.head_dim);
+    const int y = query_by_cat ? pointwise({in(o, GradRule::Alias)}, "attn.y", qb) : o;
     const int proj = linear(y, T_, a * d, h, m_.out_bias, "attn.proj", Weight::Out);
     // A fused projection's output stays referenced by the forward's locals until it returns (litgpt's `qkv`;
     // HF GPT-2's query/key/value views of it), even where every view the attention reads is a new tensor
@@ -557,7 +560,7 @@ class BlockWriter {
     const int roped = pointwise({in(xc, GradRule::Alias), in(rs, GradRule::Alias)}, nm_(p, cat ? "roped" : "rope"), rb);
     // litgpt's apply_rope keeps `rotated` in a local until it returns (after the sum); HF's rotate_half(x) is a
     // temporary of the expression, freed by the multiplication by sin.
-    if (litgpt) t_.hold(rot);
+    if (litgpt) held_to_return({rot});
     if (!cat) return roped;
     if (!partial) return pointwise({in(roped, GradRule::Alias)}, nm_(p, "rope"), xb);
     const int pass = t_.add1({OpKind::View, {in(x)}, {view(nm_(p, "pass"), xb - rb, x)}});
