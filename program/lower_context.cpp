@@ -942,6 +942,19 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
     for (const auto& t : a.recompute) c.act_recompute[l] += t.bytes;
   }
   c.final_norm = models::final_norm_memory(model, plan.micro_batch, plan.seq_len, act, impl, c.flows.final_part);
+  {
+    Context::BlockActivations& a = c.final_norm_acts;
+    a.saved = c.final_norm.saved;
+    a.forward_events = c.final_norm.forward_events;
+    a.forward_extra = c.final_norm.forward_extra;
+    a.backward_extra = c.final_norm.backward_extra;
+    a.backward_with_grads = c.final_norm.backward_extra_with_grads;
+    a.param_grads = c.final_norm.param_grads;
+    a.backward_events = c.final_norm.backward_events;
+    a.recompute.clear();
+    a.recompute_events.clear();
+    a.incoming_grad = 0;
+  }
   // The embedding dropout's mask lives from the forward's start to the embedding's backward. A frozen
   // embedding gives an output that does not require grad, so native_dropout records no graph and saves
   // nothing (c.flows.embedding); the bundled runtime has no dropout.

@@ -315,6 +315,9 @@ struct Context {
     return block_acts[static_cast<std::size_t>(layer_flow[layer]) * 3 + static_cast<std::size_t>(layer_mode[layer])];
   }
   models::BlockMemory final_norm;   // the final norm's saved tensors and transients
+  // The same as a block's activations (saved tensors, forward and backward tensor by tensor), for the head's
+  // backward tensor by tensor (program/lower_walk.cpp, the head's backward).
+  BlockActivations final_norm_acts;
   // What the embedding segment saves for its backward: the embedding dropout's 1-byte mask (GPT-2's
   // GPT2Model.drop after wte + wpe) when the model has embd_dropout and the embedding trains; else empty.
   std::vector<models::SavedTensor> embedding_saved;

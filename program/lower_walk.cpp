@@ -434,6 +434,19 @@ void LoweringWalk::emit_compute(int s, OpKind kind, Bytes grads) {
       free_range(o, recompute_[s]);
       return;
     }
+    if (head && head_by_tensor(grads)) {
+      // The head's backward tensor by tensor, as a block's: the tape's output gradient is the loss's logits
+      // gradient (its event has 0 bytes: the logits are the lowering's), freed once the head matmul's backward has
+      // made the input's (and, when the head trains, the weight's) gradient, before the final norm's backward
+      // (autograd releases a node's incoming gradient after the node: torch/csrc/autograd/engine.cpp
+      // evaluate_function); the norm's input gradient goes on to the last block. Measured in PyTorch 2.11's
+      // allocator history of l1b-fsdp2-lora5pct-litgpt: the norm's fp32 gradients reuse freed 32 MiB blocks where
+      // one transient of their sum needed a new segment.
+      grad_in_[s] = head_grad_;
+      head_grad_ = -1;
+      emit_backward_events(o, s, c_.final_norm_acts, grads > 0, /*incoming_dies_with_first_node=*/true);
+      return;
+    }
     if (head) {
       Bytes tmp = c_.final_norm.backward_extra;
       if (c_.loss.impl == models::LossImpl::FusedLinear && !c_.loss.in_head_op && logits_ >= 0) {
@@ -470,13 +483,23 @@ bool LoweringWalk::backward_by_tensor(const Context::BlockActivations& a, Bytes 
   return !a.backward_events.empty() && (grads == 0 || grads == a.param_grads);
 }
 
+// The head's backward tensor by tensor where its op holds only the head matmul's and the final norm's backward: not
+// torchtune's chunked output (head_chunks_backward), a fused linear cross-entropy (its saved input gradient), a LoRA
+// adapter on the head (its T x V tensors are the lowering's), activation offloading, nor the bundled runtime.
+bool LoweringWalk::head_by_tensor(Bytes grads) const {
+  return head_grad_ >= 0 && !c_.loss.chunked_output && c_.loss.impl != models::LossImpl::FusedLinear && !head_lora() &&
+         plan_.activation_offloading == ActivationOffload::None && plan_.implementation != models::ModelImpl::Runtime &&
+         backward_by_tensor(c_.final_norm_acts, grads);
+}
+
 // The block backward as PyTorch's allocator sees it (issue 19 item 4; models::AutogradTape::backward_events): the
 // incoming gradient (the recompute's grad_in, else the later block's input gradient, else made here), then op by
 // op, last first, the weight's gradient (its place noted), the inputs' gradients, the kernel's workspace, the
 // gradients nothing reads any more and the saved tensors after their last reader's backward
 // (Node::release_variables), each freed inside the op (FreeSpec free_inside_op). The block input's gradient goes on
 // to the earlier module (carried_grad_); saved tensors no backward op released are freed after it is enqueued.
-void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActivations& a, bool weight_grads) {
+void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActivations& a, bool weight_grads,
+                                        bool incoming_dies_with_first_node) {
   const int unit = c_.segments[s].unit;
   // (an offloaded checkpoint input is the offloading's: its reload, dropped by offload_after_backward)
   const models::ForwardEvent* in = input_event(a.forward_events);
@@ -514,7 +537,12 @@ void LoweringWalk::emit_backward_events(Op& o, int s, const Context::BlockActiva
     prev_copies_.clear();
     drop_due = false;
   };
+  int first_node = -1;
   for (const models::BackwardEvent& e : a.backward_events) {
+    if (incoming_dies_with_first_node && e.op >= 0) {   // (an incoming gradient without events: the head's logits')
+      if (first_node < 0) first_node = e.op;
+      else if (e.op != first_node) free_inside(grad_in_[s]);
+    }
     if (drop_due && e.kind != models::BackwardEvent::Unpack) drop_prev();
     switch (e.kind) {
       case models::BackwardEvent::WeightGrad:

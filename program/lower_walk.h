@@ -143,10 +143,14 @@ class LoweringWalk {
   // brings its tensors back node by node): when the block has events and the op makes either no parameter gradient or
   // exactly the tape's (`grads`).
   bool backward_by_tensor(const Context::BlockActivations& a, Bytes grads) const;
+  bool head_by_tensor(Bytes grads) const;   // the head's backward likewise (c_.final_norm_acts; lower_walk.cpp)
   // Lowers it into op `o` of segment s: each activation gradient and workspace allocated and freed where autograd
   // makes and drops it, each saved tensor freed after its last reader's backward, the weight gradients' places
   // noted (weight_slots_) when the op makes them (`weight_grads`).
-  void emit_backward_events(Op& o, int s, const Context::BlockActivations& a, bool weight_grads);
+  // `incoming_dies_with_first_node`: the incoming gradient (grad_in_[s]), which has no event of its own, is freed
+  // once the first node's backward is done (the head: the loss's logits gradient after the head matmul's).
+  void emit_backward_events(Op& o, int s, const Context::BlockActivations& a, bool weight_grads,
+                            bool incoming_dies_with_first_node = false);
   // The parameter gradients a block's backward op made (its allocations from `first`: autograd_grad's and
   // segment_grads' buffers) moved to where the tape makes them: cut_grads' pieces each at its op, any other at the
   // first weight gradient's.

@@ -2038,6 +2038,47 @@ TEST(LoweringGradients, GptNeoxBlocksTrainedInPartArePlacedByName) {
 // (backward_extra_with_grads), not backward_extra + all of them.
 // FSDP2 under no_sync without an upcast accumulates into the .grad the first micro-batch made: the second
 // micro-batch's backward allocates no gradient, and its peak is backward_extra.
+// The head's backward tensor by tensor (program/lower_walk.cpp head_by_tensor): the loss's logits gradient dies
+// once the head matmul's backward has made its gradients, inside the op and before the final norm's backward
+// allocates anything (autograd releases a node's incoming gradient after the node); the norm's input gradient is
+// the one buffer the op keeps. Hand count, HF recipe, T = 256, h = 8, V = 32, bf16: logits gradient 256 x 32 x 2 =
+// 16,384 B; the head matmul makes the weight's gradient (32 x 8 x 2 = 512 B; the unit's other, the norm weight's
+// 16 B, with it) and the input's, 256 x 8 x 2 = 4,096 B; then LlamaRMSNorm's backward (weight * h: 4,096 B first).
+TEST(LoweringGradients, HeadBackwardFreesTheLogitsGradientBeforeTheFinalNorms) {
+  models::ModelSpec m = tiny_spec(2);
+  m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
+  for (const char* extra : {"", R"(, "fsdp_version": 1)"}) {
+    const Plan plan = resolved(std::string(R"({"implementation": "hf", "micro_batch": 1, "seq_len": 256)") + extra + "}", 2, 2);
+    const StepProgram p = lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
+    expect_well_formed(p, extra);
+    const Op& last = *ops_of(p, OpKind::Backward, 2)[0];
+    const Op* head = nullptr;   // the root's backward op just before the last block's (the loss's come first)
+    for (const Op* o : ops_of(p, OpKind::Backward, 0))
+      if (o->id < last.id) head = o;
+    ASSERT_NE(head, nullptr) << extra;
+    std::vector<Bytes> allocs;
+    for (int b : head->allocs) allocs.push_back(p.buffers[static_cast<std::size_t>(b)].bytes);
+    bool freed = false;
+    for (const FreeSpec& f : head->frees)
+      if (f.buffer >= 0 && p.buffers[static_cast<std::size_t>(f.buffer)].name.rfind("logits_gra", 0) == 0) {
+        freed = true;
+        EXPECT_EQ(p.buffers[static_cast<std::size_t>(f.buffer)].bytes, 256 * 32 * 2) << extra;
+        ASSERT_TRUE(is_free_inside_op(f.reuse_after_op)) << extra;
+        // before it: the weights' gradients (FSDP2 the parameters' .grad, 16 and 512 B; FSDP1 the flat one, 528 B)
+        // and the input's (4,096 B); after it the norm's backward, whose first gradient is weight * h's (4,096 B)
+        const std::size_t k = static_cast<std::size_t>(allocs_before_free(f.reuse_after_op));
+        ASSERT_GE(k, 2u) << extra;
+        ASSERT_LT(k, allocs.size()) << extra;
+        Bytes weights = 0;
+        for (std::size_t i = 0; i + 1 < k; ++i) weights += allocs[i];
+        EXPECT_EQ(weights, 16 + 512) << extra;
+        EXPECT_EQ(allocs[k - 1], 4096) << extra;
+        EXPECT_EQ(allocs[k], 4096) << extra;
+      }
+    EXPECT_TRUE(freed) << extra;
+  }
+}
+
 TEST(LoweringGradients, BlockBackwardLeavesRoomForTheWeightGradientsItMakes) {
   models::ModelSpec m = tiny_spec(2);
   m.hidden = 8, m.n_heads = 2, m.n_kv_heads = 1, m.head_dim = 4, m.ffn_hidden = 16, m.vocab_size = 32;
@@ -2073,24 +2114,32 @@ TEST(LoweringGradients, BlockBackwardLeavesRoomForTheWeightGradientsItMakes) {
       const auto ops = ops_of(p, OpKind::Backward, unit);
       ASSERT_EQ(ops.size(), 1u) << extra;
       EXPECT_EQ(alloc_bytes(p, *ops[0], MemCategory::UnshardedGrads), 592 * 2) << extra;
-      // the last block makes its incoming gradient (the head's backward is one transient); the first takes the one
-      // the last block's backward left (its input's gradient, held through the post-backward hook)
-      EXPECT_EQ(op_peak(p, *ops[0]), bm.backward_extra_with_grads - (unit == 1 ? bm.incoming_grad : 0)) << extra;
+      // each takes its incoming gradient: the last block the one the head's backward left (the final norm's input
+      // gradient, since 2026-11-29 the head's backward is lowered tensor by tensor too), the first the one the last
+      // block's backward left (its input's gradient, held through the post-backward hook)
+      EXPECT_EQ(op_peak(p, *ops[0]), bm.backward_extra_with_grads - bm.incoming_grad) << extra;
     }
-    // that gradient: the one activation buffer the last block's backward makes and keeps; the first block makes
-    // no incoming gradient of its own (here the residual stream's gradient, accumulated in place, is that buffer
-    // through both blocks: the embedding's backward frees it)
+    // that gradient: the one activation buffer the head's backward makes and keeps; neither block makes an incoming
+    // gradient of its own (here the residual stream's gradient, accumulated in place, is that buffer through both
+    // blocks: the embedding's backward frees it)
     const Op& last = *ops_of(p, OpKind::Backward, 2)[0];
+    const Op* head_op = nullptr;   // the root's backward op just before the last block's (the loss's come first)
+    for (const Op* o : ops_of(p, OpKind::Backward, 0))
+      if (o->id < last.id) head_op = o;
+    ASSERT_NE(head_op, nullptr) << extra;
+    const Op& head = *head_op;
     const Op& first = *ops_of(p, OpKind::Backward, 1)[0];
     int kept = 0;
-    for (int b : last.allocs)
-      if (p.buffers[static_cast<std::size_t>(b)].category == MemCategory::Activations && !frees(last, b)) {
+    for (int b : head.allocs)
+      if (p.buffers[static_cast<std::size_t>(b)].category == MemCategory::Activations && !frees(head, b)) {
         ++kept;
         EXPECT_EQ(p.buffers[static_cast<std::size_t>(b)].bytes, bm.incoming_grad) << extra;
+        EXPECT_FALSE(frees(last, b)) << extra;
         EXPECT_FALSE(frees(first, b)) << extra;
       }
     EXPECT_EQ(kept, 1) << extra;
-    for (int b : first.allocs) EXPECT_NE(p.buffers[static_cast<std::size_t>(b)].name.rfind("grad_in", 0), 0u) << extra;
+    for (const Op* o : {&last, &first})
+      for (int b : o->allocs) EXPECT_NE(p.buffers[static_cast<std::size_t>(b)].name.rfind("grad_in", 0), 0u) << extra;
   }
   const StepProgram acc = lower_plan(R"(, "grad_accum": 2, "reduce_dtype": "bf16")");
   expect_well_formed(acc, "no_sync");
