@@ -65,6 +65,18 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
   return false;
 }
 
+// The index of the first forward event of kind k for the tensor `name` (-1: none).
+int event_at(const std::vector<ForwardEvent>& ev, ForwardEvent::Kind k, const std::string& name) {
+  for (std::size_t i = 0; i < ev.size(); ++i)
+    if (ev[i].kind == k && ev[i].name && name == ev[i].name) return static_cast<int>(i);
+  return -1;
+}
+// Whether the forward frees `freed` after it makes `made` (both temporaries; each exists).
+::testing::AssertionResult dies_after(const std::vector<ForwardEvent>& ev, const char* freed, const char* made) {
+  const int f = event_at(ev, ForwardEvent::FreeTemp, freed), m = event_at(ev, ForwardEvent::Temp, made);
+  if (f >= 0 && m >= 0 && f > m) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << freed << " freed at event " << f << ", " << made << " made at " << m;
+}
 }  // namespace
 
 TEST(Implementation, TorchtitanByHand) {
@@ -130,22 +142,16 @@ TEST(Implementation, HfByHand) {
 // (`variance`, the normalized fp32 `hidden_states`) until it returns. Seen where nothing saves them: a checkpointed
 // block's forward. Inside a compiled block there are no frames: each buffer dies at its last use.
 TEST(Implementation, HfArgumentsAndLocalsLiveUntilTheirFunctionReturns) {
-  const auto at = [](const std::vector<ForwardEvent>& ev, ForwardEvent::Kind k, const std::string& name) {
-    for (std::size_t i = 0; i < ev.size(); ++i)
-      if (ev[i].kind == k && ev[i].name && name == ev[i].name) return static_cast<int>(i);
-    return -1;
-  };
   const BlockMemory eager = block(tiny_llama(), CheckpointMode::Full, ModelImpl::HF);
   const auto& ev = eager.forward_events;
-  ASSERT_GE(at(ev, ForwardEvent::Temp, "attn.proj"), 0);
-  EXPECT_GT(at(ev, ForwardEvent::FreeTemp, "attn_norm.out"), at(ev, ForwardEvent::Temp, "attn.proj"));
-  EXPECT_GT(at(ev, ForwardEvent::FreeTemp, "mlp_norm.out"), at(ev, ForwardEvent::Temp, "mlp.down"));
-  EXPECT_GT(at(ev, ForwardEvent::FreeTemp, "attn_norm.normed_fp32"), at(ev, ForwardEvent::Temp, "attn_norm.out"));
-  EXPECT_GT(at(ev, ForwardEvent::FreeTemp, "attn_norm.variance"), at(ev, ForwardEvent::Temp, "attn_norm.out"));
+  for (const auto& [freed, made] : {std::pair{"attn_norm.out", "attn.proj"}, {"mlp_norm.out", "mlp.down"},
+                                    {"attn_norm.normed_fp32", "attn_norm.out"}, {"attn_norm.variance", "attn_norm.out"}})
+    EXPECT_TRUE(dies_after(ev, freed, made));
   // (the fp32 input is rebound by the normalization: it dies once the normalized tensor exists)
-  EXPECT_LT(at(ev, ForwardEvent::FreeTemp, "attn_norm.x_fp32"), at(ev, ForwardEvent::Temp, "attn_norm.normed"));
+  EXPECT_FALSE(dies_after(ev, "attn_norm.x_fp32", "attn_norm.normed"));
+  EXPECT_GE(event_at(ev, ForwardEvent::FreeTemp, "attn_norm.x_fp32"), 0);
   // the norm output's last read is the v projection: without the frames it would die before the rotary embedding
-  EXPECT_GT(at(ev, ForwardEvent::FreeTemp, "attn_norm.out"), at(ev, ForwardEvent::Temp, "attn.q_rope"));
+  EXPECT_TRUE(dies_after(ev, "attn_norm.out", "attn.q_rope"));
   // the first GEMM's output marks where the thread's cuBLAS workspace is made
   for (const ForwardEvent& e : ev)
     if (e.gemm) {
@@ -204,27 +210,21 @@ TEST(Implementation, LitgptByHand) {
 // sum), CausalSelfAttention.forward's `qkv` until o_proj has run, and y.transpose(1, 2).reshape() copies the
 // attention output (the query came out of the rope's cat as [b, heads, s, d], which flash's output follows).
 TEST(Implementation, LitgptLocalsAndTheAttentionOutputCopy) {
-  const auto at = [](const std::vector<ForwardEvent>& ev, ForwardEvent::Kind k, const std::string& name) {
-    for (std::size_t i = 0; i < ev.size(); ++i)
-      if (ev[i].kind == k && ev[i].name && name == ev[i].name) return static_cast<int>(i);
-    return -1;
-  };
   const BlockMemory bm = block(tiny_llama(), CheckpointMode::Full, ModelImpl::LitGPT);
   const auto& ev = bm.forward_events;
-  ASSERT_GE(at(ev, ForwardEvent::Temp, "attn.q_roped"), 0);
-  EXPECT_GT(at(ev, ForwardEvent::FreeTemp, "attn.q_rot"), at(ev, ForwardEvent::Temp, "attn.q_roped"));
-  EXPECT_GT(at(ev, ForwardEvent::FreeTemp, "attn.k_rot"), at(ev, ForwardEvent::Temp, "attn.k_roped"));
-  ASSERT_GE(at(ev, ForwardEvent::Temp, "attn.proj"), 0);
-  EXPECT_GT(at(ev, ForwardEvent::FreeTemp, "attn.qkv"), at(ev, ForwardEvent::Temp, "attn.proj"));
-  const int y = at(ev, ForwardEvent::Temp, "attn.y");
+  for (const auto& [freed, made] :
+       {std::pair{"attn.q_rot", "attn.q_roped"}, {"attn.k_rot", "attn.k_roped"}, {"attn.qkv", "attn.proj"}})
+    EXPECT_TRUE(dies_after(ev, freed, made));
+  const int y = event_at(ev, ForwardEvent::Temp, "attn.y");
   ASSERT_GE(y, 0);
   EXPECT_EQ(ev[static_cast<std::size_t>(y)].bytes, 64);   // T 4 x 4 heads x d 2 x bf16
-  EXPECT_GT(y, at(ev, ForwardEvent::Temp, "attn.out"));
-  EXPECT_LT(y, at(ev, ForwardEvent::Temp, "attn.proj"));
+  EXPECT_GT(y, event_at(ev, ForwardEvent::Temp, "attn.out"));
+  EXPECT_LT(y, event_at(ev, ForwardEvent::Temp, "attn.proj"));
   // HF's rotate_half(q) is a temporary of its expression: freed once multiplied by sin, before the sum
   const BlockMemory hf = block(tiny_llama(), CheckpointMode::Full, ModelImpl::HF);
-  EXPECT_LT(at(hf.forward_events, ForwardEvent::FreeTemp, "attn.q_rot"), at(hf.forward_events, ForwardEvent::Temp, "attn.q_rope"));
-  EXPECT_LT(at(hf.forward_events, ForwardEvent::Temp, "attn.y"), 0);
+  EXPECT_FALSE(dies_after(hf.forward_events, "attn.q_rot", "attn.q_rope"));
+  EXPECT_GE(event_at(hf.forward_events, ForwardEvent::FreeTemp, "attn.q_rot"), 0);
+  EXPECT_LT(event_at(hf.forward_events, ForwardEvent::Temp, "attn.y"), 0);
 }
 
 TEST(Implementation, FusedLigerByHand) {
