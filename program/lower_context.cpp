@@ -984,8 +984,9 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
                     "loss's tensors in forward and backward");
   if (plan.implementation != models::ModelImpl::Runtime)
     c.notes.push_back("caching allocator: the first step starts from the persistent sharded state, allocated tensor by "
-                      "tensor as the model is materialized (FSDP2: each parameter's shard; FSDP1: each FlatParameter's); "
-                      "the temporaries of the script's model construction and loading are not modelled, so a real run "
+                      "tensor as the model is materialized (FSDP2: each parameter's shard; FSDP1: each FlatParameter's, "
+                      "flattened whole then sharded unit by unit, the root last, as FSDP1's constructor does, then the "
+                      "cache emptied); other temporaries of the script's model loading are not modelled, so a real run "
                       "may reserve more (in the PyTorch reference up to 1.05 GiB: QLoRA quantizing full weights on the "
                       "GPU before sharding them)");
 

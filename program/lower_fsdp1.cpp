@@ -104,6 +104,31 @@ class FlatParamLowering final : public LoweringWalk {
     }
     tied_grad_.assign(U, -1);
     lazy_init_scratch();
+    construction_scratch();
+  }
+
+  // FSDP1's construction (StepProgram::init_flatten_world; torch/distributed/fsdp/_init_utils.py
+  // _init_param_handle_from_params: FlatParamHandle(params, ...) flattens the unit's parameters into one padded
+  // flat tensor, then handle.shard() keeps a clone of this rank's chunk, _flat_param.py), unit by unit in auto-wrap's
+  // post-order (wrap.py _recursive_wrap wraps the children first): the blocks, then the root. PyTorch 2.11's
+  // allocator histories of the FSDP1 llama-1b fixtures start the step from what that leaves after the harness's
+  // empty_cache: 750,780,416 B reserved in 18 segments, each block's 30 MiB shard in a segment of its own and the
+  // root's 125.25 MiB shard in a 234 MiB one, a block's freed flat tensor (reports/validation/torch-memory-2026-11-26,
+  // trace_segments.py: "initial"). Not for parameters offloaded to the CPU, a NO_SHARD unit (flattened, not
+  // cloned), bitsandbytes' QLoRA units nor the bundled runtime.
+  void construction_scratch() {
+    p_.init_flatten_world = 0;
+    p_.init_flatten_last = -1;
+    if (plan_.implementation == models::ModelImpl::Runtime || plan_.cpu_offload.params || !c_.sharded) return;
+    int world = 0;
+    for (const UnitSizes& s : c_.sizes) {
+      if (s.nf4_replicated_bytes > 0 || s.nf4_shard > 0) return;
+      if (s.shard <= 0) continue;
+      if (s.unsharded % s.shard != 0 || (world > 0 && s.unsharded / s.shard != world)) return;
+      world = static_cast<int>(s.unsharded / s.shard);
+    }
+    if (world <= 1) return;
+    p_.init_flatten_world = world;   // (init_flatten_last, the root's shard: add_persistent)
   }
 
   // FSDP1's _lazy_init (torch/distributed/fsdp/_runtime_utils.py, at the root's first forward) calls each handle's

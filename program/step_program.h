@@ -167,6 +167,18 @@ struct StepProgram {
   // _full_param_padded and _full_prec_full_param_padded on the default stream; program/lower_fsdp1.cpp). A
   // request equal to an earlier one is left out: the block that served it is free again and serves it again.
   std::vector<InitRequest> init_scratch;
+  // FSDP1's construction (FullyShardedDataParallel.__init__ -> _init_param_handle_from_params, units in auto-wrap's
+  // post-order: the blocks, then the root with the rest): each unit's FlatParameter is flattened whole
+  // (FlatParamHandle.flatten_tensors: a torch.cat padded to a multiple of the shard group) and then sharded
+  // (FlatParamHandle.shard: this rank's chunk cloned while the whole one is alive, which is then freed). With
+  // init_flatten_world > 1, each persistent ShardedParams buffer is allocated while a scratch of
+  // init_flatten_world times its bytes is, in buffer order but init_flatten_last (the root's) last, after the
+  // other persistent buffers; then torch.cuda.empty_cache() (as the PyTorch harness does after construction:
+  // what construction left wholly free is released; what it left in use, such as the root's shard placed in a
+  // block's freed flat buffer, stays) and the allocator's peaks restart (the step's peaks are the step's), before
+  // init_scratch. 0: none (FSDP2, NO_SHARD, parameters offloaded, QLoRA, the bundled runtime).
+  int init_flatten_world = 0;
+  int init_flatten_last = -1;
   // Per FSDP unit, the buffer that is its gradient when the optimizer steps (-1: none, a frozen or empty
   // unit): the reduce-scatter output, the fp32 cast of it, or (NO_SHARD) the all-reduced gradient itself.
   std::vector<int> unit_grads;

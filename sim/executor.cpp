@@ -1403,6 +1403,8 @@ void compile_program(const StepProgram& p, CompiledProgram& cp) {
   for (int b = 0; b < nb; ++b) cb[b] = compiled_buffer(bufs[b]);
   cp.notes.clear();
   cp.init_scratch = p.init_scratch;
+  cp.init_flatten_world = p.init_flatten_world;
+  cp.init_flatten_last = p.init_flatten_last;
   cp.runs.clear();
   cp.record_stream_frees = record_stream >= 0;
 }

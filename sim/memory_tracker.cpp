@@ -22,6 +22,8 @@ void MemoryTracker::start(const StepProgram& program, const AllocatorConfig& con
   bufs_ = own_bufs_.data();
   names_ = &program;
   init_scratch_ = &program.init_scratch;
+  init_flatten_world_ = program.init_flatten_world;
+  init_flatten_last_ = program.init_flatten_last;
   start_run(static_cast<int>(program.buffers.size()), static_cast<int>(program.ops.size()), config, record_timeline);
 }
 
@@ -30,6 +32,8 @@ void MemoryTracker::start(const CompiledProgram& program, const AllocatorConfig&
   bufs_ = program.buffers.data();
   names_ = names;
   init_scratch_ = &program.init_scratch;
+  init_flatten_world_ = program.init_flatten_world;
+  init_flatten_last_ = program.init_flatten_last;
   start_run(static_cast<int>(program.buffers.size()), program.num_ops(), config, record_timeline);
 }
 
@@ -74,40 +78,63 @@ void MemoryTracker::record_sample(TimeNs now) {
   }
 }
 
+template <class Visit>
+void MemoryTracker::for_each_init_call(Visit&& visit) const {
+  const bool construct = init_flatten_world_ > 1;
+  const auto constructed = [&](const CompiledBuffer& b) { return construct && b.category == MemCategory::ShardedParams; };
+  for (int id = 0; id < num_bufs_; ++id) {
+    const CompiledBuffer& b = bufs_[id];
+    if (b.persistent && !b.first_step_lazy && !constructed(b) && !visit(InitCall::Buffer, id, b.bytes, b.pool_stream))
+      return;
+  }
+  if (construct) {
+    const auto flatten_then_shard = [&](int id) {
+      const CompiledBuffer& b = bufs_[id];
+      return visit(InitCall::Scratch, -1, b.bytes * init_flatten_world_, b.pool_stream) &&
+             visit(InitCall::Buffer, id, b.bytes, b.pool_stream);
+    };
+    for (int id = 0; id < num_bufs_; ++id) {
+      const CompiledBuffer& b = bufs_[id];
+      if (b.persistent && !b.first_step_lazy && constructed(b) && id != init_flatten_last_ && !flatten_then_shard(id)) return;
+    }
+    if (init_flatten_last_ >= 0 && init_flatten_last_ < num_bufs_ && constructed(bufs_[init_flatten_last_]) &&
+        !flatten_then_shard(init_flatten_last_))
+      return;
+    if (!visit(InitCall::EmptyCache, -1, 0, 0)) return;
+  }
+  if (init_scratch_)
+    for (const InitRequest& q : *init_scratch_)
+      if (!visit(InitCall::Lazy, -1, q.bytes, q.pool_stream)) return;
+}
+
 void MemoryTracker::allocate_persistent() {
   bool any = false;
   // The saved state is the one right after start() plus the persistent allocations: only while nothing
   // has been allocated since start() (the executor's order) does it depend on nothing else.
   const bool from_start = allocator_.stats().num_allocs == 0;
   if (from_start && after_persistent_.valid() && after_persistent_.config() == allocator_.config()) {
-    // The same requests again? One walk compares them and fills block_of_ and live_ as the allocations
+    // The same calls again? One walk compares them and fills block_of_ and live_ as the allocations
     // would (a persistent buffer gets the block the same request got last time, see below).
     const PersistentAlloc* it = persistent_.data();
     const PersistentAlloc* const end = it + persistent_.size();
     bool same = true;
-    for (int id = 0; id < num_bufs_; ++id) {
-      const CompiledBuffer& b = bufs_[id];
-      if (!b.persistent || b.first_step_lazy) continue;
-      if (it == end || it->block == -1 || it->bytes != b.bytes || it->pool_stream != b.pool_stream) {
+    for_each_init_call([&](InitCall call, int id, Bytes bytes, int pool) {
+      if (it == end || it->call != call || it->bytes != bytes || it->pool_stream != pool ||
+          (call == InitCall::Buffer && it->block == -1)) {
         same = false;
-        break;
+        return false;
       }
-      block_of_[id] = it->block;
-      live_[static_cast<int>(b.category)] += b.bytes;
+      if (call == InitCall::Buffer) {
+        block_of_[id] = it->block;
+        live_[static_cast<int>(bufs_[id].category)] += bytes;
+      }
       ++it;
-    }
-    if (same && init_scratch_)
-      for (const InitRequest& q : *init_scratch_) {
-        if (it == end || it->block != -1 || it->bytes != q.bytes || it->pool_stream != q.pool_stream) {
-          same = false;
-          break;
-        }
-        ++it;
-      }
+      return true;
+    });
     if (same && it == end) {
       // Exact: start() reset the allocator to the empty state of this config (the same state for every
-      // run, up to storage), and from one state a sequence of alloc() calls is deterministic (block ids,
-      // addresses, splits, statistics, retries, OOMs), so the same (config, requests) leave the state
+      // run, up to storage), and from one state a sequence of calls is deterministic (block ids,
+      // addresses, splits, statistics, retries, OOMs), so the same (config, calls) leave the state
       // saved last time, and each request gets the block it got then. restore() reproduces that state
       // (see CachingAllocator::restore). live_ and block_of_ were filled from this program's buffers.
       allocator_.restore(after_persistent_);
@@ -121,26 +148,33 @@ void MemoryTracker::allocate_persistent() {
     after_persistent_.invalidate();   // persistent_ is rebuilt (an exception may leave it half done)
     persistent_.clear();
   }
-  for (int id = 0; id < num_bufs_; ++id) {
-    const CompiledBuffer& b = bufs_[id];
-    if (!b.persistent || b.first_step_lazy) continue;
-    const int block = allocator_.alloc(b.bytes, b.pool_stream);
-    block_of_[id] = block;
-    if (from_start) persistent_.push_back(PersistentAlloc{b.bytes, b.pool_stream, block});
-    live_[static_cast<int>(b.category)] += b.bytes;
-    any = true;
-  }
-  // (FSDP1's lazy init: its requests leave their segments reserved; the allocator's peak counts them)
-  if (init_scratch_)
-    for (const InitRequest& q : *init_scratch_) {
-      allocator_.free(allocator_.alloc(q.bytes, q.pool_stream));
-      if (from_start) persistent_.push_back(PersistentAlloc{q.bytes, q.pool_stream, -1});
-      any = true;
+  int scratch = -1;   // a FlatParameter flattened whole, freed once its shard exists
+  for_each_init_call([&](InitCall call, int id, Bytes bytes, int pool) {
+    int block = -1;
+    switch (call) {
+      case InitCall::Buffer:
+        block = allocator_.alloc(bytes, pool);
+        block_of_[id] = block;
+        live_[static_cast<int>(bufs_[id].category)] += bytes;
+        if (scratch != -1) allocator_.free(scratch);
+        scratch = -1;
+        break;
+      case InitCall::Scratch: scratch = allocator_.alloc(bytes, pool); break;
+      case InitCall::EmptyCache:
+        allocator_.empty_cache();
+        allocator_.reset_peaks();
+        break;
+      // (FSDP1's lazy init: its requests leave their segments reserved; the allocator's peak counts them)
+      case InitCall::Lazy: allocator_.free(allocator_.alloc(bytes, pool)); break;
     }
+    if (from_start) persistent_.push_back(PersistentAlloc{bytes, pool, block, call});
+    any = true;
+    return true;
+  });
   if (from_start) allocator_.save(after_persistent_);
-  // One after_change for all of them, the same as one per buffer: only allocations happen here, so
-  // allocated never decreases, and the last one that raised it left live_ and reserved as they are
-  // now (a 0-byte buffer changes neither); at t = 0 every sample overwrites the previous one.
+  // One after_change for all of them, the same as one per buffer: allocated only grows here but for the
+  // construction's scratch (freed at once: allocated ends at the buffers' sum) and the lazy init's requests, and
+  // the allocator's own peaks count what they held; at t = 0 every sample overwrites the previous one.
   if (any) after_change(-1, 0);
   if (record_timeline_ && timeline_.empty()) timeline_.push_back(MemorySample{0, 0, 0});
 }

@@ -233,6 +233,13 @@ class MemoryTracker {
   const StepProgram* names_ = nullptr;     // optional: buffer names for error messages
   std::vector<CompiledBuffer> own_bufs_;   // start(StepProgram): its buffers' facts
   const std::vector<InitRequest>* init_scratch_ = nullptr;   // the run's (StepProgram::init_scratch)
+  int init_flatten_world_ = 0, init_flatten_last_ = -1;       // the run's (StepProgram::init_flatten_world)
+  // What allocate_persistent does, call by call (see StepProgram::init_flatten_world): a persistent buffer, a
+  // construction scratch (freed after the next buffer), empty_cache, an init_scratch request (allocated and freed).
+  enum class InitCall : std::uint8_t { Buffer, Scratch, EmptyCache, Lazy };
+  // Calls visit(call, buffer id or -1, bytes, pool stream) in order while it returns true.
+  template <class Visit>
+  void for_each_init_call(Visit&& visit) const;
   CachingAllocator allocator_;
   bool record_timeline_ = false;
   std::vector<int> block_of_;                                 // buffer id -> allocator block, kNotLive if not live
@@ -255,7 +262,8 @@ class MemoryTracker {
   struct PersistentAlloc {
     Bytes bytes;
     int pool_stream;
-    int block;   // -1: an init_scratch request (allocated and freed)
+    int block;   // the buffer's block (InitCall::Buffer), else -1
+    InitCall call;
   };
   std::vector<PersistentAlloc> persistent_;
   CachingAllocator::Snapshot after_persistent_;

@@ -266,11 +266,7 @@ class Reference {
       if (a.stats().allocated > peak_alloc) peak_alloc = a.stats().allocated, alloc_op = i;
       if (a.stats().peak_reserved > peak_res) peak_res = a.stats().peak_reserved, res_op = i;
     };
-    for (std::size_t b = 0; b < nb; ++b) {
-      const Buffer& buf = p_.buffers[b];
-      if (buf.persistent && !buf.first_step_lazy) block[b] = a.alloc(buf.bytes, buf.pool_stream);
-    }
-    for (const InitRequest& q : p_.init_scratch) a.free(a.alloc(q.bytes, q.pool_stream));
+    allocate_before_first_step(p_, a, block);
     note(-1);
     for (int step = 1; step <= 2; ++step) {
       if (step == 2) {
@@ -349,6 +345,36 @@ class Reference {
 };
 
 }  // namespace
+
+// Before the first step (StepProgram::init_flatten_world): the persistent buffers, FSDP1's FlatParameters flattened
+// whole then sharded (the root's last) and the cache emptied, then the lazy init's requests.
+void allocate_before_first_step(const StepProgram& p, CachingAllocator& a, std::vector<int>& block) {
+  const std::size_t nb = p.buffers.size();
+  block.resize(nb, -1);
+  const bool construct = p.init_flatten_world > 1;
+  const auto constructed = [&](const Buffer& buf) { return construct && buf.category == MemCategory::ShardedParams; };
+  for (std::size_t b = 0; b < nb; ++b) {
+    const Buffer& buf = p.buffers[b];
+    if (buf.persistent && !buf.first_step_lazy && !constructed(buf)) block[b] = a.alloc(buf.bytes, buf.pool_stream);
+  }
+  if (construct) {
+    const auto flatten_then_shard = [&](std::size_t b) {
+      const Buffer& buf = p.buffers[b];
+      const int whole = a.alloc(buf.bytes * p.init_flatten_world, buf.pool_stream);
+      block[b] = a.alloc(buf.bytes, buf.pool_stream);
+      a.free(whole);
+    };
+    const auto last = static_cast<std::size_t>(p.init_flatten_last);   // (-1: past every buffer)
+    for (std::size_t b = 0; b < nb; ++b) {
+      const Buffer& buf = p.buffers[b];
+      if (buf.persistent && !buf.first_step_lazy && constructed(buf) && b != last) flatten_then_shard(b);
+    }
+    if (last < nb && constructed(p.buffers[last])) flatten_then_shard(last);
+    a.empty_cache();
+    a.reset_peaks();
+  }
+  for (const InitRequest& q : p.init_scratch) a.free(a.alloc(q.bytes, q.pool_stream));
+}
 
 SimResult reference_execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts) {
   validate_program(program);

@@ -8,6 +8,9 @@
 #pragma once
 #include "program/sim_result.h"
 #include "program/step_program.h"
+#include <vector>
+
+#include "memory/caching_allocator.h"
 #include "sim/executor.h"
 
 namespace fsdpsim::sim {
@@ -19,5 +22,10 @@ namespace fsdpsim::sim {
 // peak_*, the first's in first_step_peak_*) with the ops where they were reached. Other fields stay at
 // their defaults. InputError for an ill-formed program, as execute().
 SimResult reference_execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts = {});
+
+// What happens before the first step, call by call on `a` (StepProgram::init_flatten_world, init_scratch): the
+// persistent buffers (block[id] = their blocks; first_step_lazy ones left alone), FSDP1's construction with its
+// empty_cache and peak reset, then the lazy init's requests. reference_execute's; the sim_segments tool's.
+void allocate_before_first_step(const StepProgram& program, CachingAllocator& a, std::vector<int>& block);
 
 }  // namespace fsdpsim::sim

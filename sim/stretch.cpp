@@ -1326,6 +1326,9 @@ bool Stretcher::run(const StretchSource& s, const StretchShape& sh, CompiledProg
   out.notes = src_->program->notes;
   // (one request per distinct size: the inserted blocks' are the template's, already there)
   out.init_scratch = src_->program->init_scratch;
+  // (the root's shard is a persistent buffer of the root unit, laid out before every block's: its id stays)
+  out.init_flatten_world = src_->program->init_flatten_world;
+  out.init_flatten_last = src_->program->init_flatten_last;
   // Whether memory waits on GPU work somewhere (a free with record_stream): the copies repeat the
   // source's frees, so the source tells.
   out.record_stream_frees = false;

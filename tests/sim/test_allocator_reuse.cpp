@@ -285,10 +285,22 @@ TEST(MemoryTrackerReuse, AlternatingProgramsMatchAFreshTracker) {
   scratch2.init_scratch = {InitRequest{64 * kMiB, 0}, InitRequest{200 * kMiB, 1}};
   std::vector<Persistent> as_buffer = s1;
   as_buffer.push_back(Persistent{64 * kMiB, 0});
+  // FSDP1's construction (StepProgram::init_flatten_world): s1's ShardedParams buffers flattened whole then sharded,
+  // the first of them last, then empty_cache; and the same with the lazy init's request after it.
+  StepProgram constructed = tracker_program(s1, 0);
+  constructed.init_flatten_world = 4;
+  for (const Buffer& b : constructed.buffers)
+    if (b.persistent && b.category == MemCategory::ShardedParams && b.bytes > 0) {
+      constructed.init_flatten_last = b.id;
+      break;
+    }
+  StepProgram constructed2 = constructed;
+  constructed2.init_scratch = {InitRequest{64 * kMiB, 0}};
   const std::vector<StepProgram> programs = {
       tracker_program(s1, 0), tracker_program(s1, 1),  // same requests, other buffers and categories
       tracker_program(s2, 0), tracker_program(s3, 2), tracker_program(shorter, 0),
       tracker_program(longer, 1), tracker_program({}, 3), scratch, tracker_program(as_buffer, 0), scratch2,
+      constructed, constructed2,
   };
   const Bytes unlimited = 0, tight = 1200 * kMiB, overflow = 500 * kMiB;   // overflow: OOM in the persistent part
   struct RunSpec {
@@ -301,7 +313,9 @@ TEST(MemoryTrackerReuse, AlternatingProgramsMatchAFreshTracker) {
                           {4, unlimited}, {5, unlimited}, {0, unlimited}, {6, unlimited},     {6, tight},
                           {1, unlimited}, {0, tight},     {2, tight},     {0, unlimited, true}, {1, unlimited},
                           {0, tight, true}, {0, tight},   {7, unlimited}, {8, unlimited}, {7, unlimited},
-                          {0, unlimited}, {7, tight},     {9, unlimited}, {7, unlimited}, {9, tight}};
+                          {0, unlimited}, {7, tight},     {9, unlimited}, {7, unlimited}, {9, tight},
+                          {10, unlimited}, {0, unlimited}, {10, unlimited}, {11, tight}, {10, tight}, {11, tight},
+                          {10, overflow}};
   MemoryTracker reused;
   std::uint32_t seed = 7;
   for (const RunSpec& run : runs) {
@@ -338,6 +352,37 @@ void expect_same_result(const SimResult& got, const SimResult& want) {
     EXPECT_EQ(got.memory_timeline[i].allocated, want.memory_timeline[i].allocated);
     EXPECT_EQ(got.memory_timeline[i].reserved, want.memory_timeline[i].reserved);
   }
+}
+
+// FSDP1's construction by hand (StepProgram::init_flatten_world), llama-1b's sizes on 8 ranks as PyTorch 2.11's
+// allocator history shows them: a block's 30,437,376 B shard is cloned while its 243,499,008 B flat tensor (a 234 MiB
+// segment) is alive, so it takes a 30 MiB segment of its own, the next block's flat tensor reuses the 234 MiB one;
+// the root, last, flattens into a new 1004 MiB segment and its 131,335,168 B shard takes the block's free 234 MiB
+// segment; empty_cache releases the 1004 MiB one. Reserved: 2 x 30 + 234 MiB; allocated: the two 30 MiB blocks (a
+// remainder of 1 MiB or less is not split off) and the root's shard; the peaks restart there.
+TEST(MemoryTrackerReuse, Fsdp1ConstructionLeavesTheRootShardInABlocksFlatSegment) {
+  PB b;
+  const int root = b.buffer(131'335'168, MemCategory::ShardedParams, 0, true);
+  b.buffer(30'437'376, MemCategory::ShardedParams, 0, true);
+  b.buffer(30'437'376, MemCategory::ShardedParams, 0, true);
+  b.op(OpKind::Forward, PB::kCompute);
+  StepProgram p = b.p;
+  p.init_flatten_world = 8;
+  p.init_flatten_last = root;
+  for (int pass = 0; pass < 2; ++pass) {   // (the second from the saved state)
+    MemoryTracker t(p, 0, false);
+    if (pass == 1) t.allocate_persistent(), t.start(p, 0, false);
+    t.allocate_persistent();
+    EXPECT_EQ(t.stats().reserved, 2 * 30 * kMiB + 234 * kMiB) << pass;
+    EXPECT_EQ(t.stats().allocated, 2 * 30 * kMiB + 131'335'168) << pass;
+    EXPECT_EQ(t.stats().peak_reserved, t.stats().reserved) << pass;
+    EXPECT_EQ(t.stats().num_device_free, 1) << pass;   // the root's flat segment
+  }
+  // Without the construction: each shard in a segment of its own (126, 30, 30 MiB).
+  p.init_flatten_world = 0;
+  MemoryTracker t(p, 0, false);
+  t.allocate_persistent();
+  EXPECT_EQ(t.stats().reserved, 126 * kMiB + 2 * 30 * kMiB);
 }
 
 TEST(MemoryTrackerReuse, SimulateAlternatingPlansMatchesAFreshThread) {

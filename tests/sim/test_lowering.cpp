@@ -2630,6 +2630,30 @@ TEST(LoweringFsdp1, LazyInitScratchByHand) {
   EXPECT_TRUE(lower_hand(g, R"({"fsdp_version": 1, "implementation": "runtime"})", 4, 4).init_scratch.empty());
 }
 
+// FSDP1's construction (StepProgram::init_flatten_world): every FlatParameter flattened over the shard group, then
+// sharded; the root's (unit 0, 17 fp32 elements per rank on the hand model over 4 GPUs: 68 B) last. Not with FSDP2,
+// NO_SHARD, parameters offloaded to the CPU or the bundled runtime. The shard group of HYBRID_SHARD: its width.
+TEST(LoweringFsdp1, ConstructionFlattensThenShardsTheRootLast) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  const StepProgram p = lower_hand(g, R"({"fsdp_version": 1})", 4, 4);
+  EXPECT_EQ(p.init_flatten_world, 4);
+  ASSERT_GE(p.init_flatten_last, 0);
+  const Buffer& root = p.buffers[static_cast<std::size_t>(p.init_flatten_last)];
+  EXPECT_TRUE(root.persistent);
+  EXPECT_EQ(root.category, MemCategory::ShardedParams);
+  EXPECT_EQ(root.unit, 0);
+  EXPECT_EQ(root.bytes, 17 * 4);
+  EXPECT_EQ(lower_hand(g, R"({"fsdp_version": 1, "sharding_strategy": "HYBRID_SHARD", "mesh": {"replicate": 2, "shard": 2}})",
+                       4, 2).init_flatten_world, 2);
+  for (const char* plan : {R"({"fsdp_version": 2})", R"({"fsdp_version": 1, "sharding_strategy": "NO_SHARD"})",
+                           R"({"fsdp_version": 1, "cpu_offload": {"params": true}})",
+                           R"({"fsdp_version": 1, "implementation": "runtime"})"}) {
+    const StepProgram q = lower_hand(g, plan, 4, 4);
+    EXPECT_EQ(q.init_flatten_world, 0) << plan;
+    EXPECT_EQ(q.init_flatten_last, -1) << plan;
+  }
+}
+
 TEST(LoweringOffload, Fsdp1KeepsTheSavedGradShardUntilTheFinalCallback) {
   auto g = block_graph(kRoot, {kBlock, kBlock});
   for (const char* rd : {"fp32", "bf16"}) {

@@ -42,6 +42,7 @@
 #include "program/lower_context.h"
 #include "program/plan.h"
 #include "sim/executor.h"
+#include "sim/reference_engine.h"
 #include "sim/profile_cost_model.h"
 #include "sim/simulator.h"
 
@@ -206,9 +207,7 @@ int run(int argc, char** argv) {
   for (const Stream& s : p.streams) std::printf(" %d=%s", s.id, s.name.c_str());
   std::printf("\n");
   std::vector<int> block(p.buffers.size(), -2);
-  for (const Buffer& b : p.buffers)
-    if (b.persistent && !b.first_step_lazy) block[static_cast<std::size_t>(b.id)] = a.alloc(b.bytes, b.pool_stream);
-  for (const InitRequest& q : p.init_scratch) a.free(a.alloc(q.bytes, q.pool_stream));
+  allocate_before_first_step(p, a, block);
   std::printf("persistent buffers: allocated %lld reserved %lld\n", static_cast<long long>(a.stats().allocated),
               static_cast<long long>(a.stats().reserved));
   for (int step = 1; step <= 2; ++step) {

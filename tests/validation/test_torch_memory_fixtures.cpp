@@ -15,7 +15,10 @@
 
 #include "common/errors.h"
 #include "common/json_reader.h"
+#include "models/wrap_graph.h"
+#include "program/lowering.h"
 #include "sim/accuracy.h"
+#include "sim/memory_tracker.h"
 #include "sim/simulator.h"
 #include "torch_memory_fixture.h"
 
@@ -187,6 +190,60 @@ TEST(TorchMemoryFixtures, Fsdp2StepStartsFromTheSegmentsInitializationLeft) {
   std::cout << "FSDP2 step start (reserved after init): " << exact << " of " << compared << " byte for byte, " << within
             << " within 0.5%\n";
   EXPECT_GT(compared, 40);
+}
+
+// FSDP1's construction (StepProgram::init_flatten_world: each unit's FlatParameter flattened whole, then this rank's
+// chunk cloned, the blocks before the root, then the harness's empty_cache): the reserved bytes it leaves against
+// PyTorch's at the end of the harness's init phase, before the lazy init of the first forward (which the simulator
+// replays after it: init_scratch, left out here). Every FSDP1 fixture but those listed, to the byte or one 2 MiB
+// small-pool segment less: the harness keeps its RoPE tables (cos and sin, 256 KiB each for llama-1b: trace_segments.py
+// "initial" of l1b-fsdp1-orig-lora-r8-qv-litgpt) and the batch outside FSDP, which FSDP2's small sharded tensors share
+// a segment with and FSDP1's flat parameters do not; the simulator does not count them.
+TEST(TorchMemoryFixtures, Fsdp1StepStartsFromTheSegmentsConstructionLeft) {
+  const std::map<std::string, std::string> differs = {
+      {"gpt2-fsdp1-w8-hf", "not explained yet: PyTorch's init leaves 22 MiB more (no allocator history of this case)"},
+      {"l1b-fsdp1-lora-r16-qkv-hf", "LoRA units of their own (lora_fsdp_wrap_policy): PyTorch's init leaves one more "
+                                    "2 MiB small-pool segment; not explained yet"},
+  };
+  constexpr Bytes kHarnessSmallSegment = 2 * 1024 * 1024;
+  int compared = 0, exact = 0, small = 0;
+  for (const auto& path : fixture_files(kDir)) {
+    const TorchMemoryFixture f = read_torch_memory_fixture(path);
+    if (f.synthetic || !f.plan || f.plan->fsdp_version != sim::FsdpVersion::FSDP1) continue;
+    const std::string name = fs::path(path).stem().string();
+    if (f.plan->lora.quantize_nf4) continue;   // (bitsandbytes' QLoRA: not modelled, StepProgram::init_flatten_world)
+    const Json j = read_json_file(path, path);
+    Bytes init_reserved = -1;
+    for (const auto& ph : j.at("phases"))
+      if (ph.at("phase") == "init") init_reserved = ph.at("end_reserved_bytes").get<Bytes>();
+    ASSERT_GE(init_reserved, 0) << name << ": no init phase";
+    const calibrate::Cluster& cl = f.cluster;
+    const sim::Plan plan = sim::resolve_plan(*f.plan, cl.world(), cl.gpus_per_node);
+    sim::StepProgram p = sim::lower(f.model, models::build_wrap_graph(f.model, plan.auto_wrap_policy), plan,
+                                    sim::Topology{cl.world(), cl.gpus_per_node});
+    p.init_scratch.clear();
+    sim::MemoryTracker t(p, 0, false);
+    t.allocate_persistent();
+    const Bytes predicted = t.stats().reserved;
+    ++compared;
+    exact += predicted == init_reserved ? 1 : 0;
+    const bool ok = predicted == init_reserved || predicted + kHarnessSmallSegment == init_reserved;
+    small += ok && predicted != init_reserved ? 1 : 0;
+    const double err = init_reserved > 0 ? static_cast<double>(predicted - init_reserved) / static_cast<double>(init_reserved)
+                                         : (predicted == 0 ? 0.0 : 1.0);
+    const auto d = differs.find(name);
+    if (d != differs.end()) {
+      EXPECT_FALSE(ok) << name << ": matches now (" << predicted << " B); remove it from the list";
+      std::cout << "differs " << name << ": predicted " << predicted << " B, measured " << init_reserved << " B ("
+                << percent(err) << "): " << d->second << "\n";
+    } else {
+      EXPECT_TRUE(ok) << name << ": the step starts at " << predicted << " B reserved, PyTorch's init ended at "
+                      << init_reserved << " B (" << percent(err) << ")";
+    }
+  }
+  std::cout << "FSDP1 step start (reserved after construction): " << exact << " of " << compared << " byte for byte, "
+            << small << " more but for the harness's 2 MiB small-pool segment\n";
+  EXPECT_GT(compared, 10);
 }
 
 TEST(TorchMemoryFixtureReader, SyntheticFixturesSayWhy) {
