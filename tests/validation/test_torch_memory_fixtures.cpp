@@ -132,6 +132,32 @@ TEST(TorchMemoryFixtures, MeasuredFixturesMatchTheSimulator) {
                                      : "every measured fixture names an issue-19 plan key the simulator does not accept yet");
 }
 
+// The reserved bytes at the end of a fixture's init phase (the reader keeps the peaks only: from the file); -1: none.
+Bytes init_end_reserved(const std::string& path) {
+  const Json j = read_json_file(path, path);
+  for (const auto& ph : j.at("phases"))
+    if (ph.at("phase") == "init") return ph.at("end_reserved_bytes").get<Bytes>();
+  return -1;
+}
+
+double relative_error(Bytes predicted, Bytes measured) {
+  return measured > 0 ? static_cast<double>(predicted - measured) / static_cast<double>(measured) : (predicted == 0 ? 0.0 : 1.0);
+}
+
+// A step-start comparison: `ok` expected unless the fixture is listed in `differs` (then printed with the reason).
+void expect_step_start(const std::map<std::string, std::string>& differs, const std::string& name, bool ok,
+                       Bytes predicted, Bytes measured, double err) {
+  const auto d = differs.find(name);
+  if (d != differs.end()) {
+    EXPECT_FALSE(ok) << name << ": matches now (" << predicted << " B); remove it from the list";
+    std::cout << "differs " << name << ": predicted " << predicted << " B, measured " << measured << " B ("
+              << percent(err) << "): " << d->second << "\n";
+  } else {
+    EXPECT_TRUE(ok) << name << ": the step starts at " << predicted << " B reserved, PyTorch's init ended at " << measured
+                    << " B (" << percent(err) << ")";
+  }
+}
+
 // Where the step starts: FSDP2 keeps each parameter's shard as a tensor of its own, which the caching
 // allocator places one by one when the model is materialized (the harness: fully_shard on the meta device,
 // to_empty, initialization in place, torch.cuda.empty_cache). The simulator's persistent buffers (its memory
@@ -159,10 +185,7 @@ TEST(TorchMemoryFixtures, Fsdp2StepStartsFromTheSegmentsInitializationLeft) {
     // QLoRA: the harness quantizes whole weights on the GPU before sharding (load-time fragmentation, not
     // modelled: the known misses of the QLoRA fixtures measure it).
     if (f.plan->lora.quantize_nf4) continue;
-    const Json j = read_json_file(path, path);   // (the reader keeps the peaks only: the init phase from the file)
-    Bytes init_reserved = -1;
-    for (const auto& ph : j.at("phases"))
-      if (ph.at("phase") == "init") init_reserved = ph.at("end_reserved_bytes").get<Bytes>();
+    const Bytes init_reserved = init_end_reserved(path);
     ASSERT_GE(init_reserved, 0) << name << ": no init phase";
     sim::SimOptions o;
     o.record_trace = false;
@@ -173,19 +196,10 @@ TEST(TorchMemoryFixtures, Fsdp2StepStartsFromTheSegmentsInitializationLeft) {
     const Bytes predicted = r.memory_timeline.front().reserved;
     ++compared;
     exact += predicted == init_reserved ? 1 : 0;
-    const double err = init_reserved > 0 ? static_cast<double>(predicted - init_reserved) / static_cast<double>(init_reserved)
-                                         : (predicted == 0 ? 0.0 : 1.0);
+    const double err = relative_error(predicted, init_reserved);
     const bool ok = std::abs(err) <= 0.005;
     within += ok ? 1 : 0;
-    const auto d = differs.find(name);
-    if (d != differs.end()) {
-      EXPECT_FALSE(ok) << name << ": matches now (" << predicted << " B); remove it from the list";
-      std::cout << "differs " << name << ": predicted " << predicted << " B, measured " << init_reserved << " B ("
-                << percent(err) << "): " << d->second << "\n";
-    } else {
-      EXPECT_TRUE(ok) << name << ": the step starts at " << predicted << " B reserved, PyTorch's init ended at "
-                      << init_reserved << " B (" << percent(err) << ")";
-    }
+    expect_step_start(differs, name, ok, predicted, init_reserved, err);
   }
   std::cout << "FSDP2 step start (reserved after init): " << exact << " of " << compared << " byte for byte, " << within
             << " within 0.5%\n";
@@ -212,10 +226,7 @@ TEST(TorchMemoryFixtures, Fsdp1StepStartsFromTheSegmentsConstructionLeft) {
     if (f.synthetic || !f.plan || f.plan->fsdp_version != sim::FsdpVersion::FSDP1) continue;
     const std::string name = fs::path(path).stem().string();
     if (f.plan->lora.quantize_nf4) continue;   // (bitsandbytes' QLoRA: not modelled, StepProgram::init_flatten_world)
-    const Json j = read_json_file(path, path);
-    Bytes init_reserved = -1;
-    for (const auto& ph : j.at("phases"))
-      if (ph.at("phase") == "init") init_reserved = ph.at("end_reserved_bytes").get<Bytes>();
+    const Bytes init_reserved = init_end_reserved(path);
     ASSERT_GE(init_reserved, 0) << name << ": no init phase";
     const calibrate::Cluster& cl = f.cluster;
     const sim::Plan plan = sim::resolve_plan(*f.plan, cl.world(), cl.gpus_per_node);
@@ -229,17 +240,8 @@ TEST(TorchMemoryFixtures, Fsdp1StepStartsFromTheSegmentsConstructionLeft) {
     exact += predicted == init_reserved ? 1 : 0;
     const bool ok = predicted == init_reserved || predicted + kHarnessSmallSegment == init_reserved;
     small += ok && predicted != init_reserved ? 1 : 0;
-    const double err = init_reserved > 0 ? static_cast<double>(predicted - init_reserved) / static_cast<double>(init_reserved)
-                                         : (predicted == 0 ? 0.0 : 1.0);
-    const auto d = differs.find(name);
-    if (d != differs.end()) {
-      EXPECT_FALSE(ok) << name << ": matches now (" << predicted << " B); remove it from the list";
-      std::cout << "differs " << name << ": predicted " << predicted << " B, measured " << init_reserved << " B ("
-                << percent(err) << "): " << d->second << "\n";
-    } else {
-      EXPECT_TRUE(ok) << name << ": the step starts at " << predicted << " B reserved, PyTorch's init ended at "
-                      << init_reserved << " B (" << percent(err) << ")";
-    }
+    const double err = relative_error(predicted, init_reserved);
+    expect_step_start(differs, name, ok, predicted, init_reserved, err);
   }
   std::cout << "FSDP1 step start (reserved after construction): " << exact << " of " << compared << " byte for byte, "
             << small << " more but for the harness's 2 MiB small-pool segment\n";
