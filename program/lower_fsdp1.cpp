@@ -112,10 +112,10 @@ class FlatParamLowering final : public LoweringWalk {
   // flat tensor, then handle.shard() keeps a clone of this rank's chunk, _flat_param.py), unit by unit in auto-wrap's
   // post-order (wrap.py _recursive_wrap wraps the children first): the blocks, then the root. PyTorch 2.11's
   // allocator histories of the FSDP1 llama-1b fixtures start the step from what that leaves after the harness's
-  // empty_cache: 750,780,416 B reserved in 18 segments, each block's 30 MiB shard in a segment of its own and the
-  // root's 125.25 MiB shard in a 234 MiB one, a block's freed flat tensor (reports/validation/torch-memory-2026-11-26,
-  // trace_segments.py: "initial"). Not for parameters offloaded to the CPU, a NO_SHARD unit (flattened, not
-  // cloned), bitsandbytes' QLoRA units nor the bundled runtime.
+  // empty_cache: 750,780,416 B reserved in 18 segments, each block's 30,437,376 B shard in a 30 MiB segment of its
+  // own, the root's 125.25 MiB shard in a 234 MiB one, a block's freed flat tensor
+  // (reports/validation/torch-memory-2026-11-26, trace_segments.py: "initial"). Not for parameters offloaded to the
+  // CPU, a NO_SHARD unit (flattened, not cloned), bitsandbytes' QLoRA units nor the bundled runtime.
   void construction_scratch() {
     p_.init_flatten_world = 0;
     p_.init_flatten_last = -1;
