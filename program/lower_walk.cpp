@@ -86,8 +86,6 @@ void LoweringWalk::add_persistent() {
   param_shard_.assign(U, -1);
   grad_shard_.assign(U, -1);
   optim_.clear();
-  // (FSDP1's construction: the root, unit 0, is flattened and sharded last; StepProgram::init_flatten_world)
-  const auto root_last = [&] { p_.init_flatten_last = p_.init_flatten_world > 1 && U > 0 ? param_shard_[0] : -1; };
   for (int u = 0; u < U; ++u) {
     b_.site(-1, SitePhase::Persistent, unit_site_layer(c_, u));
     const UnitSizes& s = c_.sizes[u];
@@ -135,7 +133,8 @@ void LoweringWalk::add_persistent() {
       }
     }
   }
-  root_last();
+  // (FSDP1's construction: the root, unit 0, is flattened and sharded last; StepProgram::init_flatten_world)
+  p_.init_flatten_last = p_.init_flatten_world > 1 && U > 0 ? param_shard_[0] : -1;
 }
 
 void LoweringWalk::forward() {
