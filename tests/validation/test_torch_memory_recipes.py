@@ -237,6 +237,45 @@ class LoRA(unittest.TestCase):
         self.assertGreater(delta[..., q_width:q_width + kv_width].abs().sum().item(), 0.0)
         self.assertEqual(delta[..., q_width + kv_width:].abs().sum().item(), 0.0)
 
+    def test_litgpt_runs_the_pretrained_linear_first(self):
+        # litgpt's LoRAQKVLinear.forward: `pretrained = self.linear(x)` before A (the order sets where the first
+        # cuBLAS workspace lands in PyTorch's allocator: l1b-fsdp1-orig-lora-r8-qv-litgpt's known miss)
+        _, _, model, _, _ = build_lora("tiny-llama", "litgpt", {"rank": 4, "targets": ["q", "v"]})
+        qkv = model.model.layers[0].self_attn.qkv
+        order, linear = [], F.linear
+
+        def recording(x, w, *rest, **kw):
+            order.append("pretrained" if w is qkv.base.weight else "A" if w is qkv.lora_a else "other")
+            return linear(x, w, *rest, **kw)
+        F.linear = recording
+        try:
+            qkv(torch.randn(2, 3, 256))
+        finally:
+            F.linear = linear
+        self.assertEqual(order, ["pretrained", "A"])
+
+    def test_litgpt_conv1d_and_zero_pad_give_each_parts_update(self):
+        # one grouped conv1d (as many k, v heads as q heads) or one conv1d per part and a cat (grouped-query
+        # attention): either way each enabled part's columns get its A rows' output times its rows of B, and the
+        # parts not enabled zeros
+        from torch_memory.recipes import adapters
+        for widths, parts, grouped in (((16, 16, 16), ("q", "v"), True), ((16, 8, 8), ("q", "v"), False),
+                                       ((16, 8, 8), ("k",), False), ((16, 16, 16), ("q", "k", "v"), True)):
+            layout = list(zip("qkv", widths))
+            base = nn.Linear(12, sum(widths), bias=False)
+            enabled = [(n, w) for n, w in layout if n in parts]
+            m = adapters.LoRAQKVParts(base, 2, 0.0, 0.5, enabled, layout, grouped)
+            with torch.no_grad():
+                m.lora_a.normal_()
+                m.lora_b.normal_()
+            x = torch.randn(3, 5, 12)
+            got = m(x) - base(x)
+            groups = F.linear(x, m.lora_a).split(2, dim=-1)
+            rows = m.lora_b.split([w for _, w in enabled], dim=0)
+            update = {n: F.linear(g, r) * 0.5 for (n, _), g, r in zip(enabled, groups, rows)}
+            want = torch.cat([update[n] if n in update else torch.zeros(3, 5, w) for n, w in layout], dim=-1)
+            self.assertTrue(torch.allclose(got, want, atol=1e-5), (widths, parts))
+
     def test_tied_head_stays_tied(self):
         _, _, model, _, _ = build_lora("tiny-gpt2", "hf", {"rank": 4, "targets": ["head"]})
         self.assertIs(model.lm_head.base.weight, model.transformer.wte.weight)

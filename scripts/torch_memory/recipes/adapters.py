@@ -75,25 +75,54 @@ class LoRALinear(Adapted):
 
 
 class LoRAQKVParts(Adapted):
-    """litgpt's fused-qkv adapter layout (lit_gpt/lora.py LoRAQKVLinear): one A of (rank x n, in) for the n
-    enabled parts of q, k, v; its output splits into n groups of `rank`, each times its rows of B (one
-    (width, rank) block per enabled part) gives that part's update; parts not enabled get zeros, and the
-    update, in the qkv linear's q | k | v layout (recipes/llama.py FusedQKV), adds to its output."""
+    """litgpt's fused-qkv adapter (litgpt/lora.py LoRAQKVLinear at 01e39f5; the same order at 8641822) and
+    the simulator's recipe for it (models/block_recipes.cpp lora): one A of (rank x n, in) for the n enabled
+    parts of q, k, v and one B of the enabled parts' widths by rank. The forward in litgpt's order: the
+    pretrained linear first; A; B as a conv1d of kernel 1 over A's transposed output (LoRAQKVLinear.conv1d:
+    one grouped conv1d when every head has its own k and v, else the input chunked per part, one conv1d each
+    and a torch.cat); zero_pad where a part is not enabled (a full-width tensor of zeros, the update's
+    transpose reshaped (a copy), index_copy out of place with the enabled parts' columns); the product by the
+    scaling; the sum with the pretrained output. `after_a` and `after_b` are locals until the forward returns.
+    The columns are this harness's q | k | v layout (recipes/llama.py FusedQKV); litgpt interleaves them per
+    query group, which changes no tensor's size. (Until 2026-11-29 the harness ran the adapter before the
+    pretrained linear and built the update by per-part linears and a cat: the first cuBLAS workspace of
+    l1b-fsdp1-orig-lora-r8-qv-litgpt then landed elsewhere, and with it its steady step's segments.)"""
 
-    def __init__(self, base, rank, dropout, scaling, parts, layout):
+    def __init__(self, base, rank, dropout, scaling, parts, layout, grouped):
         super().__init__()
         n_in, _ = _dims(base)
         self._init_adapter((rank * len(parts), n_in), (sum(w for _, w in parts), rank), dropout, scaling, base.weight)
         self.base = base
-        self.rank, self.parts, self.layout = rank, list(parts), list(layout)
+        self.widths = [w for _, w in parts]
+        self.grouped = grouped          # n_head == n_query_groups: one grouped conv1d
+        starts, at = {}, 0
+        for name, width in layout:
+            starts[name] = (at, width)
+            at += width
+        self.out_features = at
+        self.lora_ind = [c for n, _ in parts for c in range(starts[n][0], starts[n][0] + starts[n][1])]
+
+    def conv1d(self, inp, weight):
+        if self.grouped:
+            return F.conv1d(inp, weight, groups=len(self.widths))
+        return torch.cat([F.conv1d(a, b) for a, b in zip(inp.chunk(len(self.widths), dim=1), weight.split(self.widths))],
+                         dim=1)
+
+    def zero_pad(self, u):
+        if sum(self.widths) == self.out_features:
+            return u
+        u = u.transpose(0, 1)
+        result = u.new_zeros((*u.shape[:-1], self.out_features)).view(-1, self.out_features)
+        result = result.index_copy(1, torch.tensor(self.lora_ind, device=result.device), u.reshape(-1, sum(self.widths)))
+        return result.view((*u.shape[:-1], self.out_features)).transpose(0, 1)
 
     def forward(self, x):
+        pretrained = self.base(x)
         a, b = self.adapter()
-        groups = F.linear(self.adapter_input(x), a).split(self.rank, dim=-1)
-        rows = b.split([w for _, w in self.parts], dim=0)
-        update = {name: F.linear(g, w) for (name, _), g, w in zip(self.parts, groups, rows)}
-        full = [update[n] if n in update else x.new_zeros(*x.shape[:-1], w) for n, w in self.layout]
-        return self.base(x) + torch.cat(full, dim=-1) * self.scaling
+        after_a = F.linear(self.adapter_input(x), a)
+        after_b = self.conv1d(after_a.transpose(-2, -1), b.unsqueeze(-1)).transpose(-2, -1)
+        lora = self.zero_pad(after_b) * self.scaling
+        return pretrained + lora
 
 
 class LoraBank(nn.Module):
@@ -123,8 +152,11 @@ def _attach(parent, entry, lora, scaling):
     if entry["kind"] == "linear":
         made = _swap(parent, entry["module"], lambda base: LoRALinear(base, rank, dropout, scaling))
     elif entry["kind"] == "qkv_parts":
-        layout = ((n, w) for n, w in zip("qkv", _litgpt_widths(parent)))
-        made = _swap(parent, entry["module"], lambda base: LoRAQKVParts(base, rank, dropout, scaling, entry["parts"], layout))
+        widths = _litgpt_widths(parent)
+        layout = list(zip("qkv", widths))
+        grouped = widths[0] == widths[1]
+        made = _swap(parent, entry["module"],
+                     lambda base: LoRAQKVParts(base, rank, dropout, scaling, entry["parts"], layout, grouped))
     else:
         raise AssertionError(entry["kind"])
     shapes = (tuple(made.lora_a.shape), tuple(made.lora_b.shape))
