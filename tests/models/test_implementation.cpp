@@ -227,6 +227,49 @@ TEST(Implementation, LitgptLocalsAndTheAttentionOutputCopy) {
   EXPECT_LT(event_at(hf.forward_events, ForwardEvent::Temp, "attn.y"), 0);
 }
 
+// litgpt's LoRAQKVLinear (litgpt/lora.py at 01e39f5) on tiny_llama (T 4, hidden 8, q 8 wide, k and v 4, the fused
+// output 16; bf16) with rank-2 adapters on q and v, fully checkpointed (every tensor a temporary): the pretrained
+// output first (4 x 16: 128 B), A's output 4 x 4 (32 B); under grouped-query attention one conv1d per enabled part,
+// q 64 B and v 32 B, and their cat (96 B); zero_pad's zeros (128 B) and the transposed update's reshape copy (96 B),
+// both freed once index_copy has made the padded update (128 B); the scaled update and the sum (128 B each). A's
+// output and the cat (`after_A`, `after_B`) live until the sum. With as many k and v heads as q heads: one grouped
+// conv1d. (The old code made B's output by one GEMM and padded it in one op, and freed both at their last use.)
+TEST(Implementation, LitgptFusedQkvLoraByHand) {
+  LoraShape l;
+  l.rank = 2;
+  l.targets = weight_bit(Weight::Q) | weight_bit(Weight::V);
+  const auto lit = [&](const ModelSpec& m) {
+    return block_memory(m, 1, 4, Dtype::BF16, CheckpointMode::Full, ImplOptions{ModelImpl::LitGPT, false, Float8Recipe::None, l});
+  };
+  const BlockMemory bm = lit(tiny_llama());
+  const auto& ev = bm.forward_events;
+  const std::vector<std::pair<const char*, Bytes>> made{
+      {"attn.qkv", 128},         {"attn.qkv.lora_a", 32},   {"attn.qkv.lora_b_q", 64},    {"attn.qkv.lora_b_v", 32},
+      {"attn.qkv.lora_b", 96},   {"attn.qkv.lora_zeros", 128}, {"attn.qkv.lora_flat", 96}, {"attn.qkv.lora_pad", 128},
+      {"attn.qkv.lora_scaled", 128}, {"attn.qkv.lora_sum", 128}};
+  int last = -1;
+  for (const auto& [name, bytes] : made) {
+    const int i = event_at(ev, ForwardEvent::Temp, name);
+    ASSERT_GT(i, last) << name;
+    EXPECT_EQ(ev[static_cast<std::size_t>(i)].bytes, bytes) << name;
+    last = i;
+  }
+  EXPECT_LT(event_at(ev, ForwardEvent::Temp, "attn.qkv.lora_b_k"), 0);
+  for (const auto& [freed, after] : {std::pair{"attn.qkv.lora_b_q", "attn.qkv.lora_b"}, {"attn.qkv.lora_b_v", "attn.qkv.lora_b"},
+                                     {"attn.qkv.lora_zeros", "attn.qkv.lora_pad"}, {"attn.qkv.lora_flat", "attn.qkv.lora_pad"},
+                                     {"attn.qkv.lora_a", "attn.qkv.lora_sum"}, {"attn.qkv.lora_b", "attn.qkv.lora_sum"}})
+    EXPECT_TRUE(dies_after(ev, freed, after));
+  EXPECT_LT(event_at(ev, ForwardEvent::FreeTemp, "attn.qkv.lora_zeros"), event_at(ev, ForwardEvent::Temp, "attn.qkv.lora_scaled"));
+
+  ModelSpec mha = tiny_llama();
+  mha.n_kv_heads = 2;   // q, k and v 8 wide: B's output 4 x 16 (128 B) from one grouped conv1d
+  const BlockMemory g = lit(mha);
+  EXPECT_LT(event_at(g.forward_events, ForwardEvent::Temp, "attn.qkv.lora_b_q"), 0);
+  const int b = event_at(g.forward_events, ForwardEvent::Temp, "attn.qkv.lora_b");
+  ASSERT_GE(b, 0);
+  EXPECT_EQ(g.forward_events[static_cast<std::size_t>(b)].bytes, 128);
+}
+
 TEST(Implementation, FusedLigerByHand) {
   const BlockMemory bm = block(tiny_llama(), CheckpointMode::None, ModelImpl::Fused);
   EXPECT_EQ(entries(bm), (Entries{
