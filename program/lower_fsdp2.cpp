@@ -126,17 +126,30 @@ class ParamGroupLowering final : public LoweringWalk {
       // when the all-gather group's size is 1) and FSDPParamGroup.wait_for_unshard, on the current stream,
       // copies each parameter's shard into its own all_gather_outputs storage: one tensor per parameter in
       // the default stream's pool (PyTorch's allocator history of l1b-fsdp2-w1-hf: no all-gather stream
-      // at all). The bundled runtime keeps one buffer per unit on the copy-in stream.
+      // at all). Per parameter its loop first takes `all_gather_input = fsdp_param.all_gather_inputs[0]`, the
+      // shard cast to the param dtype (a new tensor), then allocates the output and copies; the local is
+      // rebound at the next parameter's cast, so each cast is freed once the next one exists, the last when
+      // wait_for_unshard returns (the same history: the root's 501 MiB cast, then its 501 MiB output, then the
+      // cast freed, events [2]-[6]). The bundled runtime keeps one buffer per unit on the copy-in stream.
       const std::vector<Bytes> parts = offload ? std::vector<Bytes>{} : param_parts(u, s.shard, c_.bp);
       const int stream = parts.empty() ? copy_in_ : compute_;
       Op& o = offload ? b_.op(OpKind::H2D, copy_in_, u, mb_, "H2D") : b_.op(OpKind::Cast, stream, u, mb_, "cast");
       if (!offload) b_.read(o, param_shard_[u]);   // the cast reads the fp32 parameters
+      int cast = -1;
       for (Bytes bytes : parts.empty() ? std::vector<Bytes>{s.shard_bytes(c_.bp)} : parts) {
+        if (!parts.empty()) {
+          const int prev = cast;
+          cast = b_.buffer("ag_in", u, bytes, MemCategory::CommBuffers, stream);
+          o.allocs.push_back(cast);
+          b_.write(o, cast);
+          if (prev >= 0) o.frees.push_back({prev, free_inside_op(static_cast<int>(o.allocs.size()))});
+        }
         const int buf = b_.buffer("params", u, bytes, MemCategory::UnshardedParams, stream);
         o.allocs.push_back(buf);
         b_.write(o, buf);
         (g.unsharded < 0 ? g.unsharded : g.unsharded_parts.emplace_back()) = buf;
       }
+      if (cast >= 0) o.frees.push_back({cast, -1});
       o.copy_bytes = offload ? s.shard * c_.bm : s.shard * (c_.bm + c_.bp);
       g.ag_op = o.id;
       return;

@@ -435,7 +435,10 @@ TEST(LoweringFsdp1, BackwardPrefetchModesOrderTheAllGather) {
 
 // FSDP2 with a shard group of 1 (one GPU, or NO_SHARD's replicate mesh) and mixed precision: the
 // parameters are not gathered, but cast to bf16 from the fp32 shard, which the cast must read (found
-// on an H100: the CUDA runtime had no input to cast from).
+// on an H100: the CUDA runtime had no input to cast from). Per parameter wait_for_unshard makes the cast
+// (all_gather_inputs[0], a new tensor) and then the parameter's own output, and drops each cast once the next
+// one exists, the last after the op (PyTorch's allocator history of l1b-fsdp2-w1-hf: the root's 501 MiB cast,
+// its 501 MiB output, the cast freed).
 TEST(LoweringFsdp2, ReplicatedMixedPrecisionCastReadsTheShard) {
   auto g = block_graph(kRoot, {kBlock, kBlock});
   for (int world : {1, 4}) {
@@ -443,11 +446,26 @@ TEST(LoweringFsdp2, ReplicatedMixedPrecisionCastReadsTheShard) {
     const auto casts = ops_of(p, OpKind::Cast);
     int param_casts = 0;
     for (const Op* o : casts) {
-      if (o->outputs.empty() || p.buffers[o->outputs[0]].category != MemCategory::UnshardedParams) continue;
+      const auto is_param = [&](int b) { return p.buffers[static_cast<std::size_t>(b)].category == MemCategory::UnshardedParams; };
+      if (std::none_of(o->outputs.begin(), o->outputs.end(), is_param)) continue;
       ++param_casts;
       ASSERT_EQ(o->inputs.size(), 1u) << o->name;
       EXPECT_EQ(p.buffers[o->inputs[0]].category, MemCategory::ShardedParams) << o->name;
       EXPECT_EQ(p.buffers[o->inputs[0]].unit, o->unit) << o->name;
+      // allocs: cast 0, param 0, cast 1, param 1, ...; cast k-1 freed after cast k (2k + 1 allocs), the last after the op
+      const std::size_t n = o->allocs.size() / 2;
+      ASSERT_GE(n, 1u) << o->name;
+      ASSERT_EQ(o->allocs.size(), 2 * n) << o->name;
+      ASSERT_EQ(o->frees.size(), n) << o->name;
+      for (std::size_t k = 0; k < n; ++k) {
+        const Buffer& c = p.buffers[static_cast<std::size_t>(o->allocs[2 * k])];
+        const Buffer& q = p.buffers[static_cast<std::size_t>(o->allocs[2 * k + 1])];
+        EXPECT_EQ(c.category, MemCategory::CommBuffers) << o->name << " " << k;
+        EXPECT_TRUE(is_param(q.id)) << o->name << " " << k;
+        EXPECT_EQ(c.bytes, q.bytes) << o->name << " " << k;
+        EXPECT_EQ(o->frees[k].buffer, o->allocs[2 * k]) << o->name << " " << k;
+        EXPECT_EQ(o->frees[k].reuse_after_op, k + 1 < n ? free_inside_op(static_cast<int>(2 * k + 3)) : -1) << o->name << " " << k;
+      }
     }
     // Forward: root and both blocks; backward: the two blocks again (resharded after forward; the root is not).
     EXPECT_EQ(param_casts, 5) << "world " << world;
