@@ -2,8 +2,8 @@
 // allocator history (scripts/torch_memory/trace_segments.py prints PyTorch's) and find the first segment where
 // the two part ways. Not a test: a diagnosis tool.
 //
-//   build/tests/validation/sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES] [--layout]
-//       [--peak]
+//   build/tests/validation/sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES]
+//       [--layout | --pool-layout] [--peak] [--profile FILE]
 //
 // It lowers the whole program (op and buffer names), runs the executor once for its times, and replays the
 // program's allocations and frees for a first and a steady step through the caching-allocator model as
@@ -18,6 +18,10 @@
 // address order (blocks of 8 MiB and more, free ranges of 2 MiB and more, the rest summed in brackets; the
 // new block marked *): with expandable segments, which free range sat at the end decides how much is mapped
 // (trace_segments.py --layout EVENT prints PyTorch's alike).
+// --pool-layout: as --layout, but every live segment of the block's pool (trace_segments.py --layout EVENT
+// prints all of PyTorch's segments at that event).
+// --profile FILE: a hardware profile file instead of the cluster's built-in one (say, to see the fake process
+// group's instant collectives: a profile whose collective bandwidth is huge and latency zero).
 // --peak: at each step's peak of allocated bytes, the live buffers by size and name (trace_segments.py
 // --peak prints PyTorch's live blocks at its peak alike).
 // Per step it also counts the record_stream frees (FSDP1) whose block the next allocation could reuse and those
@@ -131,8 +135,7 @@ void print_live(const StepProgram& p, const std::vector<char>& live, Bytes alloc
 // --layout: the segment holding `block`, in address order (see the header comment for the format). An
 // expandable segment's last block is its unmapped rest of the address range: left out, and the size printed is
 // what is mapped.
-void print_layout(const CachingAllocator& a, int block) {
-  const int seg = a.block_segment(block);
+void print_segment(const CachingAllocator& a, int seg, int block) {
   std::vector<CachingAllocator::BlockInfo> blocks;
   a.segment_blocks(seg, blocks);
   Bytes size = a.segment_size(seg);
@@ -160,29 +163,41 @@ void print_layout(const CachingAllocator& a, int block) {
     }
   }
   flush_small();
-  std::printf("      segment of %.1f MiB%s:%s\n", mib(size), a.segment_expandable(seg) ? " (expandable, mapped)" : "",
+  std::printf("      segment of %.1f MiB%s (pool %d):%s\n", mib(size), a.segment_expandable(seg) ? " (expandable, mapped)" : "", a.segment_pool(seg),
               line.empty() ? "" : line.c_str() + 2);
+}
+void print_layout(const CachingAllocator& a, int block) { print_segment(a, a.block_segment(block), block); }
+// --pool-layout: every live large-pool segment of the block's pool (trace_segments.py --layout EVENT prints all
+// of PyTorch's alike), the block marked
+void print_pool_layout(const CachingAllocator& a, int block) {
+  const int pool = a.segment_pool(a.block_segment(block));
+  for (int seg = 0; seg < a.num_segment_slots(); ++seg)
+    if (a.segment_live(seg) && a.segment_pool(seg) == pool) print_segment(a, seg, block);
 }
 
 int run(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES] [--layout] [--peak]\n");
+    std::fprintf(stderr, "usage: sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES] [--layout | --pool-layout] [--peak] [--profile FILE]\n");
     return 2;
   }
   bool ordered = false;
   Bytes min_buffer = -1;
-  bool layout = false, peak_list = false;
+  bool layout = false, pool_layout = false, peak_list = false;
+  std::string profile;
   for (int i = 4; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--ordered") ordered = true;
+    else if (a == "--profile" && i + 1 < argc) profile = argv[++i];
     else if (a == "--buffers" && i + 1 < argc) min_buffer = std::atoll(argv[++i]);
     else if (a == "--layout") layout = true;
+    else if (a == "--pool-layout") layout = pool_layout = true;
     else if (a == "--peak") peak_list = true;
-    else throw InputError(a, a, "--ordered, --buffers MIN_BYTES, --layout or --peak");
+    else throw InputError(a, a, "--ordered, --buffers MIN_BYTES, --layout, --pool-layout, --peak or --profile FILE");
   }
   const models::ModelSpec model = models::load_model(argv[1]);
   const calibrate::Cluster cluster = calibrate::load_cluster(argv[2]);
-  const calibrate::HardwareProfile hw = calibrate::HardwareProfile::for_cluster(cluster);
+  const calibrate::HardwareProfile hw = profile.empty() ? calibrate::HardwareProfile::for_cluster(cluster)
+                                                         : calibrate::HardwareProfile::from_file(profile, cluster);
   const Plan plan = parse_plan(read_json_file(argv[3], "plan"));
   const Plan rp = resolve_plan(plan, cluster.world(), cluster.gpus_per_node);
   const models::ModelSpec m = models::with_seq_len(model, rp.seq_len);
@@ -249,7 +264,7 @@ int run(int argc, char** argv) {
                       p.streams[static_cast<std::size_t>(b.pool_stream)].name.c_str(), b.name.c_str(),
                       static_cast<long long>(b.bytes), mib(b.bytes), static_cast<long long>(a.stats().allocated),
                       static_cast<long long>(a.stats().reserved));
-          if (layout) print_layout(a, block[static_cast<std::size_t>(id)]);
+          if (layout) (pool_layout ? print_pool_layout : print_layout)(a, block[static_cast<std::size_t>(id)]);
         } else if (min_buffer >= 0 && b.bytes >= min_buffer) {
           // The segment the block was cut from (its size: which cached segment a request lands in is
           // where two replays part ways).
@@ -266,7 +281,7 @@ int run(int argc, char** argv) {
                       op.name.c_str(), b.name.c_str(), static_cast<long long>(b.bytes),
                       p.streams[static_cast<std::size_t>(b.pool_stream)].name.c_str(),
                       static_cast<long long>(a.stats().allocated), mib(seg_size));
-          if (layout) print_layout(a, block[static_cast<std::size_t>(id)]);
+          if (layout) (pool_layout ? print_pool_layout : print_layout)(a, block[static_cast<std::size_t>(id)]);
         }
       };
       const auto free = [&](const FreeSpec& f) {
