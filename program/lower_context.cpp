@@ -429,6 +429,13 @@ std::vector<std::int64_t> fsdp2_shard_tensors(const Context& c, int u) {
   return all;
 }
 
+std::vector<std::pair<std::int64_t, std::int64_t>> unit_adapters(const Context& c, int u) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> v;
+  for_each_adapter(c.graph->units[static_cast<std::size_t>(u)], c.trainable,
+                   [&](std::int64_t numel, std::int64_t dim0) { v.emplace_back(numel, dim0); });
+  return v;
+}
+
 std::vector<std::int64_t> optimizer_state_tensors(const Context& c, int u) {
   return optimizer_state_tensors(c.graph->units[u], *c.plan, c.N, c.trainable, c.sizes[u].optim);
 }

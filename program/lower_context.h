@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "models/implementation.h"
@@ -361,6 +362,9 @@ std::vector<std::int64_t> optimizer_state_tensors(const models::FsdpUnit& unit, 
                                                   const models::TrainableSet& ts, std::int64_t optim);
 // FSDP2's sharded parameters of unit u, one numel per tensor (Context::shard_tensors).
 std::vector<std::int64_t> fsdp2_shard_tensors(const Context& c, int u);
+// The LoRA adapter matrices unit u holds (each block's, then the head's), after its own tensors in FSDP2's
+// per-parameter lists: (numel, dim 0) of each.
+std::vector<std::pair<std::int64_t, std::int64_t>> unit_adapters(const Context& c, int u);
 // A unit's first layer if it is not the root and holds whole transformer blocks only, else -1.
 int block_unit_layer(const models::FsdpUnit& unit);
 // The site layer of unit u's persistent buffers (block_unit_layer of it).

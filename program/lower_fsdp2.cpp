@@ -98,10 +98,19 @@ class ParamGroupLowering final : public LoweringWalk {
     std::vector<Bytes> v;
     if (plan_.implementation == models::ModelImpl::Runtime) return v;
     std::int64_t sum = 0;
+    const auto padded = [&](std::int64_t numel, std::int64_t d0) { return d0 <= 0 ? 0 : (d0 + c_.N - 1) / c_.N * c_.N * (numel / d0); };
     for (const models::ParamTensor& t : c_.graph->units[u].tensors) {
-      const std::int64_t d0 = t.shape.empty() ? 1 : t.shape[0];
-      const std::int64_t n = d0 <= 0 ? 0 : (d0 + c_.N - 1) / c_.N * c_.N * (t.numel() / d0);
+      const std::int64_t n = padded(t.numel(), t.shape.empty() ? 1 : t.shape[0]);
       v.push_back(models::tensor_nf4(c_.trainable.lora, t.name) ? models::nf4_bytes(n) : n * per_elem);
+      sum += n;
+    }
+    // LoRA adapters are parameters of the group like the others (until 2026-11-29 they were left out here, so a
+    // LoRA unit's parameters were one buffer: PyTorch's allocator history of l70b-fsdp2-lora-r16-qkv-ac-mb2-hf
+    // shows each block weight's own unsharded tensor, 128, 16, 16, 128 and three 448 MiB)
+    for (const auto& [numel, d0] : unit_adapters(c_, u)) {
+      const std::int64_t n = padded(numel, d0);
+      if (n == 0) continue;
+      v.push_back(n * per_elem);
       sum += n;
     }
     if (sum != total) v.clear();
