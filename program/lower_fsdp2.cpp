@@ -523,23 +523,27 @@ class ParamGroupLowering final : public LoweringWalk {
     }
     if (divides) last = divide(u, post_stream, out, s.grad_shard * c_.br, -1);
     // Post-reduce: cast to the fp32 (master) dtype into .grad (a new tensor in the post-reduce stream's pool),
-    // or accumulate into the existing .grad.
+    // or accumulate into the existing .grad. Offloaded, the D2H copy reads the reduce output itself when it is
+    // already in the parameters' dtype (foreach_reduce's _to_dtype_if_needed returns it as it is; the CPU
+    // gradient is a copy of its view): no cast (PyTorch's allocator history of l1b-fsdp2-offload-w8-tt, fp32
+    // reduction: one 29 MiB reduce-scatter segment per block, no second one).
+    const bool offload_reads_output = offload && reduce_output && plan_.reduce_dtype == plan_.master_weights_dtype;
     int fp32 = -1;
     if (out_is_grad) grad_shard_[u] = out;
-    else last = cast_to_sharded_grad(u, post_stream, out, s.grad_shard, fp32).id;
+    else if (!offload_reads_output) last = cast_to_sharded_grad(u, post_stream, out, s.grad_shard, fp32).id;
     if (out == in) {
       prev_rs_op_ = last;                      // in-place AR: the post-reduce still reads the RS input
       if (out_is_grad) prev_rs_input_ = -1;    // ... which is now .grad, kept to the step's end
     }
-    if (reduce_output && !out_is_grad) {
-      if (post_stream == all_reduce_) held_outputs_.push_back(out);
-      else b_.at(last).frees.push_back({out, -1});
-    }
+    const bool held = reduce_output && !out_is_grad && post_stream == all_reduce_;
+    if (held) held_outputs_.push_back(out);
+    else if (reduce_output && !out_is_grad && !offload_reads_output) b_.at(last).frees.push_back({out, -1});
     if (offload) {   // M11: D2H to the CPU grad (non_blocking unless accumulating)
       Op& d = b_.op(OpKind::D2H, post_stream, u, mb_, "grad D2H");
-      b_.read(d, fp32);
+      b_.read(d, offload_reads_output ? out : fp32);
       d.copy_bytes = s.grad_shard * c_.bm;
-      d.frees.push_back({fp32, -1});
+      if (!offload_reads_output) d.frees.push_back({fp32, -1});
+      else if (!held) d.frees.push_back({out, -1});
       offload_d2h_.push_back(d.id);
     }
   }

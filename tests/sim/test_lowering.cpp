@@ -701,6 +701,32 @@ TEST(LoweringOffload, ShardsOnCpuH2DBeforeEachAllGatherAndCpuStep) {
   }
 }
 
+// FSDP2 CPU offload: foreach_reduce copies each group's reduced gradient to the CPU. With an fp32 reduction into
+// fp32 parameters _to_dtype_if_needed returns the reduce-scatter output as it is and the D2H reads it (then drops
+// it): no cast, nothing more on the GPU (PyTorch's allocator history of l1b-fsdp2-offload-w8-tt: one reduce-scatter
+// segment per block). With a bf16 reduction the output is cast to fp32 first, a new tensor the D2H reads.
+TEST(LoweringOffload, Fsdp2GradD2HReadsTheReduceOutputWhenItIsFp32) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  for (const char* rd : {"fp32", "bf16"}) {
+    const std::string plan = std::string(R"({"cpu_offload": true, "reduce_dtype": ")") + rd + "\"}";
+    StepProgram p = lower_hand(g, plan, 4, 4);
+    expect_well_formed(p, plan);
+    const bool fp32 = std::string(rd) == "fp32";
+    for (const Op* d : ops_of(p, OpKind::D2H)) {
+      ASSERT_EQ(d->inputs.size(), 1u) << plan;
+      const Buffer& src = p.buffers[static_cast<std::size_t>(d->inputs[0])];
+      EXPECT_EQ(std::string(src.name).rfind(fp32 ? "rs_out" : "grad_dev", 0), 0u) << src.name << " " << plan;
+      EXPECT_TRUE(std::any_of(d->frees.begin(), d->frees.end(), [&](const FreeSpec& f) { return f.buffer == d->inputs[0]; }))
+          << plan;
+      EXPECT_EQ(d->copy_bytes, src.bytes) << plan;   // the fp32 shard of the group's gradient
+    }
+    int casts = 0;
+    for (const Op* c : ops_of(p, OpKind::Cast))
+      if (std::string(c->name).rfind("grad fp32", 0) == 0) ++casts;
+    EXPECT_EQ(casts, fp32 ? 0 : 3) << plan;
+  }
+}
+
 // FSDP1 CPU offload with mixed precision (FlatParamHandle._use_low_precision_shard): the H2D op allocates
 // _mp_shard (bf16) and then the fp32 staging copy of the CPU shard (`_local_shard.to(device)`), both on the
 // pre-unshard stream, and frees the staging copy in the same op. The padded block [3],[6,4],[6] over N = 4:
