@@ -479,7 +479,8 @@ class BlockWriter {
     if (b.rows < out_f) {
       const int zeros = t_.add1({OpKind::Pointwise, {}, {out(intern(base + ".lora_zeros"), wide, false, false)}});
       const int flat = pointwise({in(yb, GradRule::Alias)}, intern(base + ".lora_flat"), yb_bytes);
-      update = t_.add1({OpKind::Pointwise, {in(zeros, GradRule::None), in(flat)}, {out(intern(base + ".lora_pad"), wide)}});
+      update = t_.add1(
+          {OpKind::Pointwise, {in(zeros, GradRule::None), in(flat)}, {out(intern(base + ".lora_pad"), wide)}});
     }
     const int scaled = pointwise({in(update)}, intern(base + ".lora_scaled"), wide);
     const int sum = pointwise({in(y, GradRule::Alias), in(scaled, GradRule::Alias)}, intern(base + ".lora_sum"), wide);

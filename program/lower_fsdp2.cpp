@@ -98,7 +98,9 @@ class ParamGroupLowering final : public LoweringWalk {
     std::vector<Bytes> v;
     if (plan_.implementation == models::ModelImpl::Runtime) return v;
     std::int64_t sum = 0;
-    const auto padded = [&](std::int64_t numel, std::int64_t d0) { return d0 <= 0 ? 0 : (d0 + c_.N - 1) / c_.N * c_.N * (numel / d0); };
+    const auto padded = [&](std::int64_t numel, std::int64_t d0) {
+      return d0 <= 0 ? 0 : (d0 + c_.N - 1) / c_.N * c_.N * (numel / d0);
+    };
     for (const models::ParamTensor& t : c_.graph->units[u].tensors) {
       const std::int64_t n = padded(t.numel(), t.shape.empty() ? 1 : t.shape[0]);
       v.push_back(models::tensor_nf4(c_.trainable.lora, t.name) ? models::nf4_bytes(n) : n * per_elem);

@@ -239,7 +239,8 @@ TEST(Implementation, LitgptFusedQkvLoraByHand) {
   l.rank = 2;
   l.targets = weight_bit(Weight::Q) | weight_bit(Weight::V);
   const auto lit = [&](const ModelSpec& m) {
-    return block_memory(m, 1, 4, Dtype::BF16, CheckpointMode::Full, ImplOptions{ModelImpl::LitGPT, false, Float8Recipe::None, l});
+    return block_memory(m, 1, 4, Dtype::BF16, CheckpointMode::Full,
+                        ImplOptions{ModelImpl::LitGPT, false, Float8Recipe::None, l});
   };
   const BlockMemory bm = lit(tiny_llama());
   const auto& ev = bm.forward_events;
@@ -255,11 +256,13 @@ TEST(Implementation, LitgptFusedQkvLoraByHand) {
     last = i;
   }
   EXPECT_LT(event_at(ev, ForwardEvent::Temp, "attn.qkv.lora_b_k"), 0);
-  for (const auto& [freed, after] : {std::pair{"attn.qkv.lora_b_q", "attn.qkv.lora_b"}, {"attn.qkv.lora_b_v", "attn.qkv.lora_b"},
-                                     {"attn.qkv.lora_zeros", "attn.qkv.lora_pad"}, {"attn.qkv.lora_flat", "attn.qkv.lora_pad"},
-                                     {"attn.qkv.lora_a", "attn.qkv.lora_sum"}, {"attn.qkv.lora_b", "attn.qkv.lora_sum"}})
+  for (const auto& [freed, after] :
+       {std::pair{"attn.qkv.lora_b_q", "attn.qkv.lora_b"}, {"attn.qkv.lora_b_v", "attn.qkv.lora_b"},
+        {"attn.qkv.lora_zeros", "attn.qkv.lora_pad"}, {"attn.qkv.lora_flat", "attn.qkv.lora_pad"},
+        {"attn.qkv.lora_a", "attn.qkv.lora_sum"}, {"attn.qkv.lora_b", "attn.qkv.lora_sum"}})
     EXPECT_TRUE(dies_after(ev, freed, after));
-  EXPECT_LT(event_at(ev, ForwardEvent::FreeTemp, "attn.qkv.lora_zeros"), event_at(ev, ForwardEvent::Temp, "attn.qkv.lora_scaled"));
+  EXPECT_LT(event_at(ev, ForwardEvent::FreeTemp, "attn.qkv.lora_zeros"),
+            event_at(ev, ForwardEvent::Temp, "attn.qkv.lora_scaled"));
 
   ModelSpec mha = tiny_llama();
   mha.n_kv_heads = 2;   // q, k and v 8 wide: B's output 4 x 16 (128 B) from one grouped conv1d

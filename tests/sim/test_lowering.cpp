@@ -446,13 +446,16 @@ TEST(LoweringFsdp2, ReplicatedMixedPrecisionCastReadsTheShard) {
     const auto casts = ops_of(p, OpKind::Cast);
     int param_casts = 0;
     for (const Op* o : casts) {
-      const auto is_param = [&](int b) { return p.buffers[static_cast<std::size_t>(b)].category == MemCategory::UnshardedParams; };
+      const auto is_param = [&](int b) {
+        return p.buffers[static_cast<std::size_t>(b)].category == MemCategory::UnshardedParams;
+      };
       if (std::none_of(o->outputs.begin(), o->outputs.end(), is_param)) continue;
       ++param_casts;
       ASSERT_EQ(o->inputs.size(), 1u) << o->name;
       EXPECT_EQ(p.buffers[o->inputs[0]].category, MemCategory::ShardedParams) << o->name;
       EXPECT_EQ(p.buffers[o->inputs[0]].unit, o->unit) << o->name;
-      // allocs: cast 0, param 0, cast 1, param 1, ...; cast k-1 freed after cast k (2k + 1 allocs), the last after the op
+      // allocs: cast 0, param 0, cast 1, param 1, ...; cast k-1 freed after cast k (2k + 1 allocs), the last after
+      // the op
       const std::size_t n = o->allocs.size() / 2;
       ASSERT_GE(n, 1u) << o->name;
       ASSERT_EQ(o->allocs.size(), 2 * n) << o->name;
@@ -464,7 +467,8 @@ TEST(LoweringFsdp2, ReplicatedMixedPrecisionCastReadsTheShard) {
         EXPECT_TRUE(is_param(q.id)) << o->name << " " << k;
         EXPECT_EQ(c.bytes, q.bytes) << o->name << " " << k;
         EXPECT_EQ(o->frees[k].buffer, o->allocs[2 * k]) << o->name << " " << k;
-        EXPECT_EQ(o->frees[k].reuse_after_op, k + 1 < n ? free_inside_op(static_cast<int>(2 * k + 3)) : -1) << o->name << " " << k;
+        EXPECT_EQ(o->frees[k].reuse_after_op, k + 1 < n ? free_inside_op(static_cast<int>(2 * k + 3)) : -1)
+            << o->name << " " << k;
       }
     }
     // Forward: root and both blocks; backward: the two blocks again (resharded after forward; the root is not).
@@ -716,7 +720,8 @@ TEST(LoweringOffload, Fsdp2GradD2HReadsTheReduceOutputWhenItIsFp32) {
       ASSERT_EQ(d->inputs.size(), 1u) << plan;
       const Buffer& src = p.buffers[static_cast<std::size_t>(d->inputs[0])];
       EXPECT_EQ(std::string(src.name).rfind(fp32 ? "rs_out" : "grad_dev", 0), 0u) << src.name << " " << plan;
-      EXPECT_TRUE(std::any_of(d->frees.begin(), d->frees.end(), [&](const FreeSpec& f) { return f.buffer == d->inputs[0]; }))
+      EXPECT_TRUE(std::any_of(d->frees.begin(), d->frees.end(),
+                              [&](const FreeSpec& f) { return f.buffer == d->inputs[0]; }))
           << plan;
       EXPECT_EQ(d->copy_bytes, src.bytes) << plan;   // the fp32 shard of the group's gradient
     }

@@ -163,7 +163,8 @@ void print_segment(const CachingAllocator& a, int seg, int block) {
     }
   }
   flush_small();
-  std::printf("      segment of %.1f MiB%s (pool %d):%s\n", mib(size), a.segment_expandable(seg) ? " (expandable, mapped)" : "", a.segment_pool(seg),
+  std::printf("      segment of %.1f MiB%s (pool %d):%s\n", mib(size),
+              a.segment_expandable(seg) ? " (expandable, mapped)" : "", a.segment_pool(seg),
               line.empty() ? "" : line.c_str() + 2);
 }
 void print_layout(const CachingAllocator& a, int block) { print_segment(a, a.block_segment(block), block); }
@@ -177,7 +178,8 @@ void print_pool_layout(const CachingAllocator& a, int block) {
 
 int run(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES] [--layout | --pool-layout] [--peak] [--profile FILE]\n");
+    std::fprintf(stderr, "usage: sim_segments MODEL CLUSTER PLAN.json [--ordered] [--buffers MIN_BYTES] "
+                         "[--layout | --pool-layout] [--peak] [--profile FILE]\n");
     return 2;
   }
   bool ordered = false;
