@@ -44,6 +44,7 @@
 #include <algorithm>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_set>
 
 namespace fsdpsim::models {
@@ -440,22 +441,30 @@ class BlockWriter {
                                        Weight::Adapter, a->numel()));
     const Bytes wide = head ? 0 : tokens * out_f * e_;
     const Bytes yb_bytes = head ? 0 : tokens * b->rows * e_;
-    if (wt == Weight::QKV && o_.impl == ModelImpl::LitGPT) return litgpt_qkv_lora(y, ya, *b, tokens, out_f, base);
-    int yb = t_.add1(with_weight({OpKind::Matmul, {linear_in(ya)}, {out(intern(base + ".lora_b"), yb_bytes)}}, Weight::Adapter,
-                                 b->numel()));
-    if (b->rows < out_f) yb = pointwise({in(yb)}, intern(base + ".lora_pad"), wide);
-    const int scaled = pointwise({in(yb)}, intern(base + ".lora_scaled"), wide);
-    return pointwise({in(y, GradRule::Alias), in(scaled, GradRule::Alias)}, intern(base + ".lora_sum"), wide);
+    const bool litgpt_qkv = wt == Weight::QKV && o_.impl == ModelImpl::LitGPT;
+    int after_b = -1, update = -1;
+    if (litgpt_qkv) {
+      std::tie(after_b, update) = litgpt_qkv_update(ya, *b, tokens, out_f, base);
+    } else {
+      after_b = update = t_.add1(
+          with_weight({OpKind::Matmul, {linear_in(ya)}, {out(intern(base + ".lora_b"), yb_bytes)}}, Weight::Adapter,
+                      b->numel()));
+      if (b->rows < out_f) update = pointwise({in(after_b)}, intern(base + ".lora_pad"), wide);
+    }
+    const int scaled = pointwise({in(update)}, intern(base + ".lora_scaled"), wide);
+    const int sum = pointwise({in(y, GradRule::Alias), in(scaled, GradRule::Alias)}, intern(base + ".lora_sum"), wide);
+    if (litgpt_qkv) held_to_return({ya, after_b});   // LoRAQKVLinear.forward's locals after_A, after_B
+    return sum;
   }
-  // litgpt's LoRAQKVLinear.forward after A (litgpt/lora.py at 01e39f5; the same at 8641822): `after_B` is
-  // conv1d (kernel 1) of A's transposed output: one grouped conv1d when every query head has its own k and v,
-  // else A's output chunked per enabled part, one conv1d each (its own output) and a torch.cat (a new tensor,
-  // the parts freed after it); zero_pad, unless every part is enabled: new_zeros of the fused width, the
+  // litgpt's LoRAQKVLinear.forward between A and the scaling (litgpt/lora.py at 01e39f5; the same at 8641822):
+  // `after_B` is conv1d (kernel 1) of A's transposed output: one grouped conv1d when every query head has its own k
+  // and v, else A's output chunked per enabled part, one conv1d each (its own output) and a torch.cat (a new
+  // tensor, the parts freed after it); zero_pad, unless every part is enabled: new_zeros of the fused width, the
   // update's transpose(0, 1).reshape (a copy: the transpose of a transposed conv output is not contiguous),
-  // index_copy out of place (a new full-width tensor; the zeros and the copy die at its return); `lora` the
-  // product by the scaling, the sum with `pretrained` a new tensor. `after_A` and `after_B` are locals until the
-  // forward returns. (The index tensor litgpt builds per call is a few KiB: not modelled.)
-  int litgpt_qkv_lora(int y, int ya, const AdapterMatrix& b, Bytes tokens, Bytes out_f, const std::string& base) {
+  // index_copy out of place (a new full-width tensor; the zeros and the copy die at its return). Returns (after_B,
+  // the padded update). (The index tensor litgpt builds per call is a few KiB: not modelled.)
+  std::pair<int, int> litgpt_qkv_update(int ya, const AdapterMatrix& b, Bytes tokens, Bytes out_f,
+                                        const std::string& base) {
     const Bytes wide = tokens * out_f * e_, yb_bytes = tokens * b.rows * e_;
     TapeOp conv = with_weight({OpKind::Matmul, {linear_in(ya)}, {}}, Weight::Adapter, b.numel());
     const bool grouped = m_.n_kv_heads == m_.n_heads;
@@ -475,17 +484,11 @@ class BlockWriter {
       for (int c : convs) cat.in.push_back(in(c, GradRule::Alias));
       yb = t_.add1(cat);
     }
-    int update = yb;
-    if (b.rows < out_f) {
-      const int zeros = t_.add1({OpKind::Pointwise, {}, {out(intern(base + ".lora_zeros"), wide, false, false)}});
-      const int flat = pointwise({in(yb, GradRule::Alias)}, intern(base + ".lora_flat"), yb_bytes);
-      update = t_.add1(
-          {OpKind::Pointwise, {in(zeros, GradRule::None), in(flat)}, {out(intern(base + ".lora_pad"), wide)}});
-    }
-    const int scaled = pointwise({in(update)}, intern(base + ".lora_scaled"), wide);
-    const int sum = pointwise({in(y, GradRule::Alias), in(scaled, GradRule::Alias)}, intern(base + ".lora_sum"), wide);
-    held_to_return({ya, yb});
-    return sum;
+    if (b.rows >= out_f) return {yb, yb};
+    const int zeros = t_.add1({OpKind::Pointwise, {}, {out(intern(base + ".lora_zeros"), wide, false, false)}});
+    const int flat = pointwise({in(yb, GradRule::Alias)}, intern(base + ".lora_flat"), yb_bytes);
+    TapeOp pad{OpKind::Pointwise, {in(zeros, GradRule::None), in(flat)}, {out(intern(base + ".lora_pad"), wide)}};
+    return {yb, t_.add1(pad)};
   }
   const std::vector<AdapterMatrix>& adapters(bool head) {
     if (!adapters_built_) {
