@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -251,6 +252,57 @@ TEST(AllocatorReference, MaxSplitSizeMatchesTheReference) {
     run_sequence(AllocatorConfig{2 * kGiB, 100 * kMiB, 8 * kMiB}, seed + 1000, 3000, 4);
     if (HasFailure()) return;
   }
+}
+
+// Thousands of free blocks of distinct sizes in one pool: more non-empty size classes than kCompactClasses
+// (every new class compacts), class insertions that invalidate the size hints, and a best fit that skips
+// a run of 4,550 emptied classes (71 words of the pool's bit set); it must still pick what the reference
+// picks, block by block.
+TEST(AllocatorReference, ManyDistinctFreeSizesMatchTheReference) {
+  CachingAllocator fast{AllocatorConfig{}};
+  ReferenceAllocator ref{AllocatorConfig{}};
+  std::mt19937 rng(7);
+  struct Live {
+    int fast, ref;
+  };
+  std::vector<Live> live;
+  auto alloc = [&](Bytes bytes) {
+    const int f = fast.alloc(bytes, 0);
+    const int r = ref.alloc(bytes, 0);
+    EXPECT_EQ(fast.block_size(f), ref.size_of(r)) << bytes;
+    EXPECT_EQ(fast.block_address(f), ref.addr_of(r)) << bytes;
+    live.push_back({f, r});
+  };
+  // 5,000 segments of distinct sizes (12 MiB + k x 2 MiB), every one freed whole: 5,000 non-empty classes.
+  constexpr int kSegments = 5000;
+  for (int k = 0; k < kSegments; ++k) alloc(12 * kMiB + 2 * kMiB * k);
+  std::shuffle(live.begin(), live.end(), rng);
+  for (const Live& l : live) {
+    fast.free(l.fast);
+    ref.free(l.ref);
+  }
+  live.clear();
+  // Classes 50 to 4,599 taken whole (their exact sizes): a request above class 49 skips 4,550 emptied
+  // classes, across a word of the summary.
+  for (int k = 50; k < 4600; ++k) alloc(12 * kMiB + 2 * kMiB * k);
+  std::vector<Live> held;
+  held.swap(live);
+  // Requests between the sizes split the best fit (new remainder classes), frees merge them back.
+  for (int step = 0; step < 20000; ++step) {
+    if (live.empty() || rng() % 3 != 0) {
+      alloc(10 * kMiB + static_cast<Bytes>(rng() % (2 * kMiB * kSegments)));
+    } else {
+      const std::size_t i = rng() % live.size();
+      fast.free(live[i].fast);
+      ref.free(live[i].ref);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    testing::expect_same_stats(fast.stats(), ref.stats(), step);
+    if (step % 1000 == 0) EXPECT_EQ(fast.cached_free_bytes(0), ref.cached_free_bytes(0)) << "step " << step;
+    if (HasFailure()) return;
+  }
+  EXPECT_EQ(fast.num_segments(), ref.num_segments());
+  EXPECT_EQ(held.size(), 4550u);
 }
 
 }  // namespace
