@@ -415,6 +415,7 @@ class Builder {
     b.pool_stream = pool;
     b.persistent = persistent;
     b.first_step_lazy = false;
+    b.after_construction = false;
     return id;
   }
   Op& op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what) {
@@ -460,6 +461,8 @@ class Builder {
   Op& at(int id) { return prog_.ops[id]; }
   // Marks a persistent buffer as created inside the first step (Buffer::first_step_lazy).
   void first_step_lazy(int buf) { prog_.buffers[buf].first_step_lazy = true; }
+  // Marks a persistent buffer as made by the training loop after the model's construction (Buffer::after_construction).
+  void after_construction(int buf) { prog_.buffers[buf].after_construction = true; }
   // Drops the recycled elements this program did not reuse. Call once, after the last op/buffer.
   void finish();
 

@@ -135,6 +135,39 @@ void LoweringWalk::add_persistent() {
   }
   // (FSDP1's construction: the root, unit 0, is flattened and sharded last; StepProgram::init_flatten_world)
   p_.init_flatten_last = p_.init_flatten_world > 1 && U > 0 ? param_shard_[0] : -1;
+  add_loop_inputs();
+}
+
+// What the training loop holds on the device besides the model's state, made once the model is built and sharded
+// (Buffer::after_construction), in this order:
+//  * the recipe's rotary tables, for a rotary model: torchtitan's freqs_cis, a complex64 [S, rope dims / 2] buffer
+//    (torchtitan/models/llama3/model.py precompute_freqs_cis over the training seq_len), litgpt's cos and sin caches,
+//    [S, rope dims] each in the parameters' dtype (litgpt/model.py build_rope_cache; bf16-true converts buffers),
+//    transformers' inv_freq, fp32 [rope dims / 2] (LlamaRotaryEmbedding; its cos and sin are made per forward);
+//  * the batch: the input ids and the labels, int64 [micro_batch, S] each.
+// The tables' construction temporaries are left out (freed at once; a whole segment they filled alone is released
+// by the empty_cache after construction). The bundled runtime keeps its own inputs (none here).
+void LoweringWalk::add_loop_inputs() {
+  if (plan_.implementation == models::ModelImpl::Runtime) return;
+  const models::ModelSpec& m = *c_.model;
+  const std::int64_t S = plan_.seq_len, rope = m.rope_dims();
+  const auto add = [&](const char* what, Bytes bytes) {
+    if (bytes <= 0) return;
+    const int buf = b_.buffer(what, -1, bytes, MemCategory::Activations, compute_, true);
+    b_.after_construction(buf);
+  };
+  if (m.positions == models::PositionKind::Rotary) {
+    switch (plan_.implementation) {
+      case models::ModelImpl::TorchTitan: add("freqs_cis", S * (rope / 2) * 8); break;
+      case models::ModelImpl::LitGPT:
+        add("rope_cos", S * rope * c_.bp);
+        add("rope_sin", S * rope * c_.bp);
+        break;
+      default: add("inv_freq", (rope / 2) * 4); break;
+    }
+  }
+  add("input_ids", plan_.micro_batch * S * 8);
+  add("labels", plan_.micro_batch * S * 8);
 }
 
 void LoweringWalk::forward() {

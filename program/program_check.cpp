@@ -37,6 +37,8 @@ void check_buffer(const StepProgram& p, int b, int n_streams) {
     throw InputError(f() + ".category", std::to_string(c), "a buffer category (not allocator_slack/cuda_context)");
   if (buf.first_step_lazy && !buf.persistent)
     throw InputError(f() + ".first_step_lazy", "true", "only on a persistent buffer");
+  if (buf.after_construction && (!buf.persistent || buf.first_step_lazy))
+    throw InputError(f() + ".after_construction", "true", "only on a persistent buffer that is not first_step_lazy");
 }
 
 // The categories a buffer may have, as a bit mask (all but allocator_slack and cuda_context).
@@ -62,7 +64,8 @@ void check_streams_and_buffers(const StepProgram& p) {
     const Buffer& buf = bufs[b];
     const unsigned c = static_cast<unsigned>(buf.category);
     if (buf.id != b || buf.bytes < 0 || static_cast<unsigned>(buf.pool_stream) >= static_cast<unsigned>(n_streams) ||
-        c >= 32 || !((kBufferCategories >> c) & 1u) || (buf.first_step_lazy && !buf.persistent)) [[unlikely]] {
+        c >= 32 || !((kBufferCategories >> c) & 1u) || (buf.first_step_lazy && !buf.persistent) ||
+        (buf.after_construction && (!buf.persistent || buf.first_step_lazy))) [[unlikely]] {
       check_buffer(p, b, n_streams);   // throws the InputError
       throw std::logic_error("check_streams_and_buffers: the fast check and check_buffer disagree on buffer " +
                              std::to_string(b));

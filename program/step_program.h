@@ -76,6 +76,10 @@ struct Buffer {
   // steady-state step (sim/executor.h). Every buffer that is not persistent must be freed by the end of
   // the step (the sharded gradients by optimizer.zero_grad(set_to_none=True)).
   bool first_step_lazy = false;
+  // A persistent buffer the training loop makes once the model is built and sharded (after FSDP1's construction,
+  // before its torch.cuda.empty_cache()): the batch on the device and the recipe's rotary tables
+  // (program/lower_walk.cpp add_loop_inputs). Allocated after every other persistent buffer, in buffer order.
+  bool after_construction = false;
 };
 
 struct FreeSpec {

@@ -90,11 +90,12 @@ struct CompiledBuffer {
   int pool_stream = 0;
   MemCategory category = MemCategory::UnshardedParams;
   bool persistent = false;
-  bool first_step_lazy = false;   // (Buffer::first_step_lazy)
+  bool first_step_lazy = false;      // (Buffer::first_step_lazy)
+  bool after_construction = false;   // (Buffer::after_construction)
   bool operator==(const CompiledBuffer&) const = default;
 };
 inline CompiledBuffer compiled_buffer(const Buffer& b) {
-  return CompiledBuffer{b.bytes, b.pool_stream, b.category, b.persistent, b.first_step_lazy};
+  return CompiledBuffer{b.bytes, b.pool_stream, b.category, b.persistent, b.first_step_lazy, b.after_construction};
 }
 
 // A run of identical periods (filled by the stretch, sim/stretch.h): ops [begin, begin + period * count)

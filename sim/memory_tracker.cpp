@@ -84,9 +84,17 @@ void MemoryTracker::for_each_init_call(Visit&& visit) const {
   const auto constructed = [&](const CompiledBuffer& b) { return construct && b.category == MemCategory::ShardedParams; };
   for (int id = 0; id < num_bufs_; ++id) {
     const CompiledBuffer& b = bufs_[id];
-    if (b.persistent && !b.first_step_lazy && !constructed(b) && !visit(InitCall::Buffer, id, b.bytes, b.pool_stream))
+    if (b.persistent && !b.first_step_lazy && !b.after_construction && !constructed(b) &&
+        !visit(InitCall::Buffer, id, b.bytes, b.pool_stream))
       return;
   }
+  const auto loop_inputs = [&] {
+    for (int id = 0; id < num_bufs_; ++id) {
+      const CompiledBuffer& b = bufs_[id];
+      if (b.after_construction && !visit(InitCall::Buffer, id, b.bytes, b.pool_stream)) return false;
+    }
+    return true;
+  };
   if (construct) {
     const auto flatten_then_shard = [&](int id) {
       const CompiledBuffer& b = bufs_[id];
@@ -100,7 +108,9 @@ void MemoryTracker::for_each_init_call(Visit&& visit) const {
     if (init_flatten_last_ >= 0 && init_flatten_last_ < num_bufs_ && constructed(bufs_[init_flatten_last_]) &&
         !flatten_then_shard(init_flatten_last_))
       return;
-    if (!visit(InitCall::EmptyCache, -1, 0, 0)) return;
+    if (!loop_inputs() || !visit(InitCall::EmptyCache, -1, 0, 0)) return;
+  } else if (!loop_inputs()) {
+    return;
   }
   if (init_scratch_)
     for (const InitRequest& q : *init_scratch_)

@@ -355,8 +355,13 @@ void allocate_before_first_step(const StepProgram& p, CachingAllocator& a, std::
   const auto constructed = [&](const Buffer& buf) { return construct && buf.category == MemCategory::ShardedParams; };
   for (std::size_t b = 0; b < nb; ++b) {
     const Buffer& buf = p.buffers[b];
-    if (buf.persistent && !buf.first_step_lazy && !constructed(buf)) block[b] = a.alloc(buf.bytes, buf.pool_stream);
+    if (buf.persistent && !buf.first_step_lazy && !buf.after_construction && !constructed(buf))
+      block[b] = a.alloc(buf.bytes, buf.pool_stream);
   }
+  const auto loop_inputs = [&] {
+    for (std::size_t b = 0; b < nb; ++b)
+      if (p.buffers[b].after_construction) block[b] = a.alloc(p.buffers[b].bytes, p.buffers[b].pool_stream);
+  };
   if (construct) {
     const auto flatten_then_shard = [&](std::size_t b) {
       const Buffer& buf = p.buffers[b];
@@ -370,8 +375,11 @@ void allocate_before_first_step(const StepProgram& p, CachingAllocator& a, std::
       if (buf.persistent && !buf.first_step_lazy && constructed(buf) && b != last) flatten_then_shard(b);
     }
     if (last < nb && constructed(p.buffers[last])) flatten_then_shard(last);
+    loop_inputs();
     a.empty_cache();
     a.reset_peaks();
+  } else {
+    loop_inputs();
   }
   for (const InitRequest& q : p.init_scratch) a.free(a.alloc(q.bytes, q.pool_stream));
 }

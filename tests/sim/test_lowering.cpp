@@ -2736,3 +2736,46 @@ TEST(LoweringOffload, Fsdp1KeepsTheSavedGradShardUntilTheFinalCallback) {
 
 }  // namespace
 }  // namespace fsdpsim::sim
+
+namespace fsdpsim::sim {
+namespace {
+
+// The training loop's batch and the recipe's rotary tables (LoweringWalk::add_loop_inputs), counted by hand for the
+// tiny spec (head_dim 8, no partial rotary: 8 rope dims) at micro-batch 3 x 32 tokens: input ids and labels int64
+// 3 x 32 x 8 = 768 B each; torchtitan's freqs_cis complex64 32 x 4 x 8 = 1,024 B; litgpt's cos and sin in the
+// parameters' dtype (bf16 here) 32 x 8 x 2 = 512 B each; transformers' inv_freq fp32 4 x 4 = 16 B. Each a persistent
+// buffer made after construction, in this order, none for the bundled runtime's program.
+TEST(LoweringLoopInputs, BatchAndRotaryTablesByHand) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  const std::map<std::string, std::vector<std::pair<std::string, Bytes>>> want = {
+      {"torchtitan", {{"freqs_cis", 1024}, {"input_ids", 768}, {"labels", 768}}},
+      {"litgpt", {{"rope_cos", 512}, {"rope_sin", 512}, {"input_ids", 768}, {"labels", 768}}},
+      {"hf", {{"inv_freq", 16}, {"input_ids", 768}, {"labels", 768}}},
+      {"fused", {{"inv_freq", 16}, {"input_ids", 768}, {"labels", 768}}},
+      {"runtime", {}},
+  };
+  for (const auto& [impl, bufs] : want) {
+    for (int fsdp : {1, 2}) {
+      const std::string plan = R"({"micro_batch": 3, "seq_len": 32, "implementation": ")" + impl +
+                               R"(", "fsdp_version": )" + std::to_string(fsdp) + "}";
+      const StepProgram p = lower_hand(g, plan, 4, 4);
+      std::vector<std::pair<std::string, Bytes>> got;
+      for (const Buffer& b : p.buffers) {
+        if (!b.after_construction) continue;
+        EXPECT_TRUE(b.persistent && !b.first_step_lazy) << impl << " " << b.name;
+        EXPECT_EQ(b.category, MemCategory::Activations) << impl << " " << b.name;
+        EXPECT_EQ(b.pool_stream, 0) << impl << " " << b.name;
+        got.emplace_back(b.name, b.bytes);
+      }
+      ASSERT_EQ(got.size(), bufs.size()) << impl << " FSDP" << fsdp;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        EXPECT_NE(got[i].first.find(bufs[i].first), std::string::npos) << impl << " " << got[i].first;
+        EXPECT_EQ(got[i].second, bufs[i].second) << impl << " " << got[i].first;
+      }
+      expect_well_formed(p, impl + " FSDP" + std::to_string(fsdp));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fsdpsim::sim
