@@ -234,8 +234,9 @@ class MemoryTracker {
   std::vector<CompiledBuffer> own_bufs_;   // start(StepProgram): its buffers' facts
   const std::vector<InitRequest>* init_scratch_ = nullptr;   // the run's (StepProgram::init_scratch)
   int init_flatten_world_ = 0, init_flatten_last_ = -1;       // the run's (StepProgram::init_flatten_world)
-  // What allocate_persistent does, call by call (see StepProgram::init_flatten_world): a persistent buffer, a
-  // construction scratch (freed after the next buffer), empty_cache, an init_scratch request (allocated and freed).
+  // What allocate_persistent does, call by call (see StepProgram::init_flatten_world): a persistent buffer (the
+  // after_construction ones after FSDP1's construction, before its empty_cache), a construction scratch (freed after
+  // the next buffer), empty_cache, an init_scratch request (allocated and freed).
   enum class InitCall : std::uint8_t { Buffer, Scratch, EmptyCache, Lazy };
   // Calls visit(call, buffer id or -1, bytes, pool stream) in order while it returns true.
   template <class Visit>

@@ -347,7 +347,8 @@ class Reference {
 }  // namespace
 
 // Before the first step (StepProgram::init_flatten_world): the persistent buffers, FSDP1's FlatParameters flattened
-// whole then sharded (the root's last) and the cache emptied, then the lazy init's requests.
+// whole then sharded (the root's last), the after_construction buffers, the cache emptied (FSDP1's construction),
+// then the lazy init's requests.
 void allocate_before_first_step(const StepProgram& p, CachingAllocator& a, std::vector<int>& block) {
   const std::size_t nb = p.buffers.size();
   block.resize(nb, -1);

@@ -24,8 +24,9 @@ namespace fsdpsim::sim {
 SimResult reference_execute(const StepProgram& program, const OpCosts& costs, const ExecOptions& opts = {});
 
 // What happens before the first step, call by call on `a` (StepProgram::init_flatten_world, init_scratch): the
-// persistent buffers (block[id] = their blocks; first_step_lazy ones left alone), FSDP1's construction with its
-// empty_cache and peak reset, then the lazy init's requests. reference_execute's; the sim_segments tool's.
+// persistent buffers (block[id] = their blocks; first_step_lazy ones left alone), FSDP1's construction, the
+// after_construction buffers (the batch, the rotary tables), FSDP1's empty_cache and peak reset, then the lazy init's
+// requests. reference_execute's; the sim_segments tool's.
 void allocate_before_first_step(const StepProgram& program, CachingAllocator& a, std::vector<int>& block);
 
 }  // namespace fsdpsim::sim
