@@ -139,35 +139,66 @@ void LoweringWalk::add_persistent() {
 }
 
 // What the training loop holds on the device besides the model's state, made once the model is built and sharded
-// (Buffer::after_construction), in this order:
-//  * the recipe's rotary tables, for a rotary model: torchtitan's freqs_cis, a complex64 [S, rope dims / 2] buffer
-//    (torchtitan/models/llama3/model.py precompute_freqs_cis over the training seq_len), litgpt's cos and sin caches,
-//    [S, rope dims] each in the parameters' dtype (litgpt/model.py build_rope_cache; bf16-true converts buffers),
-//    transformers' inv_freq, fp32 [rope dims / 2] (LlamaRotaryEmbedding; its cos and sin are made per forward);
+// (Buffer::after_construction; StepProgram::loop_setup, with the temporaries the tables' code makes), in this order:
+//  * the recipe's rotary tables, for a rotary model, from the angles: inv_freq, fp32 [rope dims / 2], the positions
+//    t, fp32 [S], and freqs = outer(t, inv_freq), fp32 [S, rope dims / 2] (scripts/torch_memory/recipes/llama.py
+//    setup_rope; torchtitan/models/llama3/model.py precompute_freqs_cis and litgpt/model.py build_rope_cache compute
+//    the same), then torchtitan's freqs_cis = polar(ones_like(freqs), freqs), a complex64 [S, rope dims / 2]
+//    buffer (over the training seq_len); litgpt's emb = cat(freqs, freqs), fp32 [S, rope dims], and its cos and sin
+//    caches in the parameters' dtype (emb.cos().to(dtype): the fp32 result a temporary unless the dtype is fp32;
+//    bf16-true converts buffers); transformers keeps inv_freq (LlamaRotaryEmbedding: its cos and sin are made per
+//    forward). The temporaries die when the function returns;
 //  * the batch: the input ids and the labels, int64 [micro_batch, S] each.
-// The tables' construction temporaries are left out (freed at once; a whole segment they filled alone is released
-// by the empty_cache after construction). The bundled runtime keeps its own inputs (none here).
+// inv_freq's own arithmetic (three 512 B temporaries) is left out. The bundled runtime keeps its own inputs (none
+// here).
 void LoweringWalk::add_loop_inputs() {
+  std::vector<LoopSetupCall>& calls = p_.loop_setup;
+  calls.clear();
   if (plan_.implementation == models::ModelImpl::Runtime) return;
   const models::ModelSpec& m = *c_.model;
   const std::int64_t S = plan_.seq_len, rope = m.rope_dims();
-  const auto add = [&](const char* what, Bytes bytes) {
-    if (bytes <= 0) return;
+  int temporaries = 0;
+  const auto keep = [&](const char* what, Bytes bytes) {
     const int buf = b_.buffer(what, -1, bytes, MemCategory::Activations, compute_, true);
     b_.after_construction(buf);
+    calls.push_back(LoopSetupCall{LoopSetupCall::Buffer, bytes, compute_, -1});
   };
-  if (m.positions == models::PositionKind::Rotary) {
-    switch (plan_.implementation) {
-      case models::ModelImpl::TorchTitan: add("freqs_cis", S * (rope / 2) * 8); break;
-      case models::ModelImpl::LitGPT:
-        add("rope_cos", S * rope * c_.bp);
-        add("rope_sin", S * rope * c_.bp);
-        break;
-      default: add("inv_freq", (rope / 2) * 4); break;
+  const auto temporary = [&](Bytes bytes) {
+    calls.push_back(LoopSetupCall{LoopSetupCall::Temporary, bytes, compute_, -1});
+    return temporaries++;
+  };
+  const auto drop = [&](int t) { calls.push_back(LoopSetupCall{LoopSetupCall::Free, 0, compute_, t}); };
+  if (m.positions == models::PositionKind::Rotary && rope >= 2 && S > 0) {
+    const models::ModelImpl impl = plan_.implementation;
+    const bool tables = impl == models::ModelImpl::TorchTitan || impl == models::ModelImpl::LitGPT;
+    const Bytes angles = S * (rope / 2) * 4;
+    int inv_freq = -1;
+    if (tables) inv_freq = temporary((rope / 2) * 4);
+    else keep("inv_freq", (rope / 2) * 4);
+    const int t = temporary(S * 4), freqs = temporary(angles);
+    if (impl == models::ModelImpl::TorchTitan) {
+      const int ones = temporary(angles);
+      keep("freqs_cis", S * (rope / 2) * 8);
+      drop(ones);
+    } else if (impl == models::ModelImpl::LitGPT) {
+      const int emb = temporary(S * rope * 4);
+      for (const char* name : {"rope_cos", "rope_sin"}) {
+        if (c_.bp == 4) {
+          keep(name, S * rope * 4);
+        } else {
+          const int fp32 = temporary(S * rope * 4);
+          keep(name, S * rope * c_.bp);
+          drop(fp32);
+        }
+      }
+      drop(emb);
     }
+    drop(freqs);
+    drop(t);
+    if (inv_freq >= 0) drop(inv_freq);
   }
-  add("input_ids", plan_.micro_batch * S * 8);
-  add("labels", plan_.micro_batch * S * 8);
+  keep("input_ids", plan_.micro_batch * S * 8);
+  keep("labels", plan_.micro_batch * S * 8);
 }
 
 void LoweringWalk::forward() {

@@ -49,6 +49,38 @@ static_assert(kNumMemCategories <= 32);
 
 }  // namespace
 
+// StepProgram::loop_setup: one Buffer call per after_construction buffer, every temporary of a valid size and pool
+// freed once after it was made.
+void check_loop_setup(const StepProgram& p) {
+  if (p.loop_setup.empty()) return;
+  const auto f = [](std::size_t k) { return "program.loop_setup[" + std::to_string(k) + "]"; };
+  const auto made = std::count_if(p.buffers.begin(), p.buffers.end(), [](const Buffer& b) { return b.after_construction; });
+  std::vector<char> freed;
+  std::int64_t buffers = 0;
+  for (std::size_t k = 0; k < p.loop_setup.size(); ++k) {
+    const LoopSetupCall& c = p.loop_setup[k];
+    if (c.kind == LoopSetupCall::Buffer) {
+      ++buffers;
+    } else if (c.kind == LoopSetupCall::Temporary) {
+      if (c.bytes < 0) throw InputError(f(k) + ".bytes", std::to_string(c.bytes), ">= 0");
+      if (c.pool_stream < 0 || c.pool_stream >= static_cast<int>(p.streams.size()))
+        throw InputError(f(k) + ".pool_stream", std::to_string(c.pool_stream), "a stream id");
+      freed.push_back(0);
+    } else if (c.kind == LoopSetupCall::Free) {
+      if (c.temporary < 0 || c.temporary >= static_cast<int>(freed.size()) || freed[static_cast<std::size_t>(c.temporary)])
+        throw InputError(f(k) + ".temporary", std::to_string(c.temporary), "a temporary made before and not freed yet");
+      freed[static_cast<std::size_t>(c.temporary)] = 1;
+    } else {
+      throw InputError(f(k) + ".kind", std::to_string(static_cast<int>(c.kind)), "Buffer, Temporary or Free");
+    }
+  }
+  if (buffers != made)
+    throw InputError("program.loop_setup", std::to_string(buffers) + " Buffer calls",
+                     std::to_string(made) + ", one per after_construction buffer");
+  if (std::find(freed.begin(), freed.end(), 0) != freed.end())
+    throw InputError("program.loop_setup", "a temporary never freed", "every temporary freed");
+}
+
 void check_streams_and_buffers(const StepProgram& p) {
   const int n_streams = static_cast<int>(p.streams.size());
   const int n_buffers = static_cast<int>(p.buffers.size());
@@ -127,6 +159,7 @@ void check_op(const StepProgram& p, int id, int n_streams, int n_buffers) {
 
 void validate_program(const StepProgram& p) {
   detail::check_streams_and_buffers(p);
+  detail::check_loop_setup(p);
   const int n_streams = static_cast<int>(p.streams.size());
   const int n_buffers = static_cast<int>(p.buffers.size());
   const int n = static_cast<int>(p.ops.size());

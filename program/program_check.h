@@ -17,6 +17,7 @@ namespace fsdpsim::sim::detail {
 
 // Streams and buffers (validate_program's first part). InputError naming the field.
 void check_streams_and_buffers(const StepProgram& p);
+void check_loop_setup(const StepProgram& p);   // (StepProgram::loop_setup)
 // Op i (validate_program's per-op part), given the numbers of streams and buffers.
 void check_op(const StepProgram& p, int i, int n_streams, int n_buffers);
 

@@ -149,6 +149,20 @@ std::size_t issue_memory(const Op& op, Alloc&& alloc, Free&& free) {
   return f;
 }
 
+// One call of the training loop's setup after construction (StepProgram::loop_setup).
+struct LoopSetupCall {
+  enum Kind : std::uint8_t {
+    Buffer,      // the next after_construction buffer, in buffer order
+    Temporary,   // a temporary of `bytes` on `pool_stream`'s pool
+    Free,        // frees temporary number `temporary` (counted from 0 in the order they were made)
+  };
+  Kind kind = Buffer;
+  Bytes bytes = 0;
+  int pool_stream = 0;
+  int temporary = -1;
+  bool operator==(const LoopSetupCall&) const = default;
+};
+
 // A request the run makes and frees before the first step's first op (it leaves only its segment reserved).
 struct InitRequest {
   Bytes bytes = 0;
@@ -183,6 +197,11 @@ struct StepProgram {
   // init_scratch. 0: none (FSDP2, NO_SHARD, parameters offloaded, QLoRA, the bundled runtime).
   int init_flatten_world = 0;
   int init_flatten_last = -1;
+  // How the after_construction buffers are made (after FSDP1's construction, before the cache is emptied): with the
+  // temporaries their code makes and frees around them (program/lower_walk.cpp add_loop_inputs). Empty: the
+  // after_construction buffers in buffer order, nothing else. Every Temporary is freed by a later Free, and then
+  // torch.cuda.empty_cache() (the harness's, after the model's setup) runs with FSDP2 too.
+  std::vector<LoopSetupCall> loop_setup;
   // Per FSDP unit, the buffer that is its gradient when the optimizer steps (-1: none, a frozen or empty
   // unit): the reduce-scatter output, the fp32 cast of it, or (NO_SHARD) the all-reduced gradient itself.
   std::vector<int> unit_grads;

@@ -121,6 +121,7 @@ struct CompiledProgram {
   std::vector<std::string> notes;      // the result's first notes (a compiled StepProgram's are its own)
   std::vector<InitRequest> init_scratch;   // StepProgram::init_scratch (the stretch's: its source's)
   int init_flatten_world = 0, init_flatten_last = -1;   // (StepProgram's; the root's buffer precedes every block's)
+  std::vector<LoopSetupCall> loop_setup;                // (StepProgram's)
   std::vector<PeriodicRun> runs;       // (the stretch's; compile_program leaves it empty)
   // Some free has a reuse_after_op (record_stream): memory then depends on GPU progress.
   bool record_stream_frees = false;

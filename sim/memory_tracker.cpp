@@ -24,6 +24,7 @@ void MemoryTracker::start(const StepProgram& program, const AllocatorConfig& con
   init_scratch_ = &program.init_scratch;
   init_flatten_world_ = program.init_flatten_world;
   init_flatten_last_ = program.init_flatten_last;
+  loop_setup_ = &program.loop_setup;
   start_run(static_cast<int>(program.buffers.size()), static_cast<int>(program.ops.size()), config, record_timeline);
 }
 
@@ -34,6 +35,7 @@ void MemoryTracker::start(const CompiledProgram& program, const AllocatorConfig&
   init_scratch_ = &program.init_scratch;
   init_flatten_world_ = program.init_flatten_world;
   init_flatten_last_ = program.init_flatten_last;
+  loop_setup_ = &program.loop_setup;
   start_run(static_cast<int>(program.buffers.size()), program.num_ops(), config, record_timeline);
 }
 
@@ -88,10 +90,31 @@ void MemoryTracker::for_each_init_call(Visit&& visit) const {
         !visit(InitCall::Buffer, id, b.bytes, b.pool_stream))
       return;
   }
+  // The after_construction buffers, in buffer order, with the temporaries of StepProgram::loop_setup around them.
+  bool temporaries = false;
   const auto loop_inputs = [&] {
-    for (int id = 0; id < num_bufs_; ++id) {
-      const CompiledBuffer& b = bufs_[id];
-      if (b.after_construction && !visit(InitCall::Buffer, id, b.bytes, b.pool_stream)) return false;
+    int id = 0;
+    const auto next_buffer = [&] {
+      while (id < num_bufs_ && !bufs_[id].after_construction) ++id;
+      return id < num_bufs_ ? id++ : -1;
+    };
+    if (!loop_setup_ || loop_setup_->empty()) {
+      for (int b = next_buffer(); b >= 0; b = next_buffer())
+        if (!visit(InitCall::Buffer, b, bufs_[b].bytes, bufs_[b].pool_stream)) return false;
+      return true;
+    }
+    for (const LoopSetupCall& c : *loop_setup_) {
+      bool go = true;
+      if (c.kind == LoopSetupCall::Buffer) {
+        const int b = next_buffer();
+        go = b >= 0 && visit(InitCall::Buffer, b, bufs_[b].bytes, bufs_[b].pool_stream);
+      } else if (c.kind == LoopSetupCall::Temporary) {
+        temporaries = true;
+        go = visit(InitCall::Temporary, -1, c.bytes, c.pool_stream);
+      } else {
+        go = visit(InitCall::FreeTemporary, -1, c.temporary, 0);   // (bytes: which temporary)
+      }
+      if (!go) return false;
     }
     return true;
   };
@@ -109,7 +132,7 @@ void MemoryTracker::for_each_init_call(Visit&& visit) const {
         !flatten_then_shard(init_flatten_last_))
       return;
     if (!loop_inputs() || !visit(InitCall::EmptyCache, -1, 0, 0)) return;
-  } else if (!loop_inputs()) {
+  } else if (!loop_inputs() || (temporaries && !visit(InitCall::EmptyCache, -1, 0, 0))) {
     return;
   }
   if (init_scratch_)
@@ -159,6 +182,8 @@ void MemoryTracker::allocate_persistent() {
     persistent_.clear();
   }
   int scratch = -1;   // a FlatParameter flattened whole, freed once its shard exists
+  std::vector<int>& temporaries = init_temporaries_;   // the loop setup's (StepProgram::loop_setup)
+  temporaries.clear();
   for_each_init_call([&](InitCall call, int id, Bytes bytes, int pool) {
     int block = -1;
     switch (call) {
@@ -170,6 +195,8 @@ void MemoryTracker::allocate_persistent() {
         scratch = -1;
         break;
       case InitCall::Scratch: scratch = allocator_.alloc(bytes, pool); break;
+      case InitCall::Temporary: temporaries.push_back(allocator_.alloc(bytes, pool)); break;
+      case InitCall::FreeTemporary: allocator_.free(temporaries[static_cast<std::size_t>(bytes)]); break;
       case InitCall::EmptyCache:
         allocator_.empty_cache();
         allocator_.reset_peaks();

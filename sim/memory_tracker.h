@@ -237,7 +237,10 @@ class MemoryTracker {
   // What allocate_persistent does, call by call (see StepProgram::init_flatten_world): a persistent buffer (the
   // after_construction ones after FSDP1's construction, before its empty_cache), a construction scratch (freed after
   // the next buffer), empty_cache, an init_scratch request (allocated and freed).
-  enum class InitCall : std::uint8_t { Buffer, Scratch, EmptyCache, Lazy };
+  // The loop setup's temporaries (StepProgram::loop_setup): made, and freed by their number (passed as bytes).
+  enum class InitCall : std::uint8_t { Buffer, Scratch, EmptyCache, Lazy, Temporary, FreeTemporary };
+  const std::vector<LoopSetupCall>* loop_setup_ = nullptr;   // the run's (StepProgram::loop_setup)
+  std::vector<int> init_temporaries_;                        // (allocate_persistent's scratch)
   // Calls visit(call, buffer id or -1, bytes, pool stream) in order while it returns true.
   template <class Visit>
   void for_each_init_call(Visit&& visit) const;

@@ -359,9 +359,30 @@ void allocate_before_first_step(const StepProgram& p, CachingAllocator& a, std::
     if (buf.persistent && !buf.first_step_lazy && !buf.after_construction && !constructed(buf))
       block[b] = a.alloc(buf.bytes, buf.pool_stream);
   }
+  // The after_construction buffers in buffer order, with StepProgram::loop_setup's temporaries around them.
+  bool temporaries = false;
   const auto loop_inputs = [&] {
-    for (std::size_t b = 0; b < nb; ++b)
-      if (p.buffers[b].after_construction) block[b] = a.alloc(p.buffers[b].bytes, p.buffers[b].pool_stream);
+    std::size_t next = 0;
+    const auto make_next = [&] {
+      while (next < nb && !p.buffers[next].after_construction) ++next;
+      if (next < nb) block[next] = a.alloc(p.buffers[next].bytes, p.buffers[next].pool_stream);
+      ++next;
+    };
+    if (p.loop_setup.empty()) {
+      while (next < nb) make_next();
+      return;
+    }
+    std::vector<int> made;
+    for (const LoopSetupCall& c : p.loop_setup) {
+      if (c.kind == LoopSetupCall::Buffer) {
+        make_next();
+      } else if (c.kind == LoopSetupCall::Temporary) {
+        temporaries = true;
+        made.push_back(a.alloc(c.bytes, c.pool_stream));
+      } else {
+        a.free(made.at(static_cast<std::size_t>(c.temporary)));
+      }
+    }
   };
   if (construct) {
     const auto flatten_then_shard = [&](std::size_t b) {
@@ -381,6 +402,10 @@ void allocate_before_first_step(const StepProgram& p, CachingAllocator& a, std::
     a.reset_peaks();
   } else {
     loop_inputs();
+    if (temporaries) {
+      a.empty_cache();
+      a.reset_peaks();
+    }
   }
   for (const InitRequest& q : p.init_scratch) a.free(a.alloc(q.bytes, q.pool_stream));
 }

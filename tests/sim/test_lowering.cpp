@@ -16,6 +16,7 @@
 #include "models/zoo.h"
 #include "program/lower_context.h"
 #include "program/lowering.h"
+#include "program/program_check.h"
 #include "test_lowering_fixtures.h"
 
 namespace fsdpsim::sim {
@@ -2775,6 +2776,67 @@ TEST(LoweringLoopInputs, BatchAndRotaryTablesByHand) {
       expect_well_formed(p, impl + " FSDP" + std::to_string(fsdp));
     }
   }
+}
+
+// The same setups call by call (StepProgram::loop_setup), with the temporaries the tables' code makes: inv_freq
+// fp32 4 x 4 = 16 B, the positions fp32 32 x 4 = 128 B, the angles fp32 32 x 4 x 4 = 512 B; torchtitan's
+// ones_like(angles) 512 B; litgpt's emb = cat(angles, angles) 32 x 8 x 4 = 1,024 B and emb.cos() / emb.sin() in
+// fp32 (1,024 B each) before their bf16 copies. B: a buffer of that many bytes, T: a temporary, F k: temporary k freed.
+TEST(LoweringLoopInputs, SetupCallsByHand) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  const std::map<std::string, std::string> want = {
+      {"torchtitan", "T16 T128 T512 T512 B1024 F3 F2 F1 F0 B768 B768"},
+      {"litgpt", "T16 T128 T512 T1024 T1024 B512 F4 T1024 B512 F5 F3 F2 F1 F0 B768 B768"},
+      {"hf", "B16 T128 T512 F1 F0 B768 B768"},
+      {"fused", "B16 T128 T512 F1 F0 B768 B768"},
+      {"runtime", ""},
+  };
+  for (const auto& [impl, calls] : want) {
+    const StepProgram p =
+        lower_hand(g, R"({"micro_batch": 3, "seq_len": 32, "implementation": ")" + impl + R"("})", 4, 4);
+    std::string got;
+    for (const LoopSetupCall& c : p.loop_setup) {
+      if (!got.empty()) got += ' ';
+      got += c.kind == LoopSetupCall::Buffer      ? "B" + std::to_string(c.bytes)
+             : c.kind == LoopSetupCall::Temporary ? "T" + std::to_string(c.bytes)
+                                                  : "F" + std::to_string(c.temporary);
+    }
+    EXPECT_EQ(got, calls) << impl;
+  }
+  // fp32 parameters: litgpt's cos and sin are emb.cos() and emb.sin() themselves (.to(fp32) returns its input).
+  const StepProgram fp32 =
+      lower_hand(g, R"({"seq_len": 32, "implementation": "litgpt", "param_dtype": "fp32", "reduce_dtype": "fp32"})", 4, 4);
+  ASSERT_FALSE(fp32.loop_setup.empty());
+  int temporaries = 0;
+  for (const LoopSetupCall& c : fp32.loop_setup) temporaries += c.kind == LoopSetupCall::Temporary ? 1 : 0;
+  EXPECT_EQ(temporaries, 4);
+}
+
+// A malformed setup is refused, naming the field.
+TEST(LoweringLoopInputs, MalformedSetupIsRefused) {
+  auto g = block_graph(kRoot, {kBlock, kBlock});
+  const StepProgram good = lower_hand(g, R"({"seq_len": 32, "implementation": "torchtitan"})", 4, 4);
+  EXPECT_NO_THROW(validate_program(good));
+  const auto refused = [&](StepProgram p, const std::string& field) {
+    try {
+      validate_program(p);
+      ADD_FAILURE() << "accepted; expected an error on " << field;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  StepProgram twice = good;   // a temporary freed twice
+  twice.loop_setup.insert(twice.loop_setup.begin() + 5, twice.loop_setup[5]);
+  refused(twice, "program.loop_setup[6].temporary");
+  StepProgram missing = good;   // one Buffer call short
+  missing.loop_setup.pop_back();
+  refused(missing, "program.loop_setup");
+  StepProgram kept = good;   // a temporary never freed
+  kept.loop_setup.erase(kept.loop_setup.begin() + 5);
+  refused(kept, "program.loop_setup");
+  StepProgram negative = good;
+  negative.loop_setup[0].bytes = -1;
+  refused(negative, "program.loop_setup[0].bytes");
 }
 
 }  // namespace

@@ -172,11 +172,6 @@ TEST(TorchMemoryFixtures, Fsdp2StepStartsFromTheSegmentsInitializationLeft) {
       {"gpt2-fsdp2-w8-fused", "expandable segments: PyTorch's init leaves 96 MiB mapped (16 MiB small-pool pages, "
                               "80 MiB large-pool pages), the simulator 74 MiB; not explained yet"},
       {"l1b-fsdp2-raf8-w64-tt", "not explained yet (100 MiB against 80 MiB; no allocator history of this case)"},
-      {"l1b-fsdp2-ac-s16384-tt", "expandable segments: PyTorch's init leaves a 20 MiB page holding the 4 MiB "
-                                 "freqs_cis beside its 580 MiB of shards (trace_segments.py: initial segments); "
-                                 "setup_rope's fp32 temporaries (the angles, torch.ones_like of them: 2 MiB each) "
-                                 "map it before freqs_cis is made, the simulator leaves them out and places "
-                                 "freqs_cis in the shards' last page"},
   };
   int compared = 0, exact = 0, within = 0;
   for (const auto& path : fixture_files(kDir)) {
