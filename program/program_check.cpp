@@ -54,7 +54,8 @@ static_assert(kNumMemCategories <= 32);
 void check_loop_setup(const StepProgram& p) {
   if (p.loop_setup.empty()) return;
   const auto f = [](std::size_t k) { return "program.loop_setup[" + std::to_string(k) + "]"; };
-  const auto made = std::count_if(p.buffers.begin(), p.buffers.end(), [](const Buffer& b) { return b.after_construction; });
+  const auto made =
+      std::count_if(p.buffers.begin(), p.buffers.end(), [](const Buffer& b) { return b.after_construction; });
   std::vector<char> freed;
   std::int64_t buffers = 0;
   for (std::size_t k = 0; k < p.loop_setup.size(); ++k) {
@@ -67,7 +68,8 @@ void check_loop_setup(const StepProgram& p) {
         throw InputError(f(k) + ".pool_stream", std::to_string(c.pool_stream), "a stream id");
       freed.push_back(0);
     } else if (c.kind == LoopSetupCall::Free) {
-      if (c.temporary < 0 || c.temporary >= static_cast<int>(freed.size()) || freed[static_cast<std::size_t>(c.temporary)])
+      if (c.temporary < 0 || c.temporary >= static_cast<int>(freed.size()) ||
+          freed[static_cast<std::size_t>(c.temporary)])
         throw InputError(f(k) + ".temporary", std::to_string(c.temporary), "a temporary made before and not freed yet");
       freed[static_cast<std::size_t>(c.temporary)] = 1;
     } else {

@@ -2804,8 +2804,8 @@ TEST(LoweringLoopInputs, SetupCallsByHand) {
     EXPECT_EQ(got, calls) << impl;
   }
   // fp32 parameters: litgpt's cos and sin are emb.cos() and emb.sin() themselves (.to(fp32) returns its input).
-  const StepProgram fp32 =
-      lower_hand(g, R"({"seq_len": 32, "implementation": "litgpt", "param_dtype": "fp32", "reduce_dtype": "fp32"})", 4, 4);
+  const StepProgram fp32 = lower_hand(
+      g, R"({"seq_len": 32, "implementation": "litgpt", "param_dtype": "fp32", "reduce_dtype": "fp32"})", 4, 4);
   ASSERT_FALSE(fp32.loop_setup.empty());
   int temporaries = 0;
   for (const LoopSetupCall& c : fp32.loop_setup) temporaries += c.kind == LoopSetupCall::Temporary ? 1 : 0;
