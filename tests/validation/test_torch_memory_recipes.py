@@ -136,6 +136,23 @@ class Recipes(unittest.TestCase):
         self.check("tiny-llama", "fused", "fused_linear")
         self.check("tiny-llama", "torchtitan", "fused")
 
+    def test_llama_blocks_register_their_modules_as_each_framework(self):
+        """named_parameters' order inside a block: FSDP1 flattens in it, FSDP2 makes the shards in it."""
+        want = {"litgpt": ["input_layernorm", "self_attn", "post_attention_layernorm", "mlp"]}
+        for implementation in ("torchtitan", "hf", "litgpt", "fused"):
+            with self.subTest(implementation=implementation):
+                _, _, model, _, _, _ = build("tiny-llama", implementation, materialize=False)
+                block = model.model.layers[0]
+                self.assertEqual([n for n, _ in block.named_children()],
+                                 want.get(implementation, ["self_attn", "mlp", "input_layernorm",
+                                                           "post_attention_layernorm"]))
+                names = [n for n, _ in block.named_parameters()]
+                norms = [i for i, n in enumerate(names) if "layernorm" in n]
+                if implementation == "litgpt":
+                    self.assertEqual(norms[0], 0)
+                else:
+                    self.assertEqual(norms, [len(names) - 2, len(names) - 1])
+
     def test_gpt2_recipes(self):
         self.check("tiny-gpt2", "hf")
         self.check("tiny-gpt2", "fused", "fused_linear")

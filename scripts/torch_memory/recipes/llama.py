@@ -196,10 +196,22 @@ class LlamaDecoderLayer(nn.Module):
         if spec["mlp"] != "swiglu" or spec["norm"] != "rmsnorm" or spec["n_experts"]:
             raise ValueError(f"the llama recipes build dense SwiGLU/RMSNorm models, not {spec['name']}")
         self.layer_id = layer_id
-        self.input_layernorm = make_norm(recipe, spec["hidden"], dtype)
-        self.self_attn = FusedQKV(spec, dtype) if recipe == "litgpt" else SeparateQKV(spec, recipe, dtype)
-        self.post_attention_layernorm = make_norm(recipe, spec["hidden"], dtype)
-        self.mlp = SwiGLU(spec, recipe, dtype)
+        # Registration order is named_parameters' order: what FSDP1 flattens a block in (so where the shard
+        # boundaries fall among its parameters) and what FSDP2 makes each parameter's shard in. litgpt's Block
+        # registers norm_1, attn, norm_2, mlp; transformers' LlamaDecoderLayer self_attn, mlp, input_layernorm,
+        # post_attention_layernorm, and torchtitan's TransformerBlock attention, feed_forward, attention_norm,
+        # ffn_norm: the norms last (fsdpsim's models/module_tree.cpp builds the same orders). (Until 2026-11-29
+        # every recipe registered litgpt's order.)
+        if recipe == "litgpt":
+            self.input_layernorm = make_norm(recipe, spec["hidden"], dtype)
+            self.self_attn = FusedQKV(spec, dtype)
+            self.post_attention_layernorm = make_norm(recipe, spec["hidden"], dtype)
+            self.mlp = SwiGLU(spec, recipe, dtype)
+        else:
+            self.self_attn = SeparateQKV(spec, recipe, dtype)
+            self.mlp = SwiGLU(spec, recipe, dtype)
+            self.input_layernorm = make_norm(recipe, spec["hidden"], dtype)
+            self.post_attention_layernorm = make_norm(recipe, spec["hidden"], dtype)
 
     def forward(self, x, *rope):
         bank = self._modules.get("lora_bank")     # FSDP1 LoRA without use_orig_params (recipes/adapters.py)
