@@ -239,7 +239,7 @@ void for_each_adapter(const models::FsdpUnit& u, const models::TrainableSet& ts,
 
 UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, bool use_orig_params,
                            const models::TrainableSet& ts, double unit_fraction,
-                           std::vector<std::int64_t>* orig_param_shards) {
+                           std::vector<std::int64_t>* orig_param_shards, std::vector<FlatTensor>* flat_tensors) {
   UnitSizes s;
   s.params = u.params;
   // M1: `_get_aligned_numel` = 16 // itemsize; padding goes before a tensor that would start unaligned.
@@ -250,7 +250,9 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
   };
   std::vector<Span> trained;   // the trainable tensors' places in the flat parameter
   std::int64_t trainable = 0;
+  int depth = 0;   // (of the tensor added next: flat_tensors)
   const auto add = [&](std::int64_t numel, bool trains) {
+    if (flat_tensors) flat_tensors->push_back({numel, depth});
     if (align > 1 && total % align != 0) total += align - total % align;
     if (trains) {
       trained.push_back({total, numel});
@@ -279,6 +281,7 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
   } else {
     placed.assign(static_cast<std::size_t>(std::max<int>(static_cast<int>(ts.layers.size()), 0)) + 1, 0);
     for (const auto& t : u.tensors) {
+      depth = static_cast<int>(std::count(t.name.begin(), t.name.end(), '.'));
       if (adapters_inline) {
         const models::TensorWeight tw = models::tensor_weight(t.name);
         const bool in_block = tw.layer >= 0 && tw.layer < static_cast<int>(ts.layers.size());
@@ -299,6 +302,7 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
       add(t.numel(), !frozen && models::tensor_trains(ts, t.name));
     }
   }
+  if (!listed && flat_tensors) flat_tensors->clear();   // (its tensors are not known)
   // use_orig_params: the flat param itself is padded to a multiple of N; otherwise `_get_shard` pads shards.
   if (use_orig_params && total % N != 0) total += N - total % N;
   s.shard = ceil_div(total, N);
@@ -427,6 +431,34 @@ std::vector<std::int64_t> fsdp2_shard_tensors(const Context& c, int u) {
   for (std::int64_t n : all) sum += n;
   if (sum != s.shard) return {};
   return all;
+}
+
+std::vector<Fsdp1FlatParam> fsdp1_flat_params(const Context& c, int u) {
+  const UnitSizes& s = c.sizes[static_cast<std::size_t>(u)];
+  const models::FsdpUnit& unit = c.graph->units[static_cast<std::size_t>(u)];
+  const Plan& plan = *c.plan;
+  std::vector<FlatTensor> tensors;
+  fsdp1_unit_sizes(unit, c.N, plan.master_weights_dtype, plan.use_orig_params, c.trainable, 1.0, nullptr, &tensors);
+  // Materialized module by module, breadth first (_get_modules_to_materialize; _move_module_to_device's queue
+  // alike): the modules at one depth come in the order named_parameters meets them, so a stable sort of the
+  // flatten order by depth gives that order.
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [](const FlatTensor& a, const FlatTensor& b) { return a.depth < b.depth; });
+  std::vector<Fsdp1FlatParam> flats;
+  std::int64_t adapters = 0;
+  for (const auto& [numel, dim0] : unit_adapters(c, u)) adapters += numel;
+  const bool adapters_apart = c.trainable.lora.on() && !plan.use_orig_params && adapters > 0;
+  if (adapters_apart) {
+    Fsdp1FlatParam a;
+    a.bytes = ceil_div(adapters, c.N) * c.bm;
+    for (const auto& [numel, dim0] : unit_adapters(c, u)) a.originals.push_back(numel * c.bm);
+    flats.push_back(std::move(a));
+  }
+  Fsdp1FlatParam base;
+  base.bytes = s.shard_bytes(c.bm) - (adapters_apart ? flats[0].bytes : 0);
+  for (const FlatTensor& t : tensors) base.originals.push_back(t.numel * c.bm);
+  flats.push_back(std::move(base));
+  return flats;
 }
 
 std::vector<std::pair<std::int64_t, std::int64_t>> unit_adapters(const Context& c, int u) {

@@ -55,9 +55,16 @@ struct UnitSizes {
 // A unit described only by its count (no tensor list) takes trainable_fraction of it.
 // `orig_param_shards` (use_orig_params, a listed unit): receives the numel of each trainable tensor's part of
 // rank 0's shard, in flat order (the original parameters the optimizer steps), the empty ones left out.
+// `flat_tensors` (a listed unit only): the tensors flattened into its FlatParameter, in flatten order, each with
+// the depth of the module that registers it (dots in its name); LoRA adapters flattened inline take their weight's.
+struct FlatTensor {
+  std::int64_t numel = 0;
+  int depth = 0;
+};
 UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int shard_size, Dtype flat_dtype, bool use_orig_params,
                            const models::TrainableSet& ts, double unit_fraction = 1.0,
-                           std::vector<std::int64_t>* orig_param_shards = nullptr);
+                           std::vector<std::int64_t>* orig_param_shards = nullptr,
+                           std::vector<FlatTensor>* flat_tensors = nullptr);
 // FSDP2 per-parameter dim-0 padding (M6): each tensor's local chunk is ceil(dim0/N) rows; only trainable
 // tensors get gradients, reduce-scatter inputs and optimizer state (D5). `param_shards` receives each
 // trainable listed tensor's chunk, then each adapter's (the parameters the optimizer steps); `all_shards`
@@ -362,6 +369,16 @@ std::vector<std::int64_t> optimizer_state_tensors(const models::FsdpUnit& unit, 
                                                   const models::TrainableSet& ts, std::int64_t optim);
 // FSDP2's sharded parameters of unit u, one numel per tensor (Context::shard_tensors).
 std::vector<std::int64_t> fsdp2_shard_tensors(const Context& c, int u);
+// FSDP1's FlatParameters of unit u in the order FSDP1 constructs them: with LoRA without use_orig_params the
+// adapters' one first (a unit of its own, nested in the block's: auto-wrap wraps children first; its shard part of
+// UnitSizes::shard, allocated apart), then the unit's own. Each with its shard's bytes and the original
+// parameters it is flattened from (bytes in the master dtype, in the order FSDP1 materializes them; none for a unit
+// known by its count): StepProgram::init_originals.
+struct Fsdp1FlatParam {
+  Bytes bytes = 0;
+  std::vector<Bytes> originals;
+};
+std::vector<Fsdp1FlatParam> fsdp1_flat_params(const Context& c, int u);
 // The LoRA adapter matrices unit u holds (each block's, then the head's), after its own tensors in FSDP2's
 // per-parameter lists: (numel, dim 0) of each.
 std::vector<std::pair<std::int64_t, std::int64_t>> unit_adapters(const Context& c, int u);
@@ -416,6 +433,7 @@ class Builder {
     b.persistent = persistent;
     b.first_step_lazy = false;
     b.after_construction = false;
+    b.init_originals = -1;
     return id;
   }
   Op& op(OpKind kind, int stream, int unit, int micro_batch, std::string_view what) {

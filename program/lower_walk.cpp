@@ -86,13 +86,21 @@ void LoweringWalk::add_persistent() {
   param_shard_.assign(U, -1);
   grad_shard_.assign(U, -1);
   optim_.clear();
+  p_.init_originals.clear();
   for (int u = 0; u < U; ++u) {
     b_.site(-1, SitePhase::Persistent, unit_site_layer(c_, u));
     const UnitSizes& s = c_.sizes[u];
     if (s.params == 0) continue;
     if (!plan_.cpu_offload.params) {
       const std::vector<std::int64_t>& tensors = c_.shard_tensors[static_cast<std::size_t>(u)];
-      if (tensors.size() > 1) {
+      if (plan_.fsdp_version == FsdpVersion::FSDP1 && plan_.implementation != models::ModelImpl::Runtime) {
+        // Its FlatParameters (the LoRA adapters' apart, first), each made from its original parameters while
+        // FSDP1's construction is modelled (StepProgram::init_originals); reads name the unit's own.
+        for (const Fsdp1FlatParam& f : fsdp1_flat_params(c_, u)) {
+          param_shard_[u] = b_.buffer(shard_name(), u, f.bytes, MemCategory::ShardedParams, compute_, true);
+          if (p_.init_flatten_world > 1 && !f.originals.empty()) set_init_originals(param_shard_[u], f.originals);
+        }
+      } else if (tensors.size() > 1) {
         // One tensor per parameter (Context::shard_tensors), in order; reads name the first.
         for (std::int64_t numel : tensors) {
           const int buf = b_.buffer(shard_name(), u, numel * c_.bm, MemCategory::ShardedParams, compute_, true);
@@ -139,6 +147,14 @@ void LoweringWalk::add_persistent() {
 }
 
 // What the training loop holds on the device besides the model's state, made once the model is built and sharded
+// Buffer::init_originals: identical lists (every block's) share one entry of StepProgram::init_originals.
+void LoweringWalk::set_init_originals(int buffer, const std::vector<Bytes>& originals) {
+  auto& lists = p_.init_originals;
+  auto it = std::find(lists.begin(), lists.end(), originals);
+  if (it == lists.end()) it = lists.insert(lists.end(), originals);
+  p_.buffers[static_cast<std::size_t>(buffer)].init_originals = static_cast<int>(it - lists.begin());
+}
+
 // (Buffer::after_construction; StepProgram::loop_setup, with the temporaries the tables' code makes), in this order:
 //  * the recipe's rotary tables, for a rotary model, from the angles: inv_freq, fp32 [rope dims / 2], the positions
 //    t, fp32 [S], and freqs = outer(t, inv_freq), fp32 [S, rope dims / 2] (scripts/torch_memory/recipes/llama.py

@@ -39,6 +39,12 @@ void check_buffer(const StepProgram& p, int b, int n_streams) {
     throw InputError(f() + ".first_step_lazy", "true", "only on a persistent buffer");
   if (buf.after_construction && (!buf.persistent || buf.first_step_lazy))
     throw InputError(f() + ".after_construction", "true", "only on a persistent buffer that is not first_step_lazy");
+  if (buf.init_originals != -1 &&
+      (static_cast<unsigned>(buf.init_originals) >= p.init_originals.size() || !buf.persistent || buf.first_step_lazy ||
+       buf.category != MemCategory::ShardedParams))
+    throw InputError(f() + ".init_originals", std::to_string(buf.init_originals),
+                     "-1, or an index into program.init_originals (" + std::to_string(p.init_originals.size()) +
+                         " lists) on a persistent sharded_params buffer");
 }
 
 // The categories a buffer may have, as a bit mask (all but allocator_slack and cuda_context).
@@ -87,6 +93,11 @@ void check_streams_and_buffers(const StepProgram& p) {
   const int n_streams = static_cast<int>(p.streams.size());
   const int n_buffers = static_cast<int>(p.buffers.size());
   if (n_streams == 0) throw InputError("program.streams", "[]", "at least the compute stream");
+  for (std::size_t k = 0; k < p.init_originals.size(); ++k)
+    for (std::size_t j = 0; j < p.init_originals[k].size(); ++j)
+      if (p.init_originals[k][j] < 0)
+        throw InputError("program.init_originals[" + std::to_string(k) + "][" + std::to_string(j) + "]",
+                         std::to_string(p.init_originals[k][j]), ">= 0 bytes");
   for (int s = 0; s < n_streams; ++s)
     if (p.streams[s].id != s)
       throw InputError("program.streams[" + std::to_string(s) + "].id", std::to_string(p.streams[s].id),
@@ -99,7 +110,10 @@ void check_streams_and_buffers(const StepProgram& p) {
     const unsigned c = static_cast<unsigned>(buf.category);
     if (buf.id != b || buf.bytes < 0 || static_cast<unsigned>(buf.pool_stream) >= static_cast<unsigned>(n_streams) ||
         c >= 32 || !((kBufferCategories >> c) & 1u) || (buf.first_step_lazy && !buf.persistent) ||
-        (buf.after_construction && (!buf.persistent || buf.first_step_lazy))) [[unlikely]] {
+        (buf.after_construction && (!buf.persistent || buf.first_step_lazy)) ||
+        (buf.init_originals != -1 && (static_cast<unsigned>(buf.init_originals) >= p.init_originals.size() ||
+                                      !buf.persistent || buf.first_step_lazy ||
+                                      buf.category != MemCategory::ShardedParams))) [[unlikely]] {
       check_buffer(p, b, n_streams);   // throws the InputError
       throw std::logic_error("check_streams_and_buffers: the fast check and check_buffer disagree on buffer " +
                              std::to_string(b));

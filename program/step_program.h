@@ -80,6 +80,9 @@ struct Buffer {
   // before its torch.cuda.empty_cache()): the batch on the device and the recipe's rotary tables
   // (program/lower_walk.cpp add_loop_inputs). Allocated after every other persistent buffer, in buffer order.
   bool after_construction = false;
+  // FSDP1's construction (StepProgram::init_flatten_world): the unit's original parameters, held while this
+  // FlatParameter shard is made; an index into StepProgram::init_originals (-1: none).
+  int init_originals = -1;
 };
 
 struct FreeSpec {
@@ -185,18 +188,27 @@ struct StepProgram {
   // _full_param_padded and _full_prec_full_param_padded on the default stream; program/lower_fsdp1.cpp). A
   // request equal to an earlier one is left out: the block that served it is free again and serves it again.
   std::vector<InitRequest> init_scratch;
-  // FSDP1's construction (FullyShardedDataParallel.__init__ -> _init_param_handle_from_params, units in auto-wrap's
-  // post-order: the blocks, then the root with the rest): each unit's FlatParameter is flattened whole
-  // (FlatParamHandle.flatten_tensors: a torch.cat padded to a multiple of the shard group) and then sharded
-  // (FlatParamHandle.shard: this rank's chunk cloned while the whole one is alive, which is then freed). With
-  // init_flatten_world > 1, each persistent ShardedParams buffer is allocated while a scratch of
-  // init_flatten_world times its bytes is, in buffer order but init_flatten_last (the root's) last, after the
-  // other persistent buffers; then torch.cuda.empty_cache() (as the PyTorch harness does after construction:
-  // what construction left wholly free is released; what it left in use, such as the root's shard placed in a
-  // block's freed flat buffer, stays) and the allocator's peaks restart (the step's peaks are the step's), before
-  // init_scratch. 0: none (FSDP2, NO_SHARD, parameters offloaded, QLoRA, the bundled runtime).
+  // FSDP1's construction (FullyShardedDataParallel.__init__ -> _init_param_handle_from_module, units in auto-wrap's
+  // post-order: the blocks, then the root with the rest): the unit's original parameters are materialized
+  // (_materialize_with_param_init_fn, module by module breadth first, or moved to the device by
+  // _move_module_to_device), its FlatParameter flattened whole (FlatParamHandle.flatten_tensors: a torch.cat
+  // padded to a multiple of the shard group) and then sharded (FlatParamHandle.shard: this rank's chunk cloned
+  // while the whole one is alive, which is then freed), and the originals are freed after that, when
+  // _init_param_handle_from_module returns (its `managed_params` list holds them through
+  // _init_param_handle_from_params; torch/distributed/fsdp/_init_utils.py). With init_flatten_world > 1, each
+  // persistent ShardedParams buffer is made that way: its Buffer::init_originals allocated one by one, a scratch
+  // of init_flatten_world times its bytes, the buffer, the scratch freed, the originals freed; in buffer order
+  // but init_flatten_last (the root's) last, after the other persistent buffers; then torch.cuda.empty_cache() (as
+  // the PyTorch harness does after construction: what construction left wholly free is released; what it left in
+  // use, such as the root's shard placed in a block's freed flat buffer, stays) and the allocator's peaks restart (the
+  // step's peaks are the step's), before init_scratch. 0: none (FSDP2, NO_SHARD, parameters offloaded, QLoRA, the
+  // bundled runtime). (A model moved to the GPU whole before FSDP wraps it holds every original from the start: not
+  // this path; the harness, Lightning's and accelerate's meta-device or CPU loading are.)
   int init_flatten_world = 0;
   int init_flatten_last = -1;
+  // Distinct lists of original parameter sizes (bytes, in materialization order), named by
+  // Buffer::init_originals: identical units share one list.
+  std::vector<std::vector<Bytes>> init_originals;
   // How the after_construction buffers are made (after FSDP1's construction, before the cache is emptied): with the
   // temporaries their code makes and frees around them (program/lower_walk.cpp add_loop_inputs). Empty: the
   // after_construction buffers in buffer order, nothing else. Every Temporary is freed by a later Free, and then

@@ -92,10 +92,12 @@ struct CompiledBuffer {
   bool persistent = false;
   bool first_step_lazy = false;      // (Buffer::first_step_lazy)
   bool after_construction = false;   // (Buffer::after_construction)
+  int init_originals = -1;           // (Buffer::init_originals)
   bool operator==(const CompiledBuffer&) const = default;
 };
 inline CompiledBuffer compiled_buffer(const Buffer& b) {
-  return CompiledBuffer{b.bytes, b.pool_stream, b.category, b.persistent, b.first_step_lazy, b.after_construction};
+  return CompiledBuffer{b.bytes,           b.pool_stream,        b.category,       b.persistent,
+                        b.first_step_lazy, b.after_construction, b.init_originals};
 }
 
 // A run of identical periods (filled by the stretch, sim/stretch.h): ops [begin, begin + period * count)
@@ -121,6 +123,7 @@ struct CompiledProgram {
   std::vector<std::string> notes;      // the result's first notes (a compiled StepProgram's are its own)
   std::vector<InitRequest> init_scratch;   // StepProgram::init_scratch (the stretch's: its source's)
   int init_flatten_world = 0, init_flatten_last = -1;   // (StepProgram's; the root's buffer precedes every block's)
+  std::vector<std::vector<Bytes>> init_originals;       // (StepProgram's)
   std::vector<LoopSetupCall> loop_setup;                // (StepProgram's)
   std::vector<PeriodicRun> runs;       // (the stretch's; compile_program leaves it empty)
   // Some free has a reuse_after_op (record_stream): memory then depends on GPU progress.

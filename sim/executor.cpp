@@ -1405,6 +1405,7 @@ void compile_program(const StepProgram& p, CompiledProgram& cp) {
   cp.init_scratch = p.init_scratch;
   cp.init_flatten_world = p.init_flatten_world;
   cp.init_flatten_last = p.init_flatten_last;
+  cp.init_originals = p.init_originals;
   cp.loop_setup = p.loop_setup;
   cp.runs.clear();
   cp.record_stream_frees = record_stream >= 0;

@@ -24,6 +24,7 @@ void MemoryTracker::start(const StepProgram& program, const AllocatorConfig& con
   init_scratch_ = &program.init_scratch;
   init_flatten_world_ = program.init_flatten_world;
   init_flatten_last_ = program.init_flatten_last;
+  init_originals_ = &program.init_originals;
   loop_setup_ = &program.loop_setup;
   start_run(static_cast<int>(program.buffers.size()), static_cast<int>(program.ops.size()), config, record_timeline);
 }
@@ -35,6 +36,7 @@ void MemoryTracker::start(const CompiledProgram& program, const AllocatorConfig&
   init_scratch_ = &program.init_scratch;
   init_flatten_world_ = program.init_flatten_world;
   init_flatten_last_ = program.init_flatten_last;
+  init_originals_ = &program.init_originals;
   loop_setup_ = &program.loop_setup;
   start_run(static_cast<int>(program.buffers.size()), program.num_ops(), config, record_timeline);
 }
@@ -121,8 +123,16 @@ void MemoryTracker::for_each_init_call(Visit&& visit) const {
   if (construct) {
     const auto flatten_then_shard = [&](int id) {
       const CompiledBuffer& b = bufs_[id];
-      return visit(InitCall::Scratch, -1, b.bytes * init_flatten_world_, b.pool_stream) &&
-             visit(InitCall::Buffer, id, b.bytes, b.pool_stream);
+      static const std::vector<Bytes> kNone;
+      const std::vector<Bytes>& originals = b.init_originals >= 0 ? (*init_originals_)[b.init_originals] : kNone;
+      for (Bytes o : originals)
+        if (!visit(InitCall::Original, -1, o, b.pool_stream)) return false;
+      if (!visit(InitCall::Scratch, -1, b.bytes * init_flatten_world_, b.pool_stream) ||
+          !visit(InitCall::Buffer, id, b.bytes, b.pool_stream))
+        return false;
+      for (std::size_t k = 0; k < originals.size(); ++k)
+        if (!visit(InitCall::FreeOriginal, -1, static_cast<Bytes>(k), b.pool_stream)) return false;
+      return true;
     };
     for (int id = 0; id < num_bufs_; ++id) {
       const CompiledBuffer& b = bufs_[id];
@@ -184,6 +194,8 @@ void MemoryTracker::allocate_persistent() {
   int scratch = -1;   // a FlatParameter flattened whole, freed once its shard exists
   std::vector<int>& temporaries = init_temporaries_;   // the loop setup's (StepProgram::loop_setup)
   temporaries.clear();
+  init_original_blocks_.clear();
+  bool originals_done = false;   // (the next Original begins another unit's)
   for_each_init_call([&](InitCall call, int id, Bytes bytes, int pool) {
     int block = -1;
     switch (call) {
@@ -197,6 +209,17 @@ void MemoryTracker::allocate_persistent() {
       case InitCall::Scratch: scratch = allocator_.alloc(bytes, pool); break;
       case InitCall::Temporary: temporaries.push_back(allocator_.alloc(bytes, pool)); break;
       case InitCall::FreeTemporary: allocator_.free(temporaries[static_cast<std::size_t>(bytes)]); break;
+      case InitCall::Original:
+        if (originals_done) {
+          init_original_blocks_.clear();
+          originals_done = false;
+        }
+        init_original_blocks_.push_back(allocator_.alloc(bytes, pool));
+        break;
+      case InitCall::FreeOriginal:
+        allocator_.free(init_original_blocks_[static_cast<std::size_t>(bytes)]);
+        originals_done = true;
+        break;
       case InitCall::EmptyCache:
         allocator_.empty_cache();
         allocator_.reset_peaks();

@@ -347,8 +347,8 @@ class Reference {
 }  // namespace
 
 // Before the first step (StepProgram::init_flatten_world): the persistent buffers, FSDP1's FlatParameters flattened
-// whole then sharded (the root's last), the after_construction buffers, the cache emptied (FSDP1's construction),
-// then the lazy init's requests.
+// whole then sharded while their original parameters are held (the root's last), the after_construction buffers,
+// the cache emptied (FSDP1's construction), then the lazy init's requests.
 void allocate_before_first_step(const StepProgram& p, CachingAllocator& a, std::vector<int>& block) {
   const std::size_t nb = p.buffers.size();
   block.resize(nb, -1);
@@ -387,9 +387,14 @@ void allocate_before_first_step(const StepProgram& p, CachingAllocator& a, std::
   if (construct) {
     const auto flatten_then_shard = [&](std::size_t b) {
       const Buffer& buf = p.buffers[b];
+      std::vector<int> originals;
+      if (buf.init_originals >= 0)
+        for (Bytes o : p.init_originals.at(static_cast<std::size_t>(buf.init_originals)))
+          originals.push_back(a.alloc(o, buf.pool_stream));
       const int whole = a.alloc(buf.bytes * p.init_flatten_world, buf.pool_stream);
       block[b] = a.alloc(buf.bytes, buf.pool_stream);
       a.free(whole);
+      for (int o : originals) a.free(o);
     };
     const auto last = static_cast<std::size_t>(p.init_flatten_last);   // (-1: past every buffer)
     for (std::size_t b = 0; b < nb; ++b) {

@@ -18,6 +18,7 @@
 #include "models/zoo.h"
 #include "memory/caching_allocator.h"
 #include "sim/memory_tracker.h"
+#include "sim/reference_engine.h"
 #include "sim/simulator.h"
 #include "test_executor_builder.h"
 
@@ -383,6 +384,37 @@ TEST(MemoryTrackerReuse, Fsdp1ConstructionLeavesTheRootShardInABlocksFlatSegment
   MemoryTracker t(p, 0, false);
   t.allocate_persistent();
   EXPECT_EQ(t.stats().reserved, 126 * kMiB + 2 * 30 * kMiB);
+}
+
+// The originals held through the construction (Buffer::init_originals) by hand: 3 and 5 MiB originals take a 20 MiB
+// segment (requests under 10 MiB), the 24 MiB flat tensor a segment of its own, and the 12 MiB shard then fits the
+// first segment's free 12 MiB exactly; the flat tensor's segment is released by empty_cache, the originals' freed
+// blocks stay in the first one: 20 MiB reserved. Without them the shard needs a 12 MiB segment of its own, and 12 MiB
+// stay reserved. The reference engine's construction (allocate_before_first_step) agrees with the tracker.
+TEST(MemoryTrackerReuse, Fsdp1ConstructionHoldsTheOriginalsUntilTheShardExists) {
+  PB b;
+  const int shard = b.buffer(12 * kMiB, MemCategory::ShardedParams, 0, true);
+  b.op(OpKind::Forward, PB::kCompute);
+  StepProgram p = b.p;
+  p.init_flatten_world = 2;
+  p.init_originals = {{3 * kMiB, 5 * kMiB}};
+  p.buffers[static_cast<std::size_t>(shard)].init_originals = 0;
+  for (int pass = 0; pass < 2; ++pass) {   // (the second from the saved state)
+    MemoryTracker t(p, 0, false);
+    if (pass == 1) t.allocate_persistent(), t.start(p, 0, false);
+    t.allocate_persistent();
+    EXPECT_EQ(t.stats().reserved, 20 * kMiB) << pass;
+    EXPECT_EQ(t.stats().allocated, 12 * kMiB) << pass;
+  }
+  CachingAllocator a;
+  std::vector<int> blocks;
+  allocate_before_first_step(p, a, blocks);
+  EXPECT_EQ(a.stats().reserved, 20 * kMiB);
+  EXPECT_EQ(a.stats().allocated, 12 * kMiB);
+  p.buffers[static_cast<std::size_t>(shard)].init_originals = -1;
+  MemoryTracker t(p, 0, false);
+  t.allocate_persistent();
+  EXPECT_EQ(t.stats().reserved, 12 * kMiB);
 }
 
 TEST(MemoryTrackerReuse, SimulateAlternatingPlansMatchesAFreshThread) {

@@ -2685,6 +2685,66 @@ TEST(LoweringFsdp1, LazyInitScratchByHand) {
   EXPECT_TRUE(lower_hand(g, R"({"fsdp_version": 1, "implementation": "runtime"})", 4, 4).init_scratch.empty());
 }
 
+// FSDP1's construction holds each unit's original parameters (Buffer::init_originals, fp32 bytes) while its
+// FlatParameter is flattened and sharded, in the order FSDP1 materializes them: module by module, breadth first
+// (_get_modules_to_materialize). tiny_spec(2) as transformers names it: a block's norms (16 elements, 64 B; modules
+// one level above the projections) before q, k, v, o (16 x 16: 1,024 B) and gate, up, down (16 x 32: 2,048 B); the
+// root's lm_head (64 x 16: 4,096 B, a module of the top level) before the embedding and the final norm. With LoRA
+// without use_orig_params (r 2 on q and v) the block's adapters are a FlatParameter of their own, constructed first:
+// q's A (2 x 16) and B (16 x 2), then v's, 128 B each; its shard 4 x 32 / 2 ranks x 4 B = 256 B, the block's own
+// (2 x 16 + 4 x 256 + 3 x 512) / 2 x 4 B = 5,184 B. Every block shares one list; none with FSDP2.
+TEST(LoweringFsdp1, ConstructionHoldsTheOriginalsBreadthFirst) {
+  const models::ModelSpec m = tiny_spec(2);
+  const auto lower_plan = [&](const std::string& json) {
+    const Plan plan = resolved(json, 2, 2);
+    return lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
+  };
+  // Per unit: (shard bytes, originals) of each persistent ShardedParams buffer, in buffer order.
+  const auto shards = [](const StepProgram& p, int unit) {
+    std::vector<std::pair<Bytes, std::vector<Bytes>>> out;
+    for (const Buffer& b : p.buffers)
+      if (b.persistent && b.category == MemCategory::ShardedParams && b.unit == unit)
+        out.emplace_back(b.bytes, b.init_originals >= 0
+                                      ? p.init_originals.at(static_cast<std::size_t>(b.init_originals))
+                                      : std::vector<Bytes>{});
+    return out;
+  };
+  const std::vector<Bytes> block = {64, 64, 1024, 1024, 1024, 1024, 2048, 2048, 2048};
+  const StepProgram full = lower_plan(R"({"fsdp_version": 1, "implementation": "hf"})");
+  expect_well_formed(full, "full");
+  EXPECT_EQ(full.init_flatten_world, 2);
+  using Shards = std::vector<std::pair<Bytes, std::vector<Bytes>>>;
+  EXPECT_EQ(shards(full, 0), (Shards{{(2 * 1024 + 16) / 2 * 4, {4096, 4096, 64}}}));
+  EXPECT_EQ(shards(full, 1), (Shards{{(2 * 16 + 4 * 256 + 3 * 512) / 2 * 4, block}}));
+  EXPECT_EQ(shards(full, 2), shards(full, 1));
+  EXPECT_EQ(full.init_originals.size(), 2u);   // the root's list and the blocks' one
+  const StepProgram lora = lower_plan(R"({"fsdp_version": 1, "implementation": "hf", "use_orig_params": false,
+                                          "lora": {"rank": 2, "targets": ["q", "v"]}})");
+  expect_well_formed(lora, "lora");
+  EXPECT_EQ(shards(lora, 1), (Shards{{256, {128, 128, 128, 128}}, {5184, block}}));
+  for (const char* plan : {R"({"fsdp_version": 2})", R"({"fsdp_version": 1, "sharding_strategy": "NO_SHARD"})"}) {
+    const StepProgram q = lower_plan(plan);
+    EXPECT_TRUE(q.init_originals.empty()) << plan;
+    for (const Buffer& b : q.buffers) EXPECT_EQ(b.init_originals, -1) << plan << " " << b.name;
+  }
+}
+
+// A lowering that reuses a spent program's buffers (lowering::OpRecycler, as simulate() does) leaves none of the
+// earlier program's construction originals on them: an FSDP2 program lowered after an FSDP1 one is well formed
+// and names no list.
+TEST(LoweringFsdp1, RecycledBuffersDropTheOriginals) {
+  const models::ModelSpec m = tiny_spec(2);
+  lowering::OpRecycler recycler;
+  for (const char* json : {R"({"fsdp_version": 1, "implementation": "hf"})", R"({"fsdp_version": 2})"}) {
+    const Plan plan = resolved(json, 2, 2);
+    StepProgram p = lowering::lower_with(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2},
+                                         &recycler);
+    EXPECT_NO_THROW(validate_program(p)) << json;
+    EXPECT_EQ(p.init_originals.empty(), plan.fsdp_version == FsdpVersion::FSDP2) << json;
+    lowering::recycle(p, recycler);
+  }
+}
+
 // FSDP1's construction (StepProgram::init_flatten_world): every FlatParameter flattened over the shard group, then
 // sharded; the root's (unit 0, 17 fp32 elements per rank on the hand model over 4 GPUs: 68 B) last. Not with FSDP2,
 // NO_SHARD, parameters offloaded to the CPU or the bundled runtime. The shard group of HYBRID_SHARD: its width.
@@ -2837,6 +2897,28 @@ TEST(LoweringLoopInputs, MalformedSetupIsRefused) {
   StepProgram negative = good;
   negative.loop_setup[0].bytes = -1;
   refused(negative, "program.loop_setup[0].bytes");
+  // FSDP1's construction originals (Buffer::init_originals): an index past the lists, on a buffer that is not a
+  // persistent sharded parameter, a negative size.
+  const models::ModelSpec m = tiny_spec(2);
+  const Plan plan = resolved(R"({"fsdp_version": 1, "implementation": "hf"})", 2, 2);
+  const StepProgram fsdp1 = lower(m, models::build_wrap_graph(m, plan.auto_wrap_policy), plan, Topology{2, 2});
+  EXPECT_NO_THROW(validate_program(fsdp1));
+  int shard = -1, other = -1;
+  for (const Buffer& b : fsdp1.buffers) {
+    if (b.init_originals >= 0 && shard < 0) shard = b.id;
+    if (!b.persistent && other < 0) other = b.id;
+  }
+  ASSERT_GE(shard, 0);
+  ASSERT_GE(other, 0);
+  StepProgram past = fsdp1;
+  past.buffers[static_cast<std::size_t>(shard)].init_originals = static_cast<int>(past.init_originals.size());
+  refused(past, "program.buffers[" + std::to_string(shard) + "].init_originals");
+  StepProgram transient = fsdp1;
+  transient.buffers[static_cast<std::size_t>(other)].init_originals = 0;
+  refused(transient, "program.buffers[" + std::to_string(other) + "].init_originals");
+  StepProgram below = fsdp1;
+  below.init_originals[0][0] = -4;
+  refused(below, "program.init_originals[0][0]");
 }
 
 }  // namespace
