@@ -270,7 +270,8 @@ UnitSizes fsdp1_unit_sizes(const models::FsdpUnit& u, int N, Dtype flat_dtype, b
   // without use_orig_params FSDP1 refuses a FlatParameter of mixed requires_grad (_flat_param.py
   // FlatParamHandle._validate_tensors_to_flatten), so the adapters are flattened apart (torchtune's
   // lora_fsdp_wrap_policy wraps each LoRA A / B linear in its own FSDP unit): modelled as one more
-  // FlatParameter of this unit holding its adapters (one all-gather and one reduce-scatter with the unit's).
+  // FlatParameter of this unit holding its adapters (one all-gather and one reduce-scatter with the unit's; its
+  // shard a tensor of its own, fsdp1_flat_params).
   const bool adapters_inline = ts.lora.on() && use_orig_params;
   std::int64_t adapters = 0;
   for_each_adapter(u, ts, [&](std::int64_t numel, std::int64_t) { adapters += numel; });
@@ -810,8 +811,8 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
       c.notes.push_back("lora with FSDP1 without use_orig_params: the adapters cannot share a FlatParameter with frozen "
                         "weights (PyTorch refuses mixed requires_grad), so they are wrapped apart (torchtune's "
                         "lora_fsdp_wrap_policy wraps each adapter linear); modelled as one adapter FlatParameter per "
-                        "unit, gathered and reduced with the unit's (the real wrapping issues one small collective "
-                        "per adapter linear)");
+                        "unit (its shard a tensor of its own, constructed before the unit's), gathered and reduced "
+                        "with the unit's (the real wrapping issues one small collective per adapter linear)");
   }
   if (!c.trainable.all && !c.trainable.lora.on() && plan.fsdp_version == FsdpVersion::FSDP1 && !plan.use_orig_params)
     c.notes.push_back("trainable_fraction < 1 with FSDP1 and use_orig_params false: a FlatParameter has one "
