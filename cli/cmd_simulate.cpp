@@ -97,6 +97,9 @@ void print_summary(std::ostream& os, const models::ModelSpec& model, const calib
   os << "  first step (optimizer state created in it): allocated " << gib(r.first_step_peak_allocated)
      << ", reserved " << gib(r.first_step_peak_reserved) << ", at " << peak_words(r.first_step_peak_allocated_at)
      << "\n";
+  if (r.construction_peak_reserved > 0)
+    os << "  FSDP1 construction (before the first step): allocated " << gib(r.construction_peak_allocated)
+       << ", reserved " << gib(r.construction_peak_reserved) << "\n";
   os << "  breakdown at the allocated peak (requested bytes; slack = reserved - requested):\n";
   for (const auto& [k, v] : r.breakdown_at_peak)
     if (v > 0) os << "    " << k << std::string(k.size() < 18 ? 18 - k.size() : 1, ' ') << gib(v) << "\n";

@@ -1025,7 +1025,8 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
   if (plan.implementation != models::ModelImpl::Runtime)
     c.notes.push_back("caching allocator: the first step starts from the persistent sharded state, allocated tensor by "
                       "tensor as the model is materialized (FSDP2: each parameter's shard; FSDP1: each FlatParameter's, "
-                      "flattened whole then sharded unit by unit, the root last, as FSDP1's constructor does), then the "
+                      "flattened whole then sharded unit by unit while the unit's original parameters are held, the "
+                      "root last, as FSDP1's constructor does: its peak is reported), then the "
                       "training loop's batch (input ids and labels) and the recipe's rotary tables with the "
                       "temporaries that make them, then the cache emptied; other temporaries of the script's model "
                       "loading are not modelled, so a real run may reserve more (in the PyTorch reference about 0.8 "

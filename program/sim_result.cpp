@@ -62,6 +62,9 @@ nlohmann::json sim_result_to_json(const SimResult& r, bool include_trace) {
   j["notes"] = r.notes;
   j["first_step_peak_memory_bytes"] = {{"allocated", r.first_step_peak_allocated},
                                        {"reserved", r.first_step_peak_reserved}};
+  if (r.construction_peak_reserved > 0)
+    j["construction_peak_memory_bytes"] = {{"allocated", r.construction_peak_allocated},
+                                           {"reserved", r.construction_peak_reserved}};
   j["peak_at"] = {{"allocated", peak_location_to_json(r.peak_allocated_at)},
                   {"reserved", peak_location_to_json(r.peak_reserved_at)}};
   j["first_step_peak_at"] = {{"allocated", peak_location_to_json(r.first_step_peak_allocated_at)},

@@ -191,6 +191,7 @@ void MemoryTracker::allocate_persistent() {
     after_persistent_.invalidate();   // persistent_ is rebuilt (an exception may leave it half done)
     persistent_.clear();
   }
+  construction_peak_ = AllocatorStats{};   // (kept with the saved state: the same calls reach the same peak)
   int scratch = -1;   // a FlatParameter flattened whole, freed once its shard exists
   std::vector<int>& temporaries = init_temporaries_;   // the loop setup's (StepProgram::loop_setup)
   temporaries.clear();
@@ -221,6 +222,7 @@ void MemoryTracker::allocate_persistent() {
         originals_done = true;
         break;
       case InitCall::EmptyCache:
+        if (init_flatten_world_ > 1) construction_peak_ = allocator_.stats();
         allocator_.empty_cache();
         allocator_.reset_peaks();
         break;
@@ -415,6 +417,8 @@ void MemoryTracker::fill(SimResult& r, int max_samples) {
   r.peak_reserved = s.peak_reserved;
   r.first_step_peak_allocated = steady_ ? first_peak_allocated_ : s.peak_allocated;
   r.first_step_peak_reserved = steady_ ? first_peak_reserved_ : s.peak_reserved;
+  r.construction_peak_allocated = construction_peak_.peak_allocated;
+  r.construction_peak_reserved = construction_peak_.peak_reserved;
   r.peak_allocated_at = PeakLocation{};
   r.peak_reserved_at = PeakLocation{};
   r.peak_allocated_at.op = allocated_peak_op_;

@@ -56,6 +56,11 @@ class MemoryTracker {
   // as in the run that last allocated them so here, the allocator state that run saved right after
   // them is restored instead of allocating them again (a planner's candidates mostly share it).
   void allocate_persistent();
+  // FSDP1's construction (StepProgram::init_flatten_world > 1): the allocator's peak allocated and reserved bytes
+  // from the start to the end of the construction (before its empty_cache and peak reset), as allocate_persistent()
+  // left them; both 0 where no construction is modelled.
+  Bytes construction_peak_allocated() const { return construction_peak_.peak_allocated; }
+  Bytes construction_peak_reserved() const { return construction_peak_.peak_reserved; }
   // Blocks whose record_stream op has completed go back to their pools (process_events). The scan of
   // the pending list only runs when an op some pending block waits on has completed since the last one
   // (op_completed): otherwise it would release nothing. FSDP1 plans can keep hundreds of blocks pending.
@@ -274,6 +279,7 @@ class MemoryTracker {
     InitCall call;
   };
   std::vector<PersistentAlloc> persistent_;
+  AllocatorStats construction_peak_;   // (construction_peak(); saved with after_persistent_)
   CachingAllocator::Snapshot after_persistent_;
   // Shapes (begin_shapes): off until a run asks for them.
   struct ShapeIndex {

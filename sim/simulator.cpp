@@ -448,9 +448,15 @@ SimResult Simulator::simulate(const models::ModelSpec& model, const calibrate::H
   r.context_bytes = context;
   r.peak_total_device = r.peak_reserved + context;
   const double usable = static_cast<double>(capacity) * (1.0 - opts.memory_margin);
-  // Both steps must fit: the first (optimizer state created inside it) and the steady one.
-  const Bytes worst_reserved = std::max(r.peak_reserved, r.first_step_peak_reserved);
+  // Both steps must fit: the first (optimizer state created inside it) and the steady one; and FSDP1's construction
+  // before them.
+  const Bytes worst_reserved = std::max({r.peak_reserved, r.first_step_peak_reserved, r.construction_peak_reserved});
   r.fits = static_cast<double>(worst_reserved + context) <= usable;
+  if (r.construction_peak_reserved > std::max(r.peak_reserved, r.first_step_peak_reserved))
+    r.notes.push_back("FSDP1's construction peaks above both steps: " +
+                      fmt("%.2f", to_gib(r.construction_peak_reserved)) +
+                      " GiB reserved while a unit's original parameters, its flattened copy and its shard exist beside "
+                      "the shards made before");
   r.breakdown_at_peak[mem_category_name(MemCategory::CudaContext)] = context;
   const models::TrainableSet trainable = lowering::plan_trainable_set(m, *graph, rp);
   HostMemory host = host_memory(*graph, rp, cluster.gpus_per_node, trainable);   // CPU offload's host RAM

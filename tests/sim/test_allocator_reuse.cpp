@@ -390,7 +390,8 @@ TEST(MemoryTrackerReuse, Fsdp1ConstructionLeavesTheRootShardInABlocksFlatSegment
 // segment (requests under 10 MiB), the 24 MiB flat tensor a segment of its own, and the 12 MiB shard then fits the
 // first segment's free 12 MiB exactly; the flat tensor's segment is released by empty_cache, the originals' freed
 // blocks stay in the first one: 20 MiB reserved. Without them the shard needs a 12 MiB segment of its own, and 12 MiB
-// stay reserved. The reference engine's construction (allocate_before_first_step) agrees with the tracker.
+// stay reserved. The reference engine's construction (allocate_before_first_step) agrees with the tracker. The
+// construction's peak is kept with the saved state (the second pass restores it).
 TEST(MemoryTrackerReuse, Fsdp1ConstructionHoldsTheOriginalsUntilTheShardExists) {
   PB b;
   const int shard = b.buffer(12 * kMiB, MemCategory::ShardedParams, 0, true);
@@ -405,6 +406,10 @@ TEST(MemoryTrackerReuse, Fsdp1ConstructionHoldsTheOriginalsUntilTheShardExists) 
     t.allocate_persistent();
     EXPECT_EQ(t.stats().reserved, 20 * kMiB) << pass;
     EXPECT_EQ(t.stats().allocated, 12 * kMiB) << pass;
+    // The construction's peak: the originals, the flat tensor and the shard at once (3 + 5 + 24 + 12 MiB), in the
+    // 20 and 24 MiB segments.
+    EXPECT_EQ(t.construction_peak_allocated(), 44 * kMiB) << pass;
+    EXPECT_EQ(t.construction_peak_reserved(), 44 * kMiB) << pass;
   }
   CachingAllocator a;
   std::vector<int> blocks;
@@ -415,6 +420,44 @@ TEST(MemoryTrackerReuse, Fsdp1ConstructionHoldsTheOriginalsUntilTheShardExists) 
   MemoryTracker t(p, 0, false);
   t.allocate_persistent();
   EXPECT_EQ(t.stats().reserved, 12 * kMiB);
+  EXPECT_EQ(t.construction_peak_reserved(), 36 * kMiB);   // (the flat tensor's 24 and the shard's 12 MiB segments)
+  p.init_flatten_world = 0;   // no construction: no construction peak
+  t.start(p, 0, false);
+  t.allocate_persistent();
+  EXPECT_EQ(t.construction_peak_allocated(), 0);
+  EXPECT_EQ(t.construction_peak_reserved(), 0);
+}
+
+// `fits` takes FSDP1's construction too: llama3-8b on 128 GPUs, LoRA r8 on q and v at 128 tokens, peaks higher while
+// the root's fp32 embedding and head exist whole (originals and flattened copy) than in either step. With a margin that
+// leaves room for the steps but not for the construction the plan does not fit, and a note says why; with a little
+// more room it fits.
+TEST(MemoryTrackerReuse, FitsTakesTheFsdp1Construction) {
+  const auto model = models::load_model("llama3-8b");
+  const auto hw = calibrate::HardwareProfile::for_cluster(calibrate::load_cluster("16x8xH100-SXM-IB-NDR400"));
+  Plan plan;
+  plan.fsdp_version = FsdpVersion::FSDP1;
+  plan.seq_len = 128;
+  plan.micro_batch = 1;
+  plan.use_orig_params = false;
+  plan.lora.rank = 8;
+  plan.lora.targets = {"q", "v"};
+  SimOptions o;
+  o.record_trace = false;
+  o.record_memory_timeline = false;
+  const SimResult r = simulate(model, hw, plan, o);
+  ASSERT_GT(r.construction_peak_reserved, std::max(r.peak_reserved, r.first_step_peak_reserved));
+  EXPECT_GE(r.construction_peak_allocated, r.peak_allocated);
+  const double capacity = static_cast<double>(r.capacity);
+  const double between = static_cast<double>(std::max(r.peak_reserved, r.first_step_peak_reserved) +
+                                              r.construction_peak_reserved) / 2 + static_cast<double>(r.context_bytes);
+  o.memory_margin = 1.0 - between / capacity;
+  const SimResult tight = simulate(model, hw, plan, o);
+  EXPECT_FALSE(tight.fits);
+  EXPECT_TRUE(std::any_of(tight.notes.begin(), tight.notes.end(),
+                          [](const std::string& n) { return n.find("FSDP1's construction peaks above") == 0; }));
+  o.memory_margin = 1.0 - (static_cast<double>(r.construction_peak_reserved + r.context_bytes) + 1.0) / capacity;
+  EXPECT_TRUE(simulate(model, hw, plan, o).fits);
 }
 
 TEST(MemoryTrackerReuse, SimulateAlternatingPlansMatchesAFreshThread) {
