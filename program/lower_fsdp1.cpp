@@ -114,12 +114,13 @@ class FlatParamLowering final : public LoweringWalk {
   // allocator histories of the FSDP1 llama-1b fixtures start the step from what that leaves after the harness's
   // empty_cache: 750,780,416 B reserved in 18 segments, each block's 30,437,376 B shard in a 30 MiB segment of its
   // own, the root's 125.25 MiB shard in a 234 MiB one, a block's freed flat tensor
-  // (reports/validation/torch-memory-2026-11-26, trace_segments.py: "initial"). Not for parameters offloaded to the
-  // CPU, a NO_SHARD unit (flattened, not cloned), bitsandbytes' QLoRA units nor the bundled runtime.
+  // (reports/validation/torch-memory-2026-11-26, trace_segments.py: "initial"). NO_SHARD (FSDP1 uses it for a world
+  // of 1 too): init_flatten_world 1, the flattened whole is the FlatParameter itself (FlatParamHandle.shard keeps it,
+  // nothing is cloned). Not for parameters offloaded to the CPU, bitsandbytes' QLoRA units nor the bundled runtime.
   void construction_scratch() {
     p_.init_flatten_world = 0;
     p_.init_flatten_last = -1;
-    if (plan_.implementation == models::ModelImpl::Runtime || plan_.cpu_offload.params || !c_.sharded) return;
+    if (plan_.implementation == models::ModelImpl::Runtime || plan_.cpu_offload.params) return;
     int world = 0;
     for (const UnitSizes& s : c_.sizes) {
       if (s.nf4_replicated_bytes > 0 || s.nf4_shard > 0) return;
@@ -127,7 +128,7 @@ class FlatParamLowering final : public LoweringWalk {
       if (s.unsharded % s.shard != 0 || (world > 0 && s.unsharded / s.shard != world)) return;
       world = static_cast<int>(s.unsharded / s.shard);
     }
-    if (world <= 1) return;
+    if (world < 1) return;
     p_.init_flatten_world = world;   // (init_flatten_last, the root's shard: add_persistent)
   }
 

@@ -98,7 +98,7 @@ void LoweringWalk::add_persistent() {
         // FSDP1's construction is modelled (StepProgram::init_originals); reads name the unit's own.
         for (const Fsdp1FlatParam& f : fsdp1_flat_params(c_, u)) {
           param_shard_[u] = b_.buffer(shard_name(), u, f.bytes, MemCategory::ShardedParams, compute_, true);
-          if (p_.init_flatten_world > 1 && !f.originals.empty()) set_init_originals(param_shard_[u], f.originals);
+          if (p_.init_flatten_world >= 1 && !f.originals.empty()) set_init_originals(param_shard_[u], f.originals);
         }
       } else if (tensors.size() > 1) {
         // One tensor per parameter (Context::shard_tensors), in order; reads name the first.
@@ -142,7 +142,7 @@ void LoweringWalk::add_persistent() {
     }
   }
   // (FSDP1's construction: the root, unit 0, is flattened and sharded last; StepProgram::init_flatten_world)
-  p_.init_flatten_last = p_.init_flatten_world > 1 && U > 0 ? param_shard_[0] : -1;
+  p_.init_flatten_last = p_.init_flatten_world >= 1 && U > 0 ? param_shard_[0] : -1;
   add_loop_inputs();
 }
 

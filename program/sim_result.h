@@ -103,7 +103,7 @@ struct SimResult {
   Bytes first_step_peak_reserved = 0;
   // FSDP1's construction before the first step (StepProgram::init_flatten_world): its peak allocated and reserved
   // bytes, while each unit's original parameters, its flattened whole and its shard exist beside the shards made
-  // before (0: not modelled: FSDP2, NO_SHARD, CPU offload, QLoRA, the bundled runtime). `fits` takes it too.
+  // before (0: not modelled: FSDP2, CPU offload, QLoRA, the bundled runtime). `fits` takes it too.
   Bytes construction_peak_allocated = 0;
   Bytes construction_peak_reserved = 0;
   PeakLocation peak_allocated_at, peak_reserved_at;                          // steady step

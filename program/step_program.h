@@ -195,14 +195,15 @@ struct StepProgram {
   // padded to a multiple of the shard group) and then sharded (FlatParamHandle.shard: this rank's chunk cloned
   // while the whole one is alive, which is then freed), and the originals are freed after that, when
   // _init_param_handle_from_module returns (its `managed_params` list holds them through
-  // _init_param_handle_from_params; torch/distributed/fsdp/_init_utils.py). With init_flatten_world > 1, each
+  // _init_param_handle_from_params; torch/distributed/fsdp/_init_utils.py). With init_flatten_world >= 1, each
   // persistent ShardedParams buffer is made that way: its Buffer::init_originals allocated one by one, a scratch
-  // of init_flatten_world times its bytes, the buffer, the scratch freed, the originals freed; in buffer order
+  // of init_flatten_world times its bytes, the buffer, the scratch freed, the originals freed (init_flatten_world 1,
+  // NO_SHARD or a world of 1: no scratch, the flattened whole is the buffer); in buffer order
   // but init_flatten_last (the root's) last, after the other persistent buffers; then torch.cuda.empty_cache() (as
   // the PyTorch harness does after construction: what construction left wholly free is released; what it left in
   // use, such as the root's shard placed in a block's freed flat buffer, stays) and the allocator's peaks restart (the
-  // step's peaks are the step's), before init_scratch. 0: none (FSDP2, NO_SHARD, parameters offloaded, QLoRA, the
-  // bundled runtime). (A model moved to the GPU whole before FSDP wraps it holds every original from the start: not
+  // step's peaks are the step's), before init_scratch. 0: none (FSDP2, parameters offloaded, QLoRA, the bundled
+  // runtime). (A model moved to the GPU whole before FSDP wraps it holds every original from the start: not
   // this path; the harness, Lightning's and accelerate's meta-device or CPU loading are.)
   int init_flatten_world = 0;
   int init_flatten_last = -1;

@@ -84,7 +84,7 @@ void MemoryTracker::record_sample(TimeNs now) {
 
 template <class Visit>
 void MemoryTracker::for_each_init_call(Visit&& visit) const {
-  const bool construct = init_flatten_world_ > 1;
+  const bool construct = init_flatten_world_ >= 1;
   const auto constructed = [&](const CompiledBuffer& b) { return construct && b.category == MemCategory::ShardedParams; };
   for (int id = 0; id < num_bufs_; ++id) {
     const CompiledBuffer& b = bufs_[id];
@@ -127,7 +127,8 @@ void MemoryTracker::for_each_init_call(Visit&& visit) const {
       const std::vector<Bytes>& originals = b.init_originals >= 0 ? (*init_originals_)[b.init_originals] : kNone;
       for (Bytes o : originals)
         if (!visit(InitCall::Original, -1, o, b.pool_stream)) return false;
-      if (!visit(InitCall::Scratch, -1, b.bytes * init_flatten_world_, b.pool_stream) ||
+      // (NO_SHARD, a world of 1: the flattened whole is the buffer itself)
+      if ((init_flatten_world_ > 1 && !visit(InitCall::Scratch, -1, b.bytes * init_flatten_world_, b.pool_stream)) ||
           !visit(InitCall::Buffer, id, b.bytes, b.pool_stream))
         return false;
       for (std::size_t k = 0; k < originals.size(); ++k)
@@ -222,7 +223,7 @@ void MemoryTracker::allocate_persistent() {
         originals_done = true;
         break;
       case InitCall::EmptyCache:
-        if (init_flatten_world_ > 1) construction_peak_ = allocator_.stats();
+        if (init_flatten_world_ >= 1) construction_peak_ = allocator_.stats();
         allocator_.empty_cache();
         allocator_.reset_peaks();
         break;

@@ -56,7 +56,7 @@ class MemoryTracker {
   // as in the run that last allocated them so here, the allocator state that run saved right after
   // them is restored instead of allocating them again (a planner's candidates mostly share it).
   void allocate_persistent();
-  // FSDP1's construction (StepProgram::init_flatten_world > 1): the allocator's peak allocated and reserved bytes
+  // FSDP1's construction (StepProgram::init_flatten_world >= 1): the allocator's peak allocated and reserved bytes
   // from the start to the end of the construction (before its empty_cache and peak reset), as allocate_persistent()
   // left them; both 0 where no construction is modelled.
   Bytes construction_peak_allocated() const { return construction_peak_.peak_allocated; }

@@ -352,7 +352,7 @@ class Reference {
 void allocate_before_first_step(const StepProgram& p, CachingAllocator& a, std::vector<int>& block) {
   const std::size_t nb = p.buffers.size();
   block.resize(nb, -1);
-  const bool construct = p.init_flatten_world > 1;
+  const bool construct = p.init_flatten_world >= 1;
   const auto constructed = [&](const Buffer& buf) { return construct && buf.category == MemCategory::ShardedParams; };
   for (std::size_t b = 0; b < nb; ++b) {
     const Buffer& buf = p.buffers[b];
@@ -391,9 +391,9 @@ void allocate_before_first_step(const StepProgram& p, CachingAllocator& a, std::
       if (buf.init_originals >= 0)
         for (Bytes o : p.init_originals.at(static_cast<std::size_t>(buf.init_originals)))
           originals.push_back(a.alloc(o, buf.pool_stream));
-      const int whole = a.alloc(buf.bytes * p.init_flatten_world, buf.pool_stream);
+      const int whole = p.init_flatten_world > 1 ? a.alloc(buf.bytes * p.init_flatten_world, buf.pool_stream) : -1;
       block[b] = a.alloc(buf.bytes, buf.pool_stream);
-      a.free(whole);
+      a.free(whole);   // (-1: none)
       for (int o : originals) a.free(o);
     };
     const auto last = static_cast<std::size_t>(p.init_flatten_last);   // (-1: past every buffer)

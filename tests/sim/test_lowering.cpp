@@ -2687,7 +2687,8 @@ TEST(LoweringFsdp1, LazyInitScratchByHand) {
 
 // FSDP1's construction holds each unit's original parameters (Buffer::init_originals, fp32 bytes) while its
 // FlatParameter is flattened and sharded, in the order FSDP1 materializes them: module by module, breadth first
-// (_get_modules_to_materialize). tiny_spec(2) as transformers names it: a block's norms (16 elements, 64 B; modules
+// (_get_modules_to_materialize); with NO_SHARD too (its FlatParameter the flattened whole). tiny_spec(2) as
+// transformers names it: a block's norms (16 elements, 64 B; modules
 // one level above the projections) before q, k, v, o (16 x 16: 1,024 B) and gate, up, down (16 x 32: 2,048 B); the
 // root's lm_head (64 x 16: 4,096 B, a module of the top level) before the embedding and the final norm. With LoRA
 // without use_orig_params (r 2 on q and v) the block's adapters are a FlatParameter of their own, constructed first:
@@ -2722,11 +2723,13 @@ TEST(LoweringFsdp1, ConstructionHoldsTheOriginalsBreadthFirst) {
                                           "lora": {"rank": 2, "targets": ["q", "v"]}})");
   expect_well_formed(lora, "lora");
   EXPECT_EQ(shards(lora, 1), (Shards{{256, {128, 128, 128, 128}}, {5184, block}}));
-  for (const char* plan : {R"({"fsdp_version": 2})", R"({"fsdp_version": 1, "sharding_strategy": "NO_SHARD"})"}) {
-    const StepProgram q = lower_plan(plan);
-    EXPECT_TRUE(q.init_originals.empty()) << plan;
-    for (const Buffer& b : q.buffers) EXPECT_EQ(b.init_originals, -1) << plan << " " << b.name;
-  }
+  // NO_SHARD: the same originals, its FlatParameter the flattened whole (init_flatten_world 1).
+  const StepProgram whole = lower_plan(R"({"fsdp_version": 1, "implementation": "hf", "sharding_strategy": "NO_SHARD"})");
+  EXPECT_EQ(whole.init_flatten_world, 1);
+  EXPECT_EQ(shards(whole, 1), (Shards{{(2 * 16 + 4 * 256 + 3 * 512) * 4, block}}));
+  const StepProgram f2 = lower_plan(R"({"fsdp_version": 2})");
+  EXPECT_TRUE(f2.init_originals.empty());
+  for (const Buffer& b : f2.buffers) EXPECT_EQ(b.init_originals, -1) << b.name;
 }
 
 // A lowering that reuses a spent program's buffers (lowering::OpRecycler, as simulate() does) leaves none of the
@@ -2746,8 +2749,9 @@ TEST(LoweringFsdp1, RecycledBuffersDropTheOriginals) {
 }
 
 // FSDP1's construction (StepProgram::init_flatten_world): every FlatParameter flattened over the shard group, then
-// sharded; the root's (unit 0, 17 fp32 elements per rank on the hand model over 4 GPUs: 68 B) last. Not with FSDP2,
-// NO_SHARD, parameters offloaded to the CPU or the bundled runtime. The shard group of HYBRID_SHARD: its width.
+// sharded; the root's (unit 0, 17 fp32 elements per rank on the hand model over 4 GPUs: 68 B) last. NO_SHARD: a
+// world of 1 (flattened, not sharded). Not with FSDP2, parameters offloaded to the CPU or the bundled runtime. The
+// shard group of HYBRID_SHARD: its width.
 TEST(LoweringFsdp1, ConstructionFlattensThenShardsTheRootLast) {
   auto g = block_graph(kRoot, {kBlock, kBlock});
   const StepProgram p = lower_hand(g, R"({"fsdp_version": 1})", 4, 4);
@@ -2760,8 +2764,8 @@ TEST(LoweringFsdp1, ConstructionFlattensThenShardsTheRootLast) {
   EXPECT_EQ(root.bytes, 17 * 4);
   EXPECT_EQ(lower_hand(g, R"({"fsdp_version": 1, "sharding_strategy": "HYBRID_SHARD", "mesh": {"replicate": 2, "shard": 2}})",
                        4, 2).init_flatten_world, 2);
-  for (const char* plan : {R"({"fsdp_version": 2})", R"({"fsdp_version": 1, "sharding_strategy": "NO_SHARD"})",
-                           R"({"fsdp_version": 1, "cpu_offload": {"params": true}})",
+  EXPECT_EQ(lower_hand(g, R"({"fsdp_version": 1, "sharding_strategy": "NO_SHARD"})", 4, 4).init_flatten_world, 1);
+  for (const char* plan : {R"({"fsdp_version": 2})", R"({"fsdp_version": 1, "cpu_offload": {"params": true}})",
                            R"({"fsdp_version": 1, "implementation": "runtime"})"}) {
     const StepProgram q = lower_hand(g, plan, 4, 4);
     EXPECT_EQ(q.init_flatten_world, 0) << plan;
