@@ -2724,7 +2724,8 @@ TEST(LoweringFsdp1, ConstructionHoldsTheOriginalsBreadthFirst) {
   expect_well_formed(lora, "lora");
   EXPECT_EQ(shards(lora, 1), (Shards{{256, {128, 128, 128, 128}}, {5184, block}}));
   // NO_SHARD: the same originals, its FlatParameter the flattened whole (init_flatten_world 1).
-  const StepProgram whole = lower_plan(R"({"fsdp_version": 1, "implementation": "hf", "sharding_strategy": "NO_SHARD"})");
+  const StepProgram whole =
+      lower_plan(R"({"fsdp_version": 1, "implementation": "hf", "sharding_strategy": "NO_SHARD"})");
   EXPECT_EQ(whole.init_flatten_world, 1);
   EXPECT_EQ(shards(whole, 1), (Shards{{(2 * 16 + 4 * 256 + 3 * 512) * 4, block}}));
   const StepProgram f2 = lower_plan(R"({"fsdp_version": 2})");
