@@ -116,11 +116,12 @@ class FlatParamLowering final : public LoweringWalk {
   // own, the root's 125.25 MiB shard in a 234 MiB one, a block's freed flat tensor
   // (reports/validation/torch-memory-2026-11-26, trace_segments.py: "initial"). NO_SHARD (FSDP1 uses it for a world
   // of 1 too): init_flatten_world 1, the flattened whole is the FlatParameter itself (FlatParamHandle.shard keeps it,
-  // nothing is cloned). Not for parameters offloaded to the CPU, bitsandbytes' QLoRA units nor the bundled runtime.
+  // nothing is cloned). With the parameters offloaded to the CPU each shard is moved there once made
+  // (StepProgram::init_offloaded). Not for bitsandbytes' QLoRA units nor the bundled runtime.
   void construction_scratch() {
     p_.init_flatten_world = 0;
     p_.init_flatten_last = -1;
-    if (plan_.implementation == models::ModelImpl::Runtime || plan_.cpu_offload.params) return;
+    if (plan_.implementation == models::ModelImpl::Runtime) return;
     int world = 0;
     for (const UnitSizes& s : c_.sizes) {
       if (s.nf4_replicated_bytes > 0 || s.nf4_shard > 0) return;

@@ -87,6 +87,8 @@ void LoweringWalk::add_persistent() {
   grad_shard_.assign(U, -1);
   optim_.clear();
   p_.init_originals.clear();
+  p_.init_offloaded.clear();
+  std::vector<InitOffloaded> root_offloaded;   // (the root's FlatParameter is made last)
   for (int u = 0; u < U; ++u) {
     b_.site(-1, SitePhase::Persistent, unit_site_layer(c_, u));
     const UnitSizes& s = c_.sizes[u];
@@ -98,7 +100,8 @@ void LoweringWalk::add_persistent() {
         // FSDP1's construction is modelled (StepProgram::init_originals); reads name the unit's own.
         for (const Fsdp1FlatParam& f : fsdp1_flat_params(c_, u)) {
           param_shard_[u] = b_.buffer(shard_name(), u, f.bytes, MemCategory::ShardedParams, compute_, true);
-          if (p_.init_flatten_world >= 1 && !f.originals.empty()) set_init_originals(param_shard_[u], f.originals);
+          if (p_.init_flatten_world >= 1 && !f.originals.empty())
+            p_.buffers[static_cast<std::size_t>(param_shard_[u])].init_originals = intern_init_originals(f.originals);
         }
       } else if (tensors.size() > 1) {
         // One tensor per parameter (Context::shard_tensors), in order; reads name the first.
@@ -109,6 +112,12 @@ void LoweringWalk::add_persistent() {
       } else {
         param_shard_[u] = b_.buffer(shard_name(), u, s.shard_bytes(c_.bm), MemCategory::ShardedParams, compute_, true);
       }
+    } else if (p_.init_flatten_world >= 1) {
+      // FSDP1's construction with the parameters offloaded: each FlatParameter made on the device, then moved to the
+      // CPU (StepProgram::init_offloaded).
+      for (const Fsdp1FlatParam& f : fsdp1_flat_params(c_, u))
+        (u == 0 ? root_offloaded : p_.init_offloaded)
+            .push_back(InitOffloaded{f.bytes, compute_, f.originals.empty() ? -1 : intern_init_originals(f.originals)});
     }
     // QLoRA under FSDP1: bitsandbytes' QuantState of the unit's weights, a module attribute FSDP does not shard
     // (models/nf4.h): whole on every rank.
@@ -143,16 +152,18 @@ void LoweringWalk::add_persistent() {
   }
   // (FSDP1's construction: the root, unit 0, is flattened and sharded last; StepProgram::init_flatten_world)
   p_.init_flatten_last = p_.init_flatten_world >= 1 && U > 0 ? param_shard_[0] : -1;
+  p_.init_offloaded.insert(p_.init_offloaded.end(), root_offloaded.begin(), root_offloaded.end());
   add_loop_inputs();
 }
 
 // What the training loop holds on the device besides the model's state, made once the model is built and sharded
-// Buffer::init_originals: identical lists (every block's) share one entry of StepProgram::init_originals.
-void LoweringWalk::set_init_originals(int buffer, const std::vector<Bytes>& originals) {
+// Buffer::init_originals, InitOffloaded::originals: identical lists (every block's) share one entry of
+// StepProgram::init_originals.
+int LoweringWalk::intern_init_originals(const std::vector<Bytes>& originals) {
   auto& lists = p_.init_originals;
   auto it = std::find(lists.begin(), lists.end(), originals);
   if (it == lists.end()) it = lists.insert(lists.end(), originals);
-  p_.buffers[static_cast<std::size_t>(buffer)].init_originals = static_cast<int>(it - lists.begin());
+  return static_cast<int>(it - lists.begin());
 }
 
 // (Buffer::after_construction; StepProgram::loop_setup, with the temporaries the tables' code makes), in this order:

@@ -228,7 +228,7 @@ class LoweringWalk {
  private:
   void add_persistent();
   void add_loop_inputs();   // (the batch and the rotary tables; Buffer::after_construction)
-  void set_init_originals(int buffer, const std::vector<Bytes>& originals);   // (Buffer::init_originals)
+  int intern_init_originals(const std::vector<Bytes>& originals);   // (StepProgram::init_originals' index)
   // Activation offloading (plan.activation_offloading; lower_walk.cpp "activation offloading").
   struct Stashed {
     int id = 0, buffer = -1, copy = -1;   // pack id, the GPU tensor, its D2H op

@@ -98,6 +98,18 @@ void check_streams_and_buffers(const StepProgram& p) {
       if (p.init_originals[k][j] < 0)
         throw InputError("program.init_originals[" + std::to_string(k) + "][" + std::to_string(j) + "]",
                          std::to_string(p.init_originals[k][j]), ">= 0 bytes");
+  for (std::size_t k = 0; k < p.init_offloaded.size(); ++k) {
+    const InitOffloaded& o = p.init_offloaded[k];
+    const std::string f = "program.init_offloaded[" + std::to_string(k) + "]";
+    if (o.bytes < 0) throw InputError(f + ".bytes", std::to_string(o.bytes), ">= 0");
+    if (o.pool_stream < 0 || o.pool_stream >= n_streams)
+      throw InputError(f + ".pool_stream", std::to_string(o.pool_stream),
+                       "a stream id in [0, " + std::to_string(n_streams) + ")");
+    if (o.originals < -1 || o.originals >= static_cast<int>(p.init_originals.size()))
+      throw InputError(f + ".originals", std::to_string(o.originals),
+                       "-1, or an index into program.init_originals (" + std::to_string(p.init_originals.size()) +
+                           " lists)");
+  }
   for (int s = 0; s < n_streams; ++s)
     if (p.streams[s].id != s)
       throw InputError("program.streams[" + std::to_string(s) + "].id", std::to_string(p.streams[s].id),

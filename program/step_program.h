@@ -173,6 +173,15 @@ struct InitRequest {
   bool operator==(const InitRequest&) const = default;
 };
 
+// FSDP1 with parameters offloaded to the CPU (StepProgram::init_offloaded): one FlatParameter made on the device and
+// moved to the CPU.
+struct InitOffloaded {
+  Bytes bytes = 0;        // its device shard (the flattened whole: init_flatten_world times as many)
+  int pool_stream = 0;
+  int originals = -1;     // an index into StepProgram::init_originals (-1: none)
+  bool operator==(const InitOffloaded&) const = default;
+};
+
 struct StepProgram {
   std::vector<Stream> streams;   // streams[0] is the compute (default) stream
   std::vector<Buffer> buffers;
@@ -202,11 +211,17 @@ struct StepProgram {
   // but init_flatten_last (the root's) last, after the other persistent buffers; then torch.cuda.empty_cache() (as
   // the PyTorch harness does after construction: what construction left wholly free is released; what it left in
   // use, such as the root's shard placed in a block's freed flat buffer, stays) and the allocator's peaks restart (the
-  // step's peaks are the step's), before init_scratch. 0: none (FSDP2, parameters offloaded, QLoRA, the bundled
+  // step's peaks are the step's), before init_scratch. 0: none (FSDP2, QLoRA, the bundled
   // runtime). (A model moved to the GPU whole before FSDP wraps it holds every original from the start: not
   // this path; the harness, Lightning's and accelerate's meta-device or CPU loading are.)
   int init_flatten_world = 0;
   int init_flatten_last = -1;
+  // With the parameters offloaded to the CPU (CPUOffload(offload_params=True)) each FlatParameter is made on the
+  // device the same way and then moved to the CPU (_init_param_handle_from_params calls handle.flat_param_to(cpu)
+  // after handle.shard()): its device shard is freed after the flattened whole and before the originals, and no
+  // persistent buffer of the step is made that way. In construction order (the blocks', then the root's), before
+  // the after_construction buffers.
+  std::vector<InitOffloaded> init_offloaded;
   // Distinct lists of original parameter sizes (bytes, in materialization order), named by
   // Buffer::init_originals: identical units share one list.
   std::vector<std::vector<Bytes>> init_originals;

@@ -124,6 +124,7 @@ struct CompiledProgram {
   std::vector<InitRequest> init_scratch;   // StepProgram::init_scratch (the stretch's: its source's)
   int init_flatten_world = 0, init_flatten_last = -1;   // (StepProgram's; the root's buffer precedes every block's)
   std::vector<std::vector<Bytes>> init_originals;       // (StepProgram's)
+  std::vector<InitOffloaded> init_offloaded;            // (StepProgram's)
   std::vector<LoopSetupCall> loop_setup;                // (StepProgram's)
   std::vector<PeriodicRun> runs;       // (the stretch's; compile_program leaves it empty)
   // Some free has a reuse_after_op (record_stream): memory then depends on GPU progress.

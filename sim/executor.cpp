@@ -1406,6 +1406,7 @@ void compile_program(const StepProgram& p, CompiledProgram& cp) {
   cp.init_flatten_world = p.init_flatten_world;
   cp.init_flatten_last = p.init_flatten_last;
   cp.init_originals = p.init_originals;
+  cp.init_offloaded = p.init_offloaded;
   cp.loop_setup = p.loop_setup;
   cp.runs.clear();
   cp.record_stream_frees = record_stream >= 0;

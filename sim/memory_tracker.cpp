@@ -25,6 +25,7 @@ void MemoryTracker::start(const StepProgram& program, const AllocatorConfig& con
   init_flatten_world_ = program.init_flatten_world;
   init_flatten_last_ = program.init_flatten_last;
   init_originals_ = &program.init_originals;
+  init_offloaded_ = &program.init_offloaded;
   loop_setup_ = &program.loop_setup;
   start_run(static_cast<int>(program.buffers.size()), static_cast<int>(program.ops.size()), config, record_timeline);
 }
@@ -37,6 +38,7 @@ void MemoryTracker::start(const CompiledProgram& program, const AllocatorConfig&
   init_flatten_world_ = program.init_flatten_world;
   init_flatten_last_ = program.init_flatten_last;
   init_originals_ = &program.init_originals;
+  init_offloaded_ = &program.init_offloaded;
   loop_setup_ = &program.loop_setup;
   start_run(static_cast<int>(program.buffers.size()), program.num_ops(), config, record_timeline);
 }
@@ -121,27 +123,33 @@ void MemoryTracker::for_each_init_call(Visit&& visit) const {
     return true;
   };
   if (construct) {
-    const auto flatten_then_shard = [&](int id) {
-      const CompiledBuffer& b = bufs_[id];
+    // One FlatParameter: its originals, the flattened whole (NO_SHARD, a world of 1: the shard itself), the shard
+    // (a buffer, or an offloaded one: InitCall::Offloaded), the originals freed.
+    const auto flatten_then_shard = [&](int id, Bytes bytes, int pool, int originals_index) {
       static const std::vector<Bytes> kNone;
-      const std::vector<Bytes>& originals = b.init_originals >= 0 ? (*init_originals_)[b.init_originals] : kNone;
+      const std::vector<Bytes>& originals = originals_index >= 0 ? (*init_originals_)[originals_index] : kNone;
       for (Bytes o : originals)
-        if (!visit(InitCall::Original, -1, o, b.pool_stream)) return false;
-      // (NO_SHARD, a world of 1: the flattened whole is the buffer itself)
-      if ((init_flatten_world_ > 1 && !visit(InitCall::Scratch, -1, b.bytes * init_flatten_world_, b.pool_stream)) ||
-          !visit(InitCall::Buffer, id, b.bytes, b.pool_stream))
+        if (!visit(InitCall::Original, -1, o, pool)) return false;
+      if ((init_flatten_world_ > 1 && !visit(InitCall::Scratch, -1, bytes * init_flatten_world_, pool)) ||
+          !visit(id >= 0 ? InitCall::Buffer : InitCall::Offloaded, id, bytes, pool))
         return false;
       for (std::size_t k = 0; k < originals.size(); ++k)
-        if (!visit(InitCall::FreeOriginal, -1, static_cast<Bytes>(k), b.pool_stream)) return false;
+        if (!visit(InitCall::FreeOriginal, -1, static_cast<Bytes>(k), pool)) return false;
       return true;
+    };
+    const auto buffer = [&](int id) {
+      const CompiledBuffer& b = bufs_[id];
+      return flatten_then_shard(id, b.bytes, b.pool_stream, b.init_originals);
     };
     for (int id = 0; id < num_bufs_; ++id) {
       const CompiledBuffer& b = bufs_[id];
-      if (b.persistent && !b.first_step_lazy && constructed(b) && id != init_flatten_last_ && !flatten_then_shard(id)) return;
+      if (b.persistent && !b.first_step_lazy && constructed(b) && id != init_flatten_last_ && !buffer(id)) return;
     }
     if (init_flatten_last_ >= 0 && init_flatten_last_ < num_bufs_ && constructed(bufs_[init_flatten_last_]) &&
-        !flatten_then_shard(init_flatten_last_))
+        !buffer(init_flatten_last_))
       return;
+    for (const InitOffloaded& o : *init_offloaded_)
+      if (!flatten_then_shard(-1, o.bytes, o.pool_stream, o.originals)) return;
     if (!loop_inputs() || !visit(InitCall::EmptyCache, -1, 0, 0)) return;
   } else if (!loop_inputs() || (temporaries && !visit(InitCall::EmptyCache, -1, 0, 0))) {
     return;
@@ -209,6 +217,13 @@ void MemoryTracker::allocate_persistent() {
         scratch = -1;
         break;
       case InitCall::Scratch: scratch = allocator_.alloc(bytes, pool); break;
+      case InitCall::Offloaded: {   // (made after the flattened whole, which is then freed; moved to the CPU)
+        const int shard = allocator_.alloc(bytes, pool);
+        if (scratch != -1) allocator_.free(scratch);
+        scratch = -1;
+        allocator_.free(shard);
+        break;
+      }
       case InitCall::Temporary: temporaries.push_back(allocator_.alloc(bytes, pool)); break;
       case InitCall::FreeTemporary: allocator_.free(temporaries[static_cast<std::size_t>(bytes)]); break;
       case InitCall::Original:

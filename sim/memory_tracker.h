@@ -240,13 +240,15 @@ class MemoryTracker {
   const std::vector<InitRequest>* init_scratch_ = nullptr;   // the run's (StepProgram::init_scratch)
   int init_flatten_world_ = 0, init_flatten_last_ = -1;       // the run's (StepProgram::init_flatten_world)
   const std::vector<std::vector<Bytes>>* init_originals_ = nullptr;   // the run's (StepProgram::init_originals)
+  const std::vector<InitOffloaded>* init_offloaded_ = nullptr;       // the run's (StepProgram::init_offloaded)
   // What allocate_persistent does, call by call (see StepProgram::init_flatten_world): a persistent buffer (the
   // after_construction ones after FSDP1's construction, before its empty_cache), a construction scratch (freed after
   // the next buffer), empty_cache, an init_scratch request (allocated and freed); an original parameter of a unit
-  // under construction (Buffer::init_originals), and its free (passed as its number since the unit's first).
+  // under construction (Buffer::init_originals), and its free (passed as its number since the unit's first); a
+  // shard offloaded to the CPU (StepProgram::init_offloaded: made, the scratch freed, itself freed).
   // The loop setup's temporaries (StepProgram::loop_setup): made, and freed by their number (passed as bytes).
   enum class InitCall : std::uint8_t {
-    Buffer, Scratch, EmptyCache, Lazy, Temporary, FreeTemporary, Original, FreeOriginal
+    Buffer, Scratch, EmptyCache, Lazy, Temporary, FreeTemporary, Original, FreeOriginal, Offloaded
   };
   const std::vector<LoopSetupCall>* loop_setup_ = nullptr;   // the run's (StepProgram::loop_setup)
   std::vector<int> init_temporaries_, init_original_blocks_;  // (allocate_persistent's scratch)

@@ -347,7 +347,8 @@ class Reference {
 }  // namespace
 
 // Before the first step (StepProgram::init_flatten_world): the persistent buffers, FSDP1's FlatParameters flattened
-// whole then sharded while their original parameters are held (the root's last), the after_construction buffers,
+// whole then sharded while their original parameters are held (the root's last; offloaded ones then moved to the
+// CPU), the after_construction buffers,
 // the cache emptied (FSDP1's construction), then the lazy init's requests.
 void allocate_before_first_step(const StepProgram& p, CachingAllocator& a, std::vector<int>& block) {
   const std::size_t nb = p.buffers.size();
@@ -385,23 +386,29 @@ void allocate_before_first_step(const StepProgram& p, CachingAllocator& a, std::
     }
   };
   if (construct) {
-    const auto flatten_then_shard = [&](std::size_t b) {
-      const Buffer& buf = p.buffers[b];
+    // (b: a buffer's index, or nb for an offloaded FlatParameter, whose shard is moved to the CPU once made)
+    const auto flatten_then_shard = [&](std::size_t b, Bytes bytes, int pool, int originals_index) {
       std::vector<int> originals;
-      if (buf.init_originals >= 0)
-        for (Bytes o : p.init_originals.at(static_cast<std::size_t>(buf.init_originals)))
-          originals.push_back(a.alloc(o, buf.pool_stream));
-      const int whole = p.init_flatten_world > 1 ? a.alloc(buf.bytes * p.init_flatten_world, buf.pool_stream) : -1;
-      block[b] = a.alloc(buf.bytes, buf.pool_stream);
+      if (originals_index >= 0)
+        for (Bytes o : p.init_originals.at(static_cast<std::size_t>(originals_index))) originals.push_back(a.alloc(o, pool));
+      const int whole = p.init_flatten_world > 1 ? a.alloc(bytes * p.init_flatten_world, pool) : -1;
+      const int shard = a.alloc(bytes, pool);
       a.free(whole);   // (-1: none)
+      if (b < nb) block[b] = shard;
+      else a.free(shard);
       for (int o : originals) a.free(o);
+    };
+    const auto buffer = [&](std::size_t b) {
+      const Buffer& buf = p.buffers[b];
+      flatten_then_shard(b, buf.bytes, buf.pool_stream, buf.init_originals);
     };
     const auto last = static_cast<std::size_t>(p.init_flatten_last);   // (-1: past every buffer)
     for (std::size_t b = 0; b < nb; ++b) {
       const Buffer& buf = p.buffers[b];
-      if (buf.persistent && !buf.first_step_lazy && constructed(buf) && b != last) flatten_then_shard(b);
+      if (buf.persistent && !buf.first_step_lazy && constructed(buf) && b != last) buffer(b);
     }
-    if (last < nb && constructed(p.buffers[last])) flatten_then_shard(last);
+    if (last < nb && constructed(p.buffers[last])) buffer(last);
+    for (const InitOffloaded& o : p.init_offloaded) flatten_then_shard(nb, o.bytes, o.pool_stream, o.originals);
     loop_inputs();
     a.empty_cache();
     a.reset_peaks();

@@ -1330,6 +1330,7 @@ bool Stretcher::run(const StretchSource& s, const StretchShape& sh, CompiledProg
   out.init_flatten_world = src_->program->init_flatten_world;
   out.init_flatten_last = src_->program->init_flatten_last;
   out.init_originals = src_->program->init_originals;   // (named by index: the copies' buffers name the template's)
+  out.init_offloaded = src_->program->init_offloaded;
   out.loop_setup = src_->program->loop_setup;   // (it names buffers by their order among after_construction ones)
   // Whether memory waits on GPU work somewhere (a free with record_stream): the copies repeat the
   // source's frees, so the source tells.

@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "calibrate/hardware_profile.h"
+#include "common/errors.h"
 #include "models/zoo.h"
+#include "program/program_check.h"
 #include "memory/caching_allocator.h"
 #include "sim/memory_tracker.h"
 #include "sim/reference_engine.h"
@@ -416,6 +418,29 @@ TEST(MemoryTrackerReuse, Fsdp1ConstructionHoldsTheOriginalsUntilTheShardExists) 
   allocate_before_first_step(p, a, blocks);
   EXPECT_EQ(a.stats().reserved, 20 * kMiB);
   EXPECT_EQ(a.stats().allocated, 12 * kMiB);
+  // Offloaded to the CPU (StepProgram::init_offloaded): the same construction, the shard freed once the flat tensor
+  // is (moved to the CPU), before the originals: the same peak, nothing left after empty_cache; the reference engine
+  // agrees.
+  {
+    StepProgram off = p;
+    off.buffers[static_cast<std::size_t>(shard)].persistent = false;   // (not allocated by the step: no op uses it)
+    off.buffers[static_cast<std::size_t>(shard)].init_originals = -1;
+    off.init_offloaded = {InitOffloaded{12 * kMiB, 0, 0}};
+    MemoryTracker t(off, 0, false);
+    t.allocate_persistent();
+    EXPECT_EQ(t.stats().reserved, 0);
+    EXPECT_EQ(t.stats().allocated, 0);
+    EXPECT_EQ(t.construction_peak_allocated(), 44 * kMiB);
+    EXPECT_EQ(t.construction_peak_reserved(), 44 * kMiB);
+    CachingAllocator ra;
+    std::vector<int> rb;
+    allocate_before_first_step(off, ra, rb);
+    EXPECT_EQ(ra.stats().peak_allocated, 0);   // (the peaks restart after the construction)
+    EXPECT_EQ(ra.stats().reserved, 0);
+    EXPECT_EQ(ra.stats().num_allocs, 4);
+    off.init_offloaded[0].originals = 1;   // (no such list)
+    EXPECT_THROW(validate_program(off), InputError);
+  }
   p.buffers[static_cast<std::size_t>(shard)].init_originals = -1;
   MemoryTracker t(p, 0, false);
   t.allocate_persistent();

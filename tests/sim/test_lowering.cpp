@@ -2693,7 +2693,8 @@ TEST(LoweringFsdp1, LazyInitScratchByHand) {
 // root's lm_head (64 x 16: 4,096 B, a module of the top level) before the embedding and the final norm. With LoRA
 // without use_orig_params (r 2 on q and v) the block's adapters are a FlatParameter of their own, constructed first:
 // q's A (2 x 16) and B (16 x 2), then v's, 128 B each; its shard 4 x 32 / 2 ranks x 4 B = 256 B, the block's own
-// (2 x 16 + 4 x 256 + 3 x 512) / 2 x 4 B = 5,184 B. Every block shares one list; none with FSDP2.
+// (2 x 16 + 4 x 256 + 3 x 512) / 2 x 4 B = 5,184 B. Every block shares one list; none with FSDP2. With the
+// parameters offloaded to the CPU the same FlatParameters are made, none kept on the device.
 TEST(LoweringFsdp1, ConstructionHoldsTheOriginalsBreadthFirst) {
   const models::ModelSpec m = tiny_spec(2);
   const auto lower_plan = [&](const std::string& json) {
@@ -2728,8 +2729,28 @@ TEST(LoweringFsdp1, ConstructionHoldsTheOriginalsBreadthFirst) {
       lower_plan(R"({"fsdp_version": 1, "implementation": "hf", "sharding_strategy": "NO_SHARD"})");
   EXPECT_EQ(whole.init_flatten_world, 1);
   EXPECT_EQ(shards(whole, 1), (Shards{{(2 * 16 + 4 * 256 + 3 * 512) * 4, block}}));
+  // Offloaded to the CPU: the same FlatParameters with the same originals (StepProgram::init_offloaded), the
+  // blocks' (the adapters' first) before the root's.
+  for (const bool with_lora : {false, true}) {
+    const StepProgram& ref = with_lora ? lora : full;
+    const StepProgram off = lower_plan(with_lora ? R"({"fsdp_version": 1, "implementation": "hf", "use_orig_params": false,
+                                                       "cpu_offload": {"params": true},
+                                                       "lora": {"rank": 2, "targets": ["q", "v"]}})"
+                                                 : R"({"fsdp_version": 1, "implementation": "hf",
+                                                       "cpu_offload": {"params": true}})");
+    expect_well_formed(off, "offload");
+    Shards made, expected;
+    for (const InitOffloaded& o : off.init_offloaded)
+      made.emplace_back(o.bytes, o.originals >= 0 ? off.init_originals.at(static_cast<std::size_t>(o.originals))
+                                                  : std::vector<Bytes>{});
+    for (int u : {1, 2, 0})
+      for (auto& s : shards(ref, u)) expected.push_back(s);
+    EXPECT_EQ(made, expected) << with_lora;
+    EXPECT_TRUE(shards(off, 0).empty() && shards(off, 1).empty()) << with_lora;
+  }
   const StepProgram f2 = lower_plan(R"({"fsdp_version": 2})");
   EXPECT_TRUE(f2.init_originals.empty());
+  EXPECT_TRUE(f2.init_offloaded.empty());
   for (const Buffer& b : f2.buffers) EXPECT_EQ(b.init_originals, -1) << b.name;
 }
 
@@ -2766,12 +2787,28 @@ TEST(LoweringFsdp1, ConstructionFlattensThenShardsTheRootLast) {
   EXPECT_EQ(lower_hand(g, R"({"fsdp_version": 1, "sharding_strategy": "HYBRID_SHARD", "mesh": {"replicate": 2, "shard": 2}})",
                        4, 2).init_flatten_world, 2);
   EXPECT_EQ(lower_hand(g, R"({"fsdp_version": 1, "sharding_strategy": "NO_SHARD"})", 4, 4).init_flatten_world, 1);
-  for (const char* plan : {R"({"fsdp_version": 2})", R"({"fsdp_version": 1, "cpu_offload": {"params": true}})",
-                           R"({"fsdp_version": 1, "implementation": "runtime"})"}) {
+  for (const char* plan : {R"({"fsdp_version": 2})", R"({"fsdp_version": 1, "implementation": "runtime"})"}) {
     const StepProgram q = lower_hand(g, plan, 4, 4);
     EXPECT_EQ(q.init_flatten_world, 0) << plan;
     EXPECT_EQ(q.init_flatten_last, -1) << plan;
+    EXPECT_TRUE(q.init_offloaded.empty()) << plan;
   }
+  EXPECT_TRUE(p.init_offloaded.empty());
+  // Parameters offloaded to the CPU: the same construction, each shard then moved off the device
+  // (StepProgram::init_offloaded): no persistent sharded parameter, the blocks' FlatParameters, then the root's.
+  const StepProgram off = lower_hand(g, R"({"fsdp_version": 1, "cpu_offload": {"params": true}})", 4, 4);
+  expect_well_formed(off, "offload");
+  EXPECT_EQ(off.init_flatten_world, 4);
+  EXPECT_EQ(off.init_flatten_last, -1);
+  for (const Buffer& b : off.buffers) EXPECT_FALSE(b.persistent && b.category == MemCategory::ShardedParams) << b.name;
+  ASSERT_EQ(off.init_offloaded.size(), 3u);
+  EXPECT_EQ(off.init_offloaded.back().bytes, 17 * 4);
+  // The blocks' as the shards the plan without offload keeps (units 1 and 2, in buffer order).
+  std::vector<Bytes> block_shards;
+  for (const Buffer& b : p.buffers)
+    if (b.persistent && b.category == MemCategory::ShardedParams && b.unit > 0) block_shards.push_back(b.bytes);
+  ASSERT_EQ(block_shards.size(), 2u);
+  for (std::size_t k = 0; k < 2; ++k) EXPECT_EQ(off.init_offloaded[k].bytes, block_shards[k]) << k;
 }
 
 TEST(LoweringOffload, Fsdp1KeepsTheSavedGradShardUntilTheFinalCallback) {

@@ -212,11 +212,12 @@ TEST(TorchMemoryFixtures, Fsdp2StepStartsFromTheSegmentsInitializationLeft) {
 // the simulator left out the batch and the rotary tables, then every fixture was one 2 MiB small-pool segment short;
 // and until the originals and the LoRA adapters' FlatParameter apart were modelled, gpt2-fsdp1-w8-hf was 20 MiB short
 // (it has no allocator history to show where) and l1b-fsdp1-lora-r16-qkv-hf 2 MiB short with 16 x 73,728 B less
-// allocated: its adapters' shards, small-pool tensors of their own in PyTorch.)
+// allocated: its adapters' shards, small-pool tensors of their own in PyTorch; and until each offloaded shard was
+// made on the device and moved to the CPU (StepProgram::init_offloaded), l1b-fsdp1-offload-w8-hf's construction was
+// not modelled.)
 TEST(TorchMemoryFixtures, Fsdp1StepStartsFromTheSegmentsConstructionLeft) {
   const std::map<std::string, std::string> differs = {};
   const std::map<std::string, std::string> construction_differs = {
-      {"l1b-fsdp1-offload-w8-hf", "parameters offloaded to the CPU: construction not modelled"},
       {"l1b-fsdp1-orig-lora-r8-qv-litgpt", "peak allocated exact, reserved 12 MiB above PyTorch's (3,110,076,416 B "
                                            "against 3,097,493,504): use_orig_params with litgpt's fused-qkv adapters "
                                            "(no allocator history of its construction)"},
