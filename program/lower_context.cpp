@@ -446,13 +446,16 @@ std::vector<Fsdp1FlatParam> fsdp1_flat_params(const Context& c, int u) {
   std::stable_sort(tensors.begin(), tensors.end(),
                    [](const FlatTensor& a, const FlatTensor& b) { return a.depth < b.depth; });
   std::vector<Fsdp1FlatParam> flats;
+  Fsdp1FlatParam a;   // (the adapters' FlatParameter, when apart)
   std::int64_t adapters = 0;
-  for (const auto& [numel, dim0] : unit_adapters(c, u)) adapters += numel;
-  const bool adapters_apart = c.trainable.lora.on() && !plan.use_orig_params && adapters > 0;
+  if (c.trainable.lora.on() && !plan.use_orig_params)
+    for_each_adapter(unit, c.trainable, [&](std::int64_t numel, std::int64_t) {
+      adapters += numel;
+      a.originals.push_back(numel * c.bm);
+    });
+  const bool adapters_apart = adapters > 0;
   if (adapters_apart) {
-    Fsdp1FlatParam a;
     a.bytes = ceil_div(adapters, c.N) * c.bm;
-    for (const auto& [numel, dim0] : unit_adapters(c, u)) a.originals.push_back(numel * c.bm);
     flats.push_back(std::move(a));
   }
   Fsdp1FlatParam base;
@@ -1031,6 +1034,12 @@ void make_context(Context& c, const models::ModelSpec& model, const models::Wrap
                       "temporaries that make them, then the cache emptied; other temporaries of the script's model "
                       "loading are not modelled, so a real run may reserve more (in the PyTorch reference about 0.8 "
                       "GiB: QLoRA quantizing full weights on the GPU before sharding them)");
+  if (plan.implementation != models::ModelImpl::Runtime && plan.fsdp_version == FsdpVersion::FSDP1 &&
+      plan.cpu_offload.params)
+    c.notes.push_back("FSDP1 construction with the parameters offloaded: each FlatParameter's shard is made on the "
+                      "device beside its originals and flattened whole, then moved to the CPU "
+                      "(_init_param_handle_from_params' flat_param_to), so the construction peaks while the largest "
+                      "unit is made");
 
   // ---- process groups: shard groups are contiguous ranks, replicate groups stride across them ----
   const int gpn = std::max(1, topo.gpus_per_node);

@@ -164,9 +164,8 @@ void expect_step_start(const std::map<std::string, std::string>& differs, const 
 // to_empty, initialization in place, torch.cuda.empty_cache). The simulator's persistent buffers (its memory
 // at t = 0, before the first op) must then leave the same reserved bytes as the harness's "init" phase
 // ends with, within 0.5%, on every measured FSDP2 fixture but those listed below with what differs.
-// (FSDP1 is not compared: the simulator's t = 0 includes FSDP1's lazy initialization, which PyTorch runs
-// in the first forward, and FlatParameter construction's fragmentation, flatten then shard, is not
-// modelled: PyTorch ends init at 750,780,416 B reserved for llama-1b on 8 ranks, 634,684,928 allocated.)
+// (FSDP1 is compared by the next test, before the lazy initialization that the simulator's t = 0 includes and
+// PyTorch runs in the first forward.)
 TEST(TorchMemoryFixtures, Fsdp2StepStartsFromTheSegmentsInitializationLeft) {
   // fixture -> what differs (the measured and predicted bytes are printed)
   const std::map<std::string, std::string> differs = {
