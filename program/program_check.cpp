@@ -98,6 +98,10 @@ void check_streams_and_buffers(const StepProgram& p) {
       if (p.init_originals[k][j] < 0)
         throw InputError("program.init_originals[" + std::to_string(k) + "][" + std::to_string(j) + "]",
                          std::to_string(p.init_originals[k][j]), ">= 0 bytes");
+  if (!p.init_offloaded.empty() && p.init_flatten_world < 1)
+    throw InputError("program.init_offloaded", std::to_string(p.init_offloaded.size()) + " entries",
+                     "none unless FSDP1's construction is modelled (program.init_flatten_world >= 1, here " +
+                         std::to_string(p.init_flatten_world) + ")");
   for (std::size_t k = 0; k < p.init_offloaded.size(); ++k) {
     const InitOffloaded& o = p.init_offloaded[k];
     const std::string f = "program.init_offloaded[" + std::to_string(k) + "]";

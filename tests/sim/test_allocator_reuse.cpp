@@ -438,7 +438,11 @@ TEST(MemoryTrackerReuse, Fsdp1ConstructionHoldsTheOriginalsUntilTheShardExists) 
     EXPECT_EQ(ra.stats().peak_allocated, 0);   // (the peaks restart after the construction)
     EXPECT_EQ(ra.stats().reserved, 0);
     EXPECT_EQ(ra.stats().num_allocs, 4);
+    EXPECT_NO_THROW(validate_program(off));
     off.init_offloaded[0].originals = 1;   // (no such list)
+    EXPECT_THROW(validate_program(off), InputError);
+    off.init_offloaded[0].originals = 0;
+    off.init_flatten_world = 0;   // (no construction: nothing may be made in it)
     EXPECT_THROW(validate_program(off), InputError);
   }
   p.buffers[static_cast<std::size_t>(shard)].init_originals = -1;
