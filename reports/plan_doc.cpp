@@ -48,6 +48,10 @@ ResultView read_result(const json& j, const std::string& path) {
   v.peak_reserved_bytes = peak.get_double("reserved", 0, kHuge);
   v.context_bytes = peak.get_double("context", 0, kHuge, 0);
   v.peak_total_device_bytes = peak.get_double("total_device", 0, kHuge, v.peak_reserved_bytes + v.context_bytes);
+  if (r.has("first_step_peak_memory_bytes"))
+    v.first_step_peak_reserved_bytes = r.get_object("first_step_peak_memory_bytes").get_double("reserved", 0, kHuge);
+  if (r.has("construction_peak_memory_bytes"))
+    v.construction_peak_reserved_bytes = r.get_object("construction_peak_memory_bytes").get_double("reserved", 0, kHuge);
   v.capacity_bytes = r.get_double("capacity_bytes", 0, kHuge);
   v.fits = r.get_bool("fits");
   JsonReader bd = r.get_object("memory_breakdown_bytes");

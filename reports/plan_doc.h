@@ -21,6 +21,9 @@ inline constexpr const char* kSimulateSchemaVersion = "fsdpsim.simulate/1";
 struct ResultView {
   double peak_allocated_bytes = 0, peak_reserved_bytes = 0, context_bytes = 0, peak_total_device_bytes = 0;
   double capacity_bytes = 0;
+  // Reserved peaks before the steady step, when the result has them (0: absent): the first step's (the optimizer
+  // creates its state in it) and FSDP1's construction; `fits` takes the largest.
+  double first_step_peak_reserved_bytes = 0, construction_peak_reserved_bytes = 0;
   bool fits = false;
   std::vector<std::pair<std::string, double>> breakdown;  // in display order (mem_category order, then others)
   double step_time_s = 0, compute_s = 0, comm_s = 0, exposed_comm_s = 0;

@@ -128,9 +128,15 @@ std::string section_recommendation(const PlanDocView& doc, const SectionOptions&
   const double usable = doc.usable_memory_bytes > 0 ? doc.usable_memory_bytes : r.capacity_bytes * (1.0 - opt.memory_margin);
   const double headroom = usable - r.peak_total_device_bytes;
   std::string mem_cls = headroom >= 0 && r.fits ? "ok" : (r.fits ? "warn" : "bad");
+  // (the steady step's; a higher reserved peak before it, which fits also takes, is named)
+  std::string before;
+  if (r.first_step_peak_reserved_bytes > r.peak_reserved_bytes)
+    before += "; first step " + fmt_gib(r.first_step_peak_reserved_bytes) + " reserved";
+  if (r.construction_peak_reserved_bytes > std::max(r.peak_reserved_bytes, r.first_step_peak_reserved_bytes))
+    before += "; FSDP1 construction " + fmt_gib(r.construction_peak_reserved_bytes) + " reserved";
   h += metric("Peak device memory", fmt_gib(r.peak_total_device_bytes) + " / " + fmt_gib(r.capacity_bytes, 1),
               "reserved " + fmt_gib(r.peak_reserved_bytes) + " + context " + fmt_gib(r.context_bytes) + "; allocated " +
-                  fmt_gib(r.peak_allocated_bytes),
+                  fmt_gib(r.peak_allocated_bytes) + before,
               mem_cls);
   h += metric("Headroom", (headroom >= 0 ? "" : "-") + fmt_gib(std::fabs(headroom)),
               std::string(headroom >= 0 ? "left" : "over") + " of the " + fmt_gib(usable) + " usable (capacity less the " +

@@ -210,3 +210,26 @@ TEST(HtmlReport, WriteHtmlIsAtomicAndNamesTheField) {
     EXPECT_EQ(e.field(), "--out");
   }
 }
+
+// The recommendation's peak is the steady step's; a higher reserved peak before it (the first step's, FSDP1's
+// construction), which `fits` takes too, is named beside it, and nothing is added when none is higher.
+TEST(HtmlReport, PeakNamesAHigherReservedPeakBeforeTheSteadyStep) {
+  json doc = fixture::fixture_plan_doc();
+  const std::string plain = render_html(doc);
+  EXPECT_EQ(plain.find("FSDP1 construction"), std::string::npos);
+  EXPECT_EQ(plain.find("; first step "), std::string::npos);
+  json& result = doc["recommended_detail"];   // (the recommendation's full result)
+  ASSERT_TRUE(result.is_object());
+  const double steady = result["peak_memory_bytes"]["reserved"].get<double>();
+  result["first_step_peak_memory_bytes"] = {{"allocated", 0}, {"reserved", steady + 2.0 * (1 << 30)}};
+  result["construction_peak_memory_bytes"] = {{"allocated", 0}, {"reserved", steady + 3.0 * (1 << 30)}};
+  const std::string h = render_html(doc);
+  EXPECT_NE(h.find("; first step " + fmt_gib(steady + 2.0 * (1 << 30)) + " reserved"), std::string::npos);
+  EXPECT_NE(h.find("; FSDP1 construction " + fmt_gib(steady + 3.0 * (1 << 30)) + " reserved"), std::string::npos);
+  // (below the steady peak: not named)
+  result["construction_peak_memory_bytes"]["reserved"] = steady / 2;
+  result["first_step_peak_memory_bytes"]["reserved"] = steady;
+  const std::string low = render_html(doc);
+  EXPECT_EQ(low.find("FSDP1 construction"), std::string::npos);
+  EXPECT_EQ(low.find("; first step "), std::string::npos);
+}

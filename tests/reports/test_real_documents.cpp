@@ -84,6 +84,15 @@ TEST(RealDocuments, PlanAndSimulateOutputsFollowTheSchemas) {
   ASSERT_EQ(rc, 0) << fixture::read_file(dir + "/simulate.txt");
   EXPECT_EQ(validate("simulate.schema.json", dir + "/simulate.json", log), 0) << fixture::read_file(log);
   EXPECT_EQ(validate("trace.schema.json", dir + "/simulate_trace.json", log), 0) << fixture::read_file(log);
+  // FSDP1's result carries its construction's peaks (construction_peak_memory_bytes), as the schema describes them
+  rc = run(exe + " simulate --model tiny-llama --cluster 8xH100-SXM --plan '{\"fsdp_version\": 1}' --json " + dir +
+               "/simulate_fsdp1.json",
+           log);
+  ASSERT_EQ(rc, 0) << fixture::read_file(log);
+  EXPECT_EQ(validate("simulate.schema.json", dir + "/simulate_fsdp1.json", log), 0) << fixture::read_file(log);
+  EXPECT_GT(nlohmann::json::parse(fixture::read_file(dir + "/simulate_fsdp1.json"))["result"]
+                ["construction_peak_memory_bytes"]["reserved"].get<long long>(),
+            0);
   // simulate and fit end their text with how close predictions have come to measurements, and their JSON carries
   // the same record as plan.json
   EXPECT_NE(fixture::read_file(dir + "/simulate.txt").find("How close predictions have come to measurements"), std::string::npos);
