@@ -281,7 +281,7 @@ class MemoryTracker {
     InitCall call;
   };
   std::vector<PersistentAlloc> persistent_;
-  AllocatorStats construction_peak_;   // (construction_peak(); saved with after_persistent_)
+  AllocatorStats construction_peak_;   // (construction_peak_allocated/reserved(); kept with after_persistent_)
   CachingAllocator::Snapshot after_persistent_;
   // Shapes (begin_shapes): off until a run asks for them.
   struct ShapeIndex {

@@ -348,8 +348,7 @@ class Reference {
 
 // Before the first step (StepProgram::init_flatten_world): the persistent buffers, FSDP1's FlatParameters flattened
 // whole then sharded while their original parameters are held (the root's last; offloaded ones then moved to the
-// CPU), the after_construction buffers,
-// the cache emptied (FSDP1's construction), then the lazy init's requests.
+// CPU), the after_construction buffers, the cache emptied (FSDP1's construction), then the lazy init's requests.
 void allocate_before_first_step(const StepProgram& p, CachingAllocator& a, std::vector<int>& block) {
   const std::size_t nb = p.buffers.size();
   block.resize(nb, -1);
